@@ -1,0 +1,439 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PhaseStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PHASE_STATUS_UNSPECIFIED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_PENDING: _ClassVar[PhaseStatus]
+    PHASE_STATUS_RUNNING: _ClassVar[PhaseStatus]
+    PHASE_STATUS_PAUSING: _ClassVar[PhaseStatus]
+    PHASE_STATUS_PAUSED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_AWAITING_APPROVAL: _ClassVar[PhaseStatus]
+    PHASE_STATUS_SUCCEEDED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_FAILED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_INCOMPLETE: _ClassVar[PhaseStatus]
+    PHASE_STATUS_TIMED_OUT: _ClassVar[PhaseStatus]
+    PHASE_STATUS_CANCELLED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_INTERRUPTED: _ClassVar[PhaseStatus]
+
+class PermissionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PERMISSION_MODE_UNSPECIFIED: _ClassVar[PermissionMode]
+    PERMISSION_MODE_DEFAULT: _ClassVar[PermissionMode]
+    PERMISSION_MODE_ACCEPT_EDITS: _ClassVar[PermissionMode]
+    PERMISSION_MODE_BYPASS_PERMISSIONS: _ClassVar[PermissionMode]
+    PERMISSION_MODE_PLAN: _ClassVar[PermissionMode]
+    PERMISSION_MODE_DONT_ASK: _ClassVar[PermissionMode]
+
+class OnDisconnect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ON_DISCONNECT_UNSPECIFIED: _ClassVar[OnDisconnect]
+    ON_DISCONNECT_CANCEL: _ClassVar[OnDisconnect]
+    ON_DISCONNECT_DETACH: _ClassVar[OnDisconnect]
+
+class ToolCallStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CALL_STATUS_UNSPECIFIED: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_RUNNING: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_HELD: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_SUCCEEDED: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_FAILED: _ClassVar[ToolCallStatus]
+    TOOL_CALL_STATUS_UNFINISHED: _ClassVar[ToolCallStatus]
+
+class PricingSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRICING_SOURCE_UNSPECIFIED: _ClassVar[PricingSource]
+    PRICING_SOURCE_PRICE_TABLE: _ClassVar[PricingSource]
+    PRICING_SOURCE_OVERRIDE: _ClassVar[PricingSource]
+    PRICING_SOURCE_UNPRICED: _ClassVar[PricingSource]
+PHASE_STATUS_UNSPECIFIED: PhaseStatus
+PHASE_STATUS_PENDING: PhaseStatus
+PHASE_STATUS_RUNNING: PhaseStatus
+PHASE_STATUS_PAUSING: PhaseStatus
+PHASE_STATUS_PAUSED: PhaseStatus
+PHASE_STATUS_AWAITING_APPROVAL: PhaseStatus
+PHASE_STATUS_SUCCEEDED: PhaseStatus
+PHASE_STATUS_FAILED: PhaseStatus
+PHASE_STATUS_INCOMPLETE: PhaseStatus
+PHASE_STATUS_TIMED_OUT: PhaseStatus
+PHASE_STATUS_CANCELLED: PhaseStatus
+PHASE_STATUS_INTERRUPTED: PhaseStatus
+PERMISSION_MODE_UNSPECIFIED: PermissionMode
+PERMISSION_MODE_DEFAULT: PermissionMode
+PERMISSION_MODE_ACCEPT_EDITS: PermissionMode
+PERMISSION_MODE_BYPASS_PERMISSIONS: PermissionMode
+PERMISSION_MODE_PLAN: PermissionMode
+PERMISSION_MODE_DONT_ASK: PermissionMode
+ON_DISCONNECT_UNSPECIFIED: OnDisconnect
+ON_DISCONNECT_CANCEL: OnDisconnect
+ON_DISCONNECT_DETACH: OnDisconnect
+TOOL_CALL_STATUS_UNSPECIFIED: ToolCallStatus
+TOOL_CALL_STATUS_RUNNING: ToolCallStatus
+TOOL_CALL_STATUS_HELD: ToolCallStatus
+TOOL_CALL_STATUS_SUCCEEDED: ToolCallStatus
+TOOL_CALL_STATUS_FAILED: ToolCallStatus
+TOOL_CALL_STATUS_UNFINISHED: ToolCallStatus
+PRICING_SOURCE_UNSPECIFIED: PricingSource
+PRICING_SOURCE_PRICE_TABLE: PricingSource
+PRICING_SOURCE_OVERRIDE: PricingSource
+PRICING_SOURCE_UNPRICED: PricingSource
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "project_id", "status", "create_time", "update_time", "phases", "cost")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    project_id: str
+    status: PhaseStatus
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    phases: _containers.RepeatedCompositeFieldContainer[Phase]
+    cost: CostTotals
+    def __init__(self, job_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., cost: _Optional[_Union[CostTotals, _Mapping]] = ...) -> None: ...
+
+class Phase(_message.Message):
+    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    TOOL_STATS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TOOL_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ON_DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    project_id: str
+    status: PhaseStatus
+    status_reason: str
+    create_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    session_id: str
+    model: str
+    working_dir: str
+    cost: PhaseCost
+    tool_stats: _containers.RepeatedCompositeFieldContainer[ToolStats]
+    current_tool: ToolCall
+    last_sequence: int
+    result: PhaseResult
+    on_disconnect: OnDisconnect
+    prompt: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ...) -> None: ...
+
+class TokenUsage(_message.Message):
+    __slots__ = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens", "cache_write_1h_input_tokens", "web_search_requests")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_5M_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_1H_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WEB_SEARCH_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_write_5m_input_tokens: int
+    cache_write_1h_input_tokens: int
+    web_search_requests: int
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_input_tokens: _Optional[int] = ..., cache_write_5m_input_tokens: _Optional[int] = ..., cache_write_1h_input_tokens: _Optional[int] = ..., web_search_requests: _Optional[int] = ...) -> None: ...
+
+class ModelCost(_message.Message):
+    __slots__ = ("model", "tokens", "reported_usd", "computed_usd", "pricing_source")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_USD_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_USD_FIELD_NUMBER: _ClassVar[int]
+    PRICING_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    tokens: TokenUsage
+    reported_usd: float
+    computed_usd: float
+    pricing_source: PricingSource
+    def __init__(self, model: _Optional[str] = ..., tokens: _Optional[_Union[TokenUsage, _Mapping]] = ..., reported_usd: _Optional[float] = ..., computed_usd: _Optional[float] = ..., pricing_source: _Optional[_Union[PricingSource, str]] = ...) -> None: ...
+
+class PhaseCost(_message.Message):
+    __slots__ = ("reported_usd", "computed_usd", "difference_usd", "computed_only", "tokens", "models", "unpriced_models")
+    REPORTED_USD_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_USD_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCE_USD_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    UNPRICED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    reported_usd: float
+    computed_usd: float
+    difference_usd: float
+    computed_only: bool
+    tokens: TokenUsage
+    models: _containers.RepeatedCompositeFieldContainer[ModelCost]
+    unpriced_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reported_usd: _Optional[float] = ..., computed_usd: _Optional[float] = ..., difference_usd: _Optional[float] = ..., computed_only: _Optional[bool] = ..., tokens: _Optional[_Union[TokenUsage, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelCost, _Mapping]]] = ..., unpriced_models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CostTotals(_message.Message):
+    __slots__ = ("reported_usd", "computed_usd", "tokens", "models", "phase_count", "computed_only_phase_count", "unpriced_models")
+    REPORTED_USD_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_USD_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_ONLY_PHASE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UNPRICED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    reported_usd: float
+    computed_usd: float
+    tokens: TokenUsage
+    models: _containers.RepeatedCompositeFieldContainer[ModelCost]
+    phase_count: int
+    computed_only_phase_count: int
+    unpriced_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reported_usd: _Optional[float] = ..., computed_usd: _Optional[float] = ..., tokens: _Optional[_Union[TokenUsage, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelCost, _Mapping]]] = ..., phase_count: _Optional[int] = ..., computed_only_phase_count: _Optional[int] = ..., unpriced_models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("job_id", "phase_id", "tool_use_id", "name", "input_json", "input_bytes", "input_truncated", "parent_tool_use_id", "status", "start_time", "end_time", "duration", "result_preview", "result_bytes", "result_truncated", "structured_result_json", "structured_result_truncated", "start_sequence", "end_sequence", "held_by_breakpoint_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    INPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    RESULT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_RESULT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    START_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    END_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    tool_use_id: str
+    name: str
+    input_json: str
+    input_bytes: int
+    input_truncated: bool
+    parent_tool_use_id: str
+    status: ToolCallStatus
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    duration: _duration_pb2.Duration
+    result_preview: str
+    result_bytes: int
+    result_truncated: bool
+    structured_result_json: str
+    structured_result_truncated: bool
+    start_sequence: int
+    end_sequence: int
+    held_by_breakpoint_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., name: _Optional[str] = ..., input_json: _Optional[str] = ..., input_bytes: _Optional[int] = ..., input_truncated: _Optional[bool] = ..., parent_tool_use_id: _Optional[str] = ..., status: _Optional[_Union[ToolCallStatus, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., result_preview: _Optional[str] = ..., result_bytes: _Optional[int] = ..., result_truncated: _Optional[bool] = ..., structured_result_json: _Optional[str] = ..., structured_result_truncated: _Optional[bool] = ..., start_sequence: _Optional[int] = ..., end_sequence: _Optional[int] = ..., held_by_breakpoint_id: _Optional[str] = ...) -> None: ...
+
+class ToolStats(_message.Message):
+    __slots__ = ("name", "count", "failures", "unfinished", "total_duration", "mean_duration", "p95_duration")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    UNFINISHED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_DURATION_FIELD_NUMBER: _ClassVar[int]
+    MEAN_DURATION_FIELD_NUMBER: _ClassVar[int]
+    P95_DURATION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    failures: int
+    unfinished: int
+    total_duration: _duration_pb2.Duration
+    mean_duration: _duration_pb2.Duration
+    p95_duration: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., failures: _Optional[int] = ..., unfinished: _Optional[int] = ..., total_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., mean_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., p95_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PermissionDenial(_message.Message):
+    __slots__ = ("tool_name", "tool_use_id", "tool_input_json")
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    tool_name: str
+    tool_use_id: str
+    tool_input_json: str
+    def __init__(self, tool_name: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_input_json: _Optional[str] = ...) -> None: ...
+
+class PhaseDiagnostics(_message.Message):
+    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path")
+    STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARSE_ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UNFINISHED_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    CLAUDE_PATH_FIELD_NUMBER: _ClassVar[int]
+    RECORDING_PATH_FIELD_NUMBER: _ClassVar[int]
+    stderr_tail: str
+    stderr_bytes: int
+    parse_error_count: int
+    unfinished_tool_calls: int
+    stdout_bytes: int
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    claude_path: str
+    recording_path: str
+    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ...) -> None: ...
+
+class PhaseResult(_message.Message):
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_SUBTYPE_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    API_ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_REASON_FIELD_NUMBER: _ClassVar[int]
+    NUM_TURNS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    RESULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    TOOL_STATS_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_DENIALS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    status: PhaseStatus
+    reason: str
+    result_subtype: str
+    is_error: bool
+    api_error_status: int
+    terminal_reason: str
+    num_turns: int
+    result_text: str
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    exit_code: int
+    exit_signal: str
+    result_count: int
+    session_id: str
+    cost: PhaseCost
+    tool_stats: _containers.RepeatedCompositeFieldContainer[ToolStats]
+    permission_denials: _containers.RepeatedCompositeFieldContainer[PermissionDenial]
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    last_sequence: int
+    diagnostics: PhaseDiagnostics
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ...) -> None: ...
+
+class Breakpoint(_message.Message):
+    __slots__ = ("breakpoint_id", "tool_name", "input_pattern", "cost_threshold_usd", "turn_count", "once", "hit_count")
+    BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    COST_THRESHOLD_USD_FIELD_NUMBER: _ClassVar[int]
+    TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ONCE_FIELD_NUMBER: _ClassVar[int]
+    HIT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    breakpoint_id: str
+    tool_name: str
+    input_pattern: InputPatternCondition
+    cost_threshold_usd: float
+    turn_count: int
+    once: bool
+    hit_count: int
+    def __init__(self, breakpoint_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_pattern: _Optional[_Union[InputPatternCondition, _Mapping]] = ..., cost_threshold_usd: _Optional[float] = ..., turn_count: _Optional[int] = ..., once: _Optional[bool] = ..., hit_count: _Optional[int] = ...) -> None: ...
+
+class InputPatternCondition(_message.Message):
+    __slots__ = ("regex", "tool_name")
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    regex: str
+    tool_name: str
+    def __init__(self, regex: _Optional[str] = ..., tool_name: _Optional[str] = ...) -> None: ...
+
+class PendingToolCall(_message.Message):
+    __slots__ = ("call", "breakpoint_id", "hold_reason", "hold_time")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLD_REASON_FIELD_NUMBER: _ClassVar[int]
+    HOLD_TIME_FIELD_NUMBER: _ClassVar[int]
+    call: ToolCall
+    breakpoint_id: str
+    hold_reason: str
+    hold_time: _timestamp_pb2.Timestamp
+    def __init__(self, call: _Optional[_Union[ToolCall, _Mapping]] = ..., breakpoint_id: _Optional[str] = ..., hold_reason: _Optional[str] = ..., hold_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ContextUsage(_message.Message):
+    __slots__ = ("total_tokens", "max_tokens", "percentage", "raw_json")
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PERCENTAGE_FIELD_NUMBER: _ClassVar[int]
+    RAW_JSON_FIELD_NUMBER: _ClassVar[int]
+    total_tokens: int
+    max_tokens: int
+    percentage: float
+    raw_json: str
+    def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
+
+class PhaseInspection(_message.Message):
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ASSISTANT_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    USER_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_USAGE_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    phase: Phase
+    paused: bool
+    hard_paused: bool
+    pending_calls: _containers.RepeatedCompositeFieldContainer[PendingToolCall]
+    recent_events: _containers.RepeatedCompositeFieldContainer[StreamEventRef]
+    assistant_message_count: int
+    user_message_count: int
+    turn_count: int
+    context_usage: ContextUsage
+    breakpoints: _containers.RepeatedCompositeFieldContainer[Breakpoint]
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ...) -> None: ...
+
+class StreamEventRef(_message.Message):
+    __slots__ = ("sequence", "kind", "summary", "receive_time")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    kind: str
+    summary: str
+    receive_time: _timestamp_pb2.Timestamp
+    def __init__(self, sequence: _Optional[int] = ..., kind: _Optional[str] = ..., summary: _Optional[str] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

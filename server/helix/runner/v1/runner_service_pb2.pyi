@@ -1,0 +1,427 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from helix.runner.v1 import events_pb2 as _events_pb2
+from helix.runner.v1 import resources_pb2 as _resources_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_INVALID_FIELD: _ClassVar[ErrorReason]
+    ERROR_REASON_WORKING_DIR_OUTSIDE_ROOTS: _ClassVar[ErrorReason]
+    ERROR_REASON_JOB_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_PHASE_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_PHASE_ALREADY_EXISTS: _ClassVar[ErrorReason]
+    ERROR_REASON_ILLEGAL_TRANSITION: _ClassVar[ErrorReason]
+    ERROR_REASON_PHASE_NOT_RUNNING: _ClassVar[ErrorReason]
+    ERROR_REASON_CLAUDE_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_PREFLIGHT_FAILED: _ClassVar[ErrorReason]
+    ERROR_REASON_ENV_NOT_ALLOWED: _ClassVar[ErrorReason]
+    ERROR_REASON_DRAINING: _ClassVar[ErrorReason]
+    ERROR_REASON_NOT_IMPLEMENTED: _ClassVar[ErrorReason]
+    ERROR_REASON_CURSOR_OUT_OF_RANGE: _ClassVar[ErrorReason]
+    ERROR_REASON_WATCHER_TOO_SLOW: _ClassVar[ErrorReason]
+    ERROR_REASON_TOOL_CALL_NOT_HELD: _ClassVar[ErrorReason]
+    ERROR_REASON_BREAKPOINT_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
+    ERROR_REASON_TOO_MANY_PHASES: _ClassVar[ErrorReason]
+    ERROR_REASON_INVALID_PAGE_TOKEN: _ClassVar[ErrorReason]
+
+class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INJECT_MODE_UNSPECIFIED: _ClassVar[InjectMode]
+    INJECT_MODE_QUEUE: _ClassVar[InjectMode]
+    INJECT_MODE_INTERRUPT_AND_SEND: _ClassVar[InjectMode]
+
+class PauseMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PAUSE_MODE_UNSPECIFIED: _ClassVar[PauseMode]
+    PAUSE_MODE_BEFORE_NEXT_TOOL: _ClassVar[PauseMode]
+    PAUSE_MODE_HARD: _ClassVar[PauseMode]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_INVALID_FIELD: ErrorReason
+ERROR_REASON_WORKING_DIR_OUTSIDE_ROOTS: ErrorReason
+ERROR_REASON_JOB_NOT_FOUND: ErrorReason
+ERROR_REASON_PHASE_NOT_FOUND: ErrorReason
+ERROR_REASON_PHASE_ALREADY_EXISTS: ErrorReason
+ERROR_REASON_ILLEGAL_TRANSITION: ErrorReason
+ERROR_REASON_PHASE_NOT_RUNNING: ErrorReason
+ERROR_REASON_CLAUDE_NOT_FOUND: ErrorReason
+ERROR_REASON_PREFLIGHT_FAILED: ErrorReason
+ERROR_REASON_ENV_NOT_ALLOWED: ErrorReason
+ERROR_REASON_DRAINING: ErrorReason
+ERROR_REASON_NOT_IMPLEMENTED: ErrorReason
+ERROR_REASON_CURSOR_OUT_OF_RANGE: ErrorReason
+ERROR_REASON_WATCHER_TOO_SLOW: ErrorReason
+ERROR_REASON_TOOL_CALL_NOT_HELD: ErrorReason
+ERROR_REASON_BREAKPOINT_NOT_FOUND: ErrorReason
+ERROR_REASON_UNAUTHENTICATED: ErrorReason
+ERROR_REASON_TOO_MANY_PHASES: ErrorReason
+ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason
+INJECT_MODE_UNSPECIFIED: InjectMode
+INJECT_MODE_QUEUE: InjectMode
+INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
+PAUSE_MODE_UNSPECIFIED: PauseMode
+PAUSE_MODE_BEFORE_NEXT_TOOL: PauseMode
+PAUSE_MODE_HARD: PauseMode
+
+class PhaseOptions(_message.Message):
+    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    DISALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_MODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUDGET_USD_FIELD_NUMBER: _ClassVar[int]
+    APPEND_SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    RESUME_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PARTIAL_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ON_DISCONNECT_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_RAW_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    allowed_tools: _containers.RepeatedScalarFieldContainer[str]
+    disallowed_tools: _containers.RepeatedScalarFieldContainer[str]
+    permission_mode: _resources_pb2.PermissionMode
+    max_turns: int
+    max_budget_usd: float
+    append_system_prompt: str
+    resume_session_id: str
+    timeout: _duration_pb2.Duration
+    include_partial_messages: bool
+    on_disconnect: _resources_pb2.OnDisconnect
+    breakpoints: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Breakpoint]
+    env: _containers.ScalarMap[str, str]
+    include_raw_unknown: bool
+    idle_timeout: _duration_pb2.Duration
+    fallback_model: str
+    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ...) -> None: ...
+
+class RunPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "project_id", "prompt", "working_dir", "options")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    project_id: str
+    prompt: str
+    working_dir: str
+    options: PhaseOptions
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., prompt: _Optional[str] = ..., working_dir: _Optional[str] = ..., options: _Optional[_Union[PhaseOptions, _Mapping]] = ...) -> None: ...
+
+class RunPhaseResponse(_message.Message):
+    __slots__ = ("events", "result")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.StreamEvent]
+    result: _resources_pb2.PhaseResult
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.StreamEvent, _Mapping]]] = ..., result: _Optional[_Union[_resources_pb2.PhaseResult, _Mapping]] = ...) -> None: ...
+
+class WatchPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "after_sequence")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    after_sequence: int
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class WatchPhaseResponse(_message.Message):
+    __slots__ = ("events", "result")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_events_pb2.StreamEvent]
+    result: _resources_pb2.PhaseResult
+    def __init__(self, events: _Optional[_Iterable[_Union[_events_pb2.StreamEvent, _Mapping]]] = ..., result: _Optional[_Union[_resources_pb2.PhaseResult, _Mapping]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _resources_pb2.Job
+    def __init__(self, job: _Optional[_Union[_resources_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("project_id", "statuses", "page_size", "page_token")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    statuses: _containers.RepeatedScalarFieldContainer[_resources_pb2.PhaseStatus]
+    page_size: int
+    page_token: str
+    def __init__(self, project_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.PhaseStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_resources_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListToolCallsRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "tool_name", "only_failed", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    ONLY_FAILED_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    tool_name: str
+    only_failed: bool
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., only_failed: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListToolCallsResponse(_message.Message):
+    __slots__ = ("tool_calls", "next_page_token", "stats")
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    tool_calls: _containers.RepeatedCompositeFieldContainer[_resources_pb2.ToolCall]
+    next_page_token: str
+    stats: _containers.RepeatedCompositeFieldContainer[_resources_pb2.ToolStats]
+    def __init__(self, tool_calls: _Optional[_Iterable[_Union[_resources_pb2.ToolCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., stats: _Optional[_Iterable[_Union[_resources_pb2.ToolStats, _Mapping]]] = ...) -> None: ...
+
+class GetCostTotalsRequest(_message.Message):
+    __slots__ = ("project_id", "job_id", "phase_id")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    job_id: str
+    phase_id: str
+    def __init__(self, project_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ...) -> None: ...
+
+class GetCostTotalsResponse(_message.Message):
+    __slots__ = ("totals",)
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    totals: _resources_pb2.CostTotals
+    def __init__(self, totals: _Optional[_Union[_resources_pb2.CostTotals, _Mapping]] = ...) -> None: ...
+
+class PausePhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "mode")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    mode: PauseMode
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., mode: _Optional[_Union[PauseMode, str]] = ...) -> None: ...
+
+class PausePhaseResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class ResumePhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ...) -> None: ...
+
+class ResumePhaseResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class StepPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ...) -> None: ...
+
+class StepPhaseResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class InterruptPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ...) -> None: ...
+
+class InterruptPhaseResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class CancelPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelPhaseResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class InjectMessageRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "text", "mode")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    text: str
+    mode: InjectMode
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., text: _Optional[str] = ..., mode: _Optional[_Union[InjectMode, str]] = ...) -> None: ...
+
+class InjectMessageResponse(_message.Message):
+    __slots__ = ("message_uuid", "sequence")
+    MESSAGE_UUID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    message_uuid: str
+    sequence: int
+    def __init__(self, message_uuid: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class InspectPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "include_context_usage")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_CONTEXT_USAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    include_context_usage: bool
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., include_context_usage: _Optional[bool] = ...) -> None: ...
+
+class InspectPhaseResponse(_message.Message):
+    __slots__ = ("inspection",)
+    INSPECTION_FIELD_NUMBER: _ClassVar[int]
+    inspection: _resources_pb2.PhaseInspection
+    def __init__(self, inspection: _Optional[_Union[_resources_pb2.PhaseInspection, _Mapping]] = ...) -> None: ...
+
+class AddBreakpointRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "breakpoint")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    breakpoint: _resources_pb2.Breakpoint
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., breakpoint: _Optional[_Union[_resources_pb2.Breakpoint, _Mapping]] = ...) -> None: ...
+
+class AddBreakpointResponse(_message.Message):
+    __slots__ = ("breakpoint",)
+    BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
+    breakpoint: _resources_pb2.Breakpoint
+    def __init__(self, breakpoint: _Optional[_Union[_resources_pb2.Breakpoint, _Mapping]] = ...) -> None: ...
+
+class ListBreakpointsRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ...) -> None: ...
+
+class ListBreakpointsResponse(_message.Message):
+    __slots__ = ("breakpoints",)
+    BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    breakpoints: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Breakpoint]
+    def __init__(self, breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ...) -> None: ...
+
+class RemoveBreakpointRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "breakpoint_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    breakpoint_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., breakpoint_id: _Optional[str] = ...) -> None: ...
+
+class RemoveBreakpointResponse(_message.Message):
+    __slots__ = ("breakpoint",)
+    BREAKPOINT_FIELD_NUMBER: _ClassVar[int]
+    breakpoint: _resources_pb2.Breakpoint
+    def __init__(self, breakpoint: _Optional[_Union[_resources_pb2.Breakpoint, _Mapping]] = ...) -> None: ...
+
+class ResolveToolCallRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "tool_use_id", "approve", "deny", "edit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    EDIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    tool_use_id: str
+    approve: ApproveDecision
+    deny: DenyDecision
+    edit: EditDecision
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., approve: _Optional[_Union[ApproveDecision, _Mapping]] = ..., deny: _Optional[_Union[DenyDecision, _Mapping]] = ..., edit: _Optional[_Union[EditDecision, _Mapping]] = ...) -> None: ...
+
+class ApproveDecision(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DenyDecision(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
+
+class EditDecision(_message.Message):
+    __slots__ = ("input_json",)
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    input_json: str
+    def __init__(self, input_json: _Optional[str] = ...) -> None: ...
+
+class ResolveToolCallResponse(_message.Message):
+    __slots__ = ("tool_call",)
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    tool_call: _resources_pb2.ToolCall
+    def __init__(self, tool_call: _Optional[_Union[_resources_pb2.ToolCall, _Mapping]] = ...) -> None: ...
