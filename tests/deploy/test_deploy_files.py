@@ -1,0 +1,238 @@
+"""Offline checks of the Dockerfile and the Kubernetes manifests.
+
+No Docker engine or cluster is available to CI, so the image and manifests are linted and
+schema-validated, and the facts the service depends on at run time (probe service names, the
+shutdown budget, non-root, tini as PID 1) are asserted directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+DOCKERFILE = ROOT / "Dockerfile"
+# Not resolved: in a venv, sys.executable is the venv's bin/python symlink, and that bin dir
+# holds the dev extra's hadolint, yamllint and kubernetes-validate.
+BIN = Path(sys.executable).parent
+
+# Oldest release with lifecycle.preStop.sleep on by default (beta), and the one where it is GA.
+KUBERNETES_VERSIONS = ("1.30.0", "1.34.0")
+MANIFESTS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+
+PORT = 50051
+# SIGTERM -> wait -> SIGKILL of each phase's process group, recording it INTERRUPTED, final events.
+CHILD_TEARDOWN_MIN_SECONDS = 10
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.fail(f"{name} not found in {BIN}; install the project's dev extra")
+    return str(path)
+
+
+def load(name: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all((K8S / name).read_text()) if doc]
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs with continuation lines joined and comments dropped."""
+    lines = [ln for ln in DOCKERFILE.read_text().splitlines() if not ln.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    return [
+        (word.upper(), rest.strip())
+        for word, _, rest in (ln.strip().partition(" ") for ln in joined.splitlines() if ln.strip())
+    ]
+
+
+def docker_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instruction, args in dockerfile():
+        if instruction == "ENV":
+            env.update(pair.split("=", 1) for pair in shlex.split(args))
+    return env
+
+
+def statefulset() -> dict:
+    (sts,) = load("statefulset.yaml")
+    return sts
+
+
+def container() -> dict:
+    (c,) = statefulset()["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def config_toml() -> dict:
+    (cm,) = load("configmap.yaml")
+    return tomllib.loads(cm["data"]["config.toml"])
+
+
+# --- linters and schema validation -----------------------------------------------------------
+
+
+def test_hadolint() -> None:
+    # Failure threshold and the justified ignores live in .hadolint.yaml.
+    result = run(tool("hadolint"), "--no-color", "--config", ".hadolint.yaml", "Dockerfile")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_yamllint() -> None:
+    result = run(
+        tool("yamllint"), "--strict", "-c", ".yamllint.yaml", "deploy", ".yamllint.yaml", ".hadolint.yaml"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_kubernetes_validate() -> None:
+    # The schemas ship inside the package, so this needs no network. --strict rejects unknown
+    # fields (typos would otherwise be silently dropped by the API server). A kind without a
+    # schema only warns and exits 0, so any output at all counts as a failure.
+    versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
+    files = [str(p.relative_to(ROOT)) for p in MANIFESTS]
+    result = run(tool("kubernetes-validate"), "--strict", "--quiet", *versions, *files)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
+    (kustomization,) = load("kustomization.yaml")
+    expected = {p.name for p in MANIFESTS} - {"secret.example.yaml"}
+    assert set(kustomization["resources"]) == expected
+
+
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl (for its built-in kustomize) not installed"
+)
+def test_kustomize_build_validates(tmp_path: Path) -> None:
+    built = run("kubectl", "kustomize", str(K8S.relative_to(ROOT)))
+    assert built.returncode == 0, built.stderr
+    # A file, not stdin: kubernetes-validate reads "-" once and fails on the second -k version.
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(built.stdout)
+    versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
+    result = run(tool("kubernetes-validate"), "--strict", "--quiet", *versions, str(rendered))
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+    namespaced = [d for d in yaml.safe_load_all(built.stdout) if d["kind"] != "Namespace"]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"helix-runner"}
+
+
+# --- facts the service relies on -------------------------------------------------------------
+
+
+def test_probes_use_the_liveness_and_readiness_health_services_on_the_api_port() -> None:
+    c = container()
+    probes = {name: c[name]["grpc"] for name in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes == {
+        "startupProbe": {"port": PORT, "service": "liveness"},
+        "livenessProbe": {"port": PORT, "service": "liveness"},
+        "readinessProbe": {"port": PORT, "service": "readiness"},
+    }
+    assert c["ports"] == [{"name": "grpc", "containerPort": PORT}]
+    assert config_toml()["port"] == PORT
+    assert ("EXPOSE", str(PORT)) in dockerfile()
+
+
+def test_services_target_the_api_port() -> None:
+    services = {s["metadata"]["name"]: s["spec"] for s in load("service.yaml")}
+    assert services["helix-runner-headless"]["clusterIP"] == "None"
+    assert statefulset()["spec"]["serviceName"] == "helix-runner-headless"
+    for spec in services.values():
+        assert [(p["port"], p["targetPort"]) for p in spec["ports"]] == [(PORT, "grpc")]
+    (policy,) = load("networkpolicy.yaml")
+    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": PORT}]}]
+
+
+def test_container_runs_as_the_images_non_root_user() -> None:
+    pod = statefulset()["spec"]["template"]["spec"]["securityContext"]
+    users = [args for instruction, args in dockerfile() if instruction == "USER"]
+    # Numeric, so the kubelet can enforce runAsNonRoot against the image itself.
+    assert users[-1] == f"{pod['runAsUser']}:{pod['runAsGroup']}"
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container()["securityContext"]
+    assert sc == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_every_path_the_service_writes_is_a_volume() -> None:
+    # The root filesystem is read-only, so HOME (the CLI's ~/.claude), /tmp, the data dir and
+    # the workspace root must each be mounted.
+    env = docker_env()
+    mounts = {m["mountPath"] for m in container()["volumeMounts"] if not m.get("readOnly")}
+    assert {
+        env["HOME"],
+        "/tmp",
+        env["HELIX_RUNNER_DATA_DIR"],
+        *env["HELIX_RUNNER_WORKSPACE_ROOTS"].split(":"),
+    } <= mounts
+
+
+def test_entrypoint_is_tini_in_exec_form() -> None:
+    entrypoints = [args for instruction, args in dockerfile() if instruction == "ENTRYPOINT"]
+    assert len(entrypoints) == 1
+    assert entrypoints[0].startswith("["), "shell form would put /bin/sh, not tini, at PID 1"
+    argv = json.loads(entrypoints[0])
+    assert Path(argv[0]).name == "tini" and argv[1] == "--" and argv[2] == "helix-runner"
+
+
+def test_base_image_is_pinned_and_shared_by_both_stages() -> None:
+    # hadolint cannot check a tag that comes from an ARG.
+    instructions = dockerfile()
+    args = dict(a.split("=", 1) for i, a in instructions if i == "ARG" and "=" in a)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", args["PYTHON_IMAGE"])
+    froms = [a.split()[0] for i, a in instructions if i == "FROM"]
+    assert froms == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+
+
+def test_shutdown_budget_fits_the_termination_grace_period() -> None:
+    pod = statefulset()["spec"]["template"]["spec"]
+    c = container()
+    pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    drain = int(env["HELIX_RUNNER_DRAIN_GRACE_SECONDS"])
+    assert pre_stop + drain < pod["terminationGracePeriodSeconds"]
+    assert pre_stop + drain + CHILD_TEARDOWN_MIN_SECONDS <= pod["terminationGracePeriodSeconds"]
+
+
+def test_secrets_reach_the_container_as_intended() -> None:
+    c = container()
+    (api_key,) = [e for e in c["env"] if e["name"] == "ANTHROPIC_API_KEY"]
+    assert api_key["valueFrom"]["secretKeyRef"] == {"name": "helix-runner", "key": "anthropic-api-key"}
+    # The token is a file, never an env var, so the env allowlist cannot hand it to a child.
+    secret_keys = [e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e]
+    assert "auth-token" not in secret_keys
+    token_path = Path(config_toml()["auth_token_file"])
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(token_path.parent)]
+    (volume,) = [
+        v for v in statefulset()["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]
+    ]
+    assert volume["secret"]["secretName"] == "helix-runner"
+    assert volume["secret"]["items"] == [{"key": "auth-token", "path": token_path.name}]
+
+
+def test_config_keys_are_known_to_the_server() -> None:
+    # The server refuses to start on an unknown config.toml key, and silently ignores an
+    # unknown HELIX_RUNNER_* variable, so a renamed key would break or quietly undo the deployment.
+    config = pytest.importorskip("helix_runner.config")
+    env_names = {e["name"] for e in container()["env"]} | set(docker_env())
+    env_keys = {n.removeprefix("HELIX_RUNNER_").lower() for n in env_names if n.startswith("HELIX_RUNNER_")}
+    assert set(config_toml()) <= set(config.KEYS)
+    assert env_keys - {"config"} <= set(config.KEYS)
