@@ -1,0 +1,62 @@
+"""Bearer-token authentication for every RPC except health checking and reflection.
+
+The kubelet's native gRPC probe sends no credentials, and reflection only describes the API,
+so both stay open; everything else needs ``authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from helix_runner.api.errors import to_status
+from helix_runner.errors import ErrorKind, RunnerError
+
+_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls without the configured token with UNAUTHENTICATED + ErrorInfo."""
+
+    def __init__(self, token: str):
+        self._expected = f"Bearer {token}".encode()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        if details.method.startswith(_OPEN_PREFIXES):
+            return await continuation(details)
+        presented = next((v for k, v in details.invocation_metadata or () if k == "authorization"), "")
+        if isinstance(presented, str):
+            presented = presented.encode()
+        if hmac.compare_digest(presented, self._expected):
+            return await continuation(details)
+        handler = await continuation(details)
+        return _rejecting(handler)
+
+
+def _rejecting(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
+    status = to_status(
+        RunnerError(ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or invalid bearer token in 'authorization'")
+    )
+
+    async def unary(request, context):
+        await context.abort_with_status(status)
+
+    async def stream(request, context):
+        await context.abort_with_status(status)
+        yield  # pragma: no cover - makes this an async generator
+
+    if handler is None or not handler.response_streaming:
+        return grpc.unary_unary_rpc_method_handler(
+            unary,
+            request_deserializer=handler.request_deserializer if handler else None,
+            response_serializer=handler.response_serializer if handler else None,
+        )
+    return grpc.unary_stream_rpc_method_handler(
+        stream, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    )

@@ -1,0 +1,53 @@
+"""Maps ``RunnerError`` to ``google.rpc.Status`` with exactly one ``ErrorInfo`` (domain ``runner.helix``)."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from helix_runner.errors import ErrorKind, RunnerError
+
+ERROR_DOMAIN = "runner.helix"
+
+_CODES: dict[ErrorKind, int] = {
+    ErrorKind.INVALID_ARGUMENT: code_pb2.INVALID_ARGUMENT,
+    ErrorKind.NOT_FOUND: code_pb2.NOT_FOUND,
+    ErrorKind.ALREADY_EXISTS: code_pb2.ALREADY_EXISTS,
+    ErrorKind.FAILED_PRECONDITION: code_pb2.FAILED_PRECONDITION,
+    ErrorKind.OUT_OF_RANGE: code_pb2.OUT_OF_RANGE,
+    ErrorKind.RESOURCE_EXHAUSTED: code_pb2.RESOURCE_EXHAUSTED,
+    ErrorKind.UNAVAILABLE: code_pb2.UNAVAILABLE,
+    ErrorKind.UNIMPLEMENTED: code_pb2.UNIMPLEMENTED,
+    ErrorKind.UNAUTHENTICATED: code_pb2.UNAUTHENTICATED,
+    ErrorKind.ABORTED: code_pb2.ABORTED,
+    ErrorKind.INTERNAL: code_pb2.INTERNAL,
+}
+assert set(_CODES) == set(ErrorKind)
+
+
+def to_status(error: RunnerError) -> grpc.Status:
+    """The rich status for an error: code, message and one ErrorInfo detail."""
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    return rpc_status.to_status(status_pb2.Status(code=_CODES[error.kind], message=error.message, details=[detail]))
+
+
+async def abort(context: grpc.aio.ServicerContext, error: RunnerError) -> None:
+    """Ends the call with the error's rich status (raises, as ``context.abort`` does)."""
+    await context.abort_with_status(to_status(error))
+
+
+def error_info(call_error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """Client-side helper: the ErrorInfo detail of a failed call, if it has one."""
+    status = rpc_status.from_call(call_error)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    return None

@@ -1,0 +1,260 @@
+"""Server configuration: defaults < TOML file < ``HELIX_RUNNER_*`` environment < command-line flags.
+
+Every value is validated here, once, so the rest of the server can trust it; a bad value raises
+``ConfigError`` whose message is a single line meant for a person.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "HELIX_RUNNER_"
+
+# Variables the child CLI may inherit from the server's environment (exact names or prefixes
+# ending in `*`). Everything else is dropped: the child's environment is composed, not inherited.
+DEFAULT_INHERIT_ENV = (
+    "ANTHROPIC_*",
+    "CLAUDE_CODE_*",
+    "CLAUDE_CONFIG_DIR",
+    "AWS_*",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUD_ML_REGION",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_*",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "IS_SANDBOX",
+)
+
+# Variables a RunPhase request may set (PhaseOptions.env). Anything else is INVALID_ARGUMENT.
+DEFAULT_REQUEST_ENV_ALLOWLIST = (
+    "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+    "CLAUDE_CODE_MAX_RETRIES",
+    "MAX_THINKING_TOKENS",
+    "BASH_DEFAULT_TIMEOUT_MS",
+    "BASH_MAX_TIMEOUT_MS",
+    "HELIX_*",
+)
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "text")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message is one line for a person."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything the server needs to start; see README "Configuration" for each key."""
+
+    host: str = "127.0.0.1"
+    port: int = 50051
+    data_dir: Path = field(default_factory=lambda: _default_data_dir())
+    workspace_roots: tuple[Path, ...] = ()
+    claude_path: str | None = None
+    auth_token_file: Path | None = None
+    log_level: str = "info"
+    log_format: str = "json"
+    # Seconds running phases get to finish after SIGTERM before they are killed and recorded
+    # INTERRUPTED.
+    drain_grace_seconds: float = 10.0
+    max_concurrent_phases: int = 64
+    default_phase_timeout_seconds: float = 3600.0
+    default_idle_timeout_seconds: float = 600.0
+    # How long a process may linger after its final result and stdout EOF before it is killed.
+    exit_grace_seconds: float = 10.0
+    max_line_bytes: int = 64 * 1024 * 1024
+    inherit_env: tuple[str, ...] = DEFAULT_INHERIT_ENV
+    request_env_allowlist: tuple[str, ...] = DEFAULT_REQUEST_ENV_ALLOWLIST
+    # Prepended to the child's PATH (e.g. a project virtualenv's bin) so tools like pytest resolve.
+    path_prefix: tuple[Path, ...] = ()
+    # Commands that must resolve on the child's PATH before a phase starts (preflight).
+    required_commands: tuple[str, ...] = ()
+    allow_bypass_permissions: bool = False
+    # Offline mode: a scripted Messages API script (JSON) the CLI is pointed at instead of Anthropic.
+    offline_script: Path | None = None
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether the listen address only accepts local connections."""
+        if self.host in ("localhost",):
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "helix-runner.sqlite3"
+
+    @property
+    def recordings_dir(self) -> Path:
+        return self.data_dir / "recordings"
+
+    def read_auth_token(self) -> str | None:
+        """The bearer token clients must present, or None when auth is off."""
+        if self.auth_token_file is None:
+            return None
+        try:
+            token = self.auth_token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read auth token file {self.auth_token_file}: {exc.strerror}") from None
+        if len(token) < 16:
+            raise ConfigError(f"auth token in {self.auth_token_file} is shorter than 16 characters")
+        return token
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "helix-runner"
+
+
+def _as_path_tuple(value: Any) -> tuple[Path, ...]:
+    if isinstance(value, str):
+        parts = [p for p in value.split(os.pathsep) if p]
+    else:
+        parts = list(value)
+    return tuple(Path(p).expanduser() for p in parts)
+
+
+def _as_str_tuple(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(p.strip() for p in value.split(",") if p.strip())
+    return tuple(str(p) for p in value)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+_CONVERTERS: dict[str, Any] = {
+    "host": str,
+    "port": int,
+    "data_dir": lambda v: Path(v).expanduser(),
+    "workspace_roots": _as_path_tuple,
+    "claude_path": lambda v: str(v) or None,
+    "auth_token_file": lambda v: Path(v).expanduser() if v else None,
+    "log_level": lambda v: str(v).lower(),
+    "log_format": lambda v: str(v).lower(),
+    "drain_grace_seconds": float,
+    "max_concurrent_phases": int,
+    "default_phase_timeout_seconds": float,
+    "default_idle_timeout_seconds": float,
+    "exit_grace_seconds": float,
+    "max_line_bytes": int,
+    "inherit_env": _as_str_tuple,
+    "request_env_allowlist": _as_str_tuple,
+    "path_prefix": _as_path_tuple,
+    "required_commands": _as_str_tuple,
+    "allow_bypass_permissions": _as_bool,
+    "offline_script": lambda v: Path(v).expanduser() if v else None,
+}
+KEYS = tuple(f.name for f in fields(ServerConfig))
+assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
+
+
+def _convert(source: str, key: str, value: Any) -> Any:
+    try:
+        return _CONVERTERS[key](value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: invalid value for {key}: {exc}") from None
+
+
+def load_config(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> ServerConfig:
+    """Builds and validates the config from (lowest to highest precedence) file, env, flags.
+
+    ``flags`` holds only the flags a person actually gave (None values are ignored).
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+
+    file_path = config_file or (Path(environ[ENV_PREFIX + "CONFIG"]) if environ.get(ENV_PREFIX + "CONFIG") else None)
+    if file_path is not None:
+        try:
+            raw = tomllib.loads(file_path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {file_path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from None
+        for key, value in raw.items():
+            norm = key.replace("-", "_")
+            if norm not in _CONVERTERS:
+                raise ConfigError(f"config file {file_path}: unknown key {key!r}")
+            values[norm] = _convert(f"config file {file_path}", norm, value)
+
+    for key in KEYS:
+        env_name = ENV_PREFIX + key.upper()
+        if env_name in environ:
+            values[key] = _convert(f"environment {env_name}", key, environ[env_name])
+
+    for key, value in (flags or {}).items():
+        if value is None:
+            continue
+        if key not in _CONVERTERS:
+            raise ConfigError(f"unknown option {key!r}")
+        values[key] = _convert(f"--{key.replace('_', '-')}", key, value)
+
+    config = replace(ServerConfig(), **values)
+    return validate(config)
+
+
+def validate(config: ServerConfig) -> ServerConfig:
+    """Checks cross-field rules and normalises paths; returns the config to use."""
+    if not 0 <= config.port <= 65535:
+        raise ConfigError(f"port {config.port} is out of range 0-65535")
+    if config.log_level not in LOG_LEVELS:
+        raise ConfigError(f"log level {config.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(f"log format {config.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+    if not config.is_loopback and config.auth_token_file is None:
+        raise ConfigError(
+            f"refusing to listen on non-loopback address {config.host} without --auth-token-file: "
+            "this service runs an agent that executes commands"
+        )
+    for name in ("drain_grace_seconds", "default_phase_timeout_seconds", "default_idle_timeout_seconds",
+                 "exit_grace_seconds"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name} must be positive")
+    if config.max_concurrent_phases < 1:
+        raise ConfigError("max_concurrent_phases must be at least 1")
+    if config.max_line_bytes < 1024 * 1024:
+        raise ConfigError("max_line_bytes must be at least 1 MiB")
+    roots = config.workspace_roots or (Path.cwd(),)
+    resolved_roots = []
+    for root in roots:
+        real = root.expanduser().resolve()
+        if not real.is_dir():
+            raise ConfigError(f"workspace root {root} is not a directory")
+        resolved_roots.append(real)
+    return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser())

@@ -1,0 +1,120 @@
+"""Wires the gRPC server: RunnerService, health (liveness / readiness), reflection, auth, draining.
+
+Health service names: ``liveness`` answers as long as the event loop does; ``readiness`` and
+``helix.runner.v1.RunnerService`` are SERVING while new phases are accepted and NOT_SERVING
+while draining. We never call ``enter_graceful_shutdown()``: it would flip liveness too and
+get a draining pod killed early (notes/grpc-python-service.md §3.5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from helix.runner.v1 import runner_service_pb2, runner_service_pb2_grpc
+from helix_runner.api.auth import BearerTokenInterceptor
+from helix_runner.api.servicer import RunnerServicer
+from helix_runner.config import ServerConfig
+from helix_runner.store.sqlite_store import SqliteStore, StoreError
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"].full_name
+LIVENESS = "liveness"
+READINESS = "readiness"
+
+
+class StartupError(Exception):
+    """The server cannot start; the message is one line for a person."""
+
+
+@dataclass
+class RunningServer:
+    """A started server and what is needed to drain it."""
+
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    store: SqliteStore
+
+    async def drain(self, grace: float) -> None:
+        """Stops accepting work, lets calls finish for ``grace`` seconds, then stops."""
+        for name in (READINESS, SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        log.info("draining", extra={"fields": {"grace_seconds": grace}})
+        await self.server.stop(grace)
+        self.store.close()
+
+
+async def start_server(config: ServerConfig) -> RunningServer:
+    """Opens the store, binds the port and starts serving."""
+    try:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        probe = config.data_dir / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StartupError(f"data directory {config.data_dir} is not writable: {exc.strerror}") from None
+    try:
+        store = SqliteStore(config.db_path)
+    except StoreError as exc:  # carries a one-line message
+        raise StartupError(str(exc)) from None
+
+    interceptors = []
+    token = config.read_auth_token()
+    if token is not None:
+        interceptors.append(BearerTokenInterceptor(token))
+    server = grpc.aio.server(
+        interceptors=interceptors,
+        options=[
+            # Idle watch streams behind proxies need keepalive pings to stay up.
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    runner_service_pb2_grpc.add_RunnerServiceServicer_to_server(RunnerServicer(), server)
+
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+
+    address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        store.close()
+        raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
+    if port == 0:
+        store.close()
+        raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    await server.start()
+    for name in ("", LIVENESS, READINESS, SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info(
+        "serving",
+        extra={"fields": {"address": f"{config.host}:{port}", "data_dir": str(config.data_dir),
+                          "workspace_roots": [str(r) for r in config.workspace_roots],
+                          "auth": token is not None}},
+    )
+    return RunningServer(server, health_servicer, port, store)
+
+
+async def serve(config: ServerConfig) -> None:
+    """Runs until SIGTERM or SIGINT, then drains."""
+    running = await start_server(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await running.drain(config.drain_grace_seconds)
+    log.info("stopped")

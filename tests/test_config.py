@@ -1,0 +1,67 @@
+"""Configuration precedence and validation (flags > env > file > defaults)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helix_runner.config import ConfigError, load_config
+
+
+def test_precedence_flags_over_env_over_file(tmp_path):
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text('port = 1111\nlog_level = "debug"\nmax_concurrent_phases = 3\n')
+    env = {"HELIX_RUNNER_PORT": "2222", "HELIX_RUNNER_LOG_LEVEL": "warning"}
+    cfg = load_config(flags={"port": 3333, "workspace_roots": [str(tmp_path)]}, environ=env, config_file=cfg_file)
+    assert cfg.port == 3333
+    assert cfg.log_level == "warning"
+    assert cfg.max_concurrent_phases == 3
+
+
+def test_config_file_from_environment(tmp_path):
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text(f'workspace_roots = ["{tmp_path}"]\nport = 4444\n')
+    cfg = load_config(environ={"HELIX_RUNNER_CONFIG": str(cfg_file)})
+    assert cfg.port == 4444
+    assert cfg.workspace_roots == (tmp_path.resolve(),)
+
+
+def test_workspace_roots_are_resolved(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    cfg = load_config(environ={"HELIX_RUNNER_WORKSPACE_ROOTS": str(tmp_path / "link")})
+    assert cfg.workspace_roots == (real.resolve(),)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        ({"port": 70000}, {}, "out of range"),
+        ({}, {"HELIX_RUNNER_PORT": "eighty"}, "HELIX_RUNNER_PORT"),
+        ({"host": "0.0.0.0"}, {}, "without --auth-token-file"),
+        ({"log_level": "loud"}, {}, "log level"),
+        ({"workspace_roots": ["/does/not/exist"]}, {}, "not a directory"),
+        ({}, {"HELIX_RUNNER_ALLOW_BYPASS_PERMISSIONS": "maybe"}, "not a boolean"),
+    ],
+)
+def test_bad_values_raise_one_line_errors(tmp_path, flags, env, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(flags={"workspace_roots": [str(tmp_path)], **flags}, environ=env)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_unknown_key_in_file_is_rejected(tmp_path):
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text("prot = 1\n")
+    with pytest.raises(ConfigError, match="unknown key 'prot'"):
+        load_config(config_file=cfg_file, environ={})
+
+
+def test_non_loopback_with_token_is_allowed(tmp_path):
+    token = tmp_path / "t"
+    token.write_text("x" * 32)
+    cfg = load_config(flags={"host": "0.0.0.0", "auth_token_file": str(token), "workspace_roots": [str(tmp_path)]},
+                      environ={})
+    assert not cfg.is_loopback
+    assert cfg.read_auth_token() == "x" * 32
