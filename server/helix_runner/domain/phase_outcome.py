@@ -1,0 +1,118 @@
+"""How a phase ended, decided from facts only (ADR-045: never report "done" by inference).
+
+The inputs are the exit facts of the process (``ProcessExit``) and the last turn result the
+CLI wrote, if any. ``SUCCEEDED`` needs all of: the process exited by itself with code 0, stdout
+reached EOF, and the last result is a success without ``is_error``. Everything else says what
+really happened.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from helix_runner.domain.phase_status import PhaseStatus
+
+
+class EndCause(enum.Enum):
+    """Why supervision of the process ended."""
+
+    EXITED = "exited"  # stdout at EOF and the process exited by itself
+    TIMEOUT = "timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    NO_EXIT_AFTER_EOF = "no_exit_after_eof"
+    PIPES_HELD_AFTER_EXIT = "pipes_held_after_exit"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # the server is shutting down
+    SPAWN_FAILED = "spawn_failed"
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    """What the supervisor observed about the child's end."""
+
+    cause: EndCause
+    exit_code: int | None
+    exit_signal: str | None
+    stdout_eof: bool
+    detail: str = ""
+    start_ns: int = 0
+    end_ns: int = 0
+    pid: int | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stderr_tail: str = ""
+
+
+@dataclass(frozen=True)
+class LastResult:
+    """The fields of the CLI's last ``result`` line that decide the outcome."""
+
+    subtype: str
+    is_error: bool
+    api_error_status: int | None = None
+    terminal_reason: str = ""
+    errors: tuple[str, ...] = ()
+    result_text: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The final status and its one-sentence reason."""
+
+    status: PhaseStatus
+    reason: str
+
+
+def decide_outcome(process: ProcessExit, last_result: LastResult | None, result_count: int = 0) -> Outcome:
+    """The honest final status of a phase."""
+    cause = process.cause
+    if cause is EndCause.SPAWN_FAILED:
+        return Outcome(PhaseStatus.FAILED, process.detail or "the claude process could not be started")
+    if cause is EndCause.CANCELLED:
+        return Outcome(PhaseStatus.CANCELLED, process.detail or "cancelled")
+    if cause is EndCause.INTERRUPTED:
+        return Outcome(PhaseStatus.INTERRUPTED, process.detail or "the server stopped while the phase ran")
+    if cause in (EndCause.TIMEOUT, EndCause.IDLE_TIMEOUT):
+        return Outcome(PhaseStatus.TIMED_OUT, process.detail)
+
+    exit_text = _exit_text(process)
+    if last_result is None:
+        return Outcome(PhaseStatus.INCOMPLETE, f"the output ended without a final result ({exit_text})")
+    if last_result.is_error or last_result.subtype != "success":
+        return Outcome(PhaseStatus.FAILED, _result_failure(last_result, exit_text))
+    if cause is EndCause.NO_EXIT_AFTER_EOF:
+        return Outcome(
+            PhaseStatus.FAILED,
+            f"the CLI wrote a successful result but did not exit by itself ({process.detail}); it was killed",
+        )
+    if process.exit_code != 0:
+        return Outcome(PhaseStatus.FAILED, f"the last result was a success but the CLI {exit_text}")
+    if cause is EndCause.PIPES_HELD_AFTER_EXIT:
+        # The CLI itself finished cleanly; a leftover background process was killed.
+        return Outcome(PhaseStatus.SUCCEEDED, f"completed; {process.detail}, and it was killed")
+    if result_count > 1:
+        return Outcome(PhaseStatus.SUCCEEDED, f"completed after {result_count} turn results")
+    return Outcome(PhaseStatus.SUCCEEDED, "completed")
+
+
+def _exit_text(process: ProcessExit) -> str:
+    if process.exit_signal:
+        return f"killed by {process.exit_signal}"
+    if process.exit_code is not None:
+        return f"exited with code {process.exit_code}"
+    return "exit status unknown"
+
+
+def _result_failure(result: LastResult, exit_text: str) -> str:
+    what = f"the last turn ended with {result.subtype}"
+    if result.is_error:
+        what += " and is_error"
+    if result.api_error_status is not None:
+        what += f" (API error {result.api_error_status})"
+    if result.terminal_reason:
+        what += f", terminal reason {result.terminal_reason}"
+    detail = "; ".join(result.errors) or result.result_text
+    if detail:
+        what += f": {detail[:300]}"
+    return f"{what}; the CLI {exit_text}"

@@ -1,0 +1,75 @@
+"""The final status is decided from facts only: result, exit code, how supervision ended."""
+
+from __future__ import annotations
+
+import pytest
+
+from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
+from helix_runner.domain.phase_status import PhaseStatus
+
+OK = LastResult(subtype="success", is_error=False, terminal_reason="completed")
+
+
+def exit_(cause=EndCause.EXITED, code=0, sig=None, detail=""):
+    return ProcessExit(cause=cause, exit_code=code, exit_signal=sig, stdout_eof=True, detail=detail)
+
+
+def test_success_needs_success_result_and_exit_zero():
+    assert decide_outcome(exit_(), OK).status is PhaseStatus.SUCCEEDED
+
+
+def test_success_subtype_with_is_error_is_a_failure():
+    api_error = LastResult(subtype="success", is_error=True, api_error_status=400, terminal_reason="prompt_too_long",
+                           result_text="API Error: 400 bad request")
+    out = decide_outcome(exit_(code=1), api_error)
+    assert out.status is PhaseStatus.FAILED
+    assert "API error 400" in out.reason and "prompt_too_long" in out.reason and "code 1" in out.reason
+
+
+def test_error_subtype_carries_errors():
+    res = LastResult(subtype="error_max_turns", is_error=True, terminal_reason="max_turns",
+                     errors=("Reached maximum number of turns (2)",))
+    out = decide_outcome(exit_(code=1), res)
+    assert out.status is PhaseStatus.FAILED
+    assert "error_max_turns" in out.reason and "maximum number of turns" in out.reason
+
+
+def test_success_result_but_nonzero_exit_is_a_failure():
+    out = decide_outcome(exit_(code=2), OK)
+    assert out.status is PhaseStatus.FAILED and "code 2" in out.reason
+
+
+def test_no_result_is_incomplete_whatever_the_exit_code():
+    for code, sig in ((0, None), (1, None), (None, "SIGKILL")):
+        out = decide_outcome(exit_(code=code, sig=sig), None)
+        assert out.status is PhaseStatus.INCOMPLETE, (code, sig)
+        assert "without a final result" in out.reason
+
+
+def test_success_result_then_no_exit_is_not_success():
+    out = decide_outcome(exit_(EndCause.NO_EXIT_AFTER_EOF, code=None, sig="SIGKILL", detail="did not exit"), OK)
+    assert out.status is PhaseStatus.FAILED and "did not exit" in out.reason
+
+
+def test_leftover_background_process_does_not_spoil_a_clean_cli_exit():
+    out = decide_outcome(exit_(EndCause.PIPES_HELD_AFTER_EXIT, detail="a leftover child held stdout"), OK)
+    assert out.status is PhaseStatus.SUCCEEDED and "leftover" in out.reason
+
+
+@pytest.mark.parametrize(
+    ("cause", "status"),
+    [
+        (EndCause.TIMEOUT, PhaseStatus.TIMED_OUT),
+        (EndCause.IDLE_TIMEOUT, PhaseStatus.TIMED_OUT),
+        (EndCause.CANCELLED, PhaseStatus.CANCELLED),
+        (EndCause.INTERRUPTED, PhaseStatus.INTERRUPTED),
+        (EndCause.SPAWN_FAILED, PhaseStatus.FAILED),
+    ],
+)
+def test_supervision_causes_win_over_a_successful_result(cause, status):
+    assert decide_outcome(exit_(cause, code=None, sig="SIGKILL"), OK).status is status
+
+
+def test_final_statuses():
+    assert PhaseStatus.SUCCEEDED.is_final and PhaseStatus.INTERRUPTED.is_final
+    assert not PhaseStatus.RUNNING.is_final and not PhaseStatus.PAUSED.is_final
