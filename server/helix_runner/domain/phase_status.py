@@ -5,20 +5,21 @@ from __future__ import annotations
 import enum
 
 
-class PhaseStatus(enum.Enum):
-    """Where a phase is in its life; the final ones never change again."""
+class PhaseStatus(enum.IntEnum):
+    """Where a phase is in its life; the final ones never change again. Values are the proto numbers."""
 
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    PAUSING = "PAUSING"
-    PAUSED = "PAUSED"
-    AWAITING_APPROVAL = "AWAITING_APPROVAL"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    INCOMPLETE = "INCOMPLETE"
-    TIMED_OUT = "TIMED_OUT"
-    CANCELLED = "CANCELLED"
-    INTERRUPTED = "INTERRUPTED"
+    UNSPECIFIED = 0
+    PENDING = 1
+    RUNNING = 2
+    PAUSING = 3
+    PAUSED = 4
+    AWAITING_APPROVAL = 5
+    SUCCEEDED = 6
+    FAILED = 7
+    INCOMPLETE = 8
+    TIMED_OUT = 9
+    CANCELLED = 10
+    INTERRUPTED = 11
 
     @property
     def is_final(self) -> bool:

@@ -1,0 +1,45 @@
+"""Builds the CLI's command line and its first stdin line from a phase spec.
+
+We always speak stream-json on stdin too (as claude-agent-sdk does, notes §1): the prompt goes
+in as a user line, so prompts are not bound by the kernel's 128 KiB argument limit and the same
+process can later take control requests and injected messages.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from helix_runner.domain.phase_spec import PhaseSpec
+
+BASE_ARGS = ("-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json")
+
+
+def build_argv(claude_path: str, spec: PhaseSpec) -> list[str]:
+    """The argv for one phase (the prompt is not in it; see ``prompt_line``)."""
+    argv = [claude_path, *BASE_ARGS]
+    if spec.model:
+        argv += ["--model", spec.model]
+    if spec.fallback_model:
+        argv += ["--fallback-model", spec.fallback_model]
+    if spec.allowed_tools:
+        argv += ["--allowedTools", ",".join(spec.allowed_tools)]
+    if spec.disallowed_tools:
+        argv += ["--disallowedTools", ",".join(spec.disallowed_tools)]
+    if spec.permission_mode:
+        argv += ["--permission-mode", spec.permission_mode]
+    if spec.max_turns:
+        argv += ["--max-turns", str(spec.max_turns)]
+    if spec.max_budget_usd is not None:
+        argv += ["--max-budget-usd", f"{spec.max_budget_usd:.6f}"]
+    if spec.append_system_prompt:
+        argv += ["--append-system-prompt", spec.append_system_prompt]
+    if spec.resume_session_id:
+        argv += ["--resume", spec.resume_session_id]
+    if spec.include_partial_messages:
+        argv += ["--include-partial-messages"]
+    return argv
+
+
+def prompt_line(prompt: str) -> bytes:
+    """The stream-json user line carrying the prompt (notes §3.4)."""
+    return orjson.dumps({"type": "user", "message": {"role": "user", "content": prompt}, "parent_tool_use_id": None})

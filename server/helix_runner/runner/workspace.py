@@ -1,0 +1,33 @@
+"""Keeps every phase inside the configured workspace roots, checked after resolving symlinks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from helix_runner.errors import ErrorKind, RunnerError
+
+
+def resolve_working_dir(requested: str, roots: Sequence[Path]) -> Path:
+    """The real directory to run in; INVALID_ARGUMENT unless it is an existing dir inside a root."""
+    path = Path(requested)
+    if not path.is_absolute():
+        raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", "working_dir must be an absolute path",
+                          {"field": "working_dir", "path": requested})
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"working_dir {requested} does not exist",
+                          {"field": "working_dir", "path": requested}) from None
+    if not real.is_dir():
+        raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"working_dir {requested} is not a directory",
+                          {"field": "working_dir", "path": requested})
+    for root in roots:
+        if real == root or root in real.parents:
+            return real
+    raise RunnerError(
+        ErrorKind.INVALID_ARGUMENT,
+        "WORKING_DIR_OUTSIDE_ROOTS",
+        f"working_dir {requested} (resolved to {real}) is outside the workspace roots",
+        {"path": requested, "resolved": real, "roots": ":".join(str(r) for r in roots)},
+    )

@@ -1,0 +1,56 @@
+"""Request validation before anything runs: ids, sizes, values that could pose as CLI flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.errors import RunnerError
+from helix_runner.runner.claude_command import build_argv, prompt_line
+
+BASE = {"job_id": "job-1", "phase_id": "plan", "project_id": "", "prompt": "hi", "working_dir": "/w"}
+
+
+def test_valid_spec_builds_argv():
+    spec = PhaseSpec.create(**BASE, model="claude-sonnet-4-5", allowed_tools=("Bash(git:*)", "Read"), max_turns=3,
+                            max_budget_usd=1.5, include_partial_messages=True, permission_mode="acceptEdits")
+    argv = build_argv("/bin/claude", spec)
+    assert argv[:7] == ["/bin/claude", "-p", "--output-format", "stream-json", "--verbose", "--input-format",
+                        "stream-json"]
+    assert argv[argv.index("--allowedTools") + 1] == "Bash(git:*),Read"
+    assert argv[argv.index("--max-turns") + 1] == "3"
+    assert "--include-partial-messages" in argv
+    assert "hi" not in argv  # the prompt travels on stdin
+
+
+def test_prompt_line_is_one_json_line():
+    line = prompt_line('multi\nline "quoted"')
+    assert b"\n" not in line
+    assert line.startswith(b'{"type":"user"')
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"job_id": ""}, "job_id"),
+        ({"job_id": "a b"}, "job_id"),
+        ({"phase_id": "x" * 129}, "phase_id"),
+        ({"prompt": "   "}, "prompt"),
+        ({"prompt": "x" * (1024 * 1024 + 1)}, "prompt"),
+        ({"model": "--dangerously-skip-permissions"}, "options.model"),
+        ({"resume_session_id": "-x"}, "options.resume_session_id"),
+        ({"allowed_tools": ("--help",)}, "options.allowed_tools"),
+        ({"allowed_tools": ("Bash,Write",)}, "options.allowed_tools"),
+        ({"permission_mode": "yolo"}, "options.permission_mode"),
+        ({"max_turns": -1}, "options.max_turns"),
+        ({"max_budget_usd": 0.0}, "options.max_budget_usd"),
+        ({"env": {"BAD NAME": "x"}}, "options.env"),
+        ({"env": {"X": "a\x00b"}}, "options.env"),
+        ({"working_dir": ""}, "working_dir"),
+    ],
+)
+def test_invalid_fields_are_named(change, field):
+    with pytest.raises(RunnerError) as caught:
+        PhaseSpec.create(**{**BASE, **change})
+    assert caught.value.kind.name == "INVALID_ARGUMENT"
+    assert caught.value.metadata["field"] == field
