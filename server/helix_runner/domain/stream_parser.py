@@ -1,0 +1,773 @@
+"""One complete stdout line of the CLI → typed domain payloads (plus what the cost ledger needs).
+
+Dispatch is on ``type``, then ``subtype`` — never on key order or prefixes, which are not stable
+(notes §0.7). Known quirks handled here, each with its source:
+
+* one assistant line per content block, consecutive lines sharing ``message.id``; their
+  ``message.usage`` is the message_start usage, not final (notes §0.2; CAP 02/07);
+* tool results are ``tool_result`` blocks in ``user`` lines; ``content`` is a string or a block
+  list; ``is_error`` may be absent, meaning false (notes §2.4; CAP 02/03/09);
+* ``subtype: success`` may carry ``is_error: true`` (API errors); ``error_*`` subtypes carry
+  ``errors[]`` and no ``result`` (notes §0.4; CAP 06/10);
+* synthetic API-error assistant messages have model ``<synthetic>`` and an ``error`` (CAP 10);
+* unknown types, subtypes and content blocks pass through as ``Unknown`` (notes §0.6).
+
+The parser is pure apart from counting ``system/init`` lines (for ``SessionInit.turn_index``).
+Nothing here raises on bad input: a line that cannot be read yields a ``ParseError`` that never
+contains the line's content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from helix_runner.domain.events import (
+    ASSISTANT_TEXT_MAX_BYTES,
+    PARTIAL_TEXT_MAX_BYTES,
+    RAW_UNKNOWN_MAX_BYTES,
+    RESULT_TEXT_MAX_BYTES,
+    SHORT_TEXT_MAX_BYTES,
+    STRUCTURED_RESULT_MAX_BYTES,
+    TOOL_INPUT_MAX_BYTES,
+    TOOL_RESULT_PREVIEW_MAX_BYTES,
+    USER_TEXT_MAX_BYTES,
+    ApiError,
+    ApiRetry,
+    AssistantText,
+    CliStatus,
+    Compaction,
+    ControlRequest,
+    ControlResponse,
+    HookEvent,
+    HookEventKind,
+    ModelUsage,
+    ParseError,
+    ParseErrorReason,
+    PartialDelta,
+    PartialDeltaKind,
+    Payload,
+    PermissionDenial,
+    PermissionDenied,
+    RateLimit,
+    SessionInit,
+    TaskEvent,
+    TaskEventKind,
+    Thinking,
+    TokenUsage,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolProgress,
+    TurnResult,
+    Unknown,
+    UserMessage,
+    bound_bytes,
+    bound_text,
+    utf8_len,
+)
+from helix_runner.domain.pricing import split_cache_writes
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+_JSONDecodeError = orjson.JSONDecodeError
+
+# Synthetic assistant messages carry this model and no real usage (CAP 10).
+SYNTHETIC_MODEL = "<synthetic>"
+
+_SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+
+
+class UsageObservation:
+    """Token usage seen on an assistant line or a ``stream_event`` (input for the cost ledger).
+
+    ``usage`` is the raw Messages-API usage object; for ``message_delta`` only ``output_tokens``
+    is meaningful (``final_output`` is then True).
+    """
+
+    __slots__ = ("message_id", "model", "usage", "final_output")
+
+    def __init__(self, message_id: str, model: str, usage: dict[str, Any], final_output: bool) -> None:
+        self.message_id = message_id
+        self.model = model
+        self.usage = usage
+        self.final_output = final_output
+
+
+class ParsedLine:
+    """What one line produced: the CLI's envelope fields, payloads in order, and usage (if any)."""
+
+    __slots__ = ("session_id", "parent_tool_use_id", "agent_id", "uuid", "payloads", "usage")
+
+    def __init__(
+        self,
+        session_id: str,
+        parent_tool_use_id: str,
+        agent_id: str,
+        uuid: str,
+        payloads: list[Payload],
+        usage: UsageObservation | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.parent_tool_use_id = parent_tool_use_id
+        self.agent_id = agent_id
+        self.uuid = uuid
+        self.payloads = payloads
+        self.usage = usage
+
+
+def _str(value: Any) -> str:
+    """A string field, "" when absent or of another type."""
+    return value if value.__class__ is str else ""
+
+
+def _int(value: Any) -> int | None:
+    """An integer field, None when absent or not a number (bools excluded)."""
+    if value.__class__ is int:
+        return value
+    if value.__class__ is float:
+        return int(value)
+    return None
+
+
+def _int0(value: Any) -> int:
+    if value.__class__ is int:
+        return value
+    if value.__class__ is float:
+        return int(value)
+    return 0
+
+
+def _float(value: Any) -> float | None:
+    if value.__class__ is float or value.__class__ is int:
+        return float(value)
+    return None
+
+
+def _compact_json(value: Any, max_bytes: int) -> tuple[str, int, bool]:
+    """Compact JSON of ``value`` bounded to ``max_bytes``: (text, full byte size, truncated)."""
+    try:
+        data = _dumps(value)
+    except TypeError:  # orjson refuses e.g. integers over 64 bits; the shape is still readable
+        data = _dumps(str(value))
+    return bound_bytes(data, max_bytes)
+
+
+def token_usage_from_api(usage: Any) -> TokenUsage:
+    """Messages-API ``usage`` (snake_case, as on assistant lines and ``result.usage``) → TokenUsage."""
+    if usage.__class__ is not dict:
+        return TokenUsage()
+    cache_total = _int0(usage.get("cache_creation_input_tokens"))
+    split = usage.get("cache_creation")
+    if split.__class__ is dict:
+        write_5m, write_1h = split_cache_writes(
+            cache_total,
+            _int0(split.get("ephemeral_5m_input_tokens")),
+            _int0(split.get("ephemeral_1h_input_tokens")),
+        )
+    else:
+        write_5m, write_1h = cache_total, 0
+    server = usage.get("server_tool_use")
+    searches = _int0(server.get("web_search_requests")) if server.__class__ is dict else 0
+    return TokenUsage(
+        _int0(usage.get("input_tokens")),
+        _int0(usage.get("output_tokens")),
+        _int0(usage.get("cache_read_input_tokens")),
+        write_5m,
+        write_1h,
+        searches,
+    )
+
+
+def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelUsage, ...]:
+    """``result.modelUsage`` (camelCase) → ModelUsage entries, cache writes split per the pricing rule."""
+    entries = [(m, u) for m, u in model_usage.items() if u.__class__ is dict]
+    if not entries:
+        return ()
+    # Rule 2 of split_cache_writes: the main loop's 1-hour writes go to the model with most writes.
+    main_model = max(entries, key=lambda e: _int0(e[1].get("cacheCreationInputTokens")))[0]
+    out = []
+    for model, u in entries:
+        split_5m = _int(u.get("cacheCreationEphemeral5mInputTokens"))
+        split_1h = _int(u.get("cacheCreationEphemeral1hInputTokens"))
+        write_5m, write_1h = split_cache_writes(
+            _int0(u.get("cacheCreationInputTokens")),
+            split_5m,
+            split_1h,
+            main_loop_1h if model == main_model else 0,
+        )
+        tokens = TokenUsage(
+            _int0(u.get("inputTokens")),
+            _int0(u.get("outputTokens")),
+            _int0(u.get("cacheReadInputTokens")),
+            write_5m,
+            write_1h,
+            _int0(u.get("webSearchRequests")),
+        )
+        out.append(ModelUsage(model, tokens, _float(u.get("costUSD"))))
+    return tuple(out)
+
+
+def _content_preview(content: Any, max_bytes: int) -> tuple[str, int, bool]:
+    """A tool_result's content as bounded text: (preview, full byte size, truncated).
+
+    String content is used as is. For a block list, text blocks are joined with newlines and other
+    blocks (images, documents) appear as ``[<type>]``; the full size counts text blocks' UTF-8
+    bytes and other blocks' compact JSON bytes (e.g. an image's base64 data), plus separators.
+    """
+    if content.__class__ is str:
+        return bound_text(content, max_bytes)
+    if content.__class__ is not list:
+        if content is None:
+            return "", 0, False
+        return _compact_json(content, max_bytes)
+    parts: list[str] = []
+    size = 0
+    for block in content:
+        if block.__class__ is dict and block.get("type") == "text":
+            text = _str(block.get("text"))
+            parts.append(text)
+            size += utf8_len(text)
+        else:
+            kind = block.get("type") if block.__class__ is dict else None
+            parts.append(f"[{kind if kind.__class__ is str else 'block'}]")
+            size += len(_dumps(block))
+    if parts:
+        size += len(parts) - 1
+    preview, _, truncated = bound_text("\n".join(parts), max_bytes)
+    return preview, size, truncated
+
+
+class StreamParser:
+    """Parses complete lines into payloads. One instance per phase (it counts turns)."""
+
+    __slots__ = ("_include_partial", "_include_raw", "_init_count", "_handlers", "_system_handlers")
+
+    def __init__(self, *, include_partial_messages: bool = False, include_raw_unknown: bool = False) -> None:
+        self._include_partial = include_partial_messages
+        self._include_raw = include_raw_unknown
+        self._init_count = 0
+        self._handlers: dict[str, Callable[[dict[str, Any], bytes], ParsedLine]] = {
+            "assistant": self._assistant,
+            "user": self._user,
+            "system": self._system,
+            "result": self._result,
+            "stream_event": self._stream_event,
+            "rate_limit_event": self._rate_limit,
+            "control_response": self._control_response,
+            "control_request": self._control_request,
+            "control_cancel_request": self._control_cancel,
+            "tool_progress": self._tool_progress,
+            "keep_alive": self._keep_alive,
+        }
+        self._system_handlers: dict[str, Callable[[dict[str, Any]], Payload]] = {
+            "init": self._init,
+            "api_retry": _api_retry,
+            "status": _status,
+            "compact_boundary": _compact_boundary,
+            "hook_started": _hook_started,
+            "hook_progress": _hook_progress,
+            "hook_response": _hook_response,
+            "permission_denied": _permission_denied,
+            "task_started": _task_started,
+            "task_progress": _task_progress,
+            "task_updated": _task_updated,
+            "task_notification": _task_notification,
+        }
+
+    # ----------------------------------------------------------------------------------------------
+    # Entry point.
+
+    def parse(self, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
+        """Parse one complete line (no newline). Never raises; bad lines give a ParseError payload."""
+        try:
+            obj = _loads(line)
+        except _JSONDecodeError as exc:
+            return self._unreadable(line, line_number, byte_offset, exc)
+        if obj.__class__ is not dict:
+            return _error_line(
+                ParseErrorReason.NOT_A_MESSAGE, line, line_number, byte_offset, "not an object"
+            )
+        kind = obj.get("type")
+        handler = self._handlers.get(kind) if kind.__class__ is str else None
+        try:
+            if handler is not None:
+                return handler(obj, line)
+            if kind.__class__ is not str:
+                return _error_line(
+                    ParseErrorReason.NOT_A_MESSAGE, line, line_number, byte_offset, "no string type"
+                )
+            return self._envelope(obj, [self._unknown(kind, obj.get("subtype"), line)])
+        except _SHAPE_ERRORS as exc:
+            # Only the exception class: messages could quote content (redaction).
+            detail = f"{kind}: {type(exc).__name__}"
+            return _error_line(ParseErrorReason.BAD_SHAPE, line, line_number, byte_offset, detail)
+
+    def _unreadable(
+        self, line: bytes, line_number: int, byte_offset: int, exc: orjson.JSONDecodeError
+    ) -> ParsedLine:
+        """Classify a line orjson rejected: invalid UTF-8, noise, or broken JSON."""
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return _error_line(
+                ParseErrorReason.INVALID_UTF8, line, line_number, byte_offset, f"byte {err.start}"
+            )
+        if line.lstrip()[:1] != b"{":
+            # Noise such as "[SandboxDebug] ..." or a config warning (notes §4, PY #347).
+            return _error_line(ParseErrorReason.NOT_JSON, line, line_number, byte_offset, "")
+        return _error_line(
+            ParseErrorReason.INVALID_JSON, line, line_number, byte_offset, f"at char {getattr(exc, 'pos', 0)}"
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    # Helpers.
+
+    @staticmethod
+    def _envelope(
+        obj: dict[str, Any], payloads: list[Payload], usage: UsageObservation | None = None
+    ) -> ParsedLine:
+        sid = obj.get("session_id")
+        parent = obj.get("parent_tool_use_id")
+        agent = obj.get("agent_id")
+        uid = obj.get("uuid")
+        return ParsedLine(
+            sid if sid.__class__ is str else "",
+            parent if parent.__class__ is str else "",
+            agent if agent.__class__ is str else "",
+            uid if uid.__class__ is str else "",
+            payloads,
+            usage,
+        )
+
+    def _unknown(self, kind: str, subtype: Any, line: bytes) -> Unknown:
+        raw = bound_bytes(line, RAW_UNKNOWN_MAX_BYTES)[0] if self._include_raw else ""
+        return Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
+
+    # ----------------------------------------------------------------------------------------------
+    # assistant / user.
+
+    def _assistant(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        msg = obj["message"]
+        message_id = _str(msg.get("id"))
+        model = _str(msg.get("model"))
+        content = msg["content"]
+        if content.__class__ is str:
+            content = [{"type": "text", "text": content}]
+        if obj.get("error") is not None or obj.get("is_api_error_message") is True:
+            # Synthetic API-error message (CAP 10/11/12): one ApiError instead of text events.
+            text = "\n".join(
+                _str(b.get("text")) for b in content if b.__class__ is dict and b.get("type") == "text"
+            )
+            error = ApiError(
+                _str(obj.get("error")),
+                _int(obj.get("api_error_status")),
+                bound_text(text, SHORT_TEXT_MAX_BYTES)[0],
+            )
+            return self._envelope(obj, [error])
+        payloads: list[Payload] = []
+        for block in content:
+            btype = block["type"]
+            if btype == "text":
+                text, size, cut = bound_text(block["text"], ASSISTANT_TEXT_MAX_BYTES)
+                payloads.append(AssistantText(text, size, cut, message_id, model))
+            elif btype == "tool_use" or btype == "server_tool_use":
+                input_json, size, cut = _compact_json(block.get("input"), TOOL_INPUT_MAX_BYTES)
+                payloads.append(
+                    ToolCallStarted(
+                        block["id"],
+                        _str(block.get("name")),
+                        input_json,
+                        size,
+                        cut,
+                        message_id,
+                        btype == "server_tool_use",
+                    )
+                )
+            elif btype == "thinking":
+                # Redacted/omitted thinking arrives as "" with only a signature (notes §2.3).
+                thinking = _str(block.get("thinking"))
+                text, size, cut = bound_text(thinking, ASSISTANT_TEXT_MAX_BYTES)
+                payloads.append(Thinking(text, size, cut, not thinking, message_id))
+            elif btype == "redacted_thinking":
+                payloads.append(Thinking("", 0, False, True, message_id))
+            elif btype.endswith("_tool_result") and block.get("tool_use_id").__class__ is str:
+                # Server tool results (web_search_tool_result, ...) close a server_tool_use call.
+                result_content = block.get("content")
+                is_error = result_content.__class__ is dict and _str(result_content.get("type")).endswith(
+                    "_error"
+                )
+                preview, size, cut = _content_preview(result_content, TOOL_RESULT_PREVIEW_MAX_BYTES)
+                payloads.append(ToolCallFinished(block["tool_use_id"], "", is_error, preview, size, cut))
+            else:
+                payloads.append(self._unknown("assistant", f"block:{btype}", line))
+        usage = msg.get("usage")
+        observation = None
+        if usage.__class__ is dict and message_id and model != SYNTHETIC_MODEL:
+            observation = UsageObservation(message_id, model, usage, False)
+        return self._envelope(obj, payloads, observation)
+
+    def _user(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        msg = obj["message"]
+        content = msg["content"]
+        is_replay = obj.get("isReplay") is True
+        is_synthetic = obj.get("isSynthetic") is True
+        if content.__class__ is str:
+            text, _, cut = bound_text(content, USER_TEXT_MAX_BYTES)
+            return self._envelope(obj, [UserMessage(text, cut, is_replay, is_synthetic)])
+        payloads: list[Payload] = []
+        texts: list[str] = []
+        structured = obj.get("tool_use_result")
+        for block in content:
+            btype = block["type"]
+            if btype == "tool_result":
+                preview, size, cut = _content_preview(block.get("content"), TOOL_RESULT_PREVIEW_MAX_BYTES)
+                # The CLI writes one tool result per user line with its structured output
+                # alongside (CAP 02); with several results in one line it goes with the first.
+                if structured is not None:
+                    sjson, _, scut = _compact_json(structured, STRUCTURED_RESULT_MAX_BYTES)
+                    structured = None
+                else:
+                    sjson, scut = "", False
+                payloads.append(
+                    ToolCallFinished(
+                        block["tool_use_id"],
+                        "",
+                        block.get("is_error") is True,
+                        preview,
+                        size,
+                        cut,
+                        sjson,
+                        scut,
+                    )
+                )
+            elif btype == "text":
+                texts.append(_str(block.get("text")))
+            else:
+                texts.append(f"[{btype}]")
+        if texts:
+            text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
+            payloads.append(UserMessage(text, cut, is_replay, is_synthetic))
+        return self._envelope(obj, payloads)
+
+    # ----------------------------------------------------------------------------------------------
+    # system.
+
+    def _system(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        subtype = obj.get("subtype")
+        handler = self._system_handlers.get(subtype) if subtype.__class__ is str else None
+        if handler is None:
+            # thinking_tokens, background_tasks_changed, session_state_changed, ... (notes §2.2)
+            return self._envelope(obj, [self._unknown("system", subtype, line)])
+        return self._envelope(obj, [handler(obj)])
+
+    def _init(self, obj: dict[str, Any]) -> SessionInit:
+        self._init_count += 1
+        servers = []
+        for server in obj.get("mcp_servers") or ():
+            if server.__class__ is dict:
+                servers.append(f"{_str(server.get('name'))}:{_str(server.get('status'))}")
+            elif server.__class__ is str:
+                servers.append(server)
+        return SessionInit(
+            _str(obj.get("model")),
+            tuple(t for t in obj.get("tools") or () if t.__class__ is str),
+            _str(obj.get("cwd")),
+            _str(obj.get("claude_code_version")),  # absent on old CLIs (HM-8)
+            _str(obj.get("permissionMode")),
+            tuple(servers),
+            tuple(c for c in obj.get("capabilities") or () if c.__class__ is str),
+            _str(obj.get("apiKeySource")),
+            self._init_count,
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    # result.
+
+    def _result(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        usage = obj.get("usage")
+        main_usage = token_usage_from_api(usage)
+        raw_model_usage = obj.get("modelUsage")
+        has_model_usage = raw_model_usage.__class__ is dict
+        model_usage = (
+            _model_usage(raw_model_usage, main_usage.cache_write_1h_input_tokens) if has_model_usage else ()
+        )
+        denials = []
+        for denial in obj.get("permission_denials") or ():
+            if denial.__class__ is dict:
+                denials.append(
+                    PermissionDenial(
+                        _str(denial.get("tool_name")),
+                        _str(denial.get("tool_use_id")),
+                        _compact_json(denial.get("tool_input"), TOOL_INPUT_MAX_BYTES)[0],
+                    )
+                )
+        errors = tuple(
+            bound_text(e, SHORT_TEXT_MAX_BYTES)[0]
+            if e.__class__ is str
+            else _compact_json(e, SHORT_TEXT_MAX_BYTES)[0]
+            for e in obj.get("errors") or ()
+        )
+        result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
+        result = TurnResult(
+            subtype=_str(obj.get("subtype")),
+            is_error=obj.get("is_error") is True,
+            api_error_status=_int(obj.get("api_error_status")),
+            terminal_reason=_str(obj.get("terminal_reason")),
+            num_turns=_int0(obj.get("num_turns")),
+            result_text=result_text,
+            result_truncated=result_cut,
+            duration_ms=_int(obj.get("duration_ms")),
+            api_duration_ms=_int(obj.get("duration_api_ms")),
+            total_cost_usd=_float(obj.get("total_cost_usd")),
+            usage=main_usage,
+            model_usage=model_usage,
+            permission_denials=tuple(denials),
+            errors=errors,
+            result_index=_int0(obj.get("result_index")),
+            stop_reason=_str(obj.get("stop_reason")),
+            has_model_usage=has_model_usage,
+        )
+        return self._envelope(obj, [result])
+
+    # ----------------------------------------------------------------------------------------------
+    # stream_event (notes §2.6).
+
+    def _stream_event(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        event = obj["event"]
+        etype = event["type"]
+        message_id = _str(obj.get("api_message_id"))
+        observation = None
+        if etype == "message_start":
+            message = event.get("message")
+            if message.__class__ is dict:
+                message_id = message_id or _str(message.get("id"))
+                usage = message.get("usage")
+                model = _str(message.get("model"))
+                if usage.__class__ is dict and message_id and model != SYNTHETIC_MODEL:
+                    observation = UsageObservation(message_id, model, usage, False)
+        elif etype == "message_delta":
+            usage = event.get("usage")
+            if usage.__class__ is dict and message_id:
+                observation = UsageObservation(message_id, "", usage, True)
+        if not self._include_partial:
+            # The run did not ask for partial messages: no event, but the usage still counts.
+            return self._envelope(obj, [], observation)
+        return self._envelope(obj, [_partial_delta(event, etype, message_id)], observation)
+
+    # ----------------------------------------------------------------------------------------------
+    # Other top-level types (notes §2.7, §3).
+
+    def _rate_limit(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        info = obj.get("rate_limit_info")
+        if info.__class__ is not dict:
+            info = {}
+        payload = RateLimit(
+            _str(info.get("status")),
+            _int(info.get("resetsAt")),
+            _str(info.get("rateLimitType")),
+            _float(info.get("utilization")),
+        )
+        return self._envelope(obj, [payload])
+
+    def _control_response(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        response = obj["response"]
+        success = response.get("subtype") == "success"
+        error = response.get("error")
+        payload = ControlResponse(
+            _str(response.get("request_id")),
+            success,
+            bound_text(error, SHORT_TEXT_MAX_BYTES)[0] if error.__class__ is str else "",
+            _str(response.get("error_code")),
+        )
+        return self._envelope(obj, [payload])
+
+    def _control_request(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        request = obj["request"]
+        tool_name = request.get("tool_name")
+        tool_use_id = request.get("tool_use_id")
+        hook_input = request.get("input")
+        if hook_input.__class__ is dict:  # hook_callback carries the tool inside ``input`` (CAP 16/23)
+            tool_name = tool_name or hook_input.get("tool_name")
+            tool_use_id = tool_use_id or hook_input.get("tool_use_id")
+        payload = ControlRequest(
+            _str(obj.get("request_id")),
+            _str(request.get("subtype")),
+            _str(tool_name),
+            _str(tool_use_id),
+            request,
+        )
+        return self._envelope(obj, [payload])
+
+    def _control_cancel(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        # The CLI withdraws a request it sent (notes §3.1); the supervisor must drop its answer.
+        payload = ControlRequest(_str(obj.get("request_id")), "control_cancel_request", "", "", {})
+        return self._envelope(obj, [payload])
+
+    def _tool_progress(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        payload = ToolProgress(
+            _str(obj.get("tool_use_id")),
+            _str(obj.get("tool_name")),
+            _float(obj.get("elapsed_time_seconds")) or 0.0,
+        )
+        return self._envelope(obj, [payload])
+
+    def _keep_alive(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+        # Heartbeat without payload (notes §2.7): nothing to report.
+        return self._envelope(obj, [])
+
+
+# --------------------------------------------------------------------------------------------------
+# system subtypes without state.
+
+
+def _api_retry(obj: dict[str, Any]) -> ApiRetry:
+    return ApiRetry(
+        _int0(obj.get("attempt")),
+        _int0(obj.get("max_retries")),
+        _int0(obj.get("retry_delay_ms")),
+        _int(obj.get("error_status")),
+        _str(obj.get("error")),
+    )
+
+
+def _status(obj: dict[str, Any]) -> Compaction | CliStatus:
+    status = _str(obj.get("status"))
+    if status == "compacting":  # notes §2.2; CAP 20
+        return Compaction(False)
+    return CliStatus(status, _str(obj.get("permissionMode")))
+
+
+def _compact_boundary(obj: dict[str, Any]) -> Compaction:
+    meta = obj.get("compact_metadata")
+    if meta.__class__ is not dict:
+        meta = {}
+    return Compaction(
+        True,
+        _str(meta.get("trigger")),
+        _int0(meta.get("pre_tokens")),
+        _int0(meta.get("post_tokens")),
+        _int(meta.get("duration_ms")),
+    )
+
+
+def _hook(obj: dict[str, Any], kind: HookEventKind) -> HookEvent:
+    output = obj.get("output")
+    if output.__class__ is not str:
+        output = _str(obj.get("stdout")) + _str(obj.get("stderr"))
+    return HookEvent(
+        kind,
+        _str(obj.get("hook_id")),
+        _str(obj.get("hook_name")),
+        _str(obj.get("hook_event")),
+        _int(obj.get("exit_code")),
+        _str(obj.get("outcome")),
+        bound_text(output, SHORT_TEXT_MAX_BYTES)[0],
+        _int(obj.get("duration_ms")),
+        _str(obj.get("tool_use_id")),
+    )
+
+
+def _hook_started(obj: dict[str, Any]) -> HookEvent:
+    return _hook(obj, HookEventKind.STARTED)
+
+
+def _hook_progress(obj: dict[str, Any]) -> HookEvent:
+    return _hook(obj, HookEventKind.PROGRESS)
+
+
+def _hook_response(obj: dict[str, Any]) -> HookEvent:
+    return _hook(obj, HookEventKind.RESPONSE)
+
+
+def _permission_denied(obj: dict[str, Any]) -> PermissionDenied:
+    return PermissionDenied(
+        _str(obj.get("tool_name")),
+        _str(obj.get("tool_use_id")),
+        _str(obj.get("decision_reason_type")),
+        bound_text(_str(obj.get("decision_reason")), SHORT_TEXT_MAX_BYTES)[0],
+        bound_text(_str(obj.get("message")), SHORT_TEXT_MAX_BYTES)[0],
+    )
+
+
+def _task(obj: dict[str, Any], kind: TaskEventKind) -> TaskEvent:
+    usage = obj.get("usage")
+    if usage.__class__ is not dict:
+        usage = {}
+    status = obj.get("status")
+    patch = obj.get("patch")
+    if status.__class__ is not str and patch.__class__ is dict:  # task_updated carries a patch (CAP 09)
+        status = patch.get("status")
+    return TaskEvent(
+        kind,
+        _str(obj.get("task_id")),
+        _str(obj.get("tool_use_id")),
+        _str(obj.get("description")),
+        _str(obj.get("subagent_type")),
+        _str(obj.get("task_type")),
+        _str(status),
+        bound_text(_str(obj.get("summary")), SHORT_TEXT_MAX_BYTES)[0],
+        obj.get("is_backgrounded") is True,
+        _int0(usage.get("total_tokens")),
+        _int0(usage.get("tool_uses")),
+        _int(usage.get("duration_ms")),
+    )
+
+
+def _task_started(obj: dict[str, Any]) -> TaskEvent:
+    return _task(obj, TaskEventKind.STARTED)
+
+
+def _task_progress(obj: dict[str, Any]) -> TaskEvent:
+    return _task(obj, TaskEventKind.PROGRESS)
+
+
+def _task_updated(obj: dict[str, Any]) -> TaskEvent:
+    return _task(obj, TaskEventKind.UPDATED)
+
+
+def _task_notification(obj: dict[str, Any]) -> TaskEvent:
+    return _task(obj, TaskEventKind.NOTIFICATION)
+
+
+_DELTA_KINDS = {
+    "text_delta": (PartialDeltaKind.TEXT_DELTA, "text"),
+    "thinking_delta": (PartialDeltaKind.THINKING_DELTA, "thinking"),
+    "input_json_delta": (PartialDeltaKind.INPUT_JSON_DELTA, "partial_json"),
+    "signature_delta": (PartialDeltaKind.SIGNATURE_DELTA, "signature"),
+}
+
+_EVENT_KINDS = {
+    "message_start": PartialDeltaKind.MESSAGE_START,
+    "content_block_start": PartialDeltaKind.CONTENT_BLOCK_START,
+    "content_block_stop": PartialDeltaKind.CONTENT_BLOCK_STOP,
+    "message_delta": PartialDeltaKind.MESSAGE_DELTA,
+    "message_stop": PartialDeltaKind.MESSAGE_STOP,
+}
+
+
+def _partial_delta(event: dict[str, Any], etype: str, message_id: str) -> PartialDelta:
+    index = _int0(event.get("index"))
+    if etype == "content_block_delta":
+        delta = event.get("delta")
+        dtype = delta.get("type") if delta.__class__ is dict else None
+        kind, field = _DELTA_KINDS.get(dtype, (PartialDeltaKind.OTHER, ""))
+        text = bound_text(_str(delta.get(field)), PARTIAL_TEXT_MAX_BYTES)[0] if field else ""
+        return PartialDelta(kind, index, text, message_id)
+    kind = _EVENT_KINDS.get(etype, PartialDeltaKind.OTHER)
+    if kind is PartialDeltaKind.CONTENT_BLOCK_START:
+        block = event.get("content_block")
+        block_type = _str(block.get("type")) if block.__class__ is dict else ""
+        return PartialDelta(kind, index, "", message_id, block_type)
+    if kind is PartialDeltaKind.MESSAGE_DELTA:
+        delta = event.get("delta")
+        stop = _str(delta.get("stop_reason")) if delta.__class__ is dict else ""
+        return PartialDelta(kind, index, "", message_id, "", stop)
+    return PartialDelta(kind, index, "", message_id)
+
+
+def _error_line(
+    reason: ParseErrorReason, line: bytes, line_number: int, byte_offset: int, detail: str
+) -> ParsedLine:
+    return ParsedLine("", "", "", "", [ParseError(reason, len(line), line_number, byte_offset, detail)])

@@ -1,0 +1,349 @@
+"""Tool calls of a phase: pairing ``tool_use`` with ``tool_result``, durations, per-tool statistics.
+
+A call opens on a ``tool_use`` block (key: its id) and closes on the ``tool_result`` with that
+``tool_use_id``, which may come many lines later, after other calls' results (parallel calls, CAP 03
+and 24) or from a subagent (``parent_tool_use_id`` set, CAP 09). Durations are the difference of
+the two lines' receive times. A call still open when the phase ends is UNFINISHED — never a success.
+
+Memory is bounded whatever the stream length (a phase can write gigabytes):
+
+* ``calls`` keeps the most recent ``max_calls`` records (default 10,000; open or finished). Older
+  records are dropped; statistics still count them. An open call pushed out this way counts as
+  unfinished in the statistics (its result, if it ever comes, is then an orphan).
+* per tool, durations are kept exactly for the first ``exact_durations`` finished calls (default
+  4,096), so mean and p95 are exact for them; beyond that they go into a log-scale histogram with
+  buckets 2 % wide (at most ~1,700 buckets per tool from 1 µs to a day), so p95 is then accurate to
+  2 %. Total and mean stay exact.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+# Bucket width of the duration histogram used past the exact limit.
+_LOG_BASE = math.log(1.02)
+
+
+class ToolCallStatus(enum.IntEnum):
+    """State of one tool call (``resources.proto`` ToolCallStatus)."""
+
+    UNSPECIFIED = 0
+    RUNNING = 1
+    HELD = 2
+    SUCCEEDED = 3
+    FAILED = 4
+    UNFINISHED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool invocation (mirrors ``resources.proto`` ToolCall, minus job/phase ids)."""
+
+    tool_use_id: str
+    name: str
+    input_json: str
+    input_bytes: int
+    input_truncated: bool
+    parent_tool_use_id: str
+    status: ToolCallStatus
+    start_time_ns: int
+    start_sequence: int
+    agent_id: str = ""
+    server_tool: bool = False
+    end_time_ns: int | None = None
+    end_sequence: int = 0
+    result_preview: str = ""
+    result_bytes: int = 0
+    result_truncated: bool = False
+    structured_result_json: str = ""
+    structured_result_truncated: bool = False
+    hook_duration_ms: int | None = None
+    held_by_breakpoint_id: str = ""
+
+    @property
+    def duration_ns(self) -> int | None:
+        """end - start receive time; None while the call runs."""
+        return None if self.end_time_ns is None else self.end_time_ns - self.start_time_ns
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStats:
+    """Summary of one tool's calls (mirrors ``resources.proto`` ToolStats); durations in ns."""
+
+    name: str
+    count: int
+    failures: int
+    unfinished: int
+    total_duration_ns: int
+    mean_duration_ns: int
+    p95_duration_ns: int
+
+
+class _Durations:
+    """Finished-call durations of one tool: exact up to a limit, then a 2 % log histogram."""
+
+    __slots__ = ("exact", "limit", "histogram", "total", "count")
+
+    def __init__(self, limit: int) -> None:
+        self.exact: list[int] = []
+        self.limit = limit
+        self.histogram: dict[int, int] | None = None
+        self.total = 0
+        self.count = 0
+
+    def add(self, duration_ns: int) -> None:
+        self.total += duration_ns
+        self.count += 1
+        if self.histogram is None:
+            self.exact.append(duration_ns)
+            if len(self.exact) > self.limit:
+                self.histogram = {}
+                for value in self.exact:
+                    self._bucket(value)
+                self.exact = []
+        else:
+            self._bucket(duration_ns)
+
+    def _bucket(self, value: int) -> None:
+        assert self.histogram is not None
+        key = -1 if value <= 0 else int(math.log(value) / _LOG_BASE)
+        self.histogram[key] = self.histogram.get(key, 0) + 1
+
+    def p95(self) -> int:
+        """Nearest-rank 95th percentile (ceil(0.95 n)-th smallest)."""
+        if self.count == 0:
+            return 0
+        rank = math.ceil(0.95 * self.count)
+        if self.histogram is None:
+            return sorted(self.exact)[rank - 1]
+        seen = 0
+        for key in sorted(self.histogram):
+            seen += self.histogram[key]
+            if seen >= rank:
+                return 0 if key < 0 else int(math.exp((key + 1) * _LOG_BASE))  # bucket's upper edge
+        return 0  # pragma: no cover - counts always reach the rank
+
+
+class _ToolTally:
+    __slots__ = ("started", "finished", "failures", "durations")
+
+    def __init__(self, exact_limit: int) -> None:
+        self.started = 0
+        self.finished = 0
+        self.failures = 0
+        self.durations = _Durations(exact_limit)
+
+
+class ToolTracker:
+    """Pairs tool calls with their results and keeps bounded records and per-tool statistics."""
+
+    def __init__(self, *, max_calls: int = 10_000, exact_durations: int = 4096) -> None:
+        self._max_calls = max_calls
+        self._exact_limit = exact_durations
+        self._calls: dict[str, ToolCall] = {}  # most recent records, in start order
+        self._open: dict[str, ToolCall] = {}  # running calls, in start order
+        self._tallies: dict[str, _ToolTally] = {}
+        self._orphans = 0
+        self._finished = False
+
+    # ----------------------------------------------------------------------------------------------
+    # Updates.
+
+    def start(
+        self,
+        tool_use_id: str,
+        name: str,
+        *,
+        time_ns: int,
+        sequence: int,
+        input_json: str = "",
+        input_bytes: int = 0,
+        input_truncated: bool = False,
+        parent_tool_use_id: str = "",
+        agent_id: str = "",
+        server_tool: bool = False,
+    ) -> ToolCall:
+        """Open a call (a repeated id replaces the open record but is counted once)."""
+        call = ToolCall(
+            tool_use_id,
+            name,
+            input_json,
+            input_bytes,
+            input_truncated,
+            parent_tool_use_id,
+            ToolCallStatus.RUNNING,
+            time_ns,
+            sequence,
+            agent_id,
+            server_tool,
+        )
+        known = self._open.get(tool_use_id)
+        if known is None:
+            tally = self._tallies.get(name)
+            if tally is None:
+                tally = self._tallies[name] = _ToolTally(self._exact_limit)
+            tally.started += 1
+        else:
+            call = replace(call, start_time_ns=known.start_time_ns, start_sequence=known.start_sequence)
+        self._open[tool_use_id] = call
+        calls = self._calls
+        calls[tool_use_id] = call
+        if len(calls) > self._max_calls:
+            oldest = next(iter(calls))
+            del calls[oldest]
+            # Still open and pushed out: forget it; it stays counted as unfinished (see module doc).
+            self._open.pop(oldest, None)
+        return call
+
+    def finish(
+        self,
+        tool_use_id: str,
+        *,
+        is_error: bool,
+        time_ns: int,
+        sequence: int,
+        result_preview: str = "",
+        result_bytes: int = 0,
+        result_truncated: bool = False,
+        structured_result_json: str = "",
+        structured_result_truncated: bool = False,
+    ) -> ToolCall | None:
+        """Close a call with its result; returns the finished record, or None for an orphan result.
+
+        An orphan is a result whose start was never seen (or was pushed out): it is counted in
+        ``orphan_results`` but not in any tool's statistics, since its tool name is unknown.
+        """
+        call = self._open.pop(tool_use_id, None)
+        if call is None:
+            self._orphans += 1
+            return None
+        done = replace(
+            call,
+            status=ToolCallStatus.FAILED if is_error else ToolCallStatus.SUCCEEDED,
+            end_time_ns=time_ns,
+            end_sequence=sequence,
+            result_preview=result_preview,
+            result_bytes=result_bytes,
+            result_truncated=result_truncated,
+            structured_result_json=structured_result_json,
+            structured_result_truncated=structured_result_truncated,
+        )
+        if tool_use_id in self._calls:
+            self._calls[tool_use_id] = done
+        tally = self._tallies[call.name]
+        tally.finished += 1
+        if is_error:
+            tally.failures += 1
+        tally.durations.add(max(time_ns - call.start_time_ns, 0))
+        return done
+
+    def add_hook_duration(self, duration_ms: int, *, tool_use_id: str = "", hook_name: str = "") -> None:
+        """Attach a hook's reported ``duration_ms`` to the open call it ran for.
+
+        The call is found by ``tool_use_id`` when the hook line has one; otherwise by tool name
+        from ``hook_name`` (``PreToolUse:Bash`` → the most recent open ``Bash`` call; CAP 14).
+        Several hooks of one call add up.
+        """
+        call = self._open.get(tool_use_id) if tool_use_id else None
+        if call is None and ":" in hook_name:
+            tool = hook_name.split(":", 1)[1]
+            for candidate in reversed(self._open.values()):
+                if candidate.name == tool:
+                    call = candidate
+                    break
+        if call is None:
+            return
+        updated = replace(call, hook_duration_ms=(call.hook_duration_ms or 0) + duration_ms)
+        self._open[call.tool_use_id] = updated
+        if call.tool_use_id in self._calls:
+            self._calls[call.tool_use_id] = updated
+
+    def mark_held(self, tool_use_id: str, breakpoint_id: str = "") -> ToolCall | None:
+        """Mark an open call HELD (by a pause or breakpoint); for the supervisor."""
+        return self._set_open_status(tool_use_id, ToolCallStatus.HELD, breakpoint_id)
+
+    def mark_running(self, tool_use_id: str) -> ToolCall | None:
+        """Release a HELD call back to RUNNING; for the supervisor."""
+        return self._set_open_status(tool_use_id, ToolCallStatus.RUNNING, "")
+
+    def _set_open_status(
+        self, tool_use_id: str, status: ToolCallStatus, breakpoint_id: str
+    ) -> ToolCall | None:
+        call = self._open.get(tool_use_id)
+        if call is None:
+            return None
+        updated = replace(call, status=status, held_by_breakpoint_id=breakpoint_id)
+        self._open[tool_use_id] = updated
+        if tool_use_id in self._calls:
+            self._calls[tool_use_id] = updated
+        return updated
+
+    def finish_phase(self) -> list[ToolCall]:
+        """The phase ended: every open call becomes UNFINISHED (never a success). Returns them."""
+        unfinished = []
+        for tool_use_id, call in self._open.items():
+            done = replace(call, status=ToolCallStatus.UNFINISHED)
+            unfinished.append(done)
+            if tool_use_id in self._calls:
+                self._calls[tool_use_id] = done
+        self._open.clear()
+        self._finished = True
+        return unfinished
+
+    # ----------------------------------------------------------------------------------------------
+    # Queries.
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The retained call records (most recent ``max_calls``), in start order."""
+        return list(self._calls.values())
+
+    def get(self, tool_use_id: str) -> ToolCall | None:
+        """A retained record by id."""
+        return self._calls.get(tool_use_id)
+
+    @property
+    def current(self) -> ToolCall | None:
+        """The most recently started call that is still running or held, if any."""
+        if not self._open:
+            return None
+        return next(reversed(self._open.values()))
+
+    @property
+    def open_calls(self) -> list[ToolCall]:
+        """Calls still running or held, in start order."""
+        return list(self._open.values())
+
+    @property
+    def orphan_results(self) -> int:
+        """Results whose call was never seen (e.g. a log that lost lines, corpus hivemind-8)."""
+        return self._orphans
+
+    @property
+    def unfinished_count(self) -> int:
+        """Calls without a result (still running, or unfinished once the phase ended)."""
+        return sum(t.started - t.finished for t in self._tallies.values())
+
+    def stats(self) -> list[ToolStats]:
+        """Per-tool statistics, by tool name."""
+        return [self._stats_of(name, tally) for name, tally in sorted(self._tallies.items())]
+
+    def __iter__(self) -> Iterator[ToolCall]:
+        return iter(self.calls)
+
+    @staticmethod
+    def _stats_of(name: str, tally: _ToolTally) -> ToolStats:
+        durations = tally.durations
+        mean = durations.total // durations.count if durations.count else 0
+        return ToolStats(
+            name,
+            tally.started,
+            tally.failures,
+            tally.started - tally.finished,
+            durations.total,
+            mean,
+            durations.p95(),
+        )
