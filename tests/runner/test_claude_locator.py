@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from helix_runner.runner.claude_locator import (
     ENV_VAR,
     ClaudeNotFoundError,
