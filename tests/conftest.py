@@ -1,0 +1,40 @@
+"""Fixtures shared by all tests; the code behind them lives in tests/support/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.sandbox import ClaudeSandbox
+from support.scripted_servers import ScriptedApiFactory
+
+from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+
+
+@pytest.fixture(scope="session")
+def claude_binary() -> ClaudeBinary:
+    """The real Claude Code CLI (via the runner's locator); tests needing it skip if there is none."""
+    try:
+        binary = locate_claude()
+    except ClaudeNotFoundError as exc:
+        pytest.skip(str(exc))
+    binary.version()  # fail early, with the reason, if the binary cannot even start
+    return binary
+
+
+@pytest.fixture
+def scripted_api() -> Iterator[ScriptedApiFactory]:
+    """Factory: ``scripted_api(script)`` starts a scripted Messages API stand-in; all stop at teardown."""
+    factory = ScriptedApiFactory()
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture
+def claude_sandbox(claude_binary: ClaudeBinary, tmp_path: Path) -> ClaudeSandbox:
+    """The real CLI with a private HOME and an empty working directory under ``tmp_path``."""
+    home, workdir = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    workdir.mkdir()
+    return ClaudeSandbox(binary=claude_binary.path, home=home, workdir=workdir)
