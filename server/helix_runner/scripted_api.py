@@ -18,7 +18,8 @@ Example::
     script = Script([Reply.tool_use("Bash", {"command": "echo hi"}), Reply.text("done")])
     with ScriptedApi(script) as api:
         env = api.cli_env(home="/tmp/home")
-        subprocess.run([claude, "-p", "hi", "--output-format", "stream-json", "--verbose"], env=env)
+        argv = [claude, "-p", "hi", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"]
+        subprocess.run(argv, env=env, cwd=workdir, timeout=60)
         assert api.message_requests()[1].tool_results()[0]["content"] == "hi"
 
 Only the standard library is used, so the module can run anywhere the runner runs.
