@@ -33,16 +33,60 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offline-script", help="point the CLI at a scripted loopback Messages API (JSON script)")
 
 
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run one phase through the service and show live progress")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--workdir", required=True, help="absolute path inside one of the server's workspace roots")
+    p.add_argument("--server", default="127.0.0.1:50051", help="host:port of the service")
+    p.add_argument("--job-id")
+    p.add_argument("--phase-id")
+    p.add_argument("--project-id", default="")
+    p.add_argument("--model", default="")
+    p.add_argument("--allowed-tool", action="append", default=[], dest="allowed_tools")
+    p.add_argument("--max-turns", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=0.0, help="seconds (0: the server's default)")
+    p.add_argument("--token-file", help="bearer token file, when the server requires one")
+
+
+def _add_mock_api(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("mock-api", help="serve a scripted stand-in for the Anthropic Messages API")
+    p.add_argument("--script", required=True, help="JSON script (see README, offline mode)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="helix-runner", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_serve(sub)
+    _add_run(sub)
+    _add_mock_api(sub)
     args = parser.parse_args(argv)
 
     if args.command == "serve":
         return _serve(args)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "mock-api":
+        from helix_runner import scripted_api
+
+        forwarded = ["--script", args.script, "--host", args.host, "--port", str(args.port)]
+        return scripted_api.main(forwarded) or 0
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from helix_runner import run_client
+
+    workdir = str(Path(args.workdir).expanduser().absolute())
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    request = run_client.build_request(
+        prompt=args.prompt, workdir=workdir, job_id=args.job_id, phase_id=args.phase_id,
+        project_id=args.project_id, model=args.model, allowed_tools=args.allowed_tools, max_turns=args.max_turns,
+        timeout=args.timeout,
+    )
+    return run_client.run(args.server, request, token=token)
 
 
 def _serve(args: argparse.Namespace) -> int:

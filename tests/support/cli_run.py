@@ -181,7 +181,7 @@ async def run_cli_async(
     env: Mapping[str, str],
     cwd: str | os.PathLike[str],
     # Own deadline rather than asyncio.timeout(): on expiry we still kill the group and report partial output.
-    timeout: float,  # noqa: ASYNC109
+    timeout: float,
     stdin_text: str | None = None,
     check_timeout: bool = True,
 ) -> CliRun:

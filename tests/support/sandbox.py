@@ -64,7 +64,7 @@ class ClaudeSandbox:
         api: ScriptedApi,
         prompt: str,
         *extra_args: str,
-        timeout: float = DEFAULT_CLI_TIMEOUT,  # noqa: ASYNC109 - see run_cli_async
+        timeout: float = DEFAULT_CLI_TIMEOUT,
         max_retries: int | None = 2,
         env_extra: Mapping[str, str] | None = None,
         skip_permissions: bool = True,

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -77,6 +77,7 @@ class ProcessSupervisor:
         limits: ProcessLimits,
         stdin_lines: Sequence[bytes] = (),
         keep_stdin_open: bool = False,
+        on_spawn: Callable[[int], None] | None = None,
     ):
         self.argv = list(argv)
         self.cwd = cwd
@@ -85,8 +86,10 @@ class ProcessSupervisor:
         self.limits = limits
         self._stdin_lines = list(stdin_lines)
         self._keep_stdin_open = keep_stdin_open
+        self._on_spawn = on_spawn
         self._proc: asyncio.subprocess.Process | None = None
         self._stop_cause: EndCause | None = None
+        self._stop_detail = ""
         self._stop_event = asyncio.Event()
         self._watchdog_held = 0
         self._clock = _Clock()
@@ -100,10 +103,11 @@ class ProcessSupervisor:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def request_stop(self, cause: EndCause) -> None:
-        """Asks the run to end now with this cause (the first request wins)."""
+    def request_stop(self, cause: EndCause, detail: str = "") -> None:
+        """Asks the run to end now with this cause and reason (the first request wins)."""
         if self._stop_cause is None:
             self._stop_cause = cause
+            self._stop_detail = detail or "stop requested"
         self._stop_event.set()
 
     def hold_watchdog(self, held: bool) -> None:
@@ -155,6 +159,8 @@ class ProcessSupervisor:
             )
         self._clock = _Clock()
         self.started.set()
+        if self._on_spawn is not None:
+            self._on_spawn(self._proc.pid)
         proc = self._proc
         out_task = asyncio.create_task(self._read_stdout(proc), name="stdout")
         err_task = asyncio.create_task(self._read_stderr(proc), name="stderr")
@@ -199,7 +205,7 @@ class ProcessSupervisor:
             while True:
                 now = time.monotonic()
                 if self._stop_cause is not None:
-                    return self._stop_cause, "stop requested"
+                    return self._stop_cause, self._stop_detail
                 if out_task.done() and wait_task.done():
                     return EndCause.EXITED, ""
                 if out_task.done() and clk.stdout_eof is None:

@@ -48,6 +48,11 @@ CREATE TABLE IF NOT EXISTS phases (
     cost_json BLOB,
     tool_stats_json BLOB,
     recording_dir TEXT NOT NULL DEFAULT '',
+    reported_usd REAL,
+    computed_usd REAL NOT NULL DEFAULT 0,
+    computed_only INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER,
+    pid_start_ticks INTEGER,
     PRIMARY KEY (job_id, phase_id)
 );
 CREATE INDEX IF NOT EXISTS phases_by_status ON phases (status);
@@ -133,6 +138,11 @@ class PhaseRow:
     cost_json: bytes | None = None
     tool_stats_json: bytes | None = None
     recording_dir: str = ""
+    reported_usd: float | None = None
+    computed_usd: float = 0.0
+    computed_only: int = 0
+    pid: int | None = None
+    pid_start_ticks: int | None = None
 
 
 _PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow))
@@ -368,6 +378,16 @@ class SqliteStore:
                 "name = excluded.name, status = excluded.status, body = excluded.body",
                 rows,
             )
+
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+        """After a crash: calls still RUNNING or HELD will never finish; returns how many."""
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE tool_calls SET status = 'UNFINISHED' WHERE job_id = ? AND phase_id = ? "
+                "AND status IN ('RUNNING', 'HELD')",
+                (job_id, phase_id),
+            )
+            return cur.rowcount
 
     def list_tool_calls(
         self,
