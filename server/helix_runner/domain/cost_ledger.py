@@ -15,9 +15,9 @@ Rules (notes §0.3, §0.5, §7.4; corpus README):
 * A result without ``modelUsage`` (very old CLIs) does not reset the assistant-line usage, which
   then stays the basis of the computed figure.
 
-Memory: assistant-line usage is kept only for messages after the latest result; the ids of
-messages already covered by a result are remembered for the last 1,024 messages only (the lines of
-one message are consecutive, so that is plenty to ignore a straggler line).
+Memory: usage after the latest result is summed per model as it arrives; message ids (to
+de-duplicate and to apply a later output count) are remembered for the last 1,024 messages only —
+the lines of one message are consecutive, so that is plenty.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from helix_runner.domain.events import ModelUsage, TokenUsage, TurnResult
+from helix_runner.domain.events import ModelUsage, TokenUsage, TurnResult, fast_init
 from helix_runner.domain.pricing import PriceTable, PricingSource, split_cache_writes
 
-_COVERED_IDS_KEPT = 1024
+_RECENT_IDS_KEPT = 1024
+_FOLD_ROWS = 256
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelCost:
     """Usage and cost of one model in the phase (mirrors ``resources.proto`` ModelCost)."""
@@ -43,6 +45,7 @@ class ModelCost:
     pricing_source: PricingSource
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PhaseCostSnapshot:
     """Reported (latest result) and computed cost of a phase (mirrors ``resources.proto`` PhaseCost)."""
@@ -56,37 +59,33 @@ class PhaseCostSnapshot:
     unpriced_models: tuple[str, ...]
 
 
-class _MessageUsage:
-    """Usage of one API message seen on assistant lines (input side fixed, output may grow)."""
-
-    __slots__ = ("model", "input", "cache_read", "write_5m", "write_1h", "output", "searches")
-
-    def __init__(self, model: str, usage: dict[str, Any]) -> None:
-        self.model = model
-        self.input = _count(usage.get("input_tokens"))
-        self.cache_read = _count(usage.get("cache_read_input_tokens"))
-        split = usage.get("cache_creation")
-        total = _count(usage.get("cache_creation_input_tokens"))
-        if split.__class__ is dict:
-            self.write_5m, self.write_1h = split_cache_writes(
-                total,
-                _count(split.get("ephemeral_5m_input_tokens")),
-                _count(split.get("ephemeral_1h_input_tokens")),
-            )
-        else:
-            self.write_5m, self.write_1h = total, 0
-        self.output = _count(usage.get("output_tokens"))
-        server = usage.get("server_tool_use")
-        self.searches = _count(server.get("web_search_requests")) if server.__class__ is dict else 0
-
-    def tokens(self) -> TokenUsage:
-        return TokenUsage(
-            self.input, self.output, self.cache_read, self.write_5m, self.write_1h, self.searches
-        )
-
-
 def _count(value: Any) -> int:
     return value if value.__class__ is int and value > 0 else 0
+
+
+def _usage_counts(usage: dict[str, Any]) -> list[int]:
+    """Messages-API usage → [input, output, cache read, 5m writes, 1h writes, web searches]."""
+    get = usage.get
+    inp = get("input_tokens", 0)
+    out = get("output_tokens", 0)
+    read = get("cache_read_input_tokens", 0)
+    write = get("cache_creation_input_tokens", 0)
+    if not (
+        inp.__class__ is int and out.__class__ is int and read.__class__ is int and write.__class__ is int
+    ):
+        inp, out, read, write = _count(inp), _count(out), _count(read), _count(write)
+    split = get("cache_creation")
+    if write and split.__class__ is dict:
+        write_5m, write_1h = split_cache_writes(
+            write,
+            _count(split.get("ephemeral_5m_input_tokens")),
+            _count(split.get("ephemeral_1h_input_tokens")),
+        )
+    else:
+        write_5m, write_1h = write, 0
+    server = get("server_tool_use")
+    searches = _count(server.get("web_search_requests")) if server.__class__ is dict else 0
+    return [inp, out, read, write_5m, write_1h, searches]
 
 
 class CostLedger:
@@ -96,9 +95,13 @@ class CostLedger:
         self._prices = prices or PriceTable()
         self._reported_usd: float | None = None
         self._baseline: dict[str, ModelUsage] = {}  # latest result's modelUsage, by model
-        self._pending: dict[str, _MessageUsage] = {}  # messages after the latest result, by id
-        self._covered: deque[str] = deque(maxlen=_COVERED_IDS_KEPT)
-        self._covered_set: set[str] = set()
+        # Usage of messages after the latest result: per-model sums (see _usage_counts) plus rows
+        # not yet added in, which are folded in batches (sums in C) to keep observing cheap.
+        self._pending: dict[str, list[int]] = {}
+        self._rows: list[tuple[str, list[int]]] = []
+        # The last _RECENT_IDS_KEPT message ids → [model, output so far, covered by a result].
+        self._recent: dict[str, list[Any]] = {}
+        self._recent_order: deque[str] = deque()
         self._result_count = 0
         self._snapshot: PhaseCostSnapshot | None = None
 
@@ -107,26 +110,47 @@ class CostLedger:
 
     def observe_message(self, message_id: str, model: str, usage: dict[str, Any]) -> bool:
         """Usage from an assistant line or ``message_start``; returns True for a new message."""
-        known = self._pending.get(message_id)
+        known = self._recent.get(message_id)
         if known is not None:
-            output = usage.get("output_tokens")
-            if output.__class__ is int and output > known.output:  # 2.0.x lines may grow (HM-1)
-                known.output = output
-                self._snapshot = None
+            self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
             return False
-        if message_id in self._covered_set:
-            return False
-        self._pending[message_id] = _MessageUsage(model, usage)
+        counts = _usage_counts(usage)
+        self._recent[message_id] = [model, counts[1], False]
+        order = self._recent_order
+        order.append(message_id)
+        if len(order) > _RECENT_IDS_KEPT:
+            del self._recent[order.popleft()]
+        rows = self._rows
+        rows.append((model, counts))
+        if len(rows) >= _FOLD_ROWS:
+            self._fold()
         self._snapshot = None
         return True
 
     def observe_output(self, message_id: str, usage: dict[str, Any]) -> None:
         """Final output count of a message from a ``stream_event`` ``message_delta`` (notes §2.6)."""
-        known = self._pending.get(message_id)
-        output = usage.get("output_tokens")
-        if known is not None and output.__class__ is int and output > known.output:
-            known.output = output
-            self._snapshot = None
+        known = self._recent.get(message_id)
+        if known is not None:
+            self._raise_output(known, usage.get("output_tokens"))
+
+    def _raise_output(self, known: list[Any], output: Any) -> None:
+        if output.__class__ is int and output > known[1]:
+            if not known[2]:
+                self._rows.append((known[0], [0, output - known[1], 0, 0, 0, 0]))
+                self._snapshot = None
+            known[1] = output
+
+    def _fold(self) -> None:
+        """Add the pending rows into the per-model sums."""
+        by_model: dict[str, list[list[int]]] = {}
+        for model, counts in self._rows:
+            by_model.setdefault(model, []).append(counts)
+        self._rows = []
+        for model, rows in by_model.items():
+            sums = self._pending.get(model)
+            if sums is not None:
+                rows.append(sums)
+            self._pending[model] = [sum(column) for column in zip(*rows, strict=True)]
 
     def on_result(self, result: TurnResult) -> None:
         """A ``result`` line: its totals replace the previous ones (latest wins, never summed)."""
@@ -135,12 +159,10 @@ class CostLedger:
             self._reported_usd = result.total_cost_usd
         if result.has_model_usage:
             self._baseline = {mu.model: mu for mu in result.model_usage}
-            for message_id in self._pending:
-                if len(self._covered) == self._covered.maxlen:
-                    self._covered_set.discard(self._covered[0])
-                self._covered.append(message_id)
-                self._covered_set.add(message_id)
+            for known in self._recent.values():
+                known[2] = True
             self._pending = {}
+            self._rows = []
         self._snapshot = None
 
     # ----------------------------------------------------------------------------------------------
@@ -157,11 +179,13 @@ class CostLedger:
         return self._snapshot
 
     def _compute(self) -> PhaseCostSnapshot:
+        if self._rows:
+            self._fold()
         tokens_by_model: dict[str, TokenUsage] = {m: mu.tokens for m, mu in self._baseline.items()}
-        for message in self._pending.values():
-            previous = tokens_by_model.get(message.model)
-            usage = message.tokens()
-            tokens_by_model[message.model] = usage if previous is None else previous + usage
+        for model, counts in self._pending.items():
+            previous = tokens_by_model.get(model)
+            usage = TokenUsage(*counts)
+            tokens_by_model[model] = usage if previous is None else previous + usage
         models = []
         unpriced = []
         computed = 0.0

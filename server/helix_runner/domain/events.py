@@ -10,14 +10,68 @@ clock. Absent optional numbers are ``None``; absent strings are ``""`` (as in pr
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from helix_runner.domain.phase_status import PhaseStatus  # PhaseStatusChanged uses the shared enum
 
 if TYPE_CHECKING:
     from helix_runner.domain.cost_ledger import PhaseCostSnapshot
+
+_T = TypeVar("_T")
+
+
+def fast_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass an ``__init__`` about 3x faster, with the same signature.
+
+    A frozen dataclass sets each field through ``object.__setattr__`` (to get past its own
+    ``__setattr__`` guard), which makes construction the single largest cost per stdout line. The
+    replacement briefly switches the new instance to a plain twin class with the identical slot
+    layout, stores the fields directly, and switches it back. Instances are genuine ``cls``
+    objects: immutable, with the dataclass ``repr``/``eq``/``hash``; ``dataclasses.replace`` works.
+    Apply it on top of ``@dataclass(frozen=True, slots=True)``.
+    """
+    params = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if not cls.__dataclass_params__.frozen or not hasattr(cls, "__slots__"):
+        raise TypeError(f"{cls.__name__}: fast_init needs @dataclass(frozen=True, slots=True)")
+    if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in params):
+        raise TypeError(f"{cls.__name__}: fast_init supports plain init fields only")
+    twin = type(f"_{cls.__name__}Init", (), {"__slots__": cls.__slots__})
+    namespace: dict[str, Any] = {
+        "_cls": cls,
+        "_twin": twin,
+        "_set": object.__setattr__,
+        "_MISSING": dataclasses.MISSING,
+    }
+    args, body = [], []
+    for f in params:
+        if f.default is not dataclasses.MISSING:
+            namespace[f"_d_{f.name}"] = f.default
+            args.append(f"{f.name}=_d_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            namespace[f"_f_{f.name}"] = f.default_factory
+            args.append(f"{f.name}=_MISSING")
+            body.append(f"    if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
+        else:
+            args.append(f.name)
+        body.append(f"    self.{f.name} = {f.name}")
+    source = "\n".join(
+        [
+            f"def __init__(self, {', '.join(args)}):",
+            "    _set(self, '__class__', _twin)",
+            *body,
+            "    self.__class__ = _cls",
+        ]
+    )
+    exec(source, namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
 
 # Size bounds (bytes of UTF-8), from the header comment of resources.proto and the field comments of
 # events.proto. Text is cut at a character boundary at or below the bound.
@@ -142,6 +196,7 @@ class ParseErrorReason(enum.IntEnum):
 # Values carried by payloads.
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
     """Tokens by kind (``resources.proto`` TokenUsage); input excludes cache reads and writes."""
@@ -175,6 +230,7 @@ class TokenUsage:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelUsage:
     """One entry of ``result.modelUsage`` (subagents included; a running total for the process)."""
@@ -184,6 +240,7 @@ class ModelUsage:
     cost_usd: float | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PermissionDenial:
     """One entry of ``result.permission_denials``."""
@@ -197,6 +254,7 @@ class PermissionDenial:
 # Payloads written by the CLI.
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionInit:
     """``system/init``: the CLI started a turn (written again at the start of every turn)."""
@@ -212,6 +270,7 @@ class SessionInit:
     turn_index: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AssistantText:
     """One text block of an assistant message (at most 256 KiB)."""
@@ -223,6 +282,7 @@ class AssistantText:
     model: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Thinking:
     """One thinking block (at most 256 KiB); ``redacted`` for redacted or signature-only blocks."""
@@ -234,6 +294,7 @@ class Thinking:
     message_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted:
     """A ``tool_use`` (or ``server_tool_use``) block; input as compact JSON, at most 64 KiB."""
@@ -247,6 +308,7 @@ class ToolCallStarted:
     server_tool: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallFinished:
     """A ``tool_result`` for an earlier call; name and durations come from the tool tracker."""
@@ -263,6 +325,7 @@ class ToolCallFinished:
     hook_duration_ms: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ApiRetry:
     """``system/api_retry``: the CLI retries an API request."""
@@ -274,6 +337,7 @@ class ApiRetry:
     error: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ApiError:
     """A synthetic assistant message (model ``<synthetic>``) reporting an API failure (notes §2.3)."""
@@ -283,6 +347,7 @@ class ApiError:
     message: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """``rate_limit_event`` (subscription auth only)."""
@@ -293,6 +358,7 @@ class RateLimit:
     utilization: float | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TaskEvent:
     """``system/task_started|progress|updated|notification``: a subagent or background task changed."""
@@ -311,6 +377,7 @@ class TaskEvent:
     duration_ms: int | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Compaction:
     """Compaction start (``system/status`` compacting) or end (``system/compact_boundary``)."""
@@ -322,6 +389,7 @@ class Compaction:
     duration_ms: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CliStatus:
     """``system/status`` other than compacting (e.g. ``requesting`` before each API call)."""
@@ -330,6 +398,7 @@ class CliStatus:
     permission_mode: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HookEvent:
     """``system/hook_started|progress|response`` (with ``--include-hook-events``).
@@ -349,6 +418,7 @@ class HookEvent:
     tool_use_id: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PermissionDenied:
     """``system/permission_denied``: a tool call refused without asking (advisory; notes §2.2)."""
@@ -360,6 +430,7 @@ class PermissionDenied:
     message: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PartialDelta:
     """One ``stream_event`` (only when the run asked for partial messages); text at most 64 KiB."""
@@ -372,6 +443,7 @@ class PartialDelta:
     stop_reason: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnResult:
     """A ``result`` line: one turn ended. A phase can have several (notes §0.5).
@@ -399,6 +471,7 @@ class TurnResult:
     has_model_usage: bool = True
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ControlResponse:
     """``control_response``: the CLI answered a control request the server sent.
@@ -414,6 +487,7 @@ class ControlResponse:
     request_subtype: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ControlRequest:
     """``control_request`` from the CLI (``can_use_tool``, ``hook_callback``, ...); the server answers it.
@@ -429,6 +503,7 @@ class ControlRequest:
     request: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UserMessage:
     """A user line that is not a tool result (injected message echo, replay, interrupt marker)."""
@@ -439,6 +514,7 @@ class UserMessage:
     is_synthetic: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolProgress:
     """``tool_progress``: a long tool call is still running."""
@@ -448,6 +524,7 @@ class ToolProgress:
     elapsed_s: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Unknown:
     """A line (or assistant content block) of a type or subtype this server does not model.
@@ -466,6 +543,7 @@ class Unknown:
 # Payloads produced by the service.
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CostUpdate:
     """The phase's cost after a change."""
@@ -473,6 +551,7 @@ class CostUpdate:
     cost: PhaseCostSnapshot
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StderrOutput:
     """A line the CLI wrote to stderr (at most 4 KiB, invalid UTF-8 replaced)."""
@@ -487,6 +566,7 @@ class StderrOutput:
         return cls(text, truncated)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PhaseStatusChanged:
     """A status transition of the phase."""
@@ -496,6 +576,7 @@ class PhaseStatusChanged:
     reason: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ControlEvent:
     """A control action that took effect; ``message`` at most 4 KiB, ``input_json`` at most 64 KiB."""
@@ -508,6 +589,7 @@ class ControlEvent:
     input_json: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ParseError:
     """A stdout line that could not be parsed. Never contains the line itself (redacted by design)."""
@@ -548,6 +630,7 @@ Payload = (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     """The envelope: a payload with its per-phase ``sequence`` (gap-free from 1) and receive time.

@@ -82,18 +82,30 @@ class LineFramer:
             self._pending = []
             self._pending_len = 0
 
-        for i in range(start, len(parts)):
-            line = parts[i]
-            size = len(line)
-            if size > max_len:
-                out.append(_too_long(size, line_no, offset))
-            elif size:
-                if line[-1] == 13:  # "\r" of a CRLF
-                    line = line[:-1]
-                if line[:1] == b"{" or (line and not line.isspace()):
-                    out.append((line, line_no, offset))
-            line_no += 1
-            offset += size + 1
+        if start:
+            del parts[0]
+        append = out.append
+        crlf = b"\r" in chunk or (parts and parts[0][-1:] == b"\r")  # a CR may end the pending part
+        if not crlf and (not parts or max(map(len, parts)) <= max_len):
+            # Common case, checked in C: no CR anywhere and no line over the cap.
+            for line in parts:
+                size = len(line)
+                if size and (line[0] == 123 or not line.isspace()):  # 123 == "{"
+                    append((line, line_no, offset))
+                line_no += 1
+                offset += size + 1
+        else:
+            for line in parts:
+                size = len(line)
+                if size > max_len:
+                    append(_too_long(size, line_no, offset))
+                elif size:
+                    if line[-1] == 13:  # "\r" of a CRLF
+                        line = line[:-1]
+                    if line and (line[0] == 123 or not line.isspace()):
+                        append((line, line_no, offset))
+                line_no += 1
+                offset += size + 1
 
         self._line_no = line_no
         self._offset = offset

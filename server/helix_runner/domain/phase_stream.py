@@ -4,8 +4,8 @@
 Events are returned from ``feed`` as soon as their line is complete (the CLI's stdout is never
 waited on to end), numbered with a per-phase ``sequence`` that is gap-free from 1 across ``feed``,
 ``finish`` and ``emit``. Derived events follow the line that caused them: a ``CostUpdate`` after
-each turn result and after the first line of each new API message (the cost changed), and a final
-one from ``finish`` if the cost changed since the last.
+each turn result, after a new API message between results (at most one a second, see
+``COST_UPDATE_INTERVAL_NS``), and a final one from ``finish`` if the cost changed since the last.
 
 Every line completed by one ``feed`` call gets that call's receive time (they arrived together).
 """
@@ -13,8 +13,9 @@ Every line completed by one ``feed`` call gets that call's receive time (they ar
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from helix_runner.domain.cost_ledger import CostLedger, PhaseCostSnapshot
 from helix_runner.domain.events import (
@@ -32,6 +33,14 @@ from helix_runner.domain.line_framer import DEFAULT_MAX_LINE_BYTES, LineFramer
 from helix_runner.domain.pricing import ModelPrice, PriceTable
 from helix_runner.domain.stream_parser import StreamParser
 from helix_runner.domain.tool_tracker import ToolTracker
+
+# A real phase writes one result per turn; the bound only keeps pathological streams flat in memory.
+MAX_RESULTS_KEPT = 1000
+# Between results, a new API message changes the computed cost; report that at most once a second.
+COST_UPDATE_INTERVAL_NS = 1_000_000_000
+
+# Payload classes that update the phase's state besides becoming an event.
+_SIDE_EFFECTS = frozenset({ToolCallStarted, ToolCallFinished, TurnResult, SessionInit, HookEvent, ParseError})
 
 
 @dataclass(frozen=True)
@@ -72,10 +81,12 @@ class PhaseStream:
         self._ledger = CostLedger(price_table or PriceTable(options.price_overrides))
         self._sequence = 0
         self._session_id: str | None = None
-        self._results: list[TurnResult] = []
+        self._results: deque[TurnResult] = deque(maxlen=MAX_RESULTS_KEPT)
+        self._result_count = 0
         self._parse_errors = 0
         self._stdout_bytes = 0
         self._last_cost: PhaseCostSnapshot | None = None
+        self._last_cost_ns: int | None = None
         self._finished = False
 
     # ----------------------------------------------------------------------------------------------
@@ -91,71 +102,69 @@ class PhaseStream:
             return []
         now = self._clock()
         out: list[Event] = []
+        append = out.append
         parse = self._parser.parse
+        ledger = self._ledger
+        tools = self._tools
         for item in items:
             if item.__class__ is ParseError:
                 self._parse_errors += 1
-                out.append(self._event(now, "", "", "", item))  # type: ignore[arg-type]
+                append(self._event(now, self._session_id or "", "", "", item))  # type: ignore[arg-type]
                 continue
-            line, line_number, offset = item  # type: ignore[misc]
-            parsed = parse(line, line_number, offset)
-            usage = parsed.usage
-            new_message = False
+            sid, parent, agent, uid, payloads, usage = parse(*item)  # type: ignore[misc]
+            cost_changed = False
             if usage is not None:
-                if usage.final_output:
-                    self._ledger.observe_output(usage.message_id, usage.usage)
+                if usage[3]:
+                    ledger.observe_output(usage[0], usage[2])
                 else:
-                    new_message = self._ledger.observe_message(usage.message_id, usage.model, usage.usage)
-            payloads = parsed.payloads
-            if not payloads:
-                if new_message:
-                    self._cost_event(now, out)
-                continue
-            sid = parsed.session_id
-            if sid:
-                if self._session_id is None:
-                    self._session_id = sid
-            else:
-                sid = self._session_id or ""
-            parent = parsed.parent_tool_use_id
-            agent = parsed.agent_id
-            uid = parsed.uuid
-            for payload in payloads:
-                cls = payload.__class__
-                if cls is ToolCallStarted:
-                    event = self._event(now, sid, parent, agent, payload, uid)
-                    self._tools.start(
-                        payload.tool_use_id,
-                        payload.name,
-                        time_ns=now,
-                        sequence=event.sequence,
-                        input_json=payload.input_json,
-                        input_bytes=payload.input_bytes,
-                        input_truncated=payload.input_truncated,
-                        parent_tool_use_id=parent,
-                        agent_id=agent,
-                        server_tool=payload.server_tool,
-                    )
-                    out.append(event)
-                elif cls is ToolCallFinished:
-                    out.append(self._tool_finished(now, sid, parent, agent, uid, payload))
-                elif cls is TurnResult:
-                    self._results.append(payload)
-                    self._ledger.on_result(payload)
-                    out.append(self._event(now, sid, parent, agent, payload, uid))
-                    new_message = True  # a CostUpdate follows the result
-                elif cls is ParseError:
-                    self._parse_errors += 1
-                    out.append(self._event(now, sid, parent, agent, payload, uid))
+                    cost_changed = ledger.observe_message(usage[0], usage[1], usage[2])
+            if payloads:
+                if sid:
+                    if self._session_id is None:
+                        self._session_id = sid
                 else:
-                    if cls is SessionInit and parsed.session_id:
-                        self._session_id = parsed.session_id  # latest init wins (resume id)
-                    elif cls is HookEvent and payload.duration_ms is not None:
-                        self._tools.add_hook_duration(
-                            payload.duration_ms, tool_use_id=payload.tool_use_id, hook_name=payload.hook_name
+                    sid = self._session_id or ""
+                for payload in payloads:
+                    cls = payload.__class__
+                    if cls not in _SIDE_EFFECTS:  # the common case: text, thinking, system lines
+                        self._sequence += 1
+                        append(Event(self._sequence, now, sid, parent, agent, uid, payload))
+                        continue
+                    if cls is ToolCallStarted:
+                        self._sequence += 1
+                        append(Event(self._sequence, now, sid, parent, agent, uid, payload))
+                        tools.start(
+                            payload,
+                            time_ns=now,
+                            sequence=self._sequence,
+                            parent_tool_use_id=parent,
+                            agent_id=agent,
                         )
-                    out.append(self._event(now, sid, parent, agent, payload, uid))
-            if new_message:
+                        continue
+                    if cls is ToolCallFinished:
+                        payload = self._tool_finished(now, payload)
+                    elif cls is TurnResult:
+                        self._results.append(payload)
+                        self._result_count += 1
+                        ledger.on_result(payload)
+                        self._last_cost_ns = None  # a CostUpdate always follows a result
+                        cost_changed = True
+                    elif cls is SessionInit:
+                        self._session_id = sid  # the latest init wins (it is the resume id)
+                    elif cls is HookEvent:
+                        if payload.duration_ms is not None:
+                            tools.add_hook_duration(
+                                payload.duration_ms,
+                                tool_use_id=payload.tool_use_id,
+                                hook_name=payload.hook_name,
+                            )
+                    elif cls is ParseError:
+                        self._parse_errors += 1
+                    self._sequence += 1
+                    append(Event(self._sequence, now, sid, parent, agent, uid, payload))
+            if cost_changed and (
+                self._last_cost_ns is None or now - self._last_cost_ns >= COST_UPDATE_INTERVAL_NS
+            ):
                 self._cost_event(now, out)
         return out
 
@@ -193,8 +202,13 @@ class PhaseStream:
 
     @property
     def results(self) -> list[TurnResult]:
-        """Every turn result seen, in order (a copy)."""
+        """The turn results seen, in order (a copy; the most recent ``MAX_RESULTS_KEPT``)."""
         return list(self._results)
+
+    @property
+    def result_count(self) -> int:
+        """How many turn results were seen in all (``results`` keeps only the most recent ones)."""
+        return self._result_count
 
     @property
     def tools(self) -> ToolTracker:
@@ -231,25 +245,24 @@ class PhaseStream:
     def _cost_event(self, now: int, out: list[Event]) -> None:
         snapshot = self._ledger.snapshot()
         self._last_cost = snapshot
+        self._last_cost_ns = now
         out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
 
-    def _tool_finished(
-        self, now: int, sid: str, parent: str, agent: str, uid: str, payload: ToolCallFinished
-    ) -> Event:
-        sequence = self._sequence + 1
-        call = self._tools.finish(
+    def _tool_finished(self, now: int, payload: ToolCallFinished) -> ToolCallFinished:
+        """Close the call in the tracker; the event gets the call's name and durations."""
+        closed = self._tools.finish(payload, time_ns=now, sequence=self._sequence + 1)
+        if closed is None:
+            return payload  # orphan result: name unknown, no duration
+        name, duration_ns, hook_ms = closed
+        return ToolCallFinished(
             payload.tool_use_id,
-            is_error=payload.is_error,
-            time_ns=now,
-            sequence=sequence,
-            result_preview=payload.content_preview,
-            result_bytes=payload.content_bytes,
-            result_truncated=payload.content_truncated,
-            structured_result_json=payload.structured_result_json,
-            structured_result_truncated=payload.structured_result_truncated,
+            name,
+            payload.is_error,
+            payload.content_preview,
+            payload.content_bytes,
+            payload.content_truncated,
+            payload.structured_result_json,
+            payload.structured_result_truncated,
+            duration_ns,
+            hook_ms,
         )
-        if call is not None:
-            payload = replace(
-                payload, name=call.name, duration_ns=call.duration_ns, hook_duration_ms=call.hook_duration_ms
-            )
-        return self._event(now, sid, parent, agent, payload, uid)

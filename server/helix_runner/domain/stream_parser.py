@@ -79,42 +79,17 @@ SYNTHETIC_MODEL = "<synthetic>"
 _SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-class UsageObservation:
-    """Token usage seen on an assistant line or a ``stream_event`` (input for the cost ledger).
+# What the cost ledger needs from an assistant line or a stream_event: (message id, model, the raw
+# Messages-API usage object, final_output). ``final_output`` marks a ``message_delta``, whose usage
+# carries only the final ``output_tokens``. Plain tuples: this is the hot path.
+UsageObservation = tuple[str, str, dict[str, Any], bool]
 
-    ``usage`` is the raw Messages-API usage object; for ``message_delta`` only ``output_tokens``
-    is meaningful (``final_output`` is then True).
-    """
+# What one line produced: (session_id, parent_tool_use_id, agent_id, uuid, payloads in order,
+# usage observation or None). The first four are the CLI's envelope fields, "" when absent.
+ParsedLine = tuple[str, str, str, str, list[Payload], UsageObservation | None]
 
-    __slots__ = ("message_id", "model", "usage", "final_output")
-
-    def __init__(self, message_id: str, model: str, usage: dict[str, Any], final_output: bool) -> None:
-        self.message_id = message_id
-        self.model = model
-        self.usage = usage
-        self.final_output = final_output
-
-
-class ParsedLine:
-    """What one line produced: the CLI's envelope fields, payloads in order, and usage (if any)."""
-
-    __slots__ = ("session_id", "parent_tool_use_id", "agent_id", "uuid", "payloads", "usage")
-
-    def __init__(
-        self,
-        session_id: str,
-        parent_tool_use_id: str,
-        agent_id: str,
-        uuid: str,
-        payloads: list[Payload],
-        usage: UsageObservation | None = None,
-    ) -> None:
-        self.session_id = session_id
-        self.parent_tool_use_id = parent_tool_use_id
-        self.agent_id = agent_id
-        self.uuid = uuid
-        self.payloads = payloads
-        self.usage = usage
+# What a type handler returns: the payloads and the usage observation.
+_Handled = tuple[list[Payload], UsageObservation | None]
 
 
 def _str(value: Any) -> str:
@@ -139,6 +114,11 @@ def _int0(value: Any) -> int:
     return 0
 
 
+def _strings(value: Any) -> tuple[str, ...]:
+    """A list of names as a tuple of str (anything else: empty)."""
+    return tuple(map(str, value)) if value.__class__ is list else ()
+
+
 def _float(value: Any) -> float | None:
     if value.__class__ is float or value.__class__ is int:
         return float(value)
@@ -154,30 +134,32 @@ def _compact_json(value: Any, max_bytes: int) -> tuple[str, int, bool]:
     return bound_bytes(data, max_bytes)
 
 
+def _ints(*values: Any) -> tuple[int, ...]:
+    """Token counts as non-negative ints (absent, null or malformed counts are 0)."""
+    return tuple(v if v.__class__ is int and v > 0 else 0 for v in values)
+
+
 def token_usage_from_api(usage: Any) -> TokenUsage:
     """Messages-API ``usage`` (snake_case, as on assistant lines and ``result.usage``) → TokenUsage."""
     if usage.__class__ is not dict:
         return TokenUsage()
-    cache_total = _int0(usage.get("cache_creation_input_tokens"))
-    split = usage.get("cache_creation")
+    get = usage.get
+    inp, out, read, write = _ints(
+        get("input_tokens"),
+        get("output_tokens"),
+        get("cache_read_input_tokens"),
+        get("cache_creation_input_tokens"),
+    )
+    split = get("cache_creation")
     if split.__class__ is dict:
         write_5m, write_1h = split_cache_writes(
-            cache_total,
-            _int0(split.get("ephemeral_5m_input_tokens")),
-            _int0(split.get("ephemeral_1h_input_tokens")),
+            write, *_ints(split.get("ephemeral_5m_input_tokens"), split.get("ephemeral_1h_input_tokens"))
         )
     else:
-        write_5m, write_1h = cache_total, 0
-    server = usage.get("server_tool_use")
+        write_5m, write_1h = write, 0
+    server = get("server_tool_use")
     searches = _int0(server.get("web_search_requests")) if server.__class__ is dict else 0
-    return TokenUsage(
-        _int0(usage.get("input_tokens")),
-        _int0(usage.get("output_tokens")),
-        _int0(usage.get("cache_read_input_tokens")),
-        write_5m,
-        write_1h,
-        searches,
-    )
+    return TokenUsage(inp, out, read, write_5m, write_1h, searches)
 
 
 def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelUsage, ...]:
@@ -186,26 +168,30 @@ def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelU
     if not entries:
         return ()
     # Rule 2 of split_cache_writes: the main loop's 1-hour writes go to the model with most writes.
-    main_model = max(entries, key=lambda e: _int0(e[1].get("cacheCreationInputTokens")))[0]
+    main_model = (
+        max(entries, key=lambda e: _int0(e[1].get("cacheCreationInputTokens")))[0] if main_loop_1h else ""
+    )
     out = []
     for model, u in entries:
-        split_5m = _int(u.get("cacheCreationEphemeral5mInputTokens"))
-        split_1h = _int(u.get("cacheCreationEphemeral1hInputTokens"))
+        get = u.get
+        inp, output, read, write, searches = _ints(
+            get("inputTokens"),
+            get("outputTokens"),
+            get("cacheReadInputTokens"),
+            get("cacheCreationInputTokens"),
+            get("webSearchRequests"),
+        )
         write_5m, write_1h = split_cache_writes(
-            _int0(u.get("cacheCreationInputTokens")),
-            split_5m,
-            split_1h,
+            write,
+            _int(get("cacheCreationEphemeral5mInputTokens")),
+            _int(get("cacheCreationEphemeral1hInputTokens")),
             main_loop_1h if model == main_model else 0,
         )
-        tokens = TokenUsage(
-            _int0(u.get("inputTokens")),
-            _int0(u.get("outputTokens")),
-            _int0(u.get("cacheReadInputTokens")),
-            write_5m,
-            write_1h,
-            _int0(u.get("webSearchRequests")),
+        out.append(
+            ModelUsage(
+                model, TokenUsage(inp, output, read, write_5m, write_1h, searches), _float(get("costUSD"))
+            )
         )
-        out.append(ModelUsage(model, tokens, _float(u.get("costUSD"))))
     return tuple(out)
 
 
@@ -242,13 +228,25 @@ def _content_preview(content: Any, max_bytes: int) -> tuple[str, int, bool]:
 class StreamParser:
     """Parses complete lines into payloads. One instance per phase (it counts turns)."""
 
-    __slots__ = ("_include_partial", "_include_raw", "_init_count", "_handlers", "_system_handlers")
+    __slots__ = (
+        "_include_partial",
+        "_include_raw",
+        "_init_count",
+        "_handlers",
+        "_system_handlers",
+        "_last_usage_id",
+        "_last_output",
+    )
 
     def __init__(self, *, include_partial_messages: bool = False, include_raw_unknown: bool = False) -> None:
         self._include_partial = include_partial_messages
         self._include_raw = include_raw_unknown
         self._init_count = 0
-        self._handlers: dict[str, Callable[[dict[str, Any], bytes], ParsedLine]] = {
+        # The previous assistant line's message id and output count: the next lines of the same
+        # message repeat its usage (notes §0.2), so they are reported to the ledger only if it grew.
+        self._last_usage_id = ""
+        self._last_output = -1
+        self._handlers: dict[str, Callable[[dict[str, Any], bytes], _Handled]] = {
             "assistant": self._assistant,
             "user": self._user,
             "system": self._system,
@@ -293,16 +291,29 @@ class StreamParser:
         handler = self._handlers.get(kind) if kind.__class__ is str else None
         try:
             if handler is not None:
-                return handler(obj, line)
-            if kind.__class__ is not str:
+                payloads, usage = handler(obj, line)
+            elif kind.__class__ is str:
+                payloads, usage = [self._unknown(kind, obj.get("subtype"), line)], None
+            else:
                 return _error_line(
                     ParseErrorReason.NOT_A_MESSAGE, line, line_number, byte_offset, "no string type"
                 )
-            return self._envelope(obj, [self._unknown(kind, obj.get("subtype"), line)])
         except _SHAPE_ERRORS as exc:
             # Only the exception class: messages could quote content (redaction).
             detail = f"{kind}: {type(exc).__name__}"
             return _error_line(ParseErrorReason.BAD_SHAPE, line, line_number, byte_offset, detail)
+        sid = obj.get("session_id", "")
+        parent = obj.get("parent_tool_use_id") or ""
+        agent = obj.get("agent_id") or ""
+        uid = obj.get("uuid", "")
+        return (
+            sid if sid.__class__ is str else "",
+            parent if parent.__class__ is str else "",
+            agent if agent.__class__ is str else "",
+            uid if uid.__class__ is str else "",
+            payloads,
+            usage,
+        )
 
     def _unreadable(
         self, line: bytes, line_number: int, byte_offset: int, exc: orjson.JSONDecodeError
@@ -324,23 +335,6 @@ class StreamParser:
     # ----------------------------------------------------------------------------------------------
     # Helpers.
 
-    @staticmethod
-    def _envelope(
-        obj: dict[str, Any], payloads: list[Payload], usage: UsageObservation | None = None
-    ) -> ParsedLine:
-        sid = obj.get("session_id")
-        parent = obj.get("parent_tool_use_id")
-        agent = obj.get("agent_id")
-        uid = obj.get("uuid")
-        return ParsedLine(
-            sid if sid.__class__ is str else "",
-            parent if parent.__class__ is str else "",
-            agent if agent.__class__ is str else "",
-            uid if uid.__class__ is str else "",
-            payloads,
-            usage,
-        )
-
     def _unknown(self, kind: str, subtype: Any, line: bytes) -> Unknown:
         raw = bound_bytes(line, RAW_UNKNOWN_MAX_BYTES)[0] if self._include_raw else ""
         return Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
@@ -348,14 +342,18 @@ class StreamParser:
     # ----------------------------------------------------------------------------------------------
     # assistant / user.
 
-    def _assistant(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _assistant(self, obj: dict[str, Any], line: bytes) -> _Handled:
         msg = obj["message"]
-        message_id = _str(msg.get("id"))
-        model = _str(msg.get("model"))
+        message_id = msg.get("id", "")
+        if message_id.__class__ is not str:
+            message_id = ""
+        model = msg.get("model", "")
+        if model.__class__ is not str:
+            model = ""
         content = msg["content"]
         if content.__class__ is str:
             content = [{"type": "text", "text": content}]
-        if obj.get("error") is not None or obj.get("is_api_error_message") is True:
+        if ("error" in obj and obj["error"] is not None) or obj.get("is_api_error_message") is True:
             # Synthetic API-error message (CAP 10/11/12): one ApiError instead of text events.
             text = "\n".join(
                 _str(b.get("text")) for b in content if b.__class__ is dict and b.get("type") == "text"
@@ -365,19 +363,32 @@ class StreamParser:
                 _int(obj.get("api_error_status")),
                 bound_text(text, SHORT_TEXT_MAX_BYTES)[0],
             )
-            return self._envelope(obj, [error])
+            return [error], None
         payloads: list[Payload] = []
         for block in content:
             btype = block["type"]
             if btype == "text":
-                text, size, cut = bound_text(block["text"], ASSISTANT_TEXT_MAX_BYTES)
-                payloads.append(AssistantText(text, size, cut, message_id, model))
+                text = block["text"]
+                if text.isascii() and len(text) <= ASSISTANT_TEXT_MAX_BYTES:  # fast path of bound_text
+                    payloads.append(AssistantText(text, len(text), False, message_id, model))
+                else:
+                    text, size, cut = bound_text(text, ASSISTANT_TEXT_MAX_BYTES)
+                    payloads.append(AssistantText(text, size, cut, message_id, model))
             elif btype == "tool_use" or btype == "server_tool_use":
-                input_json, size, cut = _compact_json(block.get("input"), TOOL_INPUT_MAX_BYTES)
+                try:
+                    data = _dumps(block.get("input"))
+                except TypeError:
+                    data = _dumps(str(block.get("input")))
+                size = len(data)
+                if size <= TOOL_INPUT_MAX_BYTES:  # fast path of _compact_json
+                    input_json, cut = data.decode(), False
+                else:
+                    input_json, size, cut = bound_bytes(data, TOOL_INPUT_MAX_BYTES)
+                name = block.get("name", "")
                 payloads.append(
                     ToolCallStarted(
                         block["id"],
-                        _str(block.get("name")),
+                        name if name.__class__ is str else "",
                         input_json,
                         size,
                         cut,
@@ -403,30 +414,47 @@ class StreamParser:
             else:
                 payloads.append(self._unknown("assistant", f"block:{btype}", line))
         usage = msg.get("usage")
-        observation = None
-        if usage.__class__ is dict and message_id and model != SYNTHETIC_MODEL:
-            observation = UsageObservation(message_id, model, usage, False)
-        return self._envelope(obj, payloads, observation)
+        if usage.__class__ is not dict or not message_id or model == SYNTHETIC_MODEL:
+            return payloads, None
+        output = usage.get("output_tokens", 0)
+        if message_id == self._last_usage_id and (output.__class__ is not int or output <= self._last_output):
+            return payloads, None  # same message, nothing new for the ledger
+        self._last_usage_id = message_id
+        self._last_output = output if output.__class__ is int else 0
+        return payloads, (message_id, model, usage, False)
 
-    def _user(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _user(self, obj: dict[str, Any], line: bytes) -> _Handled:
         msg = obj["message"]
         content = msg["content"]
         is_replay = obj.get("isReplay") is True
         is_synthetic = obj.get("isSynthetic") is True
         if content.__class__ is str:
             text, _, cut = bound_text(content, USER_TEXT_MAX_BYTES)
-            return self._envelope(obj, [UserMessage(text, cut, is_replay, is_synthetic)])
+            return [UserMessage(text, cut, is_replay, is_synthetic)], None
         payloads: list[Payload] = []
         texts: list[str] = []
         structured = obj.get("tool_use_result")
         for block in content:
             btype = block["type"]
             if btype == "tool_result":
-                preview, size, cut = _content_preview(block.get("content"), TOOL_RESULT_PREVIEW_MAX_BYTES)
+                result = block.get("content")
+                if result.__class__ is str and result.isascii():  # fast path of _content_preview
+                    size = len(result)
+                    cut = size > TOOL_RESULT_PREVIEW_MAX_BYTES
+                    preview = result[:TOOL_RESULT_PREVIEW_MAX_BYTES] if cut else result
+                else:
+                    preview, size, cut = _content_preview(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
                 # The CLI writes one tool result per user line with its structured output
                 # alongside (CAP 02); with several results in one line it goes with the first.
                 if structured is not None:
-                    sjson, _, scut = _compact_json(structured, STRUCTURED_RESULT_MAX_BYTES)
+                    try:
+                        data = _dumps(structured)
+                    except TypeError:
+                        data = _dumps(str(structured))
+                    if len(data) <= STRUCTURED_RESULT_MAX_BYTES:  # fast path of _compact_json
+                        sjson, scut = data.decode(), False
+                    else:
+                        sjson, _, scut = bound_bytes(data, STRUCTURED_RESULT_MAX_BYTES)
                     structured = None
                 else:
                     sjson, scut = "", False
@@ -449,18 +477,18 @@ class StreamParser:
         if texts:
             text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
             payloads.append(UserMessage(text, cut, is_replay, is_synthetic))
-        return self._envelope(obj, payloads)
+        return payloads, None
 
     # ----------------------------------------------------------------------------------------------
     # system.
 
-    def _system(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _system(self, obj: dict[str, Any], line: bytes) -> _Handled:
         subtype = obj.get("subtype")
         handler = self._system_handlers.get(subtype) if subtype.__class__ is str else None
         if handler is None:
             # thinking_tokens, background_tasks_changed, session_state_changed, ... (notes §2.2)
-            return self._envelope(obj, [self._unknown("system", subtype, line)])
-        return self._envelope(obj, [handler(obj)])
+            return [self._unknown("system", subtype, line)], None
+        return [handler(obj)], None
 
     def _init(self, obj: dict[str, Any]) -> SessionInit:
         self._init_count += 1
@@ -472,12 +500,12 @@ class StreamParser:
                 servers.append(server)
         return SessionInit(
             _str(obj.get("model")),
-            tuple(t for t in obj.get("tools") or () if t.__class__ is str),
+            _strings(obj.get("tools")),
             _str(obj.get("cwd")),
             _str(obj.get("claude_code_version")),  # absent on old CLIs (HM-8)
             _str(obj.get("permissionMode")),
             tuple(servers),
-            tuple(c for c in obj.get("capabilities") or () if c.__class__ is str),
+            _strings(obj.get("capabilities")),
             _str(obj.get("apiKeySource")),
             self._init_count,
         )
@@ -485,7 +513,7 @@ class StreamParser:
     # ----------------------------------------------------------------------------------------------
     # result.
 
-    def _result(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _result(self, obj: dict[str, Any], line: bytes) -> _Handled:
         usage = obj.get("usage")
         main_usage = token_usage_from_api(usage)
         raw_model_usage = obj.get("modelUsage")
@@ -529,12 +557,12 @@ class StreamParser:
             stop_reason=_str(obj.get("stop_reason")),
             has_model_usage=has_model_usage,
         )
-        return self._envelope(obj, [result])
+        return [result], None
 
     # ----------------------------------------------------------------------------------------------
     # stream_event (notes §2.6).
 
-    def _stream_event(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _stream_event(self, obj: dict[str, Any], line: bytes) -> _Handled:
         event = obj["event"]
         etype = event["type"]
         message_id = _str(obj.get("api_message_id"))
@@ -546,20 +574,20 @@ class StreamParser:
                 usage = message.get("usage")
                 model = _str(message.get("model"))
                 if usage.__class__ is dict and message_id and model != SYNTHETIC_MODEL:
-                    observation = UsageObservation(message_id, model, usage, False)
+                    observation = (message_id, model, usage, False)
         elif etype == "message_delta":
             usage = event.get("usage")
             if usage.__class__ is dict and message_id:
-                observation = UsageObservation(message_id, "", usage, True)
+                observation = (message_id, "", usage, True)
         if not self._include_partial:
             # The run did not ask for partial messages: no event, but the usage still counts.
-            return self._envelope(obj, [], observation)
-        return self._envelope(obj, [_partial_delta(event, etype, message_id)], observation)
+            return [], observation
+        return [_partial_delta(event, etype, message_id)], observation
 
     # ----------------------------------------------------------------------------------------------
     # Other top-level types (notes §2.7, §3).
 
-    def _rate_limit(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _rate_limit(self, obj: dict[str, Any], line: bytes) -> _Handled:
         info = obj.get("rate_limit_info")
         if info.__class__ is not dict:
             info = {}
@@ -569,9 +597,9 @@ class StreamParser:
             _str(info.get("rateLimitType")),
             _float(info.get("utilization")),
         )
-        return self._envelope(obj, [payload])
+        return [payload], None
 
-    def _control_response(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _control_response(self, obj: dict[str, Any], line: bytes) -> _Handled:
         response = obj["response"]
         success = response.get("subtype") == "success"
         error = response.get("error")
@@ -581,9 +609,9 @@ class StreamParser:
             bound_text(error, SHORT_TEXT_MAX_BYTES)[0] if error.__class__ is str else "",
             _str(response.get("error_code")),
         )
-        return self._envelope(obj, [payload])
+        return [payload], None
 
-    def _control_request(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _control_request(self, obj: dict[str, Any], line: bytes) -> _Handled:
         request = obj["request"]
         tool_name = request.get("tool_name")
         tool_use_id = request.get("tool_use_id")
@@ -598,24 +626,24 @@ class StreamParser:
             _str(tool_use_id),
             request,
         )
-        return self._envelope(obj, [payload])
+        return [payload], None
 
-    def _control_cancel(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _control_cancel(self, obj: dict[str, Any], line: bytes) -> _Handled:
         # The CLI withdraws a request it sent (notes §3.1); the supervisor must drop its answer.
         payload = ControlRequest(_str(obj.get("request_id")), "control_cancel_request", "", "", {})
-        return self._envelope(obj, [payload])
+        return [payload], None
 
-    def _tool_progress(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _tool_progress(self, obj: dict[str, Any], line: bytes) -> _Handled:
         payload = ToolProgress(
             _str(obj.get("tool_use_id")),
             _str(obj.get("tool_name")),
             _float(obj.get("elapsed_time_seconds")) or 0.0,
         )
-        return self._envelope(obj, [payload])
+        return [payload], None
 
-    def _keep_alive(self, obj: dict[str, Any], line: bytes) -> ParsedLine:
+    def _keep_alive(self, obj: dict[str, Any], line: bytes) -> _Handled:
         # Heartbeat without payload (notes §2.7): nothing to report.
-        return self._envelope(obj, [])
+        return [], None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -770,4 +798,4 @@ def _partial_delta(event: dict[str, Any], etype: str, message_id: str) -> Partia
 def _error_line(
     reason: ParseErrorReason, line: bytes, line_number: int, byte_offset: int, detail: str
 ) -> ParsedLine:
-    return ParsedLine("", "", "", "", [ParseError(reason, len(line), line_number, byte_offset, detail)])
+    return ("", "", "", "", [ParseError(reason, len(line), line_number, byte_offset, detail)], None)

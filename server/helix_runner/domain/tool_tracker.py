@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from helix_runner.domain.events import ToolCallFinished, ToolCallStarted, fast_init
 
 # Bucket width of the duration histogram used past the exact limit.
 _LOG_BASE = math.log(1.02)
@@ -38,6 +41,10 @@ class ToolCallStatus(enum.IntEnum):
     UNFINISHED = 5
 
 
+RUNNING, SUCCEEDED, FAILED = ToolCallStatus.RUNNING, ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED
+
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One tool invocation (mirrors ``resources.proto`` ToolCall, minus job/phase ids)."""
@@ -69,6 +76,7 @@ class ToolCall:
         return None if self.end_time_ns is None else self.end_time_ns - self.start_time_ns
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolStats:
     """Summary of one tool's calls (mirrors ``resources.proto`` ToolStats); durations in ns."""
@@ -137,108 +145,131 @@ class _ToolTally:
         self.durations = _Durations(exact_limit)
 
 
+# One call's mutable record is a list (the cheapest object to create on the hot path); the public
+# ToolCall is built from it only when asked for. Indices:
+(
+    _STARTED,
+    _PARENT,
+    _AGENT,
+    _START_NS,
+    _START_SEQ,
+    _STATUS,
+    _FINISHED,
+    _END_NS,
+    _END_SEQ,
+    _HOOK_MS,
+    _HELD_BY,
+) = range(11)
+
+
+def _freeze(call: list[Any]) -> ToolCall:
+    started: ToolCallStarted = call[_STARTED]
+    finished: ToolCallFinished | None = call[_FINISHED]
+    if finished is None:
+        result: tuple[str, int, bool, str, bool] = ("", 0, False, "", False)
+    else:
+        result = (
+            finished.content_preview,
+            finished.content_bytes,
+            finished.content_truncated,
+            finished.structured_result_json,
+            finished.structured_result_truncated,
+        )
+    return ToolCall(
+        started.tool_use_id,
+        started.name,
+        started.input_json,
+        started.input_bytes,
+        started.input_truncated,
+        call[_PARENT],
+        call[_STATUS],
+        call[_START_NS],
+        call[_START_SEQ],
+        call[_AGENT],
+        started.server_tool,
+        call[_END_NS],
+        call[_END_SEQ],
+        *result,
+        call[_HOOK_MS],
+        call[_HELD_BY],
+    )
+
+
 class ToolTracker:
     """Pairs tool calls with their results and keeps bounded records and per-tool statistics."""
 
     def __init__(self, *, max_calls: int = 10_000, exact_durations: int = 4096) -> None:
         self._max_calls = max_calls
         self._exact_limit = exact_durations
-        self._calls: dict[str, ToolCall] = {}  # most recent records, in start order
-        self._open: dict[str, ToolCall] = {}  # running calls, in start order
+        self._calls: dict[str, list[Any]] = {}  # the most recent records, in start order
+        self._order: deque[str] = deque()  # ids of _calls, oldest first (O(1) eviction)
+        self._open: dict[str, list[Any]] = {}  # running or held calls, in start order
         self._tallies: dict[str, _ToolTally] = {}
         self._orphans = 0
-        self._finished = False
 
     # ----------------------------------------------------------------------------------------------
     # Updates.
 
     def start(
         self,
-        tool_use_id: str,
-        name: str,
+        started: ToolCallStarted,
         *,
         time_ns: int,
         sequence: int,
-        input_json: str = "",
-        input_bytes: int = 0,
-        input_truncated: bool = False,
         parent_tool_use_id: str = "",
         agent_id: str = "",
-        server_tool: bool = False,
-    ) -> ToolCall:
-        """Open a call (a repeated id replaces the open record but is counted once)."""
-        call = ToolCall(
-            tool_use_id,
-            name,
-            input_json,
-            input_bytes,
-            input_truncated,
-            parent_tool_use_id,
-            ToolCallStatus.RUNNING,
-            time_ns,
-            sequence,
-            agent_id,
-            server_tool,
-        )
+    ) -> None:
+        """Open a call from its ``tool_use`` (a repeated id replaces the open record, counted once)."""
+        tool_use_id = started.tool_use_id
+        call = [started, parent_tool_use_id, agent_id, time_ns, sequence, RUNNING, None, None, 0, None, ""]
         known = self._open.get(tool_use_id)
         if known is None:
-            tally = self._tallies.get(name)
+            tally = self._tallies.get(started.name)
             if tally is None:
-                tally = self._tallies[name] = _ToolTally(self._exact_limit)
+                tally = self._tallies[started.name] = _ToolTally(self._exact_limit)
             tally.started += 1
-        else:
-            call = replace(call, start_time_ns=known.start_time_ns, start_sequence=known.start_sequence)
+        else:  # keep the first start's time, sequence and name (its statistics)
+            call[_START_NS] = known[_START_NS]
+            call[_START_SEQ] = known[_START_SEQ]
+            call[_STARTED] = known[_STARTED] if known[_STARTED].name != started.name else started
         self._open[tool_use_id] = call
         calls = self._calls
+        if tool_use_id not in calls:
+            self._order.append(tool_use_id)
         calls[tool_use_id] = call
         if len(calls) > self._max_calls:
-            oldest = next(iter(calls))
+            oldest = self._order.popleft()
             del calls[oldest]
             # Still open and pushed out: forget it; it stays counted as unfinished (see module doc).
             self._open.pop(oldest, None)
-        return call
 
     def finish(
-        self,
-        tool_use_id: str,
-        *,
-        is_error: bool,
-        time_ns: int,
-        sequence: int,
-        result_preview: str = "",
-        result_bytes: int = 0,
-        result_truncated: bool = False,
-        structured_result_json: str = "",
-        structured_result_truncated: bool = False,
-    ) -> ToolCall | None:
-        """Close a call with its result; returns the finished record, or None for an orphan result.
+        self, finished: ToolCallFinished, *, time_ns: int, sequence: int
+    ) -> tuple[str, int, int | None] | None:
+        """Close a call with its ``tool_result``: returns (name, duration ns, hook ms), None for an orphan.
 
         An orphan is a result whose start was never seen (or was pushed out): it is counted in
         ``orphan_results`` but not in any tool's statistics, since its tool name is unknown.
         """
-        call = self._open.pop(tool_use_id, None)
+        call = self._open.pop(finished.tool_use_id, None)
         if call is None:
             self._orphans += 1
             return None
-        done = replace(
-            call,
-            status=ToolCallStatus.FAILED if is_error else ToolCallStatus.SUCCEEDED,
-            end_time_ns=time_ns,
-            end_sequence=sequence,
-            result_preview=result_preview,
-            result_bytes=result_bytes,
-            result_truncated=result_truncated,
-            structured_result_json=structured_result_json,
-            structured_result_truncated=structured_result_truncated,
-        )
-        if tool_use_id in self._calls:
-            self._calls[tool_use_id] = done
-        tally = self._tallies[call.name]
+        is_error = finished.is_error
+        call[_STATUS] = FAILED if is_error else SUCCEEDED
+        call[_FINISHED] = finished
+        call[_END_NS] = time_ns
+        call[_END_SEQ] = sequence
+        duration = time_ns - call[_START_NS]
+        if duration < 0:
+            duration = 0
+        name = call[_STARTED].name
+        tally = self._tallies[name]
         tally.finished += 1
         if is_error:
             tally.failures += 1
-        tally.durations.add(max(time_ns - call.start_time_ns, 0))
-        return done
+        tally.durations.add(duration)
+        return name, duration, call[_HOOK_MS]
 
     def add_hook_duration(self, duration_ms: int, *, tool_use_id: str = "", hook_name: str = "") -> None:
         """Attach a hook's reported ``duration_ms`` to the open call it ran for.
@@ -251,18 +282,14 @@ class ToolTracker:
         if call is None and ":" in hook_name:
             tool = hook_name.split(":", 1)[1]
             for candidate in reversed(self._open.values()):
-                if candidate.name == tool:
+                if candidate[_STARTED].name == tool:
                     call = candidate
                     break
-        if call is None:
-            return
-        updated = replace(call, hook_duration_ms=(call.hook_duration_ms or 0) + duration_ms)
-        self._open[call.tool_use_id] = updated
-        if call.tool_use_id in self._calls:
-            self._calls[call.tool_use_id] = updated
+        if call is not None:
+            call[_HOOK_MS] = (call[_HOOK_MS] or 0) + duration_ms
 
     def mark_held(self, tool_use_id: str, breakpoint_id: str = "") -> ToolCall | None:
-        """Mark an open call HELD (by a pause or breakpoint); for the supervisor."""
+        """Mark an open call HELD (by a pause or a breakpoint); for the supervisor."""
         return self._set_open_status(tool_use_id, ToolCallStatus.HELD, breakpoint_id)
 
     def mark_running(self, tool_use_id: str) -> ToolCall | None:
@@ -275,22 +302,16 @@ class ToolTracker:
         call = self._open.get(tool_use_id)
         if call is None:
             return None
-        updated = replace(call, status=status, held_by_breakpoint_id=breakpoint_id)
-        self._open[tool_use_id] = updated
-        if tool_use_id in self._calls:
-            self._calls[tool_use_id] = updated
-        return updated
+        call[_STATUS] = status
+        call[_HELD_BY] = breakpoint_id
+        return _freeze(call)
 
     def finish_phase(self) -> list[ToolCall]:
         """The phase ended: every open call becomes UNFINISHED (never a success). Returns them."""
-        unfinished = []
-        for tool_use_id, call in self._open.items():
-            done = replace(call, status=ToolCallStatus.UNFINISHED)
-            unfinished.append(done)
-            if tool_use_id in self._calls:
-                self._calls[tool_use_id] = done
+        for call in self._open.values():
+            call[_STATUS] = ToolCallStatus.UNFINISHED
+        unfinished = [_freeze(call) for call in self._open.values()]
         self._open.clear()
-        self._finished = True
         return unfinished
 
     # ----------------------------------------------------------------------------------------------
@@ -299,23 +320,24 @@ class ToolTracker:
     @property
     def calls(self) -> list[ToolCall]:
         """The retained call records (most recent ``max_calls``), in start order."""
-        return list(self._calls.values())
+        return [_freeze(call) for call in self._calls.values()]
 
     def get(self, tool_use_id: str) -> ToolCall | None:
         """A retained record by id."""
-        return self._calls.get(tool_use_id)
+        call = self._calls.get(tool_use_id)
+        return None if call is None else _freeze(call)
 
     @property
     def current(self) -> ToolCall | None:
         """The most recently started call that is still running or held, if any."""
         if not self._open:
             return None
-        return next(reversed(self._open.values()))
+        return _freeze(next(reversed(self._open.values())))
 
     @property
     def open_calls(self) -> list[ToolCall]:
         """Calls still running or held, in start order."""
-        return list(self._open.values())
+        return [_freeze(call) for call in self._open.values()]
 
     @property
     def orphan_results(self) -> int:
@@ -330,9 +352,6 @@ class ToolTracker:
     def stats(self) -> list[ToolStats]:
         """Per-tool statistics, by tool name."""
         return [self._stats_of(name, tally) for name, tally in sorted(self._tallies.items())]
-
-    def __iter__(self) -> Iterator[ToolCall]:
-        return iter(self.calls)
 
     @staticmethod
     def _stats_of(name: str, tally: _ToolTally) -> ToolStats:
