@@ -1,0 +1,168 @@
+//! Rust client for the Helix Runner gRPC service (`helix.runner.v1.RunnerService`).
+//!
+//! The messages and the `RunnerService` client are generated from the repository's `proto/` at
+//! build time (prost + tonic, parsed by protox: no `protoc` needed) and live in [`pb`]. On top of
+//! them this crate adds a few helpers:
+//!
+//! - [`Client`]: connects, runs a phase ([`Client::run_phase`]) or attaches to one
+//!   ([`Client::watch_phase`]) and hands back a [`PhaseStream`] of events that ends with the
+//!   [`pb::PhaseResult`]; [`Client::raw`] gives the generated client for every other RPC.
+//! - [`RunnerError`]: a `tonic::Status` with its `google.rpc.ErrorInfo` decoded (`reason`,
+//!   `domain`, `metadata`), as the service sends every error.
+//!
+//! ```no_run
+//! use helix_runner_client::{pb, Client};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut client = Client::connect("127.0.0.1:50051").await?;
+//! let request = pb::RunPhaseRequest {
+//!     job_id: "demo".into(),
+//!     prompt: "Say hello".into(),
+//!     working_dir: "/srv/work".into(),
+//!     ..Default::default()
+//! };
+//! let mut phase = client.run_phase(request).await?;
+//! while let Some(event) = phase.next_event().await? {
+//!     println!("#{} {}", event.sequence, event.kind());
+//! }
+//! println!("{:?}", phase.result().map(|r| r.status()));
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod phase;
+
+/// Generated messages, enums and the `RunnerService` client of `helix.runner.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("helix.runner.v1");
+}
+
+pub use error::{error_info, ErrorInfo, RunnerError, ERROR_DOMAIN};
+pub use phase::{PhaseStream, PhaseUpdate};
+pub use pb::runner_service_client::RunnerServiceClient;
+pub use tonic::transport::Channel;
+
+/// The protobuf package this crate speaks.
+pub const CONTRACT: &str = "helix.runner.v1";
+
+/// The crate version; it follows the helix-runner release whose `proto/` it was built from.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A RunnerService client with streaming and error helpers.
+///
+/// Cloning is cheap (the underlying channel is shared); clone to run calls concurrently.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: RunnerServiceClient<Channel>,
+}
+
+impl Client {
+    /// Connects to `address`: `host:port`, or a full `http://host:port` URI.
+    pub async fn connect(address: impl AsRef<str>) -> Result<Self, tonic::transport::Error> {
+        let address = address.as_ref();
+        let uri = if address.contains("://") {
+            address.to_owned()
+        } else {
+            format!("http://{address}")
+        };
+        let channel = tonic::transport::Endpoint::from_shared(uri)?.connect().await?;
+        Ok(Self::new(channel))
+    }
+
+    /// Wraps an existing channel (for custom timeouts, interceptors and the like).
+    pub fn new(channel: Channel) -> Self {
+        Self { inner: RunnerServiceClient::new(channel) }
+    }
+
+    /// The generated client, for every RPC (unary calls included).
+    pub fn raw(&mut self) -> &mut RunnerServiceClient<Channel> {
+        &mut self.inner
+    }
+
+    /// Starts a phase and streams it: events in sequence order, then the result.
+    ///
+    /// Dropping the returned stream cancels the call (and with it the phase, unless the request
+    /// asked for `ON_DISCONNECT_DETACH`).
+    pub async fn run_phase(&mut self, request: pb::RunPhaseRequest) -> Result<PhaseStream, RunnerError> {
+        let stream = self.inner.run_phase(request).await?.into_inner();
+        Ok(PhaseStream::new(stream))
+    }
+
+    /// Attaches to a phase: events with a sequence greater than `after_sequence` (recorded ones
+    /// first, then live ones), then the result.
+    pub async fn watch_phase(
+        &mut self,
+        job_id: impl Into<String>,
+        phase_id: impl Into<String>,
+        after_sequence: i64,
+    ) -> Result<PhaseStream, RunnerError> {
+        let request = pb::WatchPhaseRequest {
+            job_id: job_id.into(),
+            phase_id: phase_id.into(),
+            after_sequence,
+        };
+        let stream = self.inner.watch_phase(request).await?.into_inner();
+        Ok(PhaseStream::new(stream))
+    }
+
+    /// Returns a job with its phases.
+    pub async fn get_job(&mut self, job_id: impl Into<String>) -> Result<pb::Job, RunnerError> {
+        let request = pb::GetJobRequest { job_id: job_id.into() };
+        let response = self.inner.get_job(request).await?.into_inner();
+        response.job.ok_or_else(|| RunnerError::protocol("GetJobResponse without a job"))
+    }
+
+    /// Cancels a phase; returns the phase as the server saw it after the request.
+    pub async fn cancel_phase(
+        &mut self,
+        job_id: impl Into<String>,
+        phase_id: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Result<pb::Phase, RunnerError> {
+        let request = pb::CancelPhaseRequest {
+            job_id: job_id.into(),
+            phase_id: phase_id.into(),
+            reason: reason.into(),
+        };
+        let response = self.inner.cancel_phase(request).await?.into_inner();
+        response.phase.ok_or_else(|| RunnerError::protocol("CancelPhaseResponse without a phase"))
+    }
+}
+
+impl pb::StreamEvent {
+    /// The name of the payload field that is set (`"tool_call_started"`, ...), or `""` for an
+    /// event whose payload this client does not know (sent by a newer server).
+    pub fn kind(&self) -> &'static str {
+        use pb::stream_event::Payload as P;
+        match &self.payload {
+            None => "",
+            Some(P::SessionInit(_)) => "session_init",
+            Some(P::AssistantText(_)) => "assistant_text",
+            Some(P::Thinking(_)) => "thinking",
+            Some(P::ToolCallStarted(_)) => "tool_call_started",
+            Some(P::ToolCallFinished(_)) => "tool_call_finished",
+            Some(P::ApiRetry(_)) => "api_retry",
+            Some(P::ApiError(_)) => "api_error",
+            Some(P::RateLimit(_)) => "rate_limit",
+            Some(P::Task(_)) => "task",
+            Some(P::Compaction(_)) => "compaction",
+            Some(P::CliStatus(_)) => "cli_status",
+            Some(P::Hook(_)) => "hook",
+            Some(P::PermissionDenied(_)) => "permission_denied",
+            Some(P::PartialDelta(_)) => "partial_delta",
+            Some(P::TurnResult(_)) => "turn_result",
+            Some(P::ControlResponse(_)) => "control_response",
+            Some(P::ControlRequest(_)) => "control_request",
+            Some(P::UserMessage(_)) => "user_message",
+            Some(P::ToolProgress(_)) => "tool_progress",
+            Some(P::CostUpdate(_)) => "cost_update",
+            Some(P::Stderr(_)) => "stderr",
+            Some(P::StatusChanged(_)) => "status_changed",
+            Some(P::Control(_)) => "control",
+            Some(P::ParseError(_)) => "parse_error",
+            Some(P::Unknown(_)) => "unknown",
+        }
+    }
+}
