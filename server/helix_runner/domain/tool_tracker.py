@@ -7,12 +7,14 @@ the two lines' receive times. A call still open when the phase ends is UNFINISHE
 
 Memory is bounded whatever the stream length (a phase can write gigabytes):
 
-* ``calls`` keeps the most recent ``max_calls`` records (default 10,000; open or finished). Older
+* ``calls`` keeps the most recent ``max_calls`` records (default 2,048; open or finished). Older
   records are dropped; statistics still count them. An open call pushed out this way counts as
-  unfinished in the statistics (its result, if it ever comes, is then an orphan).
+  unfinished in the statistics (its result, if it ever comes, is then an orphan). A record holds
+  at most 64 KiB of input, a 4 KiB preview and 16 KiB of structured result, so the records take
+  at most ~170 MiB, and typically ~1 KiB per call (about 2 MiB).
 * per tool, durations are kept exactly for the first ``exact_durations`` finished calls (default
   4,096), so mean and p95 are exact for them; beyond that they go into a log-scale histogram with
-  buckets 2 % wide (at most ~1,700 buckets per tool from 1 µs to a day), so p95 is then accurate to
+  buckets 2 % wide (about 1,300 buckets per tool cover 1 µs to a day), so p95 is then accurate to
   2 %. Total and mean stay exact.
 """
 
@@ -198,7 +200,7 @@ def _freeze(call: list[Any]) -> ToolCall:
 class ToolTracker:
     """Pairs tool calls with their results and keeps bounded records and per-tool statistics."""
 
-    def __init__(self, *, max_calls: int = 10_000, exact_durations: int = 4096) -> None:
+    def __init__(self, *, max_calls: int = 2048, exact_durations: int = 4096) -> None:
         self._max_calls = max_calls
         self._exact_limit = exact_durations
         self._calls: dict[str, list[Any]] = {}  # the most recent records, in start order
