@@ -1,0 +1,218 @@
+"""Domain events → protobuf: total (every oneof field is produced) and faithful (units, optionals)."""
+
+from __future__ import annotations
+
+import pytest
+
+from helix.runner.v1 import events_pb2, resources_pb2
+from helix_runner.api import event_mapping as m
+from helix_runner.domain import events as d
+from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
+from helix_runner.domain.pricing import PricingSource
+from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
+
+USAGE = d.TokenUsage(1, 2, 3, 4, 5, 6)
+COST = PhaseCostSnapshot(
+    reported_usd=0.5,
+    computed_usd=0.75,
+    difference_usd=0.25,
+    computed_only=False,
+    tokens=USAGE,
+    models=(ModelCost("m", USAGE, None, 0.75, PricingSource.PRICE_TABLE),),
+    unpriced_models=("x",),
+)
+
+SAMPLES: list[d.Payload] = [
+    d.SessionInit("m", ("Bash",), "/w", "2.1.330", "default", ("gh:ok",), ("cap",), "key", 2),
+    d.AssistantText("hi", 2, False, "msg", "m"),
+    d.Thinking("", 0, False, True, "msg"),
+    d.ToolCallStarted("t", "Bash", "{}", 2, False, "msg", True),
+    d.ToolCallFinished("t", "Bash", True, "err", 3, False, '"e"', False, 1_500_000_000, 40),
+    d.ApiRetry(2, 10, 1207, 429, "rate_limit"),
+    d.ApiError("server_error", 500, "API Error"),
+    d.RateLimit("allowed", 1795306531, "five_hour", 0.5),
+    d.TaskEvent(
+        d.TaskEventKind.NOTIFICATION,
+        "task",
+        "t",
+        "desc",
+        "general",
+        "local_agent",
+        "completed",
+        "s",
+        True,
+        3258,
+        1,
+        142,
+    ),
+    d.Compaction(True, "manual", 1102, 2538, 37),
+    d.CliStatus("requesting", "default"),
+    d.HookEvent(d.HookEventKind.RESPONSE, "h", "PreToolUse:Bash", "PreToolUse", 0, "success", "ran"),
+    d.PermissionDenied("Write", "t", "rule", "because", "denied"),
+    d.PartialDelta(d.PartialDeltaKind.TEXT_DELTA, 1, "He", "msg"),
+    d.TurnResult(
+        "error_max_turns",
+        True,
+        400,
+        "max_turns",
+        3,
+        "",
+        False,
+        152,
+        46,
+        0.0114576,
+        USAGE,
+        (d.ModelUsage("m", USAGE, 0.01),),
+        (d.PermissionDenial("Write", "t", "{}"),),
+        ("Reached maximum number of turns (2)",),
+        1,
+        "tool_use",
+    ),
+    d.ControlResponse("r2", False, "Unsupported", "unsupported_request"),
+    d.ControlRequest("id", "can_use_tool", "Write", "t"),
+    d.UserMessage("[Request interrupted by user]", False, False, False),
+    d.ToolProgress("t", "Bash", 12.5),
+    d.CostUpdate(COST),
+    d.StderrOutput("warn", True),
+    d.PhaseStatusChanged(d.PhaseStatus.RUNNING, d.PhaseStatus.PAUSED, "pause"),
+    d.ControlEvent(d.ControlEventKind.TOOL_DENIED, "t", "Write", "bp", "no", "{}"),
+    d.ParseError(d.ParseErrorReason.INVALID_JSON, 30, 7, 100, "at char 29"),
+    d.Unknown("brand_new", "x", "", 40),
+]
+
+
+def event(payload: d.Payload) -> d.Event:
+    return d.Event(9, 1_700_000_000_123_456_789, "sess", "toolu_P", "a1", "u", payload)
+
+
+def test_every_oneof_field_is_produced_by_some_domain_payload():
+    oneof = {f.name for f in events_pb2.StreamEvent.DESCRIPTOR.oneofs_by_name["payload"].fields}
+    produced = {m.event_to_proto(event(p)).WhichOneof("payload") for p in SAMPLES}
+    assert produced == oneof
+    assert {name for name, _ in m.PAYLOAD_FIELDS.values()} == oneof
+
+
+def test_every_payload_class_has_a_mapping_and_a_sample():
+    assert {type(p) for p in SAMPLES} == set(m.PAYLOAD_FIELDS)
+
+
+@pytest.mark.parametrize("payload", SAMPLES, ids=lambda p: type(p).__name__)
+def test_payload_kind_names_the_oneof_field(payload):
+    msg = m.event_to_proto(event(payload))
+    assert msg.WhichOneof("payload") == m.payload_kind(payload)
+    assert events_pb2.StreamEvent.FromString(msg.SerializeToString()) == msg
+
+
+def test_envelope():
+    msg = m.event_to_proto(event(SAMPLES[1]), job_id="job", phase_id="ph")
+    assert (
+        msg.sequence,
+        msg.job_id,
+        msg.phase_id,
+        msg.session_id,
+        msg.parent_tool_use_id,
+        msg.agent_id,
+        msg.uuid,
+    ) == (9, "job", "ph", "sess", "toolu_P", "a1", "u")
+    assert msg.receive_time.ToNanoseconds() == 1_700_000_000_123_456_789
+
+
+def test_default_valued_payload_still_selects_its_field():
+    msg = m.event_to_proto(event(d.CliStatus("", "")))
+    assert msg.WhichOneof("payload") == "cli_status"
+
+
+def test_units_and_optionals():
+    finished = m.event_to_proto(event(SAMPLES[4])).tool_call_finished
+    assert (
+        finished.duration.ToNanoseconds() == 1_500_000_000 and finished.hook_duration.ToMilliseconds() == 40
+    )
+    unfinished = m.event_to_proto(event(d.ToolCallFinished("t", "", False, "", 0, False))).tool_call_finished
+    assert not unfinished.HasField("duration") and not unfinished.HasField("hook_duration")
+
+    retry = m.event_to_proto(event(SAMPLES[5])).api_retry
+    assert retry.retry_delay.ToMilliseconds() == 1207 and retry.HasField("error_status")
+    no_status = m.event_to_proto(event(d.ApiRetry(1, 2, 3, None, "x"))).api_retry
+    assert not no_status.HasField("error_status")
+
+    result = m.event_to_proto(event(SAMPLES[14])).turn_result
+    assert (result.api_error_status, result.total_cost_usd, result.duration.ToMilliseconds()) == (
+        400,
+        0.0114576,
+        152,
+    )
+    assert (
+        result.usage.cache_write_1h_input_tokens == 5
+        and result.model_usage[0].tokens.web_search_requests == 6
+    )
+    assert list(result.errors) == ["Reached maximum number of turns (2)"]
+    assert result.permission_denials[0].tool_name == "Write"
+
+    no_cost = d.TurnResult(
+        "success", False, None, "", 1, "", False, None, None, None, USAGE, (), (), (), 0, ""
+    )
+    msg = m.event_to_proto(event(no_cost)).turn_result
+    assert not msg.HasField("total_cost_usd") and not msg.HasField("api_error_status")
+
+    assert m.event_to_proto(event(SAMPLES[7])).rate_limit.resets_at.seconds == 1795306531
+    assert m.event_to_proto(event(SAMPLES[18])).tool_progress.elapsed.ToMilliseconds() == 12500
+    status = m.event_to_proto(event(SAMPLES[21])).status_changed
+    assert (status.from_status, status.to_status) == (
+        resources_pb2.PHASE_STATUS_RUNNING,
+        resources_pb2.PHASE_STATUS_PAUSED,
+    )
+    assert m.event_to_proto(event(SAMPLES[8])).task.kind == events_pb2.TASK_EVENT_KIND_NOTIFICATION
+    assert (
+        m.event_to_proto(event(SAMPLES[23])).parse_error.reason == events_pb2.PARSE_ERROR_REASON_INVALID_JSON
+    )
+
+
+def test_phase_cost():
+    msg = m.phase_cost_to_proto(COST)
+    assert (msg.reported_usd, msg.computed_usd, msg.difference_usd, msg.computed_only) == (
+        0.5,
+        0.75,
+        0.25,
+        False,
+    )
+    assert msg.models[0].pricing_source == resources_pb2.PRICING_SOURCE_PRICE_TABLE
+    assert not msg.models[0].HasField("reported_usd") and list(msg.unpriced_models) == ["x"]
+    computed_only = PhaseCostSnapshot(None, 1.0, None, True, USAGE, (), ())
+    msg = m.phase_cost_to_proto(computed_only)
+    assert not msg.HasField("reported_usd") and not msg.HasField("difference_usd") and msg.computed_only
+
+
+def test_tool_call_and_stats():
+    running = ToolCall("t", "Bash", "{}", 2, False, "toolu_P", ToolCallStatus.RUNNING, 1_000, 4)
+    msg = m.tool_call_to_proto(running, job_id="j", phase_id="p")
+    assert (msg.job_id, msg.status, msg.start_sequence, msg.parent_tool_use_id) == (
+        "j",
+        resources_pb2.TOOL_CALL_STATUS_RUNNING,
+        4,
+        "toolu_P",
+    )
+    assert not msg.HasField("end_time") and not msg.HasField("duration")
+    done = ToolCall(
+        "t",
+        "Bash",
+        "{}",
+        2,
+        False,
+        "",
+        ToolCallStatus.FAILED,
+        1_000,
+        4,
+        end_time_ns=5_000,
+        end_sequence=6,
+        result_preview="Exit code 3",
+        result_bytes=11,
+    )
+    msg = m.tool_call_to_proto(done)
+    assert msg.duration.ToNanoseconds() == 4_000 and msg.status == resources_pb2.TOOL_CALL_STATUS_FAILED
+    stats = m.tool_stats_to_proto(ToolStats("Bash", 3, 1, 1, 9_000_000, 4_500_000, 8_000_000))
+    assert (stats.count, stats.failures, stats.unfinished, stats.p95_duration.ToMilliseconds()) == (
+        3,
+        1,
+        1,
+        8,
+    )
