@@ -96,7 +96,10 @@ def make_sdk(data: bytes) -> Callable[[], int]:
                 message = _parse_stdout_line(line)
                 if message is not None:
                     # _check_claude_version's per-message test (the first init only goes further)
-                    if not version_checked and (message.get("type"), message.get("subtype")) == ("system", "init"):
+                    if not version_checked and (message.get("type"), message.get("subtype")) == (
+                        "system",
+                        "init",
+                    ):
                         version_checked = True
                     parse_message(message)
                     n += 1
@@ -224,7 +227,9 @@ def memory(real: Path, gigabytes: float = 1.0) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per contender")
     parser.add_argument("--gb-memory", action="store_true", help="stream ~1 GB and print RSS instead")
     parser.add_argument("--gigabytes", type=float, default=1.0, help="size of the memory run")
