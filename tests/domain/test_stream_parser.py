@@ -109,6 +109,18 @@ def test_key_order_does_not_matter():
         (b'{"type":42}', ParseErrorReason.NOT_A_MESSAGE),
         (b'{"type":"assistant","message":"not an object"}', ParseErrorReason.BAD_SHAPE),
         (b'{"type":"user","message":{"content":[{"type":"tool_result"}]}}', ParseErrorReason.BAD_SHAPE),
+        (
+            b'{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":7}]}}',
+            ParseErrorReason.BAD_SHAPE,
+        ),
+        (
+            b'{"type":"assistant","message":{"content":[{"type":"tool_use","id":null,"name":"Bash"}]}}',
+            ParseErrorReason.BAD_SHAPE,
+        ),
+        (
+            b'{"type":"assistant","message":{"content":[{"type":"text","text":5}]}}',
+            ParseErrorReason.BAD_SHAPE,
+        ),
     ],
 )
 def test_unreadable_lines_become_redacted_parse_errors(line, reason):

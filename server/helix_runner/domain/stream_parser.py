@@ -76,7 +76,7 @@ _JSONDecodeError = orjson.JSONDecodeError
 # Synthetic assistant messages carry this model and no real usage (CAP 10).
 SYNTHETIC_MODEL = "<synthetic>"
 
-_SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError)
+_SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
 
 
 # What the cost ledger needs from an assistant line or a stream_event: (message id, model, the raw
@@ -112,6 +112,13 @@ def _int0(value: Any) -> int:
     if value.__class__ is float:
         return int(value)
     return 0
+
+
+def _id(value: Any) -> str:
+    """A tool_use id; anything but a string makes the line BAD_SHAPE (ids key the tool tracker)."""
+    if value.__class__ is not str:
+        raise TypeError("tool_use id is not a string")
+    return value
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -387,7 +394,7 @@ class StreamParser:
                 name = block.get("name", "")
                 payloads.append(
                     ToolCallStarted(
-                        block["id"],
+                        _id(block["id"]),
                         name if name.__class__ is str else "",
                         input_json,
                         size,
@@ -460,7 +467,7 @@ class StreamParser:
                     sjson, scut = "", False
                 payloads.append(
                     ToolCallFinished(
-                        block["tool_use_id"],
+                        _id(block["tool_use_id"]),
                         "",
                         block.get("is_error") is True,
                         preview,
