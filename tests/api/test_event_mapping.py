@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.domain import events as d
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
+from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
 
@@ -216,3 +220,153 @@ def test_tool_call_and_stats():
         1,
         8,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Property: whatever JSON the CLI writes, every event it yields maps to a valid StreamEvent.
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+_KEYS = [
+    "session_id",
+    "uuid",
+    "parent_tool_use_id",
+    "agent_id",
+    "message",
+    "content",
+    "id",
+    "model",
+    "usage",
+    "event",
+    "tool_use_result",
+    "is_error",
+    "modelUsage",
+    "total_cost_usd",
+    "errors",
+    "permission_denials",
+    "result",
+    "request",
+    "response",
+    "rate_limit_info",
+    "tools",
+    "mcp_servers",
+    "compact_metadata",
+    "patch",
+    "status",
+]
+
+
+@st.composite
+def cli_lines(draw):
+    obj = draw(st.dictionaries(st.sampled_from(_KEYS), _json, max_size=6))
+    obj["type"] = draw(
+        st.sampled_from(
+            [
+                "assistant",
+                "user",
+                "system",
+                "result",
+                "stream_event",
+                "rate_limit_event",
+                "control_request",
+                "control_response",
+                "control_cancel_request",
+                "tool_progress",
+                "keep_alive",
+                "novel",
+            ]
+        )
+    )
+    obj["subtype"] = draw(
+        st.sampled_from(
+            [
+                "init",
+                "api_retry",
+                "status",
+                "compact_boundary",
+                "hook_response",
+                "permission_denied",
+                "task_updated",
+                "success",
+                "error_max_turns",
+                "novel",
+            ]
+        )
+    )
+    if obj["type"] in ("assistant", "user") and draw(st.booleans()):
+        block = draw(
+            st.dictionaries(
+                st.sampled_from(["id", "name", "input", "text", "tool_use_id", "content"]), _json, max_size=4
+            )
+        )
+        block["type"] = draw(st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image"]))
+        obj["message"] = {"id": "m", "model": "x", "content": [block], "usage": draw(_json)}
+    return orjson.dumps(obj) + b"\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(cli_lines(), max_size=6))
+def test_any_cli_json_maps_to_a_valid_stream_event(lines):
+    stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True, include_raw_unknown=True))
+    events = stream.feed(b"".join(lines)) + stream.finish()
+    for e in events:
+        msg = m.event_to_proto(e, job_id="j", phase_id="p")
+        assert events_pb2.StreamEvent.FromString(msg.SerializeToString()) == msg
+    for call in stream.tools.calls:
+        m.tool_call_to_proto(call).SerializeToString()
+    m.phase_cost_to_proto(stream.cost).SerializeToString()
+
+
+def test_numbers_out_of_the_protos_range_are_clamped_not_fatal():
+    lines = [
+        {
+            "type": "result",
+            "subtype": "success",
+            "num_turns": 2**40,
+            "result_index": 2**63,
+            "duration_ms": 2**64 - 1,
+            "api_error_status": 2**33,
+            "usage": {"input_tokens": 2**64 - 1},
+        },
+        {
+            "type": "system",
+            "subtype": "api_retry",
+            "attempt": 2**40,
+            "max_retries": -(2**40),
+            "retry_delay_ms": 2**64 - 1,
+        },
+        {"type": "tool_progress", "tool_use_id": "t", "elapsed_time_seconds": 1e300},
+        {"type": "rate_limit_event", "rate_limit_info": {"resetsAt": 10**18}},
+        {
+            "type": "stream_event",
+            "event": {
+                "type": "content_block_delta",
+                "index": 2**40,
+                "delta": {"type": "text_delta", "text": "x"},
+            },
+        },
+    ]
+    stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True))
+    events = stream.feed(b"".join(orjson.dumps(obj) + b"\n" for obj in lines))
+    protos = {m.payload_kind(e.payload): m.event_to_proto(e) for e in events}
+    result = protos["turn_result"].turn_result
+    assert (result.num_turns, result.result_index, result.api_error_status) == (
+        2**31 - 1,
+        2**31 - 1,
+        2**31 - 1,
+    )
+    assert result.usage.input_tokens == 2**63 - 1
+    assert result.duration.seconds == 315_576_000_000
+    assert protos["api_retry"].api_retry.max_retries == -(2**31)
+    assert protos["rate_limit"].rate_limit.resets_at.seconds == 253_402_300_799
+    for msg in protos.values():
+        msg.SerializeToString()

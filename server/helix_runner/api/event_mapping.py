@@ -19,15 +19,34 @@ from helix_runner.domain import events as d
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
+# Numbers the CLI writes are unbounded in JSON; the proto's are not. Out-of-range values are
+# clamped rather than failing the whole event (the mapping is total).
+_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_DURATION_MAX_NS = 315_576_000_000 * 1_000_000_000  # google.protobuf.Duration's range
+_TIMESTAMP_MIN_S, _TIMESTAMP_MAX_S = -62_135_596_800, 253_402_300_799  # years 1 to 9999
+
+
+def _i32(value: int) -> int:
+    return _I32_MAX if value > _I32_MAX else _I32_MIN if value < _I32_MIN else value
+
+
+def _i64(value: int) -> int:
+    return _I64_MAX if value > _I64_MAX else _I64_MIN if value < _I64_MIN else value
+
+
+def _set_duration_ns(field: duration_pb2.Duration, ns: int) -> None:
+    field.FromNanoseconds(max(-_DURATION_MAX_NS, min(ns, _DURATION_MAX_NS)))
+
+
+def _set_duration_ms(field: duration_pb2.Duration, ms: int) -> None:
+    _set_duration_ns(field, ms * 1_000_000)
+
 
 def _duration_ns(ns: int) -> duration_pb2.Duration:
     value = duration_pb2.Duration()
-    value.FromNanoseconds(ns)
+    _set_duration_ns(value, ns)
     return value
-
-
-def _duration_ms(ms: int) -> duration_pb2.Duration:
-    return _duration_ns(ms * 1_000_000)
 
 
 def _timestamp_ns(ns: int) -> timestamp_pb2.Timestamp:
@@ -43,12 +62,12 @@ def _timestamp_ns(ns: int) -> timestamp_pb2.Timestamp:
 def token_usage_to_proto(usage: d.TokenUsage) -> res.TokenUsage:
     """TokenUsage → resources.TokenUsage."""
     return res.TokenUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_input_tokens=usage.cache_read_input_tokens,
-        cache_write_5m_input_tokens=usage.cache_write_5m_input_tokens,
-        cache_write_1h_input_tokens=usage.cache_write_1h_input_tokens,
-        web_search_requests=usage.web_search_requests,
+        input_tokens=_i64(usage.input_tokens),
+        output_tokens=_i64(usage.output_tokens),
+        cache_read_input_tokens=_i64(usage.cache_read_input_tokens),
+        cache_write_5m_input_tokens=_i64(usage.cache_write_5m_input_tokens),
+        cache_write_1h_input_tokens=_i64(usage.cache_write_1h_input_tokens),
+        web_search_requests=_i64(usage.web_search_requests),
     )
 
 
@@ -105,7 +124,7 @@ def tool_call_to_proto(call: ToolCall, *, job_id: str = "", phase_id: str = "") 
     )
     if call.end_time_ns is not None:
         msg.end_time.FromNanoseconds(call.end_time_ns)
-        msg.duration.FromNanoseconds(max(call.end_time_ns - call.start_time_ns, 0))
+        _set_duration_ns(msg.duration, max(call.end_time_ns - call.start_time_ns, 0))
     return msg
 
 
@@ -135,7 +154,7 @@ def _session_init(p: d.SessionInit, m: ev.SessionInit) -> None:
     m.mcp_servers.extend(p.mcp_servers)
     m.capabilities.extend(p.capabilities)
     m.api_key_source = p.api_key_source
-    m.turn_index = p.turn_index
+    m.turn_index = _i32(p.turn_index)
 
 
 def _assistant_text(p: d.AssistantText, m: ev.AssistantText) -> None:
@@ -174,31 +193,31 @@ def _tool_call_finished(p: d.ToolCallFinished, m: ev.ToolCallFinished) -> None:
     m.structured_result_json = p.structured_result_json
     m.structured_result_truncated = p.structured_result_truncated
     if p.duration_ns is not None:
-        m.duration.FromNanoseconds(p.duration_ns)
+        _set_duration_ns(m.duration, p.duration_ns)
     if p.hook_duration_ms is not None:
-        m.hook_duration.FromNanoseconds(p.hook_duration_ms * 1_000_000)
+        _set_duration_ms(m.hook_duration, p.hook_duration_ms)
 
 
 def _api_retry(p: d.ApiRetry, m: ev.ApiRetry) -> None:
-    m.attempt = p.attempt
-    m.max_retries = p.max_retries
-    m.retry_delay.FromNanoseconds(p.retry_delay_ms * 1_000_000)
+    m.attempt = _i32(p.attempt)
+    m.max_retries = _i32(p.max_retries)
+    _set_duration_ms(m.retry_delay, p.retry_delay_ms)
     if p.error_status is not None:
-        m.error_status = p.error_status
+        m.error_status = _i32(p.error_status)
     m.error = p.error
 
 
 def _api_error(p: d.ApiError, m: ev.ApiError) -> None:
     m.error = p.error
     if p.api_error_status is not None:
-        m.api_error_status = p.api_error_status
+        m.api_error_status = _i32(p.api_error_status)
     m.message = p.message
 
 
 def _rate_limit(p: d.RateLimit, m: ev.RateLimit) -> None:
     m.status = p.status
     if p.resets_at_s is not None:
-        m.resets_at.FromSeconds(p.resets_at_s)
+        m.resets_at.FromSeconds(max(_TIMESTAMP_MIN_S, min(p.resets_at_s, _TIMESTAMP_MAX_S)))
     m.rate_limit_type = p.rate_limit_type
     m.utilization = p.utilization or 0.0
 
@@ -213,19 +232,19 @@ def _task(p: d.TaskEvent, m: ev.TaskEvent) -> None:
     m.status = p.status
     m.summary = p.summary
     m.backgrounded = p.backgrounded
-    m.total_tokens = p.total_tokens
-    m.tool_uses = p.tool_uses
+    m.total_tokens = _i64(p.total_tokens)
+    m.tool_uses = _i64(p.tool_uses)
     if p.duration_ms is not None:
-        m.duration.FromNanoseconds(p.duration_ms * 1_000_000)
+        _set_duration_ms(m.duration, p.duration_ms)
 
 
 def _compaction(p: d.Compaction, m: ev.Compaction) -> None:
     m.completed = p.completed
     m.trigger = p.trigger
-    m.pre_tokens = p.pre_tokens
-    m.post_tokens = p.post_tokens
+    m.pre_tokens = _i64(p.pre_tokens)
+    m.post_tokens = _i64(p.post_tokens)
     if p.duration_ms is not None:
-        m.duration.FromNanoseconds(p.duration_ms * 1_000_000)
+        _set_duration_ms(m.duration, p.duration_ms)
 
 
 def _cli_status(p: d.CliStatus, m: ev.CliStatus) -> None:
@@ -239,7 +258,7 @@ def _hook(p: d.HookEvent, m: ev.HookEvent) -> None:
     m.hook_name = p.hook_name
     m.hook_event = p.hook_event
     if p.exit_code is not None:
-        m.exit_code = p.exit_code
+        m.exit_code = _i32(p.exit_code)
     m.outcome = p.outcome
     m.output_preview = p.output_preview
 
@@ -254,7 +273,7 @@ def _permission_denied(p: d.PermissionDenied, m: ev.PermissionDenied) -> None:
 
 def _partial_delta(p: d.PartialDelta, m: ev.PartialDelta) -> None:
     m.kind = int(p.kind)
-    m.index = p.index
+    m.index = _i32(p.index)
     m.text = p.text
     m.message_id = p.message_id
     m.block_type = p.block_type
@@ -265,15 +284,15 @@ def _turn_result(p: d.TurnResult, m: ev.TurnResult) -> None:
     m.subtype = p.subtype
     m.is_error = p.is_error
     if p.api_error_status is not None:
-        m.api_error_status = p.api_error_status
+        m.api_error_status = _i32(p.api_error_status)
     m.terminal_reason = p.terminal_reason
-    m.num_turns = p.num_turns
+    m.num_turns = _i32(p.num_turns)
     m.result_text = p.result_text
     m.result_truncated = p.result_truncated
     if p.duration_ms is not None:
-        m.duration.FromNanoseconds(p.duration_ms * 1_000_000)
+        _set_duration_ms(m.duration, p.duration_ms)
     if p.api_duration_ms is not None:
-        m.api_duration.FromNanoseconds(p.api_duration_ms * 1_000_000)
+        _set_duration_ms(m.api_duration, p.api_duration_ms)
     if p.total_cost_usd is not None:
         m.total_cost_usd = p.total_cost_usd
     m.usage.CopyFrom(token_usage_to_proto(p.usage))
@@ -285,7 +304,7 @@ def _turn_result(p: d.TurnResult, m: ev.TurnResult) -> None:
             tool_name=denial.tool_name, tool_use_id=denial.tool_use_id, tool_input_json=denial.tool_input_json
         )
     m.errors.extend(p.errors)
-    m.result_index = p.result_index
+    m.result_index = _i32(p.result_index)
     m.stop_reason = p.stop_reason
 
 
@@ -314,7 +333,7 @@ def _user_message(p: d.UserMessage, m: ev.UserMessage) -> None:
 def _tool_progress(p: d.ToolProgress, m: ev.ToolProgress) -> None:
     m.tool_use_id = p.tool_use_id
     m.tool_name = p.tool_name
-    m.elapsed.FromNanoseconds(int(p.elapsed_s * 1_000_000_000))
+    _set_duration_ns(m.elapsed, int(min(max(p.elapsed_s, -3.2e11), 3.2e11) * 1_000_000_000))
 
 
 def _cost_update(p: d.CostUpdate, m: ev.CostUpdate) -> None:
