@@ -23,6 +23,7 @@ import argparse
 import codecs
 import gc
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -127,22 +128,8 @@ def make_ours(data: bytes) -> Callable[[], int]:
     return run
 
 
-def measure(run: Callable[[], int], seconds: float) -> tuple[float, int]:
-    """Repeat ``run`` for about ``seconds``; returns (elapsed, repetitions). One warm-up first."""
-    run()
-    gc.collect()
-    reps = 0
-    start = time.perf_counter()
-    deadline = start + seconds
-    while True:
-        run()
-        reps += 1
-        now = time.perf_counter()
-        if now >= deadline:
-            return now - start, reps
-
-
 def throughput(seconds: float, real: Path) -> None:
+    """Interleave the contenders replay by replay (a noisy machine then slows all of them alike)."""
     data = load_stream(real)
     n_lines = data.count(b"\n")
     contenders = [
@@ -150,22 +137,33 @@ def throughput(seconds: float, real: Path) -> None:
         ("claude-agent-sdk parser (peer)", make_sdk(data)),
         ("helix PhaseStream (ours)", make_ours(data)),
     ]
-    print(f"corpus: {len(data) / 1e6:.2f} MB, {n_lines} lines per replay; {seconds:g} s per contender")
-    rows = []
-    for name, run in contenders:
-        elapsed, reps = measure(run, seconds)
-        mbps = len(data) * reps / elapsed / 1e6
-        lps = n_lines * reps / elapsed
-        rows.append((name, reps, mbps, lps))
-    bare, sdk, ours = rows[0][2], rows[1][2], rows[2][2]
+    print(
+        f"corpus: {len(data) / 1e6:.2f} MB, {n_lines} lines per replay; {seconds:g} s per contender, interleaved"
+    )
+    for _, run in contenders:  # warm-up
+        run()
+    gc.collect()
+    times: list[list[float]] = [[] for _ in contenders]
+    while sum(times[2]) < seconds:
+        for i, (_, run) in enumerate(contenders):
+            start = time.perf_counter()
+            run()
+            times[i].append(time.perf_counter() - start)
+    rounds = len(times[0])
     print()
     print(f"| {'contender':<32} | {'replays':>7} | {'MB/s':>8} | {'lines/s':>10} |")
     print(f"|{'-' * 34}|{'-' * 9}|{'-' * 10}|{'-' * 12}|")
-    for name, reps, mbps, lps in rows:
-        print(f"| {name:<32} | {reps:>7} | {mbps:>8.1f} | {lps:>10,.0f} |")
+    for (name, _), spent in zip(contenders, times, strict=True):
+        total = sum(spent)
+        print(
+            f"| {name:<32} | {rounds:>7} | {len(data) * rounds / total / 1e6:>8.1f} | {n_lines * rounds / total:>10,.0f} |"
+        )
+    # Ratios: median over rounds of the per-round speed ratio (robust to a machine that drifts).
+    vs_sdk = statistics.median(s / o for s, o in zip(times[1], times[2], strict=True))
+    vs_bare = statistics.median(b / o for b, o in zip(times[0], times[2], strict=True))
     print()
-    print(f"ours / SDK  = {ours / sdk:.2f}x   (goal >= 1.5x)")
-    print(f"ours / bare = {ours / bare:.2f}x   (goal >= 0.5x)")
+    print(f"ours / SDK  = {vs_sdk:.2f}x   (goal >= 1.5x)")
+    print(f"ours / bare = {vs_bare:.2f}x   (goal >= 0.5x)")
 
 
 # ------------------------------------------------------------------------------------------------
