@@ -1,0 +1,108 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Code } from "@connectrpc/connect";
+import {
+  createRunnerClient,
+  enumName,
+  ERROR_DOMAIN,
+  errorInfo,
+  ErrorReason,
+  eventKind,
+  PhaseStatus,
+  PhaseStatusSchema,
+  RunnerError,
+  runPhase,
+  watchPhase,
+  type RunnerClient,
+} from "../src/index.js";
+import { startFakeServer, type FakeServer } from "./fake_server.js";
+
+describe("against a fake RunnerService over gRPC", () => {
+  let server: FakeServer;
+  let client: RunnerClient;
+
+  before(async () => {
+    server = await startFakeServer();
+    client = createRunnerClient({ address: server.address, token: "s3cret" });
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it("runPhase yields every event in order, then exposes the result", async () => {
+    const phase = runPhase(client, { jobId: "job-1", prompt: "hi", workingDir: "/tmp" });
+    const { events, result } = await phase.collect();
+    assert.deepEqual(events.map((e) => e.sequence), [1n, 2n, 3n]);
+    assert.equal(eventKind(events[0]!), "assistant_text");
+    assert.equal(result.status, PhaseStatus.SUCCEEDED);
+    assert.equal(enumName(PhaseStatusSchema, result.status), "PHASE_STATUS_SUCCEEDED");
+    assert.equal(phase.result, result);
+    assert.equal(server.authorization.at(-1), "Bearer s3cret");
+  });
+
+  it("watchPhase starts after the cursor", async () => {
+    const { events, result } = await watchPhase(client, "job-1", "p1", 1n).collect();
+    assert.deepEqual(events.map((e) => e.sequence), [2n, 3n]);
+    assert.equal(result.status, PhaseStatus.CANCELLED);
+  });
+
+  it("cancel() ends the call on the server", async () => {
+    const phase = runPhase(client, { jobId: "slow", prompt: "hi", workingDir: "/tmp" });
+    for await (const event of phase) {
+      assert.equal(event.sequence, 1n);
+      phase.cancel();
+    }
+    await waitFor(() => server.cancelled.includes("slow"));
+    assert.equal(phase.result, undefined);
+  });
+
+  it("breaking out of the loop cancels the call too", async () => {
+    server.cancelled.length = 0;
+    const phase = runPhase(client, { jobId: "slow", prompt: "hi", workingDir: "/tmp" });
+    for await (const _ of phase) break;
+    await waitFor(() => server.cancelled.includes("slow"));
+  });
+
+  it("a stream that ends without a result is an Internal RunnerError", async () => {
+    const phase = runPhase(client, { jobId: "truncated", prompt: "hi", workingDir: "/tmp" });
+    await assert.rejects(phase.collect(), (err: unknown) => {
+      assert.ok(err instanceof RunnerError);
+      assert.equal(err.code, Code.Internal);
+      return true;
+    });
+  });
+
+  it("decodes ErrorInfo from grpc-status-details-bin", async () => {
+    const err = await client.getJob({ jobId: "nope" }).then(
+      () => assert.fail("expected an error"),
+      (e: unknown) => RunnerError.from(e),
+    );
+    assert.equal(err.code, Code.NotFound);
+    assert.equal(err.rawMessage, "job nope does not exist");
+    assert.equal(err.reason, "JOB_NOT_FOUND");
+    assert.equal(err.domain, ERROR_DOMAIN);
+    assert.deepEqual(err.metadata, { job_id: "nope" });
+    assert.equal(err.errorReason, ErrorReason.JOB_NOT_FOUND);
+    assert.equal(err.message, "NotFound: job nope does not exist [JOB_NOT_FOUND]");
+
+    const raw = await client.pausePhase({ jobId: "j", phaseId: "p" }).catch((e: unknown) => e);
+    assert.equal(errorInfo(raw)?.reason, "NOT_IMPLEMENTED");
+    assert.equal(RunnerError.from(raw).errorReason, ErrorReason.NOT_IMPLEMENTED);
+  });
+
+  it("errors without details, or with reasons from elsewhere, decode to undefined", () => {
+    const plain = RunnerError.from(new Error("boom"));
+    assert.equal(plain.info, undefined);
+    assert.equal(plain.reason, undefined);
+    assert.deepEqual(plain.metadata, {});
+    assert.equal(plain.errorReason, undefined);
+  });
+});
+
+async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("timed out waiting");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
