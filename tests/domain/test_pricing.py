@@ -95,3 +95,10 @@ def test_split_cache_writes(total, split_5m, split_1h, main_loop_1h, expected):
     write_5m, write_1h = split_cache_writes(total, split_5m, split_1h, main_loop_1h)
     assert (write_5m, write_1h) == expected
     assert write_5m + write_1h >= total  # never loses a token
+
+
+def test_preload_loads_the_table_up_front():
+    from helix_runner.domain.pricing import preload
+
+    preload()
+    assert PriceTable().lookup("claude-haiku-4-5-20251001")[1] is PricingSource.PRICE_TABLE

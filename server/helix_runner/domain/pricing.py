@@ -109,6 +109,17 @@ class PriceTable:
         return price.cost_usd(usage), source
 
 
+def preload() -> None:
+    """Load genai-prices' table now (it takes most of a second) rather than at the first price lookup.
+
+    The first lookup otherwise happens inside ``PhaseStream.feed`` when the first cost is computed;
+    a server calls this once at startup so that no phase's event loop pays for it.
+    """
+    from genai_prices import data_snapshot
+
+    data_snapshot.get_snapshot()
+
+
 def _from_genai_prices(model: str, at: datetime) -> ModelPrice | None:
     """Base-tier prices of ``model`` from genai-prices' bundled snapshot, or None if unknown."""
     from genai_prices import data_snapshot  # imported lazily: loading the table takes ~100 ms
