@@ -106,10 +106,12 @@ class PhaseStream:
         parse = self._parser.parse
         ledger = self._ledger
         tools = self._tools
+        seq = self._sequence  # kept in a local on the hot path; written back before any other use
         for item in items:
             if item.__class__ is ParseError:
                 self._parse_errors += 1
-                append(self._event(now, self._session_id or "", "", "", item))  # type: ignore[arg-type]
+                seq += 1
+                append(Event(seq, now, self._session_id or "", "", "", "", item))  # type: ignore[arg-type]
                 continue
             sid, parent, agent, uid, payloads, usage = parse(*item)  # type: ignore[misc]
             cost_changed = False
@@ -126,23 +128,14 @@ class PhaseStream:
                     sid = self._session_id or ""
                 for payload in payloads:
                     cls = payload.__class__
+                    seq += 1
                     if cls not in _SIDE_EFFECTS:  # the common case: text, thinking, system lines
-                        self._sequence += 1
-                        append(Event(self._sequence, now, sid, parent, agent, uid, payload))
+                        append(Event(seq, now, sid, parent, agent, uid, payload))
                         continue
                     if cls is ToolCallStarted:
-                        self._sequence += 1
-                        append(Event(self._sequence, now, sid, parent, agent, uid, payload))
-                        tools.start(
-                            payload,
-                            time_ns=now,
-                            sequence=self._sequence,
-                            parent_tool_use_id=parent,
-                            agent_id=agent,
-                        )
-                        continue
-                    if cls is ToolCallFinished:
-                        payload = self._tool_finished(now, payload)
+                        tools.start(payload, now, seq, parent, agent)
+                    elif cls is ToolCallFinished:
+                        payload = self._tool_finished(now, seq, payload)
                     elif cls is TurnResult:
                         self._results.append(payload)
                         self._result_count += 1
@@ -160,12 +153,14 @@ class PhaseStream:
                             )
                     elif cls is ParseError:
                         self._parse_errors += 1
-                    self._sequence += 1
-                    append(Event(self._sequence, now, sid, parent, agent, uid, payload))
+                    append(Event(seq, now, sid, parent, agent, uid, payload))
             if cost_changed and (
                 self._last_cost_ns is None or now - self._last_cost_ns >= COST_UPDATE_INTERVAL_NS
             ):
+                self._sequence = seq
                 self._cost_event(now, out)
+                seq = self._sequence
+        self._sequence = seq
         return out
 
     def finish(self) -> list[Event]:
@@ -248,9 +243,9 @@ class PhaseStream:
         self._last_cost_ns = now
         out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
 
-    def _tool_finished(self, now: int, payload: ToolCallFinished) -> ToolCallFinished:
+    def _tool_finished(self, now: int, sequence: int, payload: ToolCallFinished) -> ToolCallFinished:
         """Close the call in the tracker; the event gets the call's name and durations."""
-        closed = self._tools.finish(payload, time_ns=now, sequence=self._sequence + 1)
+        closed = self._tools.finish(payload, now, sequence)
         if closed is None:
             return payload  # orphan result: name unknown, no duration
         name, duration_ns, hook_ms = closed

@@ -215,7 +215,6 @@ class ToolTracker:
     def start(
         self,
         started: ToolCallStarted,
-        *,
         time_ns: int,
         sequence: int,
         parent_tool_use_id: str = "",
@@ -246,7 +245,7 @@ class ToolTracker:
             self._open.pop(oldest, None)
 
     def finish(
-        self, finished: ToolCallFinished, *, time_ns: int, sequence: int
+        self, finished: ToolCallFinished, time_ns: int, sequence: int
     ) -> tuple[str, int, int | None] | None:
         """Close a call with its ``tool_result``: returns (name, duration ns, hook ms), None for an orphan.
 
