@@ -38,3 +38,18 @@ def claude_sandbox(claude_binary: ClaudeBinary, tmp_path: Path) -> ClaudeSandbox
     home.mkdir()
     workdir.mkdir()
     return ClaudeSandbox(binary=claude_binary.path, home=home, workdir=workdir)
+
+
+@pytest.fixture
+def runner_factory(tmp_path: Path):
+    """``async with runner_factory(api, **config) as runner``: the real server in-process (see support)."""
+    from contextlib import asynccontextmanager
+
+    from support.runner_server import start_runner
+
+    @asynccontextmanager
+    async def factory(api=None, **config):
+        async for harness in start_runner(tmp_path, api, **config):
+            yield harness
+
+    return factory

@@ -17,10 +17,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from helix.runner.v1 import runner_service_pb2, runner_service_pb2_grpc
+from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
-from helix_runner.api.servicer import RunnerServicer
+from helix_runner.api.record_codec import ProtoRecordCodec
+from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.config import ServerConfig
+from helix_runner.phase_manager import PhaseManager
+from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -42,18 +45,42 @@ class RunningServer:
     health: health.aio.HealthServicer
     port: int
     store: SqliteStore
+    manager: PhaseManager
+    offline_api: ScriptedApi | None = None
 
     async def drain(self, grace: float) -> None:
-        """Stops accepting work, lets calls finish for ``grace`` seconds, then stops."""
+        """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
         for name in (READINESS, SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
-        await self.server.stop(grace)
+        await self.manager.drain(grace)
+        # Streams have delivered their final results by now; give them a moment to flush.
+        await self.server.stop(1.0)
         self.store.close()
+        if self.offline_api is not None:
+            self.offline_api.stop()
 
 
-async def start_server(config: ServerConfig) -> RunningServer:
-    """Opens the store, binds the port and starts serving."""
+def _start_offline_api(config: ServerConfig) -> tuple[ScriptedApi | None, dict[str, str]]:
+    """Offline mode: a scripted loopback Messages API the CLI talks to instead of Anthropic."""
+    if config.offline_script is None:
+        return None, {}
+    try:
+        script = Script.load(config.offline_script)
+    except (OSError, ScriptError, ValueError) as exc:
+        raise StartupError(f"cannot load offline script {config.offline_script}: {exc}") from None
+    api = ScriptedApi(script).start()
+    log.warning("offline mode: the CLI talks to a scripted Messages API, not Anthropic",
+                extra={"fields": {"base_url": api.base_url, "script": str(config.offline_script)}})
+    return api, {
+        "ANTHROPIC_BASE_URL": api.base_url,
+        "ANTHROPIC_API_KEY": "offline-mode",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+
+
+async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
+    """Opens the store, recovers phases a previous process left active, binds the port, serves."""
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         probe = config.data_dir / ".write-test"
@@ -79,7 +106,12 @@ async def start_server(config: ServerConfig) -> RunningServer:
             ("grpc.so_reuseport", 0),
         ],
     )
-    runner_service_pb2_grpc.add_RunnerServiceServicer_to_server(RunnerServicer(), server)
+    offline_api, env_overrides = _start_offline_api(config)
+    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=env_overrides)
+    recovered = manager.recover()
+    if recovered:
+        log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
+    add_runner_service(RunnerServicer(manager), server)
 
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -105,7 +137,7 @@ async def start_server(config: ServerConfig) -> RunningServer:
                           "workspace_roots": [str(r) for r in config.workspace_roots],
                           "auth": token is not None}},
     )
-    return RunningServer(server, health_servicer, port, store)
+    return RunningServer(server, health_servicer, port, store, manager, offline_api)
 
 
 async def serve(config: ServerConfig) -> None:

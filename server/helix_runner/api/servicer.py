@@ -1,23 +1,49 @@
 """RunnerService over gRPC: translates requests to domain calls and domain results to messages.
 
-This is the only place (with ``event_mapping`` and ``errors``) that touches generated code.
-Every handler converts ``RunnerError`` into a rich status; nothing else leaks to the caller.
+Only this package imports generated code. Every handler turns ``RunnerError`` into a rich
+status; nothing else leaks to the caller. The two streaming RPCs send pre-encoded bytes (see
+``wire``), so they are registered by ``add_runner_service`` with a pass-through serializer.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
-from helix.runner.v1 import runner_service_pb2_grpc
+from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
+from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
-from helix_runner.errors import RunnerError, not_implemented
+from helix_runner.api.pagination import make_token, page_size, read_token
+from helix_runner.api.record_codec import tool_stats_from_bytes
+from helix_runner.api.wire import event_responses, result_response
+from helix_runner.domain.events import ControlEvent, ControlEventKind
+from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.errors import RunnerError, invalid_field, not_implemented
+from helix_runner.phase_manager import DEFAULT_PROJECT, PhaseManager
+from helix_runner.store.sqlite_store import JobRow, PhaseRow
 
 log = logging.getLogger(__name__)
+
+_PERMISSION_MODES = {
+    resources_pb2.PERMISSION_MODE_UNSPECIFIED: "",
+    resources_pb2.PERMISSION_MODE_DEFAULT: "default",
+    resources_pb2.PERMISSION_MODE_ACCEPT_EDITS: "acceptEdits",
+    resources_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS: "bypassPermissions",
+    resources_pb2.PERMISSION_MODE_PLAN: "plan",
+    resources_pb2.PERMISSION_MODE_DONT_ASK: "dontAsk",
+}
+_ON_DISCONNECT = {
+    resources_pb2.ON_DISCONNECT_UNSPECIFIED: "CANCEL",
+    resources_pb2.ON_DISCONNECT_CANCEL: "CANCEL",
+    resources_pb2.ON_DISCONNECT_DETACH: "DETACH",
+}
 
 
 def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -33,8 +59,231 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
     return wrapper
 
 
+def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str) -> PhaseSpec:
+    """The validated domain spec for a RunPhase request."""
+    o = request.options
+    if o.breakpoints:
+        raise not_implemented("options.breakpoints", "breakpoints arrive with issue 5 (job control)")
+    if o.permission_mode not in _PERMISSION_MODES:
+        raise invalid_field("options.permission_mode", f"unknown value {o.permission_mode}")
+    return PhaseSpec.create(
+        job_id=request.job_id,
+        phase_id=phase_id,
+        project_id=request.project_id,
+        prompt=request.prompt,
+        working_dir=request.working_dir,
+        model=o.model,
+        allowed_tools=tuple(o.allowed_tools),
+        disallowed_tools=tuple(o.disallowed_tools),
+        permission_mode=_PERMISSION_MODES[o.permission_mode],
+        max_turns=o.max_turns,
+        max_budget_usd=o.max_budget_usd if o.HasField("max_budget_usd") else None,
+        append_system_prompt=o.append_system_prompt,
+        resume_session_id=o.resume_session_id,
+        timeout_s=o.timeout.ToNanoseconds() / 1e9,
+        idle_timeout_s=o.idle_timeout.ToNanoseconds() / 1e9,
+        include_partial_messages=o.include_partial_messages,
+        include_raw_unknown=o.include_raw_unknown,
+        on_disconnect=_ON_DISCONNECT.get(o.on_disconnect, "CANCEL"),
+        env=dict(o.env),
+        fallback_model=o.fallback_model,
+    )
+
+
 class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     """The gRPC face of the runner."""
+
+    def __init__(self, manager: PhaseManager):
+        self.manager = manager
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
+        try:
+            spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
+            live = await self.manager.start(spec)
+        except RunnerError as exc:
+            await abort(context, exc)
+            return
+        completed = False
+        try:
+            async for delivery in live.events.subscribe(0):
+                if delivery.result is not None:
+                    yield result_response(delivery.result)
+                    completed = True
+                    return
+                for message in event_responses(delivery.events):
+                    yield message
+        finally:
+            # Cleanup belongs in finally: a client cancel arrives as CancelledError or as a failed
+            # write, depending on where the handler was (notes/grpc-python-service.md §3.2).
+            if not completed and not live.done.is_set():
+                if spec.on_disconnect == "DETACH":
+                    live.run.emit(ControlEvent(ControlEventKind.DETACHED, message="the RunPhase caller went away"))
+                else:
+                    live.run.request_stop_with_reason(EndCause.CANCELLED, "the RunPhase caller disconnected")
+
+    async def WatchPhase(self, request, context) -> AsyncIterator[bytes]:
+        try:
+            deliveries = await self.manager.watch(request.job_id, request.phase_id, request.after_sequence)
+        except RunnerError as exc:
+            await abort(context, exc)
+            return
+        async for delivery in deliveries:
+            if delivery.result is not None:
+                if delivery.result:
+                    yield result_response(delivery.result)
+                return
+            for message in event_responses(delivery.events):
+                yield message
+
+    # -- jobs and phases -------------------------------------------------------------------
+
+    def _phase(self, row: PhaseRow) -> resources_pb2.Phase:
+        msg = resources_pb2.Phase(
+            job_id=row.job_id, phase_id=row.phase_id, project_id=row.project_id,
+            status=int(PhaseStatus[row.status]), status_reason=row.status_reason, session_id=row.session_id,
+            model=row.model, working_dir=row.working_dir, last_sequence=row.last_sequence, prompt=row.prompt,
+            on_disconnect=resources_pb2.ON_DISCONNECT_DETACH if row.on_disconnect == "DETACH"
+            else resources_pb2.ON_DISCONNECT_CANCEL,
+        )
+        msg.create_time.FromNanoseconds(row.create_time_ns)
+        if row.start_time_ns:
+            msg.start_time.FromNanoseconds(row.start_time_ns)
+        if row.end_time_ns:
+            msg.end_time.FromNanoseconds(row.end_time_ns)
+        live = self.manager.get_live(row.job_id, row.phase_id)
+        if live is not None and not live.done.is_set():
+            # Live figures are fresher than the last persisted snapshot.
+            stream = live.run.stream
+            msg.cost.CopyFrom(m.phase_cost_to_proto(stream.cost))
+            msg.tool_stats.extend(m.tool_stats_to_proto(s) for s in stream.tools.stats())
+            current = stream.tools.current
+            if current is not None:
+                msg.current_tool.CopyFrom(m.tool_call_to_proto(current, job_id=row.job_id, phase_id=row.phase_id))
+            msg.last_sequence = live.events.last_sequence
+            return msg
+        if row.cost_json:
+            msg.cost.ParseFromString(row.cost_json)
+        msg.tool_stats.extend(tool_stats_from_bytes(row.tool_stats_json))
+        if row.result_json:
+            msg.result.ParseFromString(row.result_json)
+            if not msg.result.HasField("cost") and msg.HasField("cost"):
+                msg.result.cost.CopyFrom(msg.cost)
+        return msg
+
+    def _job(self, job: JobRow) -> resources_pb2.Job:
+        phases = [self._phase(r) for r in self.manager.store.list_phases(job.job_id)]
+        msg = resources_pb2.Job(job_id=job.job_id, project_id=job.project_id, status=int(PhaseStatus[job.status]),
+                                phases=phases)
+        msg.create_time.FromNanoseconds(job.create_time_ns)
+        msg.update_time.FromNanoseconds(job.update_time_ns)
+        msg.cost.CopyFrom(self._totals(job_id=job.job_id))
+        return msg
+
+    @_unary
+    async def GetJob(self, request, context):
+        return runner_service_pb2.GetJobResponse(job=self._job(self.manager.require_job(request.job_id)))
+
+    @_unary
+    async def ListJobs(self, request, context):
+        size = page_size(request.page_size, 50, 500)
+        statuses = sorted(resources_pb2.PhaseStatus.Name(s).removeprefix("PHASE_STATUS_") for s in request.statuses)
+        query = {"project": request.project_id, "statuses": statuses}
+        position = read_token(request.page_token, query)
+        rows = self.manager.store.list_jobs(request.project_id or None, statuses, size + 1,
+                                            tuple(position) if position else None)
+        more = len(rows) > size
+        rows = rows[:size]
+        token = make_token(query, [rows[-1].create_time_ns, rows[-1].job_id]) if more and rows else ""
+        return runner_service_pb2.ListJobsResponse(jobs=[self._job(r) for r in rows], next_page_token=token)
+
+    @_unary
+    async def ListToolCalls(self, request, context):
+        self.manager.require_job(request.job_id)
+        if request.phase_id:
+            self.manager.require_phase(request.job_id, request.phase_id)
+        size = page_size(request.page_size, 100, 1000)
+        statuses = ["FAILED", "UNFINISHED"] if request.only_failed else []
+        query = {"job": request.job_id, "phase": request.phase_id, "tool": request.tool_name,
+                 "failed": request.only_failed}
+        position = read_token(request.page_token, query)
+        store = self.manager.store
+        rows = store.list_tool_calls(request.job_id, request.phase_id or None, request.tool_name or None, statuses,
+                                     size + 1, tuple(position) if position else None)
+        more = len(rows) > size
+        rows = rows[:size]
+        calls = [_tool_call(r.body, r.status) for r in rows]
+        token = ""
+        if more and rows:
+            last = rows[-1]
+            token = make_token(query, [store.phase_ordinal(request.job_id, last.phase_id), last.start_sequence,
+                                       last.tool_use_id])
+        everything = store.list_tool_calls(request.job_id, request.phase_id or None, request.tool_name or None,
+                                           statuses, 1_000_000)
+        stats = _stats([_tool_call(r.body, r.status) for r in everything])
+        return runner_service_pb2.ListToolCallsResponse(tool_calls=calls, next_page_token=token, stats=stats)
+
+    def _totals(self, *, project_id: str | None = None, job_id: str | None = None,
+                phase_id: str | None = None) -> resources_pb2.CostTotals:
+        store = self.manager.store
+        totals = resources_pb2.CostTotals()
+        phases = store.phases_in_scope(project_id=project_id, job_id=job_id, phase_id=phase_id)
+        totals.phase_count = len(phases)
+        totals.reported_usd = sum(p.reported_usd or 0.0 for p in phases)
+        totals.computed_usd = sum(p.computed_usd for p in phases)
+        totals.computed_only_phase_count = sum(1 for p in phases if p.computed_only)
+        by_model: dict[str, resources_pb2.ModelCost] = {}
+        unpriced: set[str] = set()
+        for _, _, row in store.model_costs(project_id=project_id, job_id=job_id, phase_id=phase_id):
+            mc = by_model.setdefault(row.model, resources_pb2.ModelCost(model=row.model))
+            t = mc.tokens
+            t.input_tokens += row.input_tokens
+            t.output_tokens += row.output_tokens
+            t.cache_read_input_tokens += row.cache_read_input_tokens
+            t.cache_write_5m_input_tokens += row.cache_write_5m_input_tokens
+            t.cache_write_1h_input_tokens += row.cache_write_1h_input_tokens
+            t.web_search_requests += row.web_search_requests
+            if row.reported_usd is not None:
+                mc.reported_usd = (mc.reported_usd if mc.HasField("reported_usd") else 0.0) + row.reported_usd
+            mc.computed_usd += row.computed_usd
+            source = resources_pb2.PricingSource.Value(f"PRICING_SOURCE_{row.pricing_source}")
+            if row.pricing_source == "UNPRICED":
+                unpriced.add(row.model)
+            if mc.pricing_source in (resources_pb2.PRICING_SOURCE_UNSPECIFIED, resources_pb2.PRICING_SOURCE_PRICE_TABLE):
+                mc.pricing_source = source
+        for model in sorted(by_model):
+            mc = by_model[model]
+            totals.models.append(mc)
+            for field in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens",
+                          "cache_write_1h_input_tokens", "web_search_requests"):
+                setattr(totals.tokens, field, getattr(totals.tokens, field) + getattr(mc.tokens, field))
+        totals.unpriced_models.extend(sorted(unpriced))
+        return totals
+
+    @_unary
+    async def GetCostTotals(self, request, context):
+        if request.phase_id and not request.job_id:
+            raise invalid_field("job_id", "is required when phase_id is set")
+        if request.job_id:
+            self.manager.require_job(request.job_id)
+            if request.phase_id:
+                self.manager.require_phase(request.job_id, request.phase_id)
+            totals = self._totals(job_id=request.job_id, phase_id=request.phase_id or None)
+        else:
+            totals = self._totals(project_id=request.project_id or DEFAULT_PROJECT)
+        return runner_service_pb2.GetCostTotalsResponse(totals=totals)
+
+    @_unary
+    async def CancelPhase(self, request, context):
+        if len(request.reason.encode()) > 1024:
+            raise invalid_field("reason", "exceeds 1 KiB")
+        live = self.manager.cancel(request.job_id, request.phase_id, request.reason)
+        await live.done.wait()
+        row = self.manager.require_phase(request.job_id, request.phase_id)
+        return runner_service_pb2.CancelPhaseResponse(phase=self._phase(row))
+
+    # -- job control (issue 5) -------------------------------------------------------------
 
     @_unary
     async def PausePhase(self, request, context):
@@ -76,30 +325,55 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     async def ResolveToolCall(self, request, context):
         raise not_implemented("ResolveToolCall", "approve / deny / edit of held tool calls arrives with issue 5")
 
-    @_unary
-    async def CancelPhase(self, request, context):
-        raise not_implemented("CancelPhase", "phase supervision arrives with issue 4")
 
-    @_unary
-    async def GetJob(self, request, context):
-        raise not_implemented("GetJob", "job and phase persistence arrives with issue 4")
+def _tool_call(body: bytes, status: str) -> resources_pb2.ToolCall:
+    call = resources_pb2.ToolCall.FromString(body)
+    # The status column is authoritative: recovery marks calls UNFINISHED without re-encoding them.
+    call.status = resources_pb2.ToolCallStatus.Value(f"TOOL_CALL_STATUS_{status}")
+    return call
 
-    @_unary
-    async def ListJobs(self, request, context):
-        raise not_implemented("ListJobs", "job and phase persistence arrives with issue 4")
 
-    @_unary
-    async def ListToolCalls(self, request, context):
-        raise not_implemented("ListToolCalls", "tool-call persistence arrives with issue 4")
+def _stats(calls: list[resources_pb2.ToolCall]) -> list[resources_pb2.ToolStats]:
+    groups: dict[str, list[resources_pb2.ToolCall]] = defaultdict(list)
+    for call in calls:
+        groups[call.name].append(call)
+    out = []
+    for name in sorted(groups):
+        group = groups[name]
+        durations = sorted(c.duration.ToNanoseconds() for c in group if c.HasField("duration"))
+        stats = resources_pb2.ToolStats(
+            name=name, count=len(group),
+            failures=sum(1 for c in group if c.status == resources_pb2.TOOL_CALL_STATUS_FAILED),
+            unfinished=sum(1 for c in group if c.status in (resources_pb2.TOOL_CALL_STATUS_UNFINISHED,
+                                                            resources_pb2.TOOL_CALL_STATUS_RUNNING,
+                                                            resources_pb2.TOOL_CALL_STATUS_HELD)),
+        )
+        if durations:
+            stats.total_duration.FromNanoseconds(sum(durations))
+            stats.mean_duration.FromNanoseconds(sum(durations) // len(durations))
+            stats.p95_duration.FromNanoseconds(durations[max(0, -(-95 * len(durations) // 100) - 1)])
+        out.append(stats)
+    return out
 
-    @_unary
-    async def GetCostTotals(self, request, context):
-        raise not_implemented("GetCostTotals", "cost persistence arrives with issue 4")
 
-    async def RunPhase(self, request, context):
-        await abort(context, not_implemented("RunPhase", "phase supervision of the claude CLI arrives with issue 4"))
-        yield  # pragma: no cover
+def _pass_through(message: bytes | Any) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
-    async def WatchPhase(self, request, context):
-        await abort(context, not_implemented("WatchPhase", "watching recorded phases arrives with issue 4"))
-        yield  # pragma: no cover
+
+def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> None:
+    """Registers the service; the streaming methods may yield pre-encoded response bytes."""
+    service = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+    handlers = {}
+    for method in service.methods:
+        request_cls = getattr(runner_service_pb2, method.input_type.name)
+        behaviour = getattr(servicer, method.name)
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                behaviour, request_deserializer=request_cls.FromString, response_serializer=_pass_through)
+        else:
+            response_cls = getattr(runner_service_pb2, method.output_type.name)
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                behaviour, request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)

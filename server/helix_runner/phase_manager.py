@@ -1,0 +1,266 @@
+"""Admits, runs, and answers for phases: the application service behind the API.
+
+It validates a request into a launch plan (claude binary, workspace root, composed environment,
+preflight), records the job and phase, runs the phase as a task that belongs to the server (not
+to any RPC, so a watcher can come and go), and answers queries from the store. At startup it
+marks phases a previous server left active as INTERRUPTED; on drain it stops running phases and
+records them INTERRUPTED too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+
+from helix_runner.config import ServerConfig
+from helix_runner.domain.events import Event, PhaseStatusChanged
+from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.phase_stream import PhaseStreamOptions
+from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.event_log import Delivery, PhaseEventLog, replay
+from helix_runner.phase_runner import LaunchPlan, PhaseRun
+from helix_runner.record_codec import RecordCodec
+from helix_runner.runner.child_env import compose_child_env, missing_commands
+from helix_runner.runner.claude_command import build_argv, prompt_line
+from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.runner.process_group import kill_leftover_group
+from helix_runner.runner.supervisor import ProcessLimits
+from helix_runner.runner.workspace import resolve_working_dir
+from helix_runner.store.sqlite_store import (
+    AlreadyExistsError,
+    EventRow,
+    JobRow,
+    PhaseRow,
+    SqliteStore,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROJECT = "default"
+
+
+@dataclass
+class LivePhase:
+    """A phase running in this server process."""
+
+    run: PhaseRun
+    events: PhaseEventLog
+    task: asyncio.Task | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PhaseManager:
+    """Starts phases and answers for them; one per server."""
+
+    def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, *,
+                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None):
+        self.config = config
+        self.store = store
+        self.codec = codec
+        self.server_env = dict(os.environ if server_env is None else server_env)
+        self.env_overrides = dict(env_overrides or {})
+        self.live: dict[tuple[str, str], LivePhase] = {}
+        self.draining = False
+        self._claude: ClaudeBinary | None = None
+
+    # -- admission -------------------------------------------------------------------------
+
+    def locate_claude(self) -> ClaudeBinary:
+        """The claude binary (cached); FAILED_PRECONDITION naming where it looked."""
+        if self._claude is None:
+            try:
+                self._claude = locate_claude(self.config.claude_path, env=self.server_env)
+            except ClaudeNotFoundError as exc:
+                raise RunnerError(ErrorKind.FAILED_PRECONDITION, "CLAUDE_NOT_FOUND", str(exc),
+                                  {"searched": str(exc)}) from None
+        return self._claude
+
+    async def start(self, spec: PhaseSpec) -> LivePhase:
+        """Validates, records and starts a phase; it runs until it ends, whoever watches."""
+        if self.draining:
+            raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
+        active = sum(1 for lp in self.live.values() if not lp.done.is_set())
+        if active >= self.config.max_concurrent_phases:
+            raise RunnerError(ErrorKind.RESOURCE_EXHAUSTED, "TOO_MANY_PHASES",
+                              f"{active} phases are running; the limit is {self.config.max_concurrent_phases}",
+                              {"limit": self.config.max_concurrent_phases})
+        workdir = resolve_working_dir(spec.working_dir, self.config.workspace_roots)
+        if spec.permission_mode == "bypassPermissions" and not self.config.allow_bypass_permissions:
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                              "options.permission_mode: bypassPermissions is disabled on this server",
+                              {"field": "options.permission_mode"})
+        env = compose_child_env(
+            self.server_env, inherit=self.config.inherit_env, path_prefix=self.config.path_prefix,
+            request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
+        )
+        missing = missing_commands(self.config.required_commands, env)
+        if missing:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
+                              f"required commands not found on the phase's PATH: {', '.join(missing)}",
+                              {"missing": ",".join(missing)})
+        claude = self.locate_claude()
+
+        now = time.time_ns()
+        project = spec.project_id or DEFAULT_PROJECT
+        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
+        if job.project_id != project:
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                              f"project_id: job {spec.job_id} belongs to project {job.project_id}",
+                              {"field": "project_id", "job_id": spec.job_id})
+        recording_dir = self.config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{uuid.uuid4().hex}"
+        try:
+            self.store.insert_phase(PhaseRow(
+                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
+                status=PhaseStatus.PENDING.name, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
+            ))
+        except AlreadyExistsError:
+            raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
+                              f"phase {spec.phase_id} already exists in job {spec.job_id}",
+                              {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
+
+        plan = LaunchPlan(
+            argv=tuple(build_argv(str(claude.path), spec)),
+            cwd=workdir,
+            env=env,
+            stdin_lines=(prompt_line(spec.prompt),),
+            limits=ProcessLimits(
+                timeout=spec.timeout_s or self.config.default_phase_timeout_seconds,
+                idle_timeout=spec.idle_timeout_s or self.config.default_idle_timeout_seconds,
+                exit_grace=self.config.exit_grace_seconds,
+            ),
+            claude_path=f"{claude.path} ({claude.found_via})",
+            recording_dir=recording_dir,
+            stream_options=PhaseStreamOptions(
+                max_line_bytes=self.config.max_line_bytes,
+                include_partial_messages=spec.include_partial_messages,
+                include_raw_unknown=spec.include_raw_unknown,
+            ),
+        )
+        events = PhaseEventLog(self.store, spec.job_id, spec.phase_id)
+        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events), events)
+        self.live[(spec.job_id, spec.phase_id)] = live
+        live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
+        log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,
+                                                     "working_dir": str(workdir)}})
+        return live
+
+    async def _drive(self, live: LivePhase) -> None:
+        try:
+            await live.run.run()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("phase task failed")
+        finally:
+            live.done.set()
+            # Keep finished phases out of the live table; watchers read them from the store.
+            self.live.pop((live.run.job_id, live.run.phase_id), None)
+
+    def new_phase_id(self) -> str:
+        return f"phase-{uuid.uuid4().hex[:12]}"
+
+    # -- control ---------------------------------------------------------------------------
+
+    def get_live(self, job_id: str, phase_id: str) -> LivePhase | None:
+        return self.live.get((job_id, phase_id))
+
+    def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
+        live = self.get_live(job_id, phase_id)
+        if live is None:
+            row = self.require_phase(job_id, phase_id)
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
+                              f"phase {phase_id} is {row.status}, not running; it cannot be cancelled",
+                              {"status": row.status, "operation": "cancel"})
+        live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
+        return live
+
+    async def drain(self, grace: float) -> None:
+        """Stops admitting phases, gives running ones ``grace`` seconds, then interrupts them."""
+        self.draining = True
+        running = [lp for lp in self.live.values() if lp.task is not None]
+        if not running:
+            return
+        log.info("waiting for running phases", extra={"fields": {"count": len(running), "grace": grace}})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(lp.done.wait() for lp in running)), grace)
+        for lp in running:
+            if not lp.done.is_set():
+                lp.run.request_stop_with_reason(EndCause.INTERRUPTED, "the server shut down while the phase ran")
+        await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover(self) -> list[PhaseRow]:
+        """Marks phases a previous server process left active as INTERRUPTED, with a reason and an event."""
+        recovered = self.store.active_phases()
+        now = time.time_ns()
+        for row in recovered:
+            reason = ("the server stopped while the phase ran (found active at startup; "
+                      "its process did not survive the server)")
+            previous = PhaseStatus[row.status]
+            seq = row.last_sequence + 1
+            event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
+                                                                                     reason))
+            self.store.append_events(row.job_id, row.phase_id, [
+                EventRow(seq, now, self.codec.event_kind(event), self.codec.encode_event(row.job_id, row.phase_id,
+                                                                                          event))
+            ])
+            self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
+            if row.pid and row.pid_start_ticks is not None:
+                killed = kill_leftover_group(row.pid, row.pid_start_ticks)
+                if killed:
+                    reason += f"; {len(killed)} leftover process(es) of its group were killed"
+            result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
+                                 reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
+                                 end_time_ns=now, last_sequence=seq)
+            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED.name,
+                                    status_reason=reason, end_time_ns=now, result_json=self.codec.encode_result(result))
+            log.warning("phase interrupted by a previous shutdown",
+                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status}})
+        return recovered
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def require_job(self, job_id: str) -> JobRow:
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise RunnerError(ErrorKind.NOT_FOUND, "JOB_NOT_FOUND", f"job {job_id} does not exist", {"job_id": job_id})
+        return job
+
+    def require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
+        row = self.store.get_phase(job_id, phase_id)
+        if row is None:
+            raise RunnerError(ErrorKind.NOT_FOUND, "PHASE_NOT_FOUND", f"phase {phase_id} of job {job_id} does not exist",
+                              {"job_id": job_id, "phase_id": phase_id})
+        return row
+
+    async def watch(self, job_id: str, phase_id: str, after_sequence: int) -> AsyncIterator[Delivery]:
+        """A phase's events after the cursor, live or from the store, ending with its result."""
+        if after_sequence < 0:
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", "after_sequence must not be negative",
+                              {"field": "after_sequence"})
+        live = self.get_live(job_id, phase_id)
+        if live is not None:
+            return live.events.subscribe(after_sequence)
+        row = self.require_phase(job_id, phase_id)
+        if after_sequence > row.last_sequence:
+            raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
+                              f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
+                              {"last_sequence": row.last_sequence})
+        return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_json)
+
+
+def _safe(name: str) -> str:
+    """A path component from an id (ids are already restricted to [A-Za-z0-9._:-])."""
+    return name.replace(":", "_").replace("..", "__")
+

@@ -1,0 +1,252 @@
+"""Runs one phase: the CLI process, its stream of events, and their persistence, to an honest end.
+
+Data flows one way: process bytes -> ``PhaseStream`` (typed, sequenced events, tool tracking,
+costs) -> store and subscribers (``PhaseEventLog``). The final result is published only after
+stdout reached EOF (or was abandoned after the group was killed), the process exited, and every
+event was persisted and offered to subscribers (ADR-0010).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from helix_runner.domain.events import (
+    CostUpdate,
+    Event,
+    PhaseStatusChanged,
+    SessionInit,
+    StderrOutput,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnResult,
+)
+from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
+from helix_runner.domain.phase_result import PhaseDiagnostics, PhaseResult
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
+from helix_runner.event_log import PhaseEventLog
+from helix_runner.record_codec import RecordCodec
+from helix_runner.runner.process_group import start_ticks
+from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
+from helix_runner.store.sqlite_store import EventRow, ModelCostRow, SqliteStore, ToolCallRow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything decided before the process starts."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+    env: dict[str, str]
+    stdin_lines: tuple[bytes, ...]
+    limits: ProcessLimits
+    claude_path: str
+    recording_dir: Path
+    stream_options: PhaseStreamOptions
+
+
+class PhaseRun:
+    """One phase in flight; ``run()`` drives it to its final result."""
+
+    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: SqliteStore, codec: RecordCodec,
+                 events: PhaseEventLog):
+        self.spec = spec
+        self.plan = plan
+        self.store = store
+        self.codec = codec
+        self.events = events
+        self.stream = PhaseStream(plan.stream_options)
+        self.status = PhaseStatus.PENDING
+        self.result: PhaseResult | None = None
+        self.supervisor = ProcessSupervisor(
+            plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, stdin_lines=plan.stdin_lines,
+            on_spawn=self._record_pid,
+        )
+        plan.recording_dir.mkdir(parents=True, exist_ok=True)
+        self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
+        self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
+        self._session_id = ""
+        self._model = ""
+        self._cost_dirty = False
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def phase_id(self) -> str:
+        return self.spec.phase_id
+
+    def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
+        """Ends the phase now (cancel, drain); the result's reason says why."""
+        self.supervisor.request_stop(cause, reason)
+
+    def emit(self, payload) -> None:
+        """Publishes a service event (a control action) into the phase's stream."""
+        if self.result is None:
+            self._publish([self.stream.emit(payload)])
+
+    # -- ProcessSink -----------------------------------------------------------------------
+
+    def on_stdout(self, chunk: bytes) -> None:
+        self._stdout_file.write(chunk)
+        self._publish(self.stream.feed(chunk))
+
+    def on_stderr_line(self, line: bytes, truncated: bool) -> None:
+        self._stderr_file.write(line + b"\n")
+        text = StderrOutput.from_bytes(line)
+        self._publish([self.stream.emit(StderrOutput(text.text, text.truncated or truncated))])
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> PhaseResult:
+        start_ns = time.time_ns()
+        try:
+            self._set_status(PhaseStatus.RUNNING, "the claude process is starting", start_time_ns=start_ns)
+            exit_ = await self.supervisor.run()
+        except asyncio.CancelledError:
+            exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
+                                start_ns, time.time_ns())
+            self.result = self._finish(exit_)
+            raise
+        except Exception as exc:
+            log.exception("phase supervision failed", extra={"fields": self._log_fields()})
+            exit_ = ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", start_ns,
+                                time.time_ns())
+        self.result = self._finish(exit_)
+        return self.result
+
+    def _finish(self, exit_: ProcessExit) -> PhaseResult:
+        self._publish(self.stream.finish())
+        last = self.stream.results[-1] if self.stream.results else None
+        outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results))
+        self._stdout_file.close()
+        self._stderr_file.close()
+        tools = self.stream.tools
+        cost = self.stream.cost
+        self._persist_tools(tools.calls)
+        self._persist_cost(force=True)
+        self._set_status(outcome.status, outcome.reason, end_time_ns=exit_.end_ns)
+        result = PhaseResult(
+            job_id=self.job_id,
+            phase_id=self.phase_id,
+            status=outcome.status,
+            reason=outcome.reason,
+            result_subtype=last.subtype if last else "",
+            is_error=last.is_error if last else False,
+            api_error_status=last.api_error_status if last else None,
+            terminal_reason=last.terminal_reason if last else "",
+            num_turns=last.num_turns if last else 0,
+            result_text=last.result_text if last else "",
+            errors=last.errors if last else (),
+            exit_code=exit_.exit_code,
+            exit_signal=exit_.exit_signal,
+            result_count=len(self.stream.results),
+            session_id=self.stream.session_id or "",
+            cost=cost,
+            tool_stats=tuple(tools.stats()),
+            permission_denials=last.permission_denials if last else (),
+            start_time_ns=exit_.start_ns,
+            end_time_ns=exit_.end_ns,
+            last_sequence=self.stream.last_sequence,
+            diagnostics=PhaseDiagnostics(
+                stderr_tail=exit_.stderr_tail,
+                stderr_bytes=exit_.stderr_bytes,
+                parse_error_count=self.stream.parse_error_count,
+                unfinished_tool_calls=tools.unfinished_count,
+                stdout_bytes=self.stream.stdout_bytes,
+                argv=tuple(self.plan.argv),
+                claude_path=self.plan.claude_path,
+                recording_path=str(self.plan.recording_dir),
+            ),
+        )
+        encoded = self.codec.encode_result(result)
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(),
+            result_json=encoded, tool_stats_json=self.codec.encode_tool_stats(list(result.tool_stats)),
+        )
+        self.events.close(encoded)
+        log.info("phase ended", extra={"fields": {**self._log_fields(), "status": outcome.status.name,
+                                                  "reason": outcome.reason}})
+        return result
+
+    def _record_pid(self, pid: int) -> None:
+        # Lets a restarted server kill this group if the server dies first (runner.process_group).
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), pid=pid, pid_start_ticks=start_ticks(pid))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
+        previous, self.status = self.status, status
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), status=status.name,
+                                status_reason=reason, **columns)
+        self._publish([self.stream.emit(PhaseStatusChanged(previous, status, reason))])
+
+    def _publish(self, events: list[Event]) -> None:
+        if not events:
+            return
+        codec, job, phase = self.codec, self.job_id, self.phase_id
+        rows = [EventRow(e.sequence, e.receive_time_ns, codec.event_kind(e), codec.encode_event(job, phase, e))
+                for e in events]
+        self.events.publish(rows)
+        touched: dict[str, None] = {}
+        for e in events:
+            p = e.payload
+            if isinstance(p, (ToolCallStarted, ToolCallFinished)):
+                touched[p.tool_use_id] = None
+            elif isinstance(p, CostUpdate | TurnResult):
+                self._cost_dirty = True
+            elif isinstance(p, SessionInit):
+                self._note_session(e.session_id, p.model)
+        if touched:
+            calls = [c for c in (self.stream.tools.get(t) for t in touched) if c is not None]
+            self._persist_tools(calls)
+        if self._cost_dirty:
+            self._persist_cost()
+
+    def _note_session(self, session_id: str, model: str) -> None:
+        if session_id != self._session_id or model != self._model:
+            self._session_id, self._model = session_id, model
+            self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), session_id=session_id, model=model)
+
+    def _persist_tools(self, calls) -> None:
+        codec, job, phase = self.codec, self.job_id, self.phase_id
+        self.store.upsert_tool_calls(job, phase, [
+            ToolCallRow(c.tool_use_id, c.name, c.status.name, c.start_sequence, codec.encode_tool_call(job, phase, c))
+            for c in calls
+        ])
+
+    def _persist_cost(self, force: bool = False) -> None:
+        if not (self._cost_dirty or force):
+            return
+        self._cost_dirty = False
+        cost = self.stream.cost
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(), cost_json=self.codec.encode_cost(cost),
+            reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
+        )
+        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [
+            ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
+                         m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
+                         m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source.name)
+            for m in cost.models
+        ])
+
+    def _log_fields(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "phase_id": self.phase_id}
+
+
+def _last_result(result: TurnResult | None) -> LastResult | None:
+    if result is None:
+        return None
+    return LastResult(
+        subtype=result.subtype, is_error=result.is_error, api_error_status=result.api_error_status,
+        terminal_reason=result.terminal_reason, errors=tuple(result.errors), result_text=result.result_text,
+    )

@@ -1,0 +1,224 @@
+"""RunPhase under faults the real CLI cannot be made to produce, via fake `claude` executables.
+
+Each fake prints genuine stream-json lines copied from the corpus shape, then misbehaves. The
+phase must end with the true status, never "done" by inference (ADR-045).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+
+INIT = ('{"type":"system","subtype":"init","cwd":"/w","session_id":"s-1","tools":["Bash"],'
+        '"model":"claude-sonnet-4-5","permissionMode":"default","claude_code_version":"2.1.330","uuid":"u1"}')
+TOOL_USE = ('{"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant",'
+            '"model":"claude-sonnet-4-5","content":[{"type":"tool_use","id":"toolu_1","name":"Bash",'
+            '"input":{"command":"ls"}}],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}},'
+            '"parent_tool_use_id":null,"session_id":"s-1","uuid":"u2"}')
+RESULT = ('{"type":"result","subtype":"success","is_error":false,"duration_ms":5,"duration_api_ms":4,'
+          '"num_turns":1,"result":"ok","session_id":"s-1","total_cost_usd":0.01,'
+          '"usage":{"input_tokens":10,"output_tokens":5},"modelUsage":{"claude-sonnet-4-5":{"inputTokens":10,'
+          '"outputTokens":5,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"costUSD":0.01}},'
+          '"permission_denials":[],"uuid":"u3"}')
+
+
+def fake_claude(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "fake-claude"
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+async def run(runner, **kw):
+    return await runner.run_phase("hi", deadline=60, **kw)
+
+
+async def test_stdout_closed_early_is_incomplete(tmp_path, runner_factory):
+    claude = fake_claude(tmp_path, f"""
+        import os, sys, time
+        sys.stdin.readline()
+        print({INIT!r}); print({TOOL_USE!r}, flush=True)
+        os.close(1)
+        time.sleep(60)
+    """)
+    async with runner_factory(None, claude_path=claude, exit_grace_seconds=1) as runner:
+        started = time.monotonic()
+        events, result = await run(runner)
+    assert result.status == res.PHASE_STATUS_INCOMPLETE
+    assert "without a final result" in result.reason
+    assert time.monotonic() - started < 20
+    assert result.diagnostics.unfinished_tool_calls == 1
+    assert result.cost.computed_only  # no result: the computed figure is the only one, and marked
+
+
+async def test_crash_mid_line_is_incomplete_with_a_redacted_parse_error(tmp_path, runner_factory):
+    claude = fake_claude(tmp_path, f"""
+        import os, sys
+        sys.stdin.readline()
+        print({INIT!r}); sys.stdout.write('{{"type":"assistant","message":{{"content":[{{"type":"text","text":"sec'); sys.stdout.flush()
+        os.kill(os.getpid(), 9)
+    """)
+    async with runner_factory(None, claude_path=claude) as runner:
+        events, result = await run(runner)
+    assert result.status == res.PHASE_STATUS_INCOMPLETE
+    assert result.exit_signal == "SIGKILL"
+    errors = [e.parse_error for e in events if e.HasField("parse_error")]
+    assert len(errors) == 1 and errors[0].reason == res.PARSE_ERROR_REASON_TRUNCATED_AT_EOF if hasattr(
+        res, "PARSE_ERROR_REASON_TRUNCATED_AT_EOF") else len(errors) == 1
+    assert "sec" not in str(errors[0])  # redacted: the line's content never appears
+
+
+async def test_fifty_megabyte_line_does_not_break_the_phase(tmp_path, runner_factory):
+    claude = fake_claude(tmp_path, f"""
+        import sys
+        sys.stdin.readline()
+        print({INIT!r})
+        big = '{{"type":"user","message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_1","content":"' + "x" * (50 * 1024 * 1024) + '"}}]}},"session_id":"s-1"}}'
+        print({TOOL_USE!r}); print(big); print({RESULT!r}, flush=True)
+    """)
+    async with runner_factory(None, claude_path=claude) as runner:
+        events, result = await run(runner)
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+    assert finished.content_bytes == 50 * 1024 * 1024
+    assert len(finished.content_preview.encode()) <= 4096 and finished.content_truncated
+    assert result.diagnostics.stdout_bytes > 50 * 1024 * 1024
+
+
+async def test_result_then_no_exit_is_not_success(tmp_path, runner_factory):
+    claude = fake_claude(tmp_path, f"""
+        import sys, time
+        sys.stdin.readline()
+        print({INIT!r}); print({RESULT!r}, flush=True)
+        time.sleep(60)   # stdout stays open, process never exits (claude-code#25629)
+    """)
+    async with runner_factory(None, claude_path=claude, default_idle_timeout_seconds=1) as runner:
+        started = time.monotonic()
+        _, result = await run(runner)
+    assert result.status == res.PHASE_STATUS_TIMED_OUT
+    assert result.result_subtype == "success"  # the CLI's own word is kept, but it is not trusted alone
+    assert time.monotonic() - started < 20
+
+
+async def test_nonzero_exit_after_success_result_is_failed(tmp_path, runner_factory):
+    claude = fake_claude(tmp_path, f"""
+        import sys
+        sys.stdin.readline()
+        print({INIT!r}); print({RESULT!r}, flush=True)
+        sys.stderr.write("fatal: something broke after the result\\n")
+        sys.exit(7)
+    """)
+    async with runner_factory(None, claude_path=claude) as runner:
+        events, result = await run(runner)
+    assert result.status == res.PHASE_STATUS_FAILED and result.exit_code == 7
+    assert "something broke" in result.diagnostics.stderr_tail
+    assert any(e.HasField("stderr") and "something broke" in e.stderr.text for e in events)
+
+
+async def test_missing_claude_binary_is_a_clear_precondition_error(tmp_path, runner_factory):
+    async with runner_factory(None, claude_path=str(tmp_path / "no-such-claude")) as runner:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run(runner)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no-such-claude" in caught.value.details()
+
+
+async def test_preflight_names_missing_commands(tmp_path, runner_factory):
+    claude = fake_claude(tmp_path, "print('never runs')\n")
+    async with runner_factory(None, claude_path=claude, required_commands="pytest-nowhere-xyz") as runner:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run(runner)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "pytest-nowhere-xyz" in caught.value.details()
+
+
+def _serve(tmp_path: Path, claude: str, port_file: Path) -> subprocess.Popen:
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
+         "--workspace-root", str(tmp_path), "--claude-path", claude, "--log-format", "json"],
+        env=env, stderr=open(port_file, "w"), start_new_session=True,
+    )
+
+
+async def _port(log_file: Path, proc: subprocess.Popen) -> int:
+    import json
+
+    for _ in range(200):
+        for line in log_file.read_text().splitlines():
+            if '"serving"' in line:
+                return int(json.loads(line)["address"].rsplit(":", 1)[1])
+        assert proc.poll() is None, log_file.read_text()
+        await asyncio.sleep(0.05)
+    raise AssertionError("server did not start: " + log_file.read_text())
+
+
+async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
+    claude = fake_claude(tmp_path, f"""
+        import sys, time
+        sys.stdin.readline()
+        open({str(tmp_path / "child.pid")!r}, "w").write(str(__import__("os").getpid()))
+        print({INIT!r}); print({TOOL_USE!r}, flush=True)
+        time.sleep(120)
+    """)
+    (tmp_path / "work").mkdir()
+    log1 = tmp_path / "serve1.log"
+    proc = _serve(tmp_path, claude, log1)
+    try:
+        port = await _port(log1, proc)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.RunnerServiceStub(channel)
+            call = stub.RunPhase(pb.RunPhaseRequest(job_id="crash", phase_id="p", prompt="x",
+                                                    working_dir=str(tmp_path / "work")), timeout=30)
+            seen = []
+            async for response in call:
+                seen.extend(response.events)
+                if any(e.HasField("tool_call_started") for e in seen):
+                    break
+            os.killpg(proc.pid, signal.SIGKILL)  # the server and, in its group, nothing else
+            proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log2 = tmp_path / "serve2.log"
+    proc2 = _serve(tmp_path, claude, log2)
+    try:
+        port = await _port(log2, proc2)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.RunnerServiceStub(channel)
+            job = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job
+            (phase,) = job.phases
+            assert phase.status == res.PHASE_STATUS_INTERRUPTED
+            assert "server stopped" in phase.status_reason
+            assert phase.result.status == res.PHASE_STATUS_INTERRUPTED
+            events = []
+            async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
+                events.extend(response.events)
+            # Everything the client saw before the crash is still there, plus the interruption.
+            assert [e.sequence for e in events[: len(seen)]] == [e.sequence for e in seen]
+            assert events[: len(seen)] == seen
+            assert events[-1].status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
+            calls = (await stub.ListToolCalls(pb.ListToolCallsRequest(job_id="crash"), timeout=10)).tool_calls
+            assert [c.status for c in calls] == [res.TOOL_CALL_STATUS_UNFINISHED]
+            # The orphaned CLI of the dead server was found by pid + start time and killed.
+            child = int((tmp_path / "child.pid").read_text())
+            assert "leftover" in phase.status_reason
+            assert not os.path.exists(f"/proc/{child}") or (
+                open(f"/proc/{child}/stat").read().split(")")[-1].split()[0] == "Z")
+    finally:
+        proc2.send_signal(signal.SIGTERM)
+        proc2.wait(30)

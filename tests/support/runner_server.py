@@ -1,0 +1,74 @@
+"""The real Helix Runner server in-process, with its child environment pointed at a scripted API."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+from helix_runner.config import load_config
+from helix_runner.scripted_api import ScriptedApi
+from helix_runner.server import RunningServer, start_server
+
+
+@dataclass
+class RunnerHarness:
+    """A started server, a channel to it, and the directories a test works in."""
+
+    server: RunningServer
+    channel: grpc.aio.Channel
+    stub: pb_grpc.RunnerServiceStub
+    workdir: Path
+    data_dir: Path
+    collected: list[Any] = field(default_factory=list)
+
+    async def run_phase(self, prompt: str, *, job_id: str = "job-1", phase_id: str = "p1", deadline: float = 60,
+                        **options: Any) -> tuple[list[Any], Any]:
+        """RunPhase to the end: (every StreamEvent in order, the PhaseResult). Bounded by ``deadline``."""
+        request = pb.RunPhaseRequest(job_id=job_id, phase_id=phase_id, prompt=prompt, working_dir=str(self.workdir),
+                                     options=pb.PhaseOptions(**options))
+        return await collect(self.stub.RunPhase(request, timeout=deadline))
+
+
+async def collect(call) -> tuple[list[Any], Any]:
+    """Reads a RunPhase/WatchPhase stream; asserts the result is the last message."""
+    events: list[Any] = []
+    result = None
+    async for response in call:
+        assert result is None, "nothing may follow the PhaseResult"
+        if response.HasField("result"):
+            assert not response.events
+            result = response.result
+        else:
+            assert response.events, "a response carries events or the result"
+            events.extend(response.events)
+    return events, result
+
+
+async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: str | None = None,
+                       **config: Any) -> AsyncIterator[RunnerHarness]:
+    home = tmp_path / "home"
+    workdir = tmp_path / "work"
+    data_dir = tmp_path / "data"
+    for d in (home, workdir):
+        d.mkdir(exist_ok=True)
+    if api is not None:
+        server_env = api.cli_env(home, max_retries=2)
+    else:
+        server_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
+    flags = {"port": 0, "data_dir": str(data_dir), "workspace_roots": [str(tmp_path)],
+             "claude_path": claude_path, **config}
+    cfg = load_config(flags=flags, environ={})
+    server = await start_server(cfg, server_env=server_env)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        yield RunnerHarness(server, channel, pb_grpc.RunnerServiceStub(channel), workdir, data_dir)
+    finally:
+        await channel.close()
+        await server.drain(2.0)
