@@ -1,0 +1,179 @@
+"""Cross-language conformance: the same scenarios through the Rust, TypeScript and Python clients.
+
+One real server (``helix-runner serve`` in a subprocess) runs the real Claude Code CLI against the
+scripted Messages API (``script.json``), so every phase is deterministic. Each client's program
+(``clients/<lang>/conformance/main.*``) runs every scenario of ``scenarios.json`` with its own job
+prefix and prints a normalized JSON transcript; each must equal ``golden.json``. The README
+quickstarts run against the same server. Build the programs first with ``scripts/test-clients``.
+
+To re-record the golden file after an intended change of behaviour:
+``CONFORMANCE_UPDATE_GOLDEN=1 python -m pytest conformance -k 'golden and python'``, then review the
+diff and check that the other clients still match it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "conformance"
+GOLDEN = HERE / "golden.json"
+LANGUAGES = ("rust", "typescript", "python")
+PROGRAM_TIMEOUT = 240
+
+BUILD_HINT = "build the client programs first: scripts/test-clients"
+
+
+def program(language: str) -> list[str]:
+    """The conformance program of a client, as a command line (checked to be built)."""
+    if language == "python":
+        return [sys.executable, str(ROOT / "clients/python/conformance/main.py")]
+    if language == "rust":
+        path = ROOT / "clients/rust/target/debug/examples/conformance"
+        return [str(path)] if path.exists() else pytest.fail(f"{path} is missing; {BUILD_HINT}")
+    path = ROOT / "clients/typescript/dist/conformance/main.js"
+    return ["node", str(path)] if path.exists() else pytest.fail(f"{path} is missing; {BUILD_HINT}")
+
+
+@dataclass(frozen=True)
+class Quickstart:
+    source: Path
+    readme: Path
+    command: list[str]
+
+
+def quickstart(language: str) -> Quickstart:
+    if language == "python":
+        source = ROOT / "clients/python/examples/quickstart.py"
+        return Quickstart(source, ROOT / "clients/python/README.md", [sys.executable, str(source)])
+    if language == "rust":
+        binary = ROOT / "clients/rust/target/debug/examples/quickstart"
+        if not binary.exists():
+            pytest.fail(f"{binary} is missing; {BUILD_HINT}")
+        return Quickstart(ROOT / "clients/rust/examples/quickstart.rs", ROOT / "clients/rust/README.md", [str(binary)])
+    compiled = ROOT / "clients/typescript/dist/examples/quickstart.js"
+    if not compiled.exists():
+        pytest.fail(f"{compiled} is missing; {BUILD_HINT}")
+    return Quickstart(ROOT / "clients/typescript/examples/quickstart.ts", ROOT / "clients/typescript/README.md",
+                      ["node", str(compiled)])
+
+
+def client_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The Python client from the source tree, whether or not it is installed in the virtualenv.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "clients/python/src"), env.get("PYTHONPATH")]))
+    return env
+
+
+@dataclass(frozen=True)
+class Server:
+    address: str
+    workdir: Path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The real server in offline mode (the real CLI against script.json), on a free loopback port."""
+    from helix_runner.runner.claude_locator import ClaudeNotFoundError, locate_claude
+
+    try:
+        locate_claude()
+    except ClaudeNotFoundError as exc:
+        pytest.skip(str(exc))
+    base = tmp_path_factory.mktemp("conformance")
+    home, workdir, data = base / "home", base / "work", base / "data"
+    home.mkdir()
+    workdir.mkdir()
+    log = base / "server.log"
+    env = {**os.environ, "HOME": str(home)}
+    argv = [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(data),
+            "--workspace-root", str(workdir), "--log-format", "json", "--offline-script", str(HERE / "script.json")]
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+    try:
+        address = _wait_for_address(process, log)
+        yield Server(address, workdir)
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _wait_for_address(process: subprocess.Popen, log: Path, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"msg":"serving"' in line:
+                return json.loads(line)["address"]
+        if process.poll() is not None:
+            pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+        time.sleep(0.1)
+    pytest.fail(f"the server did not log its address within {timeout:.0f} s:\n{log.read_text(errors='replace')}")
+
+
+def run(command: list[str], *, timeout: float = PROGRAM_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=client_env())
+
+
+def describe_difference(expected: object, actual: object) -> str:
+    a = json.dumps(expected, indent=2, sort_keys=True).splitlines()
+    b = json.dumps(actual, indent=2, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, "golden.json", "transcript", lineterm="", n=2))
+
+
+@pytest.mark.real_cli
+@pytest.mark.slow
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_transcript_matches_golden(language: str, server: Server) -> None:
+    command = program(language) + ["--address", server.address, "--workdir", str(server.workdir),
+                                   "--scenarios", str(HERE / "scenarios.json"), "--prefix", f"conf-{language}"]
+    done = run(command)
+    assert done.returncode == 0, f"{language} program failed ({done.returncode}):\n{done.stderr}\n{done.stdout}"
+    transcript = json.loads(done.stdout)
+    if language == "python" and os.environ.get("CONFORMANCE_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(transcript, indent=2, sort_keys=True) + "\n")
+    golden = json.loads(GOLDEN.read_text())
+    assert transcript == golden, f"{language} differs from golden.json:\n{describe_difference(golden, transcript)}"
+
+
+@pytest.mark.real_cli
+@pytest.mark.slow
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_readme_quickstart_runs_as_written(language: str, server: Server) -> None:
+    example = quickstart(language)
+    assert example.source.read_text().strip() in example.readme.read_text(), (
+        f"{example.readme.relative_to(ROOT)} must show {example.source.relative_to(ROOT)} verbatim"
+    )
+    done = run(example.command + [server.address, str(server.workdir)], timeout=120)
+    assert done.returncode == 0, f"quickstart failed ({done.returncode}):\n{done.stderr}\n{done.stdout}"
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "1 status_changed" and "2 session_init" in lines
+    assert lines[-1] == "PHASE_STATUS_SUCCEEDED Hello from the scripted API.", done.stdout
+
+
+def test_client_versions_follow_the_contract() -> None:
+    """Every client carries the version of the server release whose proto/ it is generated from."""
+    server_version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    versions = {
+        "rust": tomllib.loads((ROOT / "clients/rust/Cargo.toml").read_text())["package"]["version"],
+        "typescript": json.loads((ROOT / "clients/typescript/package.json").read_text())["version"],
+        "typescript VERSION": re.search(r'VERSION = "([^"]+)"', (ROOT / "clients/typescript/src/index.ts").read_text())[1],
+        "python": tomllib.loads((ROOT / "clients/python/pyproject.toml").read_text())["project"]["version"],
+    }
+    assert versions == dict.fromkeys(versions, server_version)
