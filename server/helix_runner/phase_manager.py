@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from helix_runner.config import ServerConfig
+from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import PhaseResult
@@ -84,7 +85,7 @@ class PhaseManager:
                                   {"searched": str(exc)}) from None
         return self._claude
 
-    async def start(self, spec: PhaseSpec) -> LivePhase:
+    async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None) -> LivePhase:
         """Validates, records and starts a phase; it runs until it ends, whoever watches."""
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
@@ -132,7 +133,7 @@ class PhaseManager:
             argv=tuple(build_argv(str(claude.path), spec)),
             cwd=workdir,
             env=env,
-            stdin_lines=(prompt_line(spec.prompt),),
+            prompt_line=prompt_line(spec.prompt),
             limits=ProcessLimits(
                 timeout=spec.timeout_s or self.config.default_phase_timeout_seconds,
                 idle_timeout=spec.idle_timeout_s or self.config.default_idle_timeout_seconds,
@@ -147,7 +148,7 @@ class PhaseManager:
             ),
         )
         events = PhaseEventLog(self.store, spec.job_id, spec.phase_id)
-        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events), events)
+        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or []), events)
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,

@@ -11,18 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.events import (
+    AssistantText,
     CostUpdate,
     Event,
     PhaseStatusChanged,
     SessionInit,
     StderrOutput,
+    Thinking,
     ToolCallFinished,
     ToolCallStarted,
     TurnResult,
+    UserMessage,
 )
 from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
 from helix_runner.domain.phase_result import PhaseDiagnostics, PhaseResult
@@ -30,6 +35,7 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.event_log import PhaseEventLog
+from helix_runner.phase_control import PhaseController
 from helix_runner.record_codec import RecordCodec
 from helix_runner.runner.process_group import start_ticks
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
@@ -45,7 +51,7 @@ class LaunchPlan:
     argv: tuple[str, ...]
     cwd: Path
     env: dict[str, str]
-    stdin_lines: tuple[bytes, ...]
+    prompt_line: bytes
     limits: ProcessLimits
     claude_path: str
     recording_dir: Path
@@ -56,7 +62,7 @@ class PhaseRun:
     """One phase in flight; ``run()`` drives it to its final result."""
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: SqliteStore, codec: RecordCodec,
-                 events: PhaseEventLog):
+                 events: PhaseEventLog, breakpoints: list[Breakpoint] = ()):
         self.spec = spec
         self.plan = plan
         self.store = store
@@ -66,9 +72,14 @@ class PhaseRun:
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
         self.supervisor = ProcessSupervisor(
-            plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, stdin_lines=plan.stdin_lines,
+            plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
             on_spawn=self._record_pid,
         )
+        self.control = PhaseController(self, list(breakpoints))
+        self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
+        self._message_ids: set[str] = set()
+        self.user_messages = 0
+        self.recent: deque[tuple[int, str, int]] = deque(maxlen=50)
         plan.recording_dir.mkdir(parents=True, exist_ok=True)
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
@@ -88,10 +99,18 @@ class PhaseRun:
         """Ends the phase now (cancel, drain); the result's reason says why."""
         self.supervisor.request_stop(cause, reason)
 
-    def emit(self, payload) -> None:
+    @property
+    def assistant_turns(self) -> int:
+        """Assistant messages (distinct API message ids) seen so far; turn-count breakpoints use it."""
+        return len(self._message_ids)
+
+    def emit(self, payload) -> Event | None:
         """Publishes a service event (a control action) into the phase's stream."""
-        if self.result is None:
-            self._publish([self.stream.emit(payload)])
+        if self.result is not None or self.stream.finished:
+            return None
+        event = self.stream.emit(payload)
+        self._publish([event])
+        return event
 
     # -- ProcessSink -----------------------------------------------------------------------
 
@@ -109,7 +128,7 @@ class PhaseRun:
     async def run(self) -> PhaseResult:
         start_ns = time.time_ns()
         try:
-            self._set_status(PhaseStatus.RUNNING, "the claude process is starting", start_time_ns=start_ns)
+            self.set_status(PhaseStatus.RUNNING, "the claude process is starting", start_time_ns=start_ns)
             exit_ = await self.supervisor.run()
         except asyncio.CancelledError:
             exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
@@ -124,6 +143,7 @@ class PhaseRun:
         return self.result
 
     def _finish(self, exit_: ProcessExit) -> PhaseResult:
+        self.control.close("the phase ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
         outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results))
@@ -133,7 +153,7 @@ class PhaseRun:
         cost = self.stream.cost
         self._persist_tools(tools.calls)
         self._persist_cost(force=True)
-        self._set_status(outcome.status, outcome.reason, end_time_ns=exit_.end_ns)
+        self.set_status(outcome.status, outcome.reason, end_time_ns=exit_.end_ns)
         result = PhaseResult(
             job_id=self.job_id,
             phase_id=self.phase_id,
@@ -183,7 +203,8 @@ class PhaseRun:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
+    def set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
+        """Records a status transition (store and event stream)."""
         previous, self.status = self.status, status
         self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), status=status.name,
                                 status_reason=reason, **columns)
@@ -197,8 +218,13 @@ class PhaseRun:
                 for e in events]
         self.events.publish(rows)
         touched: dict[str, None] = {}
-        for e in events:
+        for e, row in zip(events, rows, strict=True):
             p = e.payload
+            self.recent.append((e.sequence, row.kind, e.receive_time_ns))
+            if isinstance(p, AssistantText | Thinking | ToolCallStarted) and p.message_id:
+                self._message_ids.add(p.message_id)
+            elif isinstance(p, UserMessage | ToolCallFinished):
+                self.user_messages += 1
             if isinstance(p, (ToolCallStarted, ToolCallFinished)):
                 touched[p.tool_use_id] = None
             elif isinstance(p, CostUpdate | TurnResult):
@@ -210,6 +236,8 @@ class PhaseRun:
             self._persist_tools(calls)
         if self._cost_dirty:
             self._persist_cost()
+        for e in events:
+            self.control.observe(e.payload)
 
     def _note_session(self, session_id: str, model: str) -> None:
         if session_id != self._session_id or model != self._model:

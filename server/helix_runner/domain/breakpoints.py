@@ -40,8 +40,17 @@ class Breakpoint:
     _pattern: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def create(cls, *, kind: BreakpointKind, breakpoint_id: str = "", tool_name: str = "", regex: str = "",
-               cost_threshold_usd: float = 0.0, turn_count: int = 0, once: bool = False) -> Breakpoint:
+    def create(
+        cls,
+        *,
+        kind: BreakpointKind,
+        breakpoint_id: str = "",
+        tool_name: str = "",
+        regex: str = "",
+        cost_threshold_usd: float = 0.0,
+        turn_count: int = 0,
+        once: bool = False,
+    ) -> Breakpoint:
         """A validated breakpoint; INVALID_ARGUMENT names the bad field."""
         if breakpoint_id and not re.match(r"^[A-Za-z0-9._:-]{1,128}$", breakpoint_id):
             raise invalid_field("breakpoint.breakpoint_id", "must be 1-128 characters of [A-Za-z0-9._:-]")
@@ -59,8 +68,17 @@ class Breakpoint:
             raise invalid_field("breakpoint.cost_threshold_usd", "must be positive")
         if kind is BreakpointKind.TURN_COUNT and turn_count < 1:
             raise invalid_field("breakpoint.turn_count", "must be at least 1")
-        return cls(breakpoint_id or f"bp-{uuid.uuid4().hex[:8]}", kind, tool_name, regex, cost_threshold_usd,
-                   turn_count, once, 0, pattern)
+        return cls(
+            breakpoint_id or f"bp-{uuid.uuid4().hex[:8]}",
+            kind,
+            tool_name,
+            regex,
+            cost_threshold_usd,
+            turn_count,
+            once,
+            0,
+            pattern,
+        )
 
     @property
     def is_threshold(self) -> bool:
@@ -89,11 +107,19 @@ class BreakpointSet:
 
     def add(self, bp: Breakpoint) -> Breakpoint:
         if bp.breakpoint_id in self._items:
-            raise RunnerError(ErrorKind.ALREADY_EXISTS, "INVALID_FIELD",
-                              f"breakpoint {bp.breakpoint_id} already exists", {"field": "breakpoint.breakpoint_id"})
+            raise RunnerError(
+                ErrorKind.ALREADY_EXISTS,
+                "INVALID_FIELD",
+                f"breakpoint {bp.breakpoint_id} already exists",
+                {"field": "breakpoint.breakpoint_id"},
+            )
         if len(self._items) >= MAX_BREAKPOINTS:
-            raise RunnerError(ErrorKind.RESOURCE_EXHAUSTED, "INVALID_FIELD",
-                              f"a phase can have at most {MAX_BREAKPOINTS} breakpoints", {"field": "breakpoint"})
+            raise RunnerError(
+                ErrorKind.RESOURCE_EXHAUSTED,
+                "INVALID_FIELD",
+                f"a phase can have at most {MAX_BREAKPOINTS} breakpoints",
+                {"field": "breakpoint"},
+            )
         self._items[bp.breakpoint_id] = bp
         return bp
 
@@ -101,8 +127,12 @@ class BreakpointSet:
         try:
             return self._items.pop(breakpoint_id)
         except KeyError:
-            raise RunnerError(ErrorKind.NOT_FOUND, "BREAKPOINT_NOT_FOUND", f"breakpoint {breakpoint_id} does not exist",
-                              {"breakpoint_id": breakpoint_id}) from None
+            raise RunnerError(
+                ErrorKind.NOT_FOUND,
+                "BREAKPOINT_NOT_FOUND",
+                f"breakpoint {breakpoint_id} does not exist",
+                {"breakpoint_id": breakpoint_id},
+            ) from None
 
     def list(self) -> list[Breakpoint]:
         return list(self._items.values())

@@ -485,6 +485,8 @@ class ControlResponse:
     error: str = ""
     error_code: str = ""
     request_subtype: str = ""
+    # The success payload (e.g. get_context_usage's answer); for the control layer, not the wire.
+    response: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @fast_init

@@ -615,6 +615,8 @@ class StreamParser:
             success,
             bound_text(error, SHORT_TEXT_MAX_BYTES)[0] if error.__class__ is str else "",
             _str(response.get("error_code")),
+            "",
+            body if (body := response.get("response")).__class__ is dict else {},
         )
         return [payload], None
 

@@ -11,7 +11,9 @@ import orjson
 
 from helix_runner.domain.phase_spec import PhaseSpec
 
-BASE_ARGS = ("-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json")
+# `--permission-prompt-tool stdio` routes permission prompts to us as `can_use_tool` requests (§3.3).
+BASE_ARGS = ("-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json",
+             "--permission-prompt-tool", "stdio")
 
 
 def build_argv(claude_path: str, spec: PhaseSpec) -> list[str]:

@@ -99,6 +99,10 @@ class ProcessSupervisor:
         self._stdin_lock = asyncio.Lock()
         self.started = asyncio.Event()
 
+    def set_stdin_lines(self, lines: Sequence[bytes]) -> None:
+        """The lines written to stdin right after the spawn (before ``run()``)."""
+        self._stdin_lines = list(lines)
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
