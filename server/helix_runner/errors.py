@@ -44,10 +44,3 @@ class RunnerError(Exception):
 def invalid_field(field: str, problem: str) -> RunnerError:
     """INVALID_ARGUMENT naming the offending request field."""
     return RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"{field}: {problem}", {"field": field})
-
-
-def not_implemented(what: str, missing: str) -> RunnerError:
-    """UNIMPLEMENTED for behaviour a later version provides."""
-    return RunnerError(
-        ErrorKind.UNIMPLEMENTED, "NOT_IMPLEMENTED", f"{what} is not implemented yet: {missing}", {"missing": missing}
-    )

@@ -175,6 +175,16 @@ class PhaseManager:
     def get_live(self, job_id: str, phase_id: str) -> LivePhase | None:
         return self.live.get((job_id, phase_id))
 
+    def require_live(self, job_id: str, phase_id: str, operation: str) -> LivePhase:
+        """The running phase; NOT_FOUND if unknown, FAILED_PRECONDITION if it is not running here."""
+        live = self.get_live(job_id, phase_id)
+        if live is None or live.done.is_set():
+            row = self.require_phase(job_id, phase_id)
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
+                              f"cannot {operation}: phase {phase_id} is {row.status}, not running",
+                              {"status": row.status, "operation": operation})
+        return live
+
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
         live = self.get_live(job_id, phase_id)
         if live is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +78,6 @@ class PhaseRun:
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
-        self.recent: deque[tuple[int, str, int]] = deque(maxlen=50)
         plan.recording_dir.mkdir(parents=True, exist_ok=True)
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
@@ -218,9 +216,8 @@ class PhaseRun:
                 for e in events]
         self.events.publish(rows)
         touched: dict[str, None] = {}
-        for e, row in zip(events, rows, strict=True):
+        for e in events:
             p = e.payload
-            self.recent.append((e.sequence, row.kind, e.receive_time_ns))
             if isinstance(p, AssistantText | Thinking | ToolCallStarted) and p.message_id:
                 self._message_ids.add(p.message_id)
             elif isinstance(p, UserMessage | ToolCallFinished):

@@ -21,6 +21,7 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
+from helix_runner.api.event_summary import describe
 
 
 @dataclass
@@ -40,30 +41,6 @@ class Progress:
         current = f" | running {self.current_tool}" if self.current_tool else ""
         return (f"[{elapsed:6.1f}s] tools: {tools} ({self.failures} failed){current} | tokens in/out "
                 f"{self.input_tokens}/{self.output_tokens} | ${self.cost_usd:.4f}")
-
-
-def describe(event: res.StreamEvent | object) -> str | None:
-    """A one-line description of events worth a line of their own in non-terminal output."""
-    kind = event.WhichOneof("payload")
-    p = getattr(event, kind)
-    if kind == "session_init":
-        return f"session {event.session_id} model {p.model} (CLI {p.cli_version})"
-    if kind == "tool_call_started":
-        return f"→ {p.name} {p.input_json[:100]}"
-    if kind == "tool_call_finished":
-        mark = "✗" if p.is_error else "✓"
-        return f"{mark} {p.name} ({p.duration.ToMilliseconds()} ms) {p.content_preview[:100]!r}"
-    if kind == "api_retry":
-        return f"API retry {p.attempt}/{p.max_retries}: {p.error} (HTTP {p.error_status})"
-    if kind == "assistant_text":
-        return f"assistant: {p.text[:200]}"
-    if kind == "turn_result":
-        return f"turn result: {p.subtype} is_error={p.is_error}"
-    if kind == "stderr":
-        return f"stderr: {p.text[:200]}"
-    if kind == "parse_error":
-        return f"unparsable stdout line ({p.line_bytes} bytes)"
-    return None
 
 
 def update(progress: Progress, event) -> None:

@@ -75,16 +75,16 @@ async def test_reflection_lists_every_rpc_of_the_contract(running):
     assert {"RunPhase", "WatchPhase", "GetJob", "ListJobs", "ResolveToolCall", "InspectPhase"} <= expected
 
 
-async def test_unimplemented_rpcs_name_what_is_missing_with_error_info(running):
+async def test_errors_carry_one_error_info_with_metadata(running):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
         stub = pb_grpc.RunnerServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.PausePhase(pb.PausePhaseRequest(job_id="j", phase_id="p"), timeout=5)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "issue 5" in caught.value.details()
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "phase p of job j" in caught.value.details()
     info = error_info(caught.value)
-    assert info is not None and info.domain == "runner.helix" and info.reason == "NOT_IMPLEMENTED"
-    assert "missing" in info.metadata
+    assert info is not None and info.domain == "runner.helix" and info.reason == "PHASE_NOT_FOUND"
+    assert dict(info.metadata) == {"job_id": "j", "phase_id": "p"}
 
 
 async def test_auth_token_required_except_for_health(tmp_path):

@@ -14,18 +14,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+import orjson
 
-from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
+from helix.runner.v1 import events_pb2, resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
+from helix_runner.api.event_summary import summarize
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.record_codec import tool_stats_from_bytes
 from helix_runner.api.wire import event_responses, result_response
+from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.errors import RunnerError, invalid_field, not_implemented
+from helix_runner.errors import RunnerError, invalid_field
 from helix_runner.phase_manager import DEFAULT_PROJECT, PhaseManager
 from helix_runner.store.sqlite_store import JobRow, PhaseRow
 
@@ -62,8 +65,6 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
 def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str) -> PhaseSpec:
     """The validated domain spec for a RunPhase request."""
     o = request.options
-    if o.breakpoints:
-        raise not_implemented("options.breakpoints", "breakpoints arrive with issue 5 (job control)")
     if o.permission_mode not in _PERMISSION_MODES:
         raise invalid_field("options.permission_mode", f"unknown value {o.permission_mode}")
     return PhaseSpec.create(
@@ -101,7 +102,10 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
         try:
             spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
-            live = await self.manager.start(spec)
+            breakpoints = [breakpoint_from_proto(b) for b in request.options.breakpoints]
+            if len({b.breakpoint_id for b in breakpoints}) != len(breakpoints):
+                raise invalid_field("options.breakpoints", "breakpoint ids must be unique")
+            live = await self.manager.start(spec, breakpoints)
         except RunnerError as exc:
             await abort(context, exc)
             return
@@ -283,47 +287,140 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         row = self.manager.require_phase(request.job_id, request.phase_id)
         return runner_service_pb2.CancelPhaseResponse(phase=self._phase(row))
 
-    # -- job control (issue 5) -------------------------------------------------------------
+    # -- job control -----------------------------------------------------------------------
+
+    def _live_phase(self, live) -> resources_pb2.Phase:
+        return self._phase(self.manager.require_phase(live.run.job_id, live.run.phase_id))
 
     @_unary
     async def PausePhase(self, request, context):
-        raise not_implemented("PausePhase", "job control (pause before the next tool call) arrives with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "pause")
+        live.run.control.pause(hard=request.mode == runner_service_pb2.PAUSE_MODE_HARD)
+        return runner_service_pb2.PausePhaseResponse(phase=self._live_phase(live))
 
     @_unary
     async def ResumePhase(self, request, context):
-        raise not_implemented("ResumePhase", "job control (resume a paused phase) arrives with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "resume")
+        live.run.control.resume()
+        return runner_service_pb2.ResumePhaseResponse(phase=self._live_phase(live))
 
     @_unary
     async def StepPhase(self, request, context):
-        raise not_implemented("StepPhase", "job control (step one tool call) arrives with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "step")
+        live.run.control.step()
+        return runner_service_pb2.StepPhaseResponse(phase=self._live_phase(live))
 
     @_unary
     async def InterruptPhase(self, request, context):
-        raise not_implemented("InterruptPhase", "the stdin control protocol's interrupt arrives with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "interrupt")
+        await live.run.control.interrupt()
+        return runner_service_pb2.InterruptPhaseResponse(phase=self._live_phase(live))
 
     @_unary
     async def InjectMessage(self, request, context):
-        raise not_implemented("InjectMessage", "message injection over the stdin control protocol arrives with issue 5")
-
-    @_unary
-    async def InspectPhase(self, request, context):
-        raise not_implemented("InspectPhase", "phase inspection arrives with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "inject a message")
+        message_uuid, sequence = await live.run.control.inject(
+            request.text, interrupt_first=request.mode == runner_service_pb2.INJECT_MODE_INTERRUPT_AND_SEND)
+        return runner_service_pb2.InjectMessageResponse(message_uuid=message_uuid, sequence=sequence)
 
     @_unary
     async def AddBreakpoint(self, request, context):
-        raise not_implemented("AddBreakpoint", "breakpoints arrive with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "add a breakpoint")
+        bp = live.run.control.add_breakpoint(breakpoint_from_proto(request.breakpoint))
+        return runner_service_pb2.AddBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ListBreakpoints(self, request, context):
-        raise not_implemented("ListBreakpoints", "breakpoints arrive with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "list breakpoints")
+        return runner_service_pb2.ListBreakpointsResponse(
+            breakpoints=[breakpoint_to_proto(bp) for bp in live.run.control.breakpoints.list()])
 
     @_unary
     async def RemoveBreakpoint(self, request, context):
-        raise not_implemented("RemoveBreakpoint", "breakpoints arrive with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "remove a breakpoint")
+        bp = live.run.control.remove_breakpoint(request.breakpoint_id)
+        return runner_service_pb2.RemoveBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ResolveToolCall(self, request, context):
-        raise not_implemented("ResolveToolCall", "approve / deny / edit of held tool calls arrives with issue 5")
+        live = self.manager.require_live(request.job_id, request.phase_id, "resolve a tool call")
+        decision = request.WhichOneof("decision")
+        if decision is None:
+            raise invalid_field("decision", "one of approve, deny or edit is required")
+        live.run.control.resolve(request.tool_use_id, decision, message=request.deny.message,
+                                 input_json=request.edit.input_json)
+        call = live.run.stream.tools.get(request.tool_use_id)
+        msg = (m.tool_call_to_proto(call, job_id=request.job_id, phase_id=request.phase_id) if call
+               else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
+        return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
+
+    @_unary
+    async def InspectPhase(self, request, context):
+        row = self.manager.require_phase(request.job_id, request.phase_id)
+        inspection = resources_pb2.PhaseInspection(phase=self._phase(row))
+        tail = self.manager.store.read_events(row.job_id, row.phase_id, max(0, inspection.phase.last_sequence - 50), 50)
+        for event_row in tail:
+            event = events_pb2.StreamEvent.FromString(event_row.body)
+            ref = inspection.recent_events.add(sequence=event.sequence, kind=event_row.kind,
+                                               summary=summarize(event)[:500])
+            ref.receive_time.CopyFrom(event.receive_time)
+        live = self.manager.get_live(row.job_id, row.phase_id)
+        if live is None or live.done.is_set():
+            return runner_service_pb2.InspectPhaseResponse(inspection=inspection)
+        control, run = live.run.control, live.run
+        inspection.paused = control.pause_requested or control.hard_paused
+        inspection.hard_paused = control.hard_paused
+        for hold in list(control.holds.values()):
+            call = run.stream.tools.get(hold.tool_use_id)
+            pending = inspection.pending_calls.add(breakpoint_id=hold.breakpoint_id, hold_reason=hold.reason)
+            if call is not None:
+                pending.call.CopyFrom(m.tool_call_to_proto(call, job_id=row.job_id, phase_id=row.phase_id))
+            else:
+                pending.call.tool_use_id, pending.call.name = hold.tool_use_id, hold.tool_name
+                pending.call.input_json = hold.input_json
+            pending.hold_time.FromNanoseconds(hold.since_ns)
+        inspection.assistant_message_count = run.assistant_turns
+        inspection.user_message_count = run.user_messages
+        inspection.turn_count = run.stream.result_count
+        inspection.breakpoints.extend(breakpoint_to_proto(bp) for bp in control.breakpoints.list())
+        if request.include_context_usage:
+            usage = await control.context_usage()
+            if usage is not None:
+                ctx = inspection.context_usage
+                ctx.total_tokens = int(usage.get("totalTokens") or 0)
+                ctx.max_tokens = int(usage.get("maxTokens") or 0)
+                ctx.percentage = float(usage.get("percentage") or (
+                    100.0 * ctx.total_tokens / ctx.max_tokens if ctx.max_tokens else 0.0))
+                raw = orjson.dumps(usage)
+                ctx.raw_json = raw[:65536].decode("utf-8", "ignore")
+        return runner_service_pb2.InspectPhaseResponse(inspection=inspection)
+
+
+def breakpoint_from_proto(msg: resources_pb2.Breakpoint) -> Breakpoint:
+    """The domain breakpoint for a request's Breakpoint (validated)."""
+    kind = msg.WhichOneof("condition")
+    if kind is None:
+        raise invalid_field("breakpoint", "a condition (tool_name, input_pattern, cost_threshold_usd or "
+                                          "turn_count) is required")
+    return Breakpoint.create(
+        kind=BreakpointKind(kind), breakpoint_id=msg.breakpoint_id, tool_name=msg.tool_name or msg.input_pattern.tool_name,
+        regex=msg.input_pattern.regex, cost_threshold_usd=msg.cost_threshold_usd, turn_count=msg.turn_count,
+        once=msg.once,
+    )
+
+
+def breakpoint_to_proto(bp: Breakpoint) -> resources_pb2.Breakpoint:
+    msg = resources_pb2.Breakpoint(breakpoint_id=bp.breakpoint_id, once=bp.once, hit_count=bp.hit_count)
+    if bp.kind is BreakpointKind.TOOL_NAME:
+        msg.tool_name = bp.tool_name
+    elif bp.kind is BreakpointKind.INPUT_PATTERN:
+        msg.input_pattern.regex = bp.regex
+        msg.input_pattern.tool_name = bp.tool_name
+    elif bp.kind is BreakpointKind.COST_THRESHOLD:
+        msg.cost_threshold_usd = bp.cost_threshold_usd
+    else:
+        msg.turn_count = bp.turn_count
+    return msg
 
 
 def _tool_call(body: bytes, status: str) -> resources_pb2.ToolCall:

@@ -1,0 +1,276 @@
+"""Job control over the real CLI: pause, step, breakpoints with approve / deny / edit, inject,
+interrupt, inspect, many watchers, and illegal transitions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+import pytest
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.errors import error_info
+from helix_runner.scripted_api import Reply, TextBlock
+
+pytestmark = pytest.mark.real_cli
+
+SLOW_TEXT = Reply(content=[TextBlock("thinking it over " * 12)], chunk_delay=0.08)  # ~1.5 s of streaming
+
+
+class Phase:
+    """A RunPhase call read in the background, with helpers to wait for events."""
+
+    def __init__(self, runner, job_id: str, request: pb.RunPhaseRequest):
+        self.runner, self.stub, self.job_id = runner, runner.stub, job_id
+        self.events: list = []
+        self.result = None
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._read(self.stub.RunPhase(request, timeout=120)))
+
+    async def _read(self, call):
+        async for response in call:
+            async with self._changed:
+                self.events.extend(response.events)
+                if response.HasField("result"):
+                    self.result = response.result
+                self._changed.notify_all()
+
+    async def wait_for(self, predicate, limit: float = 30.0):
+        async with asyncio.timeout(limit):
+            async with self._changed:
+                while True:
+                    for e in self.events:
+                        if predicate(e):
+                            return e
+                    assert self.result is None, f"phase ended first: {self.result.reason}"
+                    await self._changed.wait()
+
+    async def control(self, kind: int, limit: float = 30.0, after: int = 0):
+        return await self.wait_for(lambda e: e.HasField("control") and e.control.kind == kind and e.sequence > after,
+                                   limit)
+
+    async def finish(self, limit: float = 60.0):
+        await asyncio.wait_for(self._task, limit)
+        return self.result
+
+    def ids(self, **kw):
+        return {"job_id": self.job_id, "phase_id": "p", **kw}
+
+
+def start(runner, job_id: str, **options) -> Phase:
+    request = pb.RunPhaseRequest(job_id=job_id, phase_id="p", prompt="go", working_dir=str(runner.workdir),
+                                 options=pb.PhaseOptions(**options))
+    return Phase(runner, job_id, request)
+
+
+async def test_pause_holds_the_next_tool_call_until_resume(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "touch created.txt"}, chunk_delay=0.1),
+                        Reply.text("done")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "pause", allowed_tools=["Bash"])
+        await phase.wait_for(lambda e: e.HasField("status_changed"))
+        paused = (await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids()), timeout=10)).phase
+        assert paused.status == res.PHASE_STATUS_PAUSING
+        held = await phase.control(ev.CONTROL_EVENT_KIND_PAUSED)
+        assert held.control.tool_name == "Bash" and "touch created.txt" in held.control.input_json
+        await asyncio.sleep(1.0)
+        assert not (runner.workdir / "created.txt").exists()  # held before it ran
+        job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="pause"), timeout=10)).job
+        assert job.phases[0].status == res.PHASE_STATUS_PAUSED
+        assert job.phases[0].current_tool.status == res.TOOL_CALL_STATUS_HELD
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids(),
+                                                                            include_context_usage=True),
+                                                     timeout=10)).inspection
+        assert inspection.paused and [p.call.name for p in inspection.pending_calls] == ["Bash"]
+        assert inspection.pending_calls[0].hold_reason == "paused"
+        assert inspection.context_usage.max_tokens > 0 and inspection.context_usage.total_tokens > 0
+        assert inspection.recent_events and inspection.recent_events[-1].sequence == inspection.phase.last_sequence
+
+        resumed = (await runner.stub.ResumePhase(pb.ResumePhaseRequest(**phase.ids()), timeout=10)).phase
+        assert resumed.status == res.PHASE_STATUS_RUNNING
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    assert (runner.workdir / "created.txt").exists()
+    kinds = [e.control.kind for e in phase.events if e.HasField("control")]
+    assert kinds == [ev.CONTROL_EVENT_KIND_PAUSE_REQUESTED, ev.CONTROL_EVENT_KIND_PAUSED,
+                     ev.CONTROL_EVENT_KIND_RESUMED]
+
+
+async def test_step_lets_exactly_one_of_three_calls_through(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": f"touch {name}"}, chunk_delay=0.05)
+                        for name in ("a", "b", "c")] + [Reply.text("all three")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "step", allowed_tools=["Bash"])
+        await phase.wait_for(lambda e: e.HasField("status_changed"))
+        await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids()), timeout=10)
+        first = await phase.control(ev.CONTROL_EVENT_KIND_PAUSED)
+        await runner.stub.StepPhase(pb.StepPhaseRequest(**phase.ids()), timeout=10)
+        done = await phase.control(ev.CONTROL_EVENT_KIND_STEP_COMPLETE)
+        assert done.control.tool_use_id == first.control.tool_use_id
+        second = await phase.control(ev.CONTROL_EVENT_KIND_PAUSED, after=done.sequence)
+        assert "touch b" in second.control.input_json
+        await asyncio.sleep(0.5)
+        assert [(runner.workdir / n).exists() for n in "abc"] == [True, False, False]
+        await runner.stub.ResumePhase(pb.ResumePhaseRequest(**phase.ids()), timeout=10)
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED
+    assert all((runner.workdir / n).exists() for n in "abc")
+
+
+async def test_pattern_breakpoint_deny_keeps_the_file_and_tells_the_model(claude_binary, scripted_api,
+                                                                           runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "rm -rf precious"}), Reply.text("ok, I will not")])
+    async with runner_factory(api) as runner:
+        (runner.workdir / "precious").mkdir()
+        (runner.workdir / "precious" / "data").write_text("keep me")
+        bp = res.Breakpoint(breakpoint_id="no-rm", input_pattern=res.InputPatternCondition(regex=r"rm\s+-rf"))
+        phase = start(runner, "deny", allowed_tools=["Bash"], breakpoints=[bp])
+        hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
+        assert hit.control.breakpoint_id == "no-rm"
+        job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="deny"), timeout=10)).job
+        assert job.phases[0].status == res.PHASE_STATUS_AWAITING_APPROVAL
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids()), timeout=10)).inspection
+        assert inspection.pending_calls[0].breakpoint_id == "no-rm"
+        resolved = await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **phase.ids(tool_use_id=hit.control.tool_use_id),
+            deny=pb.DenyDecision(message="deleting precious data is not allowed")), timeout=10)
+        assert resolved.tool_call.name == "Bash"
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED
+    assert (runner.workdir / "precious" / "data").read_text() == "keep me"
+    assert "deleting precious data is not allowed" in api.message_requests()[1].tool_result_text()
+    finished = [e.tool_call_finished for e in phase.events if e.HasField("tool_call_finished")]
+    assert finished[0].is_error
+    assert [d.tool_name for d in result.permission_denials] == ["Bash"]
+
+
+async def test_edited_input_is_what_runs(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo original > out.txt"}), Reply.text("done")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "edit", allowed_tools=["Bash"],
+                      breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])
+        hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **phase.ids(tool_use_id=hit.control.tool_use_id),
+            edit=pb.EditDecision(input_json=json.dumps({"command": "echo edited > out.txt"}))), timeout=10)
+        edited = await phase.control(ev.CONTROL_EVENT_KIND_TOOL_EDITED)
+        assert "edited" in edited.control.input_json
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED
+    assert (runner.workdir / "out.txt").read_text() == "edited\n"
+
+
+async def test_cost_threshold_breakpoint_fires_once(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo one"}), Reply.tool_use("Bash", {"command": "echo two"}),
+                        Reply.text("done")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "cost", allowed_tools=["Bash"],
+                      breakpoints=[res.Breakpoint(breakpoint_id="budget", cost_threshold_usd=1e-9)])
+        hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
+        assert hit.control.breakpoint_id == "budget"
+        listed = (await runner.stub.ListBreakpoints(pb.ListBreakpointsRequest(**phase.ids()), timeout=10)).breakpoints
+        assert [(b.breakpoint_id, b.hit_count) for b in listed] == [("budget", 1)]
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(**phase.ids(tool_use_id=hit.control.tool_use_id),
+                                                                    approve=pb.ApproveDecision()), timeout=10)
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED
+    hits = [e for e in phase.events if e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT]
+    assert len(hits) == 1  # a threshold is crossed once
+
+
+async def test_inject_queue_adds_a_second_turn(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([SLOW_TEXT, Reply.text("second answer")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "inject")
+        await phase.wait_for(lambda e: e.HasField("session_init"))
+        injected = await runner.stub.InjectMessage(pb.InjectMessageRequest(
+            **phase.ids(), text="INJECTED follow-up question", mode=pb.INJECT_MODE_QUEUE), timeout=10)
+        assert injected.message_uuid and injected.sequence > 0
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    assert result.result_count == 2 and result.result_text == "second answer"
+    assert "INJECTED follow-up question" in api.message_requests()[-1].text()
+
+
+async def test_interrupt_during_a_long_bash_call(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(60)'"}),
+                        Reply.text("never")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "interrupt", allowed_tools=["Bash"])
+        await phase.wait_for(lambda e: e.HasField("tool_call_started"))
+        await asyncio.sleep(0.5)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await runner.stub.InterruptPhase(pb.InterruptPhaseRequest(**phase.ids()), timeout=15)
+        turn = await phase.wait_for(lambda e: e.HasField("turn_result"), limit=20)
+        assert loop.time() - began < 15
+        result = await phase.finish()
+    assert turn.turn_result.subtype == "error_during_execution" and turn.turn_result.is_error
+    assert any(e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_INTERRUPTED for e in phase.events)
+    assert result.status == res.PHASE_STATUS_FAILED  # the last turn was aborted, and the CLI says so
+    assert result.terminal_reason in ("aborted_streaming", "aborted_tools")
+
+
+async def test_fifty_watchers_one_stalled(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": f"echo {i}"}) for i in range(5)] + [Reply.text("done")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "watch", allowed_tools=["Bash"], on_disconnect=res.ON_DISCONNECT_DETACH)
+        await phase.wait_for(lambda e: e.HasField("status_changed"))
+        request = pb.WatchPhaseRequest(job_id="watch", phase_id="p", after_sequence=0)
+        stalled = runner.stub.WatchPhase(request, timeout=120)
+        await stalled.wait_for_connection()
+
+        async def watch():
+            seqs = []
+            async for response in runner.stub.WatchPhase(request, timeout=60):
+                seqs.extend(e.sequence for e in response.events)
+                if response.HasField("result"):
+                    return seqs, response.result.status
+            return seqs, None
+
+        results = await asyncio.wait_for(asyncio.gather(*(watch() for _ in range(49))), 60)
+        final = await phase.finish()
+        expected = list(range(1, final.last_sequence + 1))
+        for seqs, status in results:
+            assert seqs == expected and status == res.PHASE_STATUS_SUCCEEDED
+        # The stalled watcher slowed nobody, and still gets everything when it finally reads.
+        seqs = []
+        async for response in stalled:
+            seqs.extend(e.sequence for e in response.events)
+        assert seqs == expected
+
+
+async def test_illegal_transitions_are_failed_precondition(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo x"}, chunk_delay=0.05), Reply.text("done")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "illegal", allowed_tools=["Bash"])
+        await phase.wait_for(lambda e: e.HasField("status_changed"))
+        for call, request in (
+            (runner.stub.ResumePhase, pb.ResumePhaseRequest(**phase.ids())),
+            (runner.stub.StepPhase, pb.StepPhaseRequest(**phase.ids())),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call(request, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            info = error_info(caught.value)
+            assert info.reason == "ILLEGAL_TRANSITION" and info.metadata["operation"] in ("resume", "step")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(**phase.ids(tool_use_id="toolu_nope"),
+                                                                        approve=pb.ApproveDecision()), timeout=10)
+        assert error_info(caught.value).reason == "TOOL_CALL_NOT_HELD"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await runner.stub.AddBreakpoint(pb.AddBreakpointRequest(
+                **phase.ids(), breakpoint=res.Breakpoint(input_pattern=res.InputPatternCondition(regex="("))),
+                timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        await phase.finish()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids()), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert error_info(caught.value).metadata["status"] == "SUCCEEDED"
+        # A finished phase can still be inspected.
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids()), timeout=10)).inspection
+        assert inspection.phase.status == res.PHASE_STATUS_SUCCEEDED and not inspection.pending_calls
