@@ -57,6 +57,7 @@ from helix_runner.runner.control_protocol import (
     edit_hook,
     user_line,
 )
+from helix_runner.runner.process_group import wait_stopped
 
 if TYPE_CHECKING:
     from helix_runner.phase_runner import PhaseRun
@@ -275,7 +276,7 @@ class PhaseController:
 
     # -- operations ------------------------------------------------------------------------
 
-    def pause(self, hard: bool) -> None:
+    async def pause(self, hard: bool) -> None:
         self._require_running("pause")
         if self.hard_paused or (self.pause_requested and not hard):
             raise _illegal("pause", self.run.status, "the phase is already paused")
@@ -288,6 +289,8 @@ class PhaseController:
                 raise _illegal("pause", self.run.status, "the process has not started")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGSTOP)
+            # Report PAUSED only once the stop has taken effect.
+            await wait_stopped(pid)
             self.hard_paused = True
             self.run.supervisor.hold_watchdog(True)
             self.run.emit(ControlEvent(ControlEventKind.PAUSED, message="process group stopped (SIGSTOP)"))

@@ -13,7 +13,7 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info
-from helix_runner.scripted_api import Reply, TextBlock
+from helix_runner.scripted_api import Reply, RequestMatcher, TextBlock
 
 pytestmark = pytest.mark.real_cli
 
@@ -274,3 +274,47 @@ async def test_illegal_transitions_are_failed_precondition(claude_binary, script
         # A finished phase can still be inspected.
         inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids()), timeout=10)).inspection
         assert inspection.phase.status == res.PHASE_STATUS_SUCCEEDED and not inspection.pending_calls
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+async def test_hard_pause_stops_the_process_group_until_resume(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply(content=[TextBlock("word " * 40)], chunk_delay=0.05), Reply.text("unused")])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "hard")
+        await phase.wait_for(lambda e: e.HasField("session_init"))
+        pid = runner.server.manager.get_live("hard", "p").run.supervisor.pid
+        paused = (await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD),
+                                               timeout=10)).phase
+        assert paused.status == res.PHASE_STATUS_PAUSED
+        assert _state(pid) == "T"  # stopped, as SIGSTOP promises
+        seen = len(phase.events)
+        await asyncio.sleep(1.5)  # the reply would have finished streaming by now
+        assert all(not e.HasField("turn_result") for e in phase.events[seen:])
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await runner.stub.StepPhase(pb.StepPhaseRequest(**phase.ids()), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        await runner.stub.ResumePhase(pb.ResumePhaseRequest(**phase.ids()), timeout=10)
+        assert _state(pid) != "T"
+        result = await phase.finish()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+
+
+async def test_inject_interrupt_and_send(claude_binary, scripted_api, runner_factory):
+    # Route by content: the request after the interrupt carries the injected text.
+    api = scripted_api([Reply.text("answer to the new question", match=RequestMatcher(last_user_contains="STOP")),
+                        Reply(content=[TextBlock("a very long answer " * 60)], chunk_delay=0.05)])
+    async with runner_factory(api) as runner:
+        phase = start(runner, "steer", include_partial_messages=True)
+        # Interrupt mid-stream: once the model's answer is visibly streaming.
+        await phase.wait_for(lambda e: e.HasField("partial_delta") and e.partial_delta.text)
+        await runner.stub.InjectMessage(pb.InjectMessageRequest(
+            **phase.ids(), text="STOP and answer this instead", mode=pb.INJECT_MODE_INTERRUPT_AND_SEND), timeout=15)
+        result = await phase.finish()
+    turns = [e.turn_result for e in phase.events if e.HasField("turn_result")]
+    assert [t.subtype for t in turns] == ["error_during_execution", "success"]
+    assert result.status == res.PHASE_STATUS_SUCCEEDED and result.result_text == "answer to the new question"
+    assert "STOP and answer this instead" in api.message_requests()[-1].text()

@@ -295,7 +295,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_unary
     async def PausePhase(self, request, context):
         live = self.manager.require_live(request.job_id, request.phase_id, "pause")
-        live.run.control.pause(hard=request.mode == runner_service_pb2.PAUSE_MODE_HARD)
+        await live.run.control.pause(hard=request.mode == runner_service_pb2.PAUSE_MODE_HARD)
         return runner_service_pb2.PausePhaseResponse(phase=self._live_phase(live))
 
     @_unary

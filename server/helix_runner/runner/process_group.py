@@ -8,9 +8,11 @@ only members of that group that started no earlier than the leader are signalled
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 _PROC = Path("/proc")
@@ -45,3 +47,19 @@ def kill_leftover_group(pgid: int, leader_start: int) -> list[int]:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
     return killed
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter (``R``, ``S``, ``T`` for stopped, ``Z``), or None if it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+async def wait_stopped(pid: int, limit_s: float = 2.0) -> bool:
+    """Waits until the process shows as stopped after SIGSTOP (delivery is asynchronous)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if process_state(pid) in ("T", "t", None):
+            return True
+        await asyncio.sleep(0.005)
+    return False
