@@ -428,6 +428,6 @@ await s.clientCancel();
 await s.listJobs();
 await s.costTotals();
 await s.errors();
-console.log(JSON.stringify(s.out, null, 2));
-// Streams cancelled above may leave HTTP/2 sessions open for a moment; do not wait for them.
-process.exit(0);
+// Streams cancelled above may leave HTTP/2 sessions open for a moment: exit once the transcript is
+// flushed (writes to a pipe are asynchronous in Node) instead of waiting for them.
+process.stdout.write(`${JSON.stringify(s.out, null, 2)}\n`, () => process.exit(0));
