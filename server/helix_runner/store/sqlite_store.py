@@ -457,16 +457,7 @@ class SqliteStore:
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
     ) -> list[tuple[str, str, ModelCostRow]]:
         """(job_id, phase_id, row) for every per-model cost row in the scope."""
-        where, args = [], []
-        if job_id:
-            where.append("job_id = ?")
-            args.append(job_id)
-            if phase_id:
-                where.append("phase_id = ?")
-                args.append(phase_id)
-        elif project_id is not None:
-            where.append("project_id = ?")
-            args.append(project_id)
+        where, args = _scope(project_id, job_id, phase_id)
         sql = (
             "SELECT job_id, phase_id, model, input_tokens, output_tokens, cache_read_input_tokens, "
             "cache_write_5m_input_tokens, cache_write_1h_input_tokens, web_search_requests, reported_usd, "
@@ -481,18 +472,20 @@ class SqliteStore:
     def phases_in_scope(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
     ) -> list[PhaseRow]:
-        where, args = [], []
-        if job_id:
-            where.append("job_id = ?")
-            args.append(job_id)
-            if phase_id:
-                where.append("phase_id = ?")
-                args.append(phase_id)
-        elif project_id is not None:
-            where.append("project_id = ?")
-            args.append(project_id)
+        where, args = _scope(project_id, job_id, phase_id)
         sql = f"SELECT {','.join(_PHASE_COLUMNS)} FROM phases"
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._lock:
             return [PhaseRow(*r) for r in self._db.execute(sql, args).fetchall()]
+
+
+def _scope(project_id: str | None, job_id: str | None, phase_id: str | None) -> tuple[list[str], list[str]]:
+    """WHERE terms for a cost scope: a phase (job + phase), a job, or a project."""
+    if job_id:
+        if phase_id:
+            return ["job_id = ?", "phase_id = ?"], [job_id, phase_id]
+        return ["job_id = ?"], [job_id]
+    if project_id is not None:
+        return ["project_id = ?"], [project_id]
+    return [], []
