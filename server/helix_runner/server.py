@@ -22,6 +22,7 @@ from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.record_codec import ProtoRecordCodec
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.config import ServerConfig
+from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
@@ -106,6 +107,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             ("grpc.so_reuseport", 0),
         ],
     )
+    # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
+    await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     offline_api, env_overrides = _start_offline_api(config)
     manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=env_overrides)
     recovered = manager.recover()
