@@ -65,3 +65,16 @@ def test_non_loopback_with_token_is_allowed(tmp_path):
                       environ={})
     assert not cfg.is_loopback
     assert cfg.read_auth_token() == "x" * 32
+
+
+def test_price_overrides_from_file_and_env(tmp_path):
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text('[price_overrides."my-model"]\ninput_per_mtok = 2\noutput_per_mtok = 8\n')
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={}, config_file=cfg_file)
+    assert cfg.price_overrides["my-model"].output_per_mtok == 8.0
+    env = {"HELIX_RUNNER_PRICE_OVERRIDES": '{"other": {"input_per_mtok": 1, "output_per_mtok": 2}}'}
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ=env)
+    assert set(cfg.price_overrides) == {"other"}
+    for bad in ('{"m": {"input_per_mtok": 1}}', '{"m": {"input_per_mtok": -1, "output_per_mtok": 1}}', "[1]"):
+        with pytest.raises(ConfigError, match="price_overrides"):
+            load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={"HELIX_RUNNER_PRICE_OVERRIDES": bad})

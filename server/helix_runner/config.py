@@ -7,12 +7,15 @@ Every value is validated here, once, so the rest of the server can trust it; a b
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+from helix_runner.domain.pricing import ModelPrice
 
 ENV_PREFIX = "HELIX_RUNNER_"
 
@@ -92,6 +95,9 @@ class ServerConfig:
     allow_bypass_permissions: bool = False
     # Offline mode: a scripted Messages API script (JSON) the CLI is pointed at instead of Anthropic.
     offline_script: Path | None = None
+    # Per-model USD prices per million tokens for models the price table does not know (or to
+    # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
+    price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
 
     @property
     def is_loopback(self) -> bool:
@@ -143,6 +149,24 @@ def _as_str_tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(p) for p in value)
 
 
+def _price_overrides(value: Any) -> dict[str, ModelPrice]:
+    """Parses the override table (a TOML table, or JSON text from the environment)."""
+    table = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(table, Mapping):
+        raise ValueError("must be a table of model id -> prices")
+    allowed = {f.name for f in fields(ModelPrice)}
+    out = {}
+    for model, prices in table.items():
+        if not isinstance(prices, Mapping) or not set(prices) <= allowed or "input_per_mtok" not in prices \
+                or "output_per_mtok" not in prices:
+            raise ValueError(f"{model}: needs input_per_mtok and output_per_mtok (optional: "
+                             f"{', '.join(sorted(allowed - {'input_per_mtok', 'output_per_mtok'}))})")
+        if any(not isinstance(v, int | float) or v < 0 for v in prices.values()):
+            raise ValueError(f"{model}: prices must be non-negative numbers")
+        out[str(model)] = ModelPrice(**{k: float(v) for k, v in prices.items()})
+    return out
+
+
 def _as_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -175,6 +199,7 @@ _CONVERTERS: dict[str, Any] = {
     "required_commands": _as_str_tuple,
     "allow_bypass_permissions": _as_bool,
     "offline_script": lambda v: Path(v).expanduser() if v else None,
+    "price_overrides": lambda v: _price_overrides(v),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"

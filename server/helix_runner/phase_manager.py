@@ -26,6 +26,7 @@ from helix_runner.domain.phase_result import PhaseResult
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
+from helix_runner.domain.pricing import PriceTable
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.event_log import Delivery, PhaseEventLog, replay
 from helix_runner.phase_runner import LaunchPlan, PhaseRun
@@ -72,6 +73,8 @@ class PhaseManager:
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._claude: ClaudeBinary | None = None
+        # One price table for all phases: lookups are cached per model.
+        self.prices = PriceTable(config.price_overrides)
 
     # -- admission -------------------------------------------------------------------------
 
@@ -148,7 +151,7 @@ class PhaseManager:
             ),
         )
         events = PhaseEventLog(self.store, spec.job_id, spec.phase_id)
-        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or []), events)
+        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or [], self.prices), events)
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,

@@ -33,6 +33,7 @@ from helix_runner.domain.phase_result import PhaseDiagnostics, PhaseResult
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
+from helix_runner.domain.pricing import PriceTable
 from helix_runner.event_log import PhaseEventLog
 from helix_runner.phase_control import PhaseController
 from helix_runner.record_codec import RecordCodec
@@ -61,13 +62,13 @@ class PhaseRun:
     """One phase in flight; ``run()`` drives it to its final result."""
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: SqliteStore, codec: RecordCodec,
-                 events: PhaseEventLog, breakpoints: list[Breakpoint] = ()):
+                 events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None):
         self.spec = spec
         self.plan = plan
         self.store = store
         self.codec = codec
         self.events = events
-        self.stream = PhaseStream(plan.stream_options)
+        self.stream = PhaseStream(plan.stream_options, price_table=prices)
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
         self.supervisor = ProcessSupervisor(

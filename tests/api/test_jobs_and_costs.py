@@ -164,3 +164,21 @@ def test_run_command_shows_progress_and_final_status(claude_binary, tmp_path):
     assert "→ Bash" in run.stdout and "from-run-command" in run.stdout
     assert "SUCCEEDED: completed" in run.stdout
     assert "exit code 0" in run.stdout and "job cli-job" in run.stdout
+
+
+@pytest.mark.parametrize("override", [False, True])
+async def test_unknown_model_is_flagged_or_priced_by_override(claude_binary, scripted_api, runner_factory, override):
+    api = scripted_api([Reply.text("hi", usage=Usage(input_tokens=1_000_000, output_tokens=0))])
+    prices = '{"helix-test-model": {"input_per_mtok": 2, "output_per_mtok": 4}}' if override else None
+    async with runner_factory(api, price_overrides=prices) as runner:
+        _, result = await runner.run_phase("hi", model="helix-test-model")
+        totals = (await runner.stub.GetCostTotals(pb.GetCostTotalsRequest(job_id="job-1"), timeout=10)).totals
+    (model,) = [m for m in result.cost.models if m.model == "helix-test-model"]
+    if override:
+        assert model.pricing_source == res.PRICING_SOURCE_OVERRIDE
+        assert model.computed_usd == pytest.approx(2.0)  # one million input tokens at $2/MTok
+        assert not result.cost.unpriced_models
+    else:
+        assert model.pricing_source == res.PRICING_SOURCE_UNPRICED
+        assert list(result.cost.unpriced_models) == ["helix-test-model"]
+        assert list(totals.unpriced_models) == ["helix-test-model"]
