@@ -44,6 +44,32 @@ pub use phase::{PhaseStream, PhaseUpdate};
 pub use pb::runner_service_client::RunnerServiceClient;
 pub use tonic::transport::Channel;
 
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+
+/// Adds `authorization: Bearer <token>` to every call, when the server requires a token.
+#[derive(Debug, Clone, Default)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl BearerToken {
+    /// A token to send (`None` sends nothing). Fails if the token is not valid header text.
+    pub fn new(token: Option<&str>) -> Result<Self, tonic::metadata::errors::InvalidMetadataValue> {
+        token.map(|t| format!("Bearer {t}").parse()).transpose().map(Self)
+    }
+}
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The transport of a [`Client`]: a channel that adds the bearer token, if any.
+pub type Transport = InterceptedService<Channel, BearerToken>;
+
 /// The protobuf package this crate speaks.
 pub const CONTRACT: &str = "helix.runner.v1";
 
@@ -55,7 +81,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Cloning is cheap (the underlying channel is shared); clone to run calls concurrently.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: RunnerServiceClient<Channel>,
+    inner: RunnerServiceClient<Transport>,
 }
 
 impl Client {
@@ -71,13 +97,18 @@ impl Client {
         Ok(Self::new(channel))
     }
 
-    /// Wraps an existing channel (for custom timeouts, interceptors and the like).
+    /// Wraps an existing channel (for TLS, custom timeouts and the like).
     pub fn new(channel: Channel) -> Self {
-        Self { inner: RunnerServiceClient::new(channel) }
+        Self::with_token(channel, BearerToken::default())
+    }
+
+    /// Wraps a channel and sends `token` with every call (`BearerToken::new(Some("..."))`).
+    pub fn with_token(channel: Channel, token: BearerToken) -> Self {
+        Self { inner: RunnerServiceClient::with_interceptor(channel, token) }
     }
 
     /// The generated client, for every RPC (unary calls included).
-    pub fn raw(&mut self) -> &mut RunnerServiceClient<Channel> {
+    pub fn raw(&mut self) -> &mut RunnerServiceClient<Transport> {
         &mut self.inner
     }
 
@@ -164,5 +195,22 @@ impl pb::StreamEvent {
             Some(P::ParseError(_)) => "parse_error",
             Some(P::Unknown(_)) => "unknown",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::service::Interceptor;
+
+    #[test]
+    fn bearer_token_sets_authorization_only_when_given() {
+        let mut with = BearerToken::new(Some("s3cret")).unwrap();
+        let request = with.call(tonic::Request::new(())).unwrap();
+        assert_eq!(request.metadata().get("authorization").unwrap(), "Bearer s3cret");
+
+        let mut without = BearerToken::default();
+        assert!(without.call(tonic::Request::new(())).unwrap().metadata().get("authorization").is_none());
+        assert!(BearerToken::new(Some("bad\ntoken")).is_err());
     }
 }
