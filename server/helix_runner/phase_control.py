@@ -110,6 +110,7 @@ class PhaseController:
         self.step_credits = 0
         self.holds: OrderedDict[str, Hold] = OrderedDict()
         self._stepping: set[str] = set()
+        self._released: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._cancelled_requests: set[str] = set()
         self.turns_expected = 1
@@ -215,6 +216,7 @@ class PhaseController:
                 return
             if req.request_id not in self._cancelled_requests:
                 await self.channel.answer(req.request_id, response)
+            self._after_release(req.tool_use_id)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -254,6 +256,12 @@ class PhaseController:
             self.holds.pop(req.tool_use_id, None)
             self.run.supervisor.hold_watchdog(False)
             self.run.stream.tools.mark_running(req.tool_use_id)
+            self._released.add(req.tool_use_id)
+
+    def _after_release(self, tool_use_id: str) -> None:
+        """Status bookkeeping for a released call, done after the CLI has its answer (not before)."""
+        if tool_use_id in self._released:
+            self._released.discard(tool_use_id)
             if self.run.result is None:
                 self._settle_status()
 
