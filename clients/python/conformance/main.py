@@ -47,6 +47,10 @@ def project_event(event: pb.StreamEvent, started: set[str]) -> dict[str, Any] | 
                 "matches_a_start": e.tool_use_id in started}
     if kind == "assistant_text":
         return {"kind": kind, "text": event.assistant_text.text}
+    if kind == "control":
+        e = event.control
+        return {"kind": kind, "control_kind": e.kind.proto_name, "tool_name": e.tool_name,
+                "breakpoint_id": e.breakpoint_id}
     if kind == "turn_result":
         e = event.turn_result
         return {"kind": kind, "subtype": e.subtype, "is_error": e.is_error, "num_turns": e.num_turns,
@@ -279,6 +283,32 @@ class Scenarios:
             },
         }
 
+    async def breakpoint_approve(self) -> None:
+        spec = self.spec["breakpoint"]
+        job, phase_id = self.job(spec["job"]), spec["phase_id"]
+        request = self.request(spec)
+        request.options.breakpoints = [pb.Breakpoint(breakpoint_id=spec["breakpoint_id"], tool_name=spec["tool_name"])]
+        phase = self.client.run_phase(request)
+        events: list[pb.StreamEvent] = []
+        pending = None
+        async with asyncio.timeout(STREAM_TIMEOUT):
+            async for event in phase:
+                events.append(event)
+                if event_kind(event) == "control" and event.control.kind == pb.ControlEventKind.BREAKPOINT_HIT:
+                    inspection = (await self.client.call(
+                        "inspect_phase", pb.InspectPhaseRequest(job_id=job, phase_id=phase_id))).inspection
+                    pending = [{"name": p.call.name, "input_json": p.call.input_json, "breakpoint_id": p.breakpoint_id}
+                               for p in inspection.pending_calls]
+                    await self.client.call("resolve_tool_call", pb.ResolveToolCallRequest(
+                        job_id=job, phase_id=phase_id, tool_use_id=event.control.tool_use_id,
+                        approve=pb.ApproveDecision()))
+        self.out["breakpoint_approve"] = {
+            "events": project_events(events),
+            "gap_free": gap_free(events),
+            "pending_at_hit": pending,
+            "result": {"status": phase.result.status.proto_name, "reason": self.norm(phase.result.reason)},
+        }
+
     async def list_jobs(self) -> None:
         size = self.spec["list_jobs"]["page_size"]
         pages, token = [], ""
@@ -335,7 +365,7 @@ async def run(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     async with RunnerClient(args.address, timeout=30) as client:
         s = Scenarios(client, spec, args.prefix, args.workdir)
         for step in (s.run_phase, s.watch_from_cursor, s.get_job, s.list_tool_calls, s.cancel_phase,
-                     s.client_cancel, s.list_jobs, s.cost_totals, s.errors):
+                     s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors):
             await step()
     json.dump(s.out, sys.stdout, indent=2, sort_keys=True)
     print()

@@ -41,6 +41,7 @@ async fn main() -> Result<(), BoxError> {
     s.list_tool_calls().await?;
     s.cancel_phase().await?;
     s.client_cancel().await?;
+    s.breakpoint_approve().await?;
     s.list_jobs().await?;
     s.cost_totals().await?;
     s.errors().await?;
@@ -88,6 +89,10 @@ fn project_event(event: &pb::StreamEvent, started: &mut HashSet<String>) -> Opti
             "matches_a_start": started.contains(&e.tool_use_id),
         }),
         P::AssistantText(e) => json!({"kind": kind, "text": e.text}),
+        P::Control(e) => json!({
+            "kind": kind, "control_kind": e.kind().as_str_name(), "tool_name": e.tool_name,
+            "breakpoint_id": e.breakpoint_id,
+        }),
         P::TurnResult(e) => json!({
             "kind": kind, "subtype": e.subtype, "is_error": e.is_error, "num_turns": e.num_turns,
             "result_text": e.result_text,
@@ -451,6 +456,61 @@ impl Scenarios {
                     "last_event": project_events(&events[events.len().saturating_sub(1)..]),
                     "result": {"status": status_name(result.status), "reason": norm.apply(&result.reason)},
                 },
+            }),
+        );
+        Ok(())
+    }
+
+    async fn breakpoint_approve(&mut self) -> Result<(), BoxError> {
+        use pb::stream_event::Payload as P;
+        let mut request = self.request("breakpoint");
+        let (job, phase_id) = (request.job_id.clone(), request.phase_id.clone());
+        if let Some(options) = request.options.as_mut() {
+            options.breakpoints = vec![pb::Breakpoint {
+                breakpoint_id: self.s("breakpoint", "breakpoint_id"),
+                condition: Some(pb::breakpoint::Condition::ToolName(self.s("breakpoint", "tool_name"))),
+                ..Default::default()
+            }];
+        }
+        let mut client = self.client.clone();
+        let (events, pending, result) = bounded(async {
+            let mut phase = client.run_phase(request).await?;
+            let (mut events, mut pending) = (Vec::new(), Value::Null);
+            while let Some(event) = phase.next_event().await? {
+                if let Some(P::Control(control)) = &event.payload {
+                    if control.kind() == pb::ControlEventKind::BreakpointHit {
+                        let inspect = pb::InspectPhaseRequest { job_id: job.clone(), phase_id: phase_id.clone(), ..Default::default() };
+                        let inspection = client.raw().inspect_phase(inspect).await?.into_inner().inspection.unwrap_or_default();
+                        pending = inspection
+                            .pending_calls
+                            .iter()
+                            .map(|p| {
+                                let call = p.call.clone().unwrap_or_default();
+                                json!({"name": call.name, "input_json": call.input_json, "breakpoint_id": p.breakpoint_id})
+                            })
+                            .collect();
+                        let resolve = pb::ResolveToolCallRequest {
+                            job_id: job.clone(),
+                            phase_id: phase_id.clone(),
+                            tool_use_id: control.tool_use_id.clone(),
+                            decision: Some(pb::resolve_tool_call_request::Decision::Approve(pb::ApproveDecision {})),
+                        };
+                        client.raw().resolve_tool_call(resolve).await?;
+                    }
+                }
+                events.push(event);
+            }
+            let result = phase.result().cloned().unwrap_or_default();
+            Ok((events, pending, result))
+        })
+        .await?;
+        self.out.insert(
+            "breakpoint_approve".into(),
+            json!({
+                "events": project_events(&events),
+                "gap_free": gap_free(&events, 1),
+                "pending_at_hit": pending,
+                "result": {"status": status_name(result.status), "reason": self.norm().apply(&result.reason)},
             }),
         );
         Ok(())

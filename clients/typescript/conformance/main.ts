@@ -7,6 +7,8 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Code } from "@connectrpc/connect";
 import {
+  ControlEventKind,
+  ControlEventKindSchema,
   createRunnerClient,
   enumName,
   eventKind,
@@ -27,7 +29,7 @@ import {
   type ToolStats,
 } from "@helix/runner-client";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { RunPhaseRequestSchema } from "@helix/runner-client";
+import type { PhaseOptionsSchema, RunPhaseRequestSchema } from "@helix/runner-client";
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 const STREAM_TIMEOUT_MS = 90_000;
@@ -64,6 +66,13 @@ function projectEvent(event: StreamEvent, started: Set<string>): Json | null {
       };
     case "assistantText":
       return { kind, text: p.value.text };
+    case "control":
+      return {
+        kind,
+        control_kind: enumName(ControlEventKindSchema, p.value.kind),
+        tool_name: p.value.toolName,
+        breakpoint_id: p.value.breakpointId,
+      };
     case "turnResult":
       return {
         kind,
@@ -221,7 +230,7 @@ class Scenarios {
     return `${this.prefix}-${name}`;
   }
 
-  request(name: string): MessageInitShape<typeof RunPhaseRequestSchema> {
+  request(name: string, options: MessageInitShape<typeof PhaseOptionsSchema> = {}): MessageInitShape<typeof RunPhaseRequestSchema> {
     const scenario = this.spec[name];
     return {
       jobId: this.job(scenario.job),
@@ -229,7 +238,7 @@ class Scenarios {
       projectId: this.prefix,
       prompt: scenario.prompt,
       workingDir: this.workdir,
-      options: { model: this.spec.options.model, allowedTools: this.spec.options.allowed_tools },
+      options: { model: this.spec.options.model, allowedTools: this.spec.options.allowed_tools, ...options },
     };
   }
 
@@ -342,6 +351,41 @@ class Scenarios {
     };
   }
 
+  async breakpointApprove(): Promise<void> {
+    const spec = this.spec.breakpoint;
+    const jobId = this.job(spec.job);
+    const request = this.request("breakpoint", {
+      breakpoints: [{ breakpointId: spec.breakpoint_id, condition: { case: "toolName", value: spec.tool_name } }],
+    });
+    const phase = runPhase(this.client, request);
+    const events: StreamEvent[] = [];
+    let pending: Json = null;
+    const run = async () => {
+      for await (const event of phase) {
+        events.push(event);
+        if (event.payload.case === "control" && event.payload.value.kind === ControlEventKind.BREAKPOINT_HIT) {
+          const { inspection } = await this.client.inspectPhase({ jobId, phaseId: spec.phase_id }, { timeoutMs: 30_000 });
+          pending = (inspection?.pendingCalls ?? []).map((p) => ({
+            name: p.call?.name ?? "",
+            input_json: p.call?.inputJson ?? "",
+            breakpoint_id: p.breakpointId,
+          }));
+          await this.client.resolveToolCall(
+            { jobId, phaseId: spec.phase_id, toolUseId: event.payload.value.toolUseId, decision: { case: "approve", value: {} } },
+            { timeoutMs: 30_000 },
+          );
+        }
+      }
+    };
+    await withTimeout(run());
+    this.out.breakpoint_approve = {
+      events: projectEvents(events),
+      gap_free: gapFree(events),
+      pending_at_hit: pending,
+      result: { status: status(phase.result!.status), reason: this.norm.apply(phase.result!.reason) },
+    };
+  }
+
   async listJobs(): Promise<void> {
     const pages: Json[] = [];
     let pageToken = "";
@@ -425,6 +469,7 @@ await s.getJob();
 await s.listToolCalls();
 await s.cancelPhase();
 await s.clientCancel();
+await s.breakpointApprove();
 await s.listJobs();
 await s.costTotals();
 await s.errors();
