@@ -105,3 +105,29 @@ async def test_replay_of_a_finished_phase(store):
     store.append_events("j", "p", rows(1, 1200))
     events, result = await drain(replay(store, "j", "p", 100, 1200, b"R"))
     assert events == expected(1200, after=100) and result == b"R"
+
+
+async def test_group_commit_persists_before_offering_and_batches_phases(store):
+    from helix_runner.event_log import EventWriter
+
+    store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status="RUNNING",
+                                create_time_ns=1))
+    writer = EventWriter(store)
+    a = PhaseEventLog(store, "j", "p", writer=writer)
+    b = PhaseEventLog(store, "j", "q", writer=writer)
+    sub = a.subscribe(0)
+    first = asyncio.ensure_future(anext(sub))
+    a.publish(rows(1, 3))
+    b.publish(rows(1, 2))
+    a.publish(rows(4, 1))
+    assert store.read_events("j", "p", 0, 10) == []  # nothing committed within the loop turn
+    assert not first.done() and a.last_sequence == 0
+    delivered = await asyncio.wait_for(first, 5)
+    # One loop turn later both phases are committed and only then offered.
+    assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
+    assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
+    assert list(delivered.events) == expected(3)
+    a.close(b"R")
+    assert await drain(sub) == (expected(4, after=3), b"R")
+    with pytest.raises(ValueError, match="gap"):
+        b.publish(rows(4, 1))

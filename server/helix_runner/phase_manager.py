@@ -28,7 +28,7 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.event_log import Delivery, PhaseEventLog, replay
+from helix_runner.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phase_runner import LaunchPlan, PhaseRun
 from helix_runner.record_codec import RecordCodec
 from helix_runner.runner.child_env import compose_child_env, missing_commands
@@ -73,6 +73,7 @@ class PhaseManager:
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._claude: ClaudeBinary | None = None
+        self.writer = EventWriter(store)
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
 
@@ -150,7 +151,7 @@ class PhaseManager:
                 include_raw_unknown=spec.include_raw_unknown,
             ),
         )
-        events = PhaseEventLog(self.store, spec.job_id, spec.phase_id)
+        events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
         live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or [], self.prices), events)
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
@@ -161,6 +162,9 @@ class PhaseManager:
     async def _drive(self, live: LivePhase) -> None:
         try:
             await live.run.run()
+            # Stay "live" until the final events are committed: a watcher attaching now must not
+            # replay from a store that does not have them yet.
+            await live.events.wait_closed()
         except asyncio.CancelledError:
             pass
         except Exception:

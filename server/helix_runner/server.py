@@ -57,6 +57,7 @@ class RunningServer:
         await self.manager.drain(grace)
         # Streams have delivered their final results by now; give them a moment to flush.
         await self.server.stop(1.0)
+        self.manager.writer.flush()
         self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
