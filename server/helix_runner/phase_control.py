@@ -342,6 +342,9 @@ class PhaseController:
         if hold is None or hold.decision.done():
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD",
                               f"tool call {tool_use_id} is not held", {"tool_use_id": tool_use_id})
+        # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
+        if decision in ("approve", "edit", "deny"):
+            self.run.stream.tools.mark_running(tool_use_id)
         if decision == "approve":
             hold.decision.set_result(allow_hook())
             self.run.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, hold.tool_name, hold.breakpoint_id))

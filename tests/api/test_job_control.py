@@ -173,8 +173,9 @@ async def test_cost_threshold_breakpoint_fires_once(claude_binary, scripted_api,
         assert hit.control.breakpoint_id == "budget"
         listed = (await runner.stub.ListBreakpoints(pb.ListBreakpointsRequest(**phase.ids()), timeout=10)).breakpoints
         assert [(b.breakpoint_id, b.hit_count) for b in listed] == [("budget", 1)]
-        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(**phase.ids(tool_use_id=hit.control.tool_use_id),
-                                                                    approve=pb.ApproveDecision()), timeout=10)
+        approved = await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **phase.ids(tool_use_id=hit.control.tool_use_id), approve=pb.ApproveDecision()), timeout=10)
+        assert approved.tool_call.status == res.TOOL_CALL_STATUS_RUNNING
         result = await phase.finish()
     assert result.status == res.PHASE_STATUS_SUCCEEDED
     hits = [e for e in phase.events if e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT]
