@@ -43,7 +43,6 @@ CREATE TABLE IF NOT EXISTS phases (
     prompt TEXT NOT NULL DEFAULT '',
     options_json BLOB,
     on_disconnect TEXT NOT NULL DEFAULT 'CANCEL',
-    last_sequence INTEGER NOT NULL DEFAULT 0,
     result_json BLOB,
     cost_json BLOB,
     tool_stats_json BLOB,
@@ -145,7 +144,17 @@ class PhaseRow:
     pid_start_ticks: int | None = None
 
 
-_PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow))
+# last_sequence is not stored: it is MAX(sequence) of the phase's events (an index lookup), so an
+# append is a single statement on the hot path.
+_PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow) if f.name != "last_sequence")
+_SELECT_PHASES = (
+    f"SELECT {','.join(_PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
+    "WHERE e.job_id = phases.job_id AND e.phase_id = phases.phase_id) FROM phases"
+)
+
+
+def _phase_row(r: Sequence[object]) -> PhaseRow:
+    return PhaseRow(**dict(zip(_PHASE_COLUMNS, r[:-1], strict=True)), last_sequence=r[-1])
 
 
 @dataclass
@@ -340,31 +349,25 @@ class SqliteStore:
 
     def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
         with self._lock:
-            r = self._db.execute(
-                f"SELECT {','.join(_PHASE_COLUMNS)} FROM phases WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
-            ).fetchone()
-        return PhaseRow(*r) if r else None
+            r = self._db.execute(f"{_SELECT_PHASES} WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)).fetchone()
+        return _phase_row(r) if r else None
 
     def list_phases(self, job_id: str) -> list[PhaseRow]:
         with self._lock:
-            rows = self._db.execute(
-                f"SELECT {','.join(_PHASE_COLUMNS)} FROM phases WHERE job_id = ? ORDER BY ordinal", (job_id,)
-            ).fetchall()
-        return [PhaseRow(*r) for r in rows]
+            rows = self._db.execute(f"{_SELECT_PHASES} WHERE job_id = ? ORDER BY ordinal", (job_id,)).fetchall()
+        return [_phase_row(r) for r in rows]
 
     def active_phases(self) -> list[PhaseRow]:
         """Phases whose status is not final (after a crash: the ones to mark INTERRUPTED)."""
         marks = ",".join("?" * len(ACTIVE_STATUSES))
         with self._lock:
-            rows = self._db.execute(
-                f"SELECT {','.join(_PHASE_COLUMNS)} FROM phases WHERE status IN ({marks})", ACTIVE_STATUSES
-            ).fetchall()
-        return [PhaseRow(*r) for r in rows]
+            rows = self._db.execute(f"{_SELECT_PHASES} WHERE status IN ({marks})", ACTIVE_STATUSES).fetchall()
+        return [_phase_row(r) for r in rows]
 
     # -- events -----------------------------------------------------------------------------
 
     def append_events(self, job_id: str, phase_id: str, events: Sequence[EventRow]) -> None:
-        """Appends events (one transaction) and advances the phase's last_sequence."""
+        """Appends events in one transaction (the phase's last_sequence follows from them)."""
         if not events:
             return
         with self._lock:
@@ -373,10 +376,6 @@ class SqliteStore:
                 self._db.executemany(
                     "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
                     [(job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body) for e in events],
-                )
-                self._db.execute(
-                    "UPDATE phases SET last_sequence = ? WHERE job_id = ? AND phase_id = ?",
-                    (events[-1].sequence, job_id, phase_id),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -390,16 +389,11 @@ class SqliteStore:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for job_id, phase_id, events in batches:
-                    self._db.executemany(
-                        "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
-                        "VALUES (?,?,?,?,?,?)",
-                        [(job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body) for e in events],
-                    )
-                    self._db.execute(
-                        "UPDATE phases SET last_sequence = ? WHERE job_id = ? AND phase_id = ?",
-                        (events[-1].sequence, job_id, phase_id),
-                    )
+                self._db.executemany(
+                    "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
+                    [(job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body)
+                     for job_id, phase_id, events in batches for e in events],
+                )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -522,11 +516,11 @@ class SqliteStore:
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
     ) -> list[PhaseRow]:
         where, args = _scope(project_id, job_id, phase_id)
-        sql = f"SELECT {','.join(_PHASE_COLUMNS)} FROM phases"
+        sql = _SELECT_PHASES
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._lock:
-            return [PhaseRow(*r) for r in self._db.execute(sql, args).fetchall()]
+            return [_phase_row(r) for r in self._db.execute(sql, args).fetchall()]
 
 
 def _scope(project_id: str | None, job_id: str | None, phase_id: str | None) -> tuple[list[str], list[str]]:
