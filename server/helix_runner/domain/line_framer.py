@@ -13,6 +13,8 @@ error with its length and position only (notes §4 "huge lines").
 
 from __future__ import annotations
 
+from typing import Any
+
 from helix_runner.domain.events import ParseError, ParseErrorReason
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -48,70 +50,90 @@ class LineFramer:
 
     def push(self, chunk: bytes) -> list[FramedLine | ParseError]:
         """Add a chunk; return the lines it completed (and over-long line reports), in order."""
-        if b"\n" not in chunk:
+        lines, line_no, offsets = self.push_lines(chunk)
+        out: list[FramedLine | ParseError] = []
+        for i, line in enumerate(lines):
+            if line.__class__ is ParseError:
+                out.append(line)  # type: ignore[arg-type]
+            elif line and (line[0] == 123 or not bytes(line).isspace()):  # 123 == "{"
+                out.append((bytes(line), line_no + i, offsets[i]))
+        return out
+
+    def push_lines(self, chunk: bytes) -> tuple[list[Any], int, list[int]]:
+        """``push`` for the hot path: (lines, number of the first line, byte offset of each line).
+
+        Every ``\\n``-terminated line the chunk completes is an entry, blank and whitespace-only
+        lines included (``push`` drops those; a caller of this method must skip them, e.g. when
+        they fail to parse): entry ``i`` is line number ``first + i`` and starts at byte
+        ``offsets[i]``. A line is a ``memoryview`` into ``chunk`` (no copy; do not keep it past
+        the call), or ``bytes`` when it spans chunks; a trailing ``\\r`` is stripped; an over-long
+        line is its ``LINE_TOO_LONG`` ``ParseError`` instead.
+        """
+        if chunk.__class__ is not bytes:
+            chunk = bytes(chunk)  # views must not pin a caller's mutable buffer
+        find = chunk.find
+        end = find(b"\n")  # memchr: much faster than bytes.split, which tests byte by byte
+        line_no = self._line_no
+        if end < 0:
             if chunk:
                 self._extend_current(chunk)
-            return []
-        parts = chunk.split(b"\n")
-        tail = parts.pop()
-        out: list[FramedLine | ParseError] = []
-        line_no = self._line_no
-        offset = self._offset
+            return [], line_no, []
         max_len = self._max
+        view = memoryview(chunk)
+        line_start = self._offset  # the first line may have begun in an earlier chunk
 
-        first = parts[0]
-        start = 0
+        # The first line: the fragments held from earlier chunks (if any) plus chunk[:end].
+        first: Any
         if self._skipping:
-            size = self._skip_len + len(first)
-            out.append(_too_long(size, line_no, offset))
+            size = self._skip_len + end
+            first = _too_long(size, line_no, line_start)
             self._skipping = False
             self._skip_len = 0
-            line_no += 1
-            offset += size + 1
-            start = 1
         elif self._pending:
-            size = self._pending_len + len(first)
+            size = self._pending_len + end
             if size > max_len:
-                out.append(_too_long(size, line_no, offset))
-                line_no += 1
-                offset += size + 1
-                start = 1
+                first = _too_long(size, line_no, line_start)
             else:
-                self._pending.append(first)
-                parts[0] = b"".join(self._pending)
+                self._pending.append(chunk[:end])
+                first = b"".join(self._pending)
+                if first[-1:] == b"\r":  # the CR may have come at the end of the previous chunk
+                    first = first[:-1]
             self._pending = []
             self._pending_len = 0
-
-        if start:
-            del parts[0]
-        append = out.append
-        crlf = b"\r" in chunk or (parts and parts[0][-1:] == b"\r")  # a CR may end the pending part
-        if not crlf and (not parts or max(map(len, parts)) <= max_len):
-            # Common case, checked in C: no CR anywhere and no line over the cap.
-            for line in parts:
-                size = len(line)
-                if size and (line[0] == 123 or not line.isspace()):  # 123 == "{"
-                    append((line, line_no, offset))
-                line_no += 1
-                offset += size + 1
         else:
-            for line in parts:
-                size = len(line)
-                if size > max_len:
-                    append(_too_long(size, line_no, offset))
-                elif size:
-                    if line[-1] == 13:  # "\r" of a CRLF
-                        line = line[:-1]
-                    if line and (line[0] == 123 or not line.isspace()):
-                        append((line, line_no, offset))
-                line_no += 1
-                offset += size + 1
+            size = end
+            if size > max_len:
+                first = _too_long(size, line_no, line_start)
+            elif end and chunk[end - 1] == 13:  # "\r" of a CRLF
+                first = view[: end - 1]
+            else:
+                first = view[:end]
+        lines = [first]
+        offsets = [line_start]
+        base = line_start + size - end  # stream offset of chunk[0]
 
-        self._line_no = line_no
-        self._offset = offset
-        if tail:
-            self._extend_current(tail)
-        return out
+        # The other lines lie wholly inside the chunk.
+        append = lines.append
+        add_offset = offsets.append
+        crlf = b"\r" in chunk  # only then can a line end with a CR
+        start = end + 1
+        end = find(b"\n", start)
+        while end >= 0:
+            if end - start > max_len:
+                append(_too_long(end - start, line_no + len(lines), base + start))
+            elif crlf and end > start and chunk[end - 1] == 13:
+                append(view[start : end - 1])
+            else:
+                append(view[start:end])
+            add_offset(base + start)
+            start = end + 1
+            end = find(b"\n", start)
+
+        self._line_no = line_no + len(lines)
+        self._offset = base + start
+        if start < len(chunk):
+            self._extend_current(chunk[start:])
+        return lines, line_no, offsets
 
     def finish(self) -> list[ParseError]:
         """End of stream: report a final line that never got its newline (it is never parsed)."""

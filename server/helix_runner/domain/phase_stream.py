@@ -97,8 +97,8 @@ class PhaseStream:
         if self._finished:
             raise RuntimeError("PhaseStream.feed after finish")
         self._stdout_bytes += len(chunk)
-        items = self._framer.push(chunk)
-        if not items:
+        lines, line_no, offsets = self._framer.push_lines(chunk)
+        if not lines:
             return []
         now = self._clock()
         out: list[Event] = []
@@ -107,13 +107,15 @@ class PhaseStream:
         ledger = self._ledger
         tools = self._tools
         seq = self._sequence  # kept in a local on the hot path; written back before any other use
-        for item in items:
-            if item.__class__ is ParseError:
+        for i, line in enumerate(lines):
+            if line.__class__ is ParseError:  # over-long line, reported by the framer
                 self._parse_errors += 1
                 seq += 1
-                append(Event(seq, now, self._session_id or "", "", "", "", item))  # type: ignore[arg-type]
+                append(Event(seq, now, self._session_id or "", "", "", "", line))
                 continue
-            sid, parent, agent, uid, payloads, usage = parse(*item)  # type: ignore[misc]
+            if not line or (line[0] != 123 and bytes(line).isspace()):  # 123 == "{"
+                continue  # blank lines are counted (line numbers) but never reported
+            sid, parent, agent, uid, payloads, usage = parse(line, line_no + i, offsets[i])
             cost_changed = False
             if usage is not None:
                 if usage[3]:

@@ -326,6 +326,7 @@ class StreamParser:
         self, line: bytes, line_number: int, byte_offset: int, exc: orjson.JSONDecodeError
     ) -> ParsedLine:
         """Classify a line orjson rejected: invalid UTF-8, noise, or broken JSON."""
+        line = bytes(line)  # PhaseStream passes memoryviews
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -343,7 +344,7 @@ class StreamParser:
     # Helpers.
 
     def _unknown(self, kind: str, subtype: Any, line: bytes) -> Unknown:
-        raw = bound_bytes(line, RAW_UNKNOWN_MAX_BYTES)[0] if self._include_raw else ""
+        raw = bound_bytes(bytes(line), RAW_UNKNOWN_MAX_BYTES)[0] if self._include_raw else ""
         return Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
 
     # ----------------------------------------------------------------------------------------------
