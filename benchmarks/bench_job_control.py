@@ -59,6 +59,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from server_process import ServerProcess
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -640,64 +642,12 @@ def client_main(cfg: dict) -> None:
 # Driver: server lifecycle, scenarios, tables.
 
 
-PROFILE_WRAPPER = """
-import cProfile, sys, time
-from helix_runner.cli import main
-out, argv = sys.argv[1], sys.argv[2:]
-profiler = cProfile.Profile(time.thread_time)
-profiler.enable()
-try:
-    code = main(argv)
-finally:
-    profiler.disable()
-    profiler.dump_stats(out)
-sys.exit(code)
-"""
+class Server(ServerProcess):
+    """The server under test, with room for many phases."""
 
-
-class Server:
     def __init__(self, tmp: Path, fake: Path, workdir: Path, profile_out: Path | None):
-        self.log_path = tmp / "server.log"
-        env = dict(os.environ, HELIX_RUNNER_MAX_CONCURRENT_PHASES="300")
-        args = ["serve", "--port", "0", "--data-dir", str(tmp / "data"), "--workspace-root", str(workdir),
-                "--claude-path", str(fake), "--log-format", "json"]
-        if profile_out is not None:
-            # CPU time of the event-loop thread, not wall time: on a busy machine wall-clock profiles
-            # charge the time a function spent preempted to whatever was running.
-            cmd = [str(VENV_BIN / "python"), "-c", PROFILE_WRAPPER, str(profile_out), *args]
-        else:
-            cmd = [str(VENV_BIN / "helix-runner"), *args]
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env,
-                                     cwd=str(tmp), start_new_session=True)
-        self.pid = self.proc.pid
-        self.address = self._wait_serving(30.0)
-
-    def _wait_serving(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            for line in self.log_path.read_text(errors="replace").splitlines():
-                with contextlib.suppress(ValueError):
-                    rec = json.loads(line)
-                    if rec.get("msg") == "serving" and rec.get("address"):
-                        return rec["address"]
-            time.sleep(0.05)
-        raise RuntimeError(f"server did not log 'serving' within {timeout} s:\n{self.log_tail()}")
-
-    def log_tail(self, n: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # drains; cProfile writes its file on a clean exit
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        super().__init__(tmp, "control", fake, workdir, profile_out=profile_out,
+                         env_extra={"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300"})
 
 
 def run_client(cfg: dict, limit: float) -> dict:

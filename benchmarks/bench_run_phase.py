@@ -51,6 +51,8 @@ import threading
 import time
 from pathlib import Path
 
+from server_process import ServerProcess
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -494,77 +496,15 @@ def machine_cpu() -> tuple[float, float]:
     return (total - idle) / CLK_TCK, total / CLK_TCK
 
 
-class Server:
-    """One helix-runner process with its own data dir; stderr (JSON logs) goes to a file."""
+class Server(ServerProcess):
+    """The server under test, with a phase limit and idle timeout fit for hundreds of phases."""
 
     server_src: str | None = None  # --server-src: a directory holding another helix_runner package
 
     def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, profile_out: Path | None = None):
-        self.data = tmp / f"data-{name}"
-        self.log_path = tmp / f"server-{name}.log"
-        env = dict(os.environ)
-        if self.server_src:
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (self.server_src, env.get("PYTHONPATH")) if p)
-        env["HELIX_RUNNER_MAX_CONCURRENT_PHASES"] = "300"
-        env["HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS"] = "120"
-        args = [
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(self.data),
-            "--workspace-root",
-            str(workdir),
-            "--claude-path",
-            str(fake),
-            "--log-format",
-            "json",
-        ]
-        if profile_out is not None:
-            cmd = [
-                str(VENV_BIN / "python"),
-                "-m",
-                "cProfile",
-                "-o",
-                str(profile_out),
-                "-m",
-                "helix_runner",
-                *args,
-            ]
-        else:
-            cmd = [str(VENV_BIN / "helix-runner"), *args]
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env, cwd=str(tmp)
-        )
-        self.pid = self.proc.pid
-        self.address = self._wait_serving(30.0)
-
-    def _wait_serving(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            for line in self.log_path.read_text(errors="replace").splitlines():
-                with contextlib.suppress(ValueError):
-                    rec = json.loads(line)
-                    if rec.get("msg") == "serving" and rec.get("address"):
-                        return rec["address"]
-            time.sleep(0.05)
-        raise RuntimeError(f"server did not log 'serving' within {timeout} s:\n{self.log_tail()}")
-
-    def log_tail(self, n: int = 20) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        super().__init__(tmp, name, fake, workdir, profile_out=profile_out, server_src=self.server_src,
+                         env_extra={"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300",
+                                    "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120"})
 
 
 def run_subprocess_json(args: list[str], timeout: float, on_line=None) -> dict:

@@ -1,0 +1,84 @@
+"""A helix-runner server as a child process, for benchmarks: start, wait until serving, stop.
+
+Shared by bench_run_phase.py and bench_job_control.py (run from the repository root as
+``.venv/bin/python benchmarks/<bench>.py``, so this module is importable by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+
+# Profiles CPU time of the event-loop thread, not wall time: on a busy machine a wall-clock profile
+# charges the time a function spent preempted to whatever was running.
+PROFILE_WRAPPER = """
+import cProfile, sys, time
+from helix_runner.cli import main
+out, argv = sys.argv[1], sys.argv[2:]
+profiler = cProfile.Profile(time.thread_time)
+profiler.enable()
+try:
+    code = main(argv)
+finally:
+    profiler.disable()
+    profiler.dump_stats(out)
+sys.exit(code)
+"""
+
+
+class ServerProcess:
+    """One ``helix-runner serve`` with its own data dir; its JSON logs go to a file."""
+
+    def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, *, profile_out: Path | None = None,
+                 env_extra: dict[str, str] | None = None, server_src: str | None = None):
+        self.data = tmp / f"data-{name}"
+        self.log_path = tmp / f"server-{name}.log"
+        env = dict(os.environ, **(env_extra or {}))
+        if server_src:  # benchmark another copy of the server (e.g. an exported commit)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (server_src, env.get("PYTHONPATH")) if p)
+        args = ["serve", "--port", "0", "--data-dir", str(self.data), "--workspace-root", str(workdir),
+                "--claude-path", str(fake), "--log-format", "json"]
+        if profile_out is not None:
+            cmd = [str(VENV_BIN / "python"), "-c", PROFILE_WRAPPER, str(profile_out), *args]
+        else:
+            cmd = [str(VENV_BIN / "helix-runner"), *args]
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env,
+                                     cwd=str(tmp), start_new_session=True)
+        self.pid = self.proc.pid
+        self.address = self._wait_serving(30.0)
+
+    def _wait_serving(self, limit_s: float) -> str:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    rec = json.loads(line)
+                    if rec.get("msg") == "serving" and rec.get("address"):
+                        return rec["address"]
+            time.sleep(0.05)
+        raise RuntimeError(f"server did not log 'serving' within {limit_s} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 20) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        """SIGTERM (the server drains; cProfile writes its file on a clean exit), SIGKILL after 30 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
