@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from helix_runner.domain.phase_status import PhaseStatus  # PhaseStatusChanged uses the shared enum
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 def fast_init(cls: type[_T]) -> type[_T]:
@@ -32,6 +34,10 @@ def fast_init(cls: type[_T]) -> type[_T]:
     layout, stores the fields directly, and switches it back. Instances are genuine ``cls``
     objects: immutable, with the dataclass ``repr``/``eq``/``hash``; ``dataclasses.replace`` works.
     Apply it on top of ``@dataclass(frozen=True, slots=True)``.
+
+    It also compiles a *maker* for the hot path (see ``maker``): a plain function with the same
+    signature that skips ``type.__call__`` and the first class switch — it allocates the twin
+    directly, fills the slots and switches it to ``cls`` once — about twice as fast again.
     """
     params = dataclasses.fields(cls)  # type: ignore[arg-type]
     if not cls.__dataclass_params__.frozen or not hasattr(cls, "__slots__"):
@@ -43,6 +49,7 @@ def fast_init(cls: type[_T]) -> type[_T]:
         "_cls": cls,
         "_twin": twin,
         "_set": object.__setattr__,
+        "_new": object.__new__,
         "_MISSING": dataclasses.MISSING,
     }
     args, body = [], []
@@ -63,6 +70,12 @@ def fast_init(cls: type[_T]) -> type[_T]:
             "    _set(self, '__class__', _twin)",
             *body,
             "    self.__class__ = _cls",
+            "",
+            f"def make({', '.join(args)}):",
+            "    self = _new(_twin)",
+            *body,
+            "    self.__class__ = _cls",
+            "    return self",
         ]
     )
     exec(source, namespace)
@@ -70,7 +83,23 @@ def fast_init(cls: type[_T]) -> type[_T]:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
     cls.__init__ = init  # type: ignore[misc]
+    make = namespace["make"]
+    make.__name__ = make.__qualname__ = f"make_{cls.__name__}"
+    make.__doc__ = f"Build a {cls.__name__} (same arguments as the class; see fast_init)."
+    _MAKERS[cls] = make
     return cls
+
+
+_MAKERS: dict[type, Callable[..., Any]] = {}
+
+
+def maker(cls: Callable[_P, _T]) -> Callable[_P, _T]:
+    """The fast constructor ``fast_init`` compiled for ``cls``: call it exactly like ``cls``.
+
+    For the per-line hot path only (it saves a ``type.__call__`` and a class switch per object);
+    everywhere else plain ``cls(...)`` is clearer and builds the identical object.
+    """
+    return _MAKERS[cls]  # type: ignore[index]
 
 
 # Size bounds (bytes of UTF-8), from the header comment of resources.proto and the field comments of

@@ -28,6 +28,7 @@ from helix_runner.domain.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnResult,
+    maker,
 )
 from helix_runner.domain.line_framer import DEFAULT_MAX_LINE_BYTES, LineFramer
 from helix_runner.domain.pricing import ModelPrice, PriceTable
@@ -111,7 +112,7 @@ class PhaseStream:
             if line.__class__ is ParseError:  # over-long line, reported by the framer
                 self._parse_errors += 1
                 seq += 1
-                append(Event(seq, now, self._session_id or "", "", "", "", line))
+                append(_Event(seq, now, self._session_id or "", "", "", "", line))
                 continue
             if not line or (line[0] != 123 and bytes(line).isspace()):  # 123 == "{"
                 continue  # blank lines are counted (line numbers) but never reported
@@ -132,12 +133,12 @@ class PhaseStream:
                     cls = payload.__class__
                     seq += 1
                     if cls not in _SIDE_EFFECTS:  # the common case: text, thinking, system lines
-                        append(Event(seq, now, sid, parent, agent, uid, payload))
+                        append(_Event(seq, now, sid, parent, agent, uid, payload))
                         continue
                     if cls is ToolCallStarted:
                         tools.start(payload, now, seq, parent, agent)
                     elif cls is ToolCallFinished:
-                        payload = self._tool_finished(now, seq, payload)
+                        self._tool_finished(now, seq, payload)
                     elif cls is TurnResult:
                         self._results.append(payload)
                         self._result_count += 1
@@ -155,7 +156,7 @@ class PhaseStream:
                             )
                     elif cls is ParseError:
                         self._parse_errors += 1
-                    append(Event(seq, now, sid, parent, agent, uid, payload))
+                    append(_Event(seq, now, sid, parent, agent, uid, payload))
             if cost_changed and (
                 self._last_cost_ns is None or now - self._last_cost_ns >= COST_UPDATE_INTERVAL_NS
             ):
@@ -237,7 +238,7 @@ class PhaseStream:
 
     def _event(self, now: int, sid: str, parent: str, agent: str, payload: Payload, uid: str = "") -> Event:
         self._sequence += 1
-        return Event(self._sequence, now, sid, parent, agent, uid, payload)
+        return _Event(self._sequence, now, sid, parent, agent, uid, payload)
 
     def _cost_event(self, now: int, out: list[Event]) -> None:
         snapshot = self._ledger.snapshot()
@@ -245,21 +246,24 @@ class PhaseStream:
         self._last_cost_ns = now
         out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
 
-    def _tool_finished(self, now: int, sequence: int, payload: ToolCallFinished) -> ToolCallFinished:
-        """Close the call in the tracker; the event gets the call's name and durations."""
+    def _tool_finished(self, now: int, sequence: int, payload: ToolCallFinished) -> None:
+        """Close the call in the tracker; the event gets the call's name and durations.
+
+        The parser's payload is fresh and not yet shared with anyone, so the three fields the
+        tracker knows are filled in place (through the slot descriptors, past the frozen guard)
+        instead of building a second ten-field object per tool result.
+        """
         closed = self._tools.finish(payload, now, sequence)
         if closed is None:
-            return payload  # orphan result: name unknown, no duration
+            return  # orphan result: name unknown, no duration
         name, duration_ns, hook_ms = closed
-        return ToolCallFinished(
-            payload.tool_use_id,
-            name,
-            payload.is_error,
-            payload.content_preview,
-            payload.content_bytes,
-            payload.content_truncated,
-            payload.structured_result_json,
-            payload.structured_result_truncated,
-            duration_ns,
-            hook_ms,
-        )
+        _set_name(payload, name)
+        _set_duration(payload, duration_ns)
+        _set_hook_ms(payload, hook_ms)
+
+
+_Event = maker(Event)
+# Slot setters of the fields of a ToolCallFinished that only the tracker knows (see _tool_finished).
+_set_name = ToolCallFinished.name.__set__  # type: ignore[attr-defined]
+_set_duration = ToolCallFinished.duration_ns.__set__  # type: ignore[attr-defined]
+_set_hook_ms = ToolCallFinished.hook_duration_ms.__set__  # type: ignore[attr-defined]
