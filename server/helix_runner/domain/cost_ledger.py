@@ -99,8 +99,12 @@ class CostLedger:
         # not yet added in, which are folded in batches (sums in C) to keep observing cheap.
         self._pending: dict[str, list[int]] = {}
         self._rows: list[tuple[str, list[int]]] = []
-        # The last _RECENT_IDS_KEPT message ids → [model, output so far, covered by a result].
+        # The last _RECENT_IDS_KEPT message ids → [model, output so far, baseline generation]. A
+        # message is covered by the baseline once a result with modelUsage came after it, i.e. when
+        # its generation is older than the current one (a counter, so that a result does not have
+        # to visit every remembered message).
         self._recent: dict[str, list[Any]] = {}
+        self._generation = 0
         self._recent_order: deque[str] = deque()
         self._result_count = 0
         self._snapshot: PhaseCostSnapshot | None = None
@@ -115,7 +119,7 @@ class CostLedger:
             self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
             return False
         counts = _usage_counts(usage)
-        self._recent[message_id] = [model, counts[1], False]
+        self._recent[message_id] = [model, counts[1], self._generation]
         order = self._recent_order
         order.append(message_id)
         if len(order) > _RECENT_IDS_KEPT:
@@ -135,7 +139,7 @@ class CostLedger:
 
     def _raise_output(self, known: list[Any], output: Any) -> None:
         if output.__class__ is int and output > known[1]:
-            if not known[2]:
+            if known[2] == self._generation:  # not yet covered by a result's modelUsage
                 self._rows.append((known[0], [0, output - known[1], 0, 0, 0, 0]))
                 self._snapshot = None
             known[1] = output
@@ -159,8 +163,7 @@ class CostLedger:
             self._reported_usd = result.total_cost_usd
         if result.has_model_usage:
             self._baseline = {mu.model: mu for mu in result.model_usage}
-            for known in self._recent.values():
-                known[2] = True
+            self._generation += 1  # every message seen so far is now covered
             self._pending = {}
             self._rows = []
         self._snapshot = None
