@@ -76,10 +76,12 @@ def _usage_counts(usage: dict[str, Any]) -> list[int]:
         inp, out, read, write = _count(inp), _count(out), _count(read), _count(write)
     split = get("cache_creation")
     if write and split.__class__ is dict:
+        five = split.get("ephemeral_5m_input_tokens")
+        hour = split.get("ephemeral_1h_input_tokens")
         write_5m, write_1h = split_cache_writes(
             write,
-            _count(split.get("ephemeral_5m_input_tokens")),
-            _count(split.get("ephemeral_1h_input_tokens")),
+            five if five.__class__ is int and five > 0 else 0,  # _count, inlined (one call a message)
+            hour if hour.__class__ is int and hour > 0 else 0,
         )
     else:
         write_5m, write_1h = write, 0

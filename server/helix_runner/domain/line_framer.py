@@ -13,6 +13,8 @@ error with its length and position only (notes §4 "huge lines").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from helix_runner.domain.events import ParseError, ParseErrorReason
@@ -59,7 +61,7 @@ class LineFramer:
                 out.append((bytes(line), line_no + i, offsets[i]))
         return out
 
-    def push_lines(self, chunk: bytes) -> tuple[list[Any], int, list[int]]:
+    def push_lines(self, chunk: bytes) -> tuple[list[Any], int, Sequence[int]]:
         """``push`` for the hot path: (lines, number of the first line, byte offset of each line).
 
         Every ``\\n``-terminated line the chunk completes is an entry, blank and whitespace-only
@@ -67,7 +69,8 @@ class LineFramer:
         they fail to parse): entry ``i`` is line number ``first + i`` and starts at byte
         ``offsets[i]``. A line is a ``memoryview`` into ``chunk`` (no copy; do not keep it past
         the call), or ``bytes`` when it spans chunks; a trailing ``\\r`` is stripped; an over-long
-        line is its ``LINE_TOO_LONG`` ``ParseError`` instead.
+        line is its ``LINE_TOO_LONG`` ``ParseError`` instead. The offsets are computed on first
+        use: only error reports need them.
         """
         if chunk.__class__ is not bytes:
             chunk = bytes(chunk)  # views must not pin a caller's mutable buffer
@@ -77,7 +80,7 @@ class LineFramer:
         if end < 0:
             if chunk:
                 self._extend_current(chunk)
-            return [], line_no, []
+            return [], line_no, ()
         max_len = self._max
         view = memoryview(chunk)
         line_start = self._offset  # the first line may have begun in an earlier chunk
@@ -108,32 +111,31 @@ class LineFramer:
                 first = view[: end - 1]
             else:
                 first = view[:end]
-        lines = [first]
-        offsets = [line_start]
         base = line_start + size - end  # stream offset of chunk[0]
 
-        # The other lines lie wholly inside the chunk.
-        append = lines.append
-        add_offset = offsets.append
-        crlf = b"\r" in chunk  # only then can a line end with a CR
-        start = end + 1
+        # The other lines lie wholly inside the chunk. The loop only cuts (a handful of bytecodes a
+        # line); CRs and over-long lines, which are rare, are dealt with afterwards.
+        rest: list[Any] = []
+        append = rest.append
+        start = second = end + 1
         end = find(b"\n", start)
         while end >= 0:
-            if end - start > max_len:
-                append(_too_long(end - start, line_no + len(lines), base + start))
-            elif crlf and end > start and chunk[end - 1] == 13:
-                append(view[start : end - 1])
-            else:
-                append(view[start:end])
-            add_offset(base + start)
+            append(view[start:end])
             start = end + 1
             end = find(b"\n", start)
-
-        self._line_no = line_no + len(lines)
+        offsets = _Offsets(line_start, base + second, rest)
+        if rest and (b"\r" in chunk or max(map(len, rest)) > max_len):
+            offsets.materialize()  # from the raw lengths, before any is cut
+            for i, line in enumerate(rest):
+                if len(line) > max_len:
+                    rest[i] = _too_long(len(line), line_no + 1 + i, offsets[1 + i])
+                elif line and line[-1] == 13:  # "\r" of a CRLF
+                    rest[i] = line[:-1]
+        self._line_no = line_no + 1 + len(rest)
         self._offset = base + start
         if start < len(chunk):
             self._extend_current(chunk[start:])
-        return lines, line_no, offsets
+        return [first, *rest], line_no, offsets
 
     def finish(self) -> list[ParseError]:
         """End of stream: report a final line that never got its newline (it is never parsed)."""
@@ -169,3 +171,37 @@ class LineFramer:
 
 def _too_long(size: int, line_no: int, offset: int) -> ParseError:
     return ParseError(ParseErrorReason.LINE_TOO_LONG, size, line_no, offset, "")
+
+
+class _Offsets(Sequence[int]):
+    """Start offsets of the lines ``push_lines`` returns, computed on first use.
+
+    ``first`` is where the first line starts (maybe in an earlier chunk), ``second`` where the
+    second starts; each later one follows the previous raw line and its ``\\n``.
+    """
+
+    __slots__ = ("_first", "_second", "_rest", "_list")
+
+    def __init__(self, first: int, second: int, rest: list[Any]) -> None:
+        self._first = first
+        self._second = second
+        self._rest = rest
+        self._list: list[int] | None = None
+
+    def materialize(self) -> list[int]:
+        """Compute the offsets now (from the lines' raw lengths, before any is cut)."""
+        if self._list is None:
+            offsets = [self._first]
+            if self._rest:
+                second = self._second
+                before = accumulate(map(len, self._rest[:-1]), initial=0)  # raw bytes before each
+                offsets += [second + n + k for k, n in enumerate(before)]  # (+ k newlines)
+            self._list = offsets
+            self._rest = []
+        return self._list
+
+    def __getitem__(self, index: int) -> int:  # type: ignore[override]
+        return self.materialize()[index]
+
+    def __len__(self) -> int:
+        return len(self.materialize())

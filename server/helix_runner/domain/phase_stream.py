@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+
+import orjson
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -32,7 +34,7 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.line_framer import DEFAULT_MAX_LINE_BYTES, LineFramer
 from helix_runner.domain.pricing import ModelPrice, PriceTable
-from helix_runner.domain.stream_parser import StreamParser
+from helix_runner.domain.stream_parser import SHAPE_ERRORS, StreamParser
 from helix_runner.domain.tool_tracker import ToolTracker
 
 # A real phase writes one result per turn; the bound only keeps pathological streams flat in memory.
@@ -104,19 +106,53 @@ class PhaseStream:
         now = self._clock()
         out: list[Event] = []
         append = out.append
-        parse = self._parser.parse
+        parser = self._parser
+        handlers = parser.handlers
         ledger = self._ledger
         tools = self._tools
         seq = self._sequence  # kept in a local on the hot path; written back before any other use
         for i, line in enumerate(lines):
-            if line.__class__ is ParseError:  # over-long line, reported by the framer
-                self._parse_errors += 1
-                seq += 1
-                append(_Event(seq, now, self._session_id or "", "", "", "", line))
-                continue
-            if not line or (line[0] != 123 and bytes(line).isspace()):  # 123 == "{"
-                continue  # blank lines are counted (line numbers) but never reported
-            sid, parent, agent, uid, payloads, usage = parse(line, line_no + i, offsets[i])
+            # StreamParser.parse, inlined: the common line costs one loads, one handler call and
+            # the envelope; anything unusual takes the parser's own (exact) slow paths.
+            try:
+                obj = _loads(line)
+            except _JSONDecodeError:  # also what orjson raises for a framer's ParseError entry
+                if line.__class__ is ParseError:  # over-long line, reported by the framer
+                    self._parse_errors += 1
+                    seq += 1
+                    append(_Event(seq, now, self._session_id or "", "", "", "", line))
+                    continue
+                if not line or bytes(line).isspace():
+                    continue  # blank lines are counted (line numbers) but never reported
+                sid, parent, agent, uid, payloads, usage = parser.parse(line, line_no + i, offsets[i])
+            else:
+                try:
+                    handler = handlers[obj["type"]]
+                except (KeyError, TypeError):  # not an object, no type, an unknown type
+                    sid, parent, agent, uid, payloads, usage = parser.parse_unhandled(
+                        obj, line, line_no + i, offsets[i]
+                    )
+                else:
+                    try:
+                        payloads, usage = handler(obj, line)
+                    except SHAPE_ERRORS as exc:
+                        sid, parent, agent, uid, payloads, usage = parser.parse_failed(
+                            obj, exc, line, line_no + i, offsets[i]
+                        )
+                    else:
+                        if payloads:  # the envelope (stream_parser.envelope) is only read for events
+                            sid = obj.get("session_id")
+                            parent = obj.get("parent_tool_use_id")
+                            agent = obj.get("agent_id")
+                            uid = obj.get("uuid")
+                            if sid.__class__ is not str:
+                                sid = ""
+                            if parent.__class__ is not str:
+                                parent = ""
+                            if agent.__class__ is not str:
+                                agent = ""
+                            if uid.__class__ is not str:
+                                uid = ""
             cost_changed = False
             if usage is not None:
                 if usage[3]:
@@ -263,6 +299,8 @@ class PhaseStream:
 
 
 _Event = maker(Event)
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 # Slot setters of the fields of a ToolCallFinished that only the tracker knows (see _tool_finished).
 _set_name = ToolCallFinished.name.__set__  # type: ignore[attr-defined]
 _set_duration = ToolCallFinished.duration_ns.__set__  # type: ignore[attr-defined]

@@ -104,7 +104,8 @@ _JSONDecodeError = orjson.JSONDecodeError
 # Synthetic assistant messages carry this model and no real usage (CAP 10).
 SYNTHETIC_MODEL = "<synthetic>"
 
-_SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
+# What a handler raises on a line of unexpected shape (reported as BAD_SHAPE, never propagated).
+SHAPE_ERRORS = _SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
 
 
 # What the cost ledger needs from an assistant line or a stream_event: (message id, model, the raw
@@ -118,6 +119,23 @@ ParsedLine = tuple[str, str, str, str, list[Payload], UsageObservation | None]
 
 # What a type handler returns: the payloads and the usage observation.
 _Handled = tuple[list[Payload], UsageObservation | None]
+
+
+def envelope(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    """The CLI's envelope fields of a line: (session_id, parent_tool_use_id, agent_id, uuid).
+
+    Each is "" when absent, null or not a string (``PhaseStream.feed`` inlines this).
+    """
+    sid = obj.get("session_id")
+    parent = obj.get("parent_tool_use_id")
+    agent = obj.get("agent_id")
+    uid = obj.get("uuid")
+    return (
+        sid if sid.__class__ is str else "",
+        parent if parent.__class__ is str else "",
+        agent if agent.__class__ is str else "",
+        uid if uid.__class__ is str else "",
+    )
 
 
 def _str(value: Any) -> str:
@@ -313,42 +331,52 @@ class StreamParser:
     # Entry point.
 
     def parse(self, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
-        """Parse one complete line (no newline). Never raises; bad lines give a ParseError payload."""
+        """Parse one complete line (no newline). Never raises; bad lines give a ParseError payload.
+
+        ``PhaseStream.feed`` runs the same steps inline (it is the hot path): ``loads``, the handler
+        of ``obj["type"]``, then ``parse_unhandled`` / ``parse_failed`` for the rare lines that have
+        no handler or break it, and ``envelope``.
+        """
         try:
             obj = _loads(line)
         except _JSONDecodeError as exc:
             return self._unreadable(line, line_number, byte_offset, exc)
+        try:
+            # KeyError/TypeError: not an object, no type, an unhashable or unknown type.
+            handler = self._handlers[obj["type"]]
+        except (KeyError, TypeError):
+            return self.parse_unhandled(obj, line, line_number, byte_offset)
+        try:
+            payloads, usage = handler(obj, line)
+        except _SHAPE_ERRORS as exc:
+            return self.parse_failed(obj, exc, line, line_number, byte_offset)
+        return (*envelope(obj), payloads, usage)
+
+    @property
+    def handlers(self) -> dict[str, Callable[[dict[str, Any], Any], _Handled]]:
+        """Line type → handler returning (payloads, usage observation); may raise a shape error."""
+        return self._handlers
+
+    def parse_unhandled(self, obj: Any, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
+        """A parsed line without a handler: not an object, no string type, or an unknown type."""
         if obj.__class__ is not dict:
             return _error_line(
                 ParseErrorReason.NOT_A_MESSAGE, line, line_number, byte_offset, "not an object"
             )
         kind = obj.get("type")
-        handler = self._handlers.get(kind) if kind.__class__ is str else None
-        try:
-            if handler is not None:
-                payloads, usage = handler(obj, line)
-            elif kind.__class__ is str:
-                payloads, usage = [self._unknown(kind, obj.get("subtype"), line)], None
-            else:
-                return _error_line(
-                    ParseErrorReason.NOT_A_MESSAGE, line, line_number, byte_offset, "no string type"
-                )
-        except _SHAPE_ERRORS as exc:
-            # Only the exception class: messages could quote content (redaction).
-            detail = f"{kind}: {type(exc).__name__}"
-            return _error_line(ParseErrorReason.BAD_SHAPE, line, line_number, byte_offset, detail)
-        sid = obj.get("session_id", "")
-        parent = obj.get("parent_tool_use_id") or ""
-        agent = obj.get("agent_id") or ""
-        uid = obj.get("uuid", "")
-        return (
-            sid if sid.__class__ is str else "",
-            parent if parent.__class__ is str else "",
-            agent if agent.__class__ is str else "",
-            uid if uid.__class__ is str else "",
-            payloads,
-            usage,
-        )
+        if kind.__class__ is not str:
+            return _error_line(
+                ParseErrorReason.NOT_A_MESSAGE, line, line_number, byte_offset, "no string type"
+            )
+        return (*envelope(obj), [self._unknown(kind, obj.get("subtype"), line)], None)
+
+    def parse_failed(
+        self, obj: dict[str, Any], exc: Exception, line: bytes, line_number: int, byte_offset: int
+    ) -> ParsedLine:
+        """A line whose handler hit an unexpected shape (``exc``, one of the shape errors)."""
+        # Only the exception class: messages could quote content (redaction).
+        detail = f"{obj['type']}: {type(exc).__name__}"
+        return _error_line(ParseErrorReason.BAD_SHAPE, line, line_number, byte_offset, detail)
 
     def _unreadable(
         self, line: bytes, line_number: int, byte_offset: int, exc: orjson.JSONDecodeError
@@ -389,7 +417,7 @@ class StreamParser:
         content = msg["content"]
         if content.__class__ is str:
             content = [{"type": "text", "text": content}]
-        if ("error" in obj and obj["error"] is not None) or obj.get("is_api_error_message") is True:
+        if obj.get("error") is not None or obj.get("is_api_error_message") is True:
             # Synthetic API-error message (CAP 10/11/12): one ApiError instead of text events.
             text = "\n".join(
                 _str(b.get("text")) for b in content if b.__class__ is dict and b.get("type") == "text"
@@ -421,9 +449,12 @@ class StreamParser:
                 else:
                     input_json, size, cut = bound_bytes(data, TOOL_INPUT_MAX_BYTES)
                 name = block.get("name", "")
+                tool_use_id = block["id"]
+                if tool_use_id.__class__ is not str:  # _id, inlined
+                    raise TypeError("tool_use id is not a string")
                 payloads.append(
                     _ToolCallStarted(
-                        _id(block["id"]),
+                        tool_use_id,
                         name if name.__class__ is str else "",
                         input_json,
                         size,
@@ -462,11 +493,9 @@ class StreamParser:
     def _user(self, obj: dict[str, Any], line: bytes) -> _Handled:
         msg = obj["message"]
         content = msg["content"]
-        is_replay = obj.get("isReplay") is True
-        is_synthetic = obj.get("isSynthetic") is True
         if content.__class__ is str:
             text, _, cut = bound_text(content, USER_TEXT_MAX_BYTES)
-            return [_UserMessage(text, cut, is_replay, is_synthetic)], None
+            return [_UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)], None
         payloads: list[Payload] = []
         texts: list[str] = []
         structured = obj.get("tool_use_result")
@@ -474,10 +503,13 @@ class StreamParser:
             btype = block["type"]
             if btype == "tool_result":
                 result = block.get("content")
-                if result.__class__ is str and result.isascii():  # fast path of _content_preview
-                    size = len(result)
-                    cut = size > TOOL_RESULT_PREVIEW_MAX_BYTES
-                    preview = result[:TOOL_RESULT_PREVIEW_MAX_BYTES] if cut else result
+                if result.__class__ is str:  # _content_preview, inlined for the usual string
+                    if result.isascii():  # and bound_text's fast path too
+                        size = len(result)
+                        cut = size > TOOL_RESULT_PREVIEW_MAX_BYTES
+                        preview = result[:TOOL_RESULT_PREVIEW_MAX_BYTES] if cut else result
+                    else:
+                        preview, size, cut = bound_text(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
                 else:
                     preview, size, cut = _content_preview(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
                 # The CLI writes one tool result per user line with its structured output
@@ -494,9 +526,12 @@ class StreamParser:
                     structured = None
                 else:
                     sjson, scut = "", False
+                tool_use_id = block["tool_use_id"]
+                if tool_use_id.__class__ is not str:  # _id, inlined
+                    raise TypeError("tool_use id is not a string")
                 payloads.append(
                     _ToolCallFinished(
-                        _id(block["tool_use_id"]),
+                        tool_use_id,
                         "",
                         block.get("is_error") is True,
                         preview,
@@ -512,7 +547,9 @@ class StreamParser:
                 texts.append(f"[{btype}]")
         if texts:
             text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
-            payloads.append(_UserMessage(text, cut, is_replay, is_synthetic))
+            payloads.append(
+                _UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
+            )
         return payloads, None
 
     # ----------------------------------------------------------------------------------------------

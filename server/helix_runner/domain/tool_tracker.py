@@ -223,7 +223,8 @@ class ToolTracker:
         """Open a call from its ``tool_use`` (a repeated id replaces the open record, counted once)."""
         tool_use_id = started.tool_use_id
         call = [started, parent_tool_use_id, agent_id, time_ns, sequence, RUNNING, None, None, 0, None, ""]
-        known = self._open.get(tool_use_id)
+        open_calls = self._open
+        known = open_calls.get(tool_use_id)
         if known is None:
             tally = self._tallies.get(started.name)
             if tally is None:
@@ -233,16 +234,17 @@ class ToolTracker:
             call[_START_NS] = known[_START_NS]
             call[_START_SEQ] = known[_START_SEQ]
             call[_STARTED] = known[_STARTED] if known[_STARTED].name != started.name else started
-        self._open[tool_use_id] = call
+        open_calls[tool_use_id] = call
         calls = self._calls
-        if tool_use_id not in calls:
-            self._order.append(tool_use_id)
+        retained = len(calls)
         calls[tool_use_id] = call
-        if len(calls) > self._max_calls:
-            oldest = self._order.popleft()
-            del calls[oldest]
-            # Still open and pushed out: forget it; it stays counted as unfinished (see module doc).
-            self._open.pop(oldest, None)
+        if len(calls) > retained:  # a new id (a repeated one keeps its place in the order)
+            self._order.append(tool_use_id)
+            if retained >= self._max_calls:
+                oldest = self._order.popleft()
+                del calls[oldest]
+                # Still open and pushed out: forget it; it stays counted as unfinished (see module doc).
+                open_calls.pop(oldest, None)
 
     def finish(
         self, finished: ToolCallFinished, time_ns: int, sequence: int
@@ -269,7 +271,14 @@ class ToolTracker:
         tally.finished += 1
         if is_error:
             tally.failures += 1
-        tally.durations.add(duration)
+        durations = tally.durations
+        exact = durations.exact
+        if durations.histogram is None and len(exact) < durations.limit:  # _Durations.add, inlined
+            exact.append(duration)
+            durations.total += duration
+            durations.count += 1
+        else:
+            durations.add(duration)
         return name, duration, call[_HOOK_MS]
 
     def add_hook_duration(self, duration_ms: int, *, tool_use_id: str = "", hook_name: str = "") -> None:
