@@ -15,9 +15,11 @@ Rules (notes §0.3, §0.5, §7.4; corpus README):
 * A result without ``modelUsage`` (very old CLIs) does not reset the assistant-line usage, which
   then stays the basis of the computed figure.
 
-Memory: usage after the latest result is summed per model as it arrives; message ids (to
-de-duplicate and to apply a later output count) are remembered for the last 1,024 messages only —
-the lines of one message are consecutive, so that is plenty.
+Memory: usage after the latest result is kept as rows (the usage objects themselves, at most
+256) and summed per model only when a cost is computed or the rows fill up — usually a result
+replaces them first, so most messages are never counted at all; message ids (to de-duplicate and
+to apply a later output count) are remembered for the last 1,024 messages only — the lines of one
+message are consecutive, so that is plenty.
 """
 
 from __future__ import annotations
@@ -98,9 +100,10 @@ class CostLedger:
         self._reported_usd: float | None = None
         self._baseline: dict[str, ModelUsage] = {}  # latest result's modelUsage, by model
         # Usage of messages after the latest result: per-model sums (see _usage_counts) plus rows
-        # not yet added in, which are folded in batches (sums in C) to keep observing cheap.
+        # not yet added in, which are folded in batches (sums in C) to keep observing cheap. A row
+        # holds counts, or a message's raw usage object, counted only when folded (see _fold).
         self._pending: dict[str, list[int]] = {}
-        self._rows: list[tuple[str, list[int]]] = []
+        self._rows: list[tuple[str, list[int] | dict[str, Any]]] = []
         # The last _RECENT_IDS_KEPT message ids → [model, output so far, baseline generation]. A
         # message is covered by the baseline once a result with modelUsage came after it, i.e. when
         # its generation is older than the current one (a counter, so that a result does not have
@@ -115,19 +118,26 @@ class CostLedger:
     # Updates.
 
     def observe_message(self, message_id: str, model: str, usage: dict[str, Any]) -> bool:
-        """Usage from an assistant line or ``message_start``; returns True for a new message."""
-        known = self._recent.get(message_id)
+        """Usage from an assistant line or ``message_start``; returns True for a new message.
+
+        ``usage`` is kept, not copied, until it is counted: pass an object nobody changes (the
+        parsed line's, as PhaseStream does).
+        """
+        recent = self._recent
+        known = recent.get(message_id)
         if known is not None:
             self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
             return False
-        counts = _usage_counts(usage)
-        self._recent[message_id] = [model, counts[1], self._generation]
+        output = usage.get("output_tokens", 0)
+        if output.__class__ is not int or output < 0:  # odd values: as _usage_counts counts them
+            output = _usage_counts(usage)[1]
+        recent[message_id] = [model, output, self._generation]
         order = self._recent_order
         order.append(message_id)
         if len(order) > _RECENT_IDS_KEPT:
-            del self._recent[order.popleft()]
+            del recent[order.popleft()]
         rows = self._rows
-        rows.append((model, counts))
+        rows.append((model, usage))  # counted in _fold, if ever: a result usually drops it first
         if len(rows) >= _FOLD_ROWS:
             self._fold()
         self._snapshot = None
@@ -150,7 +160,9 @@ class CostLedger:
         """Add the pending rows into the per-model sums."""
         by_model: dict[str, list[list[int]]] = {}
         for model, counts in self._rows:
-            by_model.setdefault(model, []).append(counts)
+            if counts.__class__ is dict:  # a message's usage, not counted yet
+                counts = _usage_counts(counts)  # type: ignore[arg-type]
+            by_model.setdefault(model, []).append(counts)  # type: ignore[arg-type]
         self._rows = []
         for model, rows in by_model.items():
             sums = self._pending.get(model)

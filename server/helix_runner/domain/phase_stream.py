@@ -174,7 +174,15 @@ class PhaseStream:
                     if cls is ToolCallStarted:
                         tools.start(payload, now, seq, parent, agent)
                     elif cls is ToolCallFinished:
-                        self._tool_finished(now, seq, payload)
+                        # The event gets the call's name and durations from the tracker. The
+                        # parser's payload is fresh and not yet shared, so those three fields are
+                        # filled in place (slot setters, past the frozen guard) rather than
+                        # building a second ten-field object per tool result.
+                        closed = tools.finish(payload, now, seq)
+                        if closed is not None:  # else an orphan result: name unknown, no duration
+                            _set_name(payload, closed[0])
+                            _set_duration(payload, closed[1])
+                            _set_hook_ms(payload, closed[2])
                     elif cls is TurnResult:
                         self._results.append(payload)
                         self._result_count += 1
@@ -282,26 +290,11 @@ class PhaseStream:
         self._last_cost_ns = now
         out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
 
-    def _tool_finished(self, now: int, sequence: int, payload: ToolCallFinished) -> None:
-        """Close the call in the tracker; the event gets the call's name and durations.
-
-        The parser's payload is fresh and not yet shared with anyone, so the three fields the
-        tracker knows are filled in place (through the slot descriptors, past the frozen guard)
-        instead of building a second ten-field object per tool result.
-        """
-        closed = self._tools.finish(payload, now, sequence)
-        if closed is None:
-            return  # orphan result: name unknown, no duration
-        name, duration_ns, hook_ms = closed
-        _set_name(payload, name)
-        _set_duration(payload, duration_ns)
-        _set_hook_ms(payload, hook_ms)
-
 
 _Event = maker(Event)
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-# Slot setters of the fields of a ToolCallFinished that only the tracker knows (see _tool_finished).
+# Slot setters of the fields of a ToolCallFinished that only the tracker knows (see feed).
 _set_name = ToolCallFinished.name.__set__  # type: ignore[attr-defined]
 _set_duration = ToolCallFinished.duration_ns.__set__  # type: ignore[attr-defined]
 _set_hook_ms = ToolCallFinished.hook_duration_ms.__set__  # type: ignore[attr-defined]
