@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from helix_runner.domain.events import ModelUsage, TokenUsage, TurnResult, fast_init
+from helix_runner.domain.events import ModelUsage, TokenUsage, TurnResult, fast_init, maker
 from helix_runner.domain.pricing import PriceTable, PricingSource, split_cache_writes
 
 _RECENT_IDS_KEPT = 1024
@@ -59,6 +59,12 @@ class PhaseCostSnapshot:
     tokens: TokenUsage
     models: tuple[ModelCost, ...]
     unpriced_models: tuple[str, ...]
+
+
+# Fast constructors (see events.fast_init): a snapshot is computed after every result.
+_TokenUsage = maker(TokenUsage)
+_ModelCost = maker(ModelCost)
+_PhaseCostSnapshot = maker(PhaseCostSnapshot)
 
 
 def _count(value: Any) -> int:
@@ -201,12 +207,12 @@ class CostLedger:
         tokens_by_model: dict[str, TokenUsage] = {m: mu.tokens for m, mu in self._baseline.items()}
         for model, counts in self._pending.items():
             previous = tokens_by_model.get(model)
-            usage = TokenUsage(*counts)
+            usage = _TokenUsage(*counts)
             tokens_by_model[model] = usage if previous is None else previous + usage
         models = []
         unpriced = []
         computed = 0.0
-        total_tokens = TokenUsage()
+        total_tokens = _TokenUsage()
         for model in sorted(tokens_by_model):
             tokens = tokens_by_model[model]
             cost, source = self._prices.cost_usd(model, tokens)
@@ -215,9 +221,9 @@ class CostLedger:
             computed += cost
             total_tokens = total_tokens + tokens
             baseline = self._baseline.get(model)
-            models.append(ModelCost(model, tokens, baseline.cost_usd if baseline else None, cost, source))
+            models.append(_ModelCost(model, tokens, baseline.cost_usd if baseline else None, cost, source))
         reported = self._reported_usd
-        return PhaseCostSnapshot(
+        return _PhaseCostSnapshot(
             reported_usd=reported,
             computed_usd=computed,
             difference_usd=None if reported is None else computed - reported,

@@ -288,10 +288,11 @@ class PhaseStream:
         snapshot = self._ledger.snapshot()
         self._last_cost = snapshot
         self._last_cost_ns = now
-        out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
+        out.append(self._event(now, self._session_id or "", "", "", _CostUpdate(snapshot)))
 
 
 _Event = maker(Event)
+_CostUpdate = maker(CostUpdate)
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 # Slot setters of the fields of a ToolCallFinished that only the tracker knows (see feed).

@@ -187,9 +187,9 @@ def _compact_json(value: Any, max_bytes: int) -> tuple[str, int, bool]:
     return bound_bytes(data, max_bytes)
 
 
-def _ints(*values: Any) -> tuple[int, ...]:
+def _ints(*values: Any) -> list[int]:
     """Token counts as non-negative ints (absent, null or malformed counts are 0)."""
-    return tuple(v if v.__class__ is int and v > 0 else 0 for v in values)
+    return [v if v.__class__ is int and v > 0 else 0 for v in values]  # a list: no generator
 
 
 def token_usage_from_api(usage: Any) -> TokenUsage:
