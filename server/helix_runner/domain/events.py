@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from helix_runner.domain.phase_status import PhaseStatus  # PhaseStatusChanged uses the shared enum

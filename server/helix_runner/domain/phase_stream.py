@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-
-import orjson
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+import orjson
 
 from helix_runner.domain.cost_ledger import CostLedger, PhaseCostSnapshot
 from helix_runner.domain.events import (
