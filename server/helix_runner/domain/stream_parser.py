@@ -105,7 +105,7 @@ _JSONDecodeError = orjson.JSONDecodeError
 SYNTHETIC_MODEL = "<synthetic>"
 
 # What a handler raises on a line of unexpected shape (reported as BAD_SHAPE, never propagated).
-SHAPE_ERRORS = _SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
+SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
 
 
 # What the cost ledger needs from an assistant line or a stream_event: (message id, model, the raw
@@ -348,7 +348,7 @@ class StreamParser:
             return self.parse_unhandled(obj, line, line_number, byte_offset)
         try:
             payloads, usage = handler(obj, line)
-        except _SHAPE_ERRORS as exc:
+        except SHAPE_ERRORS as exc:
             return self.parse_failed(obj, exc, line, line_number, byte_offset)
         return (*envelope(obj), payloads, usage)
 
@@ -495,7 +495,8 @@ class StreamParser:
         content = msg["content"]
         if content.__class__ is str:
             text, _, cut = bound_text(content, USER_TEXT_MAX_BYTES)
-            return [_UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)], None
+            message = _UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
+            return [message], None
         payloads: list[Payload] = []
         texts: list[str] = []
         structured = obj.get("tool_use_result")
