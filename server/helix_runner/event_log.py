@@ -111,10 +111,6 @@ class PhaseEventLog:
         """Returns once the result is out (every event committed and offered)."""
         await self._closed.wait()
 
-    @property
-    def subscriber_count(self) -> int:
-        return len(self._subscribers)
-
     def publish(self, rows: Sequence[EventRow]) -> None:
         """Persists the rows (sequences must continue the log), then offers them to subscribers."""
         if not rows:

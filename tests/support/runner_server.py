@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ class RunnerHarness:
     stub: pb_grpc.RunnerServiceStub
     workdir: Path
     data_dir: Path
-    collected: list[Any] = field(default_factory=list)
 
     async def run_phase(self, prompt: str, *, job_id: str = "job-1", phase_id: str = "p1", deadline: float = 60,
                         **options: Any) -> tuple[list[Any], Any]:

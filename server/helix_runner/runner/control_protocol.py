@@ -79,10 +79,6 @@ class ControlChannel:
         self._pending[request_id] = (subtype, future)
         return future
 
-    def subtype_of(self, request_id: str) -> str:
-        entry = self._pending.get(request_id)
-        return entry[0] if entry else ""
-
     async def request(self, subtype: str, fields: dict[str, Any] | None = None, *, wait_s: float = 5.0) -> dict:
         """Sends a request and waits (bounded) for its success payload."""
         request_id = self.next_id()

@@ -97,7 +97,6 @@ class ProcessSupervisor:
         self._stderr_bytes = 0
         self._stdout_bytes = 0
         self._stdin_lock = asyncio.Lock()
-        self.started = asyncio.Event()
 
     def set_stdin_lines(self, lines: Sequence[bytes]) -> None:
         """The lines written to stdin right after the spawn (before ``run()``)."""
@@ -162,7 +161,6 @@ class ProcessSupervisor:
                 end_ns=time.time_ns(),
             )
         self._clock = _Clock()
-        self.started.set()
         if self._on_spawn is not None:
             self._on_spawn(self._proc.pid)
         proc = self._proc
