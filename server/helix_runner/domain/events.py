@@ -37,7 +37,7 @@ def fast_init(cls: type[_T]) -> type[_T]:
 
     It also compiles a *maker* for the hot path (see ``maker``): a plain function with the same
     signature that skips ``type.__call__`` and the first class switch — it allocates the twin
-    directly, fills the slots and switches it to ``cls`` once — about twice as fast again.
+    directly, fills the slots and switches it to ``cls`` once — roughly 1.5-2x faster again.
     """
     params = dataclasses.fields(cls)  # type: ignore[arg-type]
     if not cls.__dataclass_params__.frozen or not hasattr(cls, "__slots__"):

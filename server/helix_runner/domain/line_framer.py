@@ -2,7 +2,8 @@
 
 The CLI writes UTF-8 NDJSON, one object per ``\\n``-terminated line (notes §1), but reads hand us
 arbitrary chunks: a line may span many reads and a read may end inside a multibyte character. The
-framer therefore never decodes: it hands complete lines on as bytes, and the parser decodes each
+framer therefore never decodes: it hands complete lines on as bytes (``push``) or as zero-copy
+memoryviews into the chunk (``push_lines``, the hot path), and the parser decodes each
 complete line (orjson validates UTF-8 per line), so a character split across reads is harmless
 (notes §4, CL 2.1.94).
 
