@@ -147,3 +147,19 @@ def test_p95_stays_within_two_percent_past_the_exact_limit():
     assert stats.p95_duration_ns == pytest.approx(exact, rel=0.02)
     assert stats.total_duration_ns == sum(values) * MS  # totals and means stay exact
     assert stats.mean_duration_ns == sum(values) * MS // len(values)
+
+
+def test_summarize_calls_uses_the_trackers_rules():
+    from helix_runner.domain.tool_tracker import ToolCallStatus as S
+    from helix_runner.domain.tool_tracker import summarize_calls
+
+    ms = 1_000_000
+    calls = [("Bash", S.SUCCEEDED, d * ms) for d in range(1, 21)] + [
+        ("Bash", S.FAILED, 100 * ms), ("Bash", S.UNFINISHED, None), ("Read", S.RUNNING, None),
+        ("Read", S.HELD, None), ("Read", S.SUCCEEDED, 5 * ms)]
+    bash, read = summarize_calls(calls)
+    assert (bash.name, bash.count, bash.failures, bash.unfinished) == ("Bash", 22, 1, 1)
+    assert bash.total_duration_ns == (sum(range(1, 21)) + 100) * ms
+    assert bash.mean_duration_ns == bash.total_duration_ns // 21
+    assert bash.p95_duration_ns == 20 * ms  # nearest rank: ceil(0.95 * 21) = 20th smallest
+    assert (read.count, read.failures, read.unfinished, read.p95_duration_ns) == (3, 0, 2, 5 * ms)

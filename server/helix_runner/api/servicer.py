@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_tracker import ToolCallStatus, summarize_calls
 from helix_runner.errors import RunnerError, invalid_field
 from helix_runner.phase_manager import DEFAULT_PROJECT, PhaseManager
 from helix_runner.store.sqlite_store import JobRow, PhaseRow
@@ -431,26 +431,10 @@ def _tool_call(body: bytes, status: str) -> resources_pb2.ToolCall:
 
 
 def _stats(calls: list[resources_pb2.ToolCall]) -> list[resources_pb2.ToolStats]:
-    groups: dict[str, list[resources_pb2.ToolCall]] = defaultdict(list)
-    for call in calls:
-        groups[call.name].append(call)
-    out = []
-    for name in sorted(groups):
-        group = groups[name]
-        durations = sorted(c.duration.ToNanoseconds() for c in group if c.HasField("duration"))
-        stats = resources_pb2.ToolStats(
-            name=name, count=len(group),
-            failures=sum(1 for c in group if c.status == resources_pb2.TOOL_CALL_STATUS_FAILED),
-            unfinished=sum(1 for c in group if c.status in (resources_pb2.TOOL_CALL_STATUS_UNFINISHED,
-                                                            resources_pb2.TOOL_CALL_STATUS_RUNNING,
-                                                            resources_pb2.TOOL_CALL_STATUS_HELD)),
-        )
-        if durations:
-            stats.total_duration.FromNanoseconds(sum(durations))
-            stats.mean_duration.FromNanoseconds(sum(durations) // len(durations))
-            stats.p95_duration.FromNanoseconds(durations[max(0, -(-95 * len(durations) // 100) - 1)])
-        out.append(stats)
-    return out
+    """Per-tool statistics of stored calls, by the domain's rules (the same as a live phase's)."""
+    return [m.tool_stats_to_proto(s) for s in summarize_calls(
+        (c.name, ToolCallStatus(c.status), c.duration.ToNanoseconds() if c.HasField("duration") else None)
+        for c in calls)]
 
 
 def _pass_through(message: bytes | Any) -> bytes:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -361,18 +362,36 @@ class ToolTracker:
 
     def stats(self) -> list[ToolStats]:
         """Per-tool statistics, by tool name."""
-        return [self._stats_of(name, tally) for name, tally in sorted(self._tallies.items())]
+        return [_stats_of(name, tally) for name, tally in sorted(self._tallies.items())]
 
-    @staticmethod
-    def _stats_of(name: str, tally: _ToolTally) -> ToolStats:
-        durations = tally.durations
-        mean = durations.total // durations.count if durations.count else 0
-        return ToolStats(
-            name,
-            tally.started,
-            tally.failures,
-            tally.started - tally.finished,
-            durations.total,
-            mean,
-            durations.p95(),
-        )
+
+def summarize_calls(calls: Iterable[tuple[str, ToolCallStatus, int | None]], *,
+                    exact_durations: int = 4096) -> list[ToolStats]:
+    """Per-tool statistics of recorded calls (name, status, duration in ns if finished), by tool name.
+
+    The same rules as a live ``ToolTracker``: answers for calls read back from the store.
+    """
+    tallies: dict[str, _ToolTally] = {}
+    for name, status, duration_ns in calls:
+        tally = tallies.get(name) or tallies.setdefault(name, _ToolTally(exact_durations))
+        tally.started += 1
+        if status in (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED):
+            tally.finished += 1
+            tally.failures += status is ToolCallStatus.FAILED
+            if duration_ns is not None:
+                tally.durations.add(duration_ns)
+    return [_stats_of(name, tally) for name, tally in sorted(tallies.items())]
+
+
+def _stats_of(name: str, tally: _ToolTally) -> ToolStats:
+    durations = tally.durations
+    mean = durations.total // durations.count if durations.count else 0
+    return ToolStats(
+        name,
+        tally.started,
+        tally.failures,
+        tally.started - tally.finished,
+        durations.total,
+        mean,
+        durations.p95(),
+    )
