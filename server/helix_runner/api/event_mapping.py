@@ -8,7 +8,7 @@ engine that imports generated code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -126,6 +126,13 @@ def tool_call_to_proto(call: ToolCall, *, job_id: str = "", phase_id: str = "") 
         msg.end_time.FromNanoseconds(call.end_time_ns)
         _set_duration_ns(msg.duration, max(call.end_time_ns - call.start_time_ns, 0))
     return msg
+
+
+def add_permission_denials(target: Any, denials: Iterable[d.PermissionDenial]) -> None:
+    """Appends denials to a repeated ``PermissionDenial`` field (TurnResult's or PhaseResult's)."""
+    for denial in denials:
+        target.add(tool_name=denial.tool_name, tool_use_id=denial.tool_use_id,
+                   tool_input_json=denial.tool_input_json)
 
 
 def tool_stats_to_proto(stats: ToolStats) -> res.ToolStats:
@@ -299,10 +306,7 @@ def _turn_result(p: d.TurnResult, m: ev.TurnResult) -> None:
     for mu in p.model_usage:
         model_usage = m.model_usage.add(model=mu.model, cost_usd=mu.cost_usd or 0.0)
         model_usage.tokens.CopyFrom(token_usage_to_proto(mu.tokens))
-    for denial in p.permission_denials:
-        m.permission_denials.add(
-            tool_name=denial.tool_name, tool_use_id=denial.tool_use_id, tool_input_json=denial.tool_input_json
-        )
+    add_permission_denials(m.permission_denials, p.permission_denials)
     m.errors.extend(p.errors)
     m.result_index = _i32(p.result_index)
     m.stop_reason = p.stop_reason

@@ -59,11 +59,6 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         result_count=r.result_count,
         session_id=r.session_id,
         tool_stats=[m.tool_stats_to_proto(s) for s in r.tool_stats],
-        permission_denials=[
-            resources_pb2.PermissionDenial(tool_name=p.tool_name, tool_use_id=p.tool_use_id,
-                                           tool_input_json=p.tool_input_json)
-            for p in r.permission_denials
-        ],
         last_sequence=r.last_sequence,
         diagnostics=resources_pb2.PhaseDiagnostics(
             stderr_tail=d.stderr_tail, stderr_bytes=d.stderr_bytes, parse_error_count=d.parse_error_count,
@@ -71,6 +66,7 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
             claude_path=d.claude_path, recording_path=d.recording_path,
         ),
     )
+    m.add_permission_denials(msg.permission_denials, r.permission_denials)
     if r.api_error_status is not None:
         msg.api_error_status = r.api_error_status
     if r.exit_code is not None:
