@@ -13,6 +13,7 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info
+from helix_runner.runner.process_group import process_state
 from helix_runner.scripted_api import Reply, RequestMatcher, TextBlock
 
 pytestmark = pytest.mark.real_cli
@@ -277,11 +278,6 @@ async def test_illegal_transitions_are_failed_precondition(claude_binary, script
         assert inspection.phase.status == res.PHASE_STATUS_SUCCEEDED and not inspection.pending_calls
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
 async def test_hard_pause_stops_the_process_group_until_resume(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply(content=[TextBlock("word " * 40)], chunk_delay=0.05), Reply.text("unused")])
     async with runner_factory(api) as runner:
@@ -291,7 +287,7 @@ async def test_hard_pause_stops_the_process_group_until_resume(claude_binary, sc
         paused = (await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD),
                                                timeout=10)).phase
         assert paused.status == res.PHASE_STATUS_PAUSED
-        assert _state(pid) == "T"  # stopped, as SIGSTOP promises
+        assert process_state(pid) == "T"  # stopped, as SIGSTOP promises
         seen = len(phase.events)
         await asyncio.sleep(1.5)  # the reply would have finished streaming by now
         assert all(not e.HasField("turn_result") for e in phase.events[seen:])
@@ -299,7 +295,7 @@ async def test_hard_pause_stops_the_process_group_until_resume(claude_binary, sc
             await runner.stub.StepPhase(pb.StepPhaseRequest(**phase.ids()), timeout=10)
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         await runner.stub.ResumePhase(pb.ResumePhaseRequest(**phase.ids()), timeout=10)
-        assert _state(pid) != "T"
+        assert process_state(pid) != "T"
         result = await phase.finish()
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
 

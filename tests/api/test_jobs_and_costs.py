@@ -3,15 +3,13 @@ offline mode, and the `helix-runner run` command — all through the real server
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import grpc
 import pytest
+from support.processes import serve_env, serving_port, start_serve
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -133,30 +131,16 @@ def test_run_command_shows_progress_and_final_status(claude_binary, tmp_path):
     """`helix-runner run` against `helix-runner serve --offline-script`, both as real processes."""
     script = tmp_path / "script.json"
     Script([Reply.tool_use("Bash", {"command": "echo from-run-command"}), Reply.text("Finished.")]).save(script)
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
+    work = tmp_path / "work"
     work.mkdir()
-    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
     log = tmp_path / "serve.log"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(tmp_path / "d"),
-         "--workspace-root", str(tmp_path), "--offline-script", str(script)],
-        env=env, stderr=open(log, "w"), start_new_session=True)
+    server = start_serve(tmp_path, log, "--offline-script", str(script))
     try:
-        port = None
-        for _ in range(200):
-            for line in log.read_text().splitlines():
-                if '"serving"' in line:
-                    port = json.loads(line)["address"].rsplit(":", 1)[1]
-            if port:
-                break
-            assert server.poll() is None, log.read_text()
-            time.sleep(0.05)
-        assert port, log.read_text()
+        port = serving_port(log, server)
         run = subprocess.run(
             [sys.executable, "-m", "helix_runner", "run", "--server", f"127.0.0.1:{port}", "--workdir", str(work),
              "--prompt", "go", "--allowed-tool", "Bash", "--job-id", "cli-job"],
-            capture_output=True, text=True, timeout=120, env=env)
+            capture_output=True, text=True, timeout=120, env=serve_env(tmp_path))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)

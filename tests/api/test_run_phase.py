@@ -13,6 +13,7 @@ import time
 
 import grpc
 import pytest
+from support.processes import alive
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
@@ -142,14 +143,6 @@ async def test_timeout_ends_timed_out(claude_binary, scripted_api, runner_factor
     assert result.exit_signal in ("SIGTERM", "SIGKILL") or result.HasField("exit_code")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 async def test_client_cancel_kills_the_process_group(claude_binary, scripted_api, runner_factory, tmp_path):
     pid_file = tmp_path / "work" / "grandchild.pid"
     api = scripted_api([
@@ -168,7 +161,7 @@ async def test_client_cancel_kills_the_process_group(claude_binary, scripted_api
                 break
             await asyncio.sleep(0.1)
         grandchild = int(pid_file.read_text())
-        assert _alive(grandchild)
+        assert alive(grandchild)
         call.cancel()
         for _ in range(100):
             phase = (await runner.stub.GetJob(pb.GetJobRequest(job_id="job-c"), timeout=10)).job.phases[0]
@@ -178,10 +171,10 @@ async def test_client_cancel_kills_the_process_group(claude_binary, scripted_api
         assert phase.status == res.PHASE_STATUS_CANCELLED, phase.status_reason
         assert "disconnected" in phase.result.reason
         for _ in range(50):
-            if not _alive(grandchild):
+            if not alive(grandchild):
                 break
             await asyncio.sleep(0.1)
-        assert not _alive(grandchild)
+        assert not alive(grandchild)
 
 
 async def test_working_dir_outside_roots_is_refused(claude_binary, scripted_api, runner_factory, tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from support.processes import alive, serving_port, start_serve
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
@@ -145,28 +145,6 @@ async def test_preflight_names_missing_commands(tmp_path, runner_factory):
     assert "pytest-nowhere-xyz" in caught.value.details()
 
 
-def _serve(tmp_path: Path, claude: str, port_file: Path) -> subprocess.Popen:
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
-    (tmp_path / "home").mkdir(exist_ok=True)
-    return subprocess.Popen(
-        [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
-         "--workspace-root", str(tmp_path), "--claude-path", claude, "--log-format", "json"],
-        env=env, stderr=open(port_file, "w"), start_new_session=True,
-    )
-
-
-async def _port(log_file: Path, proc: subprocess.Popen) -> int:
-    import json
-
-    for _ in range(200):
-        for line in log_file.read_text().splitlines():
-            if '"serving"' in line:
-                return int(json.loads(line)["address"].rsplit(":", 1)[1])
-        assert proc.poll() is None, log_file.read_text()
-        await asyncio.sleep(0.05)
-    raise AssertionError("server did not start: " + log_file.read_text())
-
-
 async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
     claude = fake_claude(tmp_path, f"""
         import sys, time
@@ -177,9 +155,9 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
     """)
     (tmp_path / "work").mkdir()
     log1 = tmp_path / "serve1.log"
-    proc = _serve(tmp_path, claude, log1)
+    proc = start_serve(tmp_path, log1, "--claude-path", claude)
     try:
-        port = await _port(log1, proc)
+        port = await asyncio.to_thread(serving_port, log1, proc)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.RunnerServiceStub(channel)
             call = stub.RunPhase(pb.RunPhaseRequest(job_id="crash", phase_id="p", prompt="x",
@@ -195,9 +173,9 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
         if proc.poll() is None:
             proc.kill()
     log2 = tmp_path / "serve2.log"
-    proc2 = _serve(tmp_path, claude, log2)
+    proc2 = start_serve(tmp_path, log2, "--claude-path", claude)
     try:
-        port = await _port(log2, proc2)
+        port = await asyncio.to_thread(serving_port, log2, proc2)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.RunnerServiceStub(channel)
             job = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job
@@ -217,8 +195,7 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
             # The orphaned CLI of the dead server was found by pid + start time and killed.
             child = int((tmp_path / "child.pid").read_text())
             assert "leftover" in phase.status_reason
-            assert not os.path.exists(f"/proc/{child}") or (
-                open(f"/proc/{child}/stat").read().split(")")[-1].split()[0] == "Z")
+            assert not alive(child)
     finally:
         proc2.send_signal(signal.SIGTERM)
         proc2.wait(30)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.processes import alive
 
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
@@ -36,19 +37,6 @@ def _script(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
     path.write_text(textwrap.dedent(body))
     return [sys.executable, str(path)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 FAST = ProcessLimits(timeout=20, idle_timeout=10, exit_grace=1, kill_grace=1)
@@ -97,7 +85,7 @@ async def test_timeout_kills_the_group(tmp_path):
     assert result.cause is EndCause.TIMEOUT
     assert result.exit_signal in ("SIGTERM", "SIGKILL")
     assert time.monotonic() - started < 10
-    assert not _alive(result.pid)
+    assert not alive(result.pid)
 
 
 async def test_idle_watchdog_fires_when_the_process_is_silent(tmp_path):
@@ -148,10 +136,10 @@ async def test_grandchild_holding_the_pipes_is_killed(tmp_path):
     assert time.monotonic() - started < 10
     grandchild = int(marker.read_text())
     for _ in range(50):
-        if not _alive(grandchild):
+        if not alive(grandchild):
             break
         await asyncio.sleep(0.1)
-    assert not _alive(grandchild)
+    assert not alive(grandchild)
 
 
 async def test_stop_request_kills_child_and_grandchild(tmp_path):
@@ -172,13 +160,13 @@ async def test_stop_request_kills_child_and_grandchild(tmp_path):
     sup.request_stop(EndCause.CANCELLED)
     result = await asyncio.wait_for(task, 30)
     assert result.cause is EndCause.CANCELLED
-    assert not _alive(result.pid)
+    assert not alive(result.pid)
     grandchild = int(marker.read_text())
     for _ in range(50):
-        if not _alive(grandchild):
+        if not alive(grandchild):
             break
         await asyncio.sleep(0.1)
-    assert not _alive(grandchild)
+    assert not alive(grandchild)
 
 
 async def test_crash_mid_line(tmp_path):

@@ -1,0 +1,46 @@
+"""Processes seen from tests: is one still alive, and a `helix-runner serve` started as a real child."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helix_runner.runner.process_group import process_state
+
+
+def alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (a zombie still answers kill(0))."""
+    return process_state(pid) not in (None, "Z")
+
+
+def serve_env(tmp_path: Path) -> dict[str, str]:
+    """A minimal environment with a private HOME under ``tmp_path``."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+
+def start_serve(tmp_path: Path, log: Path, *extra_args: str) -> subprocess.Popen:
+    """`helix-runner serve` on a free port, data and workspace under ``tmp_path``; its JSON logs go to ``log``."""
+    with open(log, "w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
+             "--workspace-root", str(tmp_path), "--log-format", "json", *extra_args],
+            env=serve_env(tmp_path), stderr=stderr, start_new_session=True,
+        )
+
+
+def serving_port(log: Path, proc: subprocess.Popen, limit_s: float = 10.0) -> int:
+    """The port from the server's "serving" log line; fails with the log if it exits or never serves."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines():
+            if '"serving"' in line:
+                return int(json.loads(line)["address"].rsplit(":", 1)[1])
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    raise AssertionError("server did not start: " + log.read_text())
