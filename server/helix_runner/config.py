@@ -95,6 +95,12 @@ class ServerConfig:
     allow_bypass_permissions: bool = False
     # Offline mode: a scripted Messages API script (JSON) the CLI is pointed at instead of Anthropic.
     offline_script: Path | None = None
+    # The Anthropic API key, one line in a file (re-read on each use); else the server's ANTHROPIC_API_KEY.
+    api_key_file: Path | None = None
+    # Key-helper mode: the CLI gets the key from the server through its apiKeyHelper setting, so it
+    # never enters the child's environment; off = the child inherits ANTHROPIC_API_KEY (every
+    # command the model runs can read it).
+    api_key_helper: bool = True
     # Per-model USD prices per million tokens for models the price table does not know (or to
     # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
     price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
@@ -116,6 +122,11 @@ class ServerConfig:
     @property
     def recordings_dir(self) -> Path:
         return self.data_dir / "recordings"
+
+    @property
+    def offline_config_dir(self) -> Path:
+        """Offline mode's ``CLAUDE_CONFIG_DIR``: the CLI's settings and session files, apart from ``~/.claude``."""
+        return self.data_dir / "offline-claude-config"
 
     def read_auth_token(self) -> str | None:
         """The bearer token clients must present, or None when auth is off."""
@@ -199,6 +210,8 @@ _CONVERTERS: dict[str, Any] = {
     "required_commands": _as_str_tuple,
     "allow_bypass_permissions": _as_bool,
     "offline_script": lambda v: Path(v).expanduser() if v else None,
+    "api_key_file": lambda v: Path(v).expanduser() if v else None,
+    "api_key_helper": _as_bool,
     "price_overrides": lambda v: _price_overrides(v),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
