@@ -1,12 +1,15 @@
-"""How the server decides what credentials a phase's child gets (``server.child_credentials``)."""
+"""Server wiring: what credentials a phase's child gets (``child_credentials``), background retention."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from helix_runner.config import load_config
 from helix_runner.runner.child_env import CREDENTIAL_ENV
-from helix_runner.server import StartupError, child_credentials
+from helix_runner.server import StartupError, child_credentials, start_server
+from helix_runner.store.sqlite_store import SqliteStore
 
 
 def config(tmp_path, **flags):
@@ -60,3 +63,18 @@ async def test_offline_mode_withholds_every_credential_and_has_its_own_config_di
         assert cfg.offline_config_dir.is_dir()
     finally:
         creds.offline_api.stop()
+
+
+async def test_a_server_with_retention_prunes_old_jobs_in_the_background(tmp_path):
+    cfg = config(tmp_path, port=0, retention_days=1, retention_interval_seconds=0.05)
+    store = SqliteStore(cfg.db_path)
+    store.get_or_create_job("ancient", "p", 1)  # created in 1970, no phase: nothing keeps it
+    store.close()
+    running = await start_server(cfg, server_env={"PATH": "/usr/bin:/bin"})
+    try:
+        async with asyncio.timeout(30):
+            for _ in iter(lambda: running.store.get_job("ancient") is None, True):
+                await asyncio.sleep(0.02)
+    finally:
+        await running.drain(1.0)
+    assert running.retention_task is not None and running.retention_task.done()

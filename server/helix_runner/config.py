@@ -101,6 +101,12 @@ class ServerConfig:
     # never enters the child's environment; off = the child inherits ANTHROPIC_API_KEY (every
     # command the model runs can read it).
     api_key_helper: bool = True
+    # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
+    # days are deleted with their rows and recordings; the oldest finished phases' recordings are
+    # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
+    retention_days: float = 0.0
+    recordings_max_bytes: int = 0
+    retention_interval_seconds: float = 3600.0
     # Per-model USD prices per million tokens for models the price table does not know (or to
     # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
     price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
@@ -212,6 +218,9 @@ _CONVERTERS: dict[str, Any] = {
     "offline_script": lambda v: Path(v).expanduser() if v else None,
     "api_key_file": lambda v: Path(v).expanduser() if v else None,
     "api_key_helper": _as_bool,
+    "retention_days": float,
+    "recordings_max_bytes": int,
+    "retention_interval_seconds": float,
     "price_overrides": lambda v: _price_overrides(v),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
@@ -284,6 +293,10 @@ def validate(config: ServerConfig) -> ServerConfig:
                  "exit_grace_seconds"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
+    if config.retention_days < 0 or config.recordings_max_bytes < 0:
+        raise ConfigError("retention_days and recordings_max_bytes must not be negative (0 keeps everything)")
+    if config.retention_interval_seconds <= 0:
+        raise ConfigError("retention_interval_seconds must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
     if config.max_line_bytes < 1024 * 1024:

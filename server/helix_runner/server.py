@@ -25,6 +25,7 @@ from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
+from helix_runner.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.runner.key_broker import KeyBroker, KeySource
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
@@ -52,6 +53,7 @@ class RunningServer:
     manager: PhaseManager
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
+    retention_task: asyncio.Task | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -59,6 +61,9 @@ class RunningServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         await self.manager.drain(grace)
+        if self.retention_task is not None:
+            self.retention_task.cancel()
+            await asyncio.gather(self.retention_task, return_exceptions=True)
         # Streams have delivered their final results by now; give them a moment to flush.
         await self.server.stop(1.0)
         self.manager.writer.flush()
@@ -202,7 +207,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                           "workspace_roots": [str(r) for r in config.workspace_roots],
                           "auth": token is not None}},
     )
-    return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker)
+    policy = RetentionPolicy(config.retention_days * 86400, config.recordings_max_bytes,
+                             config.retention_interval_seconds)
+    retention_task = None
+    if policy.enabled:
+        sweeper = RetentionSweeper(store, config.recordings_dir, policy)
+        retention_task = asyncio.create_task(sweeper.run(), name="retention")
+    return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
+                         retention_task)
 
 
 async def serve(config: ServerConfig) -> None:
