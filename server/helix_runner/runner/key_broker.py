@@ -9,9 +9,9 @@ of a phase's CLI.
 
 Why the session is the boundary: the phase's child is the leader of a new session (the
 supervisor spawns it with ``start_new_session``), and the CLI runs its ``apiKeyHelper`` inside
-that session but every Bash tool command and every hook in a session of its own (checked against
-CLI 2.1.330: ``tests/runner/test_key_broker.py`` and ``tests/api/test_secrets.py`` run ``ps -o sid``
-and the helper itself from a model's Bash call). A process can leave a session (``setsid``) but
+that session but every Bash tool command and every hook in a session of its own (seen with
+CLI 2.1.330 by printing ``ps -o sid`` from each; ``tests/api/test_secrets.py`` has a model's Bash
+call run the helper and get refused). A process can leave a session (``setsid``) but
 never join one, so nothing the model's shell starts can be in the CLI's session. The check uses
 the session id of whatever pid the supervisor reports at spawn, so it holds whether the CLI is
 that process or runs under a shim in the same session.
