@@ -31,6 +31,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "text"))
     p.add_argument("--offline-script", help="point the CLI at a scripted loopback Messages API (JSON script)")
+    p.add_argument("--api-key-file", help="file with the Anthropic API key (default: the server's ANTHROPIC_API_KEY)")
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:

@@ -95,6 +95,18 @@ class ServerConfig:
     allow_bypass_permissions: bool = False
     # Offline mode: a scripted Messages API script (JSON) the CLI is pointed at instead of Anthropic.
     offline_script: Path | None = None
+    # The Anthropic API key, one line in a file (re-read on each use); else the server's ANTHROPIC_API_KEY.
+    api_key_file: Path | None = None
+    # Key-helper mode: the CLI gets the key from the server through its apiKeyHelper setting, so it
+    # never enters the child's environment; off = the child inherits ANTHROPIC_API_KEY (every
+    # command the model runs can read it).
+    api_key_helper: bool = True
+    # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
+    # days are deleted with their rows and recordings; the oldest finished phases' recordings are
+    # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
+    retention_days: float = 0.0
+    recordings_max_bytes: int = 0
+    retention_interval_seconds: float = 3600.0
     # Per-model USD prices per million tokens for models the price table does not know (or to
     # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
     price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
@@ -116,6 +128,11 @@ class ServerConfig:
     @property
     def recordings_dir(self) -> Path:
         return self.data_dir / "recordings"
+
+    @property
+    def offline_config_dir(self) -> Path:
+        """Offline mode's ``CLAUDE_CONFIG_DIR``: the CLI's settings and session files, apart from ``~/.claude``."""
+        return self.data_dir / "offline-claude-config"
 
     def read_auth_token(self) -> str | None:
         """The bearer token clients must present, or None when auth is off."""
@@ -199,6 +216,11 @@ _CONVERTERS: dict[str, Any] = {
     "required_commands": _as_str_tuple,
     "allow_bypass_permissions": _as_bool,
     "offline_script": lambda v: Path(v).expanduser() if v else None,
+    "api_key_file": lambda v: Path(v).expanduser() if v else None,
+    "api_key_helper": _as_bool,
+    "retention_days": float,
+    "recordings_max_bytes": int,
+    "retention_interval_seconds": float,
     "price_overrides": lambda v: _price_overrides(v),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
@@ -271,6 +293,10 @@ def validate(config: ServerConfig) -> ServerConfig:
                  "exit_grace_seconds"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
+    if config.retention_days < 0 or config.recordings_max_bytes < 0:
+        raise ConfigError("retention_days and recordings_max_bytes must not be negative (0 keeps everything)")
+    if config.retention_interval_seconds <= 0:
+        raise ConfigError("retention_interval_seconds must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
     if config.max_line_bytes < 1024 * 1024:

@@ -34,6 +34,7 @@ from helix_runner.record_codec import RecordCodec
 from helix_runner.runner.child_env import compose_child_env, missing_commands
 from helix_runner.runner.claude_command import build_argv, prompt_line
 from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.process_group import kill_leftover_group
 from helix_runner.runner.supervisor import ProcessLimits
 from helix_runner.runner.workspace import resolve_working_dir
@@ -64,12 +65,16 @@ class PhaseManager:
     """Starts phases and answers for them; one per server."""
 
     def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, *,
-                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None):
+                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
+                 env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None):
         self.config = config
         self.store = store
         self.codec = codec
         self.server_env = dict(os.environ if server_env is None else server_env)
         self.env_overrides = dict(env_overrides or {})
+        # Server variables the child never gets (credentials; see server.child_credentials).
+        self.env_withhold = env_withhold
+        self.key_broker = key_broker
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._claude: ClaudeBinary | None = None
@@ -106,6 +111,7 @@ class PhaseManager:
         env = compose_child_env(
             self.server_env, inherit=self.config.inherit_env, path_prefix=self.config.path_prefix,
             request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
+            withhold=self.env_withhold,
         )
         missing = missing_commands(self.config.required_commands, env)
         if missing:
@@ -134,7 +140,8 @@ class PhaseManager:
                               {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
 
         plan = LaunchPlan(
-            argv=tuple(build_argv(str(claude.path), spec)),
+            argv=tuple(build_argv(str(claude.path), spec,
+                                  settings=self.key_broker.cli_settings() if self.key_broker else None)),
             cwd=workdir,
             env=env,
             prompt_line=prompt_line(spec.prompt),
@@ -150,6 +157,7 @@ class PhaseManager:
                 include_partial_messages=spec.include_partial_messages,
                 include_raw_unknown=spec.include_raw_unknown,
             ),
+            key_broker=self.key_broker,
         )
         events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
         live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or [], self.prices), events)

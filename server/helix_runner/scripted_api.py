@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import hashlib
 import itertools
 import json
 import logging
@@ -569,6 +570,9 @@ class RecordedRequest:
     label: str | None
     received_at: float
     """``time.monotonic()`` when the request was read."""
+    api_key_sha256: str | None = None
+    """SHA-256 (hex) of the ``x-api-key`` the client sent, None without one: tests can check which key
+    arrived while the key itself is recorded nowhere."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -1041,6 +1045,8 @@ class ScriptedApi:
             name.lower(): ("<redacted>" if name.lower() in ("x-api-key", "authorization") else value)
             for name, value in handler.headers.items()
         }
+        api_key = handler.headers.get("x-api-key")
+        api_key_sha256 = hashlib.sha256(api_key.encode()).hexdigest() if api_key is not None else None
 
         def record(
             outcome: Outcome, status: int, turn_index: int | None = None, label: str | None = None
@@ -1056,6 +1062,7 @@ class ScriptedApi:
                 turn_index=turn_index,
                 label=label,
                 received_at=received_at,
+                api_key_sha256=api_key_sha256,
             )
 
         request_id = self._next_id("req")

@@ -226,6 +226,16 @@ def test_secrets_reach_the_container_as_intended() -> None:
     ]
     assert volume["secret"]["secretName"] == "helix-runner"
     assert volume["secret"]["items"] == [{"key": "auth-token", "path": token_path.name}]
+    # The key reaches the children only through the key helper, never their environment.
+    assert config_toml()["api_key_helper"] is True
+
+
+def test_retention_is_configured_and_valid() -> None:
+    from helix_runner.config import load_config
+
+    cfg = config_toml()
+    assert cfg["retention_days"] > 0 and cfg["recordings_max_bytes"] > 0
+    load_config(flags={k: cfg[k] for k in ("retention_days", "recordings_max_bytes")}, environ={})
 
 
 def test_config_keys_are_known_to_the_server() -> None:

@@ -16,9 +16,15 @@ BASE_ARGS = ("-p", "--output-format", "stream-json", "--verbose", "--input-forma
              "--permission-prompt-tool", "stdio")
 
 
-def build_argv(claude_path: str, spec: PhaseSpec) -> list[str]:
-    """The argv for one phase (the prompt is not in it; see ``prompt_line``)."""
+def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None) -> list[str]:
+    """The argv for one phase (the prompt is not in it; see ``prompt_line``).
+
+    ``settings`` is the server's own ``--settings`` JSON (the key helper); the CLI ranks it above
+    the workspace's and the user's settings files, so a workspace cannot replace it.
+    """
     argv = [claude_path, *BASE_ARGS]
+    if settings:
+        argv += ["--settings", settings]
     if spec.model:
         argv += ["--model", spec.model]
     if spec.fallback_model:
