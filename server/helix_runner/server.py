@@ -21,6 +21,7 @@ from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.record_codec import ProtoRecordCodec
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
+from helix_runner.api.web import WebServer, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
@@ -48,6 +49,7 @@ class RunningServer:
     store: SqliteStore
     manager: PhaseManager
     offline_api: ScriptedApi | None = None
+    web: WebServer | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -56,6 +58,8 @@ class RunningServer:
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         await self.manager.drain(grace)
         # Streams have delivered their final results by now; give them a moment to flush.
+        if self.web is not None:
+            await self.web.stop(1.0)
         await self.server.stop(1.0)
         self.manager.writer.flush()
         self.store.close()
@@ -115,7 +119,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     recovered = manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
-    add_runner_service(RunnerServicer(manager), server)
+    servicer = RunnerServicer(manager)
+    add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -132,6 +137,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if port == 0:
         store.close()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    web = None
+    if config.web_port is not None:
+        try:  # the dashboard: the same servicer over Connect, plus the page (api/web.py)
+            web = await start_web(servicer, host=config.web_host, port=config.web_port, token=token)
+        except OSError as exc:
+            store.close()
+            raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
+                               f"{exc.strerror or exc} (is the port already in use?)") from None
     await server.start()
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -141,7 +154,11 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                           "workspace_roots": [str(r) for r in config.workspace_roots],
                           "auth": token is not None}},
     )
-    return RunningServer(server, health_servicer, port, store, manager, offline_api)
+    if web is not None:
+        log.info("dashboard", extra={"fields": {"url": web.url}})
+        # Logs are for machines; this line (stdout) is for the person who just started the server.
+        print(f"Dashboard: {web.url}", flush=True)
+    return RunningServer(server, health_servicer, port, store, manager, offline_api, web)
 
 
 async def serve(config: ServerConfig) -> None:
