@@ -81,7 +81,21 @@ async def test_dashboard_follows_a_phase_and_approves_a_held_call(
 
                 # The jobs list shows the job live; from there to the job, then to the phase.
                 await page.goto(web.url)
-                await page.locator(f"tr[data-job='{JOB}'] a").click(timeout=WAIT_MS)
+                await page.locator(f"tr[data-job='{JOB}'] a").wait_for(timeout=WAIT_MS)
+                await page.screenshot(path=shots / "jobs.png")
+                row, empty = (
+                    page.locator(f"tr[data-job='{JOB}']"),
+                    page.locator("[data-testid=jobs] td.empty"),
+                )
+                await page.fill("[data-testid=project-filter]", "another-project")
+                await empty.wait_for(timeout=WAIT_MS)
+                await page.fill("[data-testid=project-filter]", PROJECT)
+                await row.wait_for(timeout=WAIT_MS)
+                await page.select_option("[data-testid=status-filter]", label="succeeded")
+                await row.wait_for(state="detached", timeout=WAIT_MS)
+                await page.select_option("[data-testid=status-filter]", label="active")
+                await row.wait_for(timeout=WAIT_MS)
+                await page.locator(f"tr[data-job='{JOB}'] a").click()
                 await page.locator(f"tr[data-phase='{PHASE}'] a").click(timeout=WAIT_MS)
 
                 held = page.locator("[data-testid=held-call][data-tool=Bash]")

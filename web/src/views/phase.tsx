@@ -533,8 +533,8 @@ function ToolStatsTable({ stats }: { stats: ToolStats[] }) {
         <tr>
           <th>Tool</th>
           <th class="num">Calls</th>
-          <th class="num">Failed</th>
-          <th class="num">Unfinished</th>
+          <th class="num" title="failed">Fail</th>
+          <th class="num" title="never finished">Open</th>
           <th class="num">Mean</th>
           <th class="num">p95</th>
           <th class="num">Total</th>
