@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 import pytest
+from playwright.async_api import async_playwright
 from support.browser import artifacts_dir, chromium_path
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.servicer import RunnerServicer
 from helix_runner.api.web import start_web
-from helix_runner.scripted_api import Reply
+from helix_runner.scripted_api import Reply, Script
 
 pytestmark = pytest.mark.real_cli
 
@@ -42,19 +44,19 @@ async def _read(call, events: list, results: list) -> None:
 
 
 async def test_dashboard_follows_a_phase_and_approves_a_held_call(
-    claude_binary, scripted_api, runner_factory, chromium
+    claude_binary, runner_factory, chromium, tmp_path
 ):
-    async_playwright = pytest.importorskip("playwright.async_api").async_playwright
     shots = artifacts_dir("dashboard")
-    api = scripted_api(
-        [
-            Reply.tool_use("Bash", {"command": "ls -la"}, text="Let me look around first."),
-            Reply.tool_use("Bash", {"command": "touch approved.txt"}),
-            Reply.tool_use("Bash", {"command": "cat missing-file"}),
-            Reply.text("Created approved.txt."),
-        ]
-    )
-    async with runner_factory(api, web_port=0) as runner:
+    # Offline mode as `scripts/serve --offline-script` runs it: the server starts the scripted API.
+    script = tmp_path / "script.json"
+    turns = [
+        Reply.tool_use("Bash", {"command": "ls -la"}, text="Let me look around first."),
+        Reply.tool_use("Bash", {"command": "touch approved.txt"}),
+        Reply.tool_use("Bash", {"command": "cat missing-file"}),
+        Reply.text("Created approved.txt."),
+    ]
+    script.write_text(json.dumps(Script(turns).to_dict()))
+    async with runner_factory(None, web_port=0, offline_script=str(script)) as runner:
         web = runner.server.web
         assert web is not None
         hold_touch = res.Breakpoint(
