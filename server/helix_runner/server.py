@@ -21,7 +21,7 @@ from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.record_codec import ProtoRecordCodec
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
-from helix_runner.api.web import WebServer, start_web
+from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
@@ -128,24 +128,31 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
 
-    address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        store.close()
-        raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
-    if port == 0:
-        store.close()
-        raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
-    web = None
+    web_socket = None
     if config.web_port is not None:
-        try:  # the dashboard: the same servicer over Connect, plus the page (api/web.py)
-            web = await start_web(servicer, host=config.web_host, port=config.web_port, token=token)
+        try:  # bound before the gRPC port: a failure here leaves nothing half-started
+            web_socket = bind_web(config.web_host, config.web_port)
         except OSError as exc:
             store.close()
             raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
                                f"{exc.strerror or exc} (is the port already in use?)") from None
+    address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        if web_socket is not None:
+            web_socket.close()
+        store.close()
+        raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
+    if port == 0:
+        if web_socket is not None:
+            web_socket.close()
+        store.close()
+        raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
     await server.start()
+    # The dashboard: the same servicer over Connect, plus the page (api/web.py).
+    web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
+                                                          sock=web_socket)
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(

@@ -201,23 +201,38 @@ def test_config_keeps_the_dashboard_on_loopback_without_a_token(tmp_path: Path):
     assert load_config(flags={"web_port": 0, "web_host": "::1"}, environ={}).web_is_loopback
 
 
-async def test_a_busy_web_port_stops_startup_with_one_line(tmp_path: Path):
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_a_busy_port_stops_startup_with_one_line_and_leaves_the_other_free(tmp_path: Path):
+    grpc_port, web_port = free_port(), free_port()
+    flags = {
+        "port": grpc_port,
+        "web_port": web_port,
+        "data_dir": str(tmp_path / "data"),
+        "workspace_roots": [str(tmp_path)],
+    }
     with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
+        busy.bind(("127.0.0.1", web_port))
         busy.listen()
-        port = busy.getsockname()[1]
-        config = load_config(
-            flags={
-                "port": 0,
-                "web_port": port,
-                "data_dir": str(tmp_path / "data"),
-                "workspace_roots": [str(tmp_path)],
-            },
-            environ={},
-        )
-        with pytest.raises(StartupError, match=f"cannot serve the dashboard on 127.0.0.1:{port}") as failure:
-            await start_server(config)
+        with pytest.raises(
+            StartupError, match=f"cannot serve the dashboard on 127.0.0.1:{web_port}"
+        ) as failure:
+            await start_server(load_config(flags=flags, environ={}))
     assert "\n" not in str(failure.value)
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", grpc_port))  # the gRPC port was never taken
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", grpc_port))
+        busy.listen()
+        with pytest.raises(StartupError, match="cannot listen on"):
+            await start_server(load_config(flags=flags, environ={}))
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", web_port))  # the dashboard's socket was closed
 
 
 @pytest.mark.real_cli

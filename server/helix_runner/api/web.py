@@ -179,8 +179,8 @@ class WebServer:
                 await self.task
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket; raises OSError (port in use, bad address) before anything is served."""
+def bind_web(host: str, port: int) -> socket.socket:
+    """The dashboard's listening socket; raises OSError (port in use, bad address) before anything is served."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
@@ -203,10 +203,17 @@ def _url(host: str, port: int) -> str:
 
 
 async def start_web(
-    servicer: RunnerServicer, *, host: str, port: int, token: str | None, shutdown_grace: float = 2.0
+    servicer: RunnerServicer,
+    *,
+    host: str,
+    port: int = 0,
+    token: str | None,
+    sock: socket.socket | None = None,
+    shutdown_grace: float = 2.0,
 ) -> WebServer:
-    """Binds ``host:port`` (0: a free port) and serves the dashboard on the running loop."""
-    sock = _bind(host, port)
+    """Serves the dashboard on the running loop, on ``sock`` (from ``bind_web``) or on ``host:port``
+    (0: a free port). The socket is closed if it cannot start."""
+    sock = bind_web(host, port) if sock is None else sock
     app = WebApp(servicer, token, extra_hosts=(host,))
     config = uvicorn.Config(
         app,
