@@ -36,6 +36,14 @@ def chromium() -> str:
     return path
 
 
+async def held_call(page, text: str):
+    """The held call whose input shows ``text``, located by its tool_use id (editing hides the text)."""
+    card = page.locator("[data-testid=held-call]", has_text=text)
+    await card.wait_for(timeout=WAIT_MS)
+    tool_use_id = await card.get_attribute("data-tool-use-id")
+    return page.locator(f"[data-testid=held-call][data-tool-use-id='{tool_use_id}']")
+
+
 async def _read(call, events: list, results: list) -> None:
     async for response in call:
         events.extend(response.events)
@@ -169,5 +177,63 @@ async def test_dashboard_follows_a_phase_and_approves_a_held_call(
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+    assert results and results[0].status == res.PHASE_STATUS_SUCCEEDED, results
+    assert errors == [], errors
+
+
+async def test_dashboard_edits_one_held_call_and_denies_another(
+    claude_binary, runner_factory, chromium, tmp_path
+):
+    script = tmp_path / "script.json"
+    turns = [
+        Reply.tool_use("Bash", {"command": "touch original.txt"}),
+        Reply.tool_use("Bash", {"command": "rm -rf precious"}),
+        Reply.text("Understood."),
+    ]
+    script.write_text(json.dumps(Script(turns).to_dict()))
+    async with runner_factory(None, web_port=0, offline_script=str(script)) as runner:
+        (runner.workdir / "precious").mkdir()
+        request = pb.RunPhaseRequest(
+            job_id="edit-deny",
+            phase_id="p",
+            prompt="go",
+            working_dir=str(runner.workdir),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")]),
+        )
+        events: list = []
+        results: list = []
+        reader = asyncio.create_task(_read(runner.stub.RunPhase(request, timeout=120), events, results))
+        errors: list[str] = []
+        try:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(executable_path=chromium)
+                page = await browser.new_page(viewport={"width": 1360, "height": 900})
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{runner.server.web.url}#/jobs/edit-deny/phases/p")
+
+                first = await held_call(page, "original.txt")
+                await first.get_by_role("button", name="Edit…").click()
+                await first.locator("[data-testid=edit-input]").fill('{"command": "touch edited.txt"}')
+                await first.locator("[data-testid=run-edited]").click()
+
+                second = await held_call(page, "rm -rf precious")
+                await second.get_by_role("button", name="Deny…").click()
+                await second.locator("[data-testid=deny-message]").fill("not the precious data")
+                await second.locator("[data-testid=deny]").click()
+
+                await page.wait_for_selector(
+                    "[data-testid=phase-status][data-status=SUCCEEDED]", timeout=60_000
+                )
+                log = await page.locator("[data-testid=event-log]").inner_text()
+                assert "tool edited" in log and "tool denied" in log and "not the precious data" in log
+                await page.screenshot(path=artifacts_dir("dashboard") / "edit-deny.png", full_page=True)
+                await browser.close()
+            await asyncio.wait_for(reader, 30)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        assert (runner.workdir / "edited.txt").exists() and not (runner.workdir / "original.txt").exists()
+        assert (runner.workdir / "precious").is_dir()
     assert results and results[0].status == res.PHASE_STATUS_SUCCEEDED, results
     assert errors == [], errors

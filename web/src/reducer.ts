@@ -196,13 +196,13 @@ function apply(view: PhaseView, event: StreamEvent, timeMs: number): void {
       view.controlVersion++;
       break;
     case "control":
-      applyControl(view, p.value.kind, p.value.toolUseId);
+      applyControl(view, p.value.kind, p.value.toolUseId, p.value.inputJson);
       view.controlVersion++;
       break;
   }
 }
 
-function applyControl(view: PhaseView, kind: ControlEventKind, toolUseId: string): void {
+function applyControl(view: PhaseView, kind: ControlEventKind, toolUseId: string, inputJson: string): void {
   const set = (id: string, status: CallStatus, heldBy?: "pause" | "breakpoint") => {
     const call = view.calls[id];
     if (call && call.endMs === undefined) view.calls[id] = { ...call, status, heldBy };
@@ -215,8 +215,12 @@ function applyControl(view: PhaseView, kind: ControlEventKind, toolUseId: string
       if (toolUseId) set(toolUseId, "held", "pause");
       break;
     case ControlEventKind.TOOL_APPROVED:
+      set(toolUseId, "running");
+      break;
     case ControlEventKind.TOOL_EDITED:
       set(toolUseId, "running");
+      // The call runs with the edited input: show that one.
+      if (inputJson && view.calls[toolUseId]) view.calls[toolUseId] = { ...view.calls[toolUseId], input: inputJson };
       break;
     case ControlEventKind.TOOL_DENIED:
       set(toolUseId, "denied");

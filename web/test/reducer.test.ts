@@ -12,6 +12,7 @@ import {
 } from "../src/proto.js";
 import {
   LOG_LIMIT,
+  callLabel,
   currentTool,
   elapsedMs,
   initialView,
@@ -37,7 +38,8 @@ const started = (seq: number, id: string, name = "Bash", parent = "") =>
   ev(seq, { case: "toolCallStarted", value: { toolUseId: id, name, inputJson: '{"command":"touch x"}' } }, { parentToolUseId: parent });
 const finished = (seq: number, id: string, isError = false) =>
   ev(seq, { case: "toolCallFinished", value: { toolUseId: id, name: "Bash", isError, duration: durationFromMs(500) } });
-const control = (seq: number, kind: ControlEventKind, toolUseId = "") => ev(seq, { case: "control", value: { kind, toolUseId } });
+const control = (seq: number, kind: ControlEventKind, toolUseId = "", inputJson = "") =>
+  ev(seq, { case: "control", value: { kind, toolUseId, inputJson } });
 const cost = (seq: number, computedUsd: number, reportedUsd?: number) =>
   ev(seq, { case: "costUpdate", value: { cost: { computedUsd, reportedUsd, models: [{ model: "claude-x", computedUsd, reportedUsd }] } } });
 const status = (seq: number, fromStatus: PhaseStatus, toStatus: PhaseStatus) =>
@@ -104,6 +106,16 @@ test("a denied call stays denied when its error result arrives; a failing one is
   ]);
   assert.equal(view.calls.d.status, "denied");
   assert.equal(view.calls.f.status, "failed");
+});
+
+test("an edited call shows the input it ran with", () => {
+  const view = fold([
+    started(1, "e"),
+    control(2, ControlEventKind.BREAKPOINT_HIT, "e"),
+    control(3, ControlEventKind.TOOL_EDITED, "e", '{"command":"touch edited.txt"}'),
+  ]);
+  assert.equal(view.calls.e.status, "running");
+  assert.equal(callLabel(view.calls.e), "Bash touch edited.txt");
 });
 
 test("resume releases calls held by a pause but not those held by a breakpoint", () => {
