@@ -76,6 +76,50 @@ async def test_an_error_over_connect_is_the_grpc_error(runner_factory):
     assert the_error_info(invalid.value).metadata["field"] == "job_id"
 
 
+async def test_every_method_answers_over_connect_as_over_grpc(runner_factory):
+    """Each RPC with an empty request: the same response, or the same code and ErrorInfo."""
+    service = pb.DESCRIPTOR.services_by_name["RunnerService"]
+    async with runner_factory(None, web_port=0) as runner, connect_client(runner) as client:
+        channel = runner.channel
+        for method in service.methods:
+            request = getattr(pb, method.input_type.name)()
+            response_class = getattr(pb, method.output_type.name)
+            path = f"/{service.full_name}/{method.name}"
+            snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in method.name).lstrip("_")
+            call = getattr(client, snake)
+            if method.server_streaming:
+                grpc_call = channel.unary_stream(
+                    path,
+                    request_serializer=request.SerializeToString,
+                    response_deserializer=response_class.FromString,
+                )
+                grpc_outcome = await _outcome(_collect(grpc_call(request, timeout=10)))
+                connect_outcome = await _outcome(_collect(call(request)))
+            else:
+                grpc_call = channel.unary_unary(
+                    path,
+                    request_serializer=request.SerializeToString,
+                    response_deserializer=response_class.FromString,
+                )
+                grpc_outcome = await _outcome(grpc_call(request, timeout=10))
+                connect_outcome = await _outcome(call(request))
+            assert connect_outcome == grpc_outcome, method.name
+
+
+async def _collect(stream):
+    return [response async for response in stream]
+
+
+async def _outcome(awaitable):
+    """The response, or (code name, ErrorInfo) of the failure, comparable across transports."""
+    try:
+        return await awaitable
+    except grpc.aio.AioRpcError as exc:
+        return exc.code().name.replace("CANCELLED", "CANCELED"), error_info(exc)
+    except ConnectError as exc:
+        return exc.code.name, the_error_info(exc)
+
+
 async def test_an_unexpected_exception_is_internal_without_its_text(runner_factory, monkeypatch):
     async with runner_factory(None, web_port=0) as runner:
 
