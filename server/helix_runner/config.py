@@ -110,6 +110,9 @@ class ServerConfig:
     # Per-model USD prices per million tokens for models the price table does not know (or to
     # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
     price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
+    # The dashboard's HTTP port (web page + RunnerService over Connect); None: off, 0: a free port.
+    web_port: int | None = None
+    web_host: str = "127.0.0.1"
 
     @property
     def is_loopback(self) -> bool:
@@ -120,6 +123,11 @@ class ServerConfig:
             return ipaddress.ip_address(self.host.strip("[]")).is_loopback
         except ValueError:
             return False
+
+    @property
+    def web_is_loopback(self) -> bool:
+        """Whether the dashboard's address only accepts local connections (the same rule as ``host``)."""
+        return replace(self, host=self.web_host).is_loopback
 
     @property
     def db_path(self) -> Path:
@@ -222,6 +230,8 @@ _CONVERTERS: dict[str, Any] = {
     "recordings_max_bytes": int,
     "retention_interval_seconds": float,
     "price_overrides": lambda v: _price_overrides(v),
+    "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
+    "web_host": str,
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -288,6 +298,13 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError(
             f"refusing to listen on non-loopback address {config.host} without --auth-token-file: "
             "this service runs an agent that executes commands"
+        )
+    if config.web_port is not None and not 0 <= config.web_port <= 65535:
+        raise ConfigError(f"web port {config.web_port} is out of range 0-65535")
+    if config.web_port is not None and not config.web_is_loopback and config.auth_token_file is None:
+        raise ConfigError(
+            f"refusing to serve the dashboard on non-loopback address {config.web_host} without "
+            "--auth-token-file: its API controls an agent that executes commands"
         )
     for name in ("drain_grace_seconds", "default_phase_timeout_seconds", "default_idle_timeout_seconds",
                  "exit_grace_seconds"):

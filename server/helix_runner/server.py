@@ -22,6 +22,7 @@ from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.record_codec import ProtoRecordCodec
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
+from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
@@ -54,6 +55,7 @@ class RunningServer:
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
     retention_task: asyncio.Task | None = None
+    web: WebServer | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -65,6 +67,8 @@ class RunningServer:
             self.retention_task.cancel()
             await asyncio.gather(self.retention_task, return_exceptions=True)
         # Streams have delivered their final results by now; give them a moment to flush.
+        if self.web is not None:
+            await self.web.stop(1.0)
         await self.server.stop(1.0)
         self.manager.writer.flush()
         self.store.close()
@@ -181,7 +185,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     recovered = manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
-    add_runner_service(RunnerServicer(manager), server)
+    servicer = RunnerServicer(manager)
+    add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -189,16 +194,31 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
 
+    web_socket = None
+    if config.web_port is not None:
+        try:  # bound before the gRPC port: a failure here leaves nothing half-started
+            web_socket = bind_web(config.web_host, config.web_port)
+        except OSError as exc:
+            store.close()
+            raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
+                               f"{exc.strerror or exc} (is the port already in use?)") from None
     address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
+        if web_socket is not None:
+            web_socket.close()
         store.close()
         raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
     if port == 0:
+        if web_socket is not None:
+            web_socket.close()
         store.close()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
     await server.start()
+    # The dashboard: the same servicer over Connect, plus the page (api/web.py).
+    web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
+                                                          sock=web_socket)
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
@@ -213,8 +233,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if policy.enabled:
         sweeper = RetentionSweeper(store, config.recordings_dir, policy)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
+    if web is not None:
+        log.info("dashboard", extra={"fields": {"url": web.url}})
+        # Logs are for machines; this line (stdout) is for the person who just started the server.
+        print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
-                         retention_task)
+                         retention_task, web)
 
 
 async def serve(config: ServerConfig) -> None:
