@@ -249,3 +249,26 @@ async def test_a_phase_that_cannot_be_set_up_is_failed_not_left_pending(tmp_path
     finally:
         await server.server.stop(0)
         server.store.close()
+
+
+@pytest.mark.parametrize("method", ["GetJob", "WatchPhase"])
+@pytest.mark.parametrize("body", [b"\x0a\x02\xff\xfe", b"\x0a\x05ab"], ids=["string-not-utf8", "corrupt"])
+async def test_a_malformed_request_is_invalid_argument(tmp_path, method, body):
+    config = load_config(
+        flags={"port": 0, "data_dir": str(tmp_path / "data"), "workspace_roots": [str(tmp_path)]}, environ={}
+    )
+    server = await start_server(config)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            path = f"/{SERVICE.full_name}/{method}"
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                if SERVICE.methods_by_name[method].server_streaming:
+                    async for _ in channel.unary_stream(path)(body, timeout=10):
+                        pass
+                else:
+                    await channel.unary_unary(path)(body, timeout=10)
+    finally:
+        await server.server.stop(0)
+        server.store.close()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(caught.value).metadata["field"] == "request"

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import orjson
+from google.protobuf.message import DecodeError
 
 from helix.runner.v1 import events_pb2, resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
@@ -72,6 +73,22 @@ def _enum_value(table: dict[int, Any], value: int, field: str) -> Any:
         raise invalid_field(field, f"unknown value {value}") from None
 
 
+_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+_REQUEST_TYPES = {m.name: getattr(runner_service_pb2, m.input_type.name) for m in _SERVICE.methods}
+
+
+def _parse(method: str, request: bytes | Any) -> Any:
+    """The request message; requests arrive as bytes so a malformed one is INVALID_ARGUMENT, not INTERNAL."""
+    if not isinstance(request, bytes):
+        return request
+    request_type = _REQUEST_TYPES[method]
+    try:
+        return request_type.FromString(request)
+    except DecodeError:
+        raise invalid_field("request", f"is not a valid {request_type.DESCRIPTOR.full_name} "
+                                       "(corrupt, or a string that is not UTF-8)") from None
+
+
 def _internal(method: str) -> RunnerError:
     """The answer to an unexpected exception: its text and traceback go to the log, never to the caller."""
     return RunnerError(ErrorKind.INTERNAL, "INTERNAL", "internal error; the server log has the details",
@@ -84,6 +101,7 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
     @functools.wraps(handler)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         try:
+            request = _parse(handler.__name__, request)
             check_enums(request)
             return await handler(self, request, context)
         except RunnerError as exc:
@@ -104,6 +122,7 @@ def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
     @functools.wraps(handler)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         try:
+            request = _parse(handler.__name__, request)
             check_enums(request)
             # aclosing: when the client goes away, the handler's own cleanup (finally) runs now.
             async with contextlib.aclosing(handler(self, request, context)) as messages:
@@ -496,21 +515,20 @@ def _pass_through(message: bytes | Any) -> bytes:
 
 
 def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> None:
-    """Registers the service; the streaming methods may yield pre-encoded response bytes."""
-    service = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+    """Registers the service; the streaming methods may yield pre-encoded response bytes.
+
+    Requests are handed over as bytes and parsed by the handler's wrapper (``_parse``).
+    """
     handlers = {}
-    for method in service.methods:
-        request_cls = getattr(runner_service_pb2, method.input_type.name)
+    for method in _SERVICE.methods:
         behaviour = getattr(servicer, method.name)
         if not getattr(behaviour, "guarded", False):  # every RPC gets the checks and the INTERNAL guard
             raise TypeError(f"RunnerServicer.{method.name} must be wrapped by _unary or _stream")
         if method.server_streaming:
-            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                behaviour, request_deserializer=request_cls.FromString, response_serializer=_pass_through)
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(behaviour, response_serializer=_pass_through)
         else:
             response_cls = getattr(runner_service_pb2, method.output_type.name)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                behaviour, request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-    server.add_registered_method_handlers(service.full_name, handlers)
+                behaviour, response_serializer=response_cls.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)
