@@ -219,6 +219,7 @@ class ParseErrorReason(enum.IntEnum):
     LINE_TOO_LONG = 5
     TRUNCATED_AT_EOF = 6
     BAD_SHAPE = 7
+    UNPAIRED_SURROGATE = 8
 
 
 # --------------------------------------------------------------------------------------------------
@@ -623,13 +624,18 @@ class ControlEvent:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class ParseError:
-    """A stdout line that could not be parsed. Never contains the line itself (redacted by design)."""
+    """A stdout line that could not be parsed as written. Never contains the line itself (redacted by design).
+
+    ``repaired``: a warning only; the line was repaired (U+FFFD for what had no valid form) and its
+    events follow this one.
+    """
 
     reason: ParseErrorReason
     line_bytes: int
     line_number: int
     byte_offset: int
     detail: str = ""
+    repaired: bool = False
 
 
 Payload = (
