@@ -131,7 +131,9 @@ async def test_an_unexpected_exception_is_internal_without_its_text(runner_facto
             with pytest.raises(ConnectError) as failure:
                 await client.get_job(pb.GetJobRequest(job_id="j"))
     assert failure.value.code is Code.INTERNAL
-    assert "secret" not in failure.value.message and not failure.value.details
+    info = the_error_info(failure.value)  # the same single ErrorInfo as over gRPC
+    assert info.reason == "INTERNAL" and info.metadata["method"] == "GetJob"
+    assert "secret" not in failure.value.message and "secret" not in str(info)
 
 
 async def test_json_over_connect_answers_curl(runner_factory):
