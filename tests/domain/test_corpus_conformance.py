@@ -298,7 +298,8 @@ def test_transcript(name, real_transcripts, replay):
 
 
 def test_localcli_04_which_calls_errored(real_transcripts, replay):
-    # Read of a missing file and `exit 3` both come back with is_error true (CAP 04).
+    # Read of a missing file and `exit 3` both come back with is_error true
+    # (docs/claude-cli-protocol.md §2.4).
     stream, events = replay(real_transcripts["localcli-04-toolerror.jsonl"])
     finished = [e.payload for e in events if isinstance(e.payload, ToolCallFinished)]
     assert [(f.name, f.is_error, f.content_preview) for f in finished] == [
@@ -398,7 +399,8 @@ def test_localcli_21_control_error_response(real_transcripts, replay):
 def test_localcli_15_big_result_is_bounded(real_transcripts, replay):
     _, events = replay(real_transcripts["localcli-15-bigoutput.jsonl"])
     (finished,) = [e.payload for e in events if isinstance(e.payload, ToolCallFinished)]
-    # The CLI itself replaced the 300 KB output by a 2 KB <persisted-output> preview (CAP 15) ...
+    # The CLI itself replaced the 300 KB output by a 2 KB <persisted-output> preview
+    # (docs/claude-cli-protocol.md §2.4) ...
     assert finished.content_preview.startswith("<persisted-output>")
     assert (finished.content_bytes, finished.content_truncated) == (2222, False)
     # ... but its structured tool_use_result still carries all of stdout: cut to 16 KiB.

@@ -1,4 +1,5 @@
-"""How a phase ended, decided from facts only (ADR-045: never report "done" by inference).
+"""How a phase ended, decided from facts only (ADR-045: never report "done" by inference;
+docs/decisions/ADR-045.md).
 
 The inputs are the exit facts of the process (``ProcessExit``) and the last turn result the
 CLI wrote, if any. ``SUCCEEDED`` needs all of: the process exited by itself with code 0, stdout
