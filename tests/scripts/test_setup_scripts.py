@@ -97,3 +97,40 @@ def test_bootstrap_says_what_it_installs_and_is_silent_when_nothing_changed(tmp_
         [ROOT / "scripts" / "bootstrap"], env=env, capture_output=True, text=True, timeout=60
     )
     assert again.returncode == 0 and again.stderr == ""
+
+
+@pytest.mark.skipif(not _bootstrapped(), reason="this virtualenv was not set up by scripts/bootstrap")
+def test_test_fast_runs_only_pytests_fast_tier(tmp_path):
+    # Client toolchains that fail loudly if --fast touched them.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("cargo", "npm", "node"):
+        fake = bin_dir / tool
+        fake.write_text(f"#!/bin/sh\necho {tool} was called >&2\nexit 97\n")
+        fake.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "HELIX_VENV": str(VENV),
+    }
+    run = subprocess.run(
+        [
+            ROOT / "scripts" / "test",
+            "--fast",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/api/test_run_phase.py",
+            "tests/api/test_wire.py",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "was called" not in run.stderr and "== buf" not in run.stdout
+    collected = [line for line in run.stdout.splitlines() if "::" in line]
+    assert collected and all(line.startswith("tests/api/test_wire.py::") for line in collected)
+    assert "deselected" in run.stdout  # test_run_phase.py is real_cli
