@@ -3,7 +3,7 @@
 Data flows one way: process bytes -> ``PhaseStream`` (typed, sequenced events, tool tracking,
 costs) -> store and subscribers (``PhaseEventLog``). The final result is published only after
 stdout reached EOF (or was abandoned after the group was killed), the process exited, and every
-event was persisted and offered to subscribers (ADR-0010).
+event was persisted and offered to subscribers (ADR-0010, docs/decisions/ADR-0010.md).
 """
 
 from __future__ import annotations

@@ -121,6 +121,16 @@ async def test_api_400_is_failed_with_status(claude_binary, scripted_api, runner
     assert "api_error" in kinds(events)
 
 
+async def test_without_credentials_the_reason_says_what_to_set(claude_binary, runner_factory):
+    # No scripted API and no key in the server's environment: the real CLI answers
+    # "Not logged in · Please run /login" without contacting anything.
+    async with runner_factory(None) as runner:
+        _, result = await runner.run_phase("hi")
+    assert result.status == res.PHASE_STATUS_FAILED
+    assert "/login" in result.result_text
+    assert "set ANTHROPIC_API_KEY" in result.reason and "--offline-script" in result.reason
+
+
 async def test_429_twice_then_success_shows_retries(claude_binary, scripted_api, runner_factory):
     api = scripted_api([ApiError(429, times=2), Reply.text("Recovered.")])
     async with runner_factory(api) as runner:

@@ -91,7 +91,7 @@ def test_envelope_fields_come_from_the_line():
 
 
 def test_key_order_does_not_matter():
-    # 2.1.330 writes `type` in the middle of result lines (notes §0.7; CAP 01).
+    # 2.1.330 writes `type` in the middle of result lines (docs/claude-cli-protocol.md §0.7; localcli-01).
     line = b'{"duration_api_ms":16,"session_id":"s","subtype":"success","is_error":false,"type":"result","num_turns":1}'
     (result,) = payloads(line)
     assert isinstance(result, TurnResult) and result.subtype == "success" and result.num_turns == 1
@@ -228,7 +228,7 @@ def test_session_init():
         "ANTHROPIC_API_KEY",
         1,
     )
-    assert second.turn_index == 2  # re-emitted at every turn (CAP 09)
+    assert second.turn_index == 2  # re-emitted at every turn (localcli-09)
 
 
 def test_session_init_of_an_old_cli_without_version():
@@ -627,7 +627,7 @@ def test_model_usage_cache_writes_follow_the_split_rule():
         }
     }
     (result,) = payloads({"type": "result", "subtype": "success", "modelUsage": per_model_split})
-    assert result.model_usage[0].tokens.cache_write_5m_input_tokens == 240  # unsplit remainder → 5m (CAP 24)
+    assert result.model_usage[0].tokens.cache_write_5m_input_tokens == 240  # remainder → 5m (localcli-24)
     old_cli = {
         "type": "result",
         "subtype": "success",

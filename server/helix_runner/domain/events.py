@@ -370,7 +370,10 @@ class ApiRetry:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class ApiError:
-    """A synthetic assistant message (model ``<synthetic>``) reporting an API failure (notes §2.3)."""
+    """A synthetic assistant message (model ``<synthetic>``) reporting an API failure.
+
+    See docs/claude-cli-protocol.md §2.3.
+    """
 
     error: str
     api_error_status: int | None
@@ -451,7 +454,10 @@ class HookEvent:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class PermissionDenied:
-    """``system/permission_denied``: a tool call refused without asking (advisory; notes §2.2)."""
+    """``system/permission_denied``: a tool call refused without asking.
+
+    Advisory; ``result.permission_denials`` is authoritative (docs/claude-cli-protocol.md §2.2).
+    """
 
     tool_name: str
     tool_use_id: str
@@ -476,7 +482,7 @@ class PartialDelta:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    """A ``result`` line: one turn ended. A phase can have several (notes §0.5).
+    """A ``result`` line: one turn ended. A phase can have several (docs/claude-cli-protocol.md §0.5).
 
     ``total_cost_usd`` and ``model_usage`` are running totals for the process; ``usage`` is the main
     loop only. Branch on ``is_error`` first: ``subtype: success`` with ``is_error`` is an API error.
