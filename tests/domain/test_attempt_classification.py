@@ -102,6 +102,8 @@ TABLE = [
     ("localcli-12-overloaded.jsonl", ended(EndCause.SPAWN_FAILED, "ENOENT"), K.SPAWN_FAILED, False, "ENOENT"),
     ("localcli-28-ratelimit429-recovered.jsonl", exited(0), K.COMPLETED, False, "completed"),
     ("localcli-16-ctl-permissions.jsonl", exited(1), K.EXECUTION_ERROR, False, "error_during_execution"),
+    # --resume of a session with no transcript: resuming it again cannot help.
+    ("cli-resume-unknown-session.jsonl", exited(1), K.EXECUTION_ERROR, False, "error_during_execution"),
 ]
 
 
