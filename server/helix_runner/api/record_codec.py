@@ -75,5 +75,6 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.cost.CopyFrom(m.phase_cost_to_proto(r.cost))
     _ts(msg.start_time, r.start_time_ns)
     _ts(msg.end_time, r.end_time_ns)
+    msg.attempts.extend(m.attempt_to_proto(a) for a in r.attempts)
     return msg
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
-from helix_runner.domain.events import PermissionDenial
+from helix_runner.domain.events import AttemptEndKind, PermissionDenial
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolStats
 
@@ -22,6 +22,32 @@ class PhaseDiagnostics:
     argv: tuple[str, ...] = ()
     claude_path: str = ""
     recording_path: str = ""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of the CLI process within a phase (mirrors ``helix.runner.v1.Attempt``).
+
+    ``cost`` is the attempt's own cost (see ``attempt_cost.own_cost``); the phase's cost is the sum.
+    """
+
+    number: int
+    status: PhaseStatus
+    reason: str = ""
+    end_kind: AttemptEndKind = AttemptEndKind.UNSPECIFIED
+    retryable: bool = False
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    api_error_status: int | None = None
+    session_id: str = ""
+    resumed_session_id: str = ""
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+    cost: PhaseCostSnapshot | None = None
+    first_sequence: int = 0
+    last_sequence: int = 0
+    retry_delay_ns: int | None = None
+    startup_failure_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,3 +76,4 @@ class PhaseResult:
     end_time_ns: int | None = None
     last_sequence: int = 0
     diagnostics: PhaseDiagnostics = PhaseDiagnostics()
+    attempts: tuple[Attempt, ...] = ()

@@ -631,6 +631,7 @@ class StreamParser:
             for e in obj.get("errors") or ()
         )
         result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
+        since = obj.get("model_usage_since_last_result")
         result = _TurnResult(
             subtype=_str(obj.get("subtype")),
             is_error=obj.get("is_error") is True,
@@ -649,6 +650,12 @@ class StreamParser:
             result_index=_int0(obj.get("result_index")),
             stop_reason=_str(obj.get("stop_reason")),
             has_model_usage=has_model_usage,
+            startup_failure_reason=_str(obj.get("startup_failure_reason")),
+            usage_since_last_result=(
+                _model_usage(since, main_usage.cache_write_1h_input_tokens)
+                if since.__class__ is dict
+                else None
+            ),
         )
         return [result], None
 

@@ -58,6 +58,9 @@ class ControlEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTROL_EVENT_KIND_BREAKPOINT_ADDED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_BREAKPOINT_REMOVED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_DETACHED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_RETRY_SCHEDULED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_ATTEMPT_STARTED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_QUEUED: _ClassVar[ControlEventKind]
 
 class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -105,6 +108,9 @@ CONTROL_EVENT_KIND_CANCEL_REQUESTED: ControlEventKind
 CONTROL_EVENT_KIND_BREAKPOINT_ADDED: ControlEventKind
 CONTROL_EVENT_KIND_BREAKPOINT_REMOVED: ControlEventKind
 CONTROL_EVENT_KIND_DETACHED: ControlEventKind
+CONTROL_EVENT_KIND_RETRY_SCHEDULED: ControlEventKind
+CONTROL_EVENT_KIND_ATTEMPT_STARTED: ControlEventKind
+CONTROL_EVENT_KIND_QUEUED: ControlEventKind
 PARSE_ERROR_REASON_UNSPECIFIED: ParseErrorReason
 PARSE_ERROR_REASON_NOT_JSON: ParseErrorReason
 PARSE_ERROR_REASON_INVALID_JSON: ParseErrorReason
@@ -422,7 +428,7 @@ class ModelUsage(_message.Message):
     def __init__(self, model: _Optional[str] = ..., tokens: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class TurnResult(_message.Message):
-    __slots__ = ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "result_truncated", "duration", "api_duration", "total_cost_usd", "usage", "model_usage", "permission_denials", "errors", "result_index", "stop_reason")
+    __slots__ = ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "result_truncated", "duration", "api_duration", "total_cost_usd", "usage", "model_usage", "permission_denials", "errors", "result_index", "stop_reason", "startup_failure_reason")
     SUBTYPE_FIELD_NUMBER: _ClassVar[int]
     IS_ERROR_FIELD_NUMBER: _ClassVar[int]
     API_ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +445,7 @@ class TurnResult(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     RESULT_INDEX_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
     subtype: str
     is_error: bool
     api_error_status: int
@@ -455,7 +462,8 @@ class TurnResult(_message.Message):
     errors: _containers.RepeatedScalarFieldContainer[str]
     result_index: int
     stop_reason: str
-    def __init__(self, subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., result_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., api_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., model_usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[_resources_pb2.PermissionDenial, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., result_index: _Optional[int] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+    startup_failure_reason: str
+    def __init__(self, subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., result_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., api_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., model_usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[_resources_pb2.PermissionDenial, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., result_index: _Optional[int] = ..., stop_reason: _Optional[str] = ..., startup_failure_reason: _Optional[str] = ...) -> None: ...
 
 class ControlResponse(_message.Message):
     __slots__ = ("request_id", "request_subtype", "success", "error", "error_code")
@@ -530,20 +538,32 @@ class PhaseStatusChanged(_message.Message):
     def __init__(self, from_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., to_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ControlEvent(_message.Message):
-    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json")
+    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json", "attempt", "max_attempts", "end_kind", "retry_delay", "resumed_session_id", "queue")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    END_KIND_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     kind: ControlEventKind
     tool_use_id: str
     tool_name: str
     breakpoint_id: str
     message: str
     input_json: str
-    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ...) -> None: ...
+    attempt: int
+    max_attempts: int
+    end_kind: _resources_pb2.AttemptEndKind
+    retry_delay: _duration_pb2.Duration
+    resumed_session_id: str
+    queue: _resources_pb2.QueueState
+    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ...) -> None: ...
 
 class ParseError(_message.Message):
     __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail", "repaired")

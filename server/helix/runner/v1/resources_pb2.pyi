@@ -25,6 +25,7 @@ class PhaseStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PHASE_STATUS_TIMED_OUT: _ClassVar[PhaseStatus]
     PHASE_STATUS_CANCELLED: _ClassVar[PhaseStatus]
     PHASE_STATUS_INTERRUPTED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_QUEUED: _ClassVar[PhaseStatus]
 
 class PermissionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,41 @@ class PricingSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRICING_SOURCE_PRICE_TABLE: _ClassVar[PricingSource]
     PRICING_SOURCE_OVERRIDE: _ClassVar[PricingSource]
     PRICING_SOURCE_UNPRICED: _ClassVar[PricingSource]
+
+class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_END_KIND_UNSPECIFIED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_COMPLETED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_OVERLOADED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_RATE_LIMITED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_SERVER_ERROR: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_CONNECTION_FAILED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_CRASHED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_HUNG: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_STARTUP_TRANSIENT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_INVALID_REQUEST: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_AUTHENTICATION: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_PERMISSION: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_MAX_TURNS: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_MAX_BUDGET: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_STRUCTURED_OUTPUT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_STARTUP_REFUSED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_EXECUTION_ERROR: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_TIMED_OUT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_CANCELLED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_SERVER_SHUTDOWN: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_SPAWN_FAILED: _ClassVar[AttemptEndKind]
+
+class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    QUEUE_REASON_UNSPECIFIED: _ClassVar[QueueReason]
+    QUEUE_REASON_SERVER_LIMIT: _ClassVar[QueueReason]
+    QUEUE_REASON_PROJECT_LIMIT: _ClassVar[QueueReason]
+    QUEUE_REASON_START_LIMIT: _ClassVar[QueueReason]
+    QUEUE_REASON_RATE_LIMITED: _ClassVar[QueueReason]
+    QUEUE_REASON_RETRY_BACKOFF: _ClassVar[QueueReason]
 PHASE_STATUS_UNSPECIFIED: PhaseStatus
 PHASE_STATUS_PENDING: PhaseStatus
 PHASE_STATUS_RUNNING: PhaseStatus
@@ -68,6 +104,7 @@ PHASE_STATUS_INCOMPLETE: PhaseStatus
 PHASE_STATUS_TIMED_OUT: PhaseStatus
 PHASE_STATUS_CANCELLED: PhaseStatus
 PHASE_STATUS_INTERRUPTED: PhaseStatus
+PHASE_STATUS_QUEUED: PhaseStatus
 PERMISSION_MODE_UNSPECIFIED: PermissionMode
 PERMISSION_MODE_DEFAULT: PermissionMode
 PERMISSION_MODE_ACCEPT_EDITS: PermissionMode
@@ -87,6 +124,35 @@ PRICING_SOURCE_UNSPECIFIED: PricingSource
 PRICING_SOURCE_PRICE_TABLE: PricingSource
 PRICING_SOURCE_OVERRIDE: PricingSource
 PRICING_SOURCE_UNPRICED: PricingSource
+ATTEMPT_END_KIND_UNSPECIFIED: AttemptEndKind
+ATTEMPT_END_KIND_COMPLETED: AttemptEndKind
+ATTEMPT_END_KIND_API_OVERLOADED: AttemptEndKind
+ATTEMPT_END_KIND_API_RATE_LIMITED: AttemptEndKind
+ATTEMPT_END_KIND_API_SERVER_ERROR: AttemptEndKind
+ATTEMPT_END_KIND_CONNECTION_FAILED: AttemptEndKind
+ATTEMPT_END_KIND_CRASHED: AttemptEndKind
+ATTEMPT_END_KIND_HUNG: AttemptEndKind
+ATTEMPT_END_KIND_STARTUP_TRANSIENT: AttemptEndKind
+ATTEMPT_END_KIND_API_INVALID_REQUEST: AttemptEndKind
+ATTEMPT_END_KIND_API_AUTHENTICATION: AttemptEndKind
+ATTEMPT_END_KIND_API_PERMISSION: AttemptEndKind
+ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE: AttemptEndKind
+ATTEMPT_END_KIND_MAX_TURNS: AttemptEndKind
+ATTEMPT_END_KIND_MAX_BUDGET: AttemptEndKind
+ATTEMPT_END_KIND_STRUCTURED_OUTPUT: AttemptEndKind
+ATTEMPT_END_KIND_STARTUP_REFUSED: AttemptEndKind
+ATTEMPT_END_KIND_EXECUTION_ERROR: AttemptEndKind
+ATTEMPT_END_KIND_TIMED_OUT: AttemptEndKind
+ATTEMPT_END_KIND_CANCELLED: AttemptEndKind
+ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: AttemptEndKind
+ATTEMPT_END_KIND_SERVER_SHUTDOWN: AttemptEndKind
+ATTEMPT_END_KIND_SPAWN_FAILED: AttemptEndKind
+QUEUE_REASON_UNSPECIFIED: QueueReason
+QUEUE_REASON_SERVER_LIMIT: QueueReason
+QUEUE_REASON_PROJECT_LIMIT: QueueReason
+QUEUE_REASON_START_LIMIT: QueueReason
+QUEUE_REASON_RATE_LIMITED: QueueReason
+QUEUE_REASON_RETRY_BACKOFF: QueueReason
 
 class Job(_message.Message):
     __slots__ = ("job_id", "project_id", "status", "create_time", "update_time", "phases", "cost")
@@ -107,7 +173,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., cost: _Optional[_Union[CostTotals, _Mapping]] = ...) -> None: ...
 
 class Phase(_message.Message):
-    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt")
+    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +192,8 @@ class Phase(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ON_DISCONNECT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     project_id: str
@@ -144,7 +212,9 @@ class Phase(_message.Message):
     result: PhaseResult
     on_disconnect: OnDisconnect
     prompt: str
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    queue: QueueState
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens", "cache_write_1h_input_tokens", "web_search_requests")
@@ -305,7 +375,7 @@ class PhaseDiagnostics(_message.Message):
     def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
-    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics")
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +398,7 @@ class PhaseResult(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     status: PhaseStatus
@@ -350,7 +421,64 @@ class PhaseResult(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     last_sequence: int
     diagnostics: PhaseDiagnostics
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("number", "status", "reason", "end_kind", "retryable", "exit_code", "exit_signal", "api_error_status", "session_id", "resumed_session_id", "start_time", "end_time", "cost", "first_sequence", "last_sequence", "retry_delay", "startup_failure_reason")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    END_KIND_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    API_ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    status: PhaseStatus
+    reason: str
+    end_kind: AttemptEndKind
+    retryable: bool
+    exit_code: int
+    exit_signal: str
+    api_error_status: int
+    session_id: str
+    resumed_session_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    cost: PhaseCost
+    first_sequence: int
+    last_sequence: int
+    retry_delay: _duration_pb2.Duration
+    startup_failure_reason: str
+    def __init__(self, number: _Optional[int] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., end_kind: _Optional[_Union[AttemptEndKind, str]] = ..., retryable: _Optional[bool] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., api_error_status: _Optional[int] = ..., session_id: _Optional[str] = ..., resumed_session_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., first_sequence: _Optional[int] = ..., last_sequence: _Optional[int] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., startup_failure_reason: _Optional[str] = ...) -> None: ...
+
+class QueueState(_message.Message):
+    __slots__ = ("reason", "detail", "position", "queued_count", "not_before", "enqueue_time", "next_attempt")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    reason: QueueReason
+    detail: str
+    position: int
+    queued_count: int
+    not_before: _timestamp_pb2.Timestamp
+    enqueue_time: _timestamp_pb2.Timestamp
+    next_attempt: int
+    def __init__(self, reason: _Optional[_Union[QueueReason, str]] = ..., detail: _Optional[str] = ..., position: _Optional[int] = ..., queued_count: _Optional[int] = ..., not_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt: _Optional[int] = ...) -> None: ...
 
 class Breakpoint(_message.Message):
     __slots__ = ("breakpoint_id", "tool_name", "input_pattern", "cost_threshold_usd", "turn_count", "once", "hit_count")

@@ -35,6 +35,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_TOO_MANY_PHASES: _ClassVar[ErrorReason]
     ERROR_REASON_INVALID_PAGE_TOKEN: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+    ERROR_REASON_QUEUE_FULL: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -68,6 +69,7 @@ ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_TOO_MANY_PHASES: ErrorReason
 ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+ERROR_REASON_QUEUE_FULL: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -76,7 +78,7 @@ PAUSE_MODE_BEFORE_NEXT_TOOL: PauseMode
 PAUSE_MODE_HARD: PauseMode
 
 class PhaseOptions(_message.Message):
-    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model")
+    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +102,7 @@ class PhaseOptions(_message.Message):
     INCLUDE_RAW_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_MODEL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
     model: str
     allowed_tools: _containers.RepeatedScalarFieldContainer[str]
     disallowed_tools: _containers.RepeatedScalarFieldContainer[str]
@@ -116,7 +119,24 @@ class PhaseOptions(_message.Message):
     include_raw_unknown: bool
     idle_timeout: _duration_pb2.Duration
     fallback_model: str
-    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ...) -> None: ...
+    retry: RetryPolicy
+    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "initial_backoff", "backoff_multiplier", "max_backoff", "disable_jitter", "continuation_prompt")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_JITTER_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    initial_backoff: _duration_pb2.Duration
+    backoff_multiplier: float
+    max_backoff: _duration_pb2.Duration
+    disable_jitter: bool
+    continuation_prompt: str
+    def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff_multiplier: _Optional[float] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., disable_jitter: _Optional[bool] = ..., continuation_prompt: _Optional[str] = ...) -> None: ...
 
 class RunPhaseRequest(_message.Message):
     __slots__ = ("job_id", "phase_id", "project_id", "prompt", "working_dir", "options")

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/resources.proto.
  */
 export const file_helix_runner_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEijAIKA0pvYhIOCgZqb2JfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZwaGFzZXMYBiADKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USKQoEY29zdBgHIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Db3N0VG90YWxzIt8ECgVQaGFzZRIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIsCgZzdGF0dXMYBCABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSFQoNc3RhdHVzX3JlYXNvbhgFIAEoCRIvCgtjcmVhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnNlc3Npb25faWQYCSABKAkSDQoFbW9kZWwYCiABKAkSEwoLd29ya2luZ19kaXIYCyABKAkSKAoEY29zdBgMIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSLgoKdG9vbF9zdGF0cxgNIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMSLwoMY3VycmVudF90b29sGA4gASgLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsEhUKDWxhc3Rfc2VxdWVuY2UYDyABKAMSLAoGcmVzdWx0GBAgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0EjQKDW9uX2Rpc2Nvbm5lY3QYESABKA4yHS5oZWxpeC5ydW5uZXIudjEuT25EaXNjb25uZWN0Eg4KBnByb21wdBgSIAEoCSLBAQoKVG9rZW5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAMSFQoNb3V0cHV0X3Rva2VucxgCIAEoAxIfChdjYWNoZV9yZWFkX2lucHV0X3Rva2VucxgDIAEoAxIjChtjYWNoZV93cml0ZV81bV9pbnB1dF90b2tlbnMYBCABKAMSIwobY2FjaGVfd3JpdGVfMWhfaW5wdXRfdG9rZW5zGAUgASgDEhsKE3dlYl9zZWFyY2hfcmVxdWVzdHMYBiABKAMiwQEKCU1vZGVsQ29zdBINCgVtb2RlbBgBIAEoCRIrCgZ0b2tlbnMYAiABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIZCgxyZXBvcnRlZF91c2QYAyABKAFIAIgBARIUCgxjb21wdXRlZF91c2QYBCABKAESNgoOcHJpY2luZ19zb3VyY2UYBSABKA4yHi5oZWxpeC5ydW5uZXIudjEuUHJpY2luZ1NvdXJjZUIPCg1fcmVwb3J0ZWRfdXNkIoYCCglQaGFzZUNvc3QSGQoMcmVwb3J0ZWRfdXNkGAEgASgBSACIAQESFAoMY29tcHV0ZWRfdXNkGAIgASgBEhsKDmRpZmZlcmVuY2VfdXNkGAMgASgBSAGIAQESFQoNY29tcHV0ZWRfb25seRgEIAEoCBIrCgZ0b2tlbnMYBSABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIqCgZtb2RlbHMYBiADKAsyGi5oZWxpeC5ydW5uZXIudjEuTW9kZWxDb3N0EhcKD3VucHJpY2VkX21vZGVscxgHIAMoCUIPCg1fcmVwb3J0ZWRfdXNkQhEKD19kaWZmZXJlbmNlX3VzZCLiAQoKQ29zdFRvdGFscxIUCgxyZXBvcnRlZF91c2QYASABKAESFAoMY29tcHV0ZWRfdXNkGAIgASgBEisKBnRva2VucxgDIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEioKBm1vZGVscxgEIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Nb2RlbENvc3QSEwoLcGhhc2VfY291bnQYBSABKAUSIQoZY29tcHV0ZWRfb25seV9waGFzZV9jb3VudBgGIAEoBRIXCg91bnByaWNlZF9tb2RlbHMYByADKAkiwwQKCFRvb2xDYWxsEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRITCgt0b29sX3VzZV9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEhIKCmlucHV0X2pzb24YBSABKAkSEwoLaW5wdXRfYnl0ZXMYBiABKAMSFwoPaW5wdXRfdHJ1bmNhdGVkGAcgASgIEhoKEnBhcmVudF90b29sX3VzZV9pZBgIIAEoCRIvCgZzdGF0dXMYCSABKA4yHy5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGxTdGF0dXMSLgoKc3RhcnRfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCGR1cmF0aW9uGAwgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnJlc3VsdF9wcmV2aWV3GA0gASgJEhQKDHJlc3VsdF9ieXRlcxgOIAEoAxIYChByZXN1bHRfdHJ1bmNhdGVkGA8gASgIEh4KFnN0cnVjdHVyZWRfcmVzdWx0X2pzb24YECABKAkSIwobc3RydWN0dXJlZF9yZXN1bHRfdHJ1bmNhdGVkGBEgASgIEhYKDnN0YXJ0X3NlcXVlbmNlGBIgASgDEhQKDGVuZF9zZXF1ZW5jZRgTIAEoAxIdChVoZWxkX2J5X2JyZWFrcG9pbnRfaWQYFCABKAki5AEKCVRvb2xTdGF0cxIMCgRuYW1lGAEgASgJEg0KBWNvdW50GAIgASgDEhAKCGZhaWx1cmVzGAMgASgDEhIKCnVuZmluaXNoZWQYBCABKAMSMQoOdG90YWxfZHVyYXRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNbWVhbl9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgxwOTVfZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoQUGVybWlzc2lvbkRlbmlhbBIRCgl0b29sX25hbWUYASABKAkSEwoLdG9vbF91c2VfaWQYAiABKAkSFwoPdG9vbF9pbnB1dF9qc29uGAMgASgJIsgBChBQaGFzZURpYWdub3N0aWNzEhMKC3N0ZGVycl90YWlsGAEgASgJEhQKDHN0ZGVycl9ieXRlcxgCIAEoAxIZChFwYXJzZV9lcnJvcl9jb3VudBgDIAEoAxIdChV1bmZpbmlzaGVkX3Rvb2xfY2FsbHMYBCABKAMSFAoMc3Rkb3V0X2J5dGVzGAUgASgDEgwKBGFyZ3YYBiADKAkSEwoLY2xhdWRlX3BhdGgYByABKAkSFgoOcmVjb3JkaW5nX3BhdGgYCCABKAkixwUKC1BoYXNlUmVzdWx0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSDgoGcmVhc29uGAQgASgJEhYKDnJlc3VsdF9zdWJ0eXBlGAUgASgJEhAKCGlzX2Vycm9yGAYgASgIEh0KEGFwaV9lcnJvcl9zdGF0dXMYByABKAVIAIgBARIXCg90ZXJtaW5hbF9yZWFzb24YCCABKAkSEQoJbnVtX3R1cm5zGAkgASgFEhMKC3Jlc3VsdF90ZXh0GAogASgJEg4KBmVycm9ycxgLIAMoCRIWCglleGl0X2NvZGUYDCABKAVIAYgBARITCgtleGl0X3NpZ25hbBgNIAEoCRIUCgxyZXN1bHRfY291bnQYDiABKAUSEgoKc2Vzc2lvbl9pZBgPIAEoCRIoCgRjb3N0GBAgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGBEgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxI9ChJwZXJtaXNzaW9uX2RlbmlhbHMYEiADKAsyIS5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbkRlbmlhbBIuCgpzdGFydF90aW1lGBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbGFzdF9zZXF1ZW5jZRgVIAEoAxI2CgtkaWFnbm9zdGljcxgWIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZURpYWdub3N0aWNzQhMKEV9hcGlfZXJyb3Jfc3RhdHVzQgwKCl9leGl0X2NvZGUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIocDCg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJzCg5TdHJlYW1FdmVudFJlZhIQCghzZXF1ZW5jZRgBIAEoAxIMCgRraW5kGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSMAoMcmVjZWl2ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCreAgoLUGhhc2VTdGF0dXMSHAoYUEhBU0VfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfU1RBVFVTX1BFTkRJTkcQARIYChRQSEFTRV9TVEFUVVNfUlVOTklORxACEhgKFFBIQVNFX1NUQVRVU19QQVVTSU5HEAMSFwoTUEhBU0VfU1RBVFVTX1BBVVNFRBAEEiIKHlBIQVNFX1NUQVRVU19BV0FJVElOR19BUFBST1ZBTBAFEhoKFlBIQVNFX1NUQVRVU19TVUNDRUVERUQQBhIXChNQSEFTRV9TVEFUVVNfRkFJTEVEEAcSGwoXUEhBU0VfU1RBVFVTX0lOQ09NUExFVEUQCBIaChZQSEFTRV9TVEFUVVNfVElNRURfT1VUEAkSGgoWUEhBU0VfU1RBVFVTX0NBTkNFTExFRBAKEhwKGFBIQVNFX1NUQVRVU19JTlRFUlJVUFRFRBALKtABCg5QZXJtaXNzaW9uTW9kZRIfChtQRVJNSVNTSU9OX01PREVfVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX01PREVfREVGQVVMVBABEiAKHFBFUk1JU1NJT05fTU9ERV9BQ0NFUFRfRURJVFMQAhImCiJQRVJNSVNTSU9OX01PREVfQllQQVNTX1BFUk1JU1NJT05TEAMSGAoUUEVSTUlTU0lPTl9NT0RFX1BMQU4QBBIcChhQRVJNSVNTSU9OX01PREVfRE9OVF9BU0sQBSphCgxPbkRpc2Nvbm5lY3QSHQoZT05fRElTQ09OTkVDVF9VTlNQRUNJRklFRBAAEhgKFE9OX0RJU0NPTk5FQ1RfQ0FOQ0VMEAESGAoUT05fRElTQ09OTkVDVF9ERVRBQ0gQAirJAQoOVG9vbENhbGxTdGF0dXMSIAocVE9PTF9DQUxMX1NUQVRVU19VTlNQRUNJRklFRBAAEhwKGFRPT0xfQ0FMTF9TVEFUVVNfUlVOTklORxABEhkKFVRPT0xfQ0FMTF9TVEFUVVNfSEVMRBACEh4KGlRPT0xfQ0FMTF9TVEFUVVNfU1VDQ0VFREVEEAMSGwoXVE9PTF9DQUxMX1NUQVRVU19GQUlMRUQQBBIfChtUT09MX0NBTExfU1RBVFVTX1VORklOSVNIRUQQBSqJAQoNUHJpY2luZ1NvdXJjZRIeChpQUklDSU5HX1NPVVJDRV9VTlNQRUNJRklFRBAAEh4KGlBSSUNJTkdfU09VUkNFX1BSSUNFX1RBQkxFEAESGwoXUFJJQ0lOR19TT1VSQ0VfT1ZFUlJJREUQAhIbChdQUklDSU5HX1NPVVJDRV9VTlBSSUNFRBADYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEijAIKA0pvYhIOCgZqb2JfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZwaGFzZXMYBiADKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USKQoEY29zdBgHIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Db3N0VG90YWxzIrcFCgVQaGFzZRIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIsCgZzdGF0dXMYBCABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSFQoNc3RhdHVzX3JlYXNvbhgFIAEoCRIvCgtjcmVhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnNlc3Npb25faWQYCSABKAkSDQoFbW9kZWwYCiABKAkSEwoLd29ya2luZ19kaXIYCyABKAkSKAoEY29zdBgMIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSLgoKdG9vbF9zdGF0cxgNIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMSLwoMY3VycmVudF90b29sGA4gASgLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsEhUKDWxhc3Rfc2VxdWVuY2UYDyABKAMSLAoGcmVzdWx0GBAgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0EjQKDW9uX2Rpc2Nvbm5lY3QYESABKA4yHS5oZWxpeC5ydW5uZXIudjEuT25EaXNjb25uZWN0Eg4KBnByb21wdBgSIAEoCRIqCghhdHRlbXB0cxgTIAMoCzIYLmhlbGl4LnJ1bm5lci52MS5BdHRlbXB0EioKBXF1ZXVlGBQgASgLMhsuaGVsaXgucnVubmVyLnYxLlF1ZXVlU3RhdGUiwQEKClRva2VuVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgDEhUKDW91dHB1dF90b2tlbnMYAiABKAMSHwoXY2FjaGVfcmVhZF9pbnB1dF90b2tlbnMYAyABKAMSIwobY2FjaGVfd3JpdGVfNW1faW5wdXRfdG9rZW5zGAQgASgDEiMKG2NhY2hlX3dyaXRlXzFoX2lucHV0X3Rva2VucxgFIAEoAxIbChN3ZWJfc2VhcmNoX3JlcXVlc3RzGAYgASgDIsEBCglNb2RlbENvc3QSDQoFbW9kZWwYASABKAkSKwoGdG9rZW5zGAIgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2USGQoMcmVwb3J0ZWRfdXNkGAMgASgBSACIAQESFAoMY29tcHV0ZWRfdXNkGAQgASgBEjYKDnByaWNpbmdfc291cmNlGAUgASgOMh4uaGVsaXgucnVubmVyLnYxLlByaWNpbmdTb3VyY2VCDwoNX3JlcG9ydGVkX3VzZCKGAgoJUGhhc2VDb3N0EhkKDHJlcG9ydGVkX3VzZBgBIAEoAUgAiAEBEhQKDGNvbXB1dGVkX3VzZBgCIAEoARIbCg5kaWZmZXJlbmNlX3VzZBgDIAEoAUgBiAEBEhUKDWNvbXB1dGVkX29ubHkYBCABKAgSKwoGdG9rZW5zGAUgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2USKgoGbW9kZWxzGAYgAygLMhouaGVsaXgucnVubmVyLnYxLk1vZGVsQ29zdBIXCg91bnByaWNlZF9tb2RlbHMYByADKAlCDwoNX3JlcG9ydGVkX3VzZEIRCg9fZGlmZmVyZW5jZV91c2Qi4gEKCkNvc3RUb3RhbHMSFAoMcmVwb3J0ZWRfdXNkGAEgASgBEhQKDGNvbXB1dGVkX3VzZBgCIAEoARIrCgZ0b2tlbnMYAyABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIqCgZtb2RlbHMYBCADKAsyGi5oZWxpeC5ydW5uZXIudjEuTW9kZWxDb3N0EhMKC3BoYXNlX2NvdW50GAUgASgFEiEKGWNvbXB1dGVkX29ubHlfcGhhc2VfY291bnQYBiABKAUSFwoPdW5wcmljZWRfbW9kZWxzGAcgAygJIsMECghUb29sQ2FsbBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEwoLdG9vbF91c2VfaWQYAyABKAkSDAoEbmFtZRgEIAEoCRISCgppbnB1dF9qc29uGAUgASgJEhMKC2lucHV0X2J5dGVzGAYgASgDEhcKD2lucHV0X3RydW5jYXRlZBgHIAEoCBIaChJwYXJlbnRfdG9vbF91c2VfaWQYCCABKAkSLwoGc3RhdHVzGAkgASgOMh8uaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsU3RhdHVzEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgMIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5yZXN1bHRfcHJldmlldxgNIAEoCRIUCgxyZXN1bHRfYnl0ZXMYDiABKAMSGAoQcmVzdWx0X3RydW5jYXRlZBgPIAEoCBIeChZzdHJ1Y3R1cmVkX3Jlc3VsdF9qc29uGBAgASgJEiMKG3N0cnVjdHVyZWRfcmVzdWx0X3RydW5jYXRlZBgRIAEoCBIWCg5zdGFydF9zZXF1ZW5jZRgSIAEoAxIUCgxlbmRfc2VxdWVuY2UYEyABKAMSHQoVaGVsZF9ieV9icmVha3BvaW50X2lkGBQgASgJIuQBCglUb29sU3RhdHMSDAoEbmFtZRgBIAEoCRINCgVjb3VudBgCIAEoAxIQCghmYWlsdXJlcxgDIAEoAxISCgp1bmZpbmlzaGVkGAQgASgDEjEKDnRvdGFsX2R1cmF0aW9uGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW1lYW5fZHVyYXRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMcDk1X2R1cmF0aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIlMKEFBlcm1pc3Npb25EZW5pYWwSEQoJdG9vbF9uYW1lGAEgASgJEhMKC3Rvb2xfdXNlX2lkGAIgASgJEhcKD3Rvb2xfaW5wdXRfanNvbhgDIAEoCSLIAQoQUGhhc2VEaWFnbm9zdGljcxITCgtzdGRlcnJfdGFpbBgBIAEoCRIUCgxzdGRlcnJfYnl0ZXMYAiABKAMSGQoRcGFyc2VfZXJyb3JfY291bnQYAyABKAMSHQoVdW5maW5pc2hlZF90b29sX2NhbGxzGAQgASgDEhQKDHN0ZG91dF9ieXRlcxgFIAEoAxIMCgRhcmd2GAYgAygJEhMKC2NsYXVkZV9wYXRoGAcgASgJEhYKDnJlY29yZGluZ19wYXRoGAggASgJIvMFCgtQaGFzZVJlc3VsdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlU3RhdHVzEg4KBnJlYXNvbhgEIAEoCRIWCg5yZXN1bHRfc3VidHlwZRgFIAEoCRIQCghpc19lcnJvchgGIAEoCBIdChBhcGlfZXJyb3Jfc3RhdHVzGAcgASgFSACIAQESFwoPdGVybWluYWxfcmVhc29uGAggASgJEhEKCW51bV90dXJucxgJIAEoBRITCgtyZXN1bHRfdGV4dBgKIAEoCRIOCgZlcnJvcnMYCyADKAkSFgoJZXhpdF9jb2RlGAwgASgFSAGIAQESEwoLZXhpdF9zaWduYWwYDSABKAkSFAoMcmVzdWx0X2NvdW50GA4gASgFEhIKCnNlc3Npb25faWQYDyABKAkSKAoEY29zdBgQIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSLgoKdG9vbF9zdGF0cxgRIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMSPQoScGVybWlzc2lvbl9kZW5pYWxzGBIgAygLMiEuaGVsaXgucnVubmVyLnYxLlBlcm1pc3Npb25EZW5pYWwSLgoKc3RhcnRfdGltZRgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWxhc3Rfc2VxdWVuY2UYFSABKAMSNgoLZGlhZ25vc3RpY3MYFiABKAsyIS5oZWxpeC5ydW5uZXIudjEuUGhhc2VEaWFnbm9zdGljcxIqCghhdHRlbXB0cxgXIAMoCzIYLmhlbGl4LnJ1bm5lci52MS5BdHRlbXB0QhMKEV9hcGlfZXJyb3Jfc3RhdHVzQgwKCl9leGl0X2NvZGUiwwQKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEiwKBnN0YXR1cxgCIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YAyABKAkSMQoIZW5kX2tpbmQYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdEVuZEtpbmQSEQoJcmV0cnlhYmxlGAUgASgIEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEhMKC2V4aXRfc2lnbmFsGAcgASgJEh0KEGFwaV9lcnJvcl9zdGF0dXMYCCABKAVIAYgBARISCgpzZXNzaW9uX2lkGAkgASgJEhoKEnJlc3VtZWRfc2Vzc2lvbl9pZBgKIAEoCRIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoEY29zdBgNIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSFgoOZmlyc3Rfc2VxdWVuY2UYDiABKAMSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIuCgtyZXRyeV9kZWxheRgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZzdGFydHVwX2ZhaWx1cmVfcmVhc29uGBEgASgJQgwKCl9leGl0X2NvZGVCEwoRX2FwaV9lcnJvcl9zdGF0dXMi6gEKClF1ZXVlU3RhdGUSLAoGcmVhc29uGAEgASgOMhwuaGVsaXgucnVubmVyLnYxLlF1ZXVlUmVhc29uEg4KBmRldGFpbBgCIAEoCRIQCghwb3NpdGlvbhgDIAEoBRIUCgxxdWV1ZWRfY291bnQYBCABKAUSLgoKbm90X2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxuZXh0X2F0dGVtcHQYByABKAUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIocDCg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJzCg5TdHJlYW1FdmVudFJlZhIQCghzZXF1ZW5jZRgBIAEoAxIMCgRraW5kGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSMAoMcmVjZWl2ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCr3AgoLUGhhc2VTdGF0dXMSHAoYUEhBU0VfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfU1RBVFVTX1BFTkRJTkcQARIYChRQSEFTRV9TVEFUVVNfUlVOTklORxACEhgKFFBIQVNFX1NUQVRVU19QQVVTSU5HEAMSFwoTUEhBU0VfU1RBVFVTX1BBVVNFRBAEEiIKHlBIQVNFX1NUQVRVU19BV0FJVElOR19BUFBST1ZBTBAFEhoKFlBIQVNFX1NUQVRVU19TVUNDRUVERUQQBhIXChNQSEFTRV9TVEFUVVNfRkFJTEVEEAcSGwoXUEhBU0VfU1RBVFVTX0lOQ09NUExFVEUQCBIaChZQSEFTRV9TVEFUVVNfVElNRURfT1VUEAkSGgoWUEhBU0VfU1RBVFVTX0NBTkNFTExFRBAKEhwKGFBIQVNFX1NUQVRVU19JTlRFUlJVUFRFRBALEhcKE1BIQVNFX1NUQVRVU19RVUVVRUQQDCrQAQoOUGVybWlzc2lvbk1vZGUSHwobUEVSTUlTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASGwoXUEVSTUlTU0lPTl9NT0RFX0RFRkFVTFQQARIgChxQRVJNSVNTSU9OX01PREVfQUNDRVBUX0VESVRTEAISJgoiUEVSTUlTU0lPTl9NT0RFX0JZUEFTU19QRVJNSVNTSU9OUxADEhgKFFBFUk1JU1NJT05fTU9ERV9QTEFOEAQSHAoYUEVSTUlTU0lPTl9NT0RFX0RPTlRfQVNLEAUqYQoMT25EaXNjb25uZWN0Eh0KGU9OX0RJU0NPTk5FQ1RfVU5TUEVDSUZJRUQQABIYChRPTl9ESVNDT05ORUNUX0NBTkNFTBABEhgKFE9OX0RJU0NPTk5FQ1RfREVUQUNIEAIqyQEKDlRvb2xDYWxsU3RhdHVzEiAKHFRPT0xfQ0FMTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhUT09MX0NBTExfU1RBVFVTX1JVTk5JTkcQARIZChVUT09MX0NBTExfU1RBVFVTX0hFTEQQAhIeChpUT09MX0NBTExfU1RBVFVTX1NVQ0NFRURFRBADEhsKF1RPT0xfQ0FMTF9TVEFUVVNfRkFJTEVEEAQSHwobVE9PTF9DQUxMX1NUQVRVU19VTkZJTklTSEVEEAUqiQEKDVByaWNpbmdTb3VyY2USHgoaUFJJQ0lOR19TT1VSQ0VfVU5TUEVDSUZJRUQQABIeChpQUklDSU5HX1NPVVJDRV9QUklDRV9UQUJMRRABEhsKF1BSSUNJTkdfU09VUkNFX09WRVJSSURFEAISGwoXUFJJQ0lOR19TT1VSQ0VfVU5QUklDRUQQAyrcBgoOQXR0ZW1wdEVuZEtpbmQSIAocQVRURU1QVF9FTkRfS0lORF9VTlNQRUNJRklFRBAAEh4KGkFUVEVNUFRfRU5EX0tJTkRfQ09NUExFVEVEEAESIwofQVRURU1QVF9FTkRfS0lORF9BUElfT1ZFUkxPQURFRBACEiUKIUFUVEVNUFRfRU5EX0tJTkRfQVBJX1JBVEVfTElNSVRFRBADEiUKIUFUVEVNUFRfRU5EX0tJTkRfQVBJX1NFUlZFUl9FUlJPUhAEEiYKIkFUVEVNUFRfRU5EX0tJTkRfQ09OTkVDVElPTl9GQUlMRUQQBRIcChhBVFRFTVBUX0VORF9LSU5EX0NSQVNIRUQQBhIZChVBVFRFTVBUX0VORF9LSU5EX0hVTkcQBxImCiJBVFRFTVBUX0VORF9LSU5EX1NUQVJUVVBfVFJBTlNJRU5UEAgSKAokQVRURU1QVF9FTkRfS0lORF9BUElfSU5WQUxJRF9SRVFVRVNUEAkSJwojQVRURU1QVF9FTkRfS0lORF9BUElfQVVUSEVOVElDQVRJT04QChIjCh9BVFRFTVBUX0VORF9LSU5EX0FQSV9QRVJNSVNTSU9OEAsSKgomQVRURU1QVF9FTkRfS0lORF9BUElfUkVRVUVTVF9UT09fTEFSR0UQDBIeChpBVFRFTVBUX0VORF9LSU5EX01BWF9UVVJOUxANEh8KG0FUVEVNUFRfRU5EX0tJTkRfTUFYX0JVREdFVBAOEiYKIkFUVEVNUFRfRU5EX0tJTkRfU1RSVUNUVVJFRF9PVVRQVVQQDxIkCiBBVFRFTVBUX0VORF9LSU5EX1NUQVJUVVBfUkVGVVNFRBAQEiQKIEFUVEVNUFRfRU5EX0tJTkRfRVhFQ1VUSU9OX0VSUk9SEBESHgoaQVRURU1QVF9FTkRfS0lORF9USU1FRF9PVVQQEhIeChpBVFRFTVBUX0VORF9LSU5EX0NBTkNFTExFRBATEioKJkFUVEVNUFRfRU5EX0tJTkRfSU5URVJSVVBURURfQllfQ0xJRU5UEBQSJAogQVRURU1QVF9FTkRfS0lORF9TRVJWRVJfU0hVVERPV04QFRIhCh1BVFRFTVBUX0VORF9LSU5EX1NQQVdOX0ZBSUxFRBAWKscBCgtRdWV1ZVJlYXNvbhIcChhRVUVVRV9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlRVUVVRV9SRUFTT05fU0VSVkVSX0xJTUlUEAESHgoaUVVFVUVfUkVBU09OX1BST0pFQ1RfTElNSVQQAhIcChhRVUVVRV9SRUFTT05fU1RBUlRfTElNSVQQAxIdChlRVUVVRV9SRUFTT05fUkFURV9MSU1JVEVEEAQSHgoaUVVFVUVfUkVBU09OX1JFVFJZX0JBQ0tPRkYQBWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job groups the phases an orchestrator runs for one piece of work. Created on first use.
@@ -208,6 +208,22 @@ export type Phase = Message<"helix.runner.v1.Phase"> & {
    * @generated from field: string prompt = 18;
    */
   prompt: string;
+
+  /**
+   * The phase's attempts so far, oldest first: one per CLI process started for it. There is more
+   * than one only when an attempt ended with a transient failure and the phase's RetryPolicy
+   * allowed another. The last one may still be running. Empty before the first attempt starts.
+   *
+   * @generated from field: repeated helix.runner.v1.Attempt attempts = 19;
+   */
+  attempts: Attempt[];
+
+  /**
+   * Why and where the phase waits; set only while its status is QUEUED.
+   *
+   * @generated from field: helix.runner.v1.QueueState queue = 20;
+   */
+  queue?: QueueState | undefined;
 };
 
 /**
@@ -325,12 +341,18 @@ export const ModelCostSchema: GenMessage<ModelCost> = /*@__PURE__*/
 /**
  * PhaseCost puts the CLI-reported and the server-computed cost of a phase side by side.
  *
+ * Within one attempt (one CLI process) the CLI's figures are running totals: the latest turn
+ * result wins, results are never summed. Across the attempts of a phase the attempts' own costs
+ * add up; a resumed attempt's totals can include what the CLI restored from the session it
+ * resumed, and that carried part is left out of the attempt's own cost (see Attempt.cost).
+ *
  * @generated from message helix.runner.v1.PhaseCost
  */
 export type PhaseCost = Message<"helix.runner.v1.PhaseCost"> & {
   /**
    * The CLI's `total_cost_usd` from its latest turn result (a running total; never summed
-   * across results). Unset when no result was seen.
+   * across results). Unset when no result was seen. For a phase with several attempts: the sum
+   * over the attempts that reported one.
    *
    * @generated from field: optional double reported_usd = 1;
    */
@@ -344,7 +366,8 @@ export type PhaseCost = Message<"helix.runner.v1.PhaseCost"> & {
   computedUsd: number;
 
   /**
-   * computed_usd - reported_usd (unset when reported_usd is unset).
+   * computed_usd - reported_usd (unset when reported_usd is unset). Across attempts, only the
+   * attempts with a reported figure enter both sides, so the difference compares like with like.
    *
    * @generated from field: optional double difference_usd = 3;
    */
@@ -934,6 +957,16 @@ export type PhaseResult = Message<"helix.runner.v1.PhaseResult"> & {
    * @generated from field: helix.runner.v1.PhaseDiagnostics diagnostics = 22;
    */
   diagnostics?: PhaseDiagnostics | undefined;
+
+  /**
+   * Every attempt, oldest first. The fields above describe the phase as a whole: `status` and
+   * `reason` are the last attempt's outcome (with why no further attempt was made, when a retry
+   * was not allowed or the attempts were used up); `cost` is the sum of the attempts' own costs;
+   * `session_id`, `exit_code` and the turn-result fields are the last attempt's.
+   *
+   * @generated from field: repeated helix.runner.v1.Attempt attempts = 23;
+   */
+  attempts: Attempt[];
 };
 
 /**
@@ -942,6 +975,212 @@ export type PhaseResult = Message<"helix.runner.v1.PhaseResult"> & {
  */
 export const PhaseResultSchema: GenMessage<PhaseResult> = /*@__PURE__*/
   messageDesc(file_helix_runner_v1_resources, 10);
+
+/**
+ * Attempt is one run of the CLI process within a phase.
+ *
+ * @generated from message helix.runner.v1.Attempt
+ */
+export type Attempt = Message<"helix.runner.v1.Attempt"> & {
+  /**
+   * 1-based number within the phase.
+   *
+   * @generated from field: int32 number = 1;
+   */
+  number: number;
+
+  /**
+   * The attempt's own status: RUNNING (PAUSED, AWAITING_APPROVAL, ...) while it runs, then its
+   * final outcome, decided exactly as a phase's (SUCCEEDED, FAILED, INCOMPLETE, TIMED_OUT,
+   * CANCELLED, INTERRUPTED).
+   *
+   * @generated from field: helix.runner.v1.PhaseStatus status = 2;
+   */
+  status: PhaseStatus;
+
+  /**
+   * Why the attempt ended with this status, in one sentence (empty while it runs).
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * How the end was classified (UNSPECIFIED while it runs).
+   *
+   * @generated from field: helix.runner.v1.AttemptEndKind end_kind = 4;
+   */
+  endKind: AttemptEndKind;
+
+  /**
+   * Whether the end is transient, so another attempt may help. A transient end is retried only
+   * while attempts and budget are left.
+   *
+   * @generated from field: bool retryable = 5;
+   */
+  retryable: boolean;
+
+  /**
+   * Exit code of the CLI, when it exited normally.
+   *
+   * @generated from field: optional int32 exit_code = 6;
+   */
+  exitCode?: number | undefined;
+
+  /**
+   * Signal that ended the CLI (`SIGKILL`, ...), when it was killed.
+   *
+   * @generated from field: string exit_signal = 7;
+   */
+  exitSignal: string;
+
+  /**
+   * HTTP status of the API error that ended the attempt, when the CLI reported one.
+   *
+   * @generated from field: optional int32 api_error_status = 8;
+   */
+  apiErrorStatus?: number | undefined;
+
+  /**
+   * The CLI's session id in this attempt (a resumed attempt keeps the resumed session's id).
+   *
+   * @generated from field: string session_id = 9;
+   */
+  sessionId: string;
+
+  /**
+   * The session this attempt resumed with `--resume` and a continuation prompt; empty when it
+   * ran the phase's original prompt.
+   *
+   * @generated from field: string resumed_session_id = 10;
+   */
+  resumedSessionId: string;
+
+  /**
+   * When the CLI was started.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 11;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * When the attempt ended (unset while it runs).
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 12;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The attempt's own cost: its CLI's running totals (latest turn result wins) minus any totals
+   * the CLI restored from the session it resumed, so that the phase's cost is the plain sum of
+   * its attempts' costs.
+   *
+   * @generated from field: helix.runner.v1.PhaseCost cost = 13;
+   */
+  cost?: PhaseCost | undefined;
+
+  /**
+   * Sequence of the attempt's first event (its ATTEMPT_STARTED control event). One phase has one
+   * gap-free event stream across all its attempts.
+   *
+   * @generated from field: int64 first_sequence = 14;
+   */
+  firstSequence: bigint;
+
+  /**
+   * Sequence of the attempt's last event (0 while it runs).
+   *
+   * @generated from field: int64 last_sequence = 15;
+   */
+  lastSequence: bigint;
+
+  /**
+   * The wait before the next attempt, when a retry was scheduled after this one (unset otherwise).
+   *
+   * @generated from field: google.protobuf.Duration retry_delay = 16;
+   */
+  retryDelay?: Duration | undefined;
+
+  /**
+   * The CLI's `startup_failure_reason` when it refused to start (e.g. `config_file_invalid`).
+   *
+   * @generated from field: string startup_failure_reason = 17;
+   */
+  startupFailureReason: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.Attempt.
+ * Use `create(AttemptSchema)` to create a new message.
+ */
+export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 11);
+
+/**
+ * QueueState is where a QUEUED phase stands in the server's admission queue.
+ *
+ * @generated from message helix.runner.v1.QueueState
+ */
+export type QueueState = Message<"helix.runner.v1.QueueState"> & {
+  /**
+   * What the phase waits for.
+   *
+   * @generated from field: helix.runner.v1.QueueReason reason = 1;
+   */
+  reason: QueueReason;
+
+  /**
+   * The same in words (e.g. `rate-limited until 14:05:00Z (HTTP 429 after the CLI's retries)`).
+   *
+   * @generated from field: string detail = 2;
+   */
+  detail: string;
+
+  /**
+   * 1-based place in the order the queue would start phases if slots were free now (projects
+   * take turns; first come, first served within a project); 0 while the phase cannot start
+   * before `not_before`.
+   *
+   * @generated from field: int32 position = 3;
+   */
+  position: number;
+
+  /**
+   * Phases queued on the server in total.
+   *
+   * @generated from field: int32 queued_count = 4;
+   */
+  queuedCount: number;
+
+  /**
+   * Earliest time the phase may start (end of a rate-limit hold or a backoff); unset when it
+   * waits only for a slot.
+   *
+   * @generated from field: google.protobuf.Timestamp not_before = 5;
+   */
+  notBefore?: Timestamp | undefined;
+
+  /**
+   * When the phase (or its next attempt) entered the queue.
+   *
+   * @generated from field: google.protobuf.Timestamp enqueue_time = 6;
+   */
+  enqueueTime?: Timestamp | undefined;
+
+  /**
+   * The number of the attempt that will start when the phase leaves the queue.
+   *
+   * @generated from field: int32 next_attempt = 7;
+   */
+  nextAttempt: number;
+};
+
+/**
+ * Describes the message helix.runner.v1.QueueState.
+ * Use `create(QueueStateSchema)` to create a new message.
+ */
+export const QueueStateSchema: GenMessage<QueueState> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 12);
 
 /**
  * Breakpoint holds matching tool calls until ResolveToolCall (or, for cost and turn
@@ -1016,7 +1255,7 @@ export type Breakpoint = Message<"helix.runner.v1.Breakpoint"> & {
  * Use `create(BreakpointSchema)` to create a new message.
  */
 export const BreakpointSchema: GenMessage<Breakpoint> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 11);
+  messageDesc(file_helix_runner_v1_resources, 13);
 
 /**
  * InputPatternCondition matches a regular expression against a tool call's input.
@@ -1046,7 +1285,7 @@ export type InputPatternCondition = Message<"helix.runner.v1.InputPatternConditi
  * Use `create(InputPatternConditionSchema)` to create a new message.
  */
 export const InputPatternConditionSchema: GenMessage<InputPatternCondition> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 12);
+  messageDesc(file_helix_runner_v1_resources, 14);
 
 /**
  * PendingToolCall is a tool call held before it runs.
@@ -1088,7 +1327,7 @@ export type PendingToolCall = Message<"helix.runner.v1.PendingToolCall"> & {
  * Use `create(PendingToolCallSchema)` to create a new message.
  */
 export const PendingToolCallSchema: GenMessage<PendingToolCall> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 13);
+  messageDesc(file_helix_runner_v1_resources, 15);
 
 /**
  * ContextUsage is the CLI's `get_context_usage` answer.
@@ -1130,7 +1369,7 @@ export type ContextUsage = Message<"helix.runner.v1.ContextUsage"> & {
  * Use `create(ContextUsageSchema)` to create a new message.
  */
 export const ContextUsageSchema: GenMessage<ContextUsage> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 14);
+  messageDesc(file_helix_runner_v1_resources, 16);
 
 /**
  * PhaseInspection is a snapshot of a running (or finished) phase.
@@ -1139,7 +1378,8 @@ export const ContextUsageSchema: GenMessage<ContextUsage> = /*@__PURE__*/
  */
 export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
   /**
-   * The phase (status, cost, tool statistics, current tool).
+   * The phase (status, cost, tool statistics, current tool, its attempts and, while QUEUED,
+   * its queue state).
    *
    * @generated from field: helix.runner.v1.Phase phase = 1;
    */
@@ -1214,7 +1454,7 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
  * Use `create(PhaseInspectionSchema)` to create a new message.
  */
 export const PhaseInspectionSchema: GenMessage<PhaseInspection> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 15);
+  messageDesc(file_helix_runner_v1_resources, 17);
 
 /**
  * StreamEventRef summarises an event for inspection without its payload.
@@ -1256,7 +1496,7 @@ export type StreamEventRef = Message<"helix.runner.v1.StreamEventRef"> & {
  * Use `create(StreamEventRefSchema)` to create a new message.
  */
 export const StreamEventRefSchema: GenMessage<StreamEventRef> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 16);
+  messageDesc(file_helix_runner_v1_resources, 18);
 
 /**
  * PhaseStatus is the lifecycle of one phase (one run of the Claude Code CLI).
@@ -1348,6 +1588,16 @@ export enum PhaseStatus {
    * @generated from enum value: PHASE_STATUS_INTERRUPTED = 11;
    */
   INTERRUPTED = 11,
+
+  /**
+   * Accepted and waiting for admission before an attempt starts: for a free slot (server or
+   * project limit, or the cap on phases starting at once), for a rate-limit hold on its
+   * credential to end, or for the backoff before its next attempt. `Phase.queue` says which.
+   * Not final: the phase goes on to RUNNING, or ends CANCELLED or INTERRUPTED while it waits.
+   *
+   * @generated from enum value: PHASE_STATUS_QUEUED = 12;
+   */
+  QUEUED = 12,
 }
 
 /**
@@ -1540,4 +1790,242 @@ export enum PricingSource {
  */
 export const PricingSourceSchema: GenEnum<PricingSource> = /*@__PURE__*/
   enumDesc(file_helix_runner_v1_resources, 4);
+
+/**
+ * AttemptEndKind classifies how an attempt ended, which decides whether another attempt may
+ * help. Transient kinds are retried while the phase's RetryPolicy allows; all others end the
+ * phase. Clients must tolerate values added in later versions.
+ *
+ * @generated from enum helix.runner.v1.AttemptEndKind
+ */
+export enum AttemptEndKind {
+  /**
+   * The attempt has not ended yet.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The CLI finished successfully (the attempt SUCCEEDED).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_COMPLETED = 1;
+   */
+  COMPLETED = 1,
+
+  /**
+   * Transient: the API was overloaded (HTTP 529) after the CLI's own retries.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_OVERLOADED = 2;
+   */
+  API_OVERLOADED = 2,
+
+  /**
+   * Transient: the API rate-limited the request (HTTP 429) after the CLI's own retries, or a
+   * `rate_limit_event` rejected it. New starts on the same credential are held (QueueState).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_RATE_LIMITED = 3;
+   */
+  API_RATE_LIMITED = 3,
+
+  /**
+   * Transient: the API failed with a server error (HTTP 5xx other than 529, or 408/409) after
+   * the CLI's own retries.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_SERVER_ERROR = 4;
+   */
+  API_SERVER_ERROR = 4,
+
+  /**
+   * Transient: the API could not be reached (no HTTP status: refused, reset, DNS, TLS).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_CONNECTION_FAILED = 5;
+   */
+  CONNECTION_FAILED = 5,
+
+  /**
+   * Transient: the output ended without a final result (the CLI crashed or closed stdout early;
+   * the attempt is INCOMPLETE).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_CRASHED = 6;
+   */
+  CRASHED = 6,
+
+  /**
+   * Transient: the liveness watchdog found the CLI silent for too long and killed it.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_HUNG = 7;
+   */
+  HUNG = 7,
+
+  /**
+   * Transient: the CLI refused to start for a reason it says may pass on a retry
+   * (`startup_failure_reason` such as `org_config_required_unavailable`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_STARTUP_TRANSIENT = 8;
+   */
+  STARTUP_TRANSIENT = 8,
+
+  /**
+   * Permanent: the API rejected the request (HTTP 400 and other 4xx not listed here).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_INVALID_REQUEST = 9;
+   */
+  API_INVALID_REQUEST = 9,
+
+  /**
+   * Permanent: the API did not accept the credentials (HTTP 401).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_AUTHENTICATION = 10;
+   */
+  API_AUTHENTICATION = 10,
+
+  /**
+   * Permanent: the credentials lack permission (HTTP 403).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_PERMISSION = 11;
+   */
+  API_PERMISSION = 11,
+
+  /**
+   * Permanent: the request was too large (HTTP 413).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE = 12;
+   */
+  API_REQUEST_TOO_LARGE = 12,
+
+  /**
+   * Permanent: the CLI reached `--max-turns` (`error_max_turns`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_MAX_TURNS = 13;
+   */
+  MAX_TURNS = 13,
+
+  /**
+   * Permanent: the CLI reached `--max-budget-usd` (`error_max_budget_usd`), or the phase's
+   * budget left no room for another attempt.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_MAX_BUDGET = 14;
+   */
+  MAX_BUDGET = 14,
+
+  /**
+   * Permanent: structured output failed its schema (`error_max_structured_output_retries`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_STRUCTURED_OUTPUT = 15;
+   */
+  STRUCTURED_OUTPUT = 15,
+
+  /**
+   * Permanent: the CLI refused to start for a reason that needs a fix, not a retry
+   * (`startup_failure_reason` such as `config_file_invalid` or `bypass_root`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_STARTUP_REFUSED = 16;
+   */
+  STARTUP_REFUSED = 16,
+
+  /**
+   * Permanent: any other error result (`error_during_execution`, an unknown subtype, a success
+   * result followed by a non-zero exit, a CLI that did not exit by itself).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_EXECUTION_ERROR = 17;
+   */
+  EXECUTION_ERROR = 17,
+
+  /**
+   * Permanent: the phase ran past its wall-clock timeout.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_TIMED_OUT = 18;
+   */
+  TIMED_OUT = 18,
+
+  /**
+   * Permanent: a client cancelled the phase.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_CANCELLED = 19;
+   */
+  CANCELLED = 19,
+
+  /**
+   * Permanent: a person interrupted the turn (InterruptPhase) and the attempt then ended.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT = 20;
+   */
+  INTERRUPTED_BY_CLIENT = 20,
+
+  /**
+   * Permanent: the server stopped while the attempt ran.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_SERVER_SHUTDOWN = 21;
+   */
+  SERVER_SHUTDOWN = 21,
+
+  /**
+   * Permanent: the CLI process could not be started at all.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_SPAWN_FAILED = 22;
+   */
+  SPAWN_FAILED = 22,
+}
+
+/**
+ * Describes the enum helix.runner.v1.AttemptEndKind.
+ */
+export const AttemptEndKindSchema: GenEnum<AttemptEndKind> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 5);
+
+/**
+ * QueueReason says what a QUEUED phase waits for.
+ *
+ * @generated from enum helix.runner.v1.QueueReason
+ */
+export enum QueueReason {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: QUEUE_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The server's limit on running phases is reached.
+   *
+   * @generated from enum value: QUEUE_REASON_SERVER_LIMIT = 1;
+   */
+  SERVER_LIMIT = 1,
+
+  /**
+   * The limit on running phases of the phase's project is reached.
+   *
+   * @generated from enum value: QUEUE_REASON_PROJECT_LIMIT = 2;
+   */
+  PROJECT_LIMIT = 2,
+
+  /**
+   * The cap on phases starting at once (CLI processes being spawned) is reached.
+   *
+   * @generated from enum value: QUEUE_REASON_START_LIMIT = 3;
+   */
+  START_LIMIT = 3,
+
+  /**
+   * New starts on the phase's API credential are held until `not_before` after a rate limit.
+   *
+   * @generated from enum value: QUEUE_REASON_RATE_LIMITED = 4;
+   */
+  RATE_LIMITED = 4,
+
+  /**
+   * The backoff before the phase's next attempt runs until `not_before`.
+   *
+   * @generated from enum value: QUEUE_REASON_RETRY_BACKOFF = 5;
+   */
+  RETRY_BACKOFF = 5,
+}
+
+/**
+ * Describes the enum helix.runner.v1.QueueReason.
+ */
+export const QueueReasonSchema: GenEnum<QueueReason> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 6);
 

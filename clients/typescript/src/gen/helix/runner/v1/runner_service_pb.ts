@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/runner_service.proto.
  */
 export const file_helix_runner_v1_runner_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSKBBQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEQoPX21heF9idWRnZXRfdXNkIpwBCg9SdW5QaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDgoGcHJvbXB0GAQgASgJEhMKC3dvcmtpbmdfZGlyGAUgASgJEi4KB29wdGlvbnMYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zIm4KEFJ1blBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCJNChFXYXRjaFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFgoOYWZ0ZXJfc2VxdWVuY2UYAyABKAMicAoSV2F0Y2hQaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMwoOR2V0Sm9iUmVzcG9uc2USIQoDam9iGAEgASgLMhQuaGVsaXgucnVubmVyLnYxLkpvYiJ8Cg9MaXN0Sm9ic1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIuCghzdGF0dXNlcxgCIAMoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJPChBMaXN0Sm9ic1Jlc3BvbnNlEiIKBGpvYnMYASADKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKHAQoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRITCgtvbmx5X2ZhaWxlZBgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCSKKAQoVTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEi0KCnRvb2xfY2FsbHMYASADKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEikKBXN0YXRzGAMgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cyJMChRHZXRDb3N0VG90YWxzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIQCghwaGFzZV9pZBgDIAEoCSJEChVHZXRDb3N0VG90YWxzUmVzcG9uc2USKwoGdG90YWxzGAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMiXwoRUGF1c2VQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEigKBG1vZGUYAyABKA4yGi5oZWxpeC5ydW5uZXIudjEuUGF1c2VNb2RlIjsKElBhdXNlUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI2ChJSZXN1bWVQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjwKE1Jlc3VtZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNAoQU3RlcFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiOgoRU3RlcFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiOQoVSW50ZXJydXB0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI/ChZJbnRlcnJ1cHRQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIkYKEkNhbmNlbFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjwKE0NhbmNlbFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicQoUSW5qZWN0TWVzc2FnZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEgwKBHRleHQYAyABKAkSKQoEbW9kZRgEIAEoDjIbLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNb2RlIj8KFUluamVjdE1lc3NhZ2VSZXNwb25zZRIUCgxtZXNzYWdlX3V1aWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAMiVgoTSW5zcGVjdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSHQoVaW5jbHVkZV9jb250ZXh0X3VzYWdlGAMgASgIIkwKFEluc3BlY3RQaGFzZVJlc3BvbnNlEjQKCmluc3BlY3Rpb24YASABKAsyIC5oZWxpeC5ydW5uZXIudjEuUGhhc2VJbnNwZWN0aW9uImkKFEFkZEJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIvCgpicmVha3BvaW50GAMgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiSAoVQWRkQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCI6ChZMaXN0QnJlYWtwb2ludHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSJLChdMaXN0QnJlYWtwb2ludHNSZXNwb25zZRIwCgticmVha3BvaW50cxgBIAMoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IlIKF1JlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIVCg1icmVha3BvaW50X2lkGAMgASgJIksKGFJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQi7gEKFlJlc29sdmVUb29sQ2FsbFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEjMKB2FwcHJvdmUYBCABKAsyIC5oZWxpeC5ydW5uZXIudjEuQXBwcm92ZURlY2lzaW9uSAASLQoEZGVueRgFIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5EZW55RGVjaXNpb25IABItCgRlZGl0GAYgASgLMh0uaGVsaXgucnVubmVyLnYxLkVkaXREZWNpc2lvbkgAQgoKCGRlY2lzaW9uIhEKD0FwcHJvdmVEZWNpc2lvbiIfCgxEZW55RGVjaXNpb24SDwoHbWVzc2FnZRgBIAEoCSIiCgxFZGl0RGVjaXNpb24SEgoKaW5wdXRfanNvbhgBIAEoCSJHChdSZXNvbHZlVG9vbENhbGxSZXNwb25zZRIsCgl0b29sX2NhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwq5wUKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9JTlZBTElEX0ZJRUxEEAESKgomRVJST1JfUkVBU09OX1dPUktJTkdfRElSX09VVFNJREVfUk9PVFMQAhIeChpFUlJPUl9SRUFTT05fSk9CX05PVF9GT1VORBADEiAKHEVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfRk9VTkQQBBIlCiFFUlJPUl9SRUFTT05fUEhBU0VfQUxSRUFEWV9FWElTVFMQBRIjCh9FUlJPUl9SRUFTT05fSUxMRUdBTF9UUkFOU0lUSU9OEAYSIgoeRVJST1JfUkVBU09OX1BIQVNFX05PVF9SVU5OSU5HEAcSIQodRVJST1JfUkVBU09OX0NMQVVERV9OT1RfRk9VTkQQCBIhCh1FUlJPUl9SRUFTT05fUFJFRkxJR0hUX0ZBSUxFRBAJEiAKHEVSUk9SX1JFQVNPTl9FTlZfTk9UX0FMTE9XRUQQChIZChVFUlJPUl9SRUFTT05fRFJBSU5JTkcQCxIgChxFUlJPUl9SRUFTT05fTk9UX0lNUExFTUVOVEVEEAwSJAogRVJST1JfUkVBU09OX0NVUlNPUl9PVVRfT0ZfUkFOR0UQDRIhCh1FUlJPUl9SRUFTT05fV0FUQ0hFUl9UT09fU0xPVxAOEiMKH0VSUk9SX1JFQVNPTl9UT09MX0NBTExfTk9UX0hFTEQQDxIlCiFFUlJPUl9SRUFTT05fQlJFQUtQT0lOVF9OT1RfRk9VTkQQEBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEBESIAocRVJST1JfUkVBU09OX1RPT19NQU5ZX1BIQVNFUxASEiMKH0VSUk9SX1JFQVNPTl9JTlZBTElEX1BBR0VfVE9LRU4QExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFCpkCgpJbmplY3RNb2RlEhsKF0lOSkVDVF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRSU5KRUNUX01PREVfUVVFVUUQARIiCh5JTkpFQ1RfTU9ERV9JTlRFUlJVUFRfQU5EX1NFTkQQAipdCglQYXVzZU1vZGUSGgoWUEFVU0VfTU9ERV9VTlNQRUNJRklFRBAAEh8KG1BBVVNFX01PREVfQkVGT1JFX05FWFRfVE9PTBABEhMKD1BBVVNFX01PREVfSEFSRBACMqsMCg1SdW5uZXJTZXJ2aWNlElEKCFJ1blBoYXNlEiAuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlc3BvbnNlMAESVwoKV2F0Y2hQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVzcG9uc2UwARJJCgZHZXRKb2ISHi5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVxdWVzdBofLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXNwb25zZRJPCghMaXN0Sm9icxIgLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXNwb25zZRJeCg1MaXN0VG9vbENhbGxzEiUuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJeCg1HZXRDb3N0VG90YWxzEiUuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXNwb25zZRJVCgpQYXVzZVBoYXNlEiIuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXNwb25zZRJYCgtSZXN1bWVQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXNwb25zZRJSCglTdGVwUGhhc2USIS5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVxdWVzdBoiLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXNwb25zZRJhCg5JbnRlcnJ1cHRQaGFzZRImLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlcXVlc3QaJy5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXNwb25zZRJYCgtDYW5jZWxQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXNwb25zZRJeCg1JbmplY3RNZXNzYWdlEiUuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXNwb25zZRJbCgxJbnNwZWN0UGhhc2USJC5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXNwb25zZRJeCg1BZGRCcmVha3BvaW50EiUuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXNwb25zZRJkCg9MaXN0QnJlYWtwb2ludHMSJy5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXNwb25zZRJnChBSZW1vdmVCcmVha3BvaW50EiguaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0GikuaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRJkCg9SZXNvbHZlVG9vbENhbGwSJy5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
+  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSKuBQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5GioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEQoPX21heF9idWRnZXRfdXNkItgBCgtSZXRyeVBvbGljeRIUCgxtYXhfYXR0ZW1wdHMYASABKAUSMgoPaW5pdGlhbF9iYWNrb2ZmGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhoKEmJhY2tvZmZfbXVsdGlwbGllchgDIAEoARIuCgttYXhfYmFja29mZhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5kaXNhYmxlX2ppdHRlchgFIAEoCBIbChNjb250aW51YXRpb25fcHJvbXB0GAYgASgJIpwBCg9SdW5QaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDgoGcHJvbXB0GAQgASgJEhMKC3dvcmtpbmdfZGlyGAUgASgJEi4KB29wdGlvbnMYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zIm4KEFJ1blBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCJNChFXYXRjaFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFgoOYWZ0ZXJfc2VxdWVuY2UYAyABKAMicAoSV2F0Y2hQaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMwoOR2V0Sm9iUmVzcG9uc2USIQoDam9iGAEgASgLMhQuaGVsaXgucnVubmVyLnYxLkpvYiJ8Cg9MaXN0Sm9ic1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIuCghzdGF0dXNlcxgCIAMoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJPChBMaXN0Sm9ic1Jlc3BvbnNlEiIKBGpvYnMYASADKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKHAQoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRITCgtvbmx5X2ZhaWxlZBgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCSKKAQoVTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEi0KCnRvb2xfY2FsbHMYASADKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEikKBXN0YXRzGAMgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cyJMChRHZXRDb3N0VG90YWxzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIQCghwaGFzZV9pZBgDIAEoCSJEChVHZXRDb3N0VG90YWxzUmVzcG9uc2USKwoGdG90YWxzGAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMiXwoRUGF1c2VQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEigKBG1vZGUYAyABKA4yGi5oZWxpeC5ydW5uZXIudjEuUGF1c2VNb2RlIjsKElBhdXNlUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI2ChJSZXN1bWVQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjwKE1Jlc3VtZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNAoQU3RlcFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiOgoRU3RlcFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiOQoVSW50ZXJydXB0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI/ChZJbnRlcnJ1cHRQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIkYKEkNhbmNlbFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjwKE0NhbmNlbFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicQoUSW5qZWN0TWVzc2FnZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEgwKBHRleHQYAyABKAkSKQoEbW9kZRgEIAEoDjIbLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNb2RlIj8KFUluamVjdE1lc3NhZ2VSZXNwb25zZRIUCgxtZXNzYWdlX3V1aWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAMiVgoTSW5zcGVjdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSHQoVaW5jbHVkZV9jb250ZXh0X3VzYWdlGAMgASgIIkwKFEluc3BlY3RQaGFzZVJlc3BvbnNlEjQKCmluc3BlY3Rpb24YASABKAsyIC5oZWxpeC5ydW5uZXIudjEuUGhhc2VJbnNwZWN0aW9uImkKFEFkZEJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIvCgpicmVha3BvaW50GAMgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiSAoVQWRkQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCI6ChZMaXN0QnJlYWtwb2ludHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSJLChdMaXN0QnJlYWtwb2ludHNSZXNwb25zZRIwCgticmVha3BvaW50cxgBIAMoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IlIKF1JlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIVCg1icmVha3BvaW50X2lkGAMgASgJIksKGFJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQi7gEKFlJlc29sdmVUb29sQ2FsbFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEjMKB2FwcHJvdmUYBCABKAsyIC5oZWxpeC5ydW5uZXIudjEuQXBwcm92ZURlY2lzaW9uSAASLQoEZGVueRgFIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5EZW55RGVjaXNpb25IABItCgRlZGl0GAYgASgLMh0uaGVsaXgucnVubmVyLnYxLkVkaXREZWNpc2lvbkgAQgoKCGRlY2lzaW9uIhEKD0FwcHJvdmVEZWNpc2lvbiIfCgxEZW55RGVjaXNpb24SDwoHbWVzc2FnZRgBIAEoCSIiCgxFZGl0RGVjaXNpb24SEgoKaW5wdXRfanNvbhgBIAEoCSJHChdSZXNvbHZlVG9vbENhbGxSZXNwb25zZRIsCgl0b29sX2NhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwqhAYKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9JTlZBTElEX0ZJRUxEEAESKgomRVJST1JfUkVBU09OX1dPUktJTkdfRElSX09VVFNJREVfUk9PVFMQAhIeChpFUlJPUl9SRUFTT05fSk9CX05PVF9GT1VORBADEiAKHEVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfRk9VTkQQBBIlCiFFUlJPUl9SRUFTT05fUEhBU0VfQUxSRUFEWV9FWElTVFMQBRIjCh9FUlJPUl9SRUFTT05fSUxMRUdBTF9UUkFOU0lUSU9OEAYSIgoeRVJST1JfUkVBU09OX1BIQVNFX05PVF9SVU5OSU5HEAcSIQodRVJST1JfUkVBU09OX0NMQVVERV9OT1RfRk9VTkQQCBIhCh1FUlJPUl9SRUFTT05fUFJFRkxJR0hUX0ZBSUxFRBAJEiAKHEVSUk9SX1JFQVNPTl9FTlZfTk9UX0FMTE9XRUQQChIZChVFUlJPUl9SRUFTT05fRFJBSU5JTkcQCxIgChxFUlJPUl9SRUFTT05fTk9UX0lNUExFTUVOVEVEEAwSJAogRVJST1JfUkVBU09OX0NVUlNPUl9PVVRfT0ZfUkFOR0UQDRIhCh1FUlJPUl9SRUFTT05fV0FUQ0hFUl9UT09fU0xPVxAOEiMKH0VSUk9SX1JFQVNPTl9UT09MX0NBTExfTk9UX0hFTEQQDxIlCiFFUlJPUl9SRUFTT05fQlJFQUtQT0lOVF9OT1RfRk9VTkQQEBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEBESIAocRVJST1JfUkVBU09OX1RPT19NQU5ZX1BIQVNFUxASEiMKH0VSUk9SX1JFQVNPTl9JTlZBTElEX1BBR0VfVE9LRU4QExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIbChdFUlJPUl9SRUFTT05fUVVFVUVfRlVMTBAVKmQKCkluamVjdE1vZGUSGwoXSU5KRUNUX01PREVfVU5TUEVDSUZJRUQQABIVChFJTkpFQ1RfTU9ERV9RVUVVRRABEiIKHklOSkVDVF9NT0RFX0lOVEVSUlVQVF9BTkRfU0VORBACKl0KCVBhdXNlTW9kZRIaChZQQVVTRV9NT0RFX1VOU1BFQ0lGSUVEEAASHwobUEFVU0VfTU9ERV9CRUZPUkVfTkVYVF9UT09MEAESEwoPUEFVU0VfTU9ERV9IQVJEEAIyqwwKDVJ1bm5lclNlcnZpY2USUQoIUnVuUGhhc2USIC5oZWxpeC5ydW5uZXIudjEuUnVuUGhhc2VSZXF1ZXN0GiEuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVzcG9uc2UwARJXCgpXYXRjaFBoYXNlEiIuaGVsaXgucnVubmVyLnYxLldhdGNoUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLldhdGNoUGhhc2VSZXNwb25zZTABEkkKBkdldEpvYhIeLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXF1ZXN0Gh8uaGVsaXgucnVubmVyLnYxLkdldEpvYlJlc3BvbnNlEk8KCExpc3RKb2JzEiAuaGVsaXgucnVubmVyLnYxLkxpc3RKb2JzUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1Jlc3BvbnNlEl4KDUxpc3RUb29sQ2FsbHMSJS5oZWxpeC5ydW5uZXIudjEuTGlzdFRvb2xDYWxsc1JlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEl4KDUdldENvc3RUb3RhbHMSJS5oZWxpeC5ydW5uZXIudjEuR2V0Q29zdFRvdGFsc1JlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuR2V0Q29zdFRvdGFsc1Jlc3BvbnNlElUKClBhdXNlUGhhc2USIi5oZWxpeC5ydW5uZXIudjEuUGF1c2VQaGFzZVJlcXVlc3QaIy5oZWxpeC5ydW5uZXIudjEuUGF1c2VQaGFzZVJlc3BvbnNlElgKC1Jlc3VtZVBoYXNlEiMuaGVsaXgucnVubmVyLnYxLlJlc3VtZVBoYXNlUmVxdWVzdBokLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlc3BvbnNlElIKCVN0ZXBQaGFzZRIhLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXF1ZXN0GiIuaGVsaXgucnVubmVyLnYxLlN0ZXBQaGFzZVJlc3BvbnNlEmEKDkludGVycnVwdFBoYXNlEiYuaGVsaXgucnVubmVyLnYxLkludGVycnVwdFBoYXNlUmVxdWVzdBonLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlc3BvbnNlElgKC0NhbmNlbFBoYXNlEiMuaGVsaXgucnVubmVyLnYxLkNhbmNlbFBoYXNlUmVxdWVzdBokLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlc3BvbnNlEl4KDUluamVjdE1lc3NhZ2USJS5oZWxpeC5ydW5uZXIudjEuSW5qZWN0TWVzc2FnZVJlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuSW5qZWN0TWVzc2FnZVJlc3BvbnNlElsKDEluc3BlY3RQaGFzZRIkLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXF1ZXN0GiUuaGVsaXgucnVubmVyLnYxLkluc3BlY3RQaGFzZVJlc3BvbnNlEl4KDUFkZEJyZWFrcG9pbnQSJS5oZWxpeC5ydW5uZXIudjEuQWRkQnJlYWtwb2ludFJlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuQWRkQnJlYWtwb2ludFJlc3BvbnNlEmQKD0xpc3RCcmVha3BvaW50cxInLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXF1ZXN0GiguaGVsaXgucnVubmVyLnYxLkxpc3RCcmVha3BvaW50c1Jlc3BvbnNlEmcKEFJlbW92ZUJyZWFrcG9pbnQSKC5oZWxpeC5ydW5uZXIudjEuUmVtb3ZlQnJlYWtwb2ludFJlcXVlc3QaKS5oZWxpeC5ydW5uZXIudjEuUmVtb3ZlQnJlYWtwb2ludFJlc3BvbnNlEmQKD1Jlc29sdmVUb29sQ2FsbBInLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXF1ZXN0GiguaGVsaXgucnVubmVyLnYxLlJlc29sdmVUb29sQ2FsbFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
 
 /**
  * PhaseOptions are the run options of a phase (CLI flags and server behaviour).
@@ -136,6 +136,15 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
    * @generated from field: string fallback_model = 16;
    */
   fallbackModel: string;
+
+  /**
+   * Retries after transient failures (see AttemptEndKind). Unset: the server's default policy,
+   * which is 3 attempts in total, 2 s initial backoff doubling up to 60 s, full jitter.
+   * `max_budget_usd` and `timeout` stay limits for the phase as a whole, across its attempts.
+   *
+   * @generated from field: helix.runner.v1.RetryPolicy retry = 17;
+   */
+  retry?: RetryPolicy | undefined;
 };
 
 /**
@@ -144,6 +153,72 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
  */
 export const PhaseOptionsSchema: GenMessage<PhaseOptions> = /*@__PURE__*/
   messageDesc(file_helix_runner_v1_runner_service, 0);
+
+/**
+ * RetryPolicy says how a phase retries after a transient failure. Each retry is a new attempt:
+ * it resumes the failed attempt's session (`--resume` with `continuation_prompt`) when that
+ * attempt reported a session id, and otherwise runs the original prompt again. Breakpoints,
+ * pause state and watchers carry over, and the phase keeps one gap-free event stream. Fields at
+ * their zero value take the server's default. Invalid values are INVALID_ARGUMENT naming the
+ * field (e.g. `options.retry.max_attempts`).
+ *
+ * @generated from message helix.runner.v1.RetryPolicy
+ */
+export type RetryPolicy = Message<"helix.runner.v1.RetryPolicy"> & {
+  /**
+   * Attempts in total, the first one included: 1 turns retries off; 0 takes the server's
+   * default (3); at most 10; negative is invalid.
+   *
+   * @generated from field: int32 max_attempts = 1;
+   */
+  maxAttempts: number;
+
+  /**
+   * Backoff before the second attempt (0: the server's default, 2 s); at most 1 hour, and not
+   * more than `max_backoff`.
+   *
+   * @generated from field: google.protobuf.Duration initial_backoff = 2;
+   */
+  initialBackoff?: Duration | undefined;
+
+  /**
+   * Factor by which the backoff grows for each further attempt (0: the server's default, 2.0);
+   * from 1.0 to 10.0.
+   *
+   * @generated from field: double backoff_multiplier = 3;
+   */
+  backoffMultiplier: number;
+
+  /**
+   * Upper bound of the backoff (0: the server's default, 60 s); at most 1 hour.
+   *
+   * @generated from field: google.protobuf.Duration max_backoff = 4;
+   */
+  maxBackoff?: Duration | undefined;
+
+  /**
+   * Set to true to wait exactly the backoff. By default the wait is drawn uniformly from zero to
+   * the backoff ("full jitter"), so that phases failing together do not retry together.
+   *
+   * @generated from field: bool disable_jitter = 5;
+   */
+  disableJitter: boolean;
+
+  /**
+   * The user message a resumed attempt starts with (empty: the server's default, which asks the
+   * model to continue where the interrupted attempt stopped); at most 4 KiB.
+   *
+   * @generated from field: string continuation_prompt = 6;
+   */
+  continuationPrompt: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.RetryPolicy.
+ * Use `create(RetryPolicySchema)` to create a new message.
+ */
+export const RetryPolicySchema: GenMessage<RetryPolicy> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 1);
 
 /**
  * RunPhaseRequest starts one phase.
@@ -199,7 +274,7 @@ export type RunPhaseRequest = Message<"helix.runner.v1.RunPhaseRequest"> & {
  * Use `create(RunPhaseRequestSchema)` to create a new message.
  */
 export const RunPhaseRequestSchema: GenMessage<RunPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 1);
+  messageDesc(file_helix_runner_v1_runner_service, 2);
 
 /**
  * RunPhaseResponse carries live events, or, as the last message, the result.
@@ -227,7 +302,7 @@ export type RunPhaseResponse = Message<"helix.runner.v1.RunPhaseResponse"> & {
  * Use `create(RunPhaseResponseSchema)` to create a new message.
  */
 export const RunPhaseResponseSchema: GenMessage<RunPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 2);
+  messageDesc(file_helix_runner_v1_runner_service, 3);
 
 /**
  * WatchPhaseRequest attaches to a phase.
@@ -262,7 +337,7 @@ export type WatchPhaseRequest = Message<"helix.runner.v1.WatchPhaseRequest"> & {
  * Use `create(WatchPhaseRequestSchema)` to create a new message.
  */
 export const WatchPhaseRequestSchema: GenMessage<WatchPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 3);
+  messageDesc(file_helix_runner_v1_runner_service, 4);
 
 /**
  * WatchPhaseResponse carries events, or, as the last message, the result.
@@ -290,7 +365,7 @@ export type WatchPhaseResponse = Message<"helix.runner.v1.WatchPhaseResponse"> &
  * Use `create(WatchPhaseResponseSchema)` to create a new message.
  */
 export const WatchPhaseResponseSchema: GenMessage<WatchPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 4);
+  messageDesc(file_helix_runner_v1_runner_service, 5);
 
 /**
  * GetJobRequest names a job.
@@ -311,7 +386,7 @@ export type GetJobRequest = Message<"helix.runner.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 5);
+  messageDesc(file_helix_runner_v1_runner_service, 6);
 
 /**
  * GetJobResponse holds the job.
@@ -332,7 +407,7 @@ export type GetJobResponse = Message<"helix.runner.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 6);
+  messageDesc(file_helix_runner_v1_runner_service, 7);
 
 /**
  * ListJobsRequest pages through jobs.
@@ -375,7 +450,7 @@ export type ListJobsRequest = Message<"helix.runner.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 7);
+  messageDesc(file_helix_runner_v1_runner_service, 8);
 
 /**
  * ListJobsResponse is one page of jobs.
@@ -403,7 +478,7 @@ export type ListJobsResponse = Message<"helix.runner.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 8);
+  messageDesc(file_helix_runner_v1_runner_service, 9);
 
 /**
  * ListToolCallsRequest pages through tool calls.
@@ -459,7 +534,7 @@ export type ListToolCallsRequest = Message<"helix.runner.v1.ListToolCallsRequest
  * Use `create(ListToolCallsRequestSchema)` to create a new message.
  */
 export const ListToolCallsRequestSchema: GenMessage<ListToolCallsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 9);
+  messageDesc(file_helix_runner_v1_runner_service, 10);
 
 /**
  * ListToolCallsResponse is one page of tool calls.
@@ -494,7 +569,7 @@ export type ListToolCallsResponse = Message<"helix.runner.v1.ListToolCallsRespon
  * Use `create(ListToolCallsResponseSchema)` to create a new message.
  */
 export const ListToolCallsResponseSchema: GenMessage<ListToolCallsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 10);
+  messageDesc(file_helix_runner_v1_runner_service, 11);
 
 /**
  * GetCostTotalsRequest names the scope: a phase (job_id + phase_id), a job (job_id) or a
@@ -530,7 +605,7 @@ export type GetCostTotalsRequest = Message<"helix.runner.v1.GetCostTotalsRequest
  * Use `create(GetCostTotalsRequestSchema)` to create a new message.
  */
 export const GetCostTotalsRequestSchema: GenMessage<GetCostTotalsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 11);
+  messageDesc(file_helix_runner_v1_runner_service, 12);
 
 /**
  * GetCostTotalsResponse holds the totals.
@@ -551,7 +626,7 @@ export type GetCostTotalsResponse = Message<"helix.runner.v1.GetCostTotalsRespon
  * Use `create(GetCostTotalsResponseSchema)` to create a new message.
  */
 export const GetCostTotalsResponseSchema: GenMessage<GetCostTotalsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 12);
+  messageDesc(file_helix_runner_v1_runner_service, 13);
 
 /**
  * PausePhaseRequest pauses a phase.
@@ -586,7 +661,7 @@ export type PausePhaseRequest = Message<"helix.runner.v1.PausePhaseRequest"> & {
  * Use `create(PausePhaseRequestSchema)` to create a new message.
  */
 export const PausePhaseRequestSchema: GenMessage<PausePhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 13);
+  messageDesc(file_helix_runner_v1_runner_service, 14);
 
 /**
  * PausePhaseResponse returns the phase after the request.
@@ -607,7 +682,7 @@ export type PausePhaseResponse = Message<"helix.runner.v1.PausePhaseResponse"> &
  * Use `create(PausePhaseResponseSchema)` to create a new message.
  */
 export const PausePhaseResponseSchema: GenMessage<PausePhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 14);
+  messageDesc(file_helix_runner_v1_runner_service, 15);
 
 /**
  * ResumePhaseRequest resumes a paused phase.
@@ -635,7 +710,7 @@ export type ResumePhaseRequest = Message<"helix.runner.v1.ResumePhaseRequest"> &
  * Use `create(ResumePhaseRequestSchema)` to create a new message.
  */
 export const ResumePhaseRequestSchema: GenMessage<ResumePhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 15);
+  messageDesc(file_helix_runner_v1_runner_service, 16);
 
 /**
  * ResumePhaseResponse returns the phase after the request.
@@ -656,7 +731,7 @@ export type ResumePhaseResponse = Message<"helix.runner.v1.ResumePhaseResponse">
  * Use `create(ResumePhaseResponseSchema)` to create a new message.
  */
 export const ResumePhaseResponseSchema: GenMessage<ResumePhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 16);
+  messageDesc(file_helix_runner_v1_runner_service, 17);
 
 /**
  * StepPhaseRequest lets one tool call run.
@@ -684,7 +759,7 @@ export type StepPhaseRequest = Message<"helix.runner.v1.StepPhaseRequest"> & {
  * Use `create(StepPhaseRequestSchema)` to create a new message.
  */
 export const StepPhaseRequestSchema: GenMessage<StepPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 17);
+  messageDesc(file_helix_runner_v1_runner_service, 18);
 
 /**
  * StepPhaseResponse returns the phase after the request.
@@ -705,7 +780,7 @@ export type StepPhaseResponse = Message<"helix.runner.v1.StepPhaseResponse"> & {
  * Use `create(StepPhaseResponseSchema)` to create a new message.
  */
 export const StepPhaseResponseSchema: GenMessage<StepPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 18);
+  messageDesc(file_helix_runner_v1_runner_service, 19);
 
 /**
  * InterruptPhaseRequest interrupts the current turn.
@@ -733,7 +808,7 @@ export type InterruptPhaseRequest = Message<"helix.runner.v1.InterruptPhaseReque
  * Use `create(InterruptPhaseRequestSchema)` to create a new message.
  */
 export const InterruptPhaseRequestSchema: GenMessage<InterruptPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 19);
+  messageDesc(file_helix_runner_v1_runner_service, 20);
 
 /**
  * InterruptPhaseResponse returns the phase after the request.
@@ -754,7 +829,7 @@ export type InterruptPhaseResponse = Message<"helix.runner.v1.InterruptPhaseResp
  * Use `create(InterruptPhaseResponseSchema)` to create a new message.
  */
 export const InterruptPhaseResponseSchema: GenMessage<InterruptPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 20);
+  messageDesc(file_helix_runner_v1_runner_service, 21);
 
 /**
  * CancelPhaseRequest cancels a phase.
@@ -789,7 +864,7 @@ export type CancelPhaseRequest = Message<"helix.runner.v1.CancelPhaseRequest"> &
  * Use `create(CancelPhaseRequestSchema)` to create a new message.
  */
 export const CancelPhaseRequestSchema: GenMessage<CancelPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 21);
+  messageDesc(file_helix_runner_v1_runner_service, 22);
 
 /**
  * CancelPhaseResponse returns the phase after the request.
@@ -810,7 +885,7 @@ export type CancelPhaseResponse = Message<"helix.runner.v1.CancelPhaseResponse">
  * Use `create(CancelPhaseResponseSchema)` to create a new message.
  */
 export const CancelPhaseResponseSchema: GenMessage<CancelPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 22);
+  messageDesc(file_helix_runner_v1_runner_service, 23);
 
 /**
  * InjectMessageRequest sends a user message to a running phase.
@@ -852,7 +927,7 @@ export type InjectMessageRequest = Message<"helix.runner.v1.InjectMessageRequest
  * Use `create(InjectMessageRequestSchema)` to create a new message.
  */
 export const InjectMessageRequestSchema: GenMessage<InjectMessageRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 23);
+  messageDesc(file_helix_runner_v1_runner_service, 24);
 
 /**
  * InjectMessageResponse confirms the injection.
@@ -880,7 +955,7 @@ export type InjectMessageResponse = Message<"helix.runner.v1.InjectMessageRespon
  * Use `create(InjectMessageResponseSchema)` to create a new message.
  */
 export const InjectMessageResponseSchema: GenMessage<InjectMessageResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 24);
+  messageDesc(file_helix_runner_v1_runner_service, 25);
 
 /**
  * InspectPhaseRequest names a phase.
@@ -915,7 +990,7 @@ export type InspectPhaseRequest = Message<"helix.runner.v1.InspectPhaseRequest">
  * Use `create(InspectPhaseRequestSchema)` to create a new message.
  */
 export const InspectPhaseRequestSchema: GenMessage<InspectPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 25);
+  messageDesc(file_helix_runner_v1_runner_service, 26);
 
 /**
  * InspectPhaseResponse holds the snapshot.
@@ -936,7 +1011,7 @@ export type InspectPhaseResponse = Message<"helix.runner.v1.InspectPhaseResponse
  * Use `create(InspectPhaseResponseSchema)` to create a new message.
  */
 export const InspectPhaseResponseSchema: GenMessage<InspectPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 26);
+  messageDesc(file_helix_runner_v1_runner_service, 27);
 
 /**
  * AddBreakpointRequest adds a breakpoint.
@@ -971,7 +1046,7 @@ export type AddBreakpointRequest = Message<"helix.runner.v1.AddBreakpointRequest
  * Use `create(AddBreakpointRequestSchema)` to create a new message.
  */
 export const AddBreakpointRequestSchema: GenMessage<AddBreakpointRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 27);
+  messageDesc(file_helix_runner_v1_runner_service, 28);
 
 /**
  * AddBreakpointResponse returns the stored breakpoint.
@@ -992,7 +1067,7 @@ export type AddBreakpointResponse = Message<"helix.runner.v1.AddBreakpointRespon
  * Use `create(AddBreakpointResponseSchema)` to create a new message.
  */
 export const AddBreakpointResponseSchema: GenMessage<AddBreakpointResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 28);
+  messageDesc(file_helix_runner_v1_runner_service, 29);
 
 /**
  * ListBreakpointsRequest names a phase.
@@ -1020,7 +1095,7 @@ export type ListBreakpointsRequest = Message<"helix.runner.v1.ListBreakpointsReq
  * Use `create(ListBreakpointsRequestSchema)` to create a new message.
  */
 export const ListBreakpointsRequestSchema: GenMessage<ListBreakpointsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 29);
+  messageDesc(file_helix_runner_v1_runner_service, 30);
 
 /**
  * ListBreakpointsResponse lists breakpoints.
@@ -1041,7 +1116,7 @@ export type ListBreakpointsResponse = Message<"helix.runner.v1.ListBreakpointsRe
  * Use `create(ListBreakpointsResponseSchema)` to create a new message.
  */
 export const ListBreakpointsResponseSchema: GenMessage<ListBreakpointsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 30);
+  messageDesc(file_helix_runner_v1_runner_service, 31);
 
 /**
  * RemoveBreakpointRequest removes a breakpoint.
@@ -1076,7 +1151,7 @@ export type RemoveBreakpointRequest = Message<"helix.runner.v1.RemoveBreakpointR
  * Use `create(RemoveBreakpointRequestSchema)` to create a new message.
  */
 export const RemoveBreakpointRequestSchema: GenMessage<RemoveBreakpointRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 31);
+  messageDesc(file_helix_runner_v1_runner_service, 32);
 
 /**
  * RemoveBreakpointResponse confirms the removal.
@@ -1097,7 +1172,7 @@ export type RemoveBreakpointResponse = Message<"helix.runner.v1.RemoveBreakpoint
  * Use `create(RemoveBreakpointResponseSchema)` to create a new message.
  */
 export const RemoveBreakpointResponseSchema: GenMessage<RemoveBreakpointResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 32);
+  messageDesc(file_helix_runner_v1_runner_service, 33);
 
 /**
  * ResolveToolCallRequest decides a held tool call.
@@ -1163,7 +1238,7 @@ export type ResolveToolCallRequest = Message<"helix.runner.v1.ResolveToolCallReq
  * Use `create(ResolveToolCallRequestSchema)` to create a new message.
  */
 export const ResolveToolCallRequestSchema: GenMessage<ResolveToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 33);
+  messageDesc(file_helix_runner_v1_runner_service, 34);
 
 /**
  * ApproveDecision runs a held call unchanged.
@@ -1178,7 +1253,7 @@ export type ApproveDecision = Message<"helix.runner.v1.ApproveDecision"> & {
  * Use `create(ApproveDecisionSchema)` to create a new message.
  */
 export const ApproveDecisionSchema: GenMessage<ApproveDecision> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 34);
+  messageDesc(file_helix_runner_v1_runner_service, 35);
 
 /**
  * DenyDecision refuses a held call.
@@ -1199,7 +1274,7 @@ export type DenyDecision = Message<"helix.runner.v1.DenyDecision"> & {
  * Use `create(DenyDecisionSchema)` to create a new message.
  */
 export const DenyDecisionSchema: GenMessage<DenyDecision> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 35);
+  messageDesc(file_helix_runner_v1_runner_service, 36);
 
 /**
  * EditDecision runs a held call with new input.
@@ -1220,7 +1295,7 @@ export type EditDecision = Message<"helix.runner.v1.EditDecision"> & {
  * Use `create(EditDecisionSchema)` to create a new message.
  */
 export const EditDecisionSchema: GenMessage<EditDecision> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 36);
+  messageDesc(file_helix_runner_v1_runner_service, 37);
 
 /**
  * ResolveToolCallResponse returns the call after the decision.
@@ -1241,7 +1316,7 @@ export type ResolveToolCallResponse = Message<"helix.runner.v1.ResolveToolCallRe
  * Use `create(ResolveToolCallResponseSchema)` to create a new message.
  */
 export const ResolveToolCallResponseSchema: GenMessage<ResolveToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 37);
+  messageDesc(file_helix_runner_v1_runner_service, 38);
 
 /**
  * ErrorReason documents the `ErrorInfo.reason` values of this service (sent without the
@@ -1397,6 +1472,17 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_INTERNAL = 20;
    */
   INTERNAL = 20,
+
+  /**
+   * The admission queue is full (phases wait for a slot and no more can wait); metadata
+   * `limit` (the queue's size), `scope` (`server` or `project`) and `retry_after_ms`. The status
+   * also carries a `google.rpc.RetryInfo` detail whose `retry_delay` is the same hint, next to
+   * the one ErrorInfo. Returned only when the queue itself is full: a phase that merely has to
+   * wait is accepted and reported QUEUED.
+   *
+   * @generated from enum value: ERROR_REASON_QUEUE_FULL = 21;
+   */
+  QUEUE_FULL = 21,
 }
 
 /**
