@@ -62,22 +62,32 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 async def _attach(connection: Connection, args: argparse.Namespace) -> int:
+    async with connection.open() as client:
+        app = await build_dashboard(
+            client, args.job, args.phase, target=connection.target, recent=args.recent
+        )
+        await app.run_async()
+        if app.failure is not None:
+            raise app.failure
+    return EXIT_OK
+
+
+async def build_dashboard(
+    client, job_id: str, phase_id: str, *, target: str = "the server", recent: int = 10
+):
+    """The dashboard of a phase on the server: a snapshot first (a bad name fails here, as one line),
+    then every event from the first one, re-attaching after a dropped connection."""
     from helix_runner.cli.dashboard import Dashboard
     from helix_runner.cli.render import PhaseView
     from helix_runner.cli.sources import LiveEvents
     from helix_runner.cli.watch import find_phase
 
-    async with connection.open() as client:
-        phase = await find_phase(client, args.job, args.phase)  # a bad name fails here, as one line
-        view = PhaseView(recent_limit=max(1, args.recent))
-        view.apply_phase(phase)
-        control = LiveControl(client, args.job, args.phase, connection.target)
-        app = Dashboard(view, control=control)
-        app.source = LiveEvents(client, args.job, args.phase, 0, on_notice=app.notice_from_source)
-        await app.run_async()
-        if app.failure is not None:
-            raise app.failure
-    return EXIT_OK
+    phase = await find_phase(client, job_id, phase_id)
+    view = PhaseView(recent_limit=max(1, recent))
+    view.apply_phase(phase)
+    app = Dashboard(view, control=LiveControl(client, job_id, phase_id, target))
+    app.source = LiveEvents(client, job_id, phase_id, 0, on_notice=app.notice_from_source)
+    return app
 
 
 class LiveControl:

@@ -196,7 +196,7 @@ def make_console(file: Any = None, *, stderr: bool = False) -> Console:
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     is_tty = hasattr(stream, "isatty") and stream.isatty()
     width = None if is_tty else max(160, int(os.environ.get("COLUMNS", "0") or 0))
-    return Console(file=stream, highlight=False, width=width, soft_wrap=False, emoji=False)
+    return Console(file=stream, highlight=False, markup=False, width=width, soft_wrap=False, emoji=False)
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
