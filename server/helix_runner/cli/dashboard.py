@@ -40,7 +40,9 @@ class Controller(Protocol):
     async def cancel(self) -> str: ...
     async def inject(self, text: str) -> str: ...
     async def resolve(self, tool_use_id: str, decision: str, value: str = "") -> str: ...
-    async def inspect(self) -> Any: ...
+    async def inspect(self) -> Any:
+        """A ``PhaseInspection`` (held calls, pause state) or None when there is none to take."""
+
     def describe_error(self, exc: BaseException) -> str: ...
 
 
@@ -126,7 +128,12 @@ class Dashboard(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        held = self.query_one("#held", DataTable)
+        # Kept, not queried later: while a prompt is open the active screen is the prompt's.
+        self.header_widget = self.query_one("#header", Static)
+        self.now_widget = self.query_one("#now", Static)
+        self.recent_widget = self.query_one("#recent", Static)
+        self.held_table = held = self.query_one("#held", DataTable)
+        self.log_widget = self.query_one("#log", RichLog)
         held.add_columns("TOOL USE ID", "TOOL", "HELD BY", "INPUT")
         held.focus()
         self.set_interval(REFRESH_SECONDS, self._tick)
@@ -158,7 +165,7 @@ class Dashboard(App):
         except Exception as exc:  # noqa: BLE001 - shown on the screen; the app stays up to be read
             self.failure = exc
             message = self.control.describe_error(exc) if self.control else str(exc)
-            self.query_one("#log", RichLog).write(f"stream failed: {message}")
+            self.log_widget.write(f"stream failed: {message}")
             self.notify(message, severity="error", timeout=10)
             return
         result = getattr(self.source, "result", None)
@@ -180,7 +187,7 @@ class Dashboard(App):
         from helix_runner.cli.render import event_line, result_line
 
         if self._pending:
-            log = self.query_one("#log", RichLog)
+            log = self.log_widget
             if self._skipped:
                 log.write(f"… {self._skipped} events not shown here (`helix-runner watch` prints every one)")
                 self._skipped = 0
@@ -201,7 +208,7 @@ class Dashboard(App):
             return
         finally:
             self._inspecting = False
-        if not self.ended:
+        if inspection is not None and not self.ended:
             self.view.apply_inspection(inspection)
             self._dirty = True
 
@@ -228,12 +235,12 @@ class Dashboard(App):
         if flags:
             header.append("   [" + ", ".join(flags) + "]", style="bold yellow")
         header.append("\n" + (v.status_reason or ""), style="dim")
-        self.query_one("#header", Static).update(header)
+        self.header_widget.update(header)
         if not self._dirty and not v.running:
             return
         self._dirty = False
-        self.query_one("#now", Static).update(now_panel(v))
-        self.query_one("#recent", Static).update(recent_panel(v))
+        self.now_widget.update(now_panel(v))
+        self.recent_widget.update(recent_panel(v))
         self._render_held()
 
     def _render_held(self) -> None:
@@ -243,7 +250,7 @@ class Dashboard(App):
         if signature == self._held_signature:
             return
         self._held_signature = signature
-        table = self.query_one("#held", DataTable)
+        table = self.held_table
         selected = self._selected_held_id()
         table.clear()
         for h in self.view.held.values():
@@ -255,7 +262,7 @@ class Dashboard(App):
         table.border_subtitle = f"{len(signature)} held" if signature else "none held"
 
     def _selected_held_id(self) -> str | None:
-        table = self.query_one("#held", DataTable)
+        table = self.held_table
         if not self.view.held or table.row_count == 0:
             return None
         row = min(max(table.cursor_row, 0), table.row_count - 1)

@@ -144,7 +144,10 @@ class ProgressDisplay:
         kind = event_kind(event)
         if kind in (_NOTABLE_TTY if self.tty else _NOTABLE_PLAIN):
             self._clear()
-            self.console.print(event_line(event), soft_wrap=True)
+            if self.tty:  # one screen row each, like the progress line
+                self.console.print(event_line(event), no_wrap=True, overflow="ellipsis")
+            else:
+                self.console.print(event_line(event), soft_wrap=True)
         if self.tty:
             self.redraw()
 
@@ -193,7 +196,7 @@ def progress_line(view, elapsed: float, width: int) -> str:
         http = f" {r.error_status}" if r.error_status is not None else ""
         parts.append(f"retry {r.attempt}/{r.max_retries}{http} {r.error}".rstrip())
     elif view.retries:
-        parts.append(f"{view.retries} retries")
+        parts.append(f"{view.retries} {'retry' if view.retries == 1 else 'retries'}")
     line = " | ".join(parts)
     limit = max(10, width - 1)
     return line if len(line) <= limit else line[: limit - 1] + "…"
