@@ -1,9 +1,14 @@
-"""A loopback TCP proxy whose connections a test can cut, to drop a client's connection on demand."""
+"""A loopback TCP proxy whose connections a test can cut, to drop a client's connection on demand.
+
+Given an ``ssl.SSLContext`` it also terminates TLS in front of a plaintext gRPC server (the
+context must offer ALPN ``h2``, which gRPC clients require).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 
 
 class TcpProxy:
@@ -12,15 +17,16 @@ class TcpProxy:
     It keeps listening after a drop, so a client that reconnects gets through again.
     """
 
-    def __init__(self, target_port: int):
+    def __init__(self, target_port: int, *, tls: ssl.SSLContext | None = None):
         self.target_port = target_port
+        self.tls = tls
         self.port = 0
         self.drops = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> TcpProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import betterproto2
 from helix_runner_client import pb
@@ -550,8 +550,8 @@ class PhaseView:
         return self.reported_usd if self.reported_usd is not None else self.computed_usd
 
     def elapsed(self, now: datetime | None = None) -> float | None:
-        """Seconds since the phase started, up to its end (or the last event, for a recording)."""
+        """Seconds since the phase started: up to its end, else to ``now`` (live), else to the last event."""
         if self.started is None:
             return None
-        end = self.ended or now or datetime.now(UTC)
+        end = self.ended or now or self.last_event_time or self.started
         return max(0.0, (end - self.started).total_seconds())
