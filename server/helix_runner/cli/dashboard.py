@@ -380,14 +380,16 @@ def now_panel(v) -> Any:
 
     from helix_runner.cli.render import fmt_seconds, fmt_tokens, fmt_usd, one_line
 
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="ellipsis", no_wrap=True)
+    grid = Table.grid(padding=(0, 1), expand=True)
+    grid.add_column(style="bold", no_wrap=True, min_width=12)
+    grid.add_column(overflow="ellipsis", no_wrap=True, ratio=1)
     current = v.current_tool
     if current is not None:
         running_for = (datetime.now(UTC) - current.started).total_seconds() if current.started else None
-        now = Text("▶ ", style="yellow")
+        held = current.tool_use_id in v.held
+        now = Text("⏸ " if held else "▶ ", style="magenta" if held else "yellow")
         now.append(current.name, style="bold")
+        now.append(" held" if held else "", style="bold magenta")
         now.append(f"  {fmt_seconds(running_for)}  {one_line(current.input_json, 60)}", style="dim")
     else:
         now = Text("idle", style="dim")

@@ -260,9 +260,13 @@ async def _phases(client, args) -> int:
             phase.status_reason,
         )
     console.print(table)
-    if any(p.cost is not None and p.cost.reported_usd is None and p.cost.computed_usd for p in job.phases):
-        console.print("* computed from token usage (the CLI reported no cost yet)", style="dim")
+    _cost_footnote(console, job.phases)
     return EXIT_OK
+
+
+def _cost_footnote(console, phases) -> None:
+    if any(p.cost is not None and p.cost.reported_usd is None and p.cost.computed_usd for p in phases):
+        console.print("* computed from token usage (the CLI reported no cost yet)", style="dim")
 
 
 async def _sessions(client, args) -> int:
@@ -294,6 +298,7 @@ async def _sessions(client, args) -> int:
             str(phase.last_sequence),
         )
     console.print(table)
+    _cost_footnote(console, rows)
     return EXIT_OK
 
 
