@@ -196,7 +196,7 @@ class PacedSource:
 async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
     control = FakeControl()
     source = PacedSource(
-        [_held(1, "toolu_a", "rm -rf /tmp/x"), _held(2, "toolu_b", "echo hi")], total=3000, rate=1000
+        [_held(1, "toolu_a", "rm -rf /tmp/x"), _held(2, "toolu_b", "echo hi")], total=2000, rate=1000
     )
     app = Dashboard(PhaseView(job_id="j", phase_id="p"), control=control, source=source)
     async with app.run_test(size=(140, 40)) as pilot:

@@ -81,6 +81,11 @@ async def test_pause_holds_step_lets_one_through_resume_and_the_read_verbs(
         tools = await helix(at, "tools", "pj", "p1", "--json")
         (bash,) = json.loads(tools.out)["stats"]
         assert bash["name"] == "Bash" and bash["count"] == "2" and bash["failures"] == "0"
+        assert (await helix(at, "jobs", "--status", "running")).out == "no jobs\n"
+        done = await helix(at, "jobs", "--status", "succeeded", "--project", "default")
+        assert [line.split()[0] for line in done.lines] == ["JOB", "pj"]
+        project = json.loads((await helix(at, "costs", "--project", "default", "--json")).out)
+        assert project["totals"]["phaseCount"] == 1 and project["totals"]["computedUsd"] > 0
         costs = await helix(at, "costs", "--job", "pj", "--by", "phase")
         assert costs.code == 0 and costs.lines[0].startswith("job pj: 1 phases, reported $")
         assert any(line.split()[:3] == ["pj", "p1", "SUCCEEDED"] for line in costs.lines)
@@ -110,11 +115,17 @@ async def test_breakpoints_deny_keeps_the_file_and_edit_runs_the_new_input(
         assert added.lines == [r"breakpoint no-rm added: input matches /rm\s+-rf/"], added.err
         added = await helix(at, "break", "add", "bj", "p1", "--tool", "Bash", "--once", "--id", "edit-me")
         assert added.code == 0
+        for flag, value, shown in (
+            ("--cost", "1000", "cost reaches $1000"),
+            ("--turn", "99", "turn 99 started"),
+        ):
+            added = await helix(at, "break", "add", "bj", "p1", flag, value, "--id", flag[2:])
+            assert added.lines == [f"breakpoint {flag[2:]} added: {shown}"], added.err
 
         hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
         assert hit.control.breakpoint_id == "no-rm"
         listed = await helix(at, "break", "ls", "bj", "p1")
-        assert [line.split()[0] for line in listed.lines] == ["ID", "no-rm", "edit-me"]
+        assert [line.split()[0] for line in listed.lines] == ["ID", "no-rm", "edit-me", "cost", "turn"]
         assert listed.lines[1].split()[-1] == "1"  # hits
 
         denied = await helix(at, "deny", "bj", "p1", "-m", "deleting precious data is not allowed")
@@ -155,7 +166,9 @@ async def test_inject_gives_a_second_turn(claude_binary, scripted_api, runner_fa
     assert "INJECTED follow-up question" in api.message_requests()[-1].text()
 
 
-async def test_interrupt_then_cancel_of_an_ended_phase(claude_binary, scripted_api, runner_factory):
+async def test_hard_pause_interrupt_then_cancel_of_an_ended_phase(
+    claude_binary, scripted_api, runner_factory
+):
     api = scripted_api(
         [Reply.tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(60)'"}), Reply.text("never")]
     )
@@ -163,6 +176,16 @@ async def test_interrupt_then_cancel_of_an_ended_phase(claude_binary, scripted_a
         at = address(runner)
         phase = BackgroundPhase(runner.stub, "xj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("tool_call_started"))
+        hard = await helix(at, "pause", "xj", "p1", "--hard")
+        assert hard.lines == ["paused: phase p1 of job xj is PAUSED; its process group is stopped"], hard.err
+        status = await helix(at, "inspect", "xj", "p1", "status")
+        assert "hard-paused (process group stopped)" in status.out
+        refused = await helix(at, "step", "xj", "p1")
+        assert refused.code == 4 and refused.err.splitlines() == [
+            "helix-runner: error: cannot step: a hard pause stops the whole process; resume it instead "
+            "(the phase is PAUSED) [ILLEGAL_TRANSITION]"
+        ]
+        assert (await helix(at, "resume", "xj", "p1")).code == 0
         await asyncio.sleep(0.5)
         interrupted = await helix(at, "interrupt", "xj", "p1")
         assert interrupted.code == 0 and interrupted.out.startswith("interrupted the current turn"), (

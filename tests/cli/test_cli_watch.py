@@ -81,6 +81,12 @@ async def test_replay_prints_what_watch_printed_live(claude_binary, scripted_api
         head = await helix(at, "replay", "wj", "p1", "--to-sequence", "5")
         assert head.code == 0 and head.lines == watched.lines[:5]
 
+        missing = await helix(at, "watch", "wj", "p2")
+        assert missing.code == 4 and missing.err.splitlines() == [
+            "helix-runner: error: phase p2 of job wj does not exist [PHASE_NOT_FOUND]"
+        ]
+        missing = await helix(at, "replay", "wj", "p2")
+        assert missing.code == 4 and "phase p2 not found in job wj (phases: p1)" in missing.err
         bad = await helix(at, "watch", "wj", "p1", "--filter", "tool_calls")
         assert bad.code == 2 and bad.err.startswith("helix-runner: error: unknown event kind 'tool_calls'")
 

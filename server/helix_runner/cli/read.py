@@ -351,6 +351,9 @@ async def _costs(client, args) -> int:
             f"no price known for {', '.join(totals.unpriced_models)}: missing from the computed figure",
             style="yellow",
         )
+    if args.by == "model" and not totals.models:
+        console.print("no per-model breakdown for this scope", style="dim")
+        return EXIT_OK
     if args.by == "model":
         table = _table(
             "MODEL", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REPORTED", "COMPUTED", "PRICING"
