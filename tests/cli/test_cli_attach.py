@@ -204,6 +204,9 @@ async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
         await pilot.press("p")
         await until(pilot, lambda: ("pause", False) in control.calls, what="the pause key")
         assert source.produced < source.total  # handled while events were still arriving
+        await pilot.press("P", "s", "r", "i")
+        await until(pilot, lambda: len(control.calls) == 5, what="hard pause, step, resume, interrupt")
+        assert control.calls[1:] == [("pause", True), ("step",), ("resume",), ("interrupt",)]
 
         await pilot.press("down", "a")  # the second held call is selected and approved
         await until(pilot, lambda: ("resolve", "toolu_b", "approve", "") in control.calls, what="approve")

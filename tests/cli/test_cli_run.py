@@ -162,10 +162,14 @@ class _Lines:
         raise AssertionError(f"{needle!r} never appeared; output so far:\n{''.join(self.lines)}")
 
 
+LONG = "python3 -c 'import time; time.sleep(60)'"
+
+
 @pytest.mark.real_cli
 def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
     script = tmp_path / "script.json"
-    Script([Reply.tool_use("Bash", {"command": "sleep 60"}), Reply.text("never")]).save(script)
+    # Not `sleep 60`: the CLI's Bash tool refuses long plain sleeps at once.
+    Script([Reply.tool_use("Bash", {"command": LONG}), Reply.text("never")]).save(script)
     work = tmp_path / "work"
     work.mkdir()
     log = tmp_path / "serve.log"
@@ -198,7 +202,25 @@ def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
             start_new_session=True,
         )
         try:
-            _Lines(run.stdout).wait_for('→ Bash  {"command":"sleep 60"}')
+            _Lines(run.stdout).wait_for(f'→ Bash  {{"command":"{LONG}"}}')
+            watch = subprocess.Popen(
+                [sys.executable, "-m", "helix_runner", "watch", "ctrl-c", "p1", "--server", address],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=serve_env(tmp_path),
+            )
+            try:
+                _Lines(watch.stdout).wait_for(f'→ Bash  {{"command":"{LONG}"}}')
+                watch.send_signal(signal.SIGINT)
+                assert watch.wait(timeout=30) == 130
+                assert watch.stderr.read().splitlines() == [
+                    "helix-runner: stopped watching (the phase goes on)"
+                ]
+            finally:
+                if watch.poll() is None:
+                    watch.kill()
+            assert run.poll() is None  # the phase goes on
             os.kill(run.pid, signal.SIGINT)
             code = run.wait(timeout=60)
             stderr = run.stderr.read()
