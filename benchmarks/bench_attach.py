@@ -82,9 +82,15 @@ async def one_rate(address: str, workdir: Path, rate: int, seconds: float, all_l
     lines = int(rate * seconds)
     async with RunnerClient(address) as client:
         request = pb.RunPhaseRequest(
-            job_id=tag, phase_id="p", prompt="bench", working_dir=str(workdir),
-            options=pb.PhaseOptions(on_disconnect=pb.OnDisconnect.DETACH,
-                                    env={"HELIX_BENCH_LINES": str(lines), "HELIX_BENCH_RATE": str(rate)}))
+            job_id=tag,
+            phase_id="p",
+            prompt="bench",
+            working_dir=str(workdir),
+            options=pb.PhaseOptions(
+                on_disconnect=pb.OnDisconnect.DETACH,
+                env={"HELIX_BENCH_LINES": str(lines), "HELIX_BENCH_RATE": str(rate)},
+            ),
+        )
         run = client.run_phase(request)
         async for _ in run:  # started: leave it running detached
             break
@@ -119,15 +125,25 @@ async def one_rate(address: str, workdir: Path, rate: int, seconds: float, all_l
                 app._driver.send_message(key)
             await pilot.pause(0.5)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    latencies = sorted((done - pressed) * 1000 for pressed, done in zip(presses, recorder.times, strict=False))
-    lags = sorted(stamped.lags_ms[len(stamped.lags_ms) // 10:])  # past the first 10 %: the initial catch-up
+    latencies = sorted(
+        (done - pressed) * 1000 for pressed, done in zip(presses, recorder.times, strict=False)
+    )
+    lags = sorted(stamped.lags_ms[len(stamped.lags_ms) // 10 :])  # past the first 10 %: the initial catch-up
     span = (stamped.folded_at[-1] - stamped.folded_at[0]) if len(stamped.folded_at) > 1 else float("nan")
     return {
-        "rate": rate, "all_lines": all_lines, "events": app.view.events, "keys": len(latencies),
-        "key_p50": pct(latencies, 50), "key_p95": pct(latencies, 95), "key_max": latencies[-1] if latencies else 0,
-        "lag_p50": pct(lags, 50), "lag_p99": pct(lags, 99), "lag_max": lags[-1] if lags else 0,
+        "rate": rate,
+        "all_lines": all_lines,
+        "events": app.view.events,
+        "keys": len(latencies),
+        "key_p50": pct(latencies, 50),
+        "key_p95": pct(latencies, 95),
+        "key_max": latencies[-1] if latencies else 0,
+        "lag_p50": pct(lags, 50),
+        "lag_p99": pct(lags, 99),
+        "lag_max": lags[-1] if lags else 0,
         "folded_per_s": len(stamped.folded_at) / span if span else float("nan"),
-        "cpu_per_wall": cpu / wall, "skipped": skipped,
+        "cpu_per_wall": cpu / wall,
+        "skipped": skipped,
         "lag_mean": statistics.fmean(lags) if lags else float("nan"),
     }
 
@@ -141,9 +157,17 @@ async def main(args: argparse.Namespace) -> None:
         try:
             rows = []
             for i, rate in enumerate(int(r) for r in args.rates.split(",")):
-                for all_lines in ((False, True) if args.all_lines else (False,)):
-                    rows.append(await one_rate(server.address, workdir, rate, args.seconds, all_lines,
-                                               f"bench-{i}-{int(all_lines)}"))
+                for all_lines in (False, True) if args.all_lines else (False,):
+                    rows.append(
+                        await one_rate(
+                            server.address,
+                            workdir,
+                            rate,
+                            args.seconds,
+                            all_lines,
+                            f"bench-{i}-{int(all_lines)}",
+                        )
+                    )
                     print_row(rows[-1])
         finally:
             server.stop()
@@ -151,14 +175,19 @@ async def main(args: argparse.Namespace) -> None:
 
 def print_row(r: dict) -> None:
     mode = "all lines" if r["all_lines"] else "throttled"
-    print(f"{r['rate']:>5} ev/s {mode:>9}: {r['events']:>6} events, folded {r['folded_per_s']:7.0f}/s | "
-          f"key ms p50 {r['key_p50']:6.1f} p95 {r['key_p95']:6.1f} max {r['key_max']:6.1f} ({r['keys']} keys) | "
-          f"lag ms p50 {r['lag_p50']:7.1f} p99 {r['lag_p99']:7.1f} max {r['lag_max']:7.1f} | "
-          f"cpu {r['cpu_per_wall']:.2f} | log lines not shown {r['skipped']}", flush=True)
+    print(
+        f"{r['rate']:>5} ev/s {mode:>9}: {r['events']:>6} events, folded {r['folded_per_s']:7.0f}/s | "
+        f"key ms p50 {r['key_p50']:6.1f} p95 {r['key_p95']:6.1f} max {r['key_max']:6.1f} ({r['keys']} keys) | "
+        f"lag ms p50 {r['lag_p50']:7.1f} p99 {r['lag_p99']:7.1f} max {r['lag_max']:7.1f} | "
+        f"cpu {r['cpu_per_wall']:.2f} | log lines not shown {r['skipped']}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rates", default="100,1000,2000")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--all-lines", action="store_true")

@@ -14,7 +14,10 @@ def _serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_RUNNER_")}
     return subprocess.run(
         [sys.executable, "-m", "helix_runner", "serve", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 
@@ -36,7 +39,9 @@ def test_busy_port(tmp_path):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        result = _serve("--port", str(port), "--data-dir", str(tmp_path / "d"), "--workspace-root", str(tmp_path))
+        result = _serve(
+            "--port", str(port), "--data-dir", str(tmp_path / "d"), "--workspace-root", str(tmp_path)
+        )
     _assert_one_line_error(result, f"127.0.0.1:{port}")
 
 
@@ -44,7 +49,9 @@ def test_busy_port(tmp_path):
 def test_unwritable_data_dir(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    _assert_one_line_error(_serve("--data-dir", str(locked / "d"), "--workspace-root", str(tmp_path)), "not writable")
+    _assert_one_line_error(
+        _serve("--data-dir", str(locked / "d"), "--workspace-root", str(tmp_path)), "not writable"
+    )
 
 
 def test_data_dir_that_is_a_file(tmp_path):
