@@ -16,12 +16,27 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from helix_runner_client import pb
+from rich.table import Table
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Label, RichLog, Static
+
+from helix_runner.cli.render import (
+    event_kind,
+    event_line,
+    fmt_duration,
+    fmt_seconds,
+    fmt_tokens,
+    fmt_usd,
+    one_line,
+    result_line,
+    status_text,
+)
 
 REFRESH_SECONDS = 0.1
 LOG_LINES_PER_TICK = 60
@@ -145,8 +160,6 @@ class Dashboard(App):
 
     @work(exclusive=False, group="source")
     async def _consume(self) -> None:
-        from helix_runner.cli.render import event_kind
-
         count = 0
         try:
             async for event in self.source:
@@ -182,10 +195,6 @@ class Dashboard(App):
     # -- redraw --------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        from helix_runner_client import pb
-
-        from helix_runner.cli.render import event_line, result_line
-
         if self._pending:
             log = self.log_widget
             if self._skipped:
@@ -213,10 +222,6 @@ class Dashboard(App):
             self._dirty = True
 
     def _render_panels(self) -> None:
-        from rich.text import Text
-
-        from helix_runner.cli.render import fmt_seconds, status_text
-
         v = self.view
         header = Text()
         header.append(f"job {v.job_id} · phase {v.phase_id}   ", style="bold")
@@ -244,8 +249,6 @@ class Dashboard(App):
         self._render_held()
 
     def _render_held(self) -> None:
-        from helix_runner.cli.render import one_line
-
         signature = tuple((h.tool_use_id, h.reason) for h in self.view.held.values())
         if signature == self._held_signature:
             return
@@ -375,11 +378,6 @@ async def _noop() -> str:
 
 
 def now_panel(v) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    from helix_runner.cli.render import fmt_seconds, fmt_tokens, fmt_usd, one_line
-
     grid = Table.grid(padding=(0, 1), expand=True)
     grid.add_column(style="bold", no_wrap=True, min_width=12)
     grid.add_column(overflow="ellipsis", no_wrap=True, ratio=1)
@@ -425,11 +423,6 @@ def now_panel(v) -> Any:
 
 
 def recent_panel(v) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    from helix_runner.cli.render import fmt_duration, fmt_seconds, one_line
-
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True, style="bold")
