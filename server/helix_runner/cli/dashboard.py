@@ -378,6 +378,7 @@ async def _noop() -> str:
 
 
 def now_panel(v) -> Any:
+    """The left panel: current tool, tokens, cost (CLI-reported next to computed), turns, per tool."""
     grid = Table.grid(padding=(0, 1), expand=True)
     grid.add_column(style="bold", no_wrap=True, min_width=12)
     grid.add_column(overflow="ellipsis", no_wrap=True, ratio=1)
@@ -423,6 +424,7 @@ def now_panel(v) -> Any:
 
 
 def recent_panel(v) -> Any:
+    """The right panel: the last tool calls with ✓/✗ and durations, then the running ones."""
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True, style="bold")
