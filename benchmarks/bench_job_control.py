@@ -4,7 +4,7 @@ Three kinds of process, as in production:
 
 * the real server (``helix-runner serve``), one instance, its own data dir;
 * a fake ``claude`` (a ``python -I -S`` script written to a temp dir) that speaks the stdin control
-  protocol like the real CLI (notes/claude-cli-protocol.md §3, corpus capture 23): it answers
+  protocol like the real CLI (docs/claude-cli-protocol.md §3, corpus capture localcli-23): it answers
   ``initialize``, reads the prompt, writes ``system/init``, then per tool call an ``assistant``
   line with a ``tool_use`` block, a ``hook_callback`` ``control_request`` for the registered
   PreToolUse callback, and BLOCKS reading stdin until the ``control_response`` with that

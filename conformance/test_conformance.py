@@ -150,6 +150,26 @@ def test_transcript_matches_golden(language: str, server: Server) -> None:
         GOLDEN.write_text(json.dumps(transcript, indent=2, sort_keys=True) + "\n")
     golden = json.loads(GOLDEN.read_text())
     assert transcript == golden, f"{language} differs from golden.json:\n{describe_difference(golden, transcript)}"
+    # The cancel scenarios' tool really ran (it wrote its pid once started) and did not outlive the cancel.
+    for job in ("cancel", "drop"):
+        started = server.workdir / f"conf-{language}-{job}.started"
+        assert started.exists(), f"the {job} scenario's tool never started running"
+        pid = int(started.read_text())
+        assert _gone(pid), f"the {job} scenario's tool (pid {pid}) still runs after its phase was cancelled"
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether the process is gone (or a zombie), waiting up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        if stat[stat.rindex(")") + 2] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
 
 
 @pytest.mark.real_cli

@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
+from helix_runner import scripted_api
 from helix_runner.scripted_api import (
     DEFAULT_API_KEY,
+    SESSION_HEADER,
     ApiError,
     Reply,
     RequestMatcher,
@@ -413,6 +415,35 @@ def test_unmatched_request_gets_the_fallback_even_if_turns_remain(api: ScriptedA
     assert status == 500
     assert api.requests[0].outcome == "fallback"
     assert api.pending_turns() == [0]
+
+
+def test_every_cli_session_plays_the_script_from_its_start(api: ScriptedApi) -> None:
+    # One CLI process = one session id (its subagents send the same one); in offline mode one
+    # phase, so a phase never finds the turns used up by the phases before it.
+    api.set_script([Reply.text("first"), Reply.text("second")])
+
+    def text(session: str | None) -> str:
+        headers = {SESSION_HEADER: session} if session else {}
+        return assemble(parse_sse(post(api, messages_body(), headers=headers)[2]))["content"][0]["text"]
+
+    assert [text("phase-a"), text("phase-a")] == ["first", "second"]
+    assert text("phase-b") == "first"
+    assert "no turn left" in text("phase-a")
+    assert text("phase-b") == "second"
+    assert api.pending_turns("phase-b") == [] and api.pending_turns("phase-c") == [0, 1]
+    assert [r.session_id for r in api.message_requests()][:3] == ["phase-a", "phase-a", "phase-b"]
+    # Requests without a session id (curl, tools) share one state of their own.
+    assert [text(None), text(None)] == ["first", "second"]
+    assert api.pending_turns() == []
+
+
+def test_session_states_are_bounded(api: ScriptedApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scripted_api, "MAX_SESSIONS", 2)
+    api.set_script([Reply.text("only")])
+    for session in ("s1", "s2", "s3"):
+        post(api, messages_body(), headers={SESSION_HEADER: session})
+    assert api.pending_turns("s2") == api.pending_turns("s3") == []
+    assert api.pending_turns("s1") == [0]  # forgotten: it would start over
 
 
 # ---- recording --------------------------------------------------------------------------------------

@@ -95,9 +95,24 @@ class ServerConfig:
     allow_bypass_permissions: bool = False
     # Offline mode: a scripted Messages API script (JSON) the CLI is pointed at instead of Anthropic.
     offline_script: Path | None = None
+    # The Anthropic API key, one line in a file (re-read on each use); else the server's ANTHROPIC_API_KEY.
+    api_key_file: Path | None = None
+    # Key-helper mode: the CLI gets the key from the server through its apiKeyHelper setting, so it
+    # never enters the child's environment; off = the child inherits ANTHROPIC_API_KEY (every
+    # command the model runs can read it).
+    api_key_helper: bool = True
+    # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
+    # days are deleted with their rows and recordings; the oldest finished phases' recordings are
+    # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
+    retention_days: float = 0.0
+    recordings_max_bytes: int = 0
+    retention_interval_seconds: float = 3600.0
     # Per-model USD prices per million tokens for models the price table does not know (or to
     # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
     price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
+    # The dashboard's HTTP port (web page + RunnerService over Connect); None: off, 0: a free port.
+    web_port: int | None = None
+    web_host: str = "127.0.0.1"
 
     @property
     def is_loopback(self) -> bool:
@@ -110,12 +125,22 @@ class ServerConfig:
             return False
 
     @property
+    def web_is_loopback(self) -> bool:
+        """Whether the dashboard's address only accepts local connections (the same rule as ``host``)."""
+        return replace(self, host=self.web_host).is_loopback
+
+    @property
     def db_path(self) -> Path:
         return self.data_dir / "helix-runner.sqlite3"
 
     @property
     def recordings_dir(self) -> Path:
         return self.data_dir / "recordings"
+
+    @property
+    def offline_config_dir(self) -> Path:
+        """Offline mode's ``CLAUDE_CONFIG_DIR``: the CLI's settings and session files, apart from ``~/.claude``."""
+        return self.data_dir / "offline-claude-config"
 
     def read_auth_token(self) -> str | None:
         """The bearer token clients must present, or None when auth is off."""
@@ -199,7 +224,14 @@ _CONVERTERS: dict[str, Any] = {
     "required_commands": _as_str_tuple,
     "allow_bypass_permissions": _as_bool,
     "offline_script": lambda v: Path(v).expanduser() if v else None,
+    "api_key_file": lambda v: Path(v).expanduser() if v else None,
+    "api_key_helper": _as_bool,
+    "retention_days": float,
+    "recordings_max_bytes": int,
+    "retention_interval_seconds": float,
     "price_overrides": lambda v: _price_overrides(v),
+    "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
+    "web_host": str,
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -267,10 +299,21 @@ def validate(config: ServerConfig) -> ServerConfig:
             f"refusing to listen on non-loopback address {config.host} without --auth-token-file: "
             "this service runs an agent that executes commands"
         )
+    if config.web_port is not None and not 0 <= config.web_port <= 65535:
+        raise ConfigError(f"web port {config.web_port} is out of range 0-65535")
+    if config.web_port is not None and not config.web_is_loopback and config.auth_token_file is None:
+        raise ConfigError(
+            f"refusing to serve the dashboard on non-loopback address {config.web_host} without "
+            "--auth-token-file: its API controls an agent that executes commands"
+        )
     for name in ("drain_grace_seconds", "default_phase_timeout_seconds", "default_idle_timeout_seconds",
                  "exit_grace_seconds"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
+    if config.retention_days < 0 or config.recordings_max_bytes < 0:
+        raise ConfigError("retention_days and recordings_max_bytes must not be negative (0 keeps everything)")
+    if config.retention_interval_seconds <= 0:
+        raise ConfigError("retention_interval_seconds must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
     if config.max_line_bytes < 1024 * 1024:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
+from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet, first_match
 from helix_runner.domain.events import (
     AssistantText,
     CliStatus,
@@ -99,12 +99,13 @@ def _illegal(operation: str, status: PhaseStatus, why: str) -> RunnerError:
 class PhaseController:
     """Pause / step / breakpoints / inject / interrupt for one phase, over its control channel."""
 
-    def __init__(self, run: PhaseRun, breakpoints: list[Breakpoint]):
+    def __init__(self, run: PhaseRun, breakpoints: list[Breakpoint] | BreakpointSet):
         self.run = run
         self.channel = ControlChannel(run.supervisor.write_stdin)
-        self.breakpoints = BreakpointSet()
-        for bp in breakpoints:
-            self.breakpoints.add(bp)
+        self.breakpoints = breakpoints if isinstance(breakpoints, BreakpointSet) else BreakpointSet.of(breakpoints)
+        # One call at a time is checked against the breakpoints, so a `once` or threshold
+        # breakpoint holds exactly one of several parallel calls.
+        self._breakpoint_check = asyncio.Lock()
         self.pause_requested = False
         self.hard_paused = False
         self.step_credits = 0
@@ -230,7 +231,7 @@ class PhaseController:
         stream = self.run.stream
         cost = stream.cost
         cost_usd = cost.reported_usd if cost.reported_usd is not None else cost.computed_usd
-        bp = self.breakpoints.hit(req.tool_name, input_json, cost_usd, self.run.assistant_turns)
+        bp = await self._breakpoint_hit(req.tool_name, input_json, cost_usd)
         if bp is not None:
             return await self._hold(req, input_json, bp.breakpoint_id, f"breakpoint {bp.breakpoint_id}",
                                     PhaseStatus.AWAITING_APPROVAL, ControlEventKind.BREAKPOINT_HIT)
@@ -241,6 +242,25 @@ class PhaseController:
                 return allow_hook()
             return await self._hold(req, input_json, "", "paused", PhaseStatus.PAUSED, ControlEventKind.PAUSED)
         return allow_hook()
+
+    async def _breakpoint_hit(self, tool_name: str, input_json: str, cost_usd: float) -> Breakpoint | None:
+        """The breakpoint this call triggers (hit counted), or None.
+
+        Input patterns are searched in a worker thread: RE2 is linear in the (bounded) input, but
+        up to 256 patterns over 64 KiB can still take a while, and the event loop must keep
+        answering health checks and signals meanwhile (RE2 releases the GIL while it searches).
+        """
+        async with self._breakpoint_check:
+            while True:
+                snapshot = self.breakpoints.list()
+                args = (snapshot, tool_name, input_json, cost_usd, self.run.assistant_turns)
+                if any(bp.searches(tool_name) for bp in snapshot):
+                    bp = await asyncio.to_thread(first_match, *args)
+                else:
+                    bp = first_match(*args)
+                # A breakpoint removed during the search does not count; look again without it.
+                if bp is None or self.breakpoints.record_hit(bp):
+                    return bp
 
     async def _hold(self, req: ControlRequest, input_json: str, breakpoint_id: str, reason: str,
                     status: PhaseStatus, kind: ControlEventKind) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from helix_runner.config import ServerConfig
-from helix_runner.domain.breakpoints import Breakpoint
+from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import PhaseResult
@@ -34,6 +34,7 @@ from helix_runner.record_codec import RecordCodec
 from helix_runner.runner.child_env import compose_child_env, missing_commands
 from helix_runner.runner.claude_command import build_argv, prompt_line
 from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.process_group import kill_leftover_group
 from helix_runner.runner.supervisor import ProcessLimits
 from helix_runner.runner.workspace import resolve_working_dir
@@ -64,12 +65,16 @@ class PhaseManager:
     """Starts phases and answers for them; one per server."""
 
     def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, *,
-                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None):
+                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
+                 env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None):
         self.config = config
         self.store = store
         self.codec = codec
         self.server_env = dict(os.environ if server_env is None else server_env)
         self.env_overrides = dict(env_overrides or {})
+        # Server variables the child never gets (credentials; see server.child_credentials).
+        self.env_withhold = env_withhold
+        self.key_broker = key_broker
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._claude: ClaudeBinary | None = None
@@ -90,7 +95,13 @@ class PhaseManager:
         return self._claude
 
     async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None) -> LivePhase:
-        """Validates, records and starts a phase; it runs until it ends, whoever watches."""
+        """Validates, records and starts a phase; it runs until it ends, whoever watches.
+
+        Everything a request can get wrong is checked before the phase row is written: a rejected
+        request leaves nothing behind, so its phase id stays free for a corrected retry.
+        """
+        breakpoints = list(breakpoints or [])
+        BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
         active = sum(1 for lp in self.live.values() if not lp.done.is_set())
@@ -106,6 +117,7 @@ class PhaseManager:
         env = compose_child_env(
             self.server_env, inherit=self.config.inherit_env, path_prefix=self.config.path_prefix,
             request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
+            withhold=self.env_withhold,
         )
         missing = missing_commands(self.config.required_commands, env)
         if missing:
@@ -113,28 +125,16 @@ class PhaseManager:
                               f"required commands not found on the phase's PATH: {', '.join(missing)}",
                               {"missing": ",".join(missing)})
         claude = self.locate_claude()
-
-        now = time.time_ns()
+        existing = self.store.get_job(spec.job_id)
         project = spec.project_id or DEFAULT_PROJECT
-        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
-        if job.project_id != project:
+        if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
-                              f"project_id: job {spec.job_id} belongs to project {job.project_id}",
+                              f"project_id: job {spec.job_id} belongs to project {existing.project_id}",
                               {"field": "project_id", "job_id": spec.job_id})
         recording_dir = self.config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{uuid.uuid4().hex}"
-        try:
-            self.store.insert_phase(PhaseRow(
-                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
-                status=PhaseStatus.PENDING.name, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
-                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
-            ))
-        except AlreadyExistsError:
-            raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
-                              f"phase {spec.phase_id} already exists in job {spec.job_id}",
-                              {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
-
         plan = LaunchPlan(
-            argv=tuple(build_argv(str(claude.path), spec)),
+            argv=tuple(build_argv(str(claude.path), spec,
+                                  settings=self.key_broker.cli_settings() if self.key_broker else None)),
             cwd=workdir,
             env=env,
             prompt_line=prompt_line(spec.prompt),
@@ -150,14 +150,49 @@ class PhaseManager:
                 include_partial_messages=spec.include_partial_messages,
                 include_raw_unknown=spec.include_raw_unknown,
             ),
+            key_broker=self.key_broker,
         )
-        events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
-        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or [], self.prices), events)
+
+        # Persisted from here on.
+        now = time.time_ns()
+        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
+        if job.project_id != project:  # another request created the job just now
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                              f"project_id: job {spec.job_id} belongs to project {job.project_id}",
+                              {"field": "project_id", "job_id": spec.job_id})
+        try:
+            self.store.insert_phase(PhaseRow(
+                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
+                status=PhaseStatus.PENDING.name, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
+            ))
+        except AlreadyExistsError:
+            raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
+                              f"phase {spec.phase_id} already exists in job {spec.job_id}",
+                              {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
+        try:
+            events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
+            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices)
+        except BaseException:
+            # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
+            self._fail_unstarted(spec.job_id, spec.phase_id, now)
+            raise
+        live = LivePhase(run, events)
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,
                                                      "working_dir": str(workdir)}})
         return live
+
+    def _fail_unstarted(self, job_id: str, phase_id: str, start_ns: int) -> None:
+        """Records a phase whose row was written but whose run could not be set up as FAILED."""
+        log.exception("setting up a phase failed", extra={"fields": {"job_id": job_id, "phase_id": phase_id}})
+        now = time.time_ns()
+        reason = "the server could not set up the phase (details are in the server log)"
+        result = PhaseResult(job_id=job_id, phase_id=phase_id, status=PhaseStatus.FAILED, reason=reason,
+                             start_time_ns=start_ns, end_time_ns=now)
+        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED.name, status_reason=reason,
+                                end_time_ns=now, result_json=self.codec.encode_result(result))
 
     async def _drive(self, live: LivePhase) -> None:
         try:

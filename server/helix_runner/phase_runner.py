@@ -3,7 +3,7 @@
 Data flows one way: process bytes -> ``PhaseStream`` (typed, sequenced events, tool tracking,
 costs) -> store and subscribers (``PhaseEventLog``). The final result is published only after
 stdout reached EOF (or was abandoned after the group was killed), the process exited, and every
-event was persisted and offered to subscribers (ADR-0010).
+event was persisted and offered to subscribers (ADR-0010, docs/decisions/ADR-0010.md).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from helix_runner.domain.pricing import PriceTable
 from helix_runner.event_log import PhaseEventLog
 from helix_runner.phase_control import PhaseController
 from helix_runner.record_codec import RecordCodec
+from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.process_group import start_ticks
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.store.sqlite_store import EventRow, ModelCostRow, SqliteStore, ToolCallRow
@@ -56,6 +57,8 @@ class LaunchPlan:
     claude_path: str
     recording_dir: Path
     stream_options: PhaseStreamOptions
+    # Key-helper mode: the broker that hands this phase's CLI session the API key.
+    key_broker: KeyBroker | None = None
 
 
 class PhaseRun:
@@ -85,6 +88,7 @@ class PhaseRun:
         self._session_id = ""
         self._model = ""
         self._cost_dirty = False
+        self._revoke_key = lambda: None
 
     @property
     def job_id(self) -> str:
@@ -142,6 +146,7 @@ class PhaseRun:
         return self.result
 
     def _finish(self, exit_: ProcessExit) -> PhaseResult:
+        self._revoke_key()
         self.control.close("the phase ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
@@ -199,6 +204,9 @@ class PhaseRun:
     def _record_pid(self, pid: int) -> None:
         # Lets a restarted server kill this group if the server dies first (runner.process_group).
         self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), pid=pid, pid_start_ticks=start_ticks(pid))
+        if self.plan.key_broker is not None:
+            # Before the event loop runs again, so before the CLI's first key request can be answered.
+            self._revoke_key = self.plan.key_broker.admit(pid, self.job_id, self.phase_id)
 
     # -- helpers ---------------------------------------------------------------------------
 

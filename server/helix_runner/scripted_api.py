@@ -13,6 +13,11 @@ which is how a test tells a subagent's requests from the main thread's. When no 
 configurable fallback answers so that a stray request never hangs. Every request is recorded as a
 :class:`RecordedRequest`.
 
+Each CLI process plays the script from its start: the CLI sends its session id with every request
+(header ``x-claude-code-session-id``, shared by its subagents), and the stand-in keeps how many uses
+each turn has left per session. So in offline mode every phase gets the whole script, whatever the
+phases before it used. Requests without that header (``curl``, the unit tests) share one state.
+
 Example::
 
     script = Script([Reply.tool_use("Bash", {"command": "echo hi"}), Reply.text("done")])
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import hashlib
 import itertools
 import json
 import logging
@@ -40,6 +46,7 @@ import socket
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -52,6 +59,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "DEFAULT_API_KEY",
     "DEFAULT_MODEL",
+    "SESSION_HEADER",
     "ApiError",
     "ContentBlock",
     "RecordedRequest",
@@ -76,6 +84,12 @@ DEFAULT_API_KEY = "sk-ant-scripted-offline-key"
 
 DEFAULT_MODEL = "claude-scripted"
 """Model name used in replies when neither the turn nor the request names one."""
+
+SESSION_HEADER = "x-claude-code-session-id"
+"""The request header (CLI 2.1.x) naming the CLI session; turn uses are counted per session."""
+
+MAX_SESSIONS = 4096
+"""Sessions whose turn state is kept; the least recently seen one is forgotten beyond this."""
 
 DEFAULT_SIGNATURE = "c2NyaXB0ZWQtdGhpbmtpbmctc2lnbmF0dXJl"
 """Signature sent with scripted thinking blocks; the CLI stores it opaquely and sends it back."""
@@ -569,6 +583,14 @@ class RecordedRequest:
     label: str | None
     received_at: float
     """``time.monotonic()`` when the request was read."""
+    api_key_sha256: str | None = None
+    """SHA-256 (hex) of the ``x-api-key`` the client sent, None without one: tests can check which key
+    arrived while the key itself is recorded nowhere."""
+
+    @property
+    def session_id(self) -> str:
+        """The CLI session that sent the request (``""`` when it did not say)."""
+        return self.headers.get(SESSION_HEADER, "")
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -943,7 +965,7 @@ class ScriptedApi:
     # ---- script ------------------------------------------------------------------------------------
 
     def set_script(self, script: Script | Mapping[str, Any] | Sequence[Turn] | None) -> None:
-        """Replace the script (and forget how much of the old one was used); recordings are kept."""
+        """Replace the script (and forget how much of the old one every session used); recordings are kept."""
         if script is None:
             script = Script()
         elif isinstance(script, Mapping):
@@ -952,20 +974,37 @@ class ScriptedApi:
             script = Script(turns=list(script))
         with self._lock:
             self._script = script
-            self._states = [_TurnState(i, turn) for i, turn in enumerate(script.turns)]
+            self._sessions: OrderedDict[str, list[_TurnState]] = OrderedDict()
 
     @property
     def script(self) -> Script:
         return self._script
 
-    def pending_turns(self) -> list[int]:
-        """Indices of turns with uses left; empty once the script has been played completely."""
-        with self._lock:
-            return [state.index for state in self._states if state.remaining > 0]
+    def pending_turns(self, session_id: str = "") -> list[int]:
+        """Indices of turns a session (default: requests without a session id) has uses left of.
 
-    def _take_turn(self, body: Any) -> tuple[Turn, int | None]:
+        Empty once that session played the script completely; all turns for a session not seen yet.
+        """
         with self._lock:
-            for state in self._states:
+            states = self._sessions.get(session_id)
+            if states is None:
+                return list(range(len(self._script.turns)))
+            return [state.index for state in states if state.remaining > 0]
+
+    def _states_of(self, session_id: str) -> list[_TurnState]:
+        """The turn state of a session, fresh from the script's start the first time (lock held)."""
+        states = self._sessions.get(session_id)
+        if states is None:
+            states = self._sessions[session_id] = [_TurnState(i, t) for i, t in enumerate(self._script.turns)]
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(session_id)
+        return states
+
+    def _take_turn(self, body: Any, session_id: str = "") -> tuple[Turn, int | None]:
+        with self._lock:
+            for state in self._states_of(session_id):
                 if state.remaining > 0 and (state.turn.match is None or state.turn.match.matches(body)):
                     state.remaining -= 1
                     return state.turn, state.index
@@ -1041,6 +1080,8 @@ class ScriptedApi:
             name.lower(): ("<redacted>" if name.lower() in ("x-api-key", "authorization") else value)
             for name, value in handler.headers.items()
         }
+        api_key = handler.headers.get("x-api-key")
+        api_key_sha256 = hashlib.sha256(api_key.encode()).hexdigest() if api_key is not None else None
 
         def record(
             outcome: Outcome, status: int, turn_index: int | None = None, label: str | None = None
@@ -1056,6 +1097,7 @@ class ScriptedApi:
                 turn_index=turn_index,
                 label=label,
                 received_at=received_at,
+                api_key_sha256=api_key_sha256,
             )
 
         request_id = self._next_id("req")
@@ -1077,7 +1119,7 @@ class ScriptedApi:
             self._send_json(handler, 400, error.body(request_id), request_id)
             return
 
-        turn, turn_index = self._take_turn(body)
+        turn, turn_index = self._take_turn(body, handler.headers.get(SESSION_HEADER, ""))
         outcome: Outcome = (
             "fallback" if turn_index is None else ("error" if isinstance(turn, ApiError) else "reply")
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from dataclasses import dataclass
 
@@ -21,9 +22,13 @@ from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.record_codec import ProtoRecordCodec
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
+from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
+from helix_runner.retention import RetentionPolicy, RetentionSweeper
+from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
+from helix_runner.runner.key_broker import KeyBroker, KeySource
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
 
@@ -48,6 +53,9 @@ class RunningServer:
     store: SqliteStore
     manager: PhaseManager
     offline_api: ScriptedApi | None = None
+    key_broker: KeyBroker | None = None
+    retention_task: asyncio.Task | None = None
+    web: WebServer | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -55,30 +63,86 @@ class RunningServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         await self.manager.drain(grace)
+        if self.retention_task is not None:
+            self.retention_task.cancel()
+            await asyncio.gather(self.retention_task, return_exceptions=True)
         # Streams have delivered their final results by now; give them a moment to flush.
+        if self.web is not None:
+            await self.web.stop(1.0)
         await self.server.stop(1.0)
         self.manager.writer.flush()
         self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
+        if self.key_broker is not None:
+            await self.key_broker.stop()
 
 
-def _start_offline_api(config: ServerConfig) -> tuple[ScriptedApi | None, dict[str, str]]:
-    """Offline mode: a scripted loopback Messages API the CLI talks to instead of Anthropic."""
-    if config.offline_script is None:
-        return None, {}
+@dataclass
+class ChildCredentials:
+    """What a phase's child gets for talking to the model: env overrides, withheld variables, a key broker."""
+
+    overrides: dict[str, str]
+    withhold: tuple[str, ...] = ()
+    key_broker: KeyBroker | None = None
+    offline_api: ScriptedApi | None = None
+
+
+def _start_offline_api(config: ServerConfig) -> ChildCredentials:
+    """Offline mode: a scripted loopback Messages API the CLI talks to instead of Anthropic.
+
+    The CLI's model is a script here, and whatever the CLI has, the script's tool calls can read:
+    so the child inherits no credential at all (``CREDENTIAL_ENV``) and gets a config dir of its
+    own under the data dir instead of the server user's ``~/.claude`` (whose settings and
+    credentials it would otherwise read and where it would write its session files).
+    """
     try:
         script = Script.load(config.offline_script)
     except (OSError, ScriptError, ValueError) as exc:
         raise StartupError(f"cannot load offline script {config.offline_script}: {exc}") from None
+    config_dir = config.offline_config_dir
+    try:
+        config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create the offline CLI config dir {config_dir}: {exc.strerror}") from None
     api = ScriptedApi(script).start()
     log.warning("offline mode: the CLI talks to a scripted Messages API, not Anthropic",
                 extra={"fields": {"base_url": api.base_url, "script": str(config.offline_script)}})
-    return api, {
-        "ANTHROPIC_BASE_URL": api.base_url,
-        "ANTHROPIC_API_KEY": "offline-mode",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
+    return ChildCredentials(
+        overrides={
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "ANTHROPIC_API_KEY": "offline-mode",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CONFIG_DIR": str(config_dir),
+        },
+        withhold=CREDENTIAL_ENV,
+        offline_api=api,
+    )
+
+
+async def child_credentials(config: ServerConfig, server_env: dict[str, str]) -> ChildCredentials:
+    """Decides how the CLI gets its credentials: offline, key helper (the default), or the environment."""
+    if config.offline_script is not None:
+        return _start_offline_api(config)
+    env_key = server_env.get("ANTHROPIC_API_KEY") if matches_any("ANTHROPIC_API_KEY", config.inherit_env) else None
+    if config.api_key_file is not None:
+        source = KeySource(path=config.api_key_file)
+    elif env_key:
+        source = KeySource(value=env_key)
+    else:  # no API key: OAuth, Bedrock, Vertex or a proxy token, passed as configured
+        return ChildCredentials({})
+    try:
+        key = source.read()
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot read the API key from {source.describe()}: {exc}") from None
+    if not config.api_key_helper:
+        log.warning("the API key is in every phase's environment: any command the model runs can read it "
+                    "(api_key_helper = true keeps it out)")
+        return ChildCredentials({"ANTHROPIC_API_KEY": key})
+    broker = await KeyBroker(source).start()
+    log.info("key-helper mode: the CLI asks the server for the API key; it is not in the phase's environment",
+             extra={"fields": {"source": source.describe(), "socket": str(broker.socket_path)}})
+    return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker)
 
 
 async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
@@ -110,12 +174,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     )
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
-    offline_api, env_overrides = _start_offline_api(config)
-    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=env_overrides)
+    server_env = dict(os.environ if server_env is None else server_env)
+    try:
+        creds = await child_credentials(config, server_env)
+    except StartupError:
+        store.close()
+        raise
+    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=creds.overrides,
+                           env_withhold=creds.withhold, key_broker=creds.key_broker)
     recovered = manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
-    add_runner_service(RunnerServicer(manager), server)
+    servicer = RunnerServicer(manager)
+    add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -123,16 +194,31 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
 
+    web_socket = None
+    if config.web_port is not None:
+        try:  # bound before the gRPC port: a failure here leaves nothing half-started
+            web_socket = bind_web(config.web_host, config.web_port)
+        except OSError as exc:
+            store.close()
+            raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
+                               f"{exc.strerror or exc} (is the port already in use?)") from None
     address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
+        if web_socket is not None:
+            web_socket.close()
         store.close()
         raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
     if port == 0:
+        if web_socket is not None:
+            web_socket.close()
         store.close()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
     await server.start()
+    # The dashboard: the same servicer over Connect, plus the page (api/web.py).
+    web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
+                                                          sock=web_socket)
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
@@ -141,7 +227,18 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                           "workspace_roots": [str(r) for r in config.workspace_roots],
                           "auth": token is not None}},
     )
-    return RunningServer(server, health_servicer, port, store, manager, offline_api)
+    policy = RetentionPolicy(config.retention_days * 86400, config.recordings_max_bytes,
+                             config.retention_interval_seconds)
+    retention_task = None
+    if policy.enabled:
+        sweeper = RetentionSweeper(store, config.recordings_dir, policy)
+        retention_task = asyncio.create_task(sweeper.run(), name="retention")
+    if web is not None:
+        log.info("dashboard", extra={"fields": {"url": web.url}})
+        # Logs are for machines; this line (stdout) is for the person who just started the server.
+        print(f"Dashboard: {web.url}", flush=True)
+    return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
+                         retention_task, web)
 
 
 async def serve(config: ServerConfig) -> None:

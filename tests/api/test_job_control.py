@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.processes import serving_port, start_serve
+from support.runner_server import collect
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
 from helix_runner.runner.process_group import process_state
 from helix_runner.scripted_api import Reply, RequestMatcher, TextBlock
@@ -315,3 +321,44 @@ async def test_inject_interrupt_and_send(claude_binary, scripted_api, runner_fac
     assert [t.subtype for t in turns] == ["error_during_execution", "success"]
     assert result.status == res.PHASE_STATUS_SUCCEEDED and result.result_text == "answer to the new question"
     assert "STOP and answer this instead" in api.message_requests()[-1].text()
+
+
+async def test_a_catastrophic_pattern_never_stalls_the_server(claude_binary, tmp_path):
+    # (a+)+$ against a 64-character input takes exponential time on a backtracking engine: on the
+    # event loop it pinned a core, health timed out and SIGTERM was ignored. A real server process.
+    script = {"turns": [
+        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "echo " + "a" * 64}}]},
+        {"content": [{"type": "text", "text": "done"}]},
+    ]}
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    (tmp_path / "work").mkdir()
+    log = tmp_path / "serve.log"
+    proc = start_serve(tmp_path, log, "--offline-script", str(tmp_path / "script.json"))
+    try:
+        port = await asyncio.to_thread(serving_port, log, proc)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub, health = pb_grpc.RunnerServiceStub(channel), health_pb2_grpc.HealthStub(channel)
+
+            def request(*breakpoints):
+                return pb.RunPhaseRequest(job_id="re", phase_id="p", prompt="go", working_dir=str(tmp_path / "work"),
+                                          options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=breakpoints))
+
+            # A rejected request first: it must leave the ids free for the corrected one.
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await collect(stub.RunPhase(request(*[res.Breakpoint(tool_name="Read")] * 257), timeout=10))
+            assert error_info(caught.value).metadata["field"] == "options.breakpoints"
+
+            slow = res.Breakpoint(breakpoint_id="slow", input_pattern=res.InputPatternCondition(regex=r"(a+)+$"))
+            events, result = await collect(stub.RunPhase(request(slow), timeout=60))
+            assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+            assert not any(e.HasField("control") for e in events)  # the pattern did not match
+            (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+            assert "a" * 64 in finished.content_preview
+            check = health_pb2.HealthCheckRequest(service="liveness")
+            assert (await health.Check(check, timeout=5)).status == health_pb2.HealthCheckResponse.SERVING
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

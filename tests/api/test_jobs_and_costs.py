@@ -127,6 +127,18 @@ async def test_offline_mode_runs_the_real_cli_against_a_script_file(claude_binar
     assert target.read_text() == "offline\n"
 
 
+async def test_offline_mode_plays_the_script_from_its_start_in_every_phase(claude_binary, runner_factory, tmp_path):
+    script = tmp_path / "script.json"
+    Script([Reply.tool_use("Bash", {"command": "echo $((40+2))"}), Reply.text("Done offline.")]).save(script)
+    async with runner_factory(None, offline_script=str(script)) as runner:
+        for phase in ("p1", "p2"):
+            events, result = await runner.run_phase("go", phase_id=phase, allowed_tools=["Bash"])
+            assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+            assert result.result_text == "Done offline.", phase
+            finished = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+            assert [f.content_preview for f in finished] == ["42"], phase
+
+
 def test_run_command_shows_progress_and_final_status(claude_binary, tmp_path):
     """`helix-runner run` against `helix-runner serve --offline-script`, both as real processes."""
     script = tmp_path / "script.json"

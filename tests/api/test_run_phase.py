@@ -15,6 +15,7 @@ import grpc
 import pytest
 from support.processes import alive
 
+from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info
@@ -120,6 +121,16 @@ async def test_api_400_is_failed_with_status(claude_binary, scripted_api, runner
     assert "api_error" in kinds(events)
 
 
+async def test_without_credentials_the_reason_says_what_to_set(claude_binary, runner_factory):
+    # No scripted API and no key in the server's environment: the real CLI answers
+    # "Not logged in · Please run /login" without contacting anything.
+    async with runner_factory(None) as runner:
+        _, result = await runner.run_phase("hi")
+    assert result.status == res.PHASE_STATUS_FAILED
+    assert "/login" in result.result_text
+    assert "set ANTHROPIC_API_KEY" in result.reason and "--offline-script" in result.reason
+
+
 async def test_429_twice_then_success_shows_retries(claude_binary, scripted_api, runner_factory):
     api = scripted_api([ApiError(429, times=2), Reply.text("Recovered.")])
     async with runner_factory(api) as runner:
@@ -128,6 +139,26 @@ async def test_429_twice_then_success_shows_retries(claude_binary, scripted_api,
     retries = [e.api_retry for e in events if e.HasField("api_retry")]
     assert [r.error_status for r in retries] == [429, 429]
     assert all(r.error == "rate_limit" for r in retries)
+
+
+async def test_strings_cut_inside_an_emoji_lose_no_event(claude_binary, scripted_api, runner_factory):
+    # The model's tool input and final text end in half an emoji (a lone surrogate): the real CLI
+    # writes it as "\ud83d" in the assistant line, the PreToolUse hook request and the result line,
+    # which a strict JSON parser rejects whole. Every one of them must still arrive.
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo cut\ud83d"}), Reply.text("done \ud83d")])
+    async with runner_factory(api) as runner:
+        events, result = await runner.run_phase("go", allowed_tools=["Bash"])
+        calls = (await runner.stub.ListToolCalls(pb.ListToolCallsRequest(job_id="job-1"), timeout=10)).tool_calls
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    assert result.result_text == "done \ufffd"
+    (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+    assert finished.name == "Bash" and not finished.is_error and "cut" in finished.content_preview
+    assert [(c.status, c.input_json) for c in calls] == [
+        (res.TOOL_CALL_STATUS_SUCCEEDED, '{"command":"echo cut\ufffd"}')
+    ]
+    warnings = [e.parse_error for e in events if e.HasField("parse_error")]
+    assert warnings and all(w.repaired and w.reason == ev.PARSE_ERROR_REASON_UNPAIRED_SURROGATE for w in warnings)
+    assert result.diagnostics.parse_error_count == 0
 
 
 async def test_timeout_ends_timed_out(claude_binary, scripted_api, runner_factory):

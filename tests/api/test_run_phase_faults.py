@@ -1,7 +1,7 @@
 """RunPhase under faults the real CLI cannot be made to produce, via fake `claude` executables.
 
 Each fake prints genuine stream-json lines copied from the corpus shape, then misbehaves. The
-phase must end with the true status, never "done" by inference (ADR-045).
+phase must end with the true status, never "done" by inference (docs/decisions/ADR-045.md).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+HELIX_RUNNER = os.path.join(os.path.dirname(sys.executable), "helix-runner")
+
 
 def _serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_RUNNER_")}
@@ -34,15 +36,33 @@ def test_bad_flag(tmp_path):
     _assert_one_line_error(_serve("--port", "nope"), "--port")
 
 
-def test_busy_port(tmp_path):
+@pytest.mark.parametrize("command", ["module", "console script"])
+def test_busy_port_is_one_line_without_grpc_core_logs(tmp_path, command):
+    # gRPC's C core logged "E... add_port.cc:83] Failed to add port ..." before our own error.
+    argv = [sys.executable, "-m", "helix_runner"] if command == "module" else [HELIX_RUNNER]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELIX_RUNNER_", "GRPC_"))}
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        result = _serve(
-            "--port", str(port), "--data-dir", str(tmp_path / "d"), "--workspace-root", str(tmp_path)
+        result = subprocess.run(
+            [
+                *argv,
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--workspace-root",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
         )
     _assert_one_line_error(result, f"127.0.0.1:{port}")
+    assert result.stderr.strip().count("\n") == 0, result.stderr
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; covered by the file-in-the-way case")

@@ -226,6 +226,16 @@ def test_secrets_reach_the_container_as_intended() -> None:
     ]
     assert volume["secret"]["secretName"] == "helix-runner"
     assert volume["secret"]["items"] == [{"key": "auth-token", "path": token_path.name}]
+    # The key reaches the children only through the key helper, never their environment.
+    assert config_toml()["api_key_helper"] is True
+
+
+def test_retention_is_configured_and_valid() -> None:
+    from helix_runner.config import load_config
+
+    cfg = config_toml()
+    assert cfg["retention_days"] > 0 and cfg["recordings_max_bytes"] > 0
+    load_config(flags={k: cfg[k] for k in ("retention_days", "recordings_max_bytes")}, environ={})
 
 
 def test_config_keys_are_known_to_the_server() -> None:
@@ -236,6 +246,25 @@ def test_config_keys_are_known_to_the_server() -> None:
     env_keys = {n.removeprefix("HELIX_RUNNER_").lower() for n in env_names if n.startswith("HELIX_RUNNER_")}
     assert set(config_toml()) <= set(config.KEYS)
     assert env_keys - {"config"} <= set(config.KEYS)
+
+
+def test_readme_docker_run_recipe_matches_the_image() -> None:
+    # Docker is not available to CI either, so the README's recipe is checked against the
+    # Dockerfile: every volume mounted, the port published on loopback only, a token file
+    # mounted where HELIX_RUNNER_AUTH_TOKEN_FILE points (the image binds 0.0.0.0).
+    config = pytest.importorskip("helix_runner.config")
+    readme = (ROOT / "README.md").read_text()
+    (recipe,) = re.findall(r"docker run .*?(?=\n[^ ]|\Z)", readme.replace("\\\n", " "))
+    argv = shlex.split(recipe.replace('"$PWD', '"/pwd'))
+    options = list(zip(argv, [*argv[1:], ""], strict=True))
+    volumes = [value.split(":")[1] for flag, value in options if flag == "-v"]
+    env = dict(value.split("=", 1) for flag, value in options if flag == "-e" and "=" in value)
+    (volume_args,) = [args for instruction, args in dockerfile() if instruction == "VOLUME"]
+    assert set(json.loads(volume_args)) <= set(volumes)
+    assert [value for flag, value in options if flag == "-p"] == [f"127.0.0.1:{PORT}:{PORT}"]
+    assert env["HELIX_RUNNER_AUTH_TOKEN_FILE"] in volumes
+    assert {n.removeprefix("HELIX_RUNNER_").lower() for n in env} <= set(config.KEYS)
+    assert docker_env()["HELIX_RUNNER_HOST"] == "0.0.0.0"
 
 
 def test_the_image_builds_the_python_client_the_command_depends_on() -> None:

@@ -1,51 +1,48 @@
-"""Fixtures for the stream-engine tests: the shared corpus of real CLI transcripts, and a replayer.
+"""Fixtures for the stream-engine tests: the corpus of real CLI transcripts, and a replayer.
 
-The corpus lives outside the repository (``$HELIX_CORPUS_DIR``, default ``<repo>/../shared/corpus``).
-Tests that need it FAIL, not skip, when it is missing: a silently skipped conformance suite would
-look green while checking nothing.
+The corpus comes in two parts:
+
+* a vendored subset in ``tests/fixtures/corpus/``, always present: the tests that use it FAIL, not
+  skip, if a file is missing, since a silently skipped conformance suite would look green while
+  checking nothing;
+* optionally, the full external corpus (``support/corpus.py`` says where it is looked for). Its
+  extra transcripts are replayed too; facts about transcripts that are in neither place are
+  skipped with a reason. An external location that does not exist is ignored, never an error.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from support.corpus import VENDORED_CORPUS, external_corpus, stdout_transcripts
 
 from helix_runner.domain.events import Event
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CORPUS_ENV = "HELIX_CORPUS_DIR"
-
-
-def _corpus_location() -> Path:
-    return Path(os.environ.get(CORPUS_ENV) or REPO_ROOT.parent / "shared" / "corpus")
-
 
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
-    """The corpus directory (it holds ``real/``); fails the test when it is not there."""
-    base = _corpus_location()
-    if not (base / "real").is_dir():
-        pytest.fail(
-            f"stream-json corpus not found: looked for {base / 'real'} "
-            f"(set {CORPUS_ENV} to the directory holding real/)",
-            pytrace=False,
-        )
-    return base
+    """The vendored corpus directory (it holds ``real/`` and ``examples/``)."""
+    if not (VENDORED_CORPUS / "real").is_dir():
+        pytest.fail(f"vendored corpus missing: {VENDORED_CORPUS / 'real'}", pytrace=False)
+    return VENDORED_CORPUS
 
 
 @pytest.fixture(scope="session")
-def real_transcripts(corpus_dir: Path) -> dict[str, Path]:
-    """Every CLI stdout transcript in ``real/`` by file name (driver wrappers and stdin logs left out)."""
-    return {
-        p.name: p
-        for p in sorted((corpus_dir / "real").glob("*.jsonl"))
-        if not p.name.endswith((".both.jsonl", ".stdin.jsonl"))
-    }
+def vendored_transcripts(corpus_dir: Path) -> dict[str, Path]:
+    """The vendored CLI stdout transcripts by file name."""
+    return stdout_transcripts(corpus_dir / "real")
+
+
+@pytest.fixture(scope="session")
+def real_transcripts(vendored_transcripts: dict[str, Path]) -> dict[str, Path]:
+    """Every available CLI stdout transcript by file name: the vendored ones, plus the external corpus's."""
+    external = external_corpus()
+    extra = stdout_transcripts(external / "real") if external else {}
+    return {**extra, **vendored_transcripts}
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,7 @@ def test_a_new_ledger_is_computed_only_and_zero():
 def test_latest_result_wins_and_results_are_never_summed():
     ledger = CostLedger(PRICES)
     ledger.on_result(result(1.5, ModelUsage("m", TokenUsage(M, 0), 1.0)))
-    ledger.on_result(result(1.5, ModelUsage("m", TokenUsage(M, 0), 1.0)))  # CAP 09: same running total again
+    ledger.on_result(result(1.5, ModelUsage("m", TokenUsage(M, 0), 1.0)))  # localcli-09: same total again
     assert ledger.snapshot().reported_usd == 1.5
     ledger.on_result(result(2.0, ModelUsage("m", TokenUsage(2 * M, 0), 2.0)))
     cost = ledger.snapshot()

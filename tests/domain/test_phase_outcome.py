@@ -26,6 +26,28 @@ def test_success_subtype_with_is_error_is_a_failure():
     assert "API error 400" in out.reason and "prompt_too_long" in out.reason and "code 1" in out.reason
 
 
+@pytest.mark.parametrize(
+    ("status", "text"),
+    [
+        (None, "Not logged in · Please run /login"),  # the real CLI 2.1.x without any credentials
+        (None, "Invalid API key · Please run /login"),
+        (401, "Failed to authenticate. API Error: 401 invalid x-api-key"),
+    ],
+)
+def test_missing_credentials_say_what_the_operator_should_set(status, text):
+    res = LastResult(subtype="success", is_error=True, api_error_status=status, terminal_reason="api_error",
+                     result_text=text)
+    out = decide_outcome(exit_(code=1), res)
+    assert out.status is PhaseStatus.FAILED
+    assert text in out.reason and "ANTHROPIC_API_KEY" in out.reason and "--offline-script" in out.reason
+
+
+def test_other_api_errors_get_no_credentials_hint():
+    res = LastResult(subtype="success", is_error=True, api_error_status=529, terminal_reason="api_error",
+                     result_text="API Error: 529 Overloaded")
+    assert "ANTHROPIC_API_KEY" not in decide_outcome(exit_(code=1), res).reason
+
+
 def test_error_subtype_carries_errors():
     res = LastResult(subtype="error_max_turns", is_error=True, terminal_reason="max_turns",
                      errors=("Reached maximum number of turns (2)",))

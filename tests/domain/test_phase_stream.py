@@ -256,7 +256,7 @@ def test_noise_crlf_invalid_utf8_and_long_lines_do_not_stop_parsing():
         b"[SandboxDebug] starting\n"
         + INIT.replace(b"\n", b"\r\n")
         + b"\n\n"
-        + b'{"type":"user","x":"\xff"}\n'
+        + b'{"type":"user","x":"\xff"\n'  # invalid UTF-8 and cut short: beyond repair
         + b'{"type":"assistant","message":'
         + b"x" * 500
         + b"}\n"
@@ -358,7 +358,8 @@ def test_any_chunking_gives_identical_events(stream_and_cuts):
 @given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=10))
 def test_arbitrary_bytes_never_raise_and_errors_stay_redacted(data, cuts):
     events, stream = _run(data, sorted(c for c in cuts if c <= len(data)))
-    assert stream.parse_error_count == sum(isinstance(e.payload, ParseError) for e in events)
+    dropped = [e for e in events if isinstance(e.payload, ParseError) and not e.payload.repaired]
+    assert stream.parse_error_count == len(dropped)
     for event in events:
         if isinstance(event.payload, ParseError):
             assert set(vars_of(event.payload)) == {
@@ -367,6 +368,7 @@ def test_arbitrary_bytes_never_raise_and_errors_stay_redacted(data, cuts):
                 "line_number",
                 "byte_offset",
                 "detail",
+                "repaired",
             }
 
 
@@ -381,3 +383,36 @@ def test_turn_result_is_the_last_result_the_supervisor_reads():
     assert isinstance(stream.feed(text())[0].payload, AssistantText)
     assert isinstance(stream.feed(tool_result("nobody"))[0].payload, ToolCallFinished)
     assert stream.tools.orphan_results == 1
+
+
+def test_lines_broken_only_in_their_encoding_are_repaired_and_delivered():
+    # Node cuts strings inside an emoji and writes the lone half as an escape; a tool may pass
+    # raw non-UTF-8 bytes through. Neither may cost the tool call or the final result.
+    started = tool_use("t1").replace(b'"ls"', b'"echo \\ud83d"')
+    finished = tool_result("t1").replace(b'"out"', b'"caf\xe9 \\ude00"')
+    final = result(0.5).replace(b'"done"', b'"done \\ud83d"')
+    stream = make()
+    events = stream.feed(INIT + started + finished + final) + stream.finish()
+    assert kinds(events) == [
+        "SessionInit",
+        "ParseError",
+        "ToolCallStarted",
+        "CostUpdate",
+        "ParseError",
+        "ToolCallFinished",
+        "ParseError",
+        "TurnResult",
+        "CostUpdate",
+    ]
+    warnings = [e.payload for e in events if isinstance(e.payload, ParseError)]
+    assert [(w.reason, w.line_number, w.repaired) for w in warnings] == [
+        (ParseErrorReason.UNPAIRED_SURROGATE, 2, True),
+        (ParseErrorReason.INVALID_UTF8, 3, True),
+        (ParseErrorReason.UNPAIRED_SURROGATE, 4, True),
+    ]
+    assert [w.line_bytes for w in warnings] == [len(started) - 1, len(finished) - 1, len(final) - 1]
+    assert stream.tools.get("t1").status == ToolCallStatus.SUCCEEDED
+    assert stream.tools.get("t1").input_json == '{"command":"echo \ufffd"}'
+    assert events[5].payload.content_preview == "caf\ufffd \ufffd"
+    assert stream.results[0].result_text == "done \ufffd"
+    assert stream.parse_error_count == 0  # nothing was lost

@@ -84,7 +84,7 @@ def test_dated_prices_use_the_given_date():
     ("total", "split_5m", "split_1h", "main_loop_1h", "expected"),
     [
         (100, 60, 40, 0, (60, 40)),  # rule 1: the CLI's per-model split is exact
-        (240, 0, 0, 0, (240, 0)),  # rule 1: unsplit remainder priced at 5m (CAP 24 reproduces the CLI)
+        (240, 0, 0, 0, (240, 0)),  # rule 1: unsplit remainder priced at 5m (localcli-24 reproduces the CLI)
         (100, None, None, 0, (100, 0)),  # rule 2: no split, nothing says 1h → 5m, the API default
         (100, None, None, 30, (70, 30)),  # rule 2: the main loop's 1h writes
         (100, None, None, 500, (0, 100)),  # rule 2: capped at the model's total

@@ -91,7 +91,7 @@ def test_envelope_fields_come_from_the_line():
 
 
 def test_key_order_does_not_matter():
-    # 2.1.330 writes `type` in the middle of result lines (notes §0.7; CAP 01).
+    # 2.1.330 writes `type` in the middle of result lines (docs/claude-cli-protocol.md §0.7; localcli-01).
     line = b'{"duration_api_ms":16,"session_id":"s","subtype":"success","is_error":false,"type":"result","num_turns":1}'
     (result,) = payloads(line)
     assert isinstance(result, TurnResult) and result.subtype == "success" and result.num_turns == 1
@@ -103,7 +103,8 @@ def test_key_order_does_not_matter():
         (b"[SandboxDebug] seccomp filter applied", ParseErrorReason.NOT_JSON),
         (b"Claude configuration file not found", ParseErrorReason.NOT_JSON),
         (b'{"type":"assistant","message":', ParseErrorReason.INVALID_JSON),
-        (b'{"type":"user","text":"caf\xe9"}', ParseErrorReason.INVALID_UTF8),
+        (b'{"type":"user","text":"caf\xe9"', ParseErrorReason.INVALID_UTF8),  # and cut: beyond repair
+        (b'{"type":"user","text":"\\ud83d"', ParseErrorReason.INVALID_JSON),
         (b"[1,2,3]", ParseErrorReason.NOT_A_MESSAGE),
         (b'{"no_type":true}', ParseErrorReason.NOT_A_MESSAGE),
         (b'{"type":42}', ParseErrorReason.NOT_A_MESSAGE),
@@ -130,6 +131,38 @@ def test_unreadable_lines_become_redacted_parse_errors(line, reason):
     assert (sid, parent, agent, uid, usage) == ("", "", "", "", None)
 
 
+def test_a_result_with_an_unpaired_surrogate_is_kept_after_a_warning():
+    line = b'{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"cut \\ud83d","session_id":"s"}'
+    sid, _, _, _, items, _ = parse(line)
+    warning, result = items
+    assert warning == ParseError(
+        ParseErrorReason.UNPAIRED_SURROGATE,
+        len(line),
+        7,
+        100,
+        "1 unpaired surrogate escape replaced with U+FFFD",
+        True,
+    )
+    assert isinstance(result, TurnResult) and result.result_text == "cut \ufffd" and sid == "s"
+
+
+def test_invalid_utf8_is_replaced_and_the_line_kept():
+    line = b'{"type":"system","subtype":"status","status":"caf\xe9","session_id":"s"}'
+    bad = line.index(b"\xe9")
+    warning, status = payloads(line)
+    assert (warning.reason, warning.repaired, warning.detail) == (
+        ParseErrorReason.INVALID_UTF8,
+        True,
+        f"invalid UTF-8 from byte {bad} replaced with U+FFFD",
+    )
+    assert isinstance(status, CliStatus) and status.status == "caf\ufffd"
+
+
+def test_a_repaired_line_of_a_bad_shape_is_still_reported_as_such():
+    warning, error = payloads(b'{"type":"assistant","message":"\xff"}')
+    assert warning.repaired and (error.reason, error.repaired) == (ParseErrorReason.BAD_SHAPE, False)
+
+
 def test_parse_error_never_embeds_the_line():
     secret = "sk-ant-SECRET-do-not-log"
     for line in (
@@ -139,6 +172,9 @@ def test_parse_error_never_embeds_the_line():
     ):
         (error,) = parse(line.encode())[4]
         assert secret not in repr(error)
+    repairable = f'{{"type":"keep_alive","x":"{secret}\\ud83d'.encode() + b'\xff"}'
+    (warning,) = parse(repairable)[4]  # a keep_alive line gives no event of its own
+    assert warning.repaired and secret not in repr(warning)
 
 
 def test_unknown_type_and_subtype_pass_through():
@@ -192,7 +228,7 @@ def test_session_init():
         "ANTHROPIC_API_KEY",
         1,
     )
-    assert second.turn_index == 2  # re-emitted at every turn (CAP 09)
+    assert second.turn_index == 2  # re-emitted at every turn (localcli-09)
 
 
 def test_session_init_of_an_old_cli_without_version():
@@ -591,7 +627,7 @@ def test_model_usage_cache_writes_follow_the_split_rule():
         }
     }
     (result,) = payloads({"type": "result", "subtype": "success", "modelUsage": per_model_split})
-    assert result.model_usage[0].tokens.cache_write_5m_input_tokens == 240  # unsplit remainder → 5m (CAP 24)
+    assert result.model_usage[0].tokens.cache_write_5m_input_tokens == 240  # remainder → 5m (localcli-24)
     old_cli = {
         "type": "result",
         "subtype": "success",

@@ -104,7 +104,7 @@ def test_hook_durations_attach_by_id_or_by_tool_name():
     tracker = ToolTracker()
     tracker.start(started("b1", "Bash"), time_ns=0, sequence=1)
     tracker.start(started("r1", "Read"), time_ns=0, sequence=2)
-    tracker.add_hook_duration(40, hook_name="PreToolUse:Bash")  # no id on the hook line (CAP 14)
+    tracker.add_hook_duration(40, hook_name="PreToolUse:Bash")  # no id on the hook line (localcli-14)
     tracker.add_hook_duration(2, tool_use_id="b1", hook_name="PostToolUse:Bash")
     tracker.add_hook_duration(9, hook_name="PreToolUse:Write")  # no such open call: ignored
     assert tracker.finish(finished("b1"), time_ns=MS, sequence=3) == ("Bash", MS, 42)

@@ -8,7 +8,7 @@ import pytest
 
 from helix_runner.config import DEFAULT_INHERIT_ENV, DEFAULT_REQUEST_ENV_ALLOWLIST
 from helix_runner.errors import RunnerError
-from helix_runner.runner.child_env import compose_child_env, missing_commands
+from helix_runner.runner.child_env import CREDENTIAL_ENV, compose_child_env, missing_commands
 
 SERVER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -64,3 +64,17 @@ def test_preflight_names_missing_commands(tmp_path):
     tool.chmod(0o755)
     env = compose(prefix=[str(tmp_path)])
     assert missing_commands(["mytool", "sh", "definitely-not-here-xyz"], env) == ["definitely-not-here-xyz"]
+
+
+def test_withheld_variables_are_not_inherited_whatever_the_allowlist_says():
+    server_env = {**SERVER_ENV, "ANTHROPIC_AUTH_TOKEN": "t", "CLAUDE_CODE_OAUTH_TOKEN": "o",
+                  "CLAUDE_CODE_USE_BEDROCK": "1", "GOOGLE_APPLICATION_CREDENTIALS": "/g.json",
+                  "CLAUDE_CONFIG_DIR": "/home/u/.claude"}
+    env = compose_child_env(server_env, inherit=DEFAULT_INHERIT_ENV, path_prefix=[], request_env={},
+                            request_allowlist=DEFAULT_REQUEST_ENV_ALLOWLIST, withhold=CREDENTIAL_ENV,
+                            overrides={"ANTHROPIC_API_KEY": "offline-mode"})
+    assert env["ANTHROPIC_API_KEY"] == "offline-mode"  # an override is not inherited, so never withheld
+    for name in ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
+                 "GOOGLE_APPLICATION_CREDENTIALS", "CLAUDE_CONFIG_DIR", "AWS_SECRET_ACCESS_KEY"):
+        assert name not in env
+    assert env["CLAUDE_CODE_MAX_RETRIES"] == "2" and env["HOME"] == "/home/u"

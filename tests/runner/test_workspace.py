@@ -52,3 +52,14 @@ def test_sibling_with_common_prefix_is_outside(tmp_path):
     (tmp_path / "work-evil").mkdir()
     with pytest.raises(RunnerError):
         resolve_working_dir(str(tmp_path / "work-evil"), [(tmp_path / "work").resolve()])
+
+
+def test_the_refusal_names_the_roots_and_how_to_change_them(layout, tmp_path):
+    root, outside = layout
+    other = (tmp_path / "other").resolve()
+    other.mkdir()
+    with pytest.raises(RunnerError) as caught:
+        resolve_working_dir(str(outside), [root, other])
+    message = str(caught.value)
+    assert f"outside the workspace roots ({root}, {other})" in message
+    assert "--workspace-root" in message

@@ -51,7 +51,8 @@ async def collect(call) -> tuple[list[Any], Any]:
 
 
 async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: str | None = None,
-                       **config: Any) -> AsyncIterator[RunnerHarness]:
+                       server_env_extra: dict[str, str] | None = None, **config: Any) -> AsyncIterator[RunnerHarness]:
+    """The server with ``config``; its own environment points the CLI at ``api`` (plus ``server_env_extra``)."""
     home = tmp_path / "home"
     workdir = tmp_path / "work"
     data_dir = tmp_path / "data"
@@ -61,6 +62,7 @@ async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: 
         server_env = api.cli_env(home, max_retries=2)
     else:
         server_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
+    server_env.update(server_env_extra or {})
     flags = {"port": 0, "data_dir": str(data_dir), "workspace_roots": [str(tmp_path)],
              "claude_path": claude_path, **config}
     cfg = load_config(flags=flags, environ={})

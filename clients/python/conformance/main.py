@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -66,6 +68,11 @@ def last_cost_update(events: list[pb.StreamEvent]) -> dict[str, Any] | None:
 def project_events(events: list[pb.StreamEvent]) -> list[dict[str, Any]]:
     started: set[str] = set()
     return [p for p in (project_event(e, started) for e in events) if p is not None]
+
+
+def completed_a_tool(events: list[pb.StreamEvent]) -> bool:
+    """Whether a tool call finished without error: one cancelled while it ran ends killed, or not at all."""
+    return any(event_kind(e) == "tool_call_finished" and not e.tool_call_finished.is_error for e in events)
 
 
 def gap_free(events: list[pb.StreamEvent], first: int = 1) -> bool:
@@ -162,13 +169,27 @@ class Scenarios:
     def job(self, name: str) -> str:
         return f"{self.prefix}-{name}"
 
-    def request(self, scenario: dict[str, Any]) -> pb.RunPhaseRequest:
+    def request(self, scenario: dict[str, Any], env: dict[str, str] | None = None) -> pb.RunPhaseRequest:
         options = self.spec["options"]
         return pb.RunPhaseRequest(
             job_id=self.job(scenario["job"]), phase_id=scenario["phase_id"], project_id=self.prefix,
             prompt=scenario["prompt"], working_dir=self.workdir,
-            options=pb.PhaseOptions(model=options["model"], allowed_tools=list(options["allowed_tools"])),
+            options=pb.PhaseOptions(model=options["model"], allowed_tools=list(options["allowed_tools"]), env=env),
         )
+
+    def long_tool_request(self, scenario: dict[str, Any]) -> tuple[pb.RunPhaseRequest, Path]:
+        """The request of a cancel scenario and the file its tool writes once it really runs."""
+        started = Path(self.workdir) / f"{self.job(scenario['job'])}.started"
+        return self.request(scenario, {self.spec["long_tool"]["env"]: str(started)}), started
+
+    async def _until_running(self, started: Path) -> bool:
+        """Waits (bounded) until the tool's process wrote its file: then it is running, not just announced."""
+        deadline = time.monotonic() + self.spec["long_tool"]["wait_seconds"]
+        while not await asyncio.to_thread(started.exists):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     async def run_phase(self) -> None:
         spec = self.spec["run"]
@@ -253,13 +274,16 @@ class Scenarios:
 
     async def cancel_phase(self) -> None:
         spec = self.spec["cancel"]
-        phase = self.client.run_phase(self.request(spec))
+        request, started = self.long_tool_request(spec)
+        phase = self.client.run_phase(request)
         before = await asyncio.wait_for(self._until_tool_started(phase), STREAM_TIMEOUT)
+        running = await self._until_running(started)
         cancelled = await self.client.cancel_phase(self.job(spec["job"]), spec["phase_id"], spec["reason"])
         rest, result = await asyncio.wait_for(phase.collect(), STREAM_TIMEOUT)
         events = before + rest
         self.out["cancel_phase"] = {
             "events_until_cancel": project_events(before),
+            "tool_running_when_cancelled": running and not completed_a_tool(events),
             "cancel_returned": {"job_id": self.norm(cancelled.job_id), "phase_id": cancelled.phase_id},
             "gap_free": gap_free(events),
             "last_event": project_events(events[-1:]),
@@ -268,13 +292,16 @@ class Scenarios:
 
     async def client_cancel(self) -> None:
         spec = self.spec["client_cancel"]
-        async with self.client.run_phase(self.request(spec)) as phase:
+        request, started = self.long_tool_request(spec)
+        async with self.client.run_phase(request) as phase:
             before = await asyncio.wait_for(self._until_tool_started(phase), STREAM_TIMEOUT)
+            running = await self._until_running(started)
         # Leaving the block cancelled the call; the server cancels the phase. Watch it end.
         watch = self.client.watch_phase(self.job(spec["job"]), spec["phase_id"], 0)
         events, result = await asyncio.wait_for(watch.collect(), STREAM_TIMEOUT)
         self.out["client_cancel"] = {
             "events_until_cancel": project_events(before),
+            "tool_running_when_cancelled": running and not completed_a_tool(events),
             "watched": {
                 "gap_free": gap_free(events),
                 "starts_like_the_run": [e.sequence for e in events[: len(before)]] == [e.sequence for e in before],

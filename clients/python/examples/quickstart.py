@@ -6,6 +6,8 @@ async def main(address: str, working_dir: str) -> None:
         phase = client.run_phase(pb.RunPhaseRequest(job_id="quickstart", prompt="Say hello", working_dir=working_dir))
         async for event in phase:
             print(event.sequence, event_kind(event))
-        print(phase.result.status.proto_name, phase.result.result_text)
+        result = phase.result
+        print("job", result.job_id, "phase", result.phase_id)  # what watch_phase needs
+        print(result.status.proto_name, result.result_text)
 
 asyncio.run(main(*sys.argv[1:3]))

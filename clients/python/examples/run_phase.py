@@ -2,7 +2,8 @@
 
     python examples/run_phase.py [--addr 127.0.0.1:50051] [--job-id ID] [--allow TOOL]... --workdir DIR PROMPT
 
-The working directory must be inside one of the server's workspace roots.
+The working directory must be inside one of the server's workspace roots. The first line names the
+job and phase, for ``examples/watch_phase.py JOB_ID PHASE_ID``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ async def main() -> int:
         phase = client.run_phase(request)
         try:
             async for event in phase:
+                if event.sequence == 1:  # the ids examples/watch_phase.py re-attaches with
+                    print(f"job {event.job_id} phase {event.phase_id}")
                 print(f"#{event.sequence:<4} {event_kind(event):<20} {summary(event)}")
         except RunnerError as err:
             print(f"error: {err}", dict(err.metadata), file=sys.stderr)

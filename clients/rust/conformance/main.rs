@@ -6,7 +6,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use helix_runner_client::{pb, Client, PhaseStream, RunnerError};
 use serde_json::{json, Value};
@@ -237,6 +238,11 @@ fn project_error(rpc: &str, err: &RunnerError, norm: &Normalizer) -> Value {
     })
 }
 
+/// Whether a tool call finished without error: one cancelled while it ran ends killed, or not at all.
+fn completed_a_tool(events: &[pb::StreamEvent]) -> bool {
+    events.iter().any(|e| matches!(&e.payload, Some(pb::stream_event::Payload::ToolCallFinished(f)) if !f.is_error))
+}
+
 struct Scenarios {
     client: Client,
     spec: Value,
@@ -279,6 +285,29 @@ impl Scenarios {
                 ..Default::default()
             }),
         }
+    }
+
+    /// The request of a cancel scenario and the file its tool writes once it really runs.
+    fn long_tool_request(&self, scenario: &str) -> (pb::RunPhaseRequest, String) {
+        let mut request = self.request(scenario);
+        let started = Path::new(&self.workdir).join(format!("{}.started", request.job_id));
+        let started = started.to_string_lossy().into_owned();
+        let name = self.s("long_tool", "env");
+        request.options.get_or_insert_with(Default::default).env.insert(name, started.clone());
+        (request, started)
+    }
+
+    /// Waits (bounded) until the tool's process wrote its file: then it is running, not just announced.
+    async fn until_running(&self, started: &str) -> bool {
+        let wait = self.spec["long_tool"]["wait_seconds"].as_u64().unwrap_or(30);
+        let deadline = Instant::now() + Duration::from_secs(wait);
+        while !Path::new(started).exists() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
     }
 
     async fn run_phase(&mut self) -> Result<(), BoxError> {
@@ -414,10 +443,11 @@ impl Scenarios {
     }
 
     async fn cancel_phase(&mut self) -> Result<(), BoxError> {
-        let request = self.request("cancel");
+        let (request, started) = self.long_tool_request("cancel");
         let (job, phase_id) = (request.job_id.clone(), request.phase_id.clone());
         let mut phase = bounded(self.client.run_phase(request)).await?;
         let before = bounded(Self::until_tool_started(&mut phase)).await?;
+        let running = self.until_running(&started).await;
         let cancelled = bounded(self.client.clone().cancel_phase(job, phase_id, self.s("cancel", "reason"))).await?;
         let (rest, result) = bounded(phase.collect()).await?;
         let events: Vec<_> = before.iter().chain(rest.iter()).cloned().collect();
@@ -426,6 +456,7 @@ impl Scenarios {
             "cancel_phase".into(),
             json!({
                 "events_until_cancel": project_events(&before),
+                "tool_running_when_cancelled": running && !completed_a_tool(&events),
                 "cancel_returned": {"job_id": norm.apply(&cancelled.job_id), "phase_id": cancelled.phase_id},
                 "gap_free": gap_free(&events, 1),
                 "last_event": project_events(&events[events.len() - 1..]),
@@ -436,10 +467,11 @@ impl Scenarios {
     }
 
     async fn client_cancel(&mut self) -> Result<(), BoxError> {
-        let request = self.request("client_cancel");
+        let (request, started) = self.long_tool_request("client_cancel");
         let (job, phase_id) = (request.job_id.clone(), request.phase_id.clone());
         let mut phase = bounded(self.client.run_phase(request)).await?;
         let before = bounded(Self::until_tool_started(&mut phase)).await?;
+        let running = self.until_running(&started).await;
         // Dropping the stream cancels the call; the server cancels the phase. Watch it end.
         drop(phase);
         let watch = bounded(self.client.watch_phase(job, phase_id, 0)).await?;
@@ -450,6 +482,7 @@ impl Scenarios {
             "client_cancel".into(),
             json!({
                 "events_until_cancel": project_events(&before),
+                "tool_running_when_cancelled": running && !completed_a_tool(&events),
                 "watched": {
                     "gap_free": gap_free(&events, 1),
                     "starts_like_the_run": starts,

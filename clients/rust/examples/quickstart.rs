@@ -10,6 +10,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{} {}", event.sequence, event.kind());
     }
     let result = phase.result().unwrap();
+    println!("job {} phase {}", result.job_id, result.phase_id); // what watch_phase needs
     println!("{} {}", result.status().as_str_name(), result.result_text);
     Ok(())
 }

@@ -3,7 +3,8 @@
 //!     cargo run --example run_phase -- [--addr 127.0.0.1:50051] [--job-id ID] [--allow TOOL]...
 //!         --workdir DIR PROMPT
 //!
-//! The working directory must be inside one of the server's workspace roots.
+//! The working directory must be inside one of the server's workspace roots. The first line names
+//! the job and phase, for `cargo run --example watch_phase -- JOB_ID PHASE_ID`.
 
 use std::process::ExitCode;
 
@@ -39,6 +40,10 @@ async fn run(args: Args) -> Result<pb::PhaseStatus, Box<dyn std::error::Error>> 
     };
     let mut phase = client.run_phase(request).await.map_err(explain)?;
     while let Some(event) = phase.next_event().await.map_err(explain)? {
+        if event.sequence == 1 {
+            // The ids `cargo run --example watch_phase` re-attaches with.
+            println!("job {} phase {}", event.job_id, event.phase_id);
+        }
         println!("#{:<4} {:<20} {}", event.sequence, event.kind(), summary(&event));
     }
     let result = phase.result().expect("a finished stream has its result");

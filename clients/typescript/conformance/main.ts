@@ -3,7 +3,9 @@
 // conformance/golden.json, which the other clients' programs must match too).
 //
 //   node dist/conformance/main.js --address HOST:PORT --workdir DIR --scenarios conformance/scenarios.json --prefix ID
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { Code } from "@connectrpc/connect";
 import {
@@ -205,6 +207,11 @@ async function untilToolStarted(iterator: AsyncIterator<StreamEvent>): Promise<S
   }
 }
 
+/** Whether a tool call finished without error: one cancelled while it ran ends killed, or not at all. */
+function completedATool(events: StreamEvent[]): boolean {
+  return events.some((e) => e.payload.case === "toolCallFinished" && !e.payload.value.isError);
+}
+
 async function drain(iterator: AsyncIterator<StreamEvent>): Promise<StreamEvent[]> {
   const rest: StreamEvent[] = [];
   for (let next = await iterator.next(); !next.done; next = await iterator.next()) rest.push(next.value);
@@ -240,6 +247,22 @@ class Scenarios {
       workingDir: this.workdir,
       options: { model: this.spec.options.model, allowedTools: this.spec.options.allowed_tools, ...options },
     };
+  }
+
+  /** The request of a cancel scenario and the file its tool writes once it really runs. */
+  longToolRequest(name: string): [MessageInitShape<typeof RunPhaseRequestSchema>, string] {
+    const started = join(this.workdir, `${this.job(this.spec[name].job)}.started`);
+    return [this.request(name, { env: { [this.spec.long_tool.env]: started } }), started];
+  }
+
+  /** Waits (bounded) until the tool's process wrote its file: then it is running, not just announced. */
+  async untilRunning(started: string): Promise<boolean> {
+    const deadline = Date.now() + this.spec.long_tool.wait_seconds * 1000;
+    while (!existsSync(started)) {
+      if (Date.now() > deadline) return false;
+      await sleep(50);
+    }
+    return true;
   }
 
   async runPhase(): Promise<void> {
@@ -314,9 +337,11 @@ class Scenarios {
 
   async cancelPhase(): Promise<void> {
     const spec = this.spec.cancel;
-    const phase = runPhase(this.client, this.request("cancel"));
+    const [request, started] = this.longToolRequest("cancel");
+    const phase = runPhase(this.client, request);
     const iterator = phase[Symbol.asyncIterator]();
     const before = await withTimeout(untilToolStarted(iterator));
+    const running = await this.untilRunning(started);
     const { phase: cancelled } = await this.client.cancelPhase(
       { jobId: this.job(spec.job), phaseId: spec.phase_id, reason: spec.reason },
       { timeoutMs: 30_000 },
@@ -326,6 +351,7 @@ class Scenarios {
     const events = [...before, ...rest];
     this.out.cancel_phase = {
       events_until_cancel: projectEvents(before),
+      tool_running_when_cancelled: running && !completedATool(events),
       cancel_returned: { job_id: this.norm.apply(cancelled!.jobId), phase_id: cancelled!.phaseId },
       gap_free: gapFree(events),
       last_event: projectEvents(events.slice(-1)),
@@ -335,13 +361,16 @@ class Scenarios {
 
   async clientCancel(): Promise<void> {
     const spec = this.spec.client_cancel;
-    const phase: PhaseStream = runPhase(this.client, this.request("client_cancel"));
+    const [request, started] = this.longToolRequest("client_cancel");
+    const phase: PhaseStream = runPhase(this.client, request);
     const before = await withTimeout(untilToolStarted(phase[Symbol.asyncIterator]()));
+    const running = await this.untilRunning(started);
     // Cancelling the call makes the server cancel the phase. Watch it end.
     phase.cancel();
     const { events, result } = await withTimeout(watchPhase(this.client, this.job(spec.job), spec.phase_id).collect());
     this.out.client_cancel = {
       events_until_cancel: projectEvents(before),
+      tool_running_when_cancelled: running && !completedATool(events),
       watched: {
         gap_free: gapFree(events),
         starts_like_the_run: before.every((e, i) => events[i]?.sequence === e.sequence),

@@ -6,4 +6,6 @@ const phase = runPhase(client, { jobId: "quickstart", prompt: "Say hello", worki
 for await (const event of phase) {
   console.log(`${event.sequence} ${eventKind(event)}`);
 }
-console.log(enumName(PhaseStatusSchema, phase.result!.status), phase.result!.resultText);
+const result = phase.result!;
+console.log("job", result.jobId, "phase", result.phaseId); // what watchPhase needs
+console.log(enumName(PhaseStatusSchema, result.status), result.resultText);

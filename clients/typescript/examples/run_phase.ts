@@ -2,7 +2,8 @@
 //
 //   node dist/examples/run_phase.js [--addr 127.0.0.1:50051] [--job-id ID] [--allow TOOL]... --workdir DIR PROMPT
 //
-// The working directory must be inside one of the server's workspace roots.
+// The working directory must be inside one of the server's workspace roots. The first line names
+// the job and phase, for `node dist/examples/watch_phase.js JOB_ID PHASE_ID`.
 import { parseArgs } from "node:util";
 import {
   createRunnerClient,
@@ -38,6 +39,9 @@ const phase = runPhase(client, {
 });
 try {
   for await (const event of phase) {
+    if (event.sequence === 1n) {
+      console.log(`job ${event.jobId} phase ${event.phaseId}`); // the ids watch_phase re-attaches with
+    }
     console.log(`#${String(event.sequence).padEnd(4)} ${eventKind(event).padEnd(20)} ${summary(event.payload)}`);
   }
   const result = phase.result!;

@@ -17,11 +17,25 @@ from helix_runner.errors import ErrorKind, RunnerError
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
+def unauthenticated() -> RunnerError:
+    """The error every transport reports for a missing or wrong token."""
+    return RunnerError(
+        ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or invalid bearer token in 'authorization'"
+    )
+
+
+def token_matches(presented: str | bytes, token: str) -> bool:
+    """Whether an ``authorization`` header value is ``Bearer <token>`` (constant-time comparison)."""
+    if isinstance(presented, str):
+        presented = presented.encode()
+    return hmac.compare_digest(presented, f"Bearer {token}".encode())
+
+
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without the configured token with UNAUTHENTICATED + ErrorInfo."""
 
     def __init__(self, token: str):
-        self._expected = f"Bearer {token}".encode()
+        self._token = token
 
     async def intercept_service(
         self,
@@ -31,18 +45,14 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if details.method.startswith(_OPEN_PREFIXES):
             return await continuation(details)
         presented = next((v for k, v in details.invocation_metadata or () if k == "authorization"), "")
-        if isinstance(presented, str):
-            presented = presented.encode()
-        if hmac.compare_digest(presented, self._expected):
+        if token_matches(presented, self._token):
             return await continuation(details)
         handler = await continuation(details)
         return _rejecting(handler)
 
 
 def _rejecting(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
-    status = to_status(
-        RunnerError(ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or invalid bearer token in 'authorization'")
-    )
+    status = to_status(unauthenticated())
 
     async def unary(request, context):
         await context.abort_with_status(status)

@@ -370,6 +370,7 @@ def _parse_error(p: d.ParseError, m: ev.ParseError) -> None:
     m.line_number = p.line_number
     m.byte_offset = p.byte_offset
     m.detail = p.detail
+    m.repaired = p.repaired
 
 
 def _unknown(p: d.Unknown, m: ev.Unknown) -> None:

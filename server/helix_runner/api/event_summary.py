@@ -25,6 +25,8 @@ def describe(event: events_pb2.StreamEvent) -> str | None:
     if kind == "stderr":
         return f"stderr: {p.text[:200]}"
     if kind == "parse_error":
+        if p.repaired:
+            return f"repaired stdout line ({p.line_bytes} bytes): {p.detail}"
         return f"unparsable stdout line ({p.line_bytes} bytes)"
     return None
 

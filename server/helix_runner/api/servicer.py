@@ -1,12 +1,16 @@
 """RunnerService over gRPC: translates requests to domain calls and domain results to messages.
 
-Only this package imports generated code. Every handler turns ``RunnerError`` into a rich
-status; nothing else leaks to the caller. The two streaming RPCs send pre-encoded bytes (see
-``wire``), so they are registered by ``add_runner_service`` with a pass-through serializer.
+Only this package imports generated code. Every handler is wrapped (``_unary`` / ``_stream``,
+enforced by ``add_runner_service``): the request's enum fields are checked first, a
+``RunnerError`` becomes a rich status, and any other exception is logged with its traceback and
+answered INTERNAL with a generic message, so no exception text reaches a caller. The two
+streaming RPCs send pre-encoded bytes (see ``wire``), so they are registered with a pass-through
+serializer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,6 +18,7 @@ from typing import Any
 
 import grpc
 import orjson
+from google.protobuf.message import DecodeError
 
 from helix.runner.v1 import events_pb2, resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
@@ -21,14 +26,15 @@ from helix_runner.api.errors import abort
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.record_codec import tool_stats_from_bytes
+from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
-from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
+from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
 from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus, summarize_calls
-from helix_runner.errors import RunnerError, invalid_field
+from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phase_manager import DEFAULT_PROJECT, PhaseManager
 from helix_runner.store.sqlite_store import JobRow, PhaseRow
 
@@ -47,18 +53,90 @@ _ON_DISCONNECT = {
     resources_pb2.ON_DISCONNECT_CANCEL: "CANCEL",
     resources_pb2.ON_DISCONNECT_DETACH: "DETACH",
 }
+_HARD_PAUSE = {
+    runner_service_pb2.PAUSE_MODE_UNSPECIFIED: False,
+    runner_service_pb2.PAUSE_MODE_BEFORE_NEXT_TOOL: False,
+    runner_service_pb2.PAUSE_MODE_HARD: True,
+}
+_INTERRUPT_FIRST = {
+    runner_service_pb2.INJECT_MODE_UNSPECIFIED: False,
+    runner_service_pb2.INJECT_MODE_QUEUE: False,
+    runner_service_pb2.INJECT_MODE_INTERRUPT_AND_SEND: True,
+}
+
+
+def _enum_value(table: dict[int, Any], value: int, field: str) -> Any:
+    """What a request's enum value means here; INVALID_ARGUMENT for a value this server does not handle."""
+    try:
+        return table[value]
+    except KeyError:
+        raise invalid_field(field, f"unknown value {value}") from None
+
+
+_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+_REQUEST_TYPES = {m.name: getattr(runner_service_pb2, m.input_type.name) for m in _SERVICE.methods}
+
+
+def _parse(method: str, request: bytes | Any) -> Any:
+    """The request message; requests arrive as bytes so a malformed one is INVALID_ARGUMENT, not INTERNAL."""
+    if not isinstance(request, bytes):
+        return request
+    request_type = _REQUEST_TYPES[method]
+    try:
+        return request_type.FromString(request)
+    except DecodeError:
+        raise invalid_field("request", f"is not a valid {request_type.DESCRIPTOR.full_name} "
+                                       "(corrupt, or a string that is not UTF-8)") from None
+
+
+def _internal(method: str) -> RunnerError:
+    """The answer to an unexpected exception: its text and traceback go to the log, never to the caller."""
+    return RunnerError(ErrorKind.INTERNAL, "INTERNAL", "internal error; the server log has the details",
+                       {"method": method})
 
 
 def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Wraps a unary handler so domain errors become rich statuses."""
+    """Wraps a unary handler: enum checks first; RunnerError → rich status; anything else → INTERNAL."""
 
     @functools.wraps(handler)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         try:
+            request = _parse(handler.__name__, request)
+            check_enums(request)
             return await handler(self, request, context)
         except RunnerError as exc:
             await abort(context, exc)
+        except grpc.aio.AbortError:
+            raise  # the handler answered already
+        except Exception:
+            log.exception("%s failed unexpectedly", handler.__name__, extra={"fields": {"method": handler.__name__}})
+            await abort(context, _internal(handler.__name__))
 
+    wrapper.guarded = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    """``_unary`` for server-streaming handlers; an error after some messages ends the stream with it."""
+
+    @functools.wraps(handler)
+    async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        try:
+            request = _parse(handler.__name__, request)
+            check_enums(request)
+            # aclosing: when the client goes away, the handler's own cleanup (finally) runs now.
+            async with contextlib.aclosing(handler(self, request, context)) as messages:
+                async for message in messages:
+                    yield message
+        except RunnerError as exc:
+            await abort(context, exc)
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("%s failed unexpectedly", handler.__name__, extra={"fields": {"method": handler.__name__}})
+            await abort(context, _internal(handler.__name__))
+
+    wrapper.guarded = True  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -85,7 +163,7 @@ def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str
         idle_timeout_s=o.idle_timeout.ToNanoseconds() / 1e9,
         include_partial_messages=o.include_partial_messages,
         include_raw_unknown=o.include_raw_unknown,
-        on_disconnect=_ON_DISCONNECT.get(o.on_disconnect, "CANCEL"),
+        on_disconnect=_enum_value(_ON_DISCONNECT, o.on_disconnect, "options.on_disconnect"),
         env=dict(o.env),
         fallback_model=o.fallback_model,
     )
@@ -99,16 +177,14 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     # -- streams ---------------------------------------------------------------------------
 
+    @_stream
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
-        try:
-            spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
-            breakpoints = [breakpoint_from_proto(b) for b in request.options.breakpoints]
-            if len({b.breakpoint_id for b in breakpoints}) != len(breakpoints):
-                raise invalid_field("options.breakpoints", "breakpoint ids must be unique")
-            live = await self.manager.start(spec, breakpoints)
-        except RunnerError as exc:
-            await abort(context, exc)
-            return
+        spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
+        requested = request.options.breakpoints
+        if len(requested) > MAX_BREAKPOINTS:  # before compiling thousands of patterns
+            raise invalid_field("options.breakpoints", f"a phase can have at most {MAX_BREAKPOINTS} breakpoints")
+        breakpoints = [breakpoint_from_proto(b, f"options.breakpoints[{i}]") for i, b in enumerate(requested)]
+        live = await self.manager.start(spec, breakpoints)
         completed = False
         try:
             async for delivery in live.events.subscribe(0):
@@ -127,12 +203,9 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
                 else:
                     live.run.request_stop_with_reason(EndCause.CANCELLED, "the RunPhase caller disconnected")
 
+    @_stream
     async def WatchPhase(self, request, context) -> AsyncIterator[bytes]:
-        try:
-            deliveries = await self.manager.watch(request.job_id, request.phase_id, request.after_sequence)
-        except RunnerError as exc:
-            await abort(context, exc)
-            return
+        deliveries = await self.manager.watch(request.job_id, request.phase_id, request.after_sequence)
         async for delivery in deliveries:
             if delivery.result is not None:
                 if delivery.result:
@@ -295,7 +368,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_unary
     async def PausePhase(self, request, context):
         live = self.manager.require_live(request.job_id, request.phase_id, "pause")
-        await live.run.control.pause(hard=request.mode == runner_service_pb2.PAUSE_MODE_HARD)
+        await live.run.control.pause(hard=_enum_value(_HARD_PAUSE, request.mode, "mode"))
         return runner_service_pb2.PausePhaseResponse(phase=self._live_phase(live))
 
     @_unary
@@ -320,7 +393,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     async def InjectMessage(self, request, context):
         live = self.manager.require_live(request.job_id, request.phase_id, "inject a message")
         message_uuid, sequence = await live.run.control.inject(
-            request.text, interrupt_first=request.mode == runner_service_pb2.INJECT_MODE_INTERRUPT_AND_SEND)
+            request.text, interrupt_first=_enum_value(_INTERRUPT_FIRST, request.mode, "mode"))
         return runner_service_pb2.InjectMessageResponse(message_uuid=message_uuid, sequence=sequence)
 
     @_unary
@@ -396,16 +469,16 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         return runner_service_pb2.InspectPhaseResponse(inspection=inspection)
 
 
-def breakpoint_from_proto(msg: resources_pb2.Breakpoint) -> Breakpoint:
-    """The domain breakpoint for a request's Breakpoint (validated)."""
+def breakpoint_from_proto(msg: resources_pb2.Breakpoint, field_path: str = "breakpoint") -> Breakpoint:
+    """The domain breakpoint for a request's Breakpoint (validated; errors name fields under ``field_path``)."""
     kind = msg.WhichOneof("condition")
     if kind is None:
-        raise invalid_field("breakpoint", "a condition (tool_name, input_pattern, cost_threshold_usd or "
-                                          "turn_count) is required")
+        raise invalid_field(field_path, "a condition (tool_name, input_pattern, cost_threshold_usd or "
+                                        "turn_count) is required")
     return Breakpoint.create(
         kind=BreakpointKind(kind), breakpoint_id=msg.breakpoint_id, tool_name=msg.tool_name or msg.input_pattern.tool_name,
         regex=msg.input_pattern.regex, cost_threshold_usd=msg.cost_threshold_usd, turn_count=msg.turn_count,
-        once=msg.once,
+        once=msg.once, field_path=field_path,
     )
 
 
@@ -442,19 +515,20 @@ def _pass_through(message: bytes | Any) -> bytes:
 
 
 def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> None:
-    """Registers the service; the streaming methods may yield pre-encoded response bytes."""
-    service = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+    """Registers the service; the streaming methods may yield pre-encoded response bytes.
+
+    Requests are handed over as bytes and parsed by the handler's wrapper (``_parse``).
+    """
     handlers = {}
-    for method in service.methods:
-        request_cls = getattr(runner_service_pb2, method.input_type.name)
+    for method in _SERVICE.methods:
         behaviour = getattr(servicer, method.name)
+        if not getattr(behaviour, "guarded", False):  # every RPC gets the checks and the INTERNAL guard
+            raise TypeError(f"RunnerServicer.{method.name} must be wrapped by _unary or _stream")
         if method.server_streaming:
-            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
-                behaviour, request_deserializer=request_cls.FromString, response_serializer=_pass_through)
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(behaviour, response_serializer=_pass_through)
         else:
             response_cls = getattr(runner_service_pb2, method.output_type.name)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                behaviour, request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-    server.add_registered_method_handlers(service.full_name, handlers)
+                behaviour, response_serializer=response_cls.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)

@@ -29,6 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "text"))
     p.add_argument("--offline-script", help="point the CLI at a scripted loopback Messages API (JSON script)")
+    p.add_argument(
+        "--api-key-file", help="file with the Anthropic API key (default: the server's ANTHROPIC_API_KEY)"
+    )
+    p.add_argument(
+        "--web-port", type=int, help="serve the web dashboard on this HTTP port (default: off; 0 picks one)"
+    )
+    p.add_argument("--web-host", help="the dashboard's listen address (default 127.0.0.1)")
     p.set_defaults(handler=cmd_serve)
 
     p = sub.add_parser("mock-api", help="serve a scripted stand-in for the Anthropic Messages API")

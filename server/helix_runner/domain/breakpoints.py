@@ -3,6 +3,11 @@
 Tool-name and input-pattern breakpoints fire on every matching call (unless ``once``).
 Cost and turn-count breakpoints are thresholds: they fire on the first tool call after the
 threshold is reached, then stay spent (a threshold is crossed once).
+
+Input patterns come from callers, so they run on RE2 (``google-re2``), whose search time is linear
+in the input: a backtracking engine such as Python's ``re`` takes exponential time on patterns
+like ``(a+)+$`` and would pin the event loop. RE2 has no backreferences or lookaround; patterns
+using them are rejected as invalid. The text searched is bounded too (``MAX_SEARCH_BYTES``).
 """
 
 from __future__ import annotations
@@ -10,12 +15,57 @@ from __future__ import annotations
 import enum
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+import re2
 
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 
 MAX_REGEX_BYTES = 4 * 1024
 MAX_BREAKPOINTS = 256
+# A pattern sees the first 64 KiB of the input's compact JSON: the bound of ToolCall.input_json,
+# so a pattern matches what a client is shown. With RE2 a search costs at most about
+# (bytes searched) x (compiled program size), so bounding both bounds the time.
+MAX_SEARCH_BYTES = 64 * 1024
+# RE2's own default; it caps the compiled program and the lazily built DFA of one pattern.
+REGEX_MAX_MEM = 8 << 20
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.never_capture = True  # only "is there a match" matters; no submatch bookkeeping
+    options.log_errors = False  # a bad pattern is the caller's error, not a line on our stderr
+    options.max_mem = REGEX_MAX_MEM
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+
+
+def compile_pattern(regex: str, field_name: str) -> Any:
+    """The RE2 pattern for a caller's regex; INVALID_ARGUMENT naming ``field_name`` if it is not one."""
+    if not regex or len(regex.encode("utf-8", "surrogatepass")) > MAX_REGEX_BYTES:
+        raise invalid_field(field_name, f"must be 1 to {MAX_REGEX_BYTES} bytes")
+    try:
+        return re2.compile(regex, _RE2_OPTIONS)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else ""
+        if isinstance(why, bytes):
+            why = why.decode("utf-8", "replace")
+        raise invalid_field(
+            field_name, f"is not a valid RE2 pattern (no backreferences or lookaround): {why}"[:512]
+        ) from None
+    except (TypeError, UnicodeError):  # e.g. a lone surrogate, which has no UTF-8 form
+        raise invalid_field(field_name, "is not valid UTF-8") from None
+
+
+def search_bytes(input_json: str | bytes) -> bytes:
+    """The part of a tool input that patterns search: its first ``MAX_SEARCH_BYTES`` bytes."""
+    if isinstance(input_json, str):
+        input_json = input_json.encode("utf-8", "surrogatepass")
+    return input_json[:MAX_SEARCH_BYTES]
 
 
 class BreakpointKind(enum.Enum):
@@ -37,7 +87,7 @@ class Breakpoint:
     turn_count: int = 0
     once: bool = False
     hit_count: int = 0
-    _pattern: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
+    _pattern: Any = field(default=None, repr=False, compare=False)  # the compiled RE2 pattern
 
     @classmethod
     def create(
@@ -50,24 +100,20 @@ class Breakpoint:
         cost_threshold_usd: float = 0.0,
         turn_count: int = 0,
         once: bool = False,
+        field_path: str = "breakpoint",
     ) -> Breakpoint:
-        """A validated breakpoint; INVALID_ARGUMENT names the bad field."""
+        """A validated breakpoint; INVALID_ARGUMENT names the bad field under ``field_path``."""
         if breakpoint_id and not re.match(r"^[A-Za-z0-9._:-]{1,128}$", breakpoint_id):
-            raise invalid_field("breakpoint.breakpoint_id", "must be 1-128 characters of [A-Za-z0-9._:-]")
+            raise invalid_field(f"{field_path}.breakpoint_id", "must be 1-128 characters of [A-Za-z0-9._:-]")
         pattern = None
         if kind is BreakpointKind.TOOL_NAME and not tool_name:
-            raise invalid_field("breakpoint.tool_name", "must not be empty")
+            raise invalid_field(f"{field_path}.tool_name", "must not be empty")
         if kind is BreakpointKind.INPUT_PATTERN:
-            if not regex or len(regex.encode()) > MAX_REGEX_BYTES:
-                raise invalid_field("breakpoint.input_pattern.regex", f"must be 1 to {MAX_REGEX_BYTES} bytes")
-            try:
-                pattern = re.compile(regex)
-            except re.error as exc:
-                raise invalid_field("breakpoint.input_pattern.regex", f"does not compile: {exc}") from None
+            pattern = compile_pattern(regex, f"{field_path}.input_pattern.regex")
         if kind is BreakpointKind.COST_THRESHOLD and not cost_threshold_usd > 0:
-            raise invalid_field("breakpoint.cost_threshold_usd", "must be positive")
+            raise invalid_field(f"{field_path}.cost_threshold_usd", "must be positive")
         if kind is BreakpointKind.TURN_COUNT and turn_count < 1:
-            raise invalid_field("breakpoint.turn_count", "must be at least 1")
+            raise invalid_field(f"{field_path}.turn_count", "must be at least 1")
         return cls(
             breakpoint_id or f"bp-{uuid.uuid4().hex[:8]}",
             kind,
@@ -84,7 +130,14 @@ class Breakpoint:
     def is_threshold(self) -> bool:
         return self.kind in (BreakpointKind.COST_THRESHOLD, BreakpointKind.TURN_COUNT)
 
-    def matches(self, tool_name: str, input_json: str, cost_usd: float, turns: int) -> bool:
+    def searches(self, tool_name: str) -> bool:
+        """Whether deciding on a call of ``tool_name`` runs this breakpoint's pattern."""
+        return self.kind is BreakpointKind.INPUT_PATTERN and (
+            not self.tool_name or tool_name == self.tool_name
+        )
+
+    def matches(self, tool_name: str, input_json: str | bytes, cost_usd: float, turns: int) -> bool:
+        """Whether a call triggers this breakpoint (pure: safe off the event loop, see ``first_match``)."""
         if self.is_threshold and self.hit_count:
             return False  # a threshold is crossed once
         if self.kind is BreakpointKind.TOOL_NAME:
@@ -93,7 +146,7 @@ class Breakpoint:
             if self.tool_name and tool_name != self.tool_name:
                 return False
             assert self._pattern is not None
-            return self._pattern.search(input_json) is not None
+            return self._pattern.search(search_bytes(input_json)) is not None
         if self.kind is BreakpointKind.COST_THRESHOLD:
             return cost_usd >= self.cost_threshold_usd
         return turns >= self.turn_count
@@ -104,6 +157,19 @@ class BreakpointSet:
 
     def __init__(self) -> None:
         self._items: dict[str, Breakpoint] = {}
+
+    @classmethod
+    def of(cls, breakpoints: Iterable[Breakpoint], field_path: str = "options.breakpoints") -> BreakpointSet:
+        """A phase's initial breakpoints, checked as a whole (count, unique ids) before anything runs."""
+        bps = list(breakpoints)
+        if len(bps) > MAX_BREAKPOINTS:
+            raise invalid_field(field_path, f"a phase can have at most {MAX_BREAKPOINTS} breakpoints")
+        if len({bp.breakpoint_id for bp in bps}) != len(bps):
+            raise invalid_field(field_path, "breakpoint ids must be unique")
+        out = cls()
+        for bp in bps:
+            out.add(bp)
+        return out
 
     def add(self, bp: Breakpoint) -> Breakpoint:
         if bp.breakpoint_id in self._items:
@@ -139,10 +205,31 @@ class BreakpointSet:
 
     def hit(self, tool_name: str, input_json: str, cost_usd: float, turns: int) -> Breakpoint | None:
         """The first breakpoint this call triggers (its hit is counted; ``once`` ones are removed)."""
-        for bp in self._items.values():
-            if bp.matches(tool_name, input_json, cost_usd, turns):
-                bp.hit_count += 1
-                if bp.once:
-                    del self._items[bp.breakpoint_id]
-                return bp
-        return None
+        bp = first_match(self.list(), tool_name, input_json, cost_usd, turns)
+        if bp is not None:
+            self.record_hit(bp)
+        return bp
+
+    def record_hit(self, bp: Breakpoint) -> bool:
+        """Counts a hit found by ``first_match``; False if ``bp`` was removed meanwhile (no hit)."""
+        if self._items.get(bp.breakpoint_id) is not bp:
+            return False
+        bp.hit_count += 1
+        if bp.once:
+            del self._items[bp.breakpoint_id]
+        return True
+
+
+def first_match(
+    breakpoints: list[Breakpoint], tool_name: str, input_json: str, cost_usd: float, turns: int
+) -> Breakpoint | None:
+    """The first of ``breakpoints`` a call triggers, changing nothing.
+
+    Pure, so it may run in a worker thread over a snapshot of a set (RE2 releases the GIL while
+    it searches); the caller then counts the hit with ``BreakpointSet.record_hit``.
+    """
+    text = search_bytes(input_json)  # encoded once for every pattern
+    for bp in breakpoints:
+        if bp.matches(tool_name, text, cost_usd, turns):
+            return bp
+    return None

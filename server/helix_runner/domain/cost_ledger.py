@@ -1,15 +1,15 @@
 """The cost of a phase: the CLI's reported figure and our own, side by side.
 
-Rules (notes §0.3, §0.5, §7.4; corpus README):
+Rules (docs/claude-cli-protocol.md §0.3, §0.5, §7.4; tests/fixtures/corpus/README.md):
 
 * ``result.total_cost_usd`` and ``result.modelUsage`` are running totals for the process, and a
-  process can write several results (queued turns, background subagents; CAP 09/16/17). The
-  latest result wins; results are never summed.
+  process can write several results (queued turns, background subagents; corpus localcli-09, -16
+  and -17). The latest result wins; results are never summed.
 * Our computed cost prices the latest result's ``modelUsage`` (subagents and compaction included)
   per model, plus the usage of API messages seen *after* that result, which it cannot cover yet.
   That usage comes from assistant lines, de-duplicated by ``message.id`` (one line per content
-  block, all repeating the message_start usage; notes §0.2), with the output count raised by a
-  later line or a ``stream_event`` ``message_delta`` of the same message.
+  block, all repeating the message_start usage; docs/claude-cli-protocol.md §0.2), with the
+  output count raised by a later line or a ``stream_event`` ``message_delta`` of the same message.
 * A phase without any result has only that assistant-line usage: its snapshot is
   ``computed_only`` (the CLI never reported a cost).
 * A result without ``modelUsage`` (very old CLIs) does not reset the assistant-line usage, which
@@ -150,7 +150,10 @@ class CostLedger:
         return True
 
     def observe_output(self, message_id: str, usage: dict[str, Any]) -> None:
-        """Final output count of a message from a ``stream_event`` ``message_delta`` (notes §2.6)."""
+        """Final output count of a message from a ``stream_event`` ``message_delta``.
+
+        See docs/claude-cli-protocol.md §2.6.
+        """
         known = self._recent.get(message_id)
         if known is not None:
             self._raise_output(known, usage.get("output_tokens"))

@@ -219,6 +219,7 @@ class ParseErrorReason(enum.IntEnum):
     LINE_TOO_LONG = 5
     TRUNCATED_AT_EOF = 6
     BAD_SHAPE = 7
+    UNPAIRED_SURROGATE = 8
 
 
 # --------------------------------------------------------------------------------------------------
@@ -369,7 +370,10 @@ class ApiRetry:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class ApiError:
-    """A synthetic assistant message (model ``<synthetic>``) reporting an API failure (notes §2.3)."""
+    """A synthetic assistant message (model ``<synthetic>``) reporting an API failure.
+
+    See docs/claude-cli-protocol.md §2.3.
+    """
 
     error: str
     api_error_status: int | None
@@ -450,7 +454,10 @@ class HookEvent:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class PermissionDenied:
-    """``system/permission_denied``: a tool call refused without asking (advisory; notes §2.2)."""
+    """``system/permission_denied``: a tool call refused without asking.
+
+    Advisory; ``result.permission_denials`` is authoritative (docs/claude-cli-protocol.md §2.2).
+    """
 
     tool_name: str
     tool_use_id: str
@@ -475,7 +482,7 @@ class PartialDelta:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    """A ``result`` line: one turn ended. A phase can have several (notes §0.5).
+    """A ``result`` line: one turn ended. A phase can have several (docs/claude-cli-protocol.md §0.5).
 
     ``total_cost_usd`` and ``model_usage`` are running totals for the process; ``usage`` is the main
     loop only. Branch on ``is_error`` first: ``subtype: success`` with ``is_error`` is an API error.
@@ -623,13 +630,18 @@ class ControlEvent:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class ParseError:
-    """A stdout line that could not be parsed. Never contains the line itself (redacted by design)."""
+    """A stdout line that could not be parsed as written. Never contains the line itself (redacted by design).
+
+    ``repaired``: a warning only; the line was repaired (U+FFFD for what had no valid form) and its
+    events follow this one.
+    """
 
     reason: ParseErrorReason
     line_bytes: int
     line_number: int
     byte_offset: int
     detail: str = ""
+    repaired: bool = False
 
 
 Payload = (

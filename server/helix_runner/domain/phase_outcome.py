@@ -1,4 +1,5 @@
-"""How a phase ended, decided from facts only (ADR-045: never report "done" by inference).
+"""How a phase ended, decided from facts only (ADR-045: never report "done" by inference;
+docs/decisions/ADR-045.md).
 
 The inputs are the exit facts of the process (``ProcessExit``) and the last turn result the
 CLI wrote, if any. ``SUCCEEDED`` needs all of: the process exited by itself with code 0, stdout
@@ -104,6 +105,15 @@ def _exit_text(process: ProcessExit) -> str:
     return "exit status unknown"
 
 
+# The CLI's own words for missing or rejected credentials are meant for its interactive user
+# ("Not logged in · Please run /login", "Invalid API key · Please run /login"); the operator of
+# this server has no /login to run, so the reason says what to set instead.
+CREDENTIALS_HINT = (
+    "the Claude CLI has no valid credentials: set ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN) in "
+    "the server's environment, or start the server in offline mode (--offline-script)"
+)
+
+
 def _result_failure(result: LastResult, exit_text: str) -> str:
     what = f"the last turn ended with {result.subtype}"
     if result.is_error:
@@ -115,4 +125,7 @@ def _result_failure(result: LastResult, exit_text: str) -> str:
     detail = "; ".join(result.errors) or result.result_text
     if detail:
         what += f": {detail[:300]}"
-    return f"{what}; the CLI {exit_text}"
+    reason = f"{what}; the CLI {exit_text}"
+    if result.is_error and (result.api_error_status == 401 or "/login" in detail):
+        reason += f" ({CREDENTIALS_HINT})"
+    return reason

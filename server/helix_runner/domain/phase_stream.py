@@ -199,7 +199,8 @@ class PhaseStream:
                                 hook_name=payload.hook_name,
                             )
                     elif cls is ParseError:
-                        self._parse_errors += 1
+                        if not payload.repaired:  # a repaired line's events follow: not lost
+                            self._parse_errors += 1
                     append(_Event(seq, now, sid, parent, agent, uid, payload))
             if cost_changed and (
                 self._last_cost_ns is None or now - self._last_cost_ns >= COST_UPDATE_INTERVAL_NS
@@ -264,7 +265,8 @@ class PhaseStream:
 
     @property
     def parse_error_count(self) -> int:
-        """Stdout lines that could not be parsed (each also produced a ParseError event)."""
+        """Stdout lines that could not be parsed and were dropped (each produced a ParseError event;
+        repaired lines, whose ParseError is only a warning, are not counted)."""
         return self._parse_errors
 
     @property

@@ -168,12 +168,13 @@ def split_cache_writes(
     The rule, from the most specific source the CLI gives to the least:
 
     1. ``modelUsage[model]`` carries ``cacheCreationEphemeral5mInputTokens`` /
-       ``cacheCreationEphemeral1hInputTokens`` (CLI 2.1.x, CAP 01): the 1-hour count is exact, and
-       every other cache-write token (``cacheCreationInputTokens`` minus the 1-hour count) is priced
-       at the 5-minute rate. This reproduces the CLI's own figure even where it reports a total
-       with both split fields 0 (CAP 24: 240 tokens, both 0, priced at 1.25× input).
+       ``cacheCreationEphemeral1hInputTokens`` (CLI 2.1.x, corpus localcli-01): the 1-hour count is
+       exact, and every other cache-write token (``cacheCreationInputTokens`` minus the 1-hour
+       count) is priced at the 5-minute rate. This reproduces the CLI's own figure even where it
+       reports a total with both split fields 0 (localcli-24: 240 tokens, both 0, priced at 1.25× input).
     2. Older CLIs (2.0.x) give only the unsplit ``cacheCreationInputTokens`` per model. The only
-       split is ``result.usage.cache_creation`` — main loop only, subagents excluded (notes §0.3).
+       split is ``result.usage.cache_creation`` — main loop only, subagents excluded
+       (docs/claude-cli-protocol.md §0.3).
        The caller passes its 1-hour count as ``main_loop_1h`` for the model that ran the main loop
        (the one with the most cache writes) and 0 for the others; those 1-hour tokens (capped at the
        model's total) are priced at the 1-hour rate and the rest at the 5-minute rate, the API's

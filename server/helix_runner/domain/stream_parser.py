@@ -14,7 +14,9 @@ Dispatch is on ``type``, then ``subtype`` — never on key order or prefixes, wh
 
 The parser is pure apart from counting ``system/init`` lines (for ``SessionInit.turn_index``).
 Nothing here raises on bad input: a line that cannot be read yields a ``ParseError`` that never
-contains the line's content.
+contains the line's content. A line whose only defect is its text encoding (invalid UTF-8, an
+unpaired surrogate escape) is repaired instead (``line_repair``): its events are delivered after
+a ``ParseError`` with ``repaired`` set.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from helix_runner.domain.events import (
     maker,
     utf8_len,
 )
+from helix_runner.domain.line_repair import repair_line
 from helix_runner.domain.pricing import split_cache_writes
 
 # Fast constructors of the payload classes (see events.fast_init): this module builds one or two
@@ -341,6 +344,10 @@ class StreamParser:
             obj = _loads(line)
         except _JSONDecodeError as exc:
             return self._unreadable(line, line_number, byte_offset, exc)
+        return self._parsed(obj, line, line_number, byte_offset)
+
+    def _parsed(self, obj: Any, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
+        """``parse`` after ``loads``: dispatch on the line's type."""
         try:
             # KeyError/TypeError: not an object, no type, an unhashable or unknown type.
             handler = self._handlers[obj["type"]]
@@ -381,8 +388,20 @@ class StreamParser:
     def _unreadable(
         self, line: bytes, line_number: int, byte_offset: int, exc: orjson.JSONDecodeError
     ) -> ParsedLine:
-        """Classify a line orjson rejected: invalid UTF-8, noise, or broken JSON."""
+        """Repair a line orjson rejected for its encoding, else classify it: invalid UTF-8, noise, or
+        broken JSON."""
         line = bytes(line)  # PhaseStream passes memoryviews
+        repair = repair_line(line)
+        if repair is not None:
+            fixed, reason, detail = repair
+            try:
+                obj = _loads(fixed)
+            except _JSONDecodeError:
+                pass  # broken beyond its encoding: reported as such below
+            else:
+                sid, parent, agent, uid, payloads, usage = self._parsed(obj, fixed, line_number, byte_offset)
+                warning = _ParseError(reason, len(line), line_number, byte_offset, detail, True)
+                return sid, parent, agent, uid, [warning, *payloads], usage
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as err:

@@ -1,9 +1,10 @@
 """Tool calls of a phase: pairing ``tool_use`` with ``tool_result``, durations, per-tool statistics.
 
 A call opens on a ``tool_use`` block (key: its id) and closes on the ``tool_result`` with that
-``tool_use_id``, which may come many lines later, after other calls' results (parallel calls, CAP 03
-and 24) or from a subagent (``parent_tool_use_id`` set, CAP 09). Durations are the difference of
-the two lines' receive times. A call still open when the phase ends is UNFINISHED — never a success.
+``tool_use_id``, which may come many lines later, after other calls' results (parallel calls,
+corpus localcli-03 and -24) or from a subagent (``parent_tool_use_id`` set, localcli-09).
+Durations are the difference of the two lines' receive times. A call still open when the phase
+ends is UNFINISHED — never a success.
 
 Memory is bounded whatever the stream length (a phase can write gigabytes):
 
@@ -286,7 +287,7 @@ class ToolTracker:
         """Attach a hook's reported ``duration_ms`` to the open call it ran for.
 
         The call is found by ``tool_use_id`` when the hook line has one; otherwise by tool name
-        from ``hook_name`` (``PreToolUse:Bash`` → the most recent open ``Bash`` call; CAP 14).
+        from ``hook_name`` (``PreToolUse:Bash`` → the most recent open ``Bash`` call; localcli-14).
         Several hooks of one call add up.
         """
         call = self._open.get(tool_use_id) if tool_use_id else None

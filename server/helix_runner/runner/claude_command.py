@@ -1,8 +1,8 @@
 """Builds the CLI's command line and its first stdin line from a phase spec.
 
-We always speak stream-json on stdin too (as claude-agent-sdk does, notes §1): the prompt goes
-in as a user line, so prompts are not bound by the kernel's 128 KiB argument limit and the same
-process can later take control requests and injected messages.
+We always speak stream-json on stdin too, as claude-agent-sdk does (docs/claude-cli-protocol.md
+§1): the prompt goes in as a user line, so prompts are not bound by the kernel's 128 KiB argument
+limit and the same process can later take control requests and injected messages.
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ BASE_ARGS = ("-p", "--output-format", "stream-json", "--verbose", "--input-forma
              "--permission-prompt-tool", "stdio")
 
 
-def build_argv(claude_path: str, spec: PhaseSpec) -> list[str]:
-    """The argv for one phase (the prompt is not in it; see ``prompt_line``)."""
+def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None) -> list[str]:
+    """The argv for one phase (the prompt is not in it; see ``prompt_line``).
+
+    ``settings`` is the server's own ``--settings`` JSON (the key helper); the CLI ranks it above
+    the workspace's and the user's settings files, so a workspace cannot replace it.
+    """
     argv = [claude_path, *BASE_ARGS]
+    if settings:
+        argv += ["--settings", settings]
     if spec.model:
         argv += ["--model", spec.model]
     if spec.fallback_model:
@@ -43,5 +49,5 @@ def build_argv(claude_path: str, spec: PhaseSpec) -> list[str]:
 
 
 def prompt_line(prompt: str) -> bytes:
-    """The stream-json user line carrying the prompt (notes §3.4)."""
+    """The stream-json user line carrying the prompt (docs/claude-cli-protocol.md §3.4)."""
     return orjson.dumps({"type": "user", "message": {"role": "user", "content": prompt}, "parent_tool_use_id": None})

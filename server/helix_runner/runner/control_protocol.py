@@ -1,9 +1,9 @@
 """The host side of the CLI's stdin control protocol (``--input-format stream-json``).
 
-Envelopes (notes/claude-cli-protocol.md §3.1, confirmed in corpus captures 16 and 23):
+Envelopes (docs/claude-cli-protocol.md §3.1, confirmed in corpus captures localcli-16 and -23):
 request ``{"type":"control_request","request_id":…,"request":{"subtype":…}}``, answer
 ``{"type":"control_response","response":{"subtype":"success"|"error","request_id":…,…}}``.
-Every line is one compact JSON object: a non-JSON line on stdin kills the CLI (CAP 22).
+Every line is one compact JSON object: a non-JSON line on stdin kills the CLI (corpus localcli-22).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from helix_runner.errors import ErrorKind, RunnerError
 
 # The id we register our PreToolUse hook callback under in `initialize`.
 PRE_TOOL_USE_CALLBACK = "helix_pre_tool_use"
-# Hook timeout in seconds: a person may hold a call for a long time (notes §3.6).
+# Hook timeout in seconds: a person may hold a call for a long time (docs/claude-cli-protocol.md §3.6).
 HOLD_TIMEOUT_SECONDS = 7 * 24 * 3600
 
 
@@ -29,7 +29,7 @@ def _line(obj: dict[str, Any]) -> bytes:
 
 
 def user_line(text: str, message_uuid: str | None = None) -> bytes:
-    """A user message line (notes §3.4); the CLI queues it as the next turn."""
+    """A user message line (docs/claude-cli-protocol.md §3.4); the CLI queues it as the next turn."""
     obj: dict[str, Any] = {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None}
     if message_uuid:
         obj["uuid"] = message_uuid
@@ -42,7 +42,10 @@ def allow_hook() -> dict[str, Any]:
 
 
 def deny_hook(reason: str) -> dict[str, Any]:
-    """Refuse the call; the model sees ``PreToolUse:<tool> hook error: <reason>`` as its result (CAP 23)."""
+    """Refuse the call; the model sees ``PreToolUse:<tool> hook error: <reason>`` as its result.
+
+    As in corpus localcli-23.
+    """
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                    "permissionDecisionReason": reason}}
 
@@ -67,7 +70,7 @@ class ControlChannel:
 
     def initialize_line(self) -> tuple[str, bytes]:
         """The ``initialize`` request registering one PreToolUse callback with no matcher, so it fires
-        before every tool call, read-only and pre-allowed ones included (CAP 23)."""
+        before every tool call, read-only and pre-allowed ones included (localcli-23)."""
         request_id = self.next_id()
         self._expect(request_id, "initialize")
         hooks = {"PreToolUse": [{"hookCallbackIds": [PRE_TOOL_USE_CALLBACK], "timeout": HOLD_TIMEOUT_SECONDS}]}

@@ -25,9 +25,11 @@ def resolve_working_dir(requested: str, roots: Sequence[Path]) -> Path:
     for root in roots:
         if real == root or root in real.parents:
             return real
+    listed = ", ".join(str(r) for r in roots) or "none configured"
     raise RunnerError(
         ErrorKind.INVALID_ARGUMENT,
         "WORKING_DIR_OUTSIDE_ROOTS",
-        f"working_dir {requested} (resolved to {real}) is outside the workspace roots",
+        f"working_dir {requested} (resolved to {real}) is outside the workspace roots ({listed}); "
+        "the server's --workspace-root (or workspace_roots) says where phases may run",
         {"path": requested, "resolved": real, "roots": ":".join(str(r) for r in roots)},
     )

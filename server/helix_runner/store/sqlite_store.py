@@ -523,6 +523,59 @@ class SqliteStore:
             return [_phase_row(r) for r in self._db.execute(sql, args).fetchall()]
 
 
+    # -- retention ---------------------------------------------------------------------------
+
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+        """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
+        marks = ",".join("?" * len(ACTIVE_STATUSES))
+        with self._lock:
+            jobs = [r[0] for r in self._db.execute(
+                f"SELECT job_id FROM jobs WHERE update_time_ns < ? AND NOT EXISTS (SELECT 1 FROM phases p "
+                f"WHERE p.job_id = jobs.job_id AND p.status IN ({marks})) ORDER BY update_time_ns LIMIT ?",
+                (cutoff_ns, *ACTIVE_STATUSES, limit),
+            ).fetchall()]
+            return [
+                (job, [r[0] for r in self._db.execute(
+                    "SELECT recording_dir FROM phases WHERE job_id = ? AND recording_dir != ''", (job,))])
+                for job in jobs
+            ]
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Deletes jobs with their phases, events, tool calls and costs, in one transaction; returns phases deleted."""
+        if not job_ids:
+            return 0
+        marks = ",".join("?" * len(job_ids))
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("events", "tool_calls", "model_costs"):
+                    self._db.execute(f"DELETE FROM {table} WHERE job_id IN ({marks})", job_ids)
+                phases = self._db.execute(f"DELETE FROM phases WHERE job_id IN ({marks})", job_ids).rowcount
+                self._db.execute(f"DELETE FROM jobs WHERE job_id IN ({marks})", job_ids)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return phases
+
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
+        """(job_id, phase_id, recording_dir) of finished phases that still have a recording, oldest end first."""
+        marks = ",".join("?" * len(ACTIVE_STATUSES))
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(
+                f"SELECT job_id, phase_id, recording_dir FROM phases WHERE recording_dir != '' "
+                f"AND status NOT IN ({marks}) ORDER BY COALESCE(end_time_ns, create_time_ns), job_id, phase_id",
+                ACTIVE_STATUSES,
+            ).fetchall()]
+
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
+        """Notes that a phase's recording was deleted (without counting as activity on its job)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE phases SET recording_dir = '' WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
+            )
+
+
 def _scope(project_id: str | None, job_id: str | None, phase_id: str | None) -> tuple[list[str], list[str]]:
     """WHERE terms for a cost scope: a phase (job + phase), a job, or a project."""
     if job_id:

@@ -69,6 +69,7 @@ class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PARSE_ERROR_REASON_LINE_TOO_LONG: _ClassVar[ParseErrorReason]
     PARSE_ERROR_REASON_TRUNCATED_AT_EOF: _ClassVar[ParseErrorReason]
     PARSE_ERROR_REASON_BAD_SHAPE: _ClassVar[ParseErrorReason]
+    PARSE_ERROR_REASON_UNPAIRED_SURROGATE: _ClassVar[ParseErrorReason]
 TASK_EVENT_KIND_UNSPECIFIED: TaskEventKind
 TASK_EVENT_KIND_STARTED: TaskEventKind
 TASK_EVENT_KIND_PROGRESS: TaskEventKind
@@ -112,6 +113,7 @@ PARSE_ERROR_REASON_INVALID_UTF8: ParseErrorReason
 PARSE_ERROR_REASON_LINE_TOO_LONG: ParseErrorReason
 PARSE_ERROR_REASON_TRUNCATED_AT_EOF: ParseErrorReason
 PARSE_ERROR_REASON_BAD_SHAPE: ParseErrorReason
+PARSE_ERROR_REASON_UNPAIRED_SURROGATE: ParseErrorReason
 
 class StreamEvent(_message.Message):
     __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown")
@@ -544,18 +546,20 @@ class ControlEvent(_message.Message):
     def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ...) -> None: ...
 
 class ParseError(_message.Message):
-    __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail")
+    __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail", "repaired")
     REASON_FIELD_NUMBER: _ClassVar[int]
     LINE_BYTES_FIELD_NUMBER: _ClassVar[int]
     LINE_NUMBER_FIELD_NUMBER: _ClassVar[int]
     BYTE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    REPAIRED_FIELD_NUMBER: _ClassVar[int]
     reason: ParseErrorReason
     line_bytes: int
     line_number: int
     byte_offset: int
     detail: str
-    def __init__(self, reason: _Optional[_Union[ParseErrorReason, str]] = ..., line_bytes: _Optional[int] = ..., line_number: _Optional[int] = ..., byte_offset: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+    repaired: bool
+    def __init__(self, reason: _Optional[_Union[ParseErrorReason, str]] = ..., line_bytes: _Optional[int] = ..., line_number: _Optional[int] = ..., byte_offset: _Optional[int] = ..., detail: _Optional[str] = ..., repaired: _Optional[bool] = ...) -> None: ...
 
 class Unknown(_message.Message):
     __slots__ = ("type", "subtype", "raw_json", "line_bytes")

@@ -34,6 +34,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
     ERROR_REASON_TOO_MANY_PHASES: _ClassVar[ErrorReason]
     ERROR_REASON_INVALID_PAGE_TOKEN: _ClassVar[ErrorReason]
+    ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -66,6 +67,7 @@ ERROR_REASON_BREAKPOINT_NOT_FOUND: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_TOO_MANY_PHASES: ErrorReason
 ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason
+ERROR_REASON_INTERNAL: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode

@@ -724,7 +724,7 @@ export type PhaseDiagnostics = Message<"helix.runner.v1.PhaseDiagnostics"> & {
   stderrBytes: bigint;
 
   /**
-   * Lines that could not be parsed (see ParseError events).
+   * Lines that could not be parsed and were dropped (see ParseError events; repaired ones not counted).
    *
    * @generated from field: int64 parse_error_count = 3;
    */
@@ -1025,7 +1025,9 @@ export const BreakpointSchema: GenMessage<Breakpoint> = /*@__PURE__*/
  */
 export type InputPatternCondition = Message<"helix.runner.v1.InputPatternCondition"> & {
   /**
-   * Python `re` syntax, searched (not anchored) in the compact JSON of the input; at most 4 KiB.
+   * RE2 syntax (github.com/google/re2/wiki/Syntax: linear-time matching, so no backreferences or
+   * lookaround; such patterns are INVALID_ARGUMENT naming this field), at most 4 KiB. Searched
+   * (not anchored) in the compact JSON of the input, in its first 64 KiB (as ToolCall.input_json).
    *
    * @generated from field: string regex = 1;
    */

@@ -342,6 +342,12 @@ class ErrorReason(betterproto2.Enum):
     The page token does not belong to this query.
     """
 
+    INTERNAL = 20
+    """
+    An unexpected server error (status INTERNAL); the server's log has the details, the response
+    never does. Metadata `method`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -365,6 +371,7 @@ class ErrorReason(betterproto2.Enum):
             17: "ERROR_REASON_UNAUTHENTICATED",
             18: "ERROR_REASON_TOO_MANY_PHASES",
             19: "ERROR_REASON_INVALID_PAGE_TOKEN",
+            20: "ERROR_REASON_INTERNAL",
         }
 
     @classmethod
@@ -390,6 +397,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_UNAUTHENTICATED": 17,
             "ERROR_REASON_TOO_MANY_PHASES": 18,
             "ERROR_REASON_INVALID_PAGE_TOKEN": 19,
+            "ERROR_REASON_INTERNAL": 20,
         }
 
 
@@ -557,6 +565,12 @@ class ParseErrorReason(betterproto2.Enum):
     The line parsed but a known message had an unexpected shape.
     """
 
+    UNPAIRED_SURROGATE = 8
+    """
+    The line has a `\\uD800`-`\\uDFFF` escape without its pair (the CLI writes one when it cuts a
+    string inside a character such as an emoji). Always comes with `repaired` set.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -568,6 +582,7 @@ class ParseErrorReason(betterproto2.Enum):
             5: "PARSE_ERROR_REASON_LINE_TOO_LONG",
             6: "PARSE_ERROR_REASON_TRUNCATED_AT_EOF",
             7: "PARSE_ERROR_REASON_BAD_SHAPE",
+            8: "PARSE_ERROR_REASON_UNPAIRED_SURROGATE",
         }
 
     @classmethod
@@ -581,6 +596,7 @@ class ParseErrorReason(betterproto2.Enum):
             "PARSE_ERROR_REASON_LINE_TOO_LONG": 5,
             "PARSE_ERROR_REASON_TRUNCATED_AT_EOF": 6,
             "PARSE_ERROR_REASON_BAD_SHAPE": 7,
+            "PARSE_ERROR_REASON_UNPAIRED_SURROGATE": 8,
         }
 
 
@@ -1744,7 +1760,9 @@ class InputPatternCondition(betterproto2.Message):
 
     regex: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    Python `re` syntax, searched (not anchored) in the compact JSON of the input; at most 4 KiB.
+    RE2 syntax (github.com/google/re2/wiki/Syntax: linear-time matching, so no backreferences or
+    lookaround; such patterns are INVALID_ARGUMENT naming this field), at most 4 KiB. Searched
+    (not anchored) in the compact JSON of the input, in its first 64 KiB (as ToolCall.input_json).
     """
 
     tool_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
@@ -2098,7 +2116,8 @@ default_message_pool.register_message("helix.runner.v1", "ModelUsage", ModelUsag
 @dataclass(eq=False, repr=False)
 class ParseError(betterproto2.Message):
     """
-    ParseError is a stdout line that could not be parsed. It never contains the line itself.
+    ParseError is a stdout line that could not be parsed as written. It never contains the line
+    itself. When `repaired` is set it is a warning: the line was repaired and its events follow.
     """
 
     reason: "ParseErrorReason" = betterproto2.field(
@@ -2126,6 +2145,13 @@ class ParseError(betterproto2.Message):
     detail: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
     """
     Parser detail without content (e.g. a column number).
+    """
+
+    repaired: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    True when the line was kept: invalid UTF-8 bytes (reason INVALID_UTF8) or unpaired surrogate
+    escapes (UNPAIRED_SURROGATE) were replaced with U+FFFD, and the line's events follow this one.
+    Such lines are not counted in PhaseDiagnostics.parse_error_count. False: the line was dropped.
     """
 
 
@@ -2481,7 +2507,7 @@ class PhaseDiagnostics(betterproto2.Message):
 
     parse_error_count: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
     """
-    Lines that could not be parsed (see ParseError events).
+    Lines that could not be parsed and were dropped (see ParseError events; repaired ones not counted).
     """
 
     unfinished_tool_calls: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)

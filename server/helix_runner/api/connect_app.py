@@ -1,0 +1,198 @@
+"""RunnerService over the Connect protocol, for browsers: the gRPC servicer's handlers, unchanged.
+
+Browsers cannot speak gRPC (HTTP/2 trailers), so the dashboard calls the same service through
+connectrpc's ASGI application (Connect, gRPC-Web; binary or JSON). Nothing is implemented twice:
+every method here calls the ``RunnerServicer`` handler of the same name with a small context shim.
+A handler ends a failed call with ``context.abort_with_status(status)`` (``api.errors.abort``);
+the shim turns that rich status into a ``ConnectError`` with the same code, message and the one
+``google.rpc.ErrorInfo`` detail, so both transports report errors identically.
+
+The streaming handlers yield pre-encoded response bytes (``api.wire``); the binary codec passes
+them through untouched, the JSON codec decodes them once to render JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from connectrpc.code import Code
+from connectrpc.compat import google_protobuf_binary_codec, google_protobuf_json_codec
+from connectrpc.errors import ConnectError, ErrorDetail
+from connectrpc.request import RequestContext
+from google.protobuf.message import Message
+from google.rpc import status_pb2
+from protobuf.wkt import Any as WireAny
+
+from helix.runner.v1 import runner_service_pb2
+from helix.runner.v1.runner_service_connect import RunnerServiceASGIApplication
+from helix_runner.api.auth import token_matches, unauthenticated
+from helix_runner.api.errors import to_status
+from helix_runner.api.servicer import RunnerServicer
+
+log = logging.getLogger(__name__)
+
+_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+_DETAILS_KEY = "grpc-status-details-bin"
+# gRPC spells one code differently from Connect; the rest share their names.
+_CODE_NAMES = {"CANCELLED": "CANCELED"}
+
+
+class _Encoded:
+    """A response message already encoded by the servicer, with the class to decode it for JSON."""
+
+    __slots__ = ("data", "message_class")
+
+    def __init__(self, data: bytes, message_class: type[Message]):
+        self.data = data
+        self.message_class = message_class
+
+
+class _PassThroughBinaryCodec:
+    """The protobuf binary codec that sends pre-encoded responses as they are."""
+
+    def __init__(self) -> None:
+        self._inner = google_protobuf_binary_codec()
+
+    def name(self) -> str:
+        return self._inner.name()
+
+    def encode(self, message: Any) -> bytes:
+        return message.data if isinstance(message, _Encoded) else self._inner.encode(message)
+
+    def decode(self, data: bytes | bytearray, message_class: type) -> Any:
+        return self._inner.decode(data, message_class)
+
+
+class _DecodingJsonCodec:
+    """The protobuf JSON codec; pre-encoded responses are decoded first (JSON is for people and curl)."""
+
+    def __init__(self) -> None:
+        self._inner = google_protobuf_json_codec()
+
+    def name(self) -> str:
+        return self._inner.name()
+
+    def encode(self, message: Any) -> bytes:
+        if isinstance(message, _Encoded):
+            message = message.message_class.FromString(message.data)
+        return self._inner.encode(message)
+
+    def decode(self, data: bytes | bytearray, message_class: type) -> Any:
+        return self._inner.decode(data, message_class)
+
+
+def connect_error(status: grpc.Status) -> ConnectError:
+    """The Connect error for a rich gRPC status: same code, message and details (the ErrorInfo)."""
+    code = Code[_CODE_NAMES.get(status.code.name, status.code.name)]
+    details: list[ErrorDetail] = []
+    message = status.details or ""
+    for key, value in status.trailing_metadata or ():
+        if key == _DETAILS_KEY:
+            rich = status_pb2.Status.FromString(value)
+            message = rich.message
+            details = [ErrorDetail(WireAny(type_url=d.type_url, value=d.value)) for d in rich.details]
+    return ConnectError(code, message, details)
+
+
+class _Aborted(Exception):
+    """Raised by the context shim where grpc.aio's ``abort_with_status`` would raise."""
+
+    def __init__(self, status: grpc.Status):
+        super().__init__(status.details)
+        self.status = status
+
+
+class _ContextShim:
+    """The part of ``grpc.aio.ServicerContext`` the servicer uses: ending a call with a status."""
+
+    async def abort_with_status(self, status: grpc.Status) -> None:
+        raise _Aborted(status)
+
+
+def _internal(method: str) -> ConnectError:
+    # Like the gRPC path, an unexpected exception's text never reaches the caller; the log has it.
+    log.exception("unexpected error in a Connect call", extra={"fields": {"method": method}})
+    return ConnectError(Code.INTERNAL, "internal error")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class ConnectRunnerService:
+    """The generated Connect ``RunnerService`` protocol, each method delegating to the gRPC servicer."""
+
+    def __init__(self, servicer: RunnerServicer):
+        self._servicer = servicer
+        for method in _SERVICE.methods:
+            handler = getattr(servicer, method.name)
+            if method.server_streaming:
+                response_class = getattr(runner_service_pb2, method.output_type.name)
+                setattr(self, _snake(method.name), self._streaming(method.name, handler, response_class))
+            else:
+                setattr(self, _snake(method.name), self._unary(method.name, handler))
+
+    @staticmethod
+    def _unary(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(request: Message, ctx: RequestContext) -> Message:
+            try:
+                return await handler(request, _ContextShim())
+            except _Aborted as exc:
+                raise connect_error(exc.status) from None
+            except ConnectError:
+                raise
+            except Exception:  # noqa: BLE001 - mapped to INTERNAL without leaking the text
+                raise _internal(name) from None
+
+        return call
+
+    @staticmethod
+    def _streaming(
+        name: str, handler: Callable[..., Any], response_class: type[Message]
+    ) -> Callable[..., Any]:
+        async def call(request: Message, ctx: RequestContext) -> AsyncIterator[_Encoded]:
+            try:
+                # aclosing: a client that goes away closes the servicer's generator at once, so its
+                # own cleanup (cancel or detach the phase, unsubscribe) runs now, not at GC time.
+                async with contextlib.aclosing(handler(request, _ContextShim())) as responses:
+                    async for data in responses:
+                        yield _Encoded(data, response_class)
+            except _Aborted as exc:
+                raise connect_error(exc.status) from None
+            except ConnectError:
+                raise
+            except Exception:  # noqa: BLE001 - mapped to INTERNAL without leaking the text
+                raise _internal(name) from None
+
+        return call
+
+
+class BearerTokenCheck:
+    """Connect metadata interceptor: the gRPC port's bearer-token rule (``api.auth``) for HTTP callers.
+
+    Runs before the request body is read, so an unauthenticated caller costs nothing.
+    """
+
+    def __init__(self, token: str):
+        self._token = token
+
+    async def on_start(self, ctx: RequestContext) -> None:
+        if not token_matches(ctx.request_headers.get("authorization", ""), self._token):
+            raise connect_error(to_status(unauthenticated()))
+
+    async def on_end(self, token: None, ctx: RequestContext, error: Exception | None) -> None:
+        return None
+
+
+def build_connect_app(servicer: RunnerServicer, token: str | None) -> RunnerServiceASGIApplication:
+    """The ASGI application serving RunnerService at ``/helix.runner.v1.RunnerService/*``."""
+    return RunnerServiceASGIApplication(
+        ConnectRunnerService(servicer),  # type: ignore[arg-type]  # methods are set per descriptor
+        interceptors=[BearerTokenCheck(token)] if token is not None else [],
+        codecs=[_PassThroughBinaryCodec(), _DecodingJsonCodec()],
+    )

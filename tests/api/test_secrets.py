@@ -1,0 +1,113 @@
+"""What a phase's child can see of the server's credentials, checked from inside a real phase.
+
+The model's Bash tool prints its environment; these tests assert what is, and is not, there, and
+which key the CLI sent to the (scripted) Messages API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+import pytest
+
+from helix.runner.v1 import resources_pb2 as res
+from helix_runner.scripted_api import Reply, Script
+
+pytestmark = pytest.mark.real_cli
+
+# Real-looking values for every kind of credential the server's environment may hold.
+SERVER_CREDENTIALS = {
+    "ANTHROPIC_AUTH_TOKEN": "auth-token-secret-1",
+    "CLAUDE_CODE_OAUTH_TOKEN": "oauth-secret-2",
+    "AWS_ACCESS_KEY_ID": "AKIASECRET3",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-4",
+    "GOOGLE_APPLICATION_CREDENTIALS": "/etc/gcp/secret-5.json",
+    "CLAUDE_CODE_USE_BEDROCK": "1",
+    "CLAUDE_CODE_USE_VERTEX": "1",
+}
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def env_lines(text: str) -> dict[str, str]:
+    return dict(
+        line.split("=", 1) for line in text.splitlines() if "=" in line and line.split("=", 1)[0].isupper()
+    )
+
+
+async def test_key_helper_mode_keeps_the_key_out_of_the_model_s_reach(
+    claude_binary, scripted_api, runner_factory, tmp_path
+):
+    key = "sk-ant-helper-" + secrets.token_hex(16)
+    key_file = tmp_path / "api-key"
+    key_file.write_text(key + "\n")
+    api = scripted_api()
+    async with runner_factory(api, api_key_file=str(key_file)) as runner:
+        broker = runner.server.key_broker
+        assert broker is not None, "an API key and the default config must mean key-helper mode"
+        # The model runs env, then tries the very command the CLI runs for its key.
+        command = f"env; {broker.helper_command()}; echo helper-exit=$?"
+        api.set_script([Reply.tool_use("Bash", {"command": command}), Reply.text("Looked.")])
+        _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
+
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        requests = api.message_requests()
+        # The key arrived: the CLI got it from the helper (the server env's key is a different one).
+        assert [r.api_key_sha256 for r in requests] == [sha256(key)] * len(requests)
+        output = requests[1].tool_result_text()
+        env = env_lines(output)
+        assert "PATH" in env, output  # it is the env listing
+        assert key not in output
+        assert not {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"} & set(env), output
+        assert "helper-exit=1" in output and "refused" in output, output
+        assert broker.served >= 1 and broker.refused >= 1
+        assert key not in " ".join(result.diagnostics.argv)
+
+
+async def test_without_key_helper_the_key_is_in_the_child_environment(
+    claude_binary, scripted_api, runner_factory, tmp_path
+):
+    """The opt-out does what the README says (and shows what the default protects against)."""
+    key_file = tmp_path / "api-key"
+    key_file.write_text("sk-ant-env-" + secrets.token_hex(8))
+    api = scripted_api([Reply.tool_use("Bash", {"command": "env"}), Reply.text("Looked.")])
+    async with runner_factory(api, api_key_file=str(key_file), api_key_helper=False) as runner:
+        assert runner.server.key_broker is None
+        _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    assert (
+        env_lines(api.message_requests()[1].tool_result_text())["ANTHROPIC_API_KEY"] == key_file.read_text()
+    )
+
+
+async def test_offline_mode_passes_no_credential_and_keeps_out_of_home(
+    claude_binary, runner_factory, tmp_path
+):
+    script = tmp_path / "script.json"
+    Script([Reply.tool_use("Bash", {"command": "env"}), Reply.text("Looked.")]).save(script)
+    extra = {
+        **SERVER_CREDENTIALS,
+        "ANTHROPIC_API_KEY": "sk-ant-real-server-key",
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "real-config"),
+    }
+    async with runner_factory(None, offline_script=str(script), server_env_extra=extra) as runner:
+        _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
+        requests = runner.server.offline_api.message_requests()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    output = requests[1].tool_result_text()
+    env = env_lines(output)
+    assert "PATH" in env, output
+    assert not set(SERVER_CREDENTIALS) & set(env), output
+    assert env["ANTHROPIC_API_KEY"] == "offline-mode"
+    assert env["CLAUDE_CONFIG_DIR"] == str(runner.data_dir / "offline-claude-config")
+    for value in extra.values():
+        if len(value) > 1:
+            assert value not in output
+    assert [r.api_key_sha256 for r in requests] == [sha256("offline-mode")] * len(requests)
+    # Session files go to the server's own offline config dir, not into the real ~/.claude.
+    home = tmp_path / "home"
+    assert not (home / ".claude").exists() and not (home / ".claude.json").exists()
+    assert any((runner.data_dir / "offline-claude-config" / "projects").rglob("*.jsonl"))

@@ -1,0 +1,57 @@
+/** The dashboard's entry point: a hash router over the four views. */
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import "./app.css";
+import { CostsView } from "./views/costs.js";
+import { JobsView, JobView } from "./views/jobs.js";
+import { PhaseView } from "./views/phase.js";
+
+type Route =
+  | { view: "jobs" }
+  | { view: "job"; jobId: string }
+  | { view: "phase"; jobId: string; phaseId: string }
+  | { view: "costs"; params: URLSearchParams };
+
+export function parseRoute(hash: string): Route {
+  const [path, query = ""] = hash.replace(/^#\/?/, "").split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === "costs") return { view: "costs", params: new URLSearchParams(query) };
+  if (parts[0] === "jobs" && parts[1] && parts[2] === "phases" && parts[3]) return { view: "phase", jobId: parts[1], phaseId: parts[3] };
+  if (parts[0] === "jobs" && parts[1]) return { view: "job", jobId: parts[1] };
+  return { view: "jobs" };
+}
+
+function App() {
+  const [hash, setHash] = useState(location.hash);
+  useEffect(() => {
+    const onChange = () => setHash(location.hash);
+    addEventListener("hashchange", onChange);
+    return () => removeEventListener("hashchange", onChange);
+  }, []);
+  const route = parseRoute(hash);
+  return (
+    <>
+      <header>
+        <a class="brand" href="#/">
+          Helix Runner
+        </a>
+        <nav>
+          <a href="#/" class={route.view === "jobs" ? "active" : ""}>
+            Jobs
+          </a>
+          <a href="#/costs" class={route.view === "costs" ? "active" : ""}>
+            Costs
+          </a>
+        </nav>
+      </header>
+      <main>
+        {route.view === "jobs" && <JobsView />}
+        {route.view === "job" && <JobView key={route.jobId} jobId={route.jobId} />}
+        {route.view === "phase" && <PhaseView key={`${route.jobId}/${route.phaseId}`} jobId={route.jobId} phaseId={route.phaseId} />}
+        {route.view === "costs" && <CostsView params={route.params} />}
+      </main>
+    </>
+  );
+}
+
+render(<App />, document.getElementById("app")!);
