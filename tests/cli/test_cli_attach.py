@@ -155,10 +155,11 @@ def _held(seq: int, tool_use_id: str, command: str) -> pb.StreamEvent:
 
 
 class PacedSource:
-    """``total`` events at about ``rate`` per second (in batches of 10, as gRPC delivers them)."""
+    """``total`` events at about ``rate`` per second (in batches of 10, as gRPC delivers them),
+    the first ``burst`` of them at once (as when attaching to a phase with a history)."""
 
-    def __init__(self, prefix: list[pb.StreamEvent], total: int, rate: float):
-        self.prefix, self.total, self.rate = prefix, total, rate
+    def __init__(self, prefix: list[pb.StreamEvent], total: int, rate: float, burst: int = 300):
+        self.prefix, self.total, self.rate, self.burst = prefix, total, rate, burst
         self.produced = 0
         self.tool_starts = 0
         self.result = None
@@ -190,7 +191,8 @@ class PacedSource:
                     )
                 else:
                     yield _event(seq, assistant_text=pb.AssistantText(text=f"line {seq}"))
-            await asyncio.sleep(10 / self.rate)
+            if self.produced > self.burst:
+                await asyncio.sleep(10 / self.rate)
 
 
 async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
