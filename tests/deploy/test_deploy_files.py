@@ -265,3 +265,17 @@ def test_readme_docker_run_recipe_matches_the_image() -> None:
     assert env["HELIX_RUNNER_AUTH_TOKEN_FILE"] in volumes
     assert {n.removeprefix("HELIX_RUNNER_").lower() for n in env} <= set(config.KEYS)
     assert docker_env()["HELIX_RUNNER_HOST"] == "0.0.0.0"
+
+
+def test_the_image_builds_the_python_client_the_command_depends_on() -> None:
+    # helix-runner depends on helix-runner-client, which no package index has: the image must
+    # build it from the repository (its sources in the build context, its wheel next to ours).
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("helix-runner-client") for d in dependencies)
+    instructions = dockerfile()
+    assert ("COPY", "clients/python/ clients/python/") in instructions
+    (build,) = [args for word, args in instructions if word == "RUN" and "pip wheel" in args]
+    assert "clients/python" in build
+    client = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
+    allowed = set((ROOT / ".dockerignore").read_text().splitlines())
+    assert {"!clients/python/pyproject.toml", f"!clients/python/{client['readme']}", "!clients/python/src/"} <= allowed

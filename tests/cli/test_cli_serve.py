@@ -16,7 +16,10 @@ def _serve(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_RUNNER_")}
     return subprocess.run(
         [sys.executable, "-m", "helix_runner", "serve", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 
@@ -43,8 +46,20 @@ def test_busy_port_is_one_line_without_grpc_core_logs(tmp_path, command):
         sock.listen()
         port = sock.getsockname()[1]
         result = subprocess.run(
-            [*argv, "serve", "--port", str(port), "--data-dir", str(tmp_path / "d"), "--workspace-root", str(tmp_path)],
-            capture_output=True, text=True, timeout=30, env=env,
+            [
+                *argv,
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--workspace-root",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
         )
     _assert_one_line_error(result, f"127.0.0.1:{port}")
     assert result.stderr.strip().count("\n") == 0, result.stderr
@@ -54,7 +69,9 @@ def test_busy_port_is_one_line_without_grpc_core_logs(tmp_path, command):
 def test_unwritable_data_dir(tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    _assert_one_line_error(_serve("--data-dir", str(locked / "d"), "--workspace-root", str(tmp_path)), "not writable")
+    _assert_one_line_error(
+        _serve("--data-dir", str(locked / "d"), "--workspace-root", str(tmp_path)), "not writable"
+    )
 
 
 def test_data_dir_that_is_a_file(tmp_path):
