@@ -7,7 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from helix_runner.config import ConfigError, load_config
+from helix_runner.config import CONTAINMENT_SETTINGS, ConfigError, load_config
 from helix_runner.structured_logging import configure_logging
 
 
@@ -31,6 +31,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "text"))
     p.add_argument("--offline-script", help="point the CLI at a scripted loopback Messages API (JSON script)")
+    p.add_argument("--containment", choices=CONTAINMENT_SETTINGS,
+                   help="how phases are contained (default auto: cgroup v2, then v1, then a subreaper shim)")
+    p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:

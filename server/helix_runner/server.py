@@ -24,6 +24,7 @@ from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
+from helix_runner.runner.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
 
@@ -55,6 +56,7 @@ class RunningServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         await self.manager.drain(grace)
+        self.manager.close()
         # Streams have delivered their final results by now; give them a moment to flush.
         await self.server.stop(1.0)
         self.manager.writer.flush()
@@ -79,6 +81,22 @@ def _start_offline_api(config: ServerConfig) -> tuple[ScriptedApi | None, dict[s
         "ANTHROPIC_API_KEY": "offline-mode",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
+
+
+def _detect_containment(config: ServerConfig) -> Containment:
+    """The containment of phases (runner.containment), logged with what it can and cannot do."""
+    try:
+        containment = detect(config.containment, config.cgroup_parent, instance_id(config.data_dir))
+    except ContainmentError as exc:
+        raise StartupError(f"phase containment: {exc}") from None
+    fields = {"mode": MODE_NAMES[containment.mode], "setting": config.containment, "detail": containment.detail,
+              "limits": list(containment.limits_available)}
+    log.info("containment", extra={"fields": fields})
+    for name, value in (("memory", config.default_memory_limit_bytes), ("cpu", config.default_cpu_limit_millicores)):
+        if value and name not in containment.limits_available:
+            log.warning("default limit not enforced: no cgroup with this controller",
+                        extra={"fields": {"limit": name, "value": value}})
+    return containment
 
 
 async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
@@ -111,8 +129,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     offline_api, env_overrides = _start_offline_api(config)
-    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=env_overrides)
-    recovered = manager.recover()
+    containment = _detect_containment(config)
+    manager = PhaseManager(config, store, ProtoRecordCodec(), containment, server_env=server_env,
+                           env_overrides=env_overrides)
+    recovered = await manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     add_runner_service(RunnerServicer(manager), server)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from helix_runner.runner.process_group import process_state
+from helix_runner.runner.procfs import process_state
 
 
 def alive(pid: int) -> bool:
