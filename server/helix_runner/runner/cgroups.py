@@ -290,6 +290,8 @@ class PhaseCgroup:
             def done() -> bool:
                 return _keyed(d / "cgroup.events").get("frozen") == int(frozen)
         else:
+            if not (d / "freezer.state").exists():
+                return False  # a v1 hierarchy without the freezer: signals go out unfrozen
             _write(d / "freezer.state", "FROZEN" if frozen else "THAWED")
 
             def done() -> bool:

@@ -91,9 +91,15 @@ def instance_id(data_dir: Path) -> str:
 
 
 def shim_command(
-    argv: Sequence[str], *, status_fd: int = -1, joins: Sequence[Path] = (), marker: str = ""
+    argv: Sequence[str],
+    *,
+    status_fd: int = -1,
+    joins: Sequence[Path] = (),
+    marker: str = "",
+    parent: int | None = None,
 ) -> list[str]:
-    """The command line that runs ``argv`` under the phase shim."""
+    """The command line that runs ``argv`` under the phase shim, as a child of ``parent`` (default:
+    this process; the shim exits at once if its parent is not that one any more)."""
     cmd = [
         sys.executable,
         "-E",
@@ -103,7 +109,7 @@ def shim_command(
         "--status-fd",
         str(status_fd),
         "--parent",
-        str(os.getpid()),
+        str(os.getpid() if parent is None else parent),
     ]
     for path in joins:
         cmd += ["--join", str(path)]
@@ -355,9 +361,10 @@ class Containment:
     # -- recovery --------------------------------------------------------------------------
 
     def _instance_dirs(self) -> list[tuple[int, Path]]:
-        """This instance's directory in every mounted hierarchy (whatever the mode now)."""
+        """This instance's directory in every mounted hierarchy (whatever the mode now), those that
+        can freeze first (v2, the v1 freezer): they end the processes, the others are then empty."""
         out = []
-        for h in self._hierarchies:
+        for h in sorted(self._hierarchies, key=lambda h: h.version != 2 and "freezer" not in h.controllers):
             d = _instance_dir(h, self._cgroup_parent, self.instance)
             if d is not None and d.is_dir():
                 out.append((h.version, d))
