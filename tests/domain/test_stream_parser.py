@@ -218,7 +218,7 @@ def test_api_retry():
 
 def test_session_writes_lost():
     # The shape CLI 2.1.330 writes at exit when its transcript or config write hit ENOSPC / EDQUOT
-    # (captured with HOME on a full tmpfs, see tests/api/test_containment.py).
+    # (captured with HOME on a full tmpfs, see tests/api/test_run_phase_containment.py).
     line = {
         "type": "system",
         "subtype": "session_writes_lost",

@@ -30,8 +30,6 @@ from helix_runner.runner import procfs
 from helix_runner.runner.containment import MARKER_NAME, instance_id
 from helix_runner.scripted_api import Reply, Script
 
-pytestmark = pytest.mark.real_cli
-
 MODES = ["auto", "subreaper"]
 
 # Helpers the Bash tool runs (a standalone `sleep N` is refused by the CLI's Bash tool).
@@ -133,6 +131,7 @@ def script(command: str) -> list[Reply]:
     return [Reply.tool_use("Bash", {"command": command}), Reply.text("done")]
 
 
+@pytest.mark.real_cli
 @pytest.mark.parametrize("setting", MODES)
 async def test_background_setsid_and_double_forked_jobs_end_with_the_phase(
     setting, claude_binary, scripted_api, runner_factory
@@ -149,6 +148,7 @@ async def test_background_setsid_and_double_forked_jobs_end_with_the_phase(
         )  # ...and are gone
 
 
+@pytest.mark.real_cli
 @pytest.mark.parametrize("setting", MODES)
 async def test_hard_pause_stops_the_running_tool_until_resume(
     setting, claude_binary, scripted_api, runner_factory
@@ -188,6 +188,7 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
     assert_contained_and_gone(result, runner.data_dir, setting, tool, cli)
 
 
+@pytest.mark.real_cli
 @pytest.mark.parametrize(
     ("setting", "how"), [("auto", "cancel"), ("subreaper", "cancel"), ("auto", "disconnect")]
 )
@@ -228,6 +229,7 @@ def _kill_server_and_shims(server: subprocess.Popen, data_dir: Path) -> list[int
     return [*marked, *shims]
 
 
+@pytest.mark.real_cli
 @pytest.mark.parametrize("setting", MODES)
 async def test_server_kill_9_then_restart_ends_the_running_tools(setting, claude_binary, tmp_path):
     work = tmp_path / "work"
@@ -351,6 +353,7 @@ def full_home(tmp_path):
         subprocess.run(["umount", "-l", str(home)], check=False)
 
 
+@pytest.mark.real_cli
 async def test_a_full_disk_fails_the_phase_with_the_clis_notice(
     full_home, claude_binary, scripted_api, runner_factory
 ):
