@@ -8,6 +8,7 @@ mount), the v1 freezer, and the subreaper shim (the fallback, forced).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from support.processes import alive, wait_gone
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import ContainmentMode
 from helix_runner.runner import procfs
-from helix_runner.runner.cgroups import ResourceLimits
+from helix_runner.runner.cgroups import ResourceLimits, discover
 from helix_runner.runner.containment import ContainmentError, LeftoverRun, detect
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
 
@@ -48,6 +49,10 @@ def containment(request):
     assert c.mode is SETTINGS[request.param]
     yield c
     c.close()
+    for h in discover():  # the test's cgroup_parent (a server leaves its own in place)
+        if h.own_dir is not None:
+            with contextlib.suppress(OSError):
+                (h.own_dir / PARENT).rmdir()
 
 
 class Sink:
@@ -127,6 +132,11 @@ async def test_nothing_the_cli_started_outlives_it(containment, tmp_path):
     assert wait_gone(jobs) == []
     assert procfs.marked(scope.marker.encode()) == []
     assert all(not Path(p).exists() for p in scope.paths)  # the cgroup is removed
+    assert containment._instance_dirs() == []  # and, with no phase left, this server's directory
+
+
+def test_an_idle_server_leaves_no_cgroup(containment):
+    assert containment._instance_dirs() == []  # detection's probe cleaned up after itself
 
 
 async def test_hard_pause_stops_every_process_until_resumed(containment, tmp_path):

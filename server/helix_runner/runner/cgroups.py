@@ -145,10 +145,35 @@ def _int_file(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class Role:
-    """A hierarchy filling one role, and the directory phase cgroups of this server go under."""
+    """A hierarchy filling one role, and the directory phase cgroups of this server go under.
+
+    ``base`` exists only while phases run (an idle or killed server leaves no empty cgroups
+    behind); on v2, making it again enables ``controllers`` on the way down from ``own``.
+    """
 
     version: int
     base: Path
+    controllers: tuple[str, ...] = ()
+    own: Path | None = None
+
+    def ensure(self) -> None:
+        """Makes ``base`` (and its parents) if a phase cgroup needs it."""
+        if self.base.is_dir():
+            return
+        for _ in range(3):  # another server may remove a shared parent meanwhile
+            try:
+                self.base.mkdir(parents=True, exist_ok=True)
+                break
+            except FileNotFoundError:
+                continue
+        if self.version == 2 and self.controllers and self.own is not None:
+            enable_controllers(self.own, self.base, self.controllers)
+
+    def prune(self) -> None:
+        """Removes ``base`` if it is empty (its parent, ``cgroup_parent``, stays: it may be shared or
+        set up by an operator)."""
+        with contextlib.suppress(OSError):
+            self.base.rmdir()
 
 
 @dataclass(frozen=True)
@@ -209,6 +234,9 @@ class PhaseCgroup:
         """Makes the directories and applies the limits; CgroupError (and nothing left behind) if it cannot."""
         made: list[Path] = []
         try:
+            for role in (self.core, self.memory, self.cpu):
+                if role is not None:
+                    role.ensure()
             for d in self.dirs:
                 d.mkdir()
                 made.append(d)
@@ -266,6 +294,10 @@ class PhaseCgroup:
             if not left or time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
+        if not left:
+            for role in (self.core, self.memory, self.cpu):
+                if role is not None:
+                    role.prune()
         return not left
 
     # -- members ---------------------------------------------------------------------------
@@ -373,14 +405,18 @@ class PhaseCgroup:
 def enable_controllers(own_dir: Path, target: Path, wanted: tuple[str, ...]) -> set[str]:
     """Enables ``wanted`` v2 controllers on the way from ``own_dir`` down to ``target``'s children.
 
-    Each ``cgroup.subtree_control`` from the server's own cgroup to ``target`` gets ``+name``; a
+    Each ``cgroup.subtree_control`` from the server's own cgroup (or, for a ``target`` outside
+    it, from ``target``'s parent) to ``target`` gets ``+name``; a
     cgroup with processes of its own cannot delegate (EBUSY, the "no internal processes" rule),
     so on a host where the server shares its cgroup this may enable nothing. Returns the
     controllers phase cgroups under ``target`` will have.
     """
-    chain = [own_dir]
-    for part in target.relative_to(own_dir).parts:
-        chain.append(chain[-1] / part)
+    if target.is_relative_to(own_dir):
+        chain = [own_dir]
+        for part in target.relative_to(own_dir).parts:
+            chain.append(chain[-1] / part)
+    else:  # an absolute cgroup_parent elsewhere: its own delegation is the operator's
+        chain = [target.parent, target]
     for name in wanted:
         for d in chain:
             try:

@@ -405,11 +405,8 @@ class Containment:
 
     def close(self) -> None:
         """Removes this instance's (empty) directories at shutdown."""
-        for _, base in self._instance_dirs():
-            with contextlib.suppress(OSError):
-                base.rmdir()
-            with contextlib.suppress(OSError):
-                base.parent.rmdir()  # shared by other instances: stays while they use it
+        for version, base in self._instance_dirs():
+            Role(version, base).prune()
 
 
 def subreaper_scope(limits: ResourceLimits | None = None) -> PhaseScope:
@@ -495,12 +492,11 @@ def _cgroup_containment(
         base = _prepare(v2, cgroup_parent, instance)
         if not (base / "cgroup.freeze").exists():
             raise ContainmentError(f"{base} has no cgroup.freeze (kernel older than 5.2)")
-        core = Role(2, base)
-        enabled = enable_controllers(v2.own_dir, base, ("memory", "cpu")) if v2.own_dir else set()
-        memory = (
-            Role(2, base) if "memory" in enabled else _v1_role(v1, "memory", cgroup_parent, instance, notes)
-        )
-        cpu = Role(2, base) if "cpu" in enabled else _v1_role(v1, "cpu", cgroup_parent, instance, notes)
+        own = v2.own_dir
+        enabled = tuple(sorted(enable_controllers(own, base, ("memory", "cpu")))) if own else ()
+        core = Role(2, base, enabled, own)
+        memory = core if "memory" in enabled else _v1_role(v1, "memory", cgroup_parent, instance, notes)
+        cpu = core if "cpu" in enabled else _v1_role(v1, "cpu", cgroup_parent, instance, notes)
     else:
         if "freezer" not in v1:
             raise ContainmentError("no cgroup v1 freezer hierarchy is mounted")
@@ -554,6 +550,10 @@ def detect(setting: str, cgroup_parent: str, instance: str, *, proc: str = "/pro
             return _cgroup_containment(mode, hierarchies, cgroup_parent, instance)
         except ContainmentError as exc:
             reasons.append(f"{MODE_NAMES[mode]}: {exc}")
+            for h in hierarchies:  # what this attempt made, if empty
+                d = _instance_dir(h, cgroup_parent, instance)
+                if d is not None:
+                    Role(h.version, d).prune()
     if setting.startswith("cgroup"):
         raise ContainmentError("no usable cgroup for phase containment (" + "; ".join(reasons) + ")")
     try:
