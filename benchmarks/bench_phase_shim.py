@@ -4,7 +4,7 @@ Contenders, each timed as the server does it (``asyncio.create_subprocess_exec``
 ``start_new_session``), interleaved round by round so a noisy machine slows them alike:
 
 * ``direct``: the command itself (how phases started before containment);
-* ``shim``: the command under the phase shim (``python -E -s -S phase_shim.py``), the forced
+* ``shim``: the command under the phase shim (``python -E -s -S -B phase_shim.py``), the forced
   subreaper fallback: a ``ProcessSupervisor`` with ``subreaper_scope()``;
 * ``shim+cgroup``: the same with each containment this host offers (cgroup v2, the v1 freezer):
   the cgroup directories made (and limits written) before the spawn, joined by the shim, emptied

@@ -256,9 +256,9 @@ class PhaseManager:
         now = time.time_ns()
         for row, run in zip(recovered, runs, strict=True):
             left = ended.get(run.run_id, 0)
-            if row.pid and row.pid_start_ticks is not None:
+            if not left and row.pid and row.pid_start_ticks is not None:
                 # Phases recorded before the shim: the CLI's own process group.
-                left += len(kill_leftover_group(row.pid, row.pid_start_ticks))
+                left = len(kill_leftover_group(row.pid, row.pid_start_ticks))
             reason = "the server stopped while the phase ran (found active at startup); " + (
                 f"{left} leftover process(es) of the phase were found and ended" if left
                 else "no process of the phase outlived the server")

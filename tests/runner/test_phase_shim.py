@@ -1,6 +1,6 @@
 """The phase shim on its own: it reports, relays, reaps, adopts orphans, and ends everything.
 
-Each case runs the real shim (as the supervisor does: ``python -E -s -S phase_shim.py``) with a
+Each case runs the real shim (as the supervisor does: ``python -E -s -S -B phase_shim.py``) with a
 small shell or Python child, and checks what /proc says afterwards.
 """
 

@@ -105,6 +105,7 @@ def shim_command(
         "-E",
         "-s",
         "-S",
+        "-B",
         str(SHIM_PATH),
         "--status-fd",
         str(status_fd),

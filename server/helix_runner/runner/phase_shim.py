@@ -17,7 +17,7 @@ It also:
   with ``kill -9`` still ends its phases), SIGKILLs every descendant until none is left;
 - exits once the CLI has exited and it has no child left, with the CLI's exit status.
 
-It imports only the standard library and ``procfs`` (run as ``python -E -s -S phase_shim.py``,
+It imports only the standard library and ``procfs`` (run as ``python -E -s -S -B phase_shim.py``,
 which keeps its start-up to a few tens of milliseconds, see benchmarks/bench_phase_shim.py).
 """
 
