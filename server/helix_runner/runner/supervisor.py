@@ -58,7 +58,7 @@ class ProcessLimits:
     idle_timeout: float = 600.0
     # After stdout EOF, how long the process may take to exit (and vice versa for the pipes).
     exit_grace: float = 10.0
-    # Between SIGTERM and SIGKILL when we stop the process group.
+    # Between SIGTERM to the CLI and SIGKILL to every process of the phase when we stop it.
     kill_grace: float = 3.0
 
 

@@ -1893,7 +1893,7 @@ export enum ControlEventKind {
   PAUSE_REQUESTED = 1,
 
   /**
-   * The pause took hold (a tool call is held, or the process group is stopped).
+   * The pause took hold (a tool call is held, or every process of the phase is stopped).
    *
    * @generated from enum value: CONTROL_EVENT_KIND_PAUSED = 2;
    */

@@ -1385,7 +1385,8 @@ export enum PhaseStatus {
   PAUSING = 3,
 
   /**
-   * Paused: the next tool call is held (or, with a hard pause, the process group is stopped).
+   * Paused: the next tool call is held (or, with a hard pause, every process of the phase is
+   * stopped).
    *
    * @generated from enum value: PHASE_STATUS_PAUSED = 4;
    */
@@ -1516,7 +1517,7 @@ export enum OnDisconnect {
   UNSPECIFIED = 0,
 
   /**
-   * Cancel the phase and kill its process group.
+   * Cancel the phase and kill every process of it.
    *
    * @generated from enum value: ON_DISCONNECT_CANCEL = 1;
    */

@@ -1564,7 +1564,7 @@ export const RunnerService: GenService<{
     output: typeof GetCostTotalsResponseSchema;
   },
   /**
-   * Holds the phase before its next tool call (or, in hard mode, stops its process group).
+   * Holds the phase before its next tool call (or, in hard mode, stops every process of it).
    *
    * @generated from rpc helix.runner.v1.RunnerService.PausePhase
    */
@@ -1605,7 +1605,7 @@ export const RunnerService: GenService<{
     output: typeof InterruptPhaseResponseSchema;
   },
   /**
-   * Terminates the phase's process group; the phase ends CANCELLED.
+   * Terminates every process of the phase; the phase ends CANCELLED.
    *
    * @generated from rpc helix.runner.v1.RunnerService.CancelPhase
    */

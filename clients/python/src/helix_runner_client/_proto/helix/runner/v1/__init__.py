@@ -184,7 +184,7 @@ class ControlEventKind(betterproto2.Enum):
 
     PAUSED = 2
     """
-    The pause took hold (a tool call is held, or the process group is stopped).
+    The pause took hold (a tool call is held, or every process of the phase is stopped).
     """
 
     RESUMED = 3
@@ -539,7 +539,7 @@ class OnDisconnect(betterproto2.Enum):
 
     CANCEL = 1
     """
-    Cancel the phase and kill its process group.
+    Cancel the phase and kill every process of it.
     """
 
     DETACH = 2
@@ -865,7 +865,8 @@ class PhaseStatus(betterproto2.Enum):
 
     PAUSED = 4
     """
-    Paused: the next tool call is held (or, with a hard pause, the process group is stopped).
+    Paused: the next tool call is held (or, with a hard pause, every process of the phase is
+    stopped).
     """
 
     AWAITING_APPROVAL = 5
@@ -4397,7 +4398,7 @@ class RunnerServiceStub:
 
     def pause_phase(self, message: "PausePhaseRequest") -> "PausePhaseResponse":
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
 
         return self._channel.unary_unary(
@@ -4442,7 +4443,7 @@ class RunnerServiceStub:
 
     def cancel_phase(self, message: "CancelPhaseRequest") -> "CancelPhaseResponse":
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
 
         return self._channel.unary_unary(
