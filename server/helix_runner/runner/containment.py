@@ -180,7 +180,6 @@ class PhaseScope:
             )
         self.shim_pid: int | None = None
         self.shim_start: int | None = None
-        self.child_pid: int | None = None
         self.stopped = False
         self._final: ScopeStats | None = None
 
