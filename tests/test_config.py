@@ -42,6 +42,12 @@ def test_workspace_roots_are_resolved(tmp_path):
         ({"log_level": "loud"}, {}, "log level"),
         ({"workspace_roots": ["/does/not/exist"]}, {}, "not a directory"),
         ({}, {"HELIX_RUNNER_ALLOW_BYPASS_PERMISSIONS": "maybe"}, "not a boolean"),
+        ({"containment": "docker"}, {}, "containment 'docker' is not one of auto, cgroup"),
+        ({"cgroup_parent": "../escape"}, {}, "without '..'"),
+        ({"cgroup_parent": "a b"}, {}, "cgroup_parent"),
+        ({}, {"HELIX_RUNNER_DEFAULT_MEMORY_LIMIT_BYTES": "lots"}, "not a size"),
+        ({"default_memory_limit_bytes": 1024}, {}, "at least 33554432"),
+        ({"default_cpu_limit_millicores": 5}, {}, "10 to 1000000"),
     ],
 )
 def test_bad_values_raise_one_line_errors(tmp_path, flags, env, message):
@@ -78,3 +84,15 @@ def test_price_overrides_from_file_and_env(tmp_path):
     for bad in ('{"m": {"input_per_mtok": 1}}', '{"m": {"input_per_mtok": -1, "output_per_mtok": 1}}', "[1]"):
         with pytest.raises(ConfigError, match="price_overrides"):
             load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={"HELIX_RUNNER_PRICE_OVERRIDES": bad})
+
+
+def test_containment_settings_and_limits(tmp_path):
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "containment": "SUBREAPER"},
+                      environ={"HELIX_RUNNER_CGROUP_PARENT": "/helix/phases",
+                               "HELIX_RUNNER_DEFAULT_MEMORY_LIMIT_BYTES": "2GiB",
+                               "HELIX_RUNNER_DEFAULT_CPU_LIMIT_MILLICORES": "1500"})
+    assert (cfg.containment, cfg.cgroup_parent) == ("subreaper", "/helix/phases")
+    assert (cfg.default_memory_limit_bytes, cfg.default_cpu_limit_millicores) == (2 << 30, 1500)
+    defaults = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={})
+    assert (defaults.containment, defaults.cgroup_parent, defaults.default_memory_limit_bytes) == (
+        "auto", "helix-runner", 0)

@@ -9,12 +9,18 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from helix_runner.domain.phase_spec import (
+    MAX_CPU_LIMIT_MILLICORES,
+    MIN_CPU_LIMIT_MILLICORES,
+    MIN_MEMORY_LIMIT_BYTES,
+)
 from helix_runner.domain.pricing import ModelPrice
 
 ENV_PREFIX = "HELIX_RUNNER_"
@@ -58,6 +64,10 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# How phases are contained (runner.containment): auto picks cgroup v2, then the v1 freezer, then the shim.
+CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
+_CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 LOG_FORMATS = ("json", "text")
 
 
@@ -113,6 +123,13 @@ class ServerConfig:
     # The dashboard's HTTP port (web page + RunnerService over Connect); None: off, 0: a free port.
     web_port: int | None = None
     web_host: str = "127.0.0.1"
+    # Phase containment: auto | cgroup | cgroup-v2 | cgroup-v1 | subreaper (forces the fallback).
+    containment: str = "auto"
+    # Where phase cgroups go in each hierarchy: relative to the server's own cgroup, or absolute.
+    cgroup_parent: str = "helix-runner"
+    # Limits for phases that do not set their own (0: none); need a memory / cpu cgroup.
+    default_memory_limit_bytes: int = 0
+    default_cpu_limit_millicores: int = 0
 
     @property
     def is_loopback(self) -> bool:
@@ -192,6 +209,17 @@ def _price_overrides(value: Any) -> dict[str, ModelPrice]:
     return out
 
 
+def _as_bytes(value: Any) -> int:
+    """A byte count: an integer, or text such as ``512M`` / ``2GiB`` (powers of 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"not a size: {value!r} (e.g. 536870912, 512M, 2GiB)")
+    unit = (match.group(2) or "").upper().rstrip("I")
+    return int(match.group(1)) * 1024 ** " KMGT".index(unit or " ")
+
+
 def _as_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -232,6 +260,10 @@ _CONVERTERS: dict[str, Any] = {
     "price_overrides": lambda v: _price_overrides(v),
     "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     "web_host": str,
+    "containment": lambda v: str(v).lower(),
+    "cgroup_parent": str,
+    "default_memory_limit_bytes": _as_bytes,
+    "default_cpu_limit_millicores": int,
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -318,6 +350,17 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("max_concurrent_phases must be at least 1")
     if config.max_line_bytes < 1024 * 1024:
         raise ConfigError("max_line_bytes must be at least 1 MiB")
+    if config.containment not in CONTAINMENT_SETTINGS:
+        raise ConfigError(f"containment {config.containment!r} is not one of {', '.join(CONTAINMENT_SETTINGS)}")
+    if not _CGROUP_PARENT.match(config.cgroup_parent) or ".." in config.cgroup_parent.split("/"):
+        raise ConfigError(f"cgroup_parent {config.cgroup_parent!r} must be a path of [A-Za-z0-9_.-] names "
+                          "(relative to the server's own cgroup, or absolute), without '..'")
+    if config.default_memory_limit_bytes and config.default_memory_limit_bytes < MIN_MEMORY_LIMIT_BYTES:
+        raise ConfigError(f"default_memory_limit_bytes must be 0 (none) or at least {MIN_MEMORY_LIMIT_BYTES}")
+    if not 0 <= config.default_cpu_limit_millicores <= MAX_CPU_LIMIT_MILLICORES or \
+            0 < config.default_cpu_limit_millicores < MIN_CPU_LIMIT_MILLICORES:
+        raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
+                          f"{MAX_CPU_LIMIT_MILLICORES}")
     roots = config.workspace_roots or (Path.cwd(),)
     resolved_roots = []
     for root in roots:

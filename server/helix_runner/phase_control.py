@@ -8,8 +8,10 @@ protocol allows it (notes/claude-cli-protocol.md §3.6):
   the call there; approve / deny / edit answer it.
 - between turns: injected messages are user lines the CLI queues as the next turn (QUEUE is
   not mid-turn steering); ``interrupt`` ends the current turn.
-- a hard pause stops the whole process group (SIGSTOP): it also freezes model streaming and
-  the CLI's own timers, and an API request in flight may time out. Resume sends SIGCONT.
+- a hard pause stops every process of the phase (SIGSTOP through its containment scope, see
+  ``runner.containment``, so tools in sessions of their own stop too): it also freezes model
+  streaming and the CLI's own timers, and an API request in flight may time out. Resume sends
+  SIGCONT.
 
 Every CLI request is answered from its own task, so a held call never blocks the stdout reader.
 stdin is closed when the run should end — every expected turn has its result and no background
@@ -19,10 +21,7 @@ task is in flight — so the CLI finishes its queued turns and exits (notes §3.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
 import time
 import uuid
 from collections import OrderedDict
@@ -57,7 +56,6 @@ from helix_runner.runner.control_protocol import (
     edit_hook,
     user_line,
 )
-from helix_runner.runner.process_group import wait_stopped
 
 if TYPE_CHECKING:
     from helix_runner.phase_runner import PhaseRun
@@ -312,27 +310,21 @@ class PhaseController:
         self.step_credits = 0
         self.run.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message="hard" if hard else "before next tool"))
         if hard:
-            pid = self.run.supervisor.pid
-            if pid is None:
+            if self.run.supervisor.pid is None:
                 raise _illegal("pause", self.run.status, "the process has not started")
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGSTOP)
-            # Report PAUSED only once the stop has taken effect.
-            await wait_stopped(pid)
+            # Report PAUSED only once every process of the phase shows as stopped.
+            await self.run.supervisor.stop_processes()
             self.hard_paused = True
             self.run.supervisor.hold_watchdog(True)
-            self.run.emit(ControlEvent(ControlEventKind.PAUSED, message="process group stopped (SIGSTOP)"))
+            self.run.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
         self._settle_status()
 
-    def resume(self) -> None:
+    async def resume(self) -> None:
         self._require_running("resume")
         if not (self.pause_requested or self.hard_paused):
             raise _illegal("resume", self.run.status, "the phase is not paused")
         if self.hard_paused:
-            pid = self.run.supervisor.pid
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGCONT)
+            await self.run.supervisor.continue_processes()
             self.hard_paused = False
             self.run.supervisor.hold_watchdog(False)
         self.pause_requested = False
@@ -409,7 +401,7 @@ class PhaseController:
         if self.stdin_closed:
             raise _illegal("inject a message", self.run.status, "the phase is finishing and takes no more input")
         if self.hard_paused:
-            raise _illegal("inject a message", self.run.status, "the process group is stopped; resume it first")
+            raise _illegal("inject a message", self.run.status, "the phase's processes are stopped; resume it first")
         if interrupt_first:
             await self.interrupt()
         message_uuid = str(uuid.uuid4())
@@ -426,7 +418,7 @@ class PhaseController:
     async def interrupt(self) -> None:
         self._require_running("interrupt")
         if self.hard_paused:
-            raise _illegal("interrupt", self.run.status, "the process group is stopped; resume it first")
+            raise _illegal("interrupt", self.run.status, "the phase's processes are stopped; resume it first")
         if self.stdin_closed:
             raise _illegal("interrupt", self.run.status, "the phase is finishing and takes no more input")
         await self.channel.request("interrupt", wait_s=10.0)

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from helix_runner.config import ServerConfig
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
@@ -31,9 +32,11 @@ from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phase_runner import LaunchPlan, PhaseRun
 from helix_runner.record_codec import RecordCodec
+from helix_runner.runner.cgroups import ResourceLimits
 from helix_runner.runner.child_env import compose_child_env, missing_commands
 from helix_runner.runner.claude_command import build_argv, prompt_line
 from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.runner.containment import MODE_NAMES, Containment, LeftoverRun
 from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.process_group import kill_leftover_group
 from helix_runner.runner.supervisor import ProcessLimits
@@ -64,10 +67,11 @@ class LivePhase:
 class PhaseManager:
     """Starts phases and answers for them; one per server."""
 
-    def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, *,
+    def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None):
         self.config = config
+        self.containment = containment
         self.store = store
         self.codec = codec
         self.server_env = dict(os.environ if server_env is None else server_env)
@@ -125,13 +129,17 @@ class PhaseManager:
                               f"required commands not found on the phase's PATH: {', '.join(missing)}",
                               {"missing": ",".join(missing)})
         claude = self.locate_claude()
+        limits = self._limits(spec)
         existing = self.store.get_job(spec.job_id)
         project = spec.project_id or DEFAULT_PROJECT
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {existing.project_id}",
                               {"field": "project_id", "job_id": spec.job_id})
-        recording_dir = self.config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{uuid.uuid4().hex}"
+        # The run id names the recording directory (its suffix) and the containment scope, so a
+        # restarted server finds a crashed run's cgroups from the phase row (see recover()).
+        run_id = uuid.uuid4().hex
+        recording_dir = self.config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{run_id}"
         plan = LaunchPlan(
             argv=tuple(build_argv(str(claude.path), spec,
                                   settings=self.key_broker.cli_settings() if self.key_broker else None)),
@@ -145,6 +153,7 @@ class PhaseManager:
             ),
             claude_path=f"{claude.path} ({claude.found_via})",
             recording_dir=recording_dir,
+            scope=self.containment.scope(run_id, limits),
             stream_options=PhaseStreamOptions(
                 max_line_bytes=self.config.max_line_bytes,
                 include_partial_messages=spec.include_partial_messages,
@@ -181,7 +190,8 @@ class PhaseManager:
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,
-                                                     "working_dir": str(workdir)}})
+                                                     "working_dir": str(workdir),
+                                                     "containment": plan.scope.describe()}})
         return live
 
     def _fail_unstarted(self, job_id: str, phase_id: str, start_ns: int) -> None:
@@ -193,6 +203,21 @@ class PhaseManager:
                              start_time_ns=start_ns, end_time_ns=now)
         self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED.name, status_reason=reason,
                                 end_time_ns=now, result_json=self.codec.encode_result(result))
+
+    def _limits(self, spec: PhaseSpec) -> ResourceLimits:
+        """The phase's limits: its own (FAILED_PRECONDITION if this server cannot enforce them), else
+        the server's defaults where they can be enforced (start-up logged those that cannot)."""
+        requested = ResourceLimits(spec.memory_limit_bytes or None, spec.cpu_limit_millicores or None)
+        available = self.containment.limits_available
+        for name, value in (("memory", requested.memory_bytes), ("cpu", requested.cpu_millicores)):
+            if value and name not in available:
+                raise RunnerError(ErrorKind.FAILED_PRECONDITION, "LIMITS_UNAVAILABLE",
+                                  f"options.{name}_limit: this server cannot enforce a {name} limit "
+                                  f"({MODE_NAMES[self.containment.mode]} containment without a {name} cgroup)",
+                                  {"limit": name, "containment": MODE_NAMES[self.containment.mode]})
+        memory = requested.memory_bytes or (self.config.default_memory_limit_bytes or None)
+        cpu = requested.cpu_millicores or (self.config.default_cpu_limit_millicores or None)
+        return ResourceLimits(memory if "memory" in available else None, cpu if "cpu" in available else None)
 
     async def _drive(self, live: LivePhase) -> None:
         try:
@@ -251,15 +276,27 @@ class PhaseManager:
                 lp.run.request_stop_with_reason(EndCause.INTERRUPTED, "the server shut down while the phase ran")
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
 
+    def close(self) -> None:
+        """Removes this server's (now empty) containment directories."""
+        self.containment.close()
+
     # -- recovery --------------------------------------------------------------------------
 
-    def recover(self) -> list[PhaseRow]:
-        """Marks phases a previous server process left active as INTERRUPTED, with a reason and an event."""
+    async def recover(self) -> list[PhaseRow]:
+        """Marks phases a previous server process left active as INTERRUPTED, with a reason and an
+        event, after ending every process they left (their cgroups, shims and marked strays)."""
         recovered = self.store.active_phases()
+        runs = [LeftoverRun(_run_id(row.recording_dir), row.pid, row.pid_start_ticks) for row in recovered]
+        ended = await self.containment.recover(runs)
         now = time.time_ns()
-        for row in recovered:
-            reason = ("the server stopped while the phase ran (found active at startup; "
-                      "its process did not survive the server)")
+        for row, run in zip(recovered, runs, strict=True):
+            left = ended.get(run.run_id, 0)
+            if not left and row.pid and row.pid_start_ticks is not None:
+                # Phases recorded before the shim: the CLI's own process group.
+                left = len(kill_leftover_group(row.pid, row.pid_start_ticks))
+            reason = "the server stopped while the phase ran (found active at startup); " + (
+                f"{left} leftover process(es) of the phase were found and ended" if left
+                else "no process of the phase outlived the server")
             previous = PhaseStatus[row.status]
             seq = row.last_sequence + 1
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
@@ -269,17 +306,17 @@ class PhaseManager:
                                                                                           event))
             ])
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
-            if row.pid and row.pid_start_ticks is not None:
-                killed = kill_leftover_group(row.pid, row.pid_start_ticks)
-                if killed:
-                    reason += f"; {len(killed)} leftover process(es) of its group were killed"
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
                                  end_time_ns=now, last_sequence=seq)
             self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED.name,
                                     status_reason=reason, end_time_ns=now, result_json=self.codec.encode_result(result))
             log.warning("phase interrupted by a previous shutdown",
-                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status}})
+                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status,
+                                          "processes_ended": left}})
+        strays = sum(n for run_id, n in ended.items() if run_id not in {r.run_id for r in runs})
+        if strays:
+            log.warning("ended processes of phases a previous server left", extra={"fields": {"count": strays}})
         return recovered
 
     # -- queries ---------------------------------------------------------------------------
@@ -311,6 +348,11 @@ class PhaseManager:
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
                               {"last_sequence": row.last_sequence})
         return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_json)
+
+
+def _run_id(recording_dir: str) -> str:
+    """The run id of a phase row: the suffix of its recording directory (``<phase>-<run id>``)."""
+    return Path(recording_dir).name.rsplit("-", 1)[-1]
 
 
 def _safe(name: str) -> str:

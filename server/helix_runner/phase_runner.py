@@ -21,6 +21,7 @@ from helix_runner.domain.events import (
     Event,
     PhaseStatusChanged,
     SessionInit,
+    SessionWritesLost,
     StderrOutput,
     Thinking,
     ToolCallFinished,
@@ -37,8 +38,9 @@ from helix_runner.domain.pricing import PriceTable
 from helix_runner.event_log import PhaseEventLog
 from helix_runner.phase_control import PhaseController
 from helix_runner.record_codec import RecordCodec
+from helix_runner.runner.containment import PhaseScope
 from helix_runner.runner.key_broker import KeyBroker
-from helix_runner.runner.process_group import start_ticks
+from helix_runner.runner.procfs import start_ticks
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.store.sqlite_store import EventRow, ModelCostRow, SqliteStore, ToolCallRow
 
@@ -57,6 +59,8 @@ class LaunchPlan:
     claude_path: str
     recording_dir: Path
     stream_options: PhaseStreamOptions
+    # The phase's containment (cgroup or shim) with its limits; stateful, used by one run.
+    scope: PhaseScope
     # Key-helper mode: the broker that hands this phase's CLI session the API key.
     key_broker: KeyBroker | None = None
 
@@ -76,7 +80,7 @@ class PhaseRun:
         self.result: PhaseResult | None = None
         self.supervisor = ProcessSupervisor(
             plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
-            on_spawn=self._record_pid,
+            on_spawn=self._record_pid, scope=plan.scope,
         )
         self.control = PhaseController(self, list(breakpoints))
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -89,6 +93,7 @@ class PhaseRun:
         self._model = ""
         self._cost_dirty = False
         self._revoke_key = lambda: None
+        self._writes_lost: SessionWritesLost | None = None
 
     @property
     def job_id(self) -> str:
@@ -150,7 +155,7 @@ class PhaseRun:
         self.control.close("the phase ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
-        outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results))
+        outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results), self._writes_lost)
         self._stdout_file.close()
         self._stderr_file.close()
         tools = self.stream.tools
@@ -189,7 +194,9 @@ class PhaseRun:
                 argv=tuple(self.plan.argv),
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
+                containment=self.plan.scope.report(),
             ),
+            resource_fault=outcome.fault,
         )
         encoded = self.codec.encode_result(result)
         self.store.update_phase(
@@ -202,7 +209,7 @@ class PhaseRun:
         return result
 
     def _record_pid(self, pid: int) -> None:
-        # Lets a restarted server kill this group if the server dies first (runner.process_group).
+        # The phase shim's pid: lets a restarted server find and end what it leaves (runner.containment).
         self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), pid=pid, pid_start_ticks=start_ticks(pid))
         if self.plan.key_broker is not None:
             # Before the event loop runs again, so before the CLI's first key request can be answered.
@@ -237,6 +244,8 @@ class PhaseRun:
                 self._cost_dirty = True
             elif isinstance(p, SessionInit):
                 self._note_session(e.session_id, p.model)
+            elif isinstance(p, SessionWritesLost):
+                self._writes_lost = p
         if touched:
             calls = [c for c in (self.stream.tools.get(t) for t in touched) if c is not None]
             self._persist_tools(calls)

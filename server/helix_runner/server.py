@@ -28,6 +28,7 @@ from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
 from helix_runner.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
+from helix_runner.runner.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.runner.key_broker import KeyBroker, KeySource
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
@@ -66,6 +67,7 @@ class RunningServer:
         if self.retention_task is not None:
             self.retention_task.cancel()
             await asyncio.gather(self.retention_task, return_exceptions=True)
+        self.manager.close()
         # Streams have delivered their final results by now; give them a moment to flush.
         if self.web is not None:
             await self.web.stop(1.0)
@@ -145,6 +147,22 @@ async def child_credentials(config: ServerConfig, server_env: dict[str, str]) ->
     return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker)
 
 
+def _detect_containment(config: ServerConfig) -> Containment:
+    """The containment of phases (runner.containment), logged with what it can and cannot do."""
+    try:
+        containment = detect(config.containment, config.cgroup_parent, instance_id(config.data_dir))
+    except ContainmentError as exc:
+        raise StartupError(f"phase containment: {exc}") from None
+    fields = {"mode": MODE_NAMES[containment.mode], "setting": config.containment, "detail": containment.detail,
+              "limits": list(containment.limits_available)}
+    log.info("containment", extra={"fields": fields})
+    for name, value in (("memory", config.default_memory_limit_bytes), ("cpu", config.default_cpu_limit_millicores)):
+        if value and name not in containment.limits_available:
+            log.warning("default limit not enforced: no cgroup with this controller",
+                        extra={"fields": {"limit": name, "value": value}})
+    return containment
+
+
 async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
     """Opens the store, recovers phases a previous process left active, binds the port, serves."""
     try:
@@ -176,13 +194,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     server_env = dict(os.environ if server_env is None else server_env)
     try:
+        containment = _detect_containment(config)
         creds = await child_credentials(config, server_env)
     except StartupError:
         store.close()
         raise
-    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=creds.overrides,
-                           env_withhold=creds.withhold, key_broker=creds.key_broker)
-    recovered = manager.recover()
+    manager = PhaseManager(config, store, ProtoRecordCodec(), containment, server_env=server_env,
+                           env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker)
+    recovered = await manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     servicer = RunnerServicer(manager)

@@ -82,6 +82,7 @@ SAMPLES: list[d.Payload] = [
     d.ControlEvent(d.ControlEventKind.TOOL_DENIED, "t", "Write", "bp", "no", "{}"),
     d.ParseError(d.ParseErrorReason.INVALID_JSON, 30, 7, 100, "at char 29"),
     d.Unknown("brand_new", "x", "", 40),
+    d.SessionWritesLost("ENOSPC", ("transcript", "global_config"), ("s-1",)),
 ]
 
 

@@ -47,6 +47,10 @@ def test_prompt_line_is_one_json_line():
         ({"env": {"BAD NAME": "x"}}, "options.env"),
         ({"env": {"X": "a\x00b"}}, "options.env"),
         ({"working_dir": ""}, "working_dir"),
+        ({"memory_limit_bytes": 1024}, "options.memory_limit_bytes"),
+        ({"memory_limit_bytes": -1}, "options.memory_limit_bytes"),
+        ({"cpu_limit_millicores": 5}, "options.cpu_limit_millicores"),
+        ({"cpu_limit_millicores": 2_000_000}, "options.cpu_limit_millicores"),
     ],
 )
 def test_invalid_fields_are_named(change, field):

@@ -24,6 +24,7 @@ from helix_runner.domain.events import (
     PermissionDenied,
     RateLimit,
     SessionInit,
+    SessionWritesLost,
     TaskEvent,
     TaskEventKind,
     Thinking,
@@ -252,6 +253,27 @@ def test_api_retry():
     assert payloads(line) == [ApiRetry(2, 10, 1207, 429, "rate_limit")]
     line["error_status"] = None
     assert payloads(line)[0].error_status is None
+
+
+def test_session_writes_lost():
+    # The shape CLI 2.1.330 writes at exit when its transcript or config write hit ENOSPC / EDQUOT
+    # (captured with HOME on a full tmpfs, see tests/api/test_run_phase_containment.py).
+    line = {
+        "type": "system",
+        "subtype": "session_writes_lost",
+        "error_code": "ENOSPC",
+        "lost": ["transcript", "global_config"],
+        "transcript_session_ids": ["ef9b694a-d3ec-4db5-bf64-bfcc5f9cdfa9"],
+        "uuid": "f30def88-8128-4c99-b2c0-ebe2d675e7b4",
+        "session_id": "ef9b694a-d3ec-4db5-bf64-bfcc5f9cdfa9",
+    }
+    assert payloads(line) == [
+        SessionWritesLost("ENOSPC", ("transcript", "global_config"), ("ef9b694a-d3ec-4db5-bf64-bfcc5f9cdfa9",))
+    ]
+    hostile = {"type": "system", "subtype": "session_writes_lost", "error_code": 28, "lost": ["x" * 1000] * 100}
+    (lost,) = payloads(hostile)
+    assert lost.error_code == "" and lost.session_ids == ()
+    assert len(lost.lost) == 16 and all(len(name) == 256 for name in lost.lost)
 
 
 def test_status_and_compaction():

@@ -429,6 +429,12 @@ def _parse_error(p: d.ParseError, m: ev.ParseError) -> None:
     m.repaired = p.repaired
 
 
+def _session_writes_lost(p: d.SessionWritesLost, m: ev.SessionWritesLost) -> None:
+    m.error_code = p.error_code
+    m.lost.extend(p.lost)
+    m.session_ids.extend(p.session_ids)
+
+
 def _unknown(p: d.Unknown, m: ev.Unknown) -> None:
     m.type = p.type
     m.subtype = p.subtype
@@ -457,6 +463,7 @@ PAYLOAD_FIELDS: dict[type, tuple[str, Callable[[Any, Any], None]]] = {
     d.ControlRequest: ("control_request", _control_request),
     d.UserMessage: ("user_message", _user_message),
     d.ToolProgress: ("tool_progress", _tool_progress),
+    d.SessionWritesLost: ("session_writes_lost", _session_writes_lost),
     d.CostUpdate: ("cost_update", _cost_update),
     d.StderrOutput: ("stderr", _stderr),
     d.PhaseStatusChanged: ("status_changed", _status_changed),

@@ -6,7 +6,8 @@ from helix.runner.v1 import resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
-from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_outcome import ResourceFault
+from helix_runner.domain.phase_result import ContainmentReport, PhaseResult
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
 
@@ -42,6 +43,25 @@ def tool_stats_from_bytes(data: bytes | None) -> list[resources_pb2.ToolStats]:
     return list(resources_pb2.Phase.FromString(data).tool_stats) if data else []
 
 
+_RESOURCE_FAULTS = {
+    None: resources_pb2.RESOURCE_FAULT_UNSPECIFIED,
+    ResourceFault.OUT_OF_MEMORY: resources_pb2.RESOURCE_FAULT_OUT_OF_MEMORY,
+    ResourceFault.DISK_FULL: resources_pb2.RESOURCE_FAULT_DISK_FULL,
+}
+
+
+def containment_to_proto(c: ContainmentReport) -> resources_pb2.PhaseContainment:
+    msg = resources_pb2.PhaseContainment(
+        mode=int(c.mode), cgroup_paths=list(c.cgroup_paths), memory_limit_bytes=c.memory_limit_bytes or 0,
+        cpu_limit_millicores=c.cpu_limit_millicores or 0, process_count=c.process_count, oom_kills=c.oom_kills,
+    )
+    if c.memory_current_bytes is not None:
+        msg.memory_current_bytes = c.memory_current_bytes
+    if c.memory_peak_bytes is not None:
+        msg.memory_peak_bytes = c.memory_peak_bytes
+    return msg
+
+
 def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
     d = r.diagnostics
     msg = resources_pb2.PhaseResult(
@@ -60,6 +80,7 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         session_id=r.session_id,
         tool_stats=[m.tool_stats_to_proto(s) for s in r.tool_stats],
         last_sequence=r.last_sequence,
+        resource_fault=_RESOURCE_FAULTS[r.resource_fault],
         diagnostics=resources_pb2.PhaseDiagnostics(
             stderr_tail=d.stderr_tail, stderr_bytes=d.stderr_bytes, parse_error_count=d.parse_error_count,
             unfinished_tool_calls=d.unfinished_tool_calls, stdout_bytes=d.stdout_bytes, argv=list(d.argv),
@@ -73,6 +94,8 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.exit_code = r.exit_code
     if r.cost is not None:
         msg.cost.CopyFrom(m.phase_cost_to_proto(r.cost))
+    if d.containment is not None:
+        msg.diagnostics.containment.CopyFrom(containment_to_proto(d.containment))
     _ts(msg.start_time, r.start_time_ns)
     _ts(msg.end_time, r.end_time_ns)
     msg.attempts.extend(m.attempt_to_proto(a) for a in r.attempts)

@@ -25,7 +25,7 @@ from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.pagination import make_token, page_size, read_token
-from helix_runner.api.record_codec import tool_stats_from_bytes
+from helix_runner.api.record_codec import containment_to_proto, tool_stats_from_bytes
 from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
@@ -166,6 +166,8 @@ def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str
         on_disconnect=_enum_value(_ON_DISCONNECT, o.on_disconnect, "options.on_disconnect"),
         env=dict(o.env),
         fallback_model=o.fallback_model,
+        memory_limit_bytes=o.memory_limit_bytes,
+        cpu_limit_millicores=o.cpu_limit_millicores,
     )
 
 
@@ -374,7 +376,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_unary
     async def ResumePhase(self, request, context):
         live = self.manager.require_live(request.job_id, request.phase_id, "resume")
-        live.run.control.resume()
+        await live.run.control.resume()
         return runner_service_pb2.ResumePhaseResponse(phase=self._live_phase(live))
 
     @_unary
@@ -439,8 +441,12 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             ref.receive_time.CopyFrom(event.receive_time)
         live = self.manager.get_live(row.job_id, row.phase_id)
         if live is None or live.done.is_set():
+            # Ended: the final figures, when the phase recorded them.
+            if inspection.phase.result.diagnostics.HasField("containment"):
+                inspection.containment.CopyFrom(inspection.phase.result.diagnostics.containment)
             return runner_service_pb2.InspectPhaseResponse(inspection=inspection)
         control, run = live.run.control, live.run
+        inspection.containment.CopyFrom(containment_to_proto(run.plan.scope.report()))
         inspection.paused = control.pause_requested or control.hard_paused
         inspection.hard_paused = control.hard_paused
         for hold in list(control.holds.values()):

@@ -7,6 +7,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from helix_runner.config import CONTAINMENT_SETTINGS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the gRPC service")
@@ -36,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--web-port", type=int, help="serve the web dashboard on this HTTP port (default: off; 0 picks one)"
     )
     p.add_argument("--web-host", help="the dashboard's listen address (default 127.0.0.1)")
+    p.add_argument(
+        "--containment",
+        choices=CONTAINMENT_SETTINGS,
+        help="how phases are contained (default auto: cgroup v2, then v1, then a subreaper shim)",
+    )
+    p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
     p.set_defaults(handler=cmd_serve)
 
     p = sub.add_parser("mock-api", help="serve a scripted stand-in for the Anthropic Messages API")

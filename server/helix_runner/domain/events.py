@@ -612,6 +612,19 @@ class ToolProgress:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class SessionWritesLost:
+    """``system/session_writes_lost``: at exit the CLI reports it could not save what ``lost`` names
+    (``transcript``, ``global_config``) because the disk was full (``error_code`` ``ENOSPC``) or the
+    quota used up (``EDQUOT``); resuming ``session_ids`` may miss part of the conversation.
+    At most 16 entries of 256 bytes each per list."""
+
+    error_code: str
+    lost: tuple[str, ...] = ()
+    session_ids: tuple[str, ...] = ()
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class Unknown:
     """A line (or assistant content block) of a type or subtype this server does not model.
 
@@ -738,6 +751,7 @@ Payload = (
     | ControlRequest
     | UserMessage
     | ToolProgress
+    | SessionWritesLost
     | CostUpdate
     | StderrOutput
     | PhaseStatusChanged

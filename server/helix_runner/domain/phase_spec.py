@@ -24,6 +24,10 @@ MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_TURNS = 10_000
 PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan", "dontAsk")
 ON_DISCONNECT = ("CANCEL", "DETACH")
+# Resource limits (enforced by the phase's cgroup): below 32 MiB the CLI cannot even start.
+MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
+MIN_CPU_LIMIT_MILLICORES = 10
+MAX_CPU_LIMIT_MILLICORES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class PhaseSpec:
     on_disconnect: str = "CANCEL"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     fallback_model: str = ""
+    memory_limit_bytes: int = 0  # 0: the server's default
+    cpu_limit_millicores: int = 0  # 0: the server's default
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -87,6 +93,20 @@ class PhaseSpec:
             raise invalid_field("options.append_system_prompt", f"exceeds {MAX_SYSTEM_PROMPT_BYTES} bytes")
         if self.timeout_s < 0 or self.idle_timeout_s < 0:
             raise invalid_field("options.timeout", "must not be negative")
+        if self.memory_limit_bytes and not MIN_MEMORY_LIMIT_BYTES <= self.memory_limit_bytes < 2**62:
+            raise invalid_field(
+                "options.memory_limit_bytes",
+                f"must be 0 (the server's default) or at least {MIN_MEMORY_LIMIT_BYTES} bytes",
+            )
+        if (
+            self.cpu_limit_millicores
+            and not MIN_CPU_LIMIT_MILLICORES <= self.cpu_limit_millicores <= MAX_CPU_LIMIT_MILLICORES
+        ):
+            raise invalid_field(
+                "options.cpu_limit_millicores",
+                f"must be 0 (the server's default) or "
+                f"{MIN_CPU_LIMIT_MILLICORES} to {MAX_CPU_LIMIT_MILLICORES}",
+            )
         if self.on_disconnect not in ON_DISCONNECT:
             raise invalid_field("options.on_disconnect", f"unknown value {self.on_disconnect!r}")
         for key, value in self.env.items():

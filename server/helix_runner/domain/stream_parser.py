@@ -55,6 +55,7 @@ from helix_runner.domain.events import (
     PermissionDenied,
     RateLimit,
     SessionInit,
+    SessionWritesLost,
     TaskEvent,
     TaskEventKind,
     Thinking,
@@ -90,6 +91,7 @@ _PermissionDenial = maker(PermissionDenial)
 _PermissionDenied = maker(PermissionDenied)
 _RateLimit = maker(RateLimit)
 _SessionInit = maker(SessionInit)
+_SessionWritesLost = maker(SessionWritesLost)
 _TaskEvent = maker(TaskEvent)
 _Thinking = maker(Thinking)
 _TokenUsage = maker(TokenUsage)
@@ -328,6 +330,7 @@ class StreamParser:
             "task_progress": _task_progress,
             "task_updated": _task_updated,
             "task_notification": _task_notification,
+            "session_writes_lost": _session_writes_lost,
         }
 
     # ----------------------------------------------------------------------------------------------
@@ -779,6 +782,17 @@ def _compact_boundary(obj: dict[str, Any]) -> Compaction:
         _int0(meta.get("pre_tokens")),
         _int0(meta.get("post_tokens")),
         _int(meta.get("duration_ms")),
+    )
+
+
+def _session_writes_lost(obj: dict[str, Any]) -> SessionWritesLost:
+    def names(value: Any) -> tuple[str, ...]:
+        return tuple(bound_text(name, 256)[0] for name in _strings(value)[:16])
+
+    return _SessionWritesLost(
+        bound_text(_str(obj.get("error_code")), 256)[0],
+        names(obj.get("lost")),
+        names(obj.get("transcript_session_ids")),
     )
 
 

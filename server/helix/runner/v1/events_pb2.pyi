@@ -122,7 +122,7 @@ PARSE_ERROR_REASON_BAD_SHAPE: ParseErrorReason
 PARSE_ERROR_REASON_UNPAIRED_SURROGATE: ParseErrorReason
 
 class StreamEvent(_message.Message):
-    __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown")
+    __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "session_writes_lost", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_TIME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class StreamEvent(_message.Message):
     CONTROL_REQUEST_FIELD_NUMBER: _ClassVar[int]
     USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_WRITES_LOST_FIELD_NUMBER: _ClassVar[int]
     COST_UPDATE_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
     STATUS_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -183,13 +184,14 @@ class StreamEvent(_message.Message):
     control_request: ControlRequest
     user_message: UserMessage
     tool_progress: ToolProgress
+    session_writes_lost: SessionWritesLost
     cost_update: CostUpdate
     stderr: StderrOutput
     status_changed: PhaseStatusChanged
     control: ControlEvent
     parse_error: ParseError
     unknown: Unknown
-    def __init__(self, sequence: _Optional[int] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_tool_use_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., uuid: _Optional[str] = ..., session_init: _Optional[_Union[SessionInit, _Mapping]] = ..., assistant_text: _Optional[_Union[AssistantText, _Mapping]] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., api_retry: _Optional[_Union[ApiRetry, _Mapping]] = ..., api_error: _Optional[_Union[ApiError, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., task: _Optional[_Union[TaskEvent, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., cli_status: _Optional[_Union[CliStatus, _Mapping]] = ..., hook: _Optional[_Union[HookEvent, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., partial_delta: _Optional[_Union[PartialDelta, _Mapping]] = ..., turn_result: _Optional[_Union[TurnResult, _Mapping]] = ..., control_response: _Optional[_Union[ControlResponse, _Mapping]] = ..., control_request: _Optional[_Union[ControlRequest, _Mapping]] = ..., user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., cost_update: _Optional[_Union[CostUpdate, _Mapping]] = ..., stderr: _Optional[_Union[StderrOutput, _Mapping]] = ..., status_changed: _Optional[_Union[PhaseStatusChanged, _Mapping]] = ..., control: _Optional[_Union[ControlEvent, _Mapping]] = ..., parse_error: _Optional[_Union[ParseError, _Mapping]] = ..., unknown: _Optional[_Union[Unknown, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_tool_use_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., uuid: _Optional[str] = ..., session_init: _Optional[_Union[SessionInit, _Mapping]] = ..., assistant_text: _Optional[_Union[AssistantText, _Mapping]] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., api_retry: _Optional[_Union[ApiRetry, _Mapping]] = ..., api_error: _Optional[_Union[ApiError, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., task: _Optional[_Union[TaskEvent, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., cli_status: _Optional[_Union[CliStatus, _Mapping]] = ..., hook: _Optional[_Union[HookEvent, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., partial_delta: _Optional[_Union[PartialDelta, _Mapping]] = ..., turn_result: _Optional[_Union[TurnResult, _Mapping]] = ..., control_response: _Optional[_Union[ControlResponse, _Mapping]] = ..., control_request: _Optional[_Union[ControlRequest, _Mapping]] = ..., user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., session_writes_lost: _Optional[_Union[SessionWritesLost, _Mapping]] = ..., cost_update: _Optional[_Union[CostUpdate, _Mapping]] = ..., stderr: _Optional[_Union[StderrOutput, _Mapping]] = ..., status_changed: _Optional[_Union[PhaseStatusChanged, _Mapping]] = ..., control: _Optional[_Union[ControlEvent, _Mapping]] = ..., parse_error: _Optional[_Union[ParseError, _Mapping]] = ..., unknown: _Optional[_Union[Unknown, _Mapping]] = ...) -> None: ...
 
 class SessionInit(_message.Message):
     __slots__ = ("model", "tools", "cwd", "cli_version", "permission_mode", "mcp_servers", "capabilities", "api_key_source", "turn_index")
@@ -512,6 +514,16 @@ class ToolProgress(_message.Message):
     tool_name: str
     elapsed: _duration_pb2.Duration
     def __init__(self, tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class SessionWritesLost(_message.Message):
+    __slots__ = ("error_code", "lost", "session_ids")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    error_code: str
+    lost: _containers.RepeatedScalarFieldContainer[str]
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error_code: _Optional[str] = ..., lost: _Optional[_Iterable[str]] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CostUpdate(_message.Message):
     __slots__ = ("cost",)

@@ -58,6 +58,19 @@ class PricingSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRICING_SOURCE_OVERRIDE: _ClassVar[PricingSource]
     PRICING_SOURCE_UNPRICED: _ClassVar[PricingSource]
 
+class ContainmentMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTAINMENT_MODE_UNSPECIFIED: _ClassVar[ContainmentMode]
+    CONTAINMENT_MODE_CGROUP_V2: _ClassVar[ContainmentMode]
+    CONTAINMENT_MODE_CGROUP_V1: _ClassVar[ContainmentMode]
+    CONTAINMENT_MODE_SUBREAPER: _ClassVar[ContainmentMode]
+
+class ResourceFault(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOURCE_FAULT_UNSPECIFIED: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_OUT_OF_MEMORY: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_DISK_FULL: _ClassVar[ResourceFault]
+
 class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ATTEMPT_END_KIND_UNSPECIFIED: _ClassVar[AttemptEndKind]
@@ -124,6 +137,13 @@ PRICING_SOURCE_UNSPECIFIED: PricingSource
 PRICING_SOURCE_PRICE_TABLE: PricingSource
 PRICING_SOURCE_OVERRIDE: PricingSource
 PRICING_SOURCE_UNPRICED: PricingSource
+CONTAINMENT_MODE_UNSPECIFIED: ContainmentMode
+CONTAINMENT_MODE_CGROUP_V2: ContainmentMode
+CONTAINMENT_MODE_CGROUP_V1: ContainmentMode
+CONTAINMENT_MODE_SUBREAPER: ContainmentMode
+RESOURCE_FAULT_UNSPECIFIED: ResourceFault
+RESOURCE_FAULT_OUT_OF_MEMORY: ResourceFault
+RESOURCE_FAULT_DISK_FULL: ResourceFault
 ATTEMPT_END_KIND_UNSPECIFIED: AttemptEndKind
 ATTEMPT_END_KIND_COMPLETED: AttemptEndKind
 ATTEMPT_END_KIND_API_OVERLOADED: AttemptEndKind
@@ -153,6 +173,26 @@ QUEUE_REASON_PROJECT_LIMIT: QueueReason
 QUEUE_REASON_START_LIMIT: QueueReason
 QUEUE_REASON_RATE_LIMITED: QueueReason
 QUEUE_REASON_RETRY_BACKOFF: QueueReason
+
+class PhaseContainment(_message.Message):
+    __slots__ = ("mode", "cgroup_paths", "memory_limit_bytes", "cpu_limit_millicores", "process_count", "memory_current_bytes", "memory_peak_bytes", "oom_kills")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_PATHS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_MILLICORES_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CURRENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLS_FIELD_NUMBER: _ClassVar[int]
+    mode: ContainmentMode
+    cgroup_paths: _containers.RepeatedScalarFieldContainer[str]
+    memory_limit_bytes: int
+    cpu_limit_millicores: int
+    process_count: int
+    memory_current_bytes: int
+    memory_peak_bytes: int
+    oom_kills: int
+    def __init__(self, mode: _Optional[_Union[ContainmentMode, str]] = ..., cgroup_paths: _Optional[_Iterable[str]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., process_count: _Optional[int] = ..., memory_current_bytes: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., oom_kills: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "project_id", "status", "create_time", "update_time", "phases", "cost")
@@ -355,7 +395,7 @@ class PermissionDenial(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_input_json: _Optional[str] = ...) -> None: ...
 
 class PhaseDiagnostics(_message.Message):
-    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path")
+    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment")
     STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARSE_ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +404,7 @@ class PhaseDiagnostics(_message.Message):
     ARGV_FIELD_NUMBER: _ClassVar[int]
     CLAUDE_PATH_FIELD_NUMBER: _ClassVar[int]
     RECORDING_PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     stderr_tail: str
     stderr_bytes: int
     parse_error_count: int
@@ -372,10 +413,11 @@ class PhaseDiagnostics(_message.Message):
     argv: _containers.RepeatedScalarFieldContainer[str]
     claude_path: str
     recording_path: str
-    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ...) -> None: ...
+    containment: PhaseContainment
+    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
-    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts")
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -399,6 +441,7 @@ class PhaseResult(_message.Message):
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FAULT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     status: PhaseStatus
@@ -422,7 +465,8 @@ class PhaseResult(_message.Message):
     last_sequence: int
     diagnostics: PhaseDiagnostics
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    resource_fault: ResourceFault
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("number", "status", "reason", "end_kind", "retryable", "exit_code", "exit_signal", "api_error_status", "session_id", "resumed_session_id", "start_time", "end_time", "cost", "first_sequence", "last_sequence", "retry_delay", "startup_failure_reason")
@@ -531,7 +575,7 @@ class ContextUsage(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class PhaseInspection(_message.Message):
-    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints")
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -542,6 +586,7 @@ class PhaseInspection(_message.Message):
     TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_USAGE_FIELD_NUMBER: _ClassVar[int]
     BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     paused: bool
     hard_paused: bool
@@ -552,7 +597,8 @@ class PhaseInspection(_message.Message):
     turn_count: int
     context_usage: ContextUsage
     breakpoints: _containers.RepeatedCompositeFieldContainer[Breakpoint]
-    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ...) -> None: ...
+    containment: PhaseContainment
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class StreamEventRef(_message.Message):
     __slots__ = ("sequence", "kind", "summary", "receive_time")

@@ -89,7 +89,7 @@ class RunnerService(Protocol):
 
     async def pause_phase(self, request: PausePhaseRequest, ctx: RequestContext[PausePhaseRequest, PausePhaseResponse], /) -> PausePhaseResponse:
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -114,7 +114,7 @@ class RunnerService(Protocol):
 
     async def cancel_phase(self, request: CancelPhaseRequest, ctx: RequestContext[CancelPhaseRequest, CancelPhaseResponse], /) -> CancelPhaseResponse:
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -554,7 +554,7 @@ class RunnerServiceClient(ConnectClient):
         timeout_ms: int | None = None,
     ) -> PausePhaseResponse:
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
         return await self.execute_unary(
             request=request,
@@ -647,7 +647,7 @@ class RunnerServiceClient(ConnectClient):
         timeout_ms: int | None = None,
     ) -> CancelPhaseResponse:
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
         return await self.execute_unary(
             request=request,

@@ -78,7 +78,7 @@ PAUSE_MODE_BEFORE_NEXT_TOOL: PauseMode
 PAUSE_MODE_HARD: PauseMode
 
 class PhaseOptions(_message.Message):
-    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry")
+    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,8 @@ class PhaseOptions(_message.Message):
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_MODEL_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_MILLICORES_FIELD_NUMBER: _ClassVar[int]
     model: str
     allowed_tools: _containers.RepeatedScalarFieldContainer[str]
     disallowed_tools: _containers.RepeatedScalarFieldContainer[str]
@@ -120,7 +122,9 @@ class PhaseOptions(_message.Message):
     idle_timeout: _duration_pb2.Duration
     fallback_model: str
     retry: RetryPolicy
-    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
+    memory_limit_bytes: int
+    cpu_limit_millicores: int
+    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "backoff_multiplier", "max_backoff", "disable_jitter", "continuation_prompt")

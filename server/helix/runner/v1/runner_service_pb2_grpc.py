@@ -186,7 +186,7 @@ class RunnerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PausePhase(self, request, context):
-        """Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        """Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,7 +215,7 @@ class RunnerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelPhase(self, request, context):
-        """Terminates the phase's process group; the phase ends CANCELLED.
+        """Terminates every process of the phase; the phase ends CANCELLED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -12,7 +12,77 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/resources.proto.
  */
 export const file_helix_runner_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEijAIKA0pvYhIOCgZqb2JfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZwaGFzZXMYBiADKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USKQoEY29zdBgHIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Db3N0VG90YWxzIrcFCgVQaGFzZRIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIsCgZzdGF0dXMYBCABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSFQoNc3RhdHVzX3JlYXNvbhgFIAEoCRIvCgtjcmVhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnNlc3Npb25faWQYCSABKAkSDQoFbW9kZWwYCiABKAkSEwoLd29ya2luZ19kaXIYCyABKAkSKAoEY29zdBgMIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSLgoKdG9vbF9zdGF0cxgNIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMSLwoMY3VycmVudF90b29sGA4gASgLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsEhUKDWxhc3Rfc2VxdWVuY2UYDyABKAMSLAoGcmVzdWx0GBAgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0EjQKDW9uX2Rpc2Nvbm5lY3QYESABKA4yHS5oZWxpeC5ydW5uZXIudjEuT25EaXNjb25uZWN0Eg4KBnByb21wdBgSIAEoCRIqCghhdHRlbXB0cxgTIAMoCzIYLmhlbGl4LnJ1bm5lci52MS5BdHRlbXB0EioKBXF1ZXVlGBQgASgLMhsuaGVsaXgucnVubmVyLnYxLlF1ZXVlU3RhdGUiwQEKClRva2VuVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgDEhUKDW91dHB1dF90b2tlbnMYAiABKAMSHwoXY2FjaGVfcmVhZF9pbnB1dF90b2tlbnMYAyABKAMSIwobY2FjaGVfd3JpdGVfNW1faW5wdXRfdG9rZW5zGAQgASgDEiMKG2NhY2hlX3dyaXRlXzFoX2lucHV0X3Rva2VucxgFIAEoAxIbChN3ZWJfc2VhcmNoX3JlcXVlc3RzGAYgASgDIsEBCglNb2RlbENvc3QSDQoFbW9kZWwYASABKAkSKwoGdG9rZW5zGAIgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2USGQoMcmVwb3J0ZWRfdXNkGAMgASgBSACIAQESFAoMY29tcHV0ZWRfdXNkGAQgASgBEjYKDnByaWNpbmdfc291cmNlGAUgASgOMh4uaGVsaXgucnVubmVyLnYxLlByaWNpbmdTb3VyY2VCDwoNX3JlcG9ydGVkX3VzZCKGAgoJUGhhc2VDb3N0EhkKDHJlcG9ydGVkX3VzZBgBIAEoAUgAiAEBEhQKDGNvbXB1dGVkX3VzZBgCIAEoARIbCg5kaWZmZXJlbmNlX3VzZBgDIAEoAUgBiAEBEhUKDWNvbXB1dGVkX29ubHkYBCABKAgSKwoGdG9rZW5zGAUgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2USKgoGbW9kZWxzGAYgAygLMhouaGVsaXgucnVubmVyLnYxLk1vZGVsQ29zdBIXCg91bnByaWNlZF9tb2RlbHMYByADKAlCDwoNX3JlcG9ydGVkX3VzZEIRCg9fZGlmZmVyZW5jZV91c2Qi4gEKCkNvc3RUb3RhbHMSFAoMcmVwb3J0ZWRfdXNkGAEgASgBEhQKDGNvbXB1dGVkX3VzZBgCIAEoARIrCgZ0b2tlbnMYAyABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIqCgZtb2RlbHMYBCADKAsyGi5oZWxpeC5ydW5uZXIudjEuTW9kZWxDb3N0EhMKC3BoYXNlX2NvdW50GAUgASgFEiEKGWNvbXB1dGVkX29ubHlfcGhhc2VfY291bnQYBiABKAUSFwoPdW5wcmljZWRfbW9kZWxzGAcgAygJIsMECghUb29sQ2FsbBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEwoLdG9vbF91c2VfaWQYAyABKAkSDAoEbmFtZRgEIAEoCRISCgppbnB1dF9qc29uGAUgASgJEhMKC2lucHV0X2J5dGVzGAYgASgDEhcKD2lucHV0X3RydW5jYXRlZBgHIAEoCBIaChJwYXJlbnRfdG9vbF91c2VfaWQYCCABKAkSLwoGc3RhdHVzGAkgASgOMh8uaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsU3RhdHVzEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgMIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5yZXN1bHRfcHJldmlldxgNIAEoCRIUCgxyZXN1bHRfYnl0ZXMYDiABKAMSGAoQcmVzdWx0X3RydW5jYXRlZBgPIAEoCBIeChZzdHJ1Y3R1cmVkX3Jlc3VsdF9qc29uGBAgASgJEiMKG3N0cnVjdHVyZWRfcmVzdWx0X3RydW5jYXRlZBgRIAEoCBIWCg5zdGFydF9zZXF1ZW5jZRgSIAEoAxIUCgxlbmRfc2VxdWVuY2UYEyABKAMSHQoVaGVsZF9ieV9icmVha3BvaW50X2lkGBQgASgJIuQBCglUb29sU3RhdHMSDAoEbmFtZRgBIAEoCRINCgVjb3VudBgCIAEoAxIQCghmYWlsdXJlcxgDIAEoAxISCgp1bmZpbmlzaGVkGAQgASgDEjEKDnRvdGFsX2R1cmF0aW9uGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDW1lYW5fZHVyYXRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMcDk1X2R1cmF0aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIlMKEFBlcm1pc3Npb25EZW5pYWwSEQoJdG9vbF9uYW1lGAEgASgJEhMKC3Rvb2xfdXNlX2lkGAIgASgJEhcKD3Rvb2xfaW5wdXRfanNvbhgDIAEoCSLIAQoQUGhhc2VEaWFnbm9zdGljcxITCgtzdGRlcnJfdGFpbBgBIAEoCRIUCgxzdGRlcnJfYnl0ZXMYAiABKAMSGQoRcGFyc2VfZXJyb3JfY291bnQYAyABKAMSHQoVdW5maW5pc2hlZF90b29sX2NhbGxzGAQgASgDEhQKDHN0ZG91dF9ieXRlcxgFIAEoAxIMCgRhcmd2GAYgAygJEhMKC2NsYXVkZV9wYXRoGAcgASgJEhYKDnJlY29yZGluZ19wYXRoGAggASgJIvMFCgtQaGFzZVJlc3VsdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSLAoGc3RhdHVzGAMgASgOMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlU3RhdHVzEg4KBnJlYXNvbhgEIAEoCRIWCg5yZXN1bHRfc3VidHlwZRgFIAEoCRIQCghpc19lcnJvchgGIAEoCBIdChBhcGlfZXJyb3Jfc3RhdHVzGAcgASgFSACIAQESFwoPdGVybWluYWxfcmVhc29uGAggASgJEhEKCW51bV90dXJucxgJIAEoBRITCgtyZXN1bHRfdGV4dBgKIAEoCRIOCgZlcnJvcnMYCyADKAkSFgoJZXhpdF9jb2RlGAwgASgFSAGIAQESEwoLZXhpdF9zaWduYWwYDSABKAkSFAoMcmVzdWx0X2NvdW50GA4gASgFEhIKCnNlc3Npb25faWQYDyABKAkSKAoEY29zdBgQIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSLgoKdG9vbF9zdGF0cxgRIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMSPQoScGVybWlzc2lvbl9kZW5pYWxzGBIgAygLMiEuaGVsaXgucnVubmVyLnYxLlBlcm1pc3Npb25EZW5pYWwSLgoKc3RhcnRfdGltZRgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWxhc3Rfc2VxdWVuY2UYFSABKAMSNgoLZGlhZ25vc3RpY3MYFiABKAsyIS5oZWxpeC5ydW5uZXIudjEuUGhhc2VEaWFnbm9zdGljcxIqCghhdHRlbXB0cxgXIAMoCzIYLmhlbGl4LnJ1bm5lci52MS5BdHRlbXB0QhMKEV9hcGlfZXJyb3Jfc3RhdHVzQgwKCl9leGl0X2NvZGUiwwQKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEiwKBnN0YXR1cxgCIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YAyABKAkSMQoIZW5kX2tpbmQYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdEVuZEtpbmQSEQoJcmV0cnlhYmxlGAUgASgIEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEhMKC2V4aXRfc2lnbmFsGAcgASgJEh0KEGFwaV9lcnJvcl9zdGF0dXMYCCABKAVIAYgBARISCgpzZXNzaW9uX2lkGAkgASgJEhoKEnJlc3VtZWRfc2Vzc2lvbl9pZBgKIAEoCRIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoEY29zdBgNIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSFgoOZmlyc3Rfc2VxdWVuY2UYDiABKAMSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIuCgtyZXRyeV9kZWxheRgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZzdGFydHVwX2ZhaWx1cmVfcmVhc29uGBEgASgJQgwKCl9leGl0X2NvZGVCEwoRX2FwaV9lcnJvcl9zdGF0dXMi6gEKClF1ZXVlU3RhdGUSLAoGcmVhc29uGAEgASgOMhwuaGVsaXgucnVubmVyLnYxLlF1ZXVlUmVhc29uEg4KBmRldGFpbBgCIAEoCRIQCghwb3NpdGlvbhgDIAEoBRIUCgxxdWV1ZWRfY291bnQYBCABKAUSLgoKbm90X2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxuZXh0X2F0dGVtcHQYByABKAUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIocDCg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJzCg5TdHJlYW1FdmVudFJlZhIQCghzZXF1ZW5jZRgBIAEoAxIMCgRraW5kGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSMAoMcmVjZWl2ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCr3AgoLUGhhc2VTdGF0dXMSHAoYUEhBU0VfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfU1RBVFVTX1BFTkRJTkcQARIYChRQSEFTRV9TVEFUVVNfUlVOTklORxACEhgKFFBIQVNFX1NUQVRVU19QQVVTSU5HEAMSFwoTUEhBU0VfU1RBVFVTX1BBVVNFRBAEEiIKHlBIQVNFX1NUQVRVU19BV0FJVElOR19BUFBST1ZBTBAFEhoKFlBIQVNFX1NUQVRVU19TVUNDRUVERUQQBhIXChNQSEFTRV9TVEFUVVNfRkFJTEVEEAcSGwoXUEhBU0VfU1RBVFVTX0lOQ09NUExFVEUQCBIaChZQSEFTRV9TVEFUVVNfVElNRURfT1VUEAkSGgoWUEhBU0VfU1RBVFVTX0NBTkNFTExFRBAKEhwKGFBIQVNFX1NUQVRVU19JTlRFUlJVUFRFRBALEhcKE1BIQVNFX1NUQVRVU19RVUVVRUQQDCrQAQoOUGVybWlzc2lvbk1vZGUSHwobUEVSTUlTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASGwoXUEVSTUlTU0lPTl9NT0RFX0RFRkFVTFQQARIgChxQRVJNSVNTSU9OX01PREVfQUNDRVBUX0VESVRTEAISJgoiUEVSTUlTU0lPTl9NT0RFX0JZUEFTU19QRVJNSVNTSU9OUxADEhgKFFBFUk1JU1NJT05fTU9ERV9QTEFOEAQSHAoYUEVSTUlTU0lPTl9NT0RFX0RPTlRfQVNLEAUqYQoMT25EaXNjb25uZWN0Eh0KGU9OX0RJU0NPTk5FQ1RfVU5TUEVDSUZJRUQQABIYChRPTl9ESVNDT05ORUNUX0NBTkNFTBABEhgKFE9OX0RJU0NPTk5FQ1RfREVUQUNIEAIqyQEKDlRvb2xDYWxsU3RhdHVzEiAKHFRPT0xfQ0FMTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhUT09MX0NBTExfU1RBVFVTX1JVTk5JTkcQARIZChVUT09MX0NBTExfU1RBVFVTX0hFTEQQAhIeChpUT09MX0NBTExfU1RBVFVTX1NVQ0NFRURFRBADEhsKF1RPT0xfQ0FMTF9TVEFUVVNfRkFJTEVEEAQSHwobVE9PTF9DQUxMX1NUQVRVU19VTkZJTklTSEVEEAUqiQEKDVByaWNpbmdTb3VyY2USHgoaUFJJQ0lOR19TT1VSQ0VfVU5TUEVDSUZJRUQQABIeChpQUklDSU5HX1NPVVJDRV9QUklDRV9UQUJMRRABEhsKF1BSSUNJTkdfU09VUkNFX09WRVJSSURFEAISGwoXUFJJQ0lOR19TT1VSQ0VfVU5QUklDRUQQAyrcBgoOQXR0ZW1wdEVuZEtpbmQSIAocQVRURU1QVF9FTkRfS0lORF9VTlNQRUNJRklFRBAAEh4KGkFUVEVNUFRfRU5EX0tJTkRfQ09NUExFVEVEEAESIwofQVRURU1QVF9FTkRfS0lORF9BUElfT1ZFUkxPQURFRBACEiUKIUFUVEVNUFRfRU5EX0tJTkRfQVBJX1JBVEVfTElNSVRFRBADEiUKIUFUVEVNUFRfRU5EX0tJTkRfQVBJX1NFUlZFUl9FUlJPUhAEEiYKIkFUVEVNUFRfRU5EX0tJTkRfQ09OTkVDVElPTl9GQUlMRUQQBRIcChhBVFRFTVBUX0VORF9LSU5EX0NSQVNIRUQQBhIZChVBVFRFTVBUX0VORF9LSU5EX0hVTkcQBxImCiJBVFRFTVBUX0VORF9LSU5EX1NUQVJUVVBfVFJBTlNJRU5UEAgSKAokQVRURU1QVF9FTkRfS0lORF9BUElfSU5WQUxJRF9SRVFVRVNUEAkSJwojQVRURU1QVF9FTkRfS0lORF9BUElfQVVUSEVOVElDQVRJT04QChIjCh9BVFRFTVBUX0VORF9LSU5EX0FQSV9QRVJNSVNTSU9OEAsSKgomQVRURU1QVF9FTkRfS0lORF9BUElfUkVRVUVTVF9UT09fTEFSR0UQDBIeChpBVFRFTVBUX0VORF9LSU5EX01BWF9UVVJOUxANEh8KG0FUVEVNUFRfRU5EX0tJTkRfTUFYX0JVREdFVBAOEiYKIkFUVEVNUFRfRU5EX0tJTkRfU1RSVUNUVVJFRF9PVVRQVVQQDxIkCiBBVFRFTVBUX0VORF9LSU5EX1NUQVJUVVBfUkVGVVNFRBAQEiQKIEFUVEVNUFRfRU5EX0tJTkRfRVhFQ1VUSU9OX0VSUk9SEBESHgoaQVRURU1QVF9FTkRfS0lORF9USU1FRF9PVVQQEhIeChpBVFRFTVBUX0VORF9LSU5EX0NBTkNFTExFRBATEioKJkFUVEVNUFRfRU5EX0tJTkRfSU5URVJSVVBURURfQllfQ0xJRU5UEBQSJAogQVRURU1QVF9FTkRfS0lORF9TRVJWRVJfU0hVVERPV04QFRIhCh1BVFRFTVBUX0VORF9LSU5EX1NQQVdOX0ZBSUxFRBAWKscBCgtRdWV1ZVJlYXNvbhIcChhRVUVVRV9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlRVUVVRV9SRUFTT05fU0VSVkVSX0xJTUlUEAESHgoaUVVFVUVfUkVBU09OX1BST0pFQ1RfTElNSVQQAhIcChhRVUVVRV9SRUFTT05fU1RBUlRfTElNSVQQAxIdChlRVUVVRV9SRUFTT05fUkFURV9MSU1JVEVEEAQSHgoaUVVFVUVfUkVBU09OX1JFVFJZX0JBQ0tPRkYQBWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEirgIKEFBoYXNlQ29udGFpbm1lbnQSLgoEbW9kZRgBIAEoDjIgLmhlbGl4LnJ1bm5lci52MS5Db250YWlubWVudE1vZGUSFAoMY2dyb3VwX3BhdGhzGAIgAygJEhoKEm1lbW9yeV9saW1pdF9ieXRlcxgDIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgEIAEoBRIVCg1wcm9jZXNzX2NvdW50GAUgASgFEiEKFG1lbW9yeV9jdXJyZW50X2J5dGVzGAYgASgDSACIAQESHgoRbWVtb3J5X3BlYWtfYnl0ZXMYByABKANIAYgBARIRCglvb21fa2lsbHMYCCABKANCFwoVX21lbW9yeV9jdXJyZW50X2J5dGVzQhQKEl9tZW1vcnlfcGVha19ieXRlcyKMAgoDSm9iEg4KBmpvYl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnBoYXNlcxgGIAMoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZRIpCgRjb3N0GAcgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMitwUKBVBoYXNlEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIVCg1zdGF0dXNfcmVhc29uGAUgASgJEi8KC2NyZWF0ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgJIAEoCRINCgVtb2RlbBgKIAEoCRITCgt3b3JraW5nX2RpchgLIAEoCRIoCgRjb3N0GAwgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGA0gAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxIvCgxjdXJyZW50X3Rvb2wYDiABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIsCgZyZXN1bHQYECABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQSNAoNb25fZGlzY29ubmVjdBgRIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSDgoGcHJvbXB0GBIgASgJEioKCGF0dGVtcHRzGBMgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSKgoFcXVldWUYFCABKAsyGy5oZWxpeC5ydW5uZXIudjEuUXVldWVTdGF0ZSLBAQoKVG9rZW5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAMSFQoNb3V0cHV0X3Rva2VucxgCIAEoAxIfChdjYWNoZV9yZWFkX2lucHV0X3Rva2VucxgDIAEoAxIjChtjYWNoZV93cml0ZV81bV9pbnB1dF90b2tlbnMYBCABKAMSIwobY2FjaGVfd3JpdGVfMWhfaW5wdXRfdG9rZW5zGAUgASgDEhsKE3dlYl9zZWFyY2hfcmVxdWVzdHMYBiABKAMiwQEKCU1vZGVsQ29zdBINCgVtb2RlbBgBIAEoCRIrCgZ0b2tlbnMYAiABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIZCgxyZXBvcnRlZF91c2QYAyABKAFIAIgBARIUCgxjb21wdXRlZF91c2QYBCABKAESNgoOcHJpY2luZ19zb3VyY2UYBSABKA4yHi5oZWxpeC5ydW5uZXIudjEuUHJpY2luZ1NvdXJjZUIPCg1fcmVwb3J0ZWRfdXNkIoYCCglQaGFzZUNvc3QSGQoMcmVwb3J0ZWRfdXNkGAEgASgBSACIAQESFAoMY29tcHV0ZWRfdXNkGAIgASgBEhsKDmRpZmZlcmVuY2VfdXNkGAMgASgBSAGIAQESFQoNY29tcHV0ZWRfb25seRgEIAEoCBIrCgZ0b2tlbnMYBSABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIqCgZtb2RlbHMYBiADKAsyGi5oZWxpeC5ydW5uZXIudjEuTW9kZWxDb3N0EhcKD3VucHJpY2VkX21vZGVscxgHIAMoCUIPCg1fcmVwb3J0ZWRfdXNkQhEKD19kaWZmZXJlbmNlX3VzZCLiAQoKQ29zdFRvdGFscxIUCgxyZXBvcnRlZF91c2QYASABKAESFAoMY29tcHV0ZWRfdXNkGAIgASgBEisKBnRva2VucxgDIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEioKBm1vZGVscxgEIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Nb2RlbENvc3QSEwoLcGhhc2VfY291bnQYBSABKAUSIQoZY29tcHV0ZWRfb25seV9waGFzZV9jb3VudBgGIAEoBRIXCg91bnByaWNlZF9tb2RlbHMYByADKAkiwwQKCFRvb2xDYWxsEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRITCgt0b29sX3VzZV9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEhIKCmlucHV0X2pzb24YBSABKAkSEwoLaW5wdXRfYnl0ZXMYBiABKAMSFwoPaW5wdXRfdHJ1bmNhdGVkGAcgASgIEhoKEnBhcmVudF90b29sX3VzZV9pZBgIIAEoCRIvCgZzdGF0dXMYCSABKA4yHy5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGxTdGF0dXMSLgoKc3RhcnRfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCGR1cmF0aW9uGAwgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnJlc3VsdF9wcmV2aWV3GA0gASgJEhQKDHJlc3VsdF9ieXRlcxgOIAEoAxIYChByZXN1bHRfdHJ1bmNhdGVkGA8gASgIEh4KFnN0cnVjdHVyZWRfcmVzdWx0X2pzb24YECABKAkSIwobc3RydWN0dXJlZF9yZXN1bHRfdHJ1bmNhdGVkGBEgASgIEhYKDnN0YXJ0X3NlcXVlbmNlGBIgASgDEhQKDGVuZF9zZXF1ZW5jZRgTIAEoAxIdChVoZWxkX2J5X2JyZWFrcG9pbnRfaWQYFCABKAki5AEKCVRvb2xTdGF0cxIMCgRuYW1lGAEgASgJEg0KBWNvdW50GAIgASgDEhAKCGZhaWx1cmVzGAMgASgDEhIKCnVuZmluaXNoZWQYBCABKAMSMQoOdG90YWxfZHVyYXRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNbWVhbl9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgxwOTVfZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoQUGVybWlzc2lvbkRlbmlhbBIRCgl0b29sX25hbWUYASABKAkSEwoLdG9vbF91c2VfaWQYAiABKAkSFwoPdG9vbF9pbnB1dF9qc29uGAMgASgJIoACChBQaGFzZURpYWdub3N0aWNzEhMKC3N0ZGVycl90YWlsGAEgASgJEhQKDHN0ZGVycl9ieXRlcxgCIAEoAxIZChFwYXJzZV9lcnJvcl9jb3VudBgDIAEoAxIdChV1bmZpbmlzaGVkX3Rvb2xfY2FsbHMYBCABKAMSFAoMc3Rkb3V0X2J5dGVzGAUgASgDEgwKBGFyZ3YYBiADKAkSEwoLY2xhdWRlX3BhdGgYByABKAkSFgoOcmVjb3JkaW5nX3BhdGgYCCABKAkSNgoLY29udGFpbm1lbnQYCSABKAsyIS5oZWxpeC5ydW5uZXIudjEuUGhhc2VDb250YWlubWVudCKrBgoLUGhhc2VSZXN1bHQSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YBCABKAkSFgoOcmVzdWx0X3N1YnR5cGUYBSABKAkSEAoIaXNfZXJyb3IYBiABKAgSHQoQYXBpX2Vycm9yX3N0YXR1cxgHIAEoBUgAiAEBEhcKD3Rlcm1pbmFsX3JlYXNvbhgIIAEoCRIRCgludW1fdHVybnMYCSABKAUSEwoLcmVzdWx0X3RleHQYCiABKAkSDgoGZXJyb3JzGAsgAygJEhYKCWV4aXRfY29kZRgMIAEoBUgBiAEBEhMKC2V4aXRfc2lnbmFsGA0gASgJEhQKDHJlc3VsdF9jb3VudBgOIAEoBRISCgpzZXNzaW9uX2lkGA8gASgJEigKBGNvc3QYECABKAsyGi5oZWxpeC5ydW5uZXIudjEuUGhhc2VDb3N0Ei4KCnRvb2xfc3RhdHMYESADKAsyGi5oZWxpeC5ydW5uZXIudjEuVG9vbFN0YXRzEj0KEnBlcm1pc3Npb25fZGVuaWFscxgSIAMoCzIhLmhlbGl4LnJ1bm5lci52MS5QZXJtaXNzaW9uRGVuaWFsEi4KCnN0YXJ0X3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1sYXN0X3NlcXVlbmNlGBUgASgDEjYKC2RpYWdub3N0aWNzGBYgASgLMiEuaGVsaXgucnVubmVyLnYxLlBoYXNlRGlhZ25vc3RpY3MSKgoIYXR0ZW1wdHMYFyADKAsyGC5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdBI2Cg5yZXNvdXJjZV9mYXVsdBgYIAEoDjIeLmhlbGl4LnJ1bm5lci52MS5SZXNvdXJjZUZhdWx0QhMKEV9hcGlfZXJyb3Jfc3RhdHVzQgwKCl9leGl0X2NvZGUiwwQKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEiwKBnN0YXR1cxgCIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YAyABKAkSMQoIZW5kX2tpbmQYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdEVuZEtpbmQSEQoJcmV0cnlhYmxlGAUgASgIEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEhMKC2V4aXRfc2lnbmFsGAcgASgJEh0KEGFwaV9lcnJvcl9zdGF0dXMYCCABKAVIAYgBARISCgpzZXNzaW9uX2lkGAkgASgJEhoKEnJlc3VtZWRfc2Vzc2lvbl9pZBgKIAEoCRIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoEY29zdBgNIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSFgoOZmlyc3Rfc2VxdWVuY2UYDiABKAMSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIuCgtyZXRyeV9kZWxheRgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZzdGFydHVwX2ZhaWx1cmVfcmVhc29uGBEgASgJQgwKCl9leGl0X2NvZGVCEwoRX2FwaV9lcnJvcl9zdGF0dXMi6gEKClF1ZXVlU3RhdGUSLAoGcmVhc29uGAEgASgOMhwuaGVsaXgucnVubmVyLnYxLlF1ZXVlUmVhc29uEg4KBmRldGFpbBgCIAEoCRIQCghwb3NpdGlvbhgDIAEoBRIUCgxxdWV1ZWRfY291bnQYBCABKAUSLgoKbm90X2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxuZXh0X2F0dGVtcHQYByABKAUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIr8DCg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBI2Cgtjb250YWlubWVudBgLIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvbnRhaW5tZW50InMKDlN0cmVhbUV2ZW50UmVmEhAKCHNlcXVlbmNlGAEgASgDEgwKBGtpbmQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIwCgxyZWNlaXZlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKvcCCgtQaGFzZVN0YXR1cxIcChhQSEFTRV9TVEFUVVNfVU5TUEVDSUZJRUQQABIYChRQSEFTRV9TVEFUVVNfUEVORElORxABEhgKFFBIQVNFX1NUQVRVU19SVU5OSU5HEAISGAoUUEhBU0VfU1RBVFVTX1BBVVNJTkcQAxIXChNQSEFTRV9TVEFUVVNfUEFVU0VEEAQSIgoeUEhBU0VfU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAUSGgoWUEhBU0VfU1RBVFVTX1NVQ0NFRURFRBAGEhcKE1BIQVNFX1NUQVRVU19GQUlMRUQQBxIbChdQSEFTRV9TVEFUVVNfSU5DT01QTEVURRAIEhoKFlBIQVNFX1NUQVRVU19USU1FRF9PVVQQCRIaChZQSEFTRV9TVEFUVVNfQ0FOQ0VMTEVEEAoSHAoYUEhBU0VfU1RBVFVTX0lOVEVSUlVQVEVEEAsSFwoTUEhBU0VfU1RBVFVTX1FVRVVFRBAMKtABCg5QZXJtaXNzaW9uTW9kZRIfChtQRVJNSVNTSU9OX01PREVfVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX01PREVfREVGQVVMVBABEiAKHFBFUk1JU1NJT05fTU9ERV9BQ0NFUFRfRURJVFMQAhImCiJQRVJNSVNTSU9OX01PREVfQllQQVNTX1BFUk1JU1NJT05TEAMSGAoUUEVSTUlTU0lPTl9NT0RFX1BMQU4QBBIcChhQRVJNSVNTSU9OX01PREVfRE9OVF9BU0sQBSphCgxPbkRpc2Nvbm5lY3QSHQoZT05fRElTQ09OTkVDVF9VTlNQRUNJRklFRBAAEhgKFE9OX0RJU0NPTk5FQ1RfQ0FOQ0VMEAESGAoUT05fRElTQ09OTkVDVF9ERVRBQ0gQAirJAQoOVG9vbENhbGxTdGF0dXMSIAocVE9PTF9DQUxMX1NUQVRVU19VTlNQRUNJRklFRBAAEhwKGFRPT0xfQ0FMTF9TVEFUVVNfUlVOTklORxABEhkKFVRPT0xfQ0FMTF9TVEFUVVNfSEVMRBACEh4KGlRPT0xfQ0FMTF9TVEFUVVNfU1VDQ0VFREVEEAMSGwoXVE9PTF9DQUxMX1NUQVRVU19GQUlMRUQQBBIfChtUT09MX0NBTExfU1RBVFVTX1VORklOSVNIRUQQBSqJAQoNUHJpY2luZ1NvdXJjZRIeChpQUklDSU5HX1NPVVJDRV9VTlNQRUNJRklFRBAAEh4KGlBSSUNJTkdfU09VUkNFX1BSSUNFX1RBQkxFEAESGwoXUFJJQ0lOR19TT1VSQ0VfT1ZFUlJJREUQAhIbChdQUklDSU5HX1NPVVJDRV9VTlBSSUNFRBADKpMBCg9Db250YWlubWVudE1vZGUSIAocQ09OVEFJTk1FTlRfTU9ERV9VTlNQRUNJRklFRBAAEh4KGkNPTlRBSU5NRU5UX01PREVfQ0dST1VQX1YyEAESHgoaQ09OVEFJTk1FTlRfTU9ERV9DR1JPVVBfVjEQAhIeChpDT05UQUlOTUVOVF9NT0RFX1NVQlJFQVBFUhADKm8KDVJlc291cmNlRmF1bHQSHgoaUkVTT1VSQ0VfRkFVTFRfVU5TUEVDSUZJRUQQABIgChxSRVNPVVJDRV9GQVVMVF9PVVRfT0ZfTUVNT1JZEAESHAoYUkVTT1VSQ0VfRkFVTFRfRElTS19GVUxMEAIq3AYKDkF0dGVtcHRFbmRLaW5kEiAKHEFUVEVNUFRfRU5EX0tJTkRfVU5TUEVDSUZJRUQQABIeChpBVFRFTVBUX0VORF9LSU5EX0NPTVBMRVRFRBABEiMKH0FUVEVNUFRfRU5EX0tJTkRfQVBJX09WRVJMT0FERUQQAhIlCiFBVFRFTVBUX0VORF9LSU5EX0FQSV9SQVRFX0xJTUlURUQQAxIlCiFBVFRFTVBUX0VORF9LSU5EX0FQSV9TRVJWRVJfRVJST1IQBBImCiJBVFRFTVBUX0VORF9LSU5EX0NPTk5FQ1RJT05fRkFJTEVEEAUSHAoYQVRURU1QVF9FTkRfS0lORF9DUkFTSEVEEAYSGQoVQVRURU1QVF9FTkRfS0lORF9IVU5HEAcSJgoiQVRURU1QVF9FTkRfS0lORF9TVEFSVFVQX1RSQU5TSUVOVBAIEigKJEFUVEVNUFRfRU5EX0tJTkRfQVBJX0lOVkFMSURfUkVRVUVTVBAJEicKI0FUVEVNUFRfRU5EX0tJTkRfQVBJX0FVVEhFTlRJQ0FUSU9OEAoSIwofQVRURU1QVF9FTkRfS0lORF9BUElfUEVSTUlTU0lPThALEioKJkFUVEVNUFRfRU5EX0tJTkRfQVBJX1JFUVVFU1RfVE9PX0xBUkdFEAwSHgoaQVRURU1QVF9FTkRfS0lORF9NQVhfVFVSTlMQDRIfChtBVFRFTVBUX0VORF9LSU5EX01BWF9CVURHRVQQDhImCiJBVFRFTVBUX0VORF9LSU5EX1NUUlVDVFVSRURfT1VUUFVUEA8SJAogQVRURU1QVF9FTkRfS0lORF9TVEFSVFVQX1JFRlVTRUQQEBIkCiBBVFRFTVBUX0VORF9LSU5EX0VYRUNVVElPTl9FUlJPUhAREh4KGkFUVEVNUFRfRU5EX0tJTkRfVElNRURfT1VUEBISHgoaQVRURU1QVF9FTkRfS0lORF9DQU5DRUxMRUQQExIqCiZBVFRFTVBUX0VORF9LSU5EX0lOVEVSUlVQVEVEX0JZX0NMSUVOVBAUEiQKIEFUVEVNUFRfRU5EX0tJTkRfU0VSVkVSX1NIVVRET1dOEBUSIQodQVRURU1QVF9FTkRfS0lORF9TUEFXTl9GQUlMRUQQFirHAQoLUXVldWVSZWFzb24SHAoYUVVFVUVfUkVBU09OX1VOU1BFQ0lGSUVEEAASHQoZUVVFVUVfUkVBU09OX1NFUlZFUl9MSU1JVBABEh4KGlFVRVVFX1JFQVNPTl9QUk9KRUNUX0xJTUlUEAISHAoYUVVFVUVfUkVBU09OX1NUQVJUX0xJTUlUEAMSHQoZUVVFVUVfUkVBU09OX1JBVEVfTElNSVRFRBAEEh4KGlFVRVVFX1JFQVNPTl9SRVRSWV9CQUNLT0ZGEAViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+
+/**
+ * PhaseContainment describes how a phase's processes are contained and what they use.
+ *
+ * @generated from message helix.runner.v1.PhaseContainment
+ */
+export type PhaseContainment = Message<"helix.runner.v1.PhaseContainment"> & {
+  /**
+   * The mechanism.
+   *
+   * @generated from field: helix.runner.v1.ContainmentMode mode = 1;
+   */
+  mode: ContainmentMode;
+
+  /**
+   * The phase's cgroup directories (one per hierarchy used); empty without a cgroup.
+   *
+   * @generated from field: repeated string cgroup_paths = 2;
+   */
+  cgroupPaths: string[];
+
+  /**
+   * The memory limit in bytes (0: none).
+   *
+   * @generated from field: int64 memory_limit_bytes = 3;
+   */
+  memoryLimitBytes: bigint;
+
+  /**
+   * The CPU limit in thousandths of a CPU (0: none).
+   *
+   * @generated from field: int32 cpu_limit_millicores = 4;
+   */
+  cpuLimitMillicores: number;
+
+  /**
+   * Processes of the phase alive now, the shim included (0 once it has ended).
+   *
+   * @generated from field: int32 process_count = 5;
+   */
+  processCount: number;
+
+  /**
+   * Memory the phase's cgroup uses now, when a memory cgroup is in use.
+   *
+   * @generated from field: optional int64 memory_current_bytes = 6;
+   */
+  memoryCurrentBytes?: bigint | undefined;
+
+  /**
+   * The most memory the phase's cgroup used, when a memory cgroup is in use.
+   *
+   * @generated from field: optional int64 memory_peak_bytes = 7;
+   */
+  memoryPeakBytes?: bigint | undefined;
+
+  /**
+   * Processes of the phase the kernel's OOM killer killed.
+   *
+   * @generated from field: int64 oom_kills = 8;
+   */
+  oomKills: bigint;
+};
+
+/**
+ * Describes the message helix.runner.v1.PhaseContainment.
+ * Use `create(PhaseContainmentSchema)` to create a new message.
+ */
+export const PhaseContainmentSchema: GenMessage<PhaseContainment> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 0);
 
 /**
  * Job groups the phases an orchestrator runs for one piece of work. Created on first use.
@@ -75,7 +145,7 @@ export type Job = Message<"helix.runner.v1.Job"> & {
  * Use `create(JobSchema)` to create a new message.
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 0);
+  messageDesc(file_helix_runner_v1_resources, 1);
 
 /**
  * Phase is one run of the Claude Code CLI.
@@ -231,7 +301,7 @@ export type Phase = Message<"helix.runner.v1.Phase"> & {
  * Use `create(PhaseSchema)` to create a new message.
  */
 export const PhaseSchema: GenMessage<Phase> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 1);
+  messageDesc(file_helix_runner_v1_resources, 2);
 
 /**
  * TokenUsage counts tokens by kind.
@@ -287,7 +357,7 @@ export type TokenUsage = Message<"helix.runner.v1.TokenUsage"> & {
  * Use `create(TokenUsageSchema)` to create a new message.
  */
 export const TokenUsageSchema: GenMessage<TokenUsage> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 2);
+  messageDesc(file_helix_runner_v1_resources, 3);
 
 /**
  * ModelCost is the usage and cost of one model within a phase (subagents included).
@@ -336,7 +406,7 @@ export type ModelCost = Message<"helix.runner.v1.ModelCost"> & {
  * Use `create(ModelCostSchema)` to create a new message.
  */
 export const ModelCostSchema: GenMessage<ModelCost> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 3);
+  messageDesc(file_helix_runner_v1_resources, 4);
 
 /**
  * PhaseCost puts the CLI-reported and the server-computed cost of a phase side by side.
@@ -408,7 +478,7 @@ export type PhaseCost = Message<"helix.runner.v1.PhaseCost"> & {
  * Use `create(PhaseCostSchema)` to create a new message.
  */
 export const PhaseCostSchema: GenMessage<PhaseCost> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 4);
+  messageDesc(file_helix_runner_v1_resources, 5);
 
 /**
  * CostTotals aggregates phase costs over a job or a project.
@@ -471,7 +541,7 @@ export type CostTotals = Message<"helix.runner.v1.CostTotals"> & {
  * Use `create(CostTotalsSchema)` to create a new message.
  */
 export const CostTotalsSchema: GenMessage<CostTotals> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 5);
+  messageDesc(file_helix_runner_v1_resources, 6);
 
 /**
  * ToolCall is one tool invocation by the model (main thread or subagent).
@@ -626,7 +696,7 @@ export type ToolCall = Message<"helix.runner.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 6);
+  messageDesc(file_helix_runner_v1_resources, 7);
 
 /**
  * ToolStats summarises the calls of one tool within a phase.
@@ -689,7 +759,7 @@ export type ToolStats = Message<"helix.runner.v1.ToolStats"> & {
  * Use `create(ToolStatsSchema)` to create a new message.
  */
 export const ToolStatsSchema: GenMessage<ToolStats> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 7);
+  messageDesc(file_helix_runner_v1_resources, 8);
 
 /**
  * PermissionDenial is one tool call the CLI refused (from `result.permission_denials`).
@@ -724,7 +794,7 @@ export type PermissionDenial = Message<"helix.runner.v1.PermissionDenial"> & {
  * Use `create(PermissionDenialSchema)` to create a new message.
  */
 export const PermissionDenialSchema: GenMessage<PermissionDenial> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 8);
+  messageDesc(file_helix_runner_v1_resources, 9);
 
 /**
  * PhaseDiagnostics carries what helps explain how a phase ended.
@@ -787,6 +857,13 @@ export type PhaseDiagnostics = Message<"helix.runner.v1.PhaseDiagnostics"> & {
    * @generated from field: string recording_path = 8;
    */
   recordingPath: string;
+
+  /**
+   * How the phase's processes were contained, and the most memory they used.
+   *
+   * @generated from field: helix.runner.v1.PhaseContainment containment = 9;
+   */
+  containment?: PhaseContainment | undefined;
 };
 
 /**
@@ -794,7 +871,7 @@ export type PhaseDiagnostics = Message<"helix.runner.v1.PhaseDiagnostics"> & {
  * Use `create(PhaseDiagnosticsSchema)` to create a new message.
  */
 export const PhaseDiagnosticsSchema: GenMessage<PhaseDiagnostics> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 9);
+  messageDesc(file_helix_runner_v1_resources, 10);
 
 /**
  * PhaseResult is the final word on a phase; RunPhase and WatchPhase send it last, only after
@@ -967,6 +1044,14 @@ export type PhaseResult = Message<"helix.runner.v1.PhaseResult"> & {
    * @generated from field: repeated helix.runner.v1.Attempt attempts = 23;
    */
   attempts: Attempt[];
+
+  /**
+   * The resource problem that decided the status (out of memory, disk full), if any; `reason`
+   * says more.
+   *
+   * @generated from field: helix.runner.v1.ResourceFault resource_fault = 24;
+   */
+  resourceFault: ResourceFault;
 };
 
 /**
@@ -974,7 +1059,7 @@ export type PhaseResult = Message<"helix.runner.v1.PhaseResult"> & {
  * Use `create(PhaseResultSchema)` to create a new message.
  */
 export const PhaseResultSchema: GenMessage<PhaseResult> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 10);
+  messageDesc(file_helix_runner_v1_resources, 11);
 
 /**
  * Attempt is one run of the CLI process within a phase.
@@ -1114,7 +1199,7 @@ export type Attempt = Message<"helix.runner.v1.Attempt"> & {
  * Use `create(AttemptSchema)` to create a new message.
  */
 export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 11);
+  messageDesc(file_helix_runner_v1_resources, 12);
 
 /**
  * QueueState is where a QUEUED phase stands in the server's admission queue.
@@ -1180,7 +1265,7 @@ export type QueueState = Message<"helix.runner.v1.QueueState"> & {
  * Use `create(QueueStateSchema)` to create a new message.
  */
 export const QueueStateSchema: GenMessage<QueueState> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 12);
+  messageDesc(file_helix_runner_v1_resources, 13);
 
 /**
  * Breakpoint holds matching tool calls until ResolveToolCall (or, for cost and turn
@@ -1255,7 +1340,7 @@ export type Breakpoint = Message<"helix.runner.v1.Breakpoint"> & {
  * Use `create(BreakpointSchema)` to create a new message.
  */
 export const BreakpointSchema: GenMessage<Breakpoint> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 13);
+  messageDesc(file_helix_runner_v1_resources, 14);
 
 /**
  * InputPatternCondition matches a regular expression against a tool call's input.
@@ -1285,7 +1370,7 @@ export type InputPatternCondition = Message<"helix.runner.v1.InputPatternConditi
  * Use `create(InputPatternConditionSchema)` to create a new message.
  */
 export const InputPatternConditionSchema: GenMessage<InputPatternCondition> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 14);
+  messageDesc(file_helix_runner_v1_resources, 15);
 
 /**
  * PendingToolCall is a tool call held before it runs.
@@ -1327,7 +1412,7 @@ export type PendingToolCall = Message<"helix.runner.v1.PendingToolCall"> & {
  * Use `create(PendingToolCallSchema)` to create a new message.
  */
 export const PendingToolCallSchema: GenMessage<PendingToolCall> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 15);
+  messageDesc(file_helix_runner_v1_resources, 16);
 
 /**
  * ContextUsage is the CLI's `get_context_usage` answer.
@@ -1369,7 +1454,7 @@ export type ContextUsage = Message<"helix.runner.v1.ContextUsage"> & {
  * Use `create(ContextUsageSchema)` to create a new message.
  */
 export const ContextUsageSchema: GenMessage<ContextUsage> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 16);
+  messageDesc(file_helix_runner_v1_resources, 17);
 
 /**
  * PhaseInspection is a snapshot of a running (or finished) phase.
@@ -1393,7 +1478,7 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
   paused: boolean;
 
   /**
-   * Whether the pause is a hard pause (process group stopped with SIGSTOP).
+   * Whether the pause is a hard pause (every process of the phase stopped with SIGSTOP).
    *
    * @generated from field: bool hard_paused = 3;
    */
@@ -1447,6 +1532,14 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
    * @generated from field: repeated helix.runner.v1.Breakpoint breakpoints = 10;
    */
   breakpoints: Breakpoint[];
+
+  /**
+   * How the phase's processes are contained, with live process count and memory use (the final
+   * figures once it has ended).
+   *
+   * @generated from field: helix.runner.v1.PhaseContainment containment = 11;
+   */
+  containment?: PhaseContainment | undefined;
 };
 
 /**
@@ -1454,7 +1547,7 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
  * Use `create(PhaseInspectionSchema)` to create a new message.
  */
 export const PhaseInspectionSchema: GenMessage<PhaseInspection> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 17);
+  messageDesc(file_helix_runner_v1_resources, 18);
 
 /**
  * StreamEventRef summarises an event for inspection without its payload.
@@ -1496,7 +1589,7 @@ export type StreamEventRef = Message<"helix.runner.v1.StreamEventRef"> & {
  * Use `create(StreamEventRefSchema)` to create a new message.
  */
 export const StreamEventRefSchema: GenMessage<StreamEventRef> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 18);
+  messageDesc(file_helix_runner_v1_resources, 19);
 
 /**
  * PhaseStatus is the lifecycle of one phase (one run of the Claude Code CLI).
@@ -1534,7 +1627,8 @@ export enum PhaseStatus {
   PAUSING = 3,
 
   /**
-   * Paused: the next tool call is held (or, with a hard pause, the process group is stopped).
+   * Paused: the next tool call is held (or, with a hard pause, every process of the phase is
+   * stopped).
    *
    * @generated from enum value: PHASE_STATUS_PAUSED = 4;
    */
@@ -1675,7 +1769,7 @@ export enum OnDisconnect {
   UNSPECIFIED = 0,
 
   /**
-   * Cancel the phase and kill its process group.
+   * Cancel the phase and kill every process of it.
    *
    * @generated from enum value: ON_DISCONNECT_CANCEL = 1;
    */
@@ -1790,6 +1884,88 @@ export enum PricingSource {
  */
 export const PricingSourceSchema: GenEnum<PricingSource> = /*@__PURE__*/
   enumDesc(file_helix_runner_v1_resources, 4);
+
+/**
+ * ContainmentMode is how the server keeps every process a phase starts (at any depth, whatever it
+ * does with setsid, double forks or nohup) tracked, frozen by a hard pause and ended with the phase.
+ * Clients must tolerate values added in later versions.
+ *
+ * @generated from enum helix.runner.v1.ContainmentMode
+ */
+export enum ContainmentMode {
+  /**
+   * Not known (a phase recorded before containment was reported).
+   *
+   * @generated from enum value: CONTAINMENT_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A cgroup v2 per phase (`cgroup.kill`, `cgroup.freeze`); memory and CPU limits from v2
+   * controllers, or from v1 hierarchies on a hybrid host.
+   *
+   * @generated from enum value: CONTAINMENT_MODE_CGROUP_V2 = 1;
+   */
+  CGROUP_V2 = 1,
+
+  /**
+   * A cgroup per phase in the v1 freezer hierarchy, limits from the v1 memory and cpu hierarchies.
+   *
+   * @generated from enum value: CONTAINMENT_MODE_CGROUP_V1 = 2;
+   */
+  CGROUP_V1 = 2,
+
+  /**
+   * No cgroup may be created: a per-phase shim is a child subreaper, so orphaned processes
+   * re-parent to it and are found through /proc. No memory or CPU limits.
+   *
+   * @generated from enum value: CONTAINMENT_MODE_SUBREAPER = 3;
+   */
+  SUBREAPER = 3,
+}
+
+/**
+ * Describes the enum helix.runner.v1.ContainmentMode.
+ */
+export const ContainmentModeSchema: GenEnum<ContainmentMode> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 5);
+
+/**
+ * ResourceFault is a resource problem that decided how a phase ended.
+ * Clients must tolerate values added in later versions.
+ *
+ * @generated from enum helix.runner.v1.ResourceFault
+ */
+export enum ResourceFault {
+  /**
+   * None.
+   *
+   * @generated from enum value: RESOURCE_FAULT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The kernel's OOM killer killed a process of the phase at its memory limit; the phase ended
+   * FAILED (every process of it was ended).
+   *
+   * @generated from enum value: RESOURCE_FAULT_OUT_OF_MEMORY = 1;
+   */
+  OUT_OF_MEMORY = 1,
+
+  /**
+   * The CLI could not save its session because the disk was full or the quota used up
+   * (`system/session_writes_lost`); a phase that would have succeeded ends FAILED.
+   *
+   * @generated from enum value: RESOURCE_FAULT_DISK_FULL = 2;
+   */
+  DISK_FULL = 2,
+}
+
+/**
+ * Describes the enum helix.runner.v1.ResourceFault.
+ */
+export const ResourceFaultSchema: GenEnum<ResourceFault> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 6);
 
 /**
  * AttemptEndKind classifies how an attempt ended, which decides whether another attempt may
@@ -1972,7 +2148,7 @@ export enum AttemptEndKind {
  * Describes the enum helix.runner.v1.AttemptEndKind.
  */
 export const AttemptEndKindSchema: GenEnum<AttemptEndKind> = /*@__PURE__*/
-  enumDesc(file_helix_runner_v1_resources, 5);
+  enumDesc(file_helix_runner_v1_resources, 7);
 
 /**
  * QueueReason says what a QUEUED phase waits for.
@@ -2027,5 +2203,5 @@ export enum QueueReason {
  * Describes the enum helix.runner.v1.QueueReason.
  */
 export const QueueReasonSchema: GenEnum<QueueReason> = /*@__PURE__*/
-  enumDesc(file_helix_runner_v1_resources, 6);
+  enumDesc(file_helix_runner_v1_resources, 8);
 

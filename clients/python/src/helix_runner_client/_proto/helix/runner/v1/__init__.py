@@ -17,6 +17,7 @@ __all__ = (
     "CancelPhaseResponse",
     "CliStatus",
     "Compaction",
+    "ContainmentMode",
     "ContextUsage",
     "ControlEvent",
     "ControlEventKind",
@@ -63,6 +64,7 @@ __all__ = (
     "PermissionDenied",
     "PermissionMode",
     "Phase",
+    "PhaseContainment",
     "PhaseCost",
     "PhaseDiagnostics",
     "PhaseInspection",
@@ -78,6 +80,7 @@ __all__ = (
     "RemoveBreakpointResponse",
     "ResolveToolCallRequest",
     "ResolveToolCallResponse",
+    "ResourceFault",
     "ResumePhaseRequest",
     "ResumePhaseResponse",
     "RetryPolicy",
@@ -85,6 +88,7 @@ __all__ = (
     "RunPhaseResponse",
     "RunnerServiceStub",
     "SessionInit",
+    "SessionWritesLost",
     "StderrOutput",
     "StepPhaseRequest",
     "StepPhaseResponse",
@@ -306,6 +310,54 @@ class AttemptEndKind(betterproto2.Enum):
         }
 
 
+class ContainmentMode(betterproto2.Enum):
+    """
+    ContainmentMode is how the server keeps every process a phase starts (at any depth, whatever it
+    does with setsid, double forks or nohup) tracked, frozen by a hard pause and ended with the phase.
+    Clients must tolerate values added in later versions.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not known (a phase recorded before containment was reported).
+    """
+
+    CGROUP_V2 = 1
+    """
+    A cgroup v2 per phase (`cgroup.kill`, `cgroup.freeze`); memory and CPU limits from v2
+    controllers, or from v1 hierarchies on a hybrid host.
+    """
+
+    CGROUP_V1 = 2
+    """
+    A cgroup per phase in the v1 freezer hierarchy, limits from the v1 memory and cpu hierarchies.
+    """
+
+    SUBREAPER = 3
+    """
+    No cgroup may be created: a per-phase shim is a child subreaper, so orphaned processes
+    re-parent to it and are found through /proc. No memory or CPU limits.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "CONTAINMENT_MODE_UNSPECIFIED",
+            1: "CONTAINMENT_MODE_CGROUP_V2",
+            2: "CONTAINMENT_MODE_CGROUP_V1",
+            3: "CONTAINMENT_MODE_SUBREAPER",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "CONTAINMENT_MODE_UNSPECIFIED": 0,
+            "CONTAINMENT_MODE_CGROUP_V2": 1,
+            "CONTAINMENT_MODE_CGROUP_V1": 2,
+            "CONTAINMENT_MODE_SUBREAPER": 3,
+        }
+
+
 class ControlEventKind(betterproto2.Enum):
     """
     ControlEventKind names a control action that took effect.
@@ -323,7 +375,7 @@ class ControlEventKind(betterproto2.Enum):
 
     PAUSED = 2
     """
-    The pause took hold (a tool call is held, or the process group is stopped).
+    The pause took hold (a tool call is held, or every process of the phase is stopped).
     """
 
     RESUMED = 3
@@ -723,7 +775,7 @@ class OnDisconnect(betterproto2.Enum):
 
     CANCEL = 1
     """
-    Cancel the phase and kill its process group.
+    Cancel the phase and kill every process of it.
     """
 
     DETACH = 2
@@ -938,7 +990,8 @@ class PauseMode(betterproto2.Enum):
 
     HARD = 2
     """
-    SIGSTOP the process group: freezes everything, including model streaming and the CLI's
+    SIGSTOP every process of the phase (the CLI and every tool process, whatever session it
+    is in; see PhaseContainment): freezes everything, including model streaming and the CLI's
     own timers; an API request in flight may time out. Resume sends SIGCONT.
     """
 
@@ -1056,7 +1109,8 @@ class PhaseStatus(betterproto2.Enum):
 
     PAUSED = 4
     """
-    Paused: the next tool call is held (or, with a hard pause, the process group is stopped).
+    Paused: the next tool call is held (or, with a hard pause, every process of the phase is
+    stopped).
     """
 
     AWAITING_APPROVAL = 5
@@ -1238,6 +1292,46 @@ class QueueReason(betterproto2.Enum):
             "QUEUE_REASON_START_LIMIT": 3,
             "QUEUE_REASON_RATE_LIMITED": 4,
             "QUEUE_REASON_RETRY_BACKOFF": 5,
+        }
+
+
+class ResourceFault(betterproto2.Enum):
+    """
+    ResourceFault is a resource problem that decided how a phase ended.
+    Clients must tolerate values added in later versions.
+    """
+
+    UNSPECIFIED = 0
+    """
+    None.
+    """
+
+    OUT_OF_MEMORY = 1
+    """
+    The kernel's OOM killer killed a process of the phase at its memory limit; the phase ended
+    FAILED (every process of it was ended).
+    """
+
+    DISK_FULL = 2
+    """
+    The CLI could not save its session because the disk was full or the quota used up
+    (`system/session_writes_lost`); a phase that would have succeeded ends FAILED.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "RESOURCE_FAULT_UNSPECIFIED",
+            1: "RESOURCE_FAULT_OUT_OF_MEMORY",
+            2: "RESOURCE_FAULT_DISK_FULL",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "RESOURCE_FAULT_UNSPECIFIED": 0,
+            "RESOURCE_FAULT_OUT_OF_MEMORY": 1,
+            "RESOURCE_FAULT_DISK_FULL": 2,
         }
 
 
@@ -2901,6 +2995,58 @@ default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
 
 
 @dataclass(eq=False, repr=False)
+class PhaseContainment(betterproto2.Message):
+    """
+    PhaseContainment describes how a phase's processes are contained and what they use.
+    """
+
+    mode: "ContainmentMode" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: ContainmentMode(0)
+    )
+    """
+    The mechanism.
+    """
+
+    cgroup_paths: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The phase's cgroup directories (one per hierarchy used); empty without a cgroup.
+    """
+
+    memory_limit_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    The memory limit in bytes (0: none).
+    """
+
+    cpu_limit_millicores: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    The CPU limit in thousandths of a CPU (0: none).
+    """
+
+    process_count: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Processes of the phase alive now, the shim included (0 once it has ended).
+    """
+
+    memory_current_bytes: "int | None" = betterproto2.field(6, betterproto2.TYPE_INT64, optional=True)
+    """
+    Memory the phase's cgroup uses now, when a memory cgroup is in use.
+    """
+
+    memory_peak_bytes: "int | None" = betterproto2.field(7, betterproto2.TYPE_INT64, optional=True)
+    """
+    The most memory the phase's cgroup used, when a memory cgroup is in use.
+    """
+
+    oom_kills: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    Processes of the phase the kernel's OOM killer killed.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PhaseContainment", PhaseContainment)
+
+
+@dataclass(eq=False, repr=False)
 class PhaseCost(betterproto2.Message):
     """
     PhaseCost puts the CLI-reported and the server-computed cost of a phase side by side.
@@ -3000,6 +3146,11 @@ class PhaseDiagnostics(betterproto2.Message):
     Where the raw stdout of this phase is recorded on the server.
     """
 
+    containment: "PhaseContainment | None" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    How the phase's processes were contained, and the most memory they used.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseDiagnostics", PhaseDiagnostics)
 
@@ -3023,7 +3174,7 @@ class PhaseInspection(betterproto2.Message):
 
     hard_paused: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
     """
-    Whether the pause is a hard pause (process group stopped with SIGSTOP).
+    Whether the pause is a hard pause (every process of the phase stopped with SIGSTOP).
     """
 
     pending_calls: "list[PendingToolCall]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
@@ -3059,6 +3210,12 @@ class PhaseInspection(betterproto2.Message):
     breakpoints: "list[Breakpoint]" = betterproto2.field(10, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     Active breakpoints.
+    """
+
+    containment: "PhaseContainment | None" = betterproto2.field(11, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    How the phase's processes are contained, with live process count and memory use (the final
+    figures once it has ended).
     """
 
 
@@ -3169,6 +3326,21 @@ class PhaseOptions(betterproto2.Message):
     Retries after transient failures (see AttemptEndKind). Unset: the server's default policy,
     which is 3 attempts in total, 2 s initial backoff doubling up to 60 s, full jitter.
     `max_budget_usd` and `timeout` stay limits for the phase as a whole, across its attempts.
+    """
+
+    memory_limit_bytes: "int" = betterproto2.field(18, betterproto2.TYPE_INT64)
+    """
+    Memory limit for every process of the phase together, in bytes (0: the server's default,
+    `default_memory_limit_bytes`; at least 32 MiB). Reaching it gets a process OOM-killed and
+    ends the phase FAILED with RESOURCE_FAULT_OUT_OF_MEMORY. FAILED_PRECONDITION
+    (`LIMITS_UNAVAILABLE`) when the server has no memory cgroup (see InspectPhase containment).
+    """
+
+    cpu_limit_millicores: "int" = betterproto2.field(19, betterproto2.TYPE_INT32)
+    """
+    CPU limit for the phase in thousandths of a CPU (0: the server's default,
+    `default_cpu_limit_millicores`; 10 to 1000000), enforced as a CFS quota. FAILED_PRECONDITION
+    (`LIMITS_UNAVAILABLE`) when the server has no cpu cgroup.
     """
 
 
@@ -3307,6 +3479,14 @@ class PhaseResult(betterproto2.Message):
     `reason` are the last attempt's outcome (with why no further attempt was made, when a retry
     was not allowed or the attempts were used up); `cost` is the sum of the attempts' own costs;
     `session_id`, `exit_code` and the turn-result fields are the last attempt's.
+    """
+
+    resource_fault: "ResourceFault" = betterproto2.field(
+        24, betterproto2.TYPE_ENUM, default_factory=lambda: ResourceFault(0)
+    )
+    """
+    The resource problem that decided the status (out of memory, disk full), if any; `reason`
+    says more.
     """
 
 
@@ -3737,6 +3917,34 @@ default_message_pool.register_message("helix.runner.v1", "SessionInit", SessionI
 
 
 @dataclass(eq=False, repr=False)
+class SessionWritesLost(betterproto2.Message):
+    """
+    SessionWritesLost is the CLI's `system/session_writes_lost` line: at exit it could not save what
+    `lost` names because the disk was full or the quota used up. The phase then ends FAILED with
+    `PhaseResult.resource_fault` RESOURCE_FAULT_DISK_FULL.
+    """
+
+    error_code: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    `ENOSPC` (disk full) or `EDQUOT` (quota used up).
+    """
+
+    lost: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    What was not saved: `transcript`, `global_config` (at most 16 entries of 256 bytes).
+    """
+
+    session_ids: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Sessions whose transcript is incomplete; resuming them may miss part of the conversation
+    (at most 16 entries of 256 bytes).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SessionWritesLost", SessionWritesLost)
+
+
+@dataclass(eq=False, repr=False)
 class StderrOutput(betterproto2.Message):
     """
     StderrOutput is a line the CLI wrote to stderr.
@@ -3976,6 +4184,13 @@ class StreamEvent(betterproto2.Message):
     )
     """
     `tool_progress`: a long tool call is still running.
+    """
+
+    session_writes_lost: "SessionWritesLost | None" = betterproto2.field(
+        39, betterproto2.TYPE_MESSAGE, optional=True, group="payload"
+    )
+    """
+    `system/session_writes_lost`: at exit the CLI could not save its session (disk full).
     """
 
     cost_update: "CostUpdate | None" = betterproto2.field(
@@ -4805,7 +5020,7 @@ class RunnerServiceStub:
 
     def pause_phase(self, message: "PausePhaseRequest") -> "PausePhaseResponse":
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
 
         return self._channel.unary_unary(
@@ -4850,7 +5065,7 @@ class RunnerServiceStub:
 
     def cancel_phase(self, message: "CancelPhaseRequest") -> "CancelPhaseResponse":
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
 
         return self._channel.unary_unary(
