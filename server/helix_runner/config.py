@@ -59,6 +59,7 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
+TRACING_MODES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -98,6 +99,12 @@ class ServerConfig:
     # Per-model USD prices per million tokens for models the price table does not know (or to
     # correct it): {"model-id": {"input_per_mtok": 3, "output_per_mtok": 15, ...}}.
     price_overrides: Mapping[str, ModelPrice] = field(default_factory=dict)
+    # Telemetry (helix_runner.telemetry): /metrics address (no port = no endpoint), the limit of
+    # distinct project labels, and tracing (auto = when the OTEL_* variables configure an exporter).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    metrics_max_projects: int = 100
+    tracing: str = "auto"
 
     @property
     def is_loopback(self) -> bool:
@@ -200,6 +207,10 @@ _CONVERTERS: dict[str, Any] = {
     "allow_bypass_permissions": _as_bool,
     "offline_script": lambda v: Path(v).expanduser() if v else None,
     "price_overrides": lambda v: _price_overrides(v),
+    "metrics_host": str,
+    "metrics_port": lambda v: int(v) if v not in ("", None) else None,
+    "metrics_max_projects": int,
+    "tracing": lambda v: str(v).lower(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -273,6 +284,12 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"{name} must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
+    if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port {config.metrics_port} is out of range 0-65535")
+    if config.metrics_max_projects < 1:
+        raise ConfigError("metrics_max_projects must be at least 1")
+    if config.tracing not in TRACING_MODES:
+        raise ConfigError(f"tracing {config.tracing!r} is not one of {', '.join(TRACING_MODES)}")
     if config.max_line_bytes < 1024 * 1024:
         raise ConfigError("max_line_bytes must be at least 1 MiB")
     roots = config.workspace_roots or (Path.cwd(),)

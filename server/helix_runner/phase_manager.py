@@ -44,6 +44,7 @@ from helix_runner.store.sqlite_store import (
     PhaseRow,
     SqliteStore,
 )
+from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,10 @@ class PhaseManager:
     """Starts phases and answers for them; one per server."""
 
     def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, *,
-                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None):
+                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
+                 telemetry: Telemetry | None = None):
         self.config = config
+        self.telemetry = telemetry or Telemetry()
         self.store = store
         self.codec = codec
         self.server_env = dict(os.environ if server_env is None else server_env)
@@ -91,6 +94,10 @@ class PhaseManager:
 
     async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None) -> LivePhase:
         """Validates, records and starts a phase; it runs until it ends, whoever watches."""
+        with self.telemetry.admission():  # telemetry: counts refusals by reason
+            return await self._start(spec, breakpoints)
+
+    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None) -> LivePhase:
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
         active = sum(1 for lp in self.live.values() if not lp.done.is_set())
@@ -152,7 +159,9 @@ class PhaseManager:
             ),
         )
         events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
-        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or [], self.prices), events)
+        observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
+        live = LivePhase(PhaseRun(spec, plan, self.store, self.codec, events, breakpoints or [], self.prices,
+                                  telemetry=observer), events)
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,

@@ -26,6 +26,8 @@ from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
+from helix_runner.telemetry import Telemetry
+from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ class RunningServer:
     store: SqliteStore
     manager: PhaseManager
     offline_api: ScriptedApi | None = None
+    telemetry: Telemetry | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -61,6 +64,8 @@ class RunningServer:
         self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
+        if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
+            await self.telemetry.stop()
 
 
 def _start_offline_api(config: ServerConfig) -> tuple[ScriptedApi | None, dict[str, str]]:
@@ -81,8 +86,16 @@ def _start_offline_api(config: ServerConfig) -> tuple[ScriptedApi | None, dict[s
     }
 
 
-async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
-    """Opens the store, recovers phases a previous process left active, binds the port, serves."""
+async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None,
+                       telemetry: Telemetry | None = None) -> RunningServer:
+    """Opens the store, recovers phases a previous process left active, binds the port, serves.
+
+    ``telemetry`` defaults to what the config and the ``OTEL_*`` environment ask for.
+    """
+    try:  # telemetry
+        telemetry = telemetry or Telemetry.from_config(config, server_env)
+    except TracingConfigError as exc:
+        raise StartupError(str(exc)) from None
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         probe = config.data_dir / ".write-test"
@@ -95,7 +108,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
 
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     token = config.read_auth_token()
     if token is not None:
         interceptors.append(BearerTokenInterceptor(token))
@@ -111,7 +124,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     offline_api, env_overrides = _start_offline_api(config)
-    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=env_overrides)
+    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=env_overrides,
+                           telemetry=telemetry)
+    telemetry.attach(manager)
     recovered = manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
@@ -132,6 +147,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if port == 0:
         store.close()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    try:  # telemetry: /metrics and the event-loop lag probe
+        await telemetry.start()
+    except OSError as exc:
+        store.close()
+        raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
+                           f"{exc.strerror or exc}") from None
     await server.start()
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -141,7 +162,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                           "workspace_roots": [str(r) for r in config.workspace_roots],
                           "auth": token is not None}},
     )
-    return RunningServer(server, health_servicer, port, store, manager, offline_api)
+    return RunningServer(server, health_servicer, port, store, manager, offline_api, telemetry)
 
 
 async def serve(config: ServerConfig) -> None:
