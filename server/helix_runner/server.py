@@ -150,7 +150,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
     except OSError as exc:
+        await server.stop(None)
         store.close()
+        if offline_api is not None:
+            offline_api.stop()
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
     await server.start()
