@@ -10,8 +10,11 @@ in advance and differs from line to line.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -134,3 +137,61 @@ class Spans:
 def sample(telemetry: Telemetry, name: str, **labels: str) -> float:
     """A sample's value in the telemetry's registry (0 when the series does not exist yet)."""
     return telemetry.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+class OtlpJsonReceiver:
+    """A loopback OTLP/HTTP receiver for ``http/json`` trace exports (what the CLI's own SDK sends).
+
+    ``spans()`` flattens every received export into dicts with ``name``, hex ``trace_id``,
+    ``span_id``, ``parent_span_id`` and the export's ``resource`` attributes (string values).
+    """
+
+    def __init__(self) -> None:
+        bodies: list[bytes] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                bodies.append(self.rfile.read(int(self.headers.get("content-length", 0))))
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._bodies = bodies
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def __enter__(self) -> OtlpJsonReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def spans(self) -> list[dict]:
+        out = []
+        for body in list(self._bodies):
+            for resource_spans in json.loads(body).get("resourceSpans", []):
+                resource = {
+                    a["key"]: a["value"].get("stringValue") for a in resource_spans["resource"]["attributes"]
+                }
+                for scope in resource_spans.get("scopeSpans", []):
+                    for span in scope.get("spans", []):
+                        out.append(
+                            {
+                                "name": span["name"],
+                                "trace_id": span["traceId"],
+                                "span_id": span["spanId"],
+                                "parent_span_id": span.get("parentSpanId", ""),
+                                "resource": resource,
+                            }
+                        )
+        return out
