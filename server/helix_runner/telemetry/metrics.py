@@ -19,6 +19,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     disable_created_metrics,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -83,6 +84,7 @@ class Metrics:
     ):
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
         self.project = LabelLimiter(max_projects)
         self.model = LabelLimiter(MAX_MODELS)
         self.tool = LabelLimiter(MAX_TOOLS)
@@ -208,6 +210,18 @@ class Metrics:
     def store_write_timer(self) -> Any:
         """A context manager timing one store commit (``EventWriter.commit_timer``)."""
         return self.store_write.time()
+
+    def sample_names(self) -> set[str]:
+        """Every sample name this registry can export (a histogram's ``_bucket``, ``_sum``, ``_count``)."""
+        names: set[str] = set()
+        for family in self.registry.collect():
+            if family.type == "counter":
+                names.add(family.name + "_total")
+            elif family.type == "histogram":
+                names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+            else:
+                names.add(family.name)
+        return names
 
     def watch(self, logs: Callable[[], Iterable[Any]], lagged_total: Callable[[], int]) -> None:
         """Exports the watchers of the live phases' event logs, read at scrape time."""
