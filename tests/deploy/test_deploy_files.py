@@ -145,7 +145,10 @@ def test_probes_use_the_liveness_and_readiness_health_services_on_the_api_port()
         "livenessProbe": {"port": PORT, "service": "liveness"},
         "readinessProbe": {"port": PORT, "service": "readiness"},
     }
-    assert c["ports"] == [{"name": "grpc", "containerPort": PORT}, {"name": "metrics", "containerPort": METRICS_PORT}]
+    assert c["ports"] == [
+        {"name": "grpc", "containerPort": PORT},
+        {"name": "metrics", "containerPort": METRICS_PORT},
+    ]
     assert config_toml()["port"] == PORT
     assert ("EXPOSE", str(PORT)) in dockerfile()
 
@@ -300,7 +303,9 @@ def test_dashboard_is_a_grafana_dashboard_with_a_datasource_variable() -> None:
     board = json.loads(DASHBOARD.read_text())
     assert board["uid"] == "helix-runner" and board["schemaVersion"] >= 36
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
     for panel in board["panels"]:
