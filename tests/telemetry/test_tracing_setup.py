@@ -87,7 +87,9 @@ def test_config_builds_tracing_only_when_asked(tmp_path) -> None:
     traced = Telemetry.from_config(config, {"OTEL_TRACES_EXPORTER": "none", "OTEL_SDK_DISABLED": "false"})
     assert traced.tracer is None  # "none" means no exporter: nothing to trace for
     on = load_config(flags={"workspace_roots": [str(tmp_path)], "tracing": "on"}, environ={})
-    assert Telemetry.from_config(on, {"OTEL_TRACES_EXPORTER": "none"}).tracer is not None
+    assert Telemetry.from_config(on, {"OTEL_TRACES_EXPORTER": "none"}).tracer is None  # no exporter: no spans
+    assert Telemetry.from_config(on, {"OTEL_TRACES_EXPORTER": "console"}).tracer is not None
+    assert Telemetry.from_config(on, {}).tracer is not None  # OTLP to the default endpoint
     env = load_config(
         environ={
             "HELIX_RUNNER_METRICS_PORT": "9464",

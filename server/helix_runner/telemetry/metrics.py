@@ -12,7 +12,7 @@ is reported as ``OVERFLOW_LABEL`` (README, "Metrics").
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import (
     CollectorRegistry,
@@ -207,6 +207,38 @@ class Metrics:
             registry=r,
         )
 
+        # Labelled children by label value: ``labels()`` validates and locks on every call, which
+        # would cost more than the rest of a tool result's telemetry.
+        self._tool_series: dict[str, ToolSeries] = {}
+        self._model_series: dict[tuple[str, str], ModelSeries] = {}
+
+    def tool_series(self, name: str) -> ToolSeries:
+        """The series of one tool (its name bounded by the tool limiter)."""
+        series = self._tool_series.get(name)
+        if series is None:
+            label = self.tool(name or "unknown")
+            series = self._tool_series[name] = ToolSeries(
+                self.tool_calls.labels(label, "success"),
+                self.tool_calls.labels(label, "error"),
+                self.tool_calls.labels(label, "unfinished"),
+                self.tool_duration.labels(label),
+                self.tool_held.labels(label),
+            )
+        return series
+
+    def model_series(self, model: str, project_label: str) -> ModelSeries:
+        """Token and cost series of one model in one project (both bounded)."""
+        series = self._model_series.get((model, project_label))
+        if series is None:
+            label = self.model(model)
+            series = self._model_series[(model, project_label)] = ModelSeries(
+                tuple(self.tokens.labels(label, kind) for kind in TOKEN_KINDS)
+                + (self.web_searches.labels(label),),
+                self.cost.labels(label, project_label, "reported"),
+                self.cost.labels(label, project_label, "computed"),
+            )
+        return series
+
     def store_write_timer(self) -> Any:
         """A context manager timing one store commit (``EventWriter.commit_timer``)."""
         return self.store_write.time()
@@ -226,6 +258,20 @@ class Metrics:
     def watch(self, logs: Callable[[], Iterable[Any]], lagged_total: Callable[[], int]) -> None:
         """Exports the watchers of the live phases' event logs, read at scrape time."""
         self.registry.register(_WatcherCollector(logs, lagged_total))
+
+
+class ToolSeries(NamedTuple):
+    success: Any
+    error: Any
+    unfinished: Any
+    duration: Any
+    held: Any
+
+
+class ModelSeries(NamedTuple):
+    counts: tuple[Any, ...]  # TOKEN_KINDS, then web searches
+    reported_usd: Any
+    computed_usd: Any
 
 
 class _WatcherCollector(Collector):

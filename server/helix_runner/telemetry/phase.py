@@ -65,7 +65,7 @@ from helix_runner.domain.events import (
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.telemetry import tracing as t
 from helix_runner.telemetry.child_env import trace_context_env
-from helix_runner.telemetry.metrics import TOKEN_KINDS, Metrics, rate_limit_label, status_label
+from helix_runner.telemetry.metrics import Metrics, rate_limit_label, status_label
 
 if TYPE_CHECKING:
     from helix_runner.domain.cost_ledger import PhaseCostSnapshot
@@ -281,7 +281,7 @@ class PhaseTelemetry:
                 m.phases_held.dec()
             for stats in result.tool_stats:
                 if stats.unfinished:
-                    m.tool_calls.labels(m.tool(stats.name or "unknown"), "unfinished").inc(stats.unfinished)
+                    m.tool_series(stats.name).unfinished.inc(stats.unfinished)
             if result.cost is not None:
                 self._count_cost(result.cost)
         if self._attempt is not None:
@@ -318,13 +318,12 @@ class PhaseTelemetry:
         self._end_hold(p.tool_use_id, now)
         held = self._held_ns.pop(p.tool_use_id, 0)
         if self._m is not None:
-            m = self._m
-            tool = m.tool(p.name or "unknown")
-            m.tool_calls.labels(tool, "error" if p.is_error else "success").inc()
+            series = self._m.tool_series(p.name)
+            (series.error if p.is_error else series.success).inc()
             if p.duration_ns is not None:
-                m.tool_duration.labels(tool).observe(max(0, p.duration_ns - held) / 1e9)
+                series.duration.observe(max(0, p.duration_ns - held) / 1e9)
             if held:
-                m.tool_held.labels(tool).observe(held / 1e9)
+                series.held.observe(held / 1e9)
         if self._attempt is None:
             return
         self._end_chat(e.parent_tool_use_id)  # the message that asked for the call is complete
@@ -385,7 +384,7 @@ class PhaseTelemetry:
         assert m is not None
         token_hwm, cost_hwm = self._token_hwm, self._cost_hwm
         for mc in snapshot.models:
-            label = m.model(mc.model)
+            series = m.model_series(mc.model, self._project)
             tk = mc.tokens
             counts = (
                 tk.input_tokens,
@@ -399,17 +398,17 @@ class PhaseTelemetry:
                 previous = token_hwm.get((mc.model, i), 0)
                 if value > previous:
                     token_hwm[(mc.model, i)] = value
-                    if i < len(TOKEN_KINDS):
-                        m.tokens.labels(label, TOKEN_KINDS[i]).inc(value - previous)
-                    else:
-                        m.web_searches.labels(label).inc(value - previous)
-            for source, usd in (("reported", mc.reported_usd), ("computed", mc.computed_usd)):
+                    series.counts[i].inc(value - previous)
+            for source, usd, counter in (
+                ("reported", mc.reported_usd, series.reported_usd),
+                ("computed", mc.computed_usd, series.computed_usd),
+            ):
                 if usd is None:
                     continue
                 previous_usd = cost_hwm.get((mc.model, source), 0.0)
                 if usd > previous_usd:
                     cost_hwm[(mc.model, source)] = usd
-                    m.cost.labels(label, self._project, source).inc(usd - previous_usd)
+                    counter.inc(usd - previous_usd)
 
     def _on_status(self, e: Event) -> None:
         p: PhaseStatusChanged = e.payload  # type: ignore[assignment]
@@ -536,7 +535,9 @@ class PhaseTelemetry:
         p: TurnResult = e.payload  # type: ignore[assignment]
         now = e.receive_time_ns
         self._end_chat("")
-        turn = self._turns.popleft() if self._turns else self._start_turn(now)
+        if not self._turns:  # a result without any line of its turn
+            self._start_turn(now)
+        turn = self._turns.popleft()
         if not self._turns:
             self._turn_has_init = False
         attrs: dict[str, Any] = {

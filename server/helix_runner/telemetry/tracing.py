@@ -161,9 +161,16 @@ def resource_from_env(environ: Mapping[str, str], version: str) -> Resource:
     return Resource.create(attributes)
 
 
-def provider_from_env(environ: Mapping[str, str], version: str) -> TracerProvider:
-    """A tracer provider with a batch processor per configured exporter (sampler: ``OTEL_TRACES_SAMPLER``)."""
+def provider_from_env(environ: Mapping[str, str], version: str) -> TracerProvider | None:
+    """A tracer provider with a batch processor per configured exporter (sampler: ``OTEL_TRACES_SAMPLER``).
+
+    None when no exporter is configured (``OTEL_TRACES_EXPORTER=none``): spans nobody receives are
+    not built at all, so tracing without an exporter costs nothing (``benchmarks/bench_telemetry.py``).
+    """
+    exporters = exporters_from_env(environ)
+    if not exporters:
+        return None
     provider = TracerProvider(resource=resource_from_env(environ, version))
-    for exporter in exporters_from_env(environ):
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
