@@ -31,6 +31,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("json", "text"))
     p.add_argument("--offline-script", help="point the CLI at a scripted loopback Messages API (JSON script)")
+    # telemetry (README "Observability")
+    p.add_argument("--metrics-host", help="address of the Prometheus /metrics endpoint (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, help="port of /metrics (default: no endpoint; 0 picks a free one)")
+    p.add_argument("--tracing", choices=("auto", "on", "off"), help="OpenTelemetry traces (default auto: OTEL_*)")
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:

@@ -333,3 +333,13 @@ def test_a_telemetry_failure_never_reaches_the_phase(telemetry: Telemetry, caplo
     observer._traced[ToolCallFinished] = broken  # a bug in a handler
     replay(TOOLS, observer)  # would raise if the failure escaped
     assert "phase telemetry failed" in caplog.text
+
+
+def test_a_result_without_lines_of_its_turn_is_one_ended_turn(
+    telemetry: Telemetry, spans: Spans, caplog
+) -> None:
+    replay(transcript(TOOLS)[-1:], phase(telemetry))  # only the result line
+    (turn,) = spans.named("invoke_agent")
+    assert turn.start_time == turn.end_time == line_time(1)
+    assert spans.one("helix.attempt").status.status_code is StatusCode.OK
+    assert "ended span" not in caplog.text
