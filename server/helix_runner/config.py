@@ -69,6 +69,7 @@ CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 LOG_FORMATS = ("json", "text")
+TRACING_MODES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -130,6 +131,12 @@ class ServerConfig:
     # Limits for phases that do not set their own (0: none); need a memory / cpu cgroup.
     default_memory_limit_bytes: int = 0
     default_cpu_limit_millicores: int = 0
+    # Telemetry (helix_runner.telemetry): /metrics address (no port = no endpoint), the limit of
+    # distinct project labels, and tracing (auto = when the OTEL_* variables configure an exporter).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    metrics_max_projects: int = 100
+    tracing: str = "auto"
 
     @property
     def is_loopback(self) -> bool:
@@ -264,6 +271,10 @@ _CONVERTERS: dict[str, Any] = {
     "cgroup_parent": str,
     "default_memory_limit_bytes": _as_bytes,
     "default_cpu_limit_millicores": int,
+    "metrics_host": str,
+    "metrics_port": lambda v: int(v) if v not in ("", None) else None,
+    "metrics_max_projects": int,
+    "tracing": lambda v: str(v).lower(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -348,6 +359,12 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("retention_interval_seconds must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
+    if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port {config.metrics_port} is out of range 0-65535")
+    if config.metrics_max_projects < 1:
+        raise ConfigError("metrics_max_projects must be at least 1")
+    if config.tracing not in TRACING_MODES:
+        raise ConfigError(f"tracing {config.tracing!r} is not one of {', '.join(TRACING_MODES)}")
     if config.max_line_bytes < 1024 * 1024:
         raise ConfigError("max_line_bytes must be at least 1 MiB")
     if config.containment not in CONTAINMENT_SETTINGS:

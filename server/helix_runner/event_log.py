@@ -11,8 +11,10 @@ sequence published at registration time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from helix_runner.store.sqlite_store import EventRow, SqliteStore
@@ -33,6 +35,7 @@ class EventWriter:
         self.store = store
         self._pending: list[tuple[str, str, Sequence[EventRow], Callable[[], None]]] = []
         self._scheduled = False
+        self.commit_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext  # telemetry hook
 
     def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None]) -> None:
         self._pending.append((job_id, phase_id, rows, on_durable))
@@ -46,7 +49,8 @@ class EventWriter:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        self.store.append_events_many([(job, phase, rows) for job, phase, rows, _ in pending if rows])
+        with self.commit_timer():
+            self.store.append_events_many([(job, phase, rows) for job, phase, rows, _ in pending if rows])
         for *_, on_durable in pending:
             on_durable()
 
@@ -87,6 +91,9 @@ class _Subscriber:
 class PhaseEventLog:
     """Persist-then-publish hub for one phase's encoded events."""
 
+    # Watchers of any phase ever dropped from live delivery for lagging (read by telemetry).
+    lagged_total = 0
+
     def __init__(self, store: SqliteStore, job_id: str, phase_id: str, *, last_sequence: int = 0,
                  queue_events: int = DEFAULT_QUEUE_EVENTS, writer: EventWriter | None = None):
         self.store = store
@@ -106,6 +113,10 @@ class PhaseEventLog:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    def watcher_backlogs(self) -> list[int]:
+        """Events queued for each live subscriber, not yet taken by it (telemetry reads this)."""
+        return [sub.size for sub in list(self._subscribers)]
 
     async def wait_closed(self) -> None:
         """Returns once the result is out (every event committed and offered)."""
@@ -132,6 +143,7 @@ class PhaseEventLog:
             if not sub.offer(first, bodies):
                 self._subscribers.discard(sub)
                 self.lag_count += 1
+                PhaseEventLog.lagged_total += 1
 
     def close(self, result: bytes) -> None:
         """Marks the log final; subscribers get the result after every event (once they are committed)."""

@@ -48,6 +48,7 @@ from helix_runner.store.sqlite_store import (
     PhaseRow,
     SqliteStore,
 )
+from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,11 @@ class PhaseManager:
 
     def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
-                 env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None):
+                 env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
+                 telemetry: Telemetry | None = None):
         self.config = config
         self.containment = containment
+        self.telemetry = telemetry or Telemetry()
         self.store = store
         self.codec = codec
         self.server_env = dict(os.environ if server_env is None else server_env)
@@ -104,6 +107,10 @@ class PhaseManager:
         Everything a request can get wrong is checked before the phase row is written: a rejected
         request leaves nothing behind, so its phase id stays free for a corrected retry.
         """
+        with self.telemetry.admission():  # telemetry: counts refusals by reason
+            return await self._start(spec, breakpoints)
+
+    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None) -> LivePhase:
         breakpoints = list(breakpoints or [])
         BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
@@ -181,7 +188,8 @@ class PhaseManager:
                               {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
         try:
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
-            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices)
+            observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
+            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             self._fail_unstarted(spec.job_id, spec.phase_id, now)

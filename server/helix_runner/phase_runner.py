@@ -43,6 +43,7 @@ from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.procfs import start_ticks
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.store.sqlite_store import EventRow, ModelCostRow, SqliteStore, ToolCallRow
+from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,12 @@ class PhaseRun:
     """One phase in flight; ``run()`` drives it to its final result."""
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: SqliteStore, codec: RecordCodec,
-                 events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None):
+                 events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
+                 telemetry: PhaseTelemetry | None = None):
         self.spec = spec
+        # telemetry: metrics and spans of this phase, fed from its events (helix_runner.telemetry).
+        self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
+                                                     project_id=spec.project_id)
         self.plan = plan
         self.store = store
         self.codec = codec
@@ -135,6 +140,8 @@ class PhaseRun:
 
     async def run(self) -> PhaseResult:
         start_ns = time.time_ns()
+        self.telemetry.on_start(start_ns)  # telemetry: attempt span; then the CLI joins its trace
+        self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
         try:
             self.set_status(PhaseStatus.RUNNING, "the claude process is starting", start_time_ns=start_ns)
             exit_ = await self.supervisor.run()
@@ -198,6 +205,7 @@ class PhaseRun:
             ),
             resource_fault=outcome.fault,
         )
+        self.telemetry.on_end(result)  # telemetry
         encoded = self.codec.encode_result(result)
         self.store.update_phase(
             self.job_id, self.phase_id, time.time_ns(),
@@ -231,6 +239,7 @@ class PhaseRun:
         rows = [EventRow(e.sequence, e.receive_time_ns, codec.event_kind(e), codec.encode_event(job, phase, e))
                 for e in events]
         self.events.publish(rows)
+        self.telemetry.on_events(events)  # telemetry
         touched: dict[str, None] = {}
         for e in events:
             p = e.payload

@@ -32,6 +32,8 @@ from helix_runner.runner.containment import MODE_NAMES, Containment, Containment
 from helix_runner.runner.key_broker import KeyBroker, KeySource
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
+from helix_runner.telemetry import Telemetry
+from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class RunningServer:
     key_broker: KeyBroker | None = None
     retention_task: asyncio.Task | None = None
     web: WebServer | None = None
+    telemetry: Telemetry | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -78,6 +81,8 @@ class RunningServer:
             self.offline_api.stop()
         if self.key_broker is not None:
             await self.key_broker.stop()
+        if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
+            await self.telemetry.stop()
 
 
 @dataclass
@@ -163,8 +168,17 @@ def _detect_containment(config: ServerConfig) -> Containment:
     return containment
 
 
-async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
-    """Opens the store, recovers phases a previous process left active, binds the port, serves."""
+async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None,
+                       telemetry: Telemetry | None = None) -> RunningServer:
+    """Opens the store, recovers phases a previous process left active, binds the port, serves.
+
+    ``telemetry`` defaults to what the config and the ``OTEL_*`` environment ask for.
+    """
+    server_env = dict(os.environ if server_env is None else server_env)
+    try:  # telemetry
+        telemetry = telemetry or Telemetry.from_config(config, server_env)
+    except TracingConfigError as exc:
+        raise StartupError(str(exc)) from None
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         probe = config.data_dir / ".write-test"
@@ -177,7 +191,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
 
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     token = config.read_auth_token()
     if token is not None:
         interceptors.append(BearerTokenInterceptor(token))
@@ -192,7 +206,6 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     )
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
-    server_env = dict(os.environ if server_env is None else server_env)
     try:
         containment = _detect_containment(config)
         creds = await child_credentials(config, server_env)
@@ -200,7 +213,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         store.close()
         raise
     manager = PhaseManager(config, store, ProtoRecordCodec(), containment, server_env=server_env,
-                           env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker)
+                           env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
+                           telemetry=telemetry)
+    telemetry.attach(manager)
     recovered = await manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
@@ -234,6 +249,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             web_socket.close()
         store.close()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    try:  # telemetry: /metrics and the event-loop lag probe
+        await telemetry.start()
+    except OSError as exc:
+        await server.stop(None)
+        if web_socket is not None:
+            web_socket.close()
+        store.close()
+        if creds.offline_api is not None:
+            creds.offline_api.stop()
+        if creds.key_broker is not None:
+            await creds.key_broker.stop()
+        raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
+                           f"{exc.strerror or exc}") from None
     await server.start()
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
@@ -257,7 +285,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
-                         retention_task, web)
+                         retention_task, web, telemetry)
 
 
 async def serve(config: ServerConfig) -> None:

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how phases are contained (default auto: cgroup v2, then v1, then a subreaper shim)",
     )
     p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
+    # telemetry (README "Observability")
+    p.add_argument("--metrics-host", help="address of the Prometheus /metrics endpoint (default 127.0.0.1)")
+    p.add_argument("--metrics-port", type=int, help="port of /metrics (default: no endpoint; 0 picks a free one)")
+    p.add_argument("--tracing", choices=("auto", "on", "off"), help="OpenTelemetry traces (default auto: OTEL_*)")
     p.set_defaults(handler=cmd_serve)
 
     p = sub.add_parser("mock-api", help="serve a scripted stand-in for the Anthropic Messages API")
