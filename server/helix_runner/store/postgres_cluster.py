@@ -77,7 +77,12 @@ class ReplicaMembership:
     """This process's registration: replica id, lease, and the fences of the phases it owns."""
 
     def __init__(
-        self, pool: ConnectionPool, *, address: str = "", lease_seconds: float = DEFAULT_LEASE_SECONDS
+        self,
+        pool: ConnectionPool,
+        *,
+        replica_id: str | None = None,
+        address: str = "",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ):
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -86,7 +91,12 @@ class ReplicaMembership:
         self.lease_seconds = lease_seconds
         self._lock = threading.Lock()
         self._fences: dict[tuple[str, str], int] = {}
-        self._replica_id = new_replica_id()
+        # A stable id (e.g. a StatefulSet pod's name) survives restarts; without one, each start
+        # registers a new id.
+        self.stable = replica_id is not None
+        self._replica_id = replica_id or new_replica_id()
+        # Fences of the active phases a previous incarnation under this stable id left behind.
+        self._adopted: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -96,16 +106,45 @@ class ReplicaMembership:
 
     # -- registration and lease ----------------------------------------------------------------
 
-    def register(self) -> None:
-        with self.pool.connection() as conn:
+    def register(self, active_statuses: Sequence[str] = ()) -> None:
+        """Registers at start. Under a stable id, also adopts what the previous incarnation left.
+
+        A previous process under the same id is dead or a zombie (paused, partitioned): its active
+        phases get new fences held by this process, so it may record them INTERRUPTED at once
+        (``adopted``), and the zombie, whose owner id and lease now look valid, is refused by the
+        fence alone.
+        """
+        with self.pool.connection() as conn, conn.transaction():
             self._register(conn)
+            if self.stable:
+                rows = conn.execute(
+                    "UPDATE phases SET fence = nextval('phase_fence') WHERE owner_id = %s AND status = ANY(%s) "
+                    "RETURNING job_id, phase_id, fence",
+                    (self._replica_id, list(active_statuses)),
+                ).fetchall()
+                with self._lock:
+                    for job_id, phase_id, fence in rows:
+                        self._fences[(job_id, phase_id)] = fence
+                        self._adopted[(job_id, phase_id)] = fence
 
     def _register(self, conn: psycopg.Connection) -> None:
         conn.execute(
             "INSERT INTO replicas (replica_id, address, lease_expires_at) "
-            "VALUES (%s, %s, now() + make_interval(secs => %s))",
+            "VALUES (%s, %s, now() + make_interval(secs => %s)) ON CONFLICT (replica_id) DO UPDATE SET "
+            "address = excluded.address, started_at = now(), heartbeat_at = now(), "
+            "lease_expires_at = excluded.lease_expires_at",
             (self._replica_id, self.address, self.lease_seconds),
         )
+
+    def adopted(self) -> dict[tuple[str, str], int]:
+        """(job, phase) -> fence of the phases adopted at registration and not yet swept."""
+        with self._lock:
+            return dict(self._adopted)
+
+    def forget_adopted(self, keys: Iterable[tuple[str, str]]) -> None:
+        with self._lock:
+            for key in keys:
+                self._adopted.pop(key, None)
 
     def renew(self) -> bool:
         """Extends the lease; False when it had already run out (then everything owned is lost)."""
@@ -127,9 +166,14 @@ class ReplicaMembership:
         self._reincarnate(conn)
 
     def _reincarnate(self, conn: psycopg.Connection) -> None:
+        # The fences stay: under a new id they name an owner that is not us, so every write they
+        # guard is refused until the phases are swept (a revived replica must not slip in
+        # unfenced writes). Under a stable id the phases nobody swept meanwhile stay ours.
         with self._lock:
-            lost, self._fences = len(self._fences), {}
-            old, self._replica_id = self._replica_id, new_replica_id()
+            lost = len(self._fences)
+            old = self._replica_id
+            if not self.stable:
+                self._replica_id = new_replica_id()
         log.warning(
             "replica lease ran out; registering again under a new id",
             extra={"fields": {"old_replica_id": old, "replica_id": self._replica_id, "phases_lost": lost}},
@@ -170,7 +214,7 @@ class ReplicaMembership:
             self._fences[(job_id, phase_id)] = fence
 
     def release(self, job_id: str, phase_id: str) -> None:
-        """Forgets a phase's fence (its run is over); later writes for it are unfenced ones."""
+        """Forgets a phase's fence (its run is over here); this handle cannot write it any more."""
         with self._lock:
             self._fences.pop((job_id, phase_id), None)
 
@@ -183,8 +227,10 @@ class ReplicaMembership:
     ) -> tuple[set[tuple[str, str]], list[tuple[str, str]]]:
         """Locks the phases' rows until commit and splits them into (writable, refused).
 
-        Writable: this handle holds the phase's current fence and its lease is live; or it holds
-        no fence and the phase has no live owner. A phase that does not exist is refused.
+        Writable: this handle holds the phase's current fence, owns it under its current replica id
+        and its lease is live; or it holds no fence and the phase has no owner (never had one, or
+        was swept). A phase whose owner died is written only by the sweep, which takes a new
+        fence. A phase that does not exist is refused.
         ``FOR SHARE`` holds off a takeover's fence change until this transaction ends; in READ
         COMMITTED a locking read that waited sees the newest row, so it sees a new fence.
         """
@@ -207,7 +253,7 @@ class ReplicaMembership:
             if mine is not None:
                 ok = fence == mine and owner == me and owner_live
             else:
-                ok = owner is None or not owner_live
+                ok = owner is None
             if ok:
                 writable.add((job_id, phase_id))
         return writable, [k for k in keys if k not in writable]

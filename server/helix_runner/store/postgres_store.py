@@ -84,6 +84,7 @@ class PostgresStore:
         self,
         conninfo: str,
         *,
+        replica_id: str | None = None,
         address: str = "",
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         pool_size: int = 4,
@@ -103,8 +104,10 @@ class PostgresStore:
             self._pool.open(wait=True, timeout=connect_timeout)
             with self._pool.connection() as conn:
                 self.schema_version = migrate(conn)
-            self.replica = ReplicaMembership(self._pool, address=address, lease_seconds=lease_seconds)
-            self.replica.register()
+            self.replica = ReplicaMembership(
+                self._pool, replica_id=replica_id, address=address, lease_seconds=lease_seconds
+            )
+            self.replica.register(ACTIVE_STATUSES)
         except (psycopg.Error, PoolTimeout) as exc:
             self._pool.close()
             raise StoreError(f"cannot open the PostgreSQL database: {_describe(exc)}") from None
@@ -503,6 +506,9 @@ class PostgresStore:
     def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
         """Marks active phases whose owner's lease ran out INTERRUPTED; returns them as they were.
 
+        Also the phases this replica adopted from its previous incarnation (a stable replica id):
+        their process died with that incarnation.
+
         One transaction: the phases are locked ``FOR UPDATE SKIP LOCKED`` (replicas sweeping at once
         split the work; a phase its stale owner is still writing waits for the next sweep), each
         gets the terminal event from ``interrupt`` at its last sequence + 1, its RUNNING/HELD tool
@@ -510,14 +516,16 @@ class PostgresStore:
         old owner's writes are refused from now on.
         """
         now = time.time_ns()
+        adopted = list(self.replica.adopted().values())
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             rows = [
                 _phase_row(r)
                 for r in cur.execute(
                     f"{_SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
-                    "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now())) "
+                    "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
+                    "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
                     "ORDER BY p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
-                    (_ACTIVE, limit),
+                    (_ACTIVE, self.replica.replica_id, adopted, limit),
                 ).fetchall()
             ]
             pointers = []
@@ -550,9 +558,10 @@ class PostgresStore:
                 pointers.append(EventPointer(row.job_id, row.phase_id, seq))
             notify(cur, pointers)
             prune_expired_replicas(cur, ACTIVE_STATUSES)
+        self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
         for row in rows:
             log.warning(
-                "phase interrupted: its replica's lease ran out",
+                "phase interrupted: the replica that ran it is gone",
                 extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status}},
             )
         return rows
