@@ -143,6 +143,9 @@ async def follow_phase_events(
 ) -> AsyncIterator[EventRow]:
     """A phase's events after the cursor, from the table and then live, until the phase is final.
 
+    Final means a final status and a result: the owner writes its result after its last event
+    is committed, so once both are there every event is in the table.
+
     ``store`` is any store with ``read_events`` and ``get_phase``. The waiter is registered before
     history is read: an append committing meanwhile still wakes us, and reading by cursor skips
     what was already yielded. ``poll_seconds`` bounds each wait, so a notification lost between
@@ -163,9 +166,14 @@ async def follow_phase_events(
             phase = store.get_phase(job_id, phase_id)
             if phase is None:
                 return
-            if phase.status not in ACTIVE_STATUSES and cursor >= phase.last_sequence:
+            if _finished(phase) and cursor >= phase.last_sequence:
                 return
             if waiter.latest > cursor or phase.last_sequence > cursor:
                 continue  # committed while we read: read again before waiting
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.wakeup.wait(), poll_seconds)
+
+
+def _finished(phase) -> bool:
+    result = getattr(phase, "result_pb", None) or getattr(phase, "result_json", None)
+    return phase.status not in ACTIVE_STATUSES and result is not None
