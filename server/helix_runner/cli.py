@@ -25,6 +25,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="listen port (default 50051; 0 picks a free one)")
     p.add_argument("--data-dir", help="SQLite database and phase recordings")
     p.add_argument("--database-url", help="sqlite:///absolute/path (default: in --data-dir) or postgresql://host/db")
+    p.add_argument("--replica-id", help="with PostgreSQL: this replica's stable name (default: a new id per start)")
     p.add_argument("--workspace-root", action="append", dest="workspace_roots",
                    help="directory phases may run in (repeatable; default: the current directory)")
     p.add_argument("--claude-path", help="the claude binary (default: $PATH, then the claude-agent-sdk bundle)")

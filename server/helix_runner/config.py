@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -59,6 +60,7 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+_REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 LOG_FORMATS = ("json", "text")
 
 
@@ -76,6 +78,9 @@ class ServerConfig:
     # The store: sqlite:///absolute/path (default: helix-runner.sqlite3 in data_dir) or
     # postgresql://host/database for replicas sharing one database (docs/scale-out.md).
     database_url: str = ""
+    # With PostgreSQL: this replica's stable name (e.g. a StatefulSet pod's); a restart under the same
+    # name takes over its predecessor's phases at once. Empty: a new random id per start.
+    replica_id: str = ""
     workspace_roots: tuple[Path, ...] = ()
     claude_path: str | None = None
     auth_token_file: Path | None = None
@@ -217,6 +222,7 @@ _CONVERTERS: dict[str, Any] = {
     "port": int,
     "data_dir": lambda v: Path(v).expanduser(),
     "database_url": lambda v: str(v).strip(),
+    "replica_id": lambda v: str(v).strip(),
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
     "auth_token_file": lambda v: Path(v).expanduser() if v else None,
@@ -335,6 +341,8 @@ def validate(config: ServerConfig) -> ServerConfig:
         if not real.is_dir():
             raise ConfigError(f"workspace root {root} is not a directory")
         resolved_roots.append(real)
+    if config.replica_id and not _REPLICA_ID.match(config.replica_id):
+        raise ConfigError("replica_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
     database_url = ""
     if config.database_url:  # unset stays unset: the default follows data_dir (ServerConfig.database)
         try:
