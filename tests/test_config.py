@@ -96,3 +96,34 @@ def test_containment_settings_and_limits(tmp_path):
     defaults = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={})
     assert (defaults.containment, defaults.cgroup_parent, defaults.default_memory_limit_bytes) == (
         "auto", "helix-runner", 0)
+
+
+def test_database_url_defaults_to_sqlite_in_the_data_dir_and_accepts_postgresql(tmp_path):
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "data_dir": str(tmp_path / "d")}, environ={})
+    assert cfg.database.kind == "sqlite" and cfg.database.sqlite_path == tmp_path / "d" / "helix-runner.sqlite3"
+    env = {"HELIX_RUNNER_DATABASE_URL": "postgresql://runner:s3cret@db.internal:5432/helix?sslmode=verify-full",
+           "HELIX_RUNNER_REPLICA_ID": "helix-0"}
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ=env)
+    assert cfg.database.kind == "postgresql" and cfg.replica_id == "helix-0"
+    assert cfg.database.redacted() == "postgresql://runner:***@db.internal:5432/helix?sslmode=verify-full"
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "database_url": f"sqlite://{tmp_path}/x.db"},
+                      environ={})
+    assert cfg.database.sqlite_path == tmp_path / "x.db"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"database_url": "mysql://h/db"}, "is not sqlite:///absolute/path or postgresql://"),
+        ({"database_url": "sqlite://relative.db"}, "sqlite:///absolute/path"),
+        ({"database_url": "sqlite:///"}, "names a file"),
+        ({"database_url": "postgresql://u:hunter2@h/db?nonsense=1"}, "not a valid PostgreSQL URL"),
+        ({"database_url": "postgresql:///db"}, "names a host"),
+        ({"replica_id": "no spaces please"}, "replica_id"),
+    ],
+)
+def test_bad_database_settings_are_one_line_errors_without_the_password(tmp_path, flags, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(flags={"workspace_roots": [str(tmp_path)], **flags}, environ={})
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert "hunter2" not in str(caught.value)

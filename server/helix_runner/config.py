@@ -22,6 +22,7 @@ from helix_runner.domain.phase_spec import (
     MIN_MEMORY_LIMIT_BYTES,
 )
 from helix_runner.domain.pricing import ModelPrice
+from helix_runner.store.database_url import DatabaseUrl, default_database_url, parse_database_url
 
 ENV_PREFIX = "HELIX_RUNNER_"
 
@@ -68,6 +69,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
+_REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 LOG_FORMATS = ("json", "text")
 TRACING_MODES = ("auto", "on", "off")
 
@@ -83,6 +85,12 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     data_dir: Path = field(default_factory=lambda: _default_data_dir())
+    # The store: sqlite:///absolute/path (default: helix-runner.sqlite3 in data_dir) or
+    # postgresql://host/database for replicas sharing one database (docs/scale-out.md).
+    database_url: str = ""
+    # With PostgreSQL: this replica's stable name (e.g. a StatefulSet pod's); a restart under the same
+    # name takes over its predecessor's phases at once. Empty: a new random id per start.
+    replica_id: str = ""
     workspace_roots: tuple[Path, ...] = ()
     claude_path: str | None = None
     auth_token_file: Path | None = None
@@ -156,6 +164,11 @@ class ServerConfig:
     @property
     def db_path(self) -> Path:
         return self.data_dir / "helix-runner.sqlite3"
+
+    @property
+    def database(self) -> DatabaseUrl:
+        """The parsed ``database_url`` (the SQLite file in ``data_dir`` when none is set)."""
+        return parse_database_url(self.database_url or default_database_url(self.data_dir))
 
     @property
     def recordings_dir(self) -> Path:
@@ -242,6 +255,8 @@ _CONVERTERS: dict[str, Any] = {
     "host": str,
     "port": int,
     "data_dir": lambda v: Path(v).expanduser(),
+    "database_url": lambda v: str(v).strip(),
+    "replica_id": lambda v: str(v).strip(),
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
     "auth_token_file": lambda v: Path(v).expanduser() if v else None,
@@ -385,4 +400,13 @@ def validate(config: ServerConfig) -> ServerConfig:
         if not real.is_dir():
             raise ConfigError(f"workspace root {root} is not a directory")
         resolved_roots.append(real)
-    return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser())
+    if config.replica_id and not _REPLICA_ID.match(config.replica_id):
+        raise ConfigError("replica_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+    database_url = ""
+    if config.database_url:  # unset stays unset: the default follows data_dir (ServerConfig.database)
+        try:
+            database_url = parse_database_url(config.database_url).url
+        except ValueError as exc:
+            raise ConfigError(f"database_url: {exc}") from None
+    return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
+                   database_url=database_url)

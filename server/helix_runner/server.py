@@ -31,7 +31,9 @@ from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.runner.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.runner.key_broker import KeyBroker, KeySource
 from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
+from helix_runner.store.factory import open_store
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
+from helix_runner.takeover import Takeover
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
 
@@ -60,6 +62,7 @@ class RunningServer:
     retention_task: asyncio.Task | None = None
     web: WebServer | None = None
     telemetry: Telemetry | None = None
+    takeover_task: asyncio.Task | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -67,9 +70,10 @@ class RunningServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         await self.manager.drain(grace)
-        if self.retention_task is not None:
-            self.retention_task.cancel()
-            await asyncio.gather(self.retention_task, return_exceptions=True)
+        for task in (self.retention_task, self.takeover_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         self.manager.close()
         # Streams have delivered their final results by now; give them a moment to flush.
         if self.web is not None:
@@ -187,7 +191,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except OSError as exc:
         raise StartupError(f"data directory {config.data_dir} is not writable: {exc.strerror}") from None
     try:
-        store = SqliteStore(config.db_path)
+        store = open_store(config.database, replica_id=config.replica_id or None)
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
 
@@ -216,7 +220,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry)
     telemetry.attach(manager)
-    recovered = await manager.recover()
+    takeover = None
+    if isinstance(store, SqliteStore):
+        recovered = await manager.recover()
+    else:  # a shared database: only the phases of replicas that are gone (takeover.py)
+        takeover = Takeover(store, manager.codec, interval_seconds=store.replica.lease_seconds / 3)
+        recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     servicer = RunnerServicer(manager)
@@ -280,12 +289,13 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if policy.enabled:
         sweeper = RetentionSweeper(store, config.recordings_dir, policy)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
+    takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
     if web is not None:
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
-                         retention_task, web, telemetry)
+                         retention_task, web, telemetry, takeover_task)
 
 
 async def serve(config: ServerConfig) -> None:

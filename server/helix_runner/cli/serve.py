@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how phases are contained (default auto: cgroup v2, then v1, then a subreaper shim)",
     )
     p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
+    p.add_argument(
+        "--database-url", help="sqlite:///absolute/path (default: in --data-dir) or postgresql://host/db"
+    )
+    p.add_argument("--replica-id", help="with PostgreSQL: this replica's stable name (default: a new id per start)")
     # telemetry (README "Observability")
     p.add_argument("--metrics-host", help="address of the Prometheus /metrics endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics (default: no endpoint; 0 picks a free one)")
