@@ -113,6 +113,9 @@ class ServerConfig:
     # The dashboard's HTTP port (web page + RunnerService over Connect); None: off, 0: a free port.
     web_port: int | None = None
     web_host: str = "127.0.0.1"
+    # What happens to a GIT_WORKTREE phase's worktree when the request does not say: KEEP, REMOVE
+    # or REMOVE_ON_SUCCESS (kept for a look when the phase did not succeed).
+    worktree_retention: str = "REMOVE_ON_SUCCESS"
 
     @property
     def is_loopback(self) -> bool:
@@ -232,6 +235,7 @@ _CONVERTERS: dict[str, Any] = {
     "price_overrides": lambda v: _price_overrides(v),
     "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     "web_host": str,
+    "worktree_retention": lambda v: str(v).upper(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -318,6 +322,8 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("max_concurrent_phases must be at least 1")
     if config.max_line_bytes < 1024 * 1024:
         raise ConfigError("max_line_bytes must be at least 1 MiB")
+    if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
+        raise ConfigError("worktree_retention must be KEEP, REMOVE or REMOVE_ON_SUCCESS")
     roots = config.workspace_roots or (Path.cwd(),)
     resolved_roots = []
     for root in roots:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import AttemptEndKind, PermissionDenial
 from helix_runner.domain.phase_status import PhaseStatus
@@ -77,3 +78,5 @@ class PhaseResult:
     last_sequence: int = 0
     diagnostics: PhaseDiagnostics = PhaseDiagnostics()
     attempts: tuple[Attempt, ...] = ()
+    # What the phase changed in its git working directory (None: not collected).
+    artifacts: PhaseArtifacts | None = None

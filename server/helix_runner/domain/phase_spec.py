@@ -24,6 +24,11 @@ MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_TURNS = 10_000
 PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan", "dontAsk")
 ON_DISCONNECT = ("CANCEL", "DETACH")
+WORKSPACE_MODES = ("IN_PLACE", "GIT_WORKTREE")
+WORKTREE_RETENTIONS = ("", "KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
+# A commit-ish: names, `~`/`^` suffixes, `@{...}`; never a leading dash (it would be read as a flag).
+BASE_REF_PATTERN = re.compile(r"^[A-Za-z0-9_./@{}^~][A-Za-z0-9_./@{}^~:-]{0,255}$")
+MAX_ADD_DIRS = 32
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,12 @@ class PhaseSpec:
     on_disconnect: str = "CANCEL"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     fallback_model: str = ""
+    # Workspace (see runner.git_worktree): IN_PLACE or GIT_WORKTREE, its base ref and retention
+    # ("" = the server's default), and the `--add-dir` directories.
+    workspace: str = "IN_PLACE"
+    base_ref: str = ""
+    worktree_retention: str = ""
+    add_dirs: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -94,6 +105,7 @@ class PhaseSpec:
                 raise invalid_field("options.env", f"{key[:80]!r} is not a valid variable name")
             if "\x00" in value or len(value.encode()) > MAX_ENV_VALUE_BYTES:
                 raise invalid_field("options.env", f"value of {key} is too long or contains NUL")
+        _check_workspace(self)
 
 
 def _check_id(name: str, value: str, *, required: bool) -> None:
@@ -101,3 +113,20 @@ def _check_id(name: str, value: str, *, required: bool) -> None:
         return
     if not ID_PATTERN.match(value):
         raise invalid_field(name, "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+
+
+def _check_workspace(spec: PhaseSpec) -> None:
+    if spec.workspace not in WORKSPACE_MODES:
+        raise invalid_field("options.workspace", f"unknown mode {spec.workspace!r}")
+    if spec.worktree_retention not in WORKTREE_RETENTIONS:
+        raise invalid_field("options.worktree_retention", f"unknown policy {spec.worktree_retention!r}")
+    if spec.workspace != "GIT_WORKTREE" and (spec.base_ref or spec.worktree_retention):
+        raise invalid_field("options.base_ref" if spec.base_ref else "options.worktree_retention",
+                            "applies only to the GIT_WORKTREE workspace")
+    if spec.base_ref and (not BASE_REF_PATTERN.match(spec.base_ref) or ".." in spec.base_ref):
+        raise invalid_field("options.base_ref", f"{spec.base_ref[:80]!r} is not a valid commit-ish")
+    if len(spec.add_dirs) > MAX_ADD_DIRS:
+        raise invalid_field("options.add_dirs", f"at most {MAX_ADD_DIRS} directories")
+    for d in spec.add_dirs:
+        if not d or len(d.encode()) > 4096 or any(c in d for c in "\x00\n\r"):
+            raise invalid_field("options.add_dirs", f"{d[:80]!r} is not a valid path")

@@ -45,6 +45,8 @@ def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None
         argv += ["--resume", spec.resume_session_id]
     if spec.include_partial_messages:
         argv += ["--include-partial-messages"]
+    for directory in spec.add_dirs:  # resolved inside the workspace roots by the manager
+        argv += ["--add-dir", directory]
     return argv
 
 

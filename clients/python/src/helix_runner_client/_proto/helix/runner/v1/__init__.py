@@ -15,6 +15,7 @@ __all__ = (
     "Breakpoint",
     "CancelPhaseRequest",
     "CancelPhaseResponse",
+    "ChangedFile",
     "CliStatus",
     "Compaction",
     "ContextUsage",
@@ -31,6 +32,8 @@ __all__ = (
     "GetCostTotalsResponse",
     "GetJobRequest",
     "GetJobResponse",
+    "GetPhaseDiffRequest",
+    "GetPhaseDiffResponse",
     "HookEvent",
     "HookEventKind",
     "InjectMessageRequest",
@@ -63,6 +66,7 @@ __all__ = (
     "PermissionDenied",
     "PermissionMode",
     "Phase",
+    "PhaseArtifacts",
     "PhaseCost",
     "PhaseDiagnostics",
     "PhaseInspection",
@@ -105,6 +109,8 @@ __all__ = (
     "UserMessage",
     "WatchPhaseRequest",
     "WatchPhaseResponse",
+    "WorkspaceMode",
+    "WorktreeRetention",
 )
 
 import datetime
@@ -574,6 +580,12 @@ class ErrorReason(betterproto2.Enum):
     wait is accepted and reported QUEUED.
     """
 
+    DIFF_NOT_AVAILABLE = 22
+    """
+    GetPhaseDiff: the phase has no stored diff (it is still running, ran outside a git
+    repository, or its recording was deleted by retention); metadata `job_id`, `phase_id`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -599,6 +611,7 @@ class ErrorReason(betterproto2.Enum):
             19: "ERROR_REASON_INVALID_PAGE_TOKEN",
             20: "ERROR_REASON_INTERNAL",
             21: "ERROR_REASON_QUEUE_FULL",
+            22: "ERROR_REASON_DIFF_NOT_AVAILABLE",
         }
 
     @classmethod
@@ -626,6 +639,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INVALID_PAGE_TOKEN": 19,
             "ERROR_REASON_INTERNAL": 20,
             "ERROR_REASON_QUEUE_FULL": 21,
+            "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
         }
 
 
@@ -1350,6 +1364,90 @@ class ToolCallStatus(betterproto2.Enum):
         }
 
 
+class WorkspaceMode(betterproto2.Enum):
+    """
+    WorkspaceMode says where a phase runs.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Same as WORKSPACE_MODE_IN_PLACE.
+    """
+
+    IN_PLACE = 1
+    """
+    In `working_dir`, as given.
+    """
+
+    GIT_WORKTREE = 2
+    """
+    In a new git worktree of the repository holding `working_dir`, on a new branch
+    `helix/<job_id>/<phase_id>` from `base_ref`, under the server's data directory; the phase's
+    directory is the same path relative to the repository's top level. `working_dir` must be in
+    a git repository whose top level is inside a workspace root.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WORKSPACE_MODE_UNSPECIFIED",
+            1: "WORKSPACE_MODE_IN_PLACE",
+            2: "WORKSPACE_MODE_GIT_WORKTREE",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WORKSPACE_MODE_UNSPECIFIED": 0,
+            "WORKSPACE_MODE_IN_PLACE": 1,
+            "WORKSPACE_MODE_GIT_WORKTREE": 2,
+        }
+
+
+class WorktreeRetention(betterproto2.Enum):
+    """
+    WorktreeRetention says what happens to a phase's git worktree after the phase.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The server's default (`worktree_retention`, itself REMOVE_ON_SUCCESS unless configured).
+    """
+
+    KEEP = 1
+    """
+    Keep the worktree.
+    """
+
+    REMOVE = 2
+    """
+    Remove the worktree whatever the outcome.
+    """
+
+    REMOVE_ON_SUCCESS = 3
+    """
+    Remove it when the phase SUCCEEDED, keep it otherwise (for a look at what went wrong).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WORKTREE_RETENTION_UNSPECIFIED",
+            1: "WORKTREE_RETENTION_KEEP",
+            2: "WORKTREE_RETENTION_REMOVE",
+            3: "WORKTREE_RETENTION_REMOVE_ON_SUCCESS",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WORKTREE_RETENTION_UNSPECIFIED": 0,
+            "WORKTREE_RETENTION_KEEP": 1,
+            "WORKTREE_RETENTION_REMOVE": 2,
+            "WORKTREE_RETENTION_REMOVE_ON_SUCCESS": 3,
+        }
+
+
 @dataclass(eq=False, repr=False)
 class AddBreakpointRequest(betterproto2.Message):
     """
@@ -1706,6 +1804,46 @@ class CancelPhaseResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "CancelPhaseResponse", CancelPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ChangedFile(betterproto2.Message):
+    """
+    ChangedFile is one file a phase changed.
+    """
+
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Path relative to the repository's top level (the new path of a rename).
+    """
+
+    old_path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The old path of a rename or copy (empty otherwise).
+    """
+
+    status: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Git's status letter: `A` added, `M` modified, `D` deleted, `R` renamed, `C` copied, `T` type changed.
+    """
+
+    lines_added: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Lines added (0 for binary files).
+    """
+
+    lines_deleted: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Lines deleted (0 for binary files).
+    """
+
+    binary: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    Whether git treats the file as binary (no line counts).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ChangedFile", ChangedFile)
 
 
 @dataclass(eq=False, repr=False)
@@ -2099,6 +2237,62 @@ class GetJobResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "GetJobResponse", GetJobResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetPhaseDiffRequest(betterproto2.Message):
+    """
+    GetPhaseDiffRequest asks for one page of a phase's full diff.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    page_size: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    Bytes per page (0: 256 KiB; at most 4 MiB).
+    """
+
+    page_token: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    From a previous response's `next_page_token` (empty: the first page).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffRequest", GetPhaseDiffRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetPhaseDiffResponse(betterproto2.Message):
+    """
+    GetPhaseDiffResponse is one page of the diff.
+    """
+
+    chunk: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+    """
+    The bytes of this page (a page may end inside a UTF-8 character or a line; concatenate all
+    pages before decoding).
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The next page's token; empty after the last page.
+    """
+
+    total_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Size of the whole diff in bytes.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse", GetPhaseDiffResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2901,6 +3095,73 @@ default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
 
 
 @dataclass(eq=False, repr=False)
+class PhaseArtifacts(betterproto2.Message):
+    """
+    PhaseArtifacts describe what a phase changed: commits, changed files and the diff between the
+    working tree when the phase started and when it ended (untracked files included, ignored files
+    not; uncommitted and committed changes alike).
+    """
+
+    git_available: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    False when the phase's directory is not in a git repository: no diff is available.
+    """
+
+    unavailable_reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Why no artifacts are available (empty when `git_available`).
+    """
+
+    base_commit: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The commit HEAD pointed at when the phase started (the worktree's base in GIT_WORKTREE mode).
+    """
+
+    final_commit: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    HEAD when the phase ended, when the phase committed (empty when HEAD did not move).
+    """
+
+    branch: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE: the phase's branch.
+    """
+
+    worktree_path: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE: the worktree's path on the server.
+    """
+
+    worktree_kept: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    GIT_WORKTREE: whether the worktree was kept after the phase (by its retention policy).
+    """
+
+    changed_files: "list[ChangedFile]" = betterproto2.field(8, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Changed files, by path.
+    """
+
+    diff: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    The unified diff, at most 64 KiB (cut at a line boundary when larger; GetPhaseDiff has all).
+    """
+
+    diff_truncated: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Whether `diff` was cut.
+    """
+
+    diff_bytes: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+    """
+    Size of the full diff in bytes.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PhaseArtifacts", PhaseArtifacts)
+
+
+@dataclass(eq=False, repr=False)
 class PhaseCost(betterproto2.Message):
     """
     PhaseCost puts the CLI-reported and the server-computed cost of a phase side by side.
@@ -3171,6 +3432,34 @@ class PhaseOptions(betterproto2.Message):
     `max_budget_usd` and `timeout` stay limits for the phase as a whole, across its attempts.
     """
 
+    workspace: "WorkspaceMode" = betterproto2.field(
+        18, betterproto2.TYPE_ENUM, default_factory=lambda: WorkspaceMode(0)
+    )
+    """
+    Where the phase runs: in `working_dir` itself (the default) or in a git worktree of its
+    repository made for this phase.
+    """
+
+    base_ref: "str" = betterproto2.field(19, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE only: the commit-ish the worktree starts from (empty: `HEAD` of `working_dir`);
+    at most 256 characters, no leading `-`.
+    """
+
+    worktree_retention: "WorktreeRetention" = betterproto2.field(
+        20, betterproto2.TYPE_ENUM, default_factory=lambda: WorktreeRetention(0)
+    )
+    """
+    GIT_WORKTREE only: what happens to the worktree after the phase (unspecified: the server's
+    `worktree_retention`). The branch and the stored diff are always kept.
+    """
+
+    add_dirs: "list[str]" = betterproto2.field(21, betterproto2.TYPE_STRING, repeated=True)
+    """
+    `--add-dir`: more directories the CLI may access; each must be absolute and resolve inside a
+    workspace root, like `working_dir` (at most 32).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
@@ -3307,6 +3596,12 @@ class PhaseResult(betterproto2.Message):
     `reason` are the last attempt's outcome (with why no further attempt was made, when a retry
     was not allowed or the attempts were used up); `cost` is the sum of the attempts' own costs;
     `session_id`, `exit_code` and the turn-result fields are the last attempt's.
+    """
+
+    artifacts: "PhaseArtifacts | None" = betterproto2.field(24, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the phase changed in its git working directory (set for phases that ran in a git
+    repository; `git_available` false with the reason otherwise).
     """
 
 
@@ -4925,6 +5220,17 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/ResolveToolCall",
             ResolveToolCallRequest.SerializeToString,
             ResolveToolCallResponse.FromString,
+        )(message)
+
+    def get_phase_diff(self, message: "GetPhaseDiffRequest") -> "GetPhaseDiffResponse":
+        """
+        The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetPhaseDiff",
+            GetPhaseDiffRequest.SerializeToString,
+            GetPhaseDiffResponse.FromString,
         )(message)
 
 
