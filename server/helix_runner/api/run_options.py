@@ -24,7 +24,7 @@ _RETENTION = {
 
 
 def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
-    """Spec keyword arguments for the workspace options (INVALID_ARGUMENT for an unknown enum value)."""
+    """Spec keyword arguments for the workspace and later run options (INVALID_ARGUMENT for an unknown enum value)."""
     if o.workspace not in _WORKSPACE:
         raise invalid_field("options.workspace", f"unknown value {o.workspace}")
     if o.worktree_retention not in _RETENTION:
@@ -34,4 +34,12 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "base_ref": o.base_ref,
         "worktree_retention": _RETENTION[o.worktree_retention],
         "add_dirs": tuple(o.add_dirs),
+        "system_prompt": o.system_prompt,
+        "effort": o.effort,
+        "tools": o.tools if o.HasField("tools") else None,
+        "session_id": o.session_id,
+        "fork_session": o.fork_session,
+        "include_hook_events": o.include_hook_events,
+        "no_session_persistence": o.no_session_persistence,
+        "bare": o.bare,
     }

@@ -29,6 +29,9 @@ WORKTREE_RETENTIONS = ("", "KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
 # A commit-ish: names, `~`/`^` suffixes, `@{...}`; never a leading dash (it would be read as a flag).
 BASE_REF_PATTERN = re.compile(r"^[A-Za-z0-9_./@{}^~][A-Za-z0-9_./@{}^~:-]{0,255}$")
 MAX_ADD_DIRS = 32
+EFFORTS = ("", "low", "medium", "high", "xhigh", "max")
+UUID_PATTERN = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,15 @@ class PhaseSpec:
     base_ref: str = ""
     worktree_retention: str = ""
     add_dirs: tuple[str, ...] = ()
+    # Further CLI run options (see PhaseOptions in runner_service.proto); tools None = the CLI's set.
+    system_prompt: str = ""
+    effort: str = ""
+    tools: str | None = None
+    session_id: str = ""
+    fork_session: bool = False
+    include_hook_events: bool = False
+    no_session_persistence: bool = False
+    bare: bool = False
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -106,6 +118,7 @@ class PhaseSpec:
             if "\x00" in value or len(value.encode()) > MAX_ENV_VALUE_BYTES:
                 raise invalid_field("options.env", f"value of {key} is too long or contains NUL")
         _check_workspace(self)
+        _check_run_options(self)
 
 
 def _check_id(name: str, value: str, *, required: bool) -> None:
@@ -130,3 +143,27 @@ def _check_workspace(spec: PhaseSpec) -> None:
     for d in spec.add_dirs:
         if not d or len(d.encode()) > 4096 or any(c in d for c in "\x00\n\r"):
             raise invalid_field("options.add_dirs", f"{d[:80]!r} is not a valid path")
+
+
+def _check_run_options(spec: PhaseSpec) -> None:
+    if len(spec.system_prompt.encode()) > MAX_SYSTEM_PROMPT_BYTES:
+        raise invalid_field("options.system_prompt", f"exceeds {MAX_SYSTEM_PROMPT_BYTES} bytes")
+    if spec.effort not in EFFORTS:
+        raise invalid_field("options.effort", f"{spec.effort[:40]!r} is not one of {', '.join(EFFORTS[1:])}")
+    if spec.tools:
+        names = spec.tools.split(",")
+        if spec.tools != "default" and not all(TOOL_NAME_PATTERN.match(n) for n in names):
+            raise invalid_field("options.tools", "must be empty, 'default' or comma-separated tool names")
+    if spec.session_id and not UUID_PATTERN.match(spec.session_id):
+        raise invalid_field("options.session_id", "must be a UUID")
+    if spec.session_id and spec.resume_session_id and not spec.fork_session:
+        raise invalid_field("options.session_id", "with resume_session_id it needs fork_session")
+    if spec.bare:
+        # Verified with CLI 2.1.330 through the server (no hook_callback control request arrived): under
+        # --bare the PreToolUse hook registered over the stdin protocol never fires, so pause and
+        # breakpoints could not hold a tool call; refused rather than silently losing job control.
+        raise invalid_field("options.bare", "is not supported: under --bare (CLI 2.1.330) the CLI skips the "
+                                            "server's PreToolUse hook, so pause and breakpoints could not hold "
+                                            "tool calls")
+    if spec.fork_session and not spec.resume_session_id:
+        raise invalid_field("options.fork_session", "needs resume_session_id")

@@ -3460,6 +3460,51 @@ class PhaseOptions(betterproto2.Message):
     workspace root, like `working_dir` (at most 32).
     """
 
+    system_prompt: "str" = betterproto2.field(22, betterproto2.TYPE_STRING)
+    """
+    `--system-prompt`: replaces the CLI's whole system prompt (at most 64 KiB; empty: the CLI's).
+    """
+
+    effort: "str" = betterproto2.field(23, betterproto2.TYPE_STRING)
+    """
+    `--effort`: `low`, `medium`, `high`, `xhigh` or `max` (empty: the CLI's default).
+    """
+
+    tools: "str | None" = betterproto2.field(24, betterproto2.TYPE_STRING, optional=True)
+    """
+    `--tools`: the built-in tool set, comma-separated names (e.g. `Bash,Read`), `default`, or
+    empty for none. Unset: the CLI's default set.
+    """
+
+    session_id: "str" = betterproto2.field(25, betterproto2.TYPE_STRING)
+    """
+    `--session-id`: a caller-chosen session id (a UUID).
+    """
+
+    fork_session: "bool" = betterproto2.field(26, betterproto2.TYPE_BOOL)
+    """
+    `--fork-session`: with `resume_session_id`, continue in a new session id.
+    """
+
+    include_hook_events: "bool" = betterproto2.field(27, betterproto2.TYPE_BOOL)
+    """
+    `--include-hook-events`: the CLI streams all hook lifecycle events.
+    """
+
+    no_session_persistence: "bool" = betterproto2.field(28, betterproto2.TYPE_BOOL)
+    """
+    `--no-session-persistence`: the CLI saves no session to disk (it cannot be resumed).
+    """
+
+    bare: "bool" = betterproto2.field(29, betterproto2.TYPE_BOOL)
+    """
+    `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
+    hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
+    Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
+    hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
+    tool call.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
