@@ -145,6 +145,9 @@ class ServerConfig:
     metrics_port: int | None = None
     metrics_max_projects: int = 100
     tracing: str = "auto"
+    # What happens to a GIT_WORKTREE phase's worktree when the request does not say: KEEP, REMOVE
+    # or REMOVE_ON_SUCCESS (kept for a look when the phase did not succeed).
+    worktree_retention: str = "REMOVE_ON_SUCCESS"
 
     @property
     def is_loopback(self) -> bool:
@@ -290,6 +293,7 @@ _CONVERTERS: dict[str, Any] = {
     "metrics_port": lambda v: int(v) if v not in ("", None) else None,
     "metrics_max_projects": int,
     "tracing": lambda v: str(v).lower(),
+    "worktree_retention": lambda v: str(v).upper(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -393,6 +397,8 @@ def validate(config: ServerConfig) -> ServerConfig:
             0 < config.default_cpu_limit_millicores < MIN_CPU_LIMIT_MILLICORES:
         raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
                           f"{MAX_CPU_LIMIT_MILLICORES}")
+    if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
+        raise ConfigError("worktree_retention must be KEEP, REMOVE or REMOVE_ON_SUCCESS")
     roots = config.workspace_roots or (Path.cwd(),)
     resolved_roots = []
     for root in roots:

@@ -37,6 +37,7 @@ from helix_runner.runner.child_env import compose_child_env, missing_commands
 from helix_runner.runner.claude_command import build_argv, prompt_line
 from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
 from helix_runner.runner.containment import MODE_NAMES, Containment, LeftoverRun
+from helix_runner.runner.git_worktree import workspace_for
 from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.process_group import kill_leftover_group
 from helix_runner.runner.supervisor import ProcessLimits
@@ -147,10 +148,14 @@ class PhaseManager:
         # restarted server finds a crashed run's cgroups from the phase row (see recover()).
         run_id = uuid.uuid4().hex
         recording_dir = self.config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{run_id}"
+        spec, workspace = await asyncio.to_thread(
+            workspace_for, spec, workdir, roots=self.config.workspace_roots, data_dir=self.config.data_dir,
+            default_retention=self.config.worktree_retention, recording_dir=recording_dir,
+            resolve_dir=resolve_working_dir)
         plan = LaunchPlan(
             argv=tuple(build_argv(str(claude.path), spec,
                                   settings=self.key_broker.cli_settings() if self.key_broker else None)),
-            cwd=workdir,
+            cwd=workspace.cwd,
             env=env,
             prompt_line=prompt_line(spec.prompt),
             limits=ProcessLimits(
@@ -167,6 +172,7 @@ class PhaseManager:
                 include_raw_unknown=spec.include_raw_unknown,
             ),
             key_broker=self.key_broker,
+            workspace=workspace,
         )
 
         # Persisted from here on.
@@ -187,6 +193,7 @@ class PhaseManager:
                               f"phase {spec.phase_id} already exists in job {spec.job_id}",
                               {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
         try:
+            await workspace.create()  # after the phase row: its ids are ours, so is the branch
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
             run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer)
@@ -233,6 +240,8 @@ class PhaseManager:
             # Stay "live" until the final events are committed: a watcher attaching now must not
             # replay from a store that does not have them yet.
             await live.events.wait_closed()
+            if live.run.plan.workspace is not None and live.run.result is not None:
+                await live.run.plan.workspace.release(live.run.result.status)  # the worktree's retention
         except asyncio.CancelledError:
             pass
         except Exception:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.events import (
     AssistantText,
@@ -39,6 +40,7 @@ from helix_runner.event_log import PhaseEventLog
 from helix_runner.phase_control import PhaseController
 from helix_runner.record_codec import RecordCodec
 from helix_runner.runner.containment import PhaseScope
+from helix_runner.runner.git_worktree import PhaseWorkspace
 from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.procfs import start_ticks
 from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor
@@ -64,6 +66,8 @@ class LaunchPlan:
     scope: PhaseScope
     # Key-helper mode: the broker that hands this phase's CLI session the API key.
     key_broker: KeyBroker | None = None
+    # Where the phase runs and how its changes are collected (runner.git_worktree).
+    workspace: PhaseWorkspace | None = None
 
 
 class PhaseRun:
@@ -99,6 +103,7 @@ class PhaseRun:
         self._cost_dirty = False
         self._revoke_key = lambda: None
         self._writes_lost: SessionWritesLost | None = None
+        self._artifacts: PhaseArtifacts | None = None
 
     @property
     def job_id(self) -> str:
@@ -154,6 +159,8 @@ class PhaseRun:
             log.exception("phase supervision failed", extra={"fields": self._log_fields()})
             exit_ = ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", start_ns,
                                 time.time_ns())
+        if self.plan.workspace is not None:  # the process group is gone: the tree is final
+            self._artifacts = await self.plan.workspace.collect()
         self.result = self._finish(exit_)
         return self.result
 
@@ -204,6 +211,7 @@ class PhaseRun:
                 containment=self.plan.scope.report(),
             ),
             resource_fault=outcome.fault,
+            artifacts=self.plan.workspace.with_retention(self._artifacts, outcome.status) if self._artifacts else None,
         )
         self.telemetry.on_end(result)  # telemetry
         encoded = self.codec.encode_result(result)

@@ -27,6 +27,7 @@ from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
 from helix_runner.retention import RetentionPolicy, RetentionSweeper
+from helix_runner.runner import git_worktree
 from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.runner.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.runner.key_broker import KeyBroker, KeySource
@@ -228,6 +229,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
+    settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
+    if settled:
+        log.warning("settled leftover phase worktrees", extra={"fields": settled})
     servicer = RunnerServicer(manager)
     add_runner_service(servicer, server)
 

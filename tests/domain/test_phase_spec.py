@@ -58,3 +58,24 @@ def test_invalid_fields_are_named(change, field):
         PhaseSpec.create(**{**BASE, **change})
     assert caught.value.kind.name == "INVALID_ARGUMENT"
     assert caught.value.metadata["field"] == field
+
+
+@pytest.mark.parametrize(("values", "field"), [
+    ({"workspace": "DOCKER"}, "options.workspace"),
+    ({"worktree_retention": "SOMETIMES", "workspace": "GIT_WORKTREE"}, "options.worktree_retention"),
+    ({"base_ref": "main"}, "options.base_ref"),  # only with GIT_WORKTREE
+    ({"base_ref": "-x", "workspace": "GIT_WORKTREE"}, "options.base_ref"),
+    ({"base_ref": "a..b", "workspace": "GIT_WORKTREE"}, "options.base_ref"),
+    ({"add_dirs": ("/ok\n--bad",)}, "options.add_dirs"),
+    ({"add_dirs": tuple(f"/d{i}" for i in range(33))}, "options.add_dirs"),
+])
+def test_workspace_options_are_validated(values, field):
+    with pytest.raises(RunnerError) as caught:
+        PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir="/w", **values)
+    assert caught.value.metadata["field"] == field
+
+
+def test_a_worktree_spec_with_a_base_ref_is_valid():
+    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir="/w",
+                            workspace="GIT_WORKTREE", base_ref="origin/main~2", worktree_retention="KEEP")
+    assert spec.base_ref == "origin/main~2"

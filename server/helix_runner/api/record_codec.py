@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helix.runner.v1 import resources_pb2
 from helix_runner.api import event_mapping as m
+from helix_runner.api.artifact_mapping import artifacts_to_proto
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
 from helix_runner.domain.phase_outcome import ResourceFault
@@ -96,6 +97,8 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.cost.CopyFrom(m.phase_cost_to_proto(r.cost))
     if d.containment is not None:
         msg.diagnostics.containment.CopyFrom(containment_to_proto(d.containment))
+    if r.artifacts is not None:
+        msg.artifacts.CopyFrom(artifacts_to_proto(r.artifacts))
     _ts(msg.start_time, r.start_time_ns)
     _ts(msg.end_time, r.end_time_ns)
     msg.attempts.extend(m.attempt_to_proto(a) for a in r.attempts)

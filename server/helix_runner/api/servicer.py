@@ -25,7 +25,9 @@ from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.pagination import make_token, page_size, read_token
+from helix_runner.api.phase_diff import read_diff_page
 from helix_runner.api.record_codec import containment_to_proto, tool_stats_from_bytes
+from helix_runner.api.run_options import run_options
 from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
@@ -168,6 +170,7 @@ def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str
         fallback_model=o.fallback_model,
         memory_limit_bytes=o.memory_limit_bytes,
         cpu_limit_millicores=o.cpu_limit_millicores,
+        **run_options(o),
     )
 
 
@@ -428,6 +431,10 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         msg = (m.tool_call_to_proto(call, job_id=request.job_id, phase_id=request.phase_id) if call
                else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
+
+    @_unary
+    async def GetPhaseDiff(self, request, context):
+        return read_diff_page(self.manager.require_phase(request.job_id, request.phase_id), request)
 
     @_unary
     async def InspectPhase(self, request, context):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import AttemptEndKind, PermissionDenial
 from helix_runner.domain.phase_outcome import ResourceFault
@@ -104,3 +105,5 @@ class PhaseResult:
     diagnostics: PhaseDiagnostics = PhaseDiagnostics()
     attempts: tuple[Attempt, ...] = ()
     resource_fault: ResourceFault | None = None
+    # What the phase changed in its git working directory (None: not collected).
+    artifacts: PhaseArtifacts | None = None

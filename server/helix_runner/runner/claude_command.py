@@ -45,9 +45,34 @@ def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None
         argv += ["--resume", spec.resume_session_id]
     if spec.include_partial_messages:
         argv += ["--include-partial-messages"]
+    for directory in spec.add_dirs:  # resolved inside the workspace roots by the manager
+        argv += ["--add-dir", directory]
+    argv += run_option_args(spec)
     return argv
 
 
 def prompt_line(prompt: str) -> bytes:
     """The stream-json user line carrying the prompt (docs/claude-cli-protocol.md §3.4)."""
     return orjson.dumps({"type": "user", "message": {"role": "user", "content": prompt}, "parent_tool_use_id": None})
+
+
+def run_option_args(spec: PhaseSpec) -> list[str]:
+    """The flags of the later run options (validated by the spec; values never start with '-')."""
+    args: list[str] = []
+    if spec.bare:
+        args.append("--bare")
+    if spec.system_prompt:
+        args += ["--system-prompt", spec.system_prompt]
+    if spec.effort:
+        args += ["--effort", spec.effort]
+    if spec.tools is not None:
+        args.append(f"--tools={spec.tools}")  # one argument: `--tools` is variadic, "" means none
+    if spec.session_id:
+        args += ["--session-id", spec.session_id]
+    if spec.fork_session:
+        args.append("--fork-session")
+    if spec.include_hook_events:
+        args.append("--include-hook-events")
+    if spec.no_session_persistence:
+        args.append("--no-session-persistence")
+    return args

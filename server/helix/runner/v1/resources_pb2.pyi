@@ -417,7 +417,7 @@ class PhaseDiagnostics(_message.Message):
     def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
-    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault")
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +442,7 @@ class PhaseResult(_message.Message):
     DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_FAULT_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     status: PhaseStatus
@@ -466,7 +467,50 @@ class PhaseResult(_message.Message):
     diagnostics: PhaseDiagnostics
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
     resource_fault: ResourceFault
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ...) -> None: ...
+    artifacts: PhaseArtifacts
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ..., artifacts: _Optional[_Union[PhaseArtifacts, _Mapping]] = ...) -> None: ...
+
+class PhaseArtifacts(_message.Message):
+    __slots__ = ("git_available", "unavailable_reason", "base_commit", "final_commit", "branch", "worktree_path", "worktree_kept", "changed_files", "diff", "diff_truncated", "diff_bytes")
+    GIT_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    BASE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    FINAL_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    WORKTREE_PATH_FIELD_NUMBER: _ClassVar[int]
+    WORKTREE_KEPT_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FILES_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    DIFF_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    DIFF_BYTES_FIELD_NUMBER: _ClassVar[int]
+    git_available: bool
+    unavailable_reason: str
+    base_commit: str
+    final_commit: str
+    branch: str
+    worktree_path: str
+    worktree_kept: bool
+    changed_files: _containers.RepeatedCompositeFieldContainer[ChangedFile]
+    diff: str
+    diff_truncated: bool
+    diff_bytes: int
+    def __init__(self, git_available: _Optional[bool] = ..., unavailable_reason: _Optional[str] = ..., base_commit: _Optional[str] = ..., final_commit: _Optional[str] = ..., branch: _Optional[str] = ..., worktree_path: _Optional[str] = ..., worktree_kept: _Optional[bool] = ..., changed_files: _Optional[_Iterable[_Union[ChangedFile, _Mapping]]] = ..., diff: _Optional[str] = ..., diff_truncated: _Optional[bool] = ..., diff_bytes: _Optional[int] = ...) -> None: ...
+
+class ChangedFile(_message.Message):
+    __slots__ = ("path", "old_path", "status", "lines_added", "lines_deleted", "binary")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OLD_PATH_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LINES_ADDED_FIELD_NUMBER: _ClassVar[int]
+    LINES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    BINARY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    old_path: str
+    status: str
+    lines_added: int
+    lines_deleted: int
+    binary: bool
+    def __init__(self, path: _Optional[str] = ..., old_path: _Optional[str] = ..., status: _Optional[str] = ..., lines_added: _Optional[int] = ..., lines_deleted: _Optional[int] = ..., binary: _Optional[bool] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("number", "status", "reason", "end_kind", "retryable", "exit_code", "exit_signal", "api_error_status", "session_id", "resumed_session_id", "start_time", "end_time", "cost", "first_sequence", "last_sequence", "retry_delay", "startup_failure_reason")

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/runner_service.proto.
  */
 export const file_helix_runner_v1_runner_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSLoBQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19tYXhfYnVkZ2V0X3VzZCLYAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgFEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOZGlzYWJsZV9qaXR0ZXIYBSABKAgSGwoTY29udGludWF0aW9uX3Byb21wdBgGIAEoCSKcAQoPUnVuUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEg4KBnByb21wdBgEIAEoCRITCgt3b3JraW5nX2RpchgFIAEoCRIuCgdvcHRpb25zGAYgASgLMh0uaGVsaXgucnVubmVyLnYxLlBoYXNlT3B0aW9ucyJuChBSdW5QaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiTQoRV2F0Y2hQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAMgASgDInAKEldhdGNoUGhhc2VSZXNwb25zZRIsCgZldmVudHMYASADKAsyHC5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnQSLAoGcmVzdWx0GAIgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0Ih8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjMKDkdldEpvYlJlc3BvbnNlEiEKA2pvYhgBIAEoCzIULmhlbGl4LnJ1bm5lci52MS5Kb2IifAoPTGlzdEpvYnNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSLgoIc3RhdHVzZXMYAiADKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiTwoQTGlzdEpvYnNSZXNwb25zZRIiCgRqb2JzGAEgAygLMhQuaGVsaXgucnVubmVyLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkihwEKFExpc3RUb29sQ2FsbHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIRCgl0b29sX25hbWUYAyABKAkSEwoLb25seV9mYWlsZWQYBCABKAgSEQoJcGFnZV9zaXplGAUgASgFEhIKCnBhZ2VfdG9rZW4YBiABKAkiigEKFUxpc3RUb29sQ2FsbHNSZXNwb25zZRItCgp0b29sX2NhbGxzGAEgAygLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIpCgVzdGF0cxgDIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMiTAoUR2V0Q29zdFRvdGFsc1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEAoIcGhhc2VfaWQYAyABKAkiRAoVR2V0Q29zdFRvdGFsc1Jlc3BvbnNlEisKBnRvdGFscxgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Db3N0VG90YWxzIl8KEVBhdXNlUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIoCgRtb2RlGAMgASgOMhouaGVsaXgucnVubmVyLnYxLlBhdXNlTW9kZSI7ChJQYXVzZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNgoSUmVzdW1lUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI8ChNSZXN1bWVQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjQKEFN0ZXBQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjoKEVN0ZXBQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjkKFUludGVycnVwdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiPwoWSW50ZXJydXB0UGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSJGChJDYW5jZWxQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI8ChNDYW5jZWxQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlInEKFEluamVjdE1lc3NhZ2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIMCgR0ZXh0GAMgASgJEikKBG1vZGUYBCABKA4yGy5oZWxpeC5ydW5uZXIudjEuSW5qZWN0TW9kZSI/ChVJbmplY3RNZXNzYWdlUmVzcG9uc2USFAoMbWVzc2FnZV91dWlkGAEgASgJEhAKCHNlcXVlbmNlGAIgASgDIlYKE0luc3BlY3RQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEh0KFWluY2x1ZGVfY29udGV4dF91c2FnZRgDIAEoCCJMChRJbnNwZWN0UGhhc2VSZXNwb25zZRI0CgppbnNwZWN0aW9uGAEgASgLMiAuaGVsaXgucnVubmVyLnYxLlBoYXNlSW5zcGVjdGlvbiJpChRBZGRCcmVha3BvaW50UmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSLwoKYnJlYWtwb2ludBgDIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IkgKFUFkZEJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiOgoWTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiSwoXTGlzdEJyZWFrcG9pbnRzUmVzcG9uc2USMAoLYnJlYWtwb2ludHMYASADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJSChdSZW1vdmVCcmVha3BvaW50UmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFQoNYnJlYWtwb2ludF9pZBgDIAEoCSJLChhSZW1vdmVCcmVha3BvaW50UmVzcG9uc2USLwoKYnJlYWtwb2ludBgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50Iu4BChZSZXNvbHZlVG9vbENhbGxSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRITCgt0b29sX3VzZV9pZBgDIAEoCRIzCgdhcHByb3ZlGAQgASgLMiAuaGVsaXgucnVubmVyLnYxLkFwcHJvdmVEZWNpc2lvbkgAEi0KBGRlbnkYBSABKAsyHS5oZWxpeC5ydW5uZXIudjEuRGVueURlY2lzaW9uSAASLQoEZWRpdBgGIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5FZGl0RGVjaXNpb25IAEIKCghkZWNpc2lvbiIRCg9BcHByb3ZlRGVjaXNpb24iHwoMRGVueURlY2lzaW9uEg8KB21lc3NhZ2UYASABKAkiIgoMRWRpdERlY2lzaW9uEhIKCmlucHV0X2pzb24YASABKAkiRwoXUmVzb2x2ZVRvb2xDYWxsUmVzcG9uc2USLAoJdG9vbF9jYWxsGAEgASgLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsKoQGCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpFUlJPUl9SRUFTT05fSU5WQUxJRF9GSUVMRBABEioKJkVSUk9SX1JFQVNPTl9XT1JLSU5HX0RJUl9PVVRTSURFX1JPT1RTEAISHgoaRVJST1JfUkVBU09OX0pPQl9OT1RfRk9VTkQQAxIgChxFUlJPUl9SRUFTT05fUEhBU0VfTk9UX0ZPVU5EEAQSJQohRVJST1JfUkVBU09OX1BIQVNFX0FMUkVBRFlfRVhJU1RTEAUSIwofRVJST1JfUkVBU09OX0lMTEVHQUxfVFJBTlNJVElPThAGEiIKHkVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfUlVOTklORxAHEiEKHUVSUk9SX1JFQVNPTl9DTEFVREVfTk9UX0ZPVU5EEAgSIQodRVJST1JfUkVBU09OX1BSRUZMSUdIVF9GQUlMRUQQCRIgChxFUlJPUl9SRUFTT05fRU5WX05PVF9BTExPV0VEEAoSGQoVRVJST1JfUkVBU09OX0RSQUlOSU5HEAsSIAocRVJST1JfUkVBU09OX05PVF9JTVBMRU1FTlRFRBAMEiQKIEVSUk9SX1JFQVNPTl9DVVJTT1JfT1VUX09GX1JBTkdFEA0SIQodRVJST1JfUkVBU09OX1dBVENIRVJfVE9PX1NMT1cQDhIjCh9FUlJPUl9SRUFTT05fVE9PTF9DQUxMX05PVF9IRUxEEA8SJQohRVJST1JfUkVBU09OX0JSRUFLUE9JTlRfTk9UX0ZPVU5EEBASIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBAREiAKHEVSUk9SX1JFQVNPTl9UT09fTUFOWV9QSEFTRVMQEhIjCh9FUlJPUl9SRUFTT05fSU5WQUxJRF9QQUdFX1RPS0VOEBMSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBQSGwoXRVJST1JfUkVBU09OX1FVRVVFX0ZVTEwQFSpkCgpJbmplY3RNb2RlEhsKF0lOSkVDVF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRSU5KRUNUX01PREVfUVVFVUUQARIiCh5JTkpFQ1RfTU9ERV9JTlRFUlJVUFRfQU5EX1NFTkQQAipdCglQYXVzZU1vZGUSGgoWUEFVU0VfTU9ERV9VTlNQRUNJRklFRBAAEh8KG1BBVVNFX01PREVfQkVGT1JFX05FWFRfVE9PTBABEhMKD1BBVVNFX01PREVfSEFSRBACMqsMCg1SdW5uZXJTZXJ2aWNlElEKCFJ1blBoYXNlEiAuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlc3BvbnNlMAESVwoKV2F0Y2hQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVzcG9uc2UwARJJCgZHZXRKb2ISHi5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVxdWVzdBofLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXNwb25zZRJPCghMaXN0Sm9icxIgLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXNwb25zZRJeCg1MaXN0VG9vbENhbGxzEiUuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJeCg1HZXRDb3N0VG90YWxzEiUuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXNwb25zZRJVCgpQYXVzZVBoYXNlEiIuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXNwb25zZRJYCgtSZXN1bWVQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXNwb25zZRJSCglTdGVwUGhhc2USIS5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVxdWVzdBoiLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXNwb25zZRJhCg5JbnRlcnJ1cHRQaGFzZRImLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlcXVlc3QaJy5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXNwb25zZRJYCgtDYW5jZWxQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXNwb25zZRJeCg1JbmplY3RNZXNzYWdlEiUuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXNwb25zZRJbCgxJbnNwZWN0UGhhc2USJC5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXNwb25zZRJeCg1BZGRCcmVha3BvaW50EiUuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXNwb25zZRJkCg9MaXN0QnJlYWtwb2ludHMSJy5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXNwb25zZRJnChBSZW1vdmVCcmVha3BvaW50EiguaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0GikuaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRJkCg9SZXNvbHZlVG9vbENhbGwSJy5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
+  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSK5CAoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRIxCgl3b3Jrc3BhY2UYFCABKA4yHi5oZWxpeC5ydW5uZXIudjEuV29ya3NwYWNlTW9kZRIQCghiYXNlX3JlZhgVIAEoCRI+ChJ3b3JrdHJlZV9yZXRlbnRpb24YFiABKA4yIi5oZWxpeC5ydW5uZXIudjEuV29ya3RyZWVSZXRlbnRpb24SEAoIYWRkX2RpcnMYFyADKAkSFQoNc3lzdGVtX3Byb21wdBgYIAEoCRIOCgZlZmZvcnQYGSABKAkSEgoFdG9vbHMYGiABKAlIAYgBARISCgpzZXNzaW9uX2lkGBsgASgJEhQKDGZvcmtfc2Vzc2lvbhgcIAEoCBIbChNpbmNsdWRlX2hvb2tfZXZlbnRzGB0gASgIEh4KFm5vX3Nlc3Npb25fcGVyc2lzdGVuY2UYHiABKAgSDAoEYmFyZRgfIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19tYXhfYnVkZ2V0X3VzZEIICgZfdG9vbHMi2AEKC1JldHJ5UG9saWN5EhQKDG1heF9hdHRlbXB0cxgBIAEoBRIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoSYmFja29mZl9tdWx0aXBsaWVyGAMgASgBEi4KC21heF9iYWNrb2ZmGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmRpc2FibGVfaml0dGVyGAUgASgIEhsKE2NvbnRpbnVhdGlvbl9wcm9tcHQYBiABKAkinAEKD1J1blBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIOCgZwcm9tcHQYBCABKAkSEwoLd29ya2luZ19kaXIYBSABKAkSLgoHb3B0aW9ucxgGIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5QaGFzZU9wdGlvbnMibgoQUnVuUGhhc2VSZXNwb25zZRIsCgZldmVudHMYASADKAsyHC5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnQSLAoGcmVzdWx0GAIgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0Ik0KEVdhdGNoUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIWCg5hZnRlcl9zZXF1ZW5jZRgDIAEoAyJwChJXYXRjaFBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIzCg5HZXRKb2JSZXNwb25zZRIhCgNqb2IYASABKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iInwKD0xpc3RKb2JzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEi4KCHN0YXR1c2VzGAIgAygOMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIk8KEExpc3RKb2JzUmVzcG9uc2USIgoEam9icxgBIAMoCzIULmhlbGl4LnJ1bm5lci52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIocBChRMaXN0VG9vbENhbGxzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhMKC29ubHlfZmFpbGVkGAQgASgIEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJIooBChVMaXN0VG9vbENhbGxzUmVzcG9uc2USLQoKdG9vbF9jYWxscxgBIAMoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSKQoFc3RhdHMYAyADKAsyGi5oZWxpeC5ydW5uZXIudjEuVG9vbFN0YXRzIkwKFEdldENvc3RUb3RhbHNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGam9iX2lkGAIgASgJEhAKCHBoYXNlX2lkGAMgASgJIkQKFUdldENvc3RUb3RhbHNSZXNwb25zZRIrCgZ0b3RhbHMYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQ29zdFRvdGFscyJfChFQYXVzZVBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSKAoEbW9kZRgDIAEoDjIaLmhlbGl4LnJ1bm5lci52MS5QYXVzZU1vZGUiOwoSUGF1c2VQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjYKElJlc3VtZVBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiPAoTUmVzdW1lUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI0ChBTdGVwUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI6ChFTdGVwUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI5ChVJbnRlcnJ1cHRQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIj8KFkludGVycnVwdFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiRgoSQ2FuY2VsUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiPAoTQ2FuY2VsUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSJxChRJbmplY3RNZXNzYWdlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDAoEdGV4dBgDIAEoCRIpCgRtb2RlGAQgASgOMhsuaGVsaXgucnVubmVyLnYxLkluamVjdE1vZGUiPwoVSW5qZWN0TWVzc2FnZVJlc3BvbnNlEhQKDG1lc3NhZ2VfdXVpZBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoAyJWChNJbnNwZWN0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIdChVpbmNsdWRlX2NvbnRleHRfdXNhZ2UYAyABKAgiTAoUSW5zcGVjdFBoYXNlUmVzcG9uc2USNAoKaW5zcGVjdGlvbhgBIAEoCzIgLmhlbGl4LnJ1bm5lci52MS5QaGFzZUluc3BlY3Rpb24iaQoUQWRkQnJlYWtwb2ludFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEi8KCmJyZWFrcG9pbnQYAyABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJIChVBZGRCcmVha3BvaW50UmVzcG9uc2USLwoKYnJlYWtwb2ludBgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IjoKFkxpc3RCcmVha3BvaW50c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIksKF0xpc3RCcmVha3BvaW50c1Jlc3BvbnNlEjAKC2JyZWFrcG9pbnRzGAEgAygLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiUgoXUmVtb3ZlQnJlYWtwb2ludFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhUKDWJyZWFrcG9pbnRfaWQYAyABKAkiSwoYUmVtb3ZlQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCLuAQoWUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEwoLdG9vbF91c2VfaWQYAyABKAkSMwoHYXBwcm92ZRgEIAEoCzIgLmhlbGl4LnJ1bm5lci52MS5BcHByb3ZlRGVjaXNpb25IABItCgRkZW55GAUgASgLMh0uaGVsaXgucnVubmVyLnYxLkRlbnlEZWNpc2lvbkgAEi0KBGVkaXQYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuRWRpdERlY2lzaW9uSABCCgoIZGVjaXNpb24iEQoPQXBwcm92ZURlY2lzaW9uIh8KDERlbnlEZWNpc2lvbhIPCgdtZXNzYWdlGAEgASgJIiIKDEVkaXREZWNpc2lvbhISCgppbnB1dF9qc29uGAEgASgJIkcKF1Jlc29sdmVUb29sQ2FsbFJlc3BvbnNlEiwKCXRvb2xfY2FsbBgBIAEoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbCJeChNHZXRQaGFzZURpZmZSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChRHZXRQaGFzZURpZmZSZXNwb25zZRINCgVjaHVuaxgBIAEoDBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSEwoLdG90YWxfYnl0ZXMYAyABKAMqqQYKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9JTlZBTElEX0ZJRUxEEAESKgomRVJST1JfUkVBU09OX1dPUktJTkdfRElSX09VVFNJREVfUk9PVFMQAhIeChpFUlJPUl9SRUFTT05fSk9CX05PVF9GT1VORBADEiAKHEVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfRk9VTkQQBBIlCiFFUlJPUl9SRUFTT05fUEhBU0VfQUxSRUFEWV9FWElTVFMQBRIjCh9FUlJPUl9SRUFTT05fSUxMRUdBTF9UUkFOU0lUSU9OEAYSIgoeRVJST1JfUkVBU09OX1BIQVNFX05PVF9SVU5OSU5HEAcSIQodRVJST1JfUkVBU09OX0NMQVVERV9OT1RfRk9VTkQQCBIhCh1FUlJPUl9SRUFTT05fUFJFRkxJR0hUX0ZBSUxFRBAJEiAKHEVSUk9SX1JFQVNPTl9FTlZfTk9UX0FMTE9XRUQQChIZChVFUlJPUl9SRUFTT05fRFJBSU5JTkcQCxIgChxFUlJPUl9SRUFTT05fTk9UX0lNUExFTUVOVEVEEAwSJAogRVJST1JfUkVBU09OX0NVUlNPUl9PVVRfT0ZfUkFOR0UQDRIhCh1FUlJPUl9SRUFTT05fV0FUQ0hFUl9UT09fU0xPVxAOEiMKH0VSUk9SX1JFQVNPTl9UT09MX0NBTExfTk9UX0hFTEQQDxIlCiFFUlJPUl9SRUFTT05fQlJFQUtQT0lOVF9OT1RfRk9VTkQQEBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEBESIAocRVJST1JfUkVBU09OX1RPT19NQU5ZX1BIQVNFUxASEiMKH0VSUk9SX1JFQVNPTl9JTlZBTElEX1BBR0VfVE9LRU4QExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIbChdFUlJPUl9SRUFTT05fUVVFVUVfRlVMTBAVEiMKH0VSUk9SX1JFQVNPTl9ESUZGX05PVF9BVkFJTEFCTEUQFipkCgpJbmplY3RNb2RlEhsKF0lOSkVDVF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRSU5KRUNUX01PREVfUVVFVUUQARIiCh5JTkpFQ1RfTU9ERV9JTlRFUlJVUFRfQU5EX1NFTkQQAipdCglQYXVzZU1vZGUSGgoWUEFVU0VfTU9ERV9VTlNQRUNJRklFRBAAEh8KG1BBVVNFX01PREVfQkVGT1JFX05FWFRfVE9PTBABEhMKD1BBVVNFX01PREVfSEFSRBACKm0KDVdvcmtzcGFjZU1vZGUSHgoaV09SS1NQQUNFX01PREVfVU5TUEVDSUZJRUQQABIbChdXT1JLU1BBQ0VfTU9ERV9JTl9QTEFDRRABEh8KG1dPUktTUEFDRV9NT0RFX0dJVF9XT1JLVFJFRRACKp0BChFXb3JrdHJlZVJldGVudGlvbhIiCh5XT1JLVFJFRV9SRVRFTlRJT05fVU5TUEVDSUZJRUQQABIbChdXT1JLVFJFRV9SRVRFTlRJT05fS0VFUBABEh0KGVdPUktUUkVFX1JFVEVOVElPTl9SRU1PVkUQAhIoCiRXT1JLVFJFRV9SRVRFTlRJT05fUkVNT1ZFX09OX1NVQ0NFU1MQAzKIDQoNUnVubmVyU2VydmljZRJRCghSdW5QaGFzZRIgLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuUnVuUGhhc2VSZXNwb25zZTABElcKCldhdGNoUGhhc2USIi5oZWxpeC5ydW5uZXIudjEuV2F0Y2hQaGFzZVJlcXVlc3QaIy5oZWxpeC5ydW5uZXIudjEuV2F0Y2hQaGFzZVJlc3BvbnNlMAESSQoGR2V0Sm9iEh4uaGVsaXgucnVubmVyLnYxLkdldEpvYlJlcXVlc3QaHy5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVzcG9uc2USTwoITGlzdEpvYnMSIC5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXF1ZXN0GiEuaGVsaXgucnVubmVyLnYxLkxpc3RKb2JzUmVzcG9uc2USXgoNTGlzdFRvb2xDYWxscxIlLmhlbGl4LnJ1bm5lci52MS5MaXN0VG9vbENhbGxzUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5MaXN0VG9vbENhbGxzUmVzcG9uc2USXgoNR2V0Q29zdFRvdGFscxIlLmhlbGl4LnJ1bm5lci52MS5HZXRDb3N0VG90YWxzUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5HZXRDb3N0VG90YWxzUmVzcG9uc2USVQoKUGF1c2VQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5QYXVzZVBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5QYXVzZVBoYXNlUmVzcG9uc2USWAoLUmVzdW1lUGhhc2USIy5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXF1ZXN0GiQuaGVsaXgucnVubmVyLnYxLlJlc3VtZVBoYXNlUmVzcG9uc2USUgoJU3RlcFBoYXNlEiEuaGVsaXgucnVubmVyLnYxLlN0ZXBQaGFzZVJlcXVlc3QaIi5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVzcG9uc2USYQoOSW50ZXJydXB0UGhhc2USJi5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXF1ZXN0GicuaGVsaXgucnVubmVyLnYxLkludGVycnVwdFBoYXNlUmVzcG9uc2USWAoLQ2FuY2VsUGhhc2USIy5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXF1ZXN0GiQuaGVsaXgucnVubmVyLnYxLkNhbmNlbFBoYXNlUmVzcG9uc2USXgoNSW5qZWN0TWVzc2FnZRIlLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNZXNzYWdlUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNZXNzYWdlUmVzcG9uc2USWwoMSW5zcGVjdFBoYXNlEiQuaGVsaXgucnVubmVyLnYxLkluc3BlY3RQaGFzZVJlcXVlc3QaJS5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVzcG9uc2USXgoNQWRkQnJlYWtwb2ludBIlLmhlbGl4LnJ1bm5lci52MS5BZGRCcmVha3BvaW50UmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5BZGRCcmVha3BvaW50UmVzcG9uc2USZAoPTGlzdEJyZWFrcG9pbnRzEicuaGVsaXgucnVubmVyLnYxLkxpc3RCcmVha3BvaW50c1JlcXVlc3QaKC5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVzcG9uc2USZwoQUmVtb3ZlQnJlYWtwb2ludBIoLmhlbGl4LnJ1bm5lci52MS5SZW1vdmVCcmVha3BvaW50UmVxdWVzdBopLmhlbGl4LnJ1bm5lci52MS5SZW1vdmVCcmVha3BvaW50UmVzcG9uc2USZAoPUmVzb2x2ZVRvb2xDYWxsEicuaGVsaXgucnVubmVyLnYxLlJlc29sdmVUb29sQ2FsbFJlcXVlc3QaKC5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVzcG9uc2USWwoMR2V0UGhhc2VEaWZmEiQuaGVsaXgucnVubmVyLnYxLkdldFBoYXNlRGlmZlJlcXVlc3QaJS5oZWxpeC5ydW5uZXIudjEuR2V0UGhhc2VEaWZmUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
 
 /**
  * PhaseOptions are the run options of a phase (CLI flags and server behaviour).
@@ -164,6 +164,99 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
    * @generated from field: int32 cpu_limit_millicores = 19;
    */
   cpuLimitMillicores: number;
+
+  /**
+   * Where the phase runs: in `working_dir` itself (the default) or in a git worktree of its
+   * repository made for this phase.
+   *
+   * @generated from field: helix.runner.v1.WorkspaceMode workspace = 20;
+   */
+  workspace: WorkspaceMode;
+
+  /**
+   * GIT_WORKTREE only: the commit-ish the worktree starts from (empty: `HEAD` of `working_dir`);
+   * at most 256 characters, no leading `-`.
+   *
+   * @generated from field: string base_ref = 21;
+   */
+  baseRef: string;
+
+  /**
+   * GIT_WORKTREE only: what happens to the worktree after the phase (unspecified: the server's
+   * `worktree_retention`). The branch and the stored diff are always kept.
+   *
+   * @generated from field: helix.runner.v1.WorktreeRetention worktree_retention = 22;
+   */
+  worktreeRetention: WorktreeRetention;
+
+  /**
+   * `--add-dir`: more directories the CLI may access; each must be absolute and resolve inside a
+   * workspace root, like `working_dir` (at most 32).
+   *
+   * @generated from field: repeated string add_dirs = 23;
+   */
+  addDirs: string[];
+
+  /**
+   * `--system-prompt`: replaces the CLI's whole system prompt (at most 64 KiB; empty: the CLI's).
+   *
+   * @generated from field: string system_prompt = 24;
+   */
+  systemPrompt: string;
+
+  /**
+   * `--effort`: `low`, `medium`, `high`, `xhigh` or `max` (empty: the CLI's default).
+   *
+   * @generated from field: string effort = 25;
+   */
+  effort: string;
+
+  /**
+   * `--tools`: the built-in tool set, comma-separated names (e.g. `Bash,Read`), `default`, or
+   * empty for none. Unset: the CLI's default set.
+   *
+   * @generated from field: optional string tools = 26;
+   */
+  tools?: string | undefined;
+
+  /**
+   * `--session-id`: a caller-chosen session id (a UUID).
+   *
+   * @generated from field: string session_id = 27;
+   */
+  sessionId: string;
+
+  /**
+   * `--fork-session`: with `resume_session_id`, continue in a new session id.
+   *
+   * @generated from field: bool fork_session = 28;
+   */
+  forkSession: boolean;
+
+  /**
+   * `--include-hook-events`: the CLI streams all hook lifecycle events.
+   *
+   * @generated from field: bool include_hook_events = 29;
+   */
+  includeHookEvents: boolean;
+
+  /**
+   * `--no-session-persistence`: the CLI saves no session to disk (it cannot be resumed).
+   *
+   * @generated from field: bool no_session_persistence = 30;
+   */
+  noSessionPersistence: boolean;
+
+  /**
+   * `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
+   * hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
+   * Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
+   * hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
+   * tool call.
+   *
+   * @generated from field: bool bare = 31;
+   */
+  bare: boolean;
 };
 
 /**
@@ -1338,6 +1431,84 @@ export const ResolveToolCallResponseSchema: GenMessage<ResolveToolCallResponse> 
   messageDesc(file_helix_runner_v1_runner_service, 38);
 
 /**
+ * GetPhaseDiffRequest asks for one page of a phase's full diff.
+ *
+ * @generated from message helix.runner.v1.GetPhaseDiffRequest
+ */
+export type GetPhaseDiffRequest = Message<"helix.runner.v1.GetPhaseDiffRequest"> & {
+  /**
+   * Job id.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 2;
+   */
+  phaseId: string;
+
+  /**
+   * Bytes per page (0: 256 KiB; at most 4 MiB).
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous response's `next_page_token` (empty: the first page).
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.GetPhaseDiffRequest.
+ * Use `create(GetPhaseDiffRequestSchema)` to create a new message.
+ */
+export const GetPhaseDiffRequestSchema: GenMessage<GetPhaseDiffRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 39);
+
+/**
+ * GetPhaseDiffResponse is one page of the diff.
+ *
+ * @generated from message helix.runner.v1.GetPhaseDiffResponse
+ */
+export type GetPhaseDiffResponse = Message<"helix.runner.v1.GetPhaseDiffResponse"> & {
+  /**
+   * The bytes of this page (a page may end inside a UTF-8 character or a line; concatenate all
+   * pages before decoding).
+   *
+   * @generated from field: bytes chunk = 1;
+   */
+  chunk: Uint8Array;
+
+  /**
+   * The next page's token; empty after the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * Size of the whole diff in bytes.
+   *
+   * @generated from field: int64 total_bytes = 3;
+   */
+  totalBytes: bigint;
+};
+
+/**
+ * Describes the message helix.runner.v1.GetPhaseDiffResponse.
+ * Use `create(GetPhaseDiffResponseSchema)` to create a new message.
+ */
+export const GetPhaseDiffResponseSchema: GenMessage<GetPhaseDiffResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 40);
+
+/**
  * ErrorReason documents the `ErrorInfo.reason` values of this service (sent without the
  * `ERROR_REASON_` prefix).
  *
@@ -1502,6 +1673,14 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_QUEUE_FULL = 21;
    */
   QUEUE_FULL = 21,
+
+  /**
+   * GetPhaseDiff: the phase has no stored diff (it is still running, ran outside a git
+   * repository, or its recording was deleted by retention); metadata `job_id`, `phase_id`.
+   *
+   * @generated from enum value: ERROR_REASON_DIFF_NOT_AVAILABLE = 22;
+   */
+  DIFF_NOT_AVAILABLE = 22,
 }
 
 /**
@@ -1580,6 +1759,84 @@ export enum PauseMode {
  */
 export const PauseModeSchema: GenEnum<PauseMode> = /*@__PURE__*/
   enumDesc(file_helix_runner_v1_runner_service, 2);
+
+/**
+ * WorkspaceMode says where a phase runs.
+ *
+ * @generated from enum helix.runner.v1.WorkspaceMode
+ */
+export enum WorkspaceMode {
+  /**
+   * Same as WORKSPACE_MODE_IN_PLACE.
+   *
+   * @generated from enum value: WORKSPACE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * In `working_dir`, as given.
+   *
+   * @generated from enum value: WORKSPACE_MODE_IN_PLACE = 1;
+   */
+  IN_PLACE = 1,
+
+  /**
+   * In a new git worktree of the repository holding `working_dir`, on a new branch
+   * `helix/<job_id>/<phase_id>` from `base_ref`, under the server's data directory; the phase's
+   * directory is the same path relative to the repository's top level. `working_dir` must be in
+   * a git repository whose top level is inside a workspace root.
+   *
+   * @generated from enum value: WORKSPACE_MODE_GIT_WORKTREE = 2;
+   */
+  GIT_WORKTREE = 2,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WorkspaceMode.
+ */
+export const WorkspaceModeSchema: GenEnum<WorkspaceMode> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_runner_service, 3);
+
+/**
+ * WorktreeRetention says what happens to a phase's git worktree after the phase.
+ *
+ * @generated from enum helix.runner.v1.WorktreeRetention
+ */
+export enum WorktreeRetention {
+  /**
+   * The server's default (`worktree_retention`, itself REMOVE_ON_SUCCESS unless configured).
+   *
+   * @generated from enum value: WORKTREE_RETENTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Keep the worktree.
+   *
+   * @generated from enum value: WORKTREE_RETENTION_KEEP = 1;
+   */
+  KEEP = 1,
+
+  /**
+   * Remove the worktree whatever the outcome.
+   *
+   * @generated from enum value: WORKTREE_RETENTION_REMOVE = 2;
+   */
+  REMOVE = 2,
+
+  /**
+   * Remove it when the phase SUCCEEDED, keep it otherwise (for a look at what went wrong).
+   *
+   * @generated from enum value: WORKTREE_RETENTION_REMOVE_ON_SUCCESS = 3;
+   */
+  REMOVE_ON_SUCCESS = 3,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WorktreeRetention.
+ */
+export const WorktreeRetentionSchema: GenEnum<WorktreeRetention> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_runner_service, 4);
 
 /**
  * RunnerService runs Claude Code phases and makes them observable and controllable.
@@ -1769,6 +2026,16 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof ResolveToolCallRequestSchema;
     output: typeof ResolveToolCallResponseSchema;
+  },
+  /**
+   * The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.GetPhaseDiff
+   */
+  getPhaseDiff: {
+    methodKind: "unary";
+    input: typeof GetPhaseDiffRequestSchema;
+    output: typeof GetPhaseDiffResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_helix_runner_v1_runner_service, 0);

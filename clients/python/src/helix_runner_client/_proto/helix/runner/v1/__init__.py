@@ -15,6 +15,7 @@ __all__ = (
     "Breakpoint",
     "CancelPhaseRequest",
     "CancelPhaseResponse",
+    "ChangedFile",
     "CliStatus",
     "Compaction",
     "ContainmentMode",
@@ -32,6 +33,8 @@ __all__ = (
     "GetCostTotalsResponse",
     "GetJobRequest",
     "GetJobResponse",
+    "GetPhaseDiffRequest",
+    "GetPhaseDiffResponse",
     "HookEvent",
     "HookEventKind",
     "InjectMessageRequest",
@@ -64,6 +67,7 @@ __all__ = (
     "PermissionDenied",
     "PermissionMode",
     "Phase",
+    "PhaseArtifacts",
     "PhaseContainment",
     "PhaseCost",
     "PhaseDiagnostics",
@@ -109,6 +113,8 @@ __all__ = (
     "UserMessage",
     "WatchPhaseRequest",
     "WatchPhaseResponse",
+    "WorkspaceMode",
+    "WorktreeRetention",
 )
 
 import datetime
@@ -626,6 +632,12 @@ class ErrorReason(betterproto2.Enum):
     wait is accepted and reported QUEUED.
     """
 
+    DIFF_NOT_AVAILABLE = 22
+    """
+    GetPhaseDiff: the phase has no stored diff (it is still running, ran outside a git
+    repository, or its recording was deleted by retention); metadata `job_id`, `phase_id`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -651,6 +663,7 @@ class ErrorReason(betterproto2.Enum):
             19: "ERROR_REASON_INVALID_PAGE_TOKEN",
             20: "ERROR_REASON_INTERNAL",
             21: "ERROR_REASON_QUEUE_FULL",
+            22: "ERROR_REASON_DIFF_NOT_AVAILABLE",
         }
 
     @classmethod
@@ -678,6 +691,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INVALID_PAGE_TOKEN": 19,
             "ERROR_REASON_INTERNAL": 20,
             "ERROR_REASON_QUEUE_FULL": 21,
+            "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
         }
 
 
@@ -1444,6 +1458,90 @@ class ToolCallStatus(betterproto2.Enum):
         }
 
 
+class WorkspaceMode(betterproto2.Enum):
+    """
+    WorkspaceMode says where a phase runs.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Same as WORKSPACE_MODE_IN_PLACE.
+    """
+
+    IN_PLACE = 1
+    """
+    In `working_dir`, as given.
+    """
+
+    GIT_WORKTREE = 2
+    """
+    In a new git worktree of the repository holding `working_dir`, on a new branch
+    `helix/<job_id>/<phase_id>` from `base_ref`, under the server's data directory; the phase's
+    directory is the same path relative to the repository's top level. `working_dir` must be in
+    a git repository whose top level is inside a workspace root.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WORKSPACE_MODE_UNSPECIFIED",
+            1: "WORKSPACE_MODE_IN_PLACE",
+            2: "WORKSPACE_MODE_GIT_WORKTREE",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WORKSPACE_MODE_UNSPECIFIED": 0,
+            "WORKSPACE_MODE_IN_PLACE": 1,
+            "WORKSPACE_MODE_GIT_WORKTREE": 2,
+        }
+
+
+class WorktreeRetention(betterproto2.Enum):
+    """
+    WorktreeRetention says what happens to a phase's git worktree after the phase.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The server's default (`worktree_retention`, itself REMOVE_ON_SUCCESS unless configured).
+    """
+
+    KEEP = 1
+    """
+    Keep the worktree.
+    """
+
+    REMOVE = 2
+    """
+    Remove the worktree whatever the outcome.
+    """
+
+    REMOVE_ON_SUCCESS = 3
+    """
+    Remove it when the phase SUCCEEDED, keep it otherwise (for a look at what went wrong).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WORKTREE_RETENTION_UNSPECIFIED",
+            1: "WORKTREE_RETENTION_KEEP",
+            2: "WORKTREE_RETENTION_REMOVE",
+            3: "WORKTREE_RETENTION_REMOVE_ON_SUCCESS",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WORKTREE_RETENTION_UNSPECIFIED": 0,
+            "WORKTREE_RETENTION_KEEP": 1,
+            "WORKTREE_RETENTION_REMOVE": 2,
+            "WORKTREE_RETENTION_REMOVE_ON_SUCCESS": 3,
+        }
+
+
 @dataclass(eq=False, repr=False)
 class AddBreakpointRequest(betterproto2.Message):
     """
@@ -1800,6 +1898,46 @@ class CancelPhaseResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "CancelPhaseResponse", CancelPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ChangedFile(betterproto2.Message):
+    """
+    ChangedFile is one file a phase changed.
+    """
+
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Path relative to the repository's top level (the new path of a rename).
+    """
+
+    old_path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The old path of a rename or copy (empty otherwise).
+    """
+
+    status: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Git's status letter: `A` added, `M` modified, `D` deleted, `R` renamed, `C` copied, `T` type changed.
+    """
+
+    lines_added: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Lines added (0 for binary files).
+    """
+
+    lines_deleted: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Lines deleted (0 for binary files).
+    """
+
+    binary: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    Whether git treats the file as binary (no line counts).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ChangedFile", ChangedFile)
 
 
 @dataclass(eq=False, repr=False)
@@ -2193,6 +2331,62 @@ class GetJobResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "GetJobResponse", GetJobResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetPhaseDiffRequest(betterproto2.Message):
+    """
+    GetPhaseDiffRequest asks for one page of a phase's full diff.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    page_size: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    Bytes per page (0: 256 KiB; at most 4 MiB).
+    """
+
+    page_token: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    From a previous response's `next_page_token` (empty: the first page).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffRequest", GetPhaseDiffRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetPhaseDiffResponse(betterproto2.Message):
+    """
+    GetPhaseDiffResponse is one page of the diff.
+    """
+
+    chunk: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+    """
+    The bytes of this page (a page may end inside a UTF-8 character or a line; concatenate all
+    pages before decoding).
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The next page's token; empty after the last page.
+    """
+
+    total_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Size of the whole diff in bytes.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse", GetPhaseDiffResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2995,6 +3189,73 @@ default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
 
 
 @dataclass(eq=False, repr=False)
+class PhaseArtifacts(betterproto2.Message):
+    """
+    PhaseArtifacts describe what a phase changed: commits, changed files and the diff between the
+    working tree when the phase started and when it ended (untracked files included, ignored files
+    not; uncommitted and committed changes alike).
+    """
+
+    git_available: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    False when the phase's directory is not in a git repository: no diff is available.
+    """
+
+    unavailable_reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Why no artifacts are available (empty when `git_available`).
+    """
+
+    base_commit: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The commit HEAD pointed at when the phase started (the worktree's base in GIT_WORKTREE mode).
+    """
+
+    final_commit: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    HEAD when the phase ended, when the phase committed (empty when HEAD did not move).
+    """
+
+    branch: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE: the phase's branch.
+    """
+
+    worktree_path: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE: the worktree's path on the server.
+    """
+
+    worktree_kept: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    GIT_WORKTREE: whether the worktree was kept after the phase (by its retention policy).
+    """
+
+    changed_files: "list[ChangedFile]" = betterproto2.field(8, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Changed files, by path.
+    """
+
+    diff: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    The unified diff, at most 64 KiB (cut at a line boundary when larger; GetPhaseDiff has all).
+    """
+
+    diff_truncated: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Whether `diff` was cut.
+    """
+
+    diff_bytes: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+    """
+    Size of the full diff in bytes.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PhaseArtifacts", PhaseArtifacts)
+
+
+@dataclass(eq=False, repr=False)
 class PhaseContainment(betterproto2.Message):
     """
     PhaseContainment describes how a phase's processes are contained and what they use.
@@ -3343,6 +3604,79 @@ class PhaseOptions(betterproto2.Message):
     (`LIMITS_UNAVAILABLE`) when the server has no cpu cgroup.
     """
 
+    workspace: "WorkspaceMode" = betterproto2.field(
+        20, betterproto2.TYPE_ENUM, default_factory=lambda: WorkspaceMode(0)
+    )
+    """
+    Where the phase runs: in `working_dir` itself (the default) or in a git worktree of its
+    repository made for this phase.
+    """
+
+    base_ref: "str" = betterproto2.field(21, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE only: the commit-ish the worktree starts from (empty: `HEAD` of `working_dir`);
+    at most 256 characters, no leading `-`.
+    """
+
+    worktree_retention: "WorktreeRetention" = betterproto2.field(
+        22, betterproto2.TYPE_ENUM, default_factory=lambda: WorktreeRetention(0)
+    )
+    """
+    GIT_WORKTREE only: what happens to the worktree after the phase (unspecified: the server's
+    `worktree_retention`). The branch and the stored diff are always kept.
+    """
+
+    add_dirs: "list[str]" = betterproto2.field(23, betterproto2.TYPE_STRING, repeated=True)
+    """
+    `--add-dir`: more directories the CLI may access; each must be absolute and resolve inside a
+    workspace root, like `working_dir` (at most 32).
+    """
+
+    system_prompt: "str" = betterproto2.field(24, betterproto2.TYPE_STRING)
+    """
+    `--system-prompt`: replaces the CLI's whole system prompt (at most 64 KiB; empty: the CLI's).
+    """
+
+    effort: "str" = betterproto2.field(25, betterproto2.TYPE_STRING)
+    """
+    `--effort`: `low`, `medium`, `high`, `xhigh` or `max` (empty: the CLI's default).
+    """
+
+    tools: "str | None" = betterproto2.field(26, betterproto2.TYPE_STRING, optional=True)
+    """
+    `--tools`: the built-in tool set, comma-separated names (e.g. `Bash,Read`), `default`, or
+    empty for none. Unset: the CLI's default set.
+    """
+
+    session_id: "str" = betterproto2.field(27, betterproto2.TYPE_STRING)
+    """
+    `--session-id`: a caller-chosen session id (a UUID).
+    """
+
+    fork_session: "bool" = betterproto2.field(28, betterproto2.TYPE_BOOL)
+    """
+    `--fork-session`: with `resume_session_id`, continue in a new session id.
+    """
+
+    include_hook_events: "bool" = betterproto2.field(29, betterproto2.TYPE_BOOL)
+    """
+    `--include-hook-events`: the CLI streams all hook lifecycle events.
+    """
+
+    no_session_persistence: "bool" = betterproto2.field(30, betterproto2.TYPE_BOOL)
+    """
+    `--no-session-persistence`: the CLI saves no session to disk (it cannot be resumed).
+    """
+
+    bare: "bool" = betterproto2.field(31, betterproto2.TYPE_BOOL)
+    """
+    `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
+    hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
+    Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
+    hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
+    tool call.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
@@ -3487,6 +3821,12 @@ class PhaseResult(betterproto2.Message):
     """
     The resource problem that decided the status (out of memory, disk full), if any; `reason`
     says more.
+    """
+
+    artifacts: "PhaseArtifacts | None" = betterproto2.field(25, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the phase changed in its git working directory (set for phases that ran in a git
+    repository; `git_available` false with the reason otherwise).
     """
 
 
@@ -5140,6 +5480,17 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/ResolveToolCall",
             ResolveToolCallRequest.SerializeToString,
             ResolveToolCallResponse.FromString,
+        )(message)
+
+    def get_phase_diff(self, message: "GetPhaseDiffRequest") -> "GetPhaseDiffResponse":
+        """
+        The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetPhaseDiff",
+            GetPhaseDiffRequest.SerializeToString,
+            GetPhaseDiffResponse.FromString,
         )(message)
 
 
