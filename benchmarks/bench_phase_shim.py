@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "server"))
 
-from helix_runner.runner.containment import ContainmentError, detect, subreaper_scope  # noqa: E402
-from helix_runner.runner.supervisor import ProcessLimits, ProcessSupervisor  # noqa: E402
+from helix_runner.process.containment import ContainmentError, detect, subreaper_scope  # noqa: E402
+from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor  # noqa: E402
 
 COMMAND = [sys.executable, "-S", "-c", "print(1)"]
 

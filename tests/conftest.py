@@ -9,7 +9,7 @@ import pytest
 from support.sandbox import ClaudeSandbox
 from support.scripted_servers import ScriptedApiFactory
 
-from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
 
 
 @pytest.fixture(scope="session")

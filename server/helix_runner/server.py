@@ -20,21 +20,21 @@ from grpc_reflection.v1alpha import reflection
 
 from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
-from helix_runner.api.record_codec import ProtoRecordCodec
+from helix_runner.api.proto_records import ProtoRecordEncoder
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
-from helix_runner.phase_manager import PhaseManager
-from helix_runner.retention import RetentionPolicy, RetentionSweeper
-from helix_runner.runner import git_worktree
-from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
-from helix_runner.runner.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
-from helix_runner.runner.key_broker import KeyBroker, KeySource
-from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
+from helix_runner.phases.service import PhaseService
+from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
+from helix_runner.process import git_worktree
+from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
+from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.key_broker import KeyBroker, KeySource
+from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.store.factory import open_store
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
-from helix_runner.takeover import Takeover
+from helix_runner.phases.takeover import Takeover
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
 
@@ -57,7 +57,7 @@ class RunningServer:
     health: health.aio.HealthServicer
     port: int
     store: SqliteStore
-    manager: PhaseManager
+    manager: PhaseService
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
     retention_task: asyncio.Task | None = None
@@ -217,7 +217,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except StartupError:
         store.close()
         raise
-    manager = PhaseManager(config, store, ProtoRecordCodec(), containment, server_env=server_env,
+    manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry)
     telemetry.attach(manager)

@@ -20,7 +20,7 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.servicer import RunnerServicer
 from helix_runner.api.web import start_web
-from helix_runner.scripted_api import Reply, Script
+from helix_runner.offline import Reply, Script
 
 pytestmark = pytest.mark.real_cli
 

@@ -475,7 +475,7 @@ def test_turn_result_startup_failure_reason():
 
 
 def test_phase_result_lists_its_attempts():
-    from helix_runner.api.record_codec import result_to_proto
+    from helix_runner.api.proto_records import result_to_proto
     from helix_runner.domain.phase_result import Attempt, PhaseResult
 
     first = Attempt(

@@ -170,7 +170,7 @@ async def test_an_exception_mid_stream_ends_the_stream_internal(stub, monkeypatc
     stub, server = stub
 
     async def deliveries():
-        from helix_runner.event_log import Delivery
+        from helix_runner.phases.event_log import Delivery
 
         yield Delivery(events=[], result=None)
         raise KeyError(SECRET)

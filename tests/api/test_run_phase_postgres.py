@@ -14,7 +14,7 @@ import pytest
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
-from helix_runner.scripted_api import Reply, Usage
+from helix_runner.offline import Reply, Usage
 from helix_runner.store.postgres_notify import CHANNEL
 from helix_runner.store.postgres_store import PostgresStore
 

@@ -22,7 +22,7 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
-from helix_runner.scripted_api import Reply
+from helix_runner.offline import Reply
 
 pytestmark = pytest.mark.real_cli
 

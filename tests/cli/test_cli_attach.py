@@ -19,7 +19,7 @@ from helix_runner.cli.attach import build_dashboard
 from helix_runner.cli.common import Connection
 from helix_runner.cli.dashboard import LOG_MAX_LINES, Dashboard
 from helix_runner.cli.render import PhaseView
-from helix_runner.scripted_api import Reply
+from helix_runner.offline import Reply
 
 
 async def until(pilot, predicate: Callable[[], bool], limit: float = 30.0, what: str = "") -> None:

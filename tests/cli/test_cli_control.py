@@ -15,7 +15,7 @@ from support.cli_verbs import BackgroundPhase, helix
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
-from helix_runner.scripted_api import Reply, TextBlock
+from helix_runner.offline import Reply, TextBlock
 
 pytestmark = pytest.mark.real_cli
 

@@ -18,7 +18,7 @@ from support.processes import serve_env, serving_port, start_serve
 
 from helix_runner.cli.render import PhaseView
 from helix_runner.cli.run import progress_line
-from helix_runner.scripted_api import Reply, Script
+from helix_runner.offline import Reply, Script
 
 
 def _event(seq: int, **payload) -> pb.StreamEvent:

@@ -17,7 +17,7 @@ from support.cli_verbs import BackgroundPhase
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
-from helix_runner.scripted_api import ApiError, Reply
+from helix_runner.offline import ApiError, Reply
 
 TMUX = shutil.which("tmux")
 pytestmark = [

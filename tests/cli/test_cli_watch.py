@@ -15,7 +15,7 @@ from support.cli_verbs import BackgroundPhase, helix, run_verb
 from support.tcp_proxy import TcpProxy
 
 from helix.runner.v1 import resources_pb2 as res
-from helix_runner.scripted_api import ApiError, Reply
+from helix_runner.offline import ApiError, Reply
 
 pytestmark = pytest.mark.real_cli
 

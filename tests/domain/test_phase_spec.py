@@ -6,7 +6,7 @@ import pytest
 
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.errors import RunnerError
-from helix_runner.runner.claude_command import build_argv, prompt_line
+from helix_runner.process.claude_command import build_argv, prompt_line
 
 BASE = {"job_id": "job-1", "phase_id": "plan", "project_id": "", "prompt": "hi", "working_dir": "/w"}
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from helix_runner.runner.procfs import process_state
+from helix_runner.process.procfs import process_state
 
 
 def alive(pid: int) -> bool:
@@ -49,8 +49,8 @@ def serving_port(log: Path, proc: subprocess.Popen, limit_s: float = 10.0) -> in
 def scope_processes(data_dir: Path, recording_path: str) -> list[int]:
     """Live processes carrying a phase run's containment marker (``HELIX_RUNNER_SCOPE``, see
     runner.containment); the run id is the suffix of the phase's recording directory."""
-    from helix_runner.runner.containment import MARKER_NAME, instance_id
-    from helix_runner.runner.procfs import marked
+    from helix_runner.process.containment import MARKER_NAME, instance_id
+    from helix_runner.process.procfs import marked
 
     run_id = Path(recording_path).name.rsplit("-", 1)[-1]
     return marked(f"{MARKER_NAME}={instance_id(data_dir)}.{run_id}".encode())

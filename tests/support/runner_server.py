@@ -13,7 +13,7 @@ import grpc
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.config import load_config
-from helix_runner.scripted_api import ScriptedApi
+from helix_runner.offline import ScriptedApi
 from helix_runner.server import RunningServer, start_server
 from helix_runner.telemetry import Telemetry
 

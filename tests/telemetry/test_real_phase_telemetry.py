@@ -19,7 +19,7 @@ from support.telemetry import OtlpJsonReceiver, Spans, sample
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
-from helix_runner.scripted_api import Reply, RequestMatcher, TextBlock, ToolUseBlock, Usage
+from helix_runner.offline import Reply, RequestMatcher, TextBlock, ToolUseBlock, Usage
 from helix_runner.telemetry import Telemetry, TelemetrySettings
 
 pytestmark = pytest.mark.real_cli

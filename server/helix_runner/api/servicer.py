@@ -26,7 +26,7 @@ from helix_runner.api.errors import abort
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.phase_diff import read_diff_page
-from helix_runner.api.record_codec import containment_to_proto, tool_stats_from_bytes
+from helix_runner.api.proto_records import containment_to_proto, tool_stats_from_bytes
 from helix_runner.api.run_options import run_options
 from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
@@ -37,7 +37,7 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus, summarize_calls
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
-from helix_runner.phase_manager import DEFAULT_PROJECT, PhaseManager
+from helix_runner.phases.service import DEFAULT_PROJECT, PhaseService
 from helix_runner.store.sqlite_store import JobRow, PhaseRow
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str
 class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     """The gRPC face of the runner."""
 
-    def __init__(self, manager: PhaseManager):
+    def __init__(self, manager: PhaseService):
         self.manager = manager
 
     # -- streams ---------------------------------------------------------------------------

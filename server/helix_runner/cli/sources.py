@@ -154,11 +154,11 @@ def _read_capture(source: Path, data: bytes) -> Recording:
 
 def raw_output_events(data: bytes, *, job_id: str, phase_id: str) -> Iterator[pb.StreamEvent]:
     """The events the server makes of raw CLI stdout, as the client's messages (no receive times)."""
-    from helix_runner.api.record_codec import ProtoRecordCodec
+    from helix_runner.api.proto_records import ProtoRecordEncoder
     from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 
     stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True), clock_ns=lambda: 0)
-    codec = ProtoRecordCodec()
+    codec = ProtoRecordEncoder()
     for line in data.splitlines(keepends=True):
         for event in stream.feed(line):
             yield pb.StreamEvent.parse(codec.encode_event(job_id, phase_id, event))

@@ -125,7 +125,7 @@ class Telemetry:
     def attach(self, manager: Any) -> None:
         """Times the manager's event commits and exports the watchers of its live phases."""
         # The one import of the application layer (it moves to helix_runner.phases in the restructure).
-        from helix_runner.event_log import PhaseEventLog
+        from helix_runner.phases.event_log import PhaseEventLog
 
         manager.writer.commit_timer = self.metrics.store_write_timer
         self.metrics.watch(
