@@ -18,6 +18,29 @@ from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases import control as control_module
 
 
+async def test_inject_with_interrupt_counts_the_new_turn_before_the_interrupted_turn_ends():
+    # The interrupted turn's result arrives while we wait for the interrupt's answer. Had the
+    # injected turn not been counted yet, that result would be "the last expected one" and close
+    # stdin before the injected line is written.
+    host, control = make_controller()
+
+    def cli_interrupts(request):
+        host.observe(turn_result())  # the interrupted turn ends (its result) ...
+        host.answer_success(request)  # ... and the CLI acknowledges the interrupt
+
+    host.on_control_request = cli_interrupts
+    _, sequence = await asyncio.wait_for(control.inject("next, please", interrupt_first=True), WAIT_S)
+    await host.settle()
+    assert not host.stdin_closed
+    assert [line["message"]["content"] for line in host.stdin if line["type"] == "user"] == ["next, please"]
+    assert host.control_kinds() == [ControlEventKind.INTERRUPTED, ControlEventKind.MESSAGE_INJECTED]
+    assert sequence > 0
+    host.observe(AssistantText("working", 7, False, "m2", "model"))
+    host.turn_result()  # the injected turn's result: now every expected turn has one
+    await host.settle()
+    assert host.stdin_closed
+
+
 async def test_an_injected_line_that_cannot_be_written_is_not_counted():
     host, control = make_controller()
     host.stdin_closed = True  # the CLI's stdin went away (the process is exiting)

@@ -406,18 +406,36 @@ class PhaseController:
             raise _illegal("inject a message", self.host.status, "the phase is finishing and takes no more input")
         if self.hard_paused:
             raise _illegal("inject a message", self.host.status, "the phase's processes are stopped; resume it first")
-        if interrupt_first:
-            await self.interrupt()
         message_uuid = str(uuid.uuid4())
+        # Count the injected turn before anything is awaited: the interrupted turn's result can
+        # arrive during the interrupt, and must not be taken for the last expected one (which
+        # would close stdin before the injected line is written).
         self.turns_expected += 1
-        if self._settle is not None:
-            self._settle.cancel()
-            self._settle = None
-        if not await self.host.write_stdin(user_line(text, message_uuid)):
-            self.turns_expected -= 1
+        self._cancel_settle()
+        try:
+            if interrupt_first:
+                await self.interrupt()
+                self._cancel_settle()  # armed by the interrupted turn's result; the injected turn follows
+            written = await self.host.write_stdin(user_line(text, message_uuid))
+        except BaseException:
+            self._uncount_turn()
+            raise
+        if not written:
+            self._uncount_turn()
             raise _illegal("inject a message", self.host.status, "the CLI's stdin is closed")
         event = self.host.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED, message=text[:MAX_DENY_MESSAGE_BYTES]))
         return message_uuid, event.sequence if event else 0
+
+    def _cancel_settle(self) -> None:
+        if self._settle is not None:
+            self._settle.cancel()
+            self._settle = None
+
+    def _uncount_turn(self) -> None:
+        """An injected turn that will not come: input may now be complete (or its settle timer due)."""
+        self.turns_expected -= 1
+        if self.results_seen:
+            self._maybe_finish_input()
 
     async def interrupt(self) -> None:
         self._require_running("interrupt")
