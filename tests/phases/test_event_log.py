@@ -131,3 +131,44 @@ async def test_group_commit_persists_before_offering_and_batches_phases(store):
     assert await drain(sub) == (expected(4, after=3), b"R")
     with pytest.raises(ValueError, match="gap"):
         b.publish(rows(4, 1))
+
+
+async def test_one_transaction_for_every_phase_in_a_loop_turn_committed_before_any_offer(store, tmp_path,
+                                                                                       monkeypatch):
+    import sqlite3
+
+    from helix_runner.phases.event_log import EventWriter
+
+    for phase in ("q", "r"):
+        store.insert_phase(PhaseRow(job_id="j", phase_id=phase, ordinal=0, project_id="proj", status="RUNNING",
+                                    create_time_ns=1))
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    writer = EventWriter(store)
+    logs = {phase: PhaseEventLog(store, "j", phase, writer=writer) for phase in ("p", "q", "r")}
+    subs = {phase: log.subscribe(0) for phase, log in logs.items()}
+    firsts = {phase: asyncio.ensure_future(anext(sub)) for phase, sub in subs.items()}
+    await asyncio.sleep(0)  # the subscribers register (no history yet)
+    statements.clear()
+    for first in (1, 3, 5):  # interleaved batches of three phases within one loop turn
+        for log in logs.values():
+            log.publish(rows(first, 2))
+    assert not any(f.done() for f in firsts.values())
+    other = sqlite3.connect(tmp_path / "db.sqlite3")  # what a crash would leave: committed rows only
+    seen_on_offer: dict[str, list[int]] = {}
+    offer = PhaseEventLog._offer
+
+    def checked_offer(log, batch):
+        count = other.execute("SELECT COUNT(*) FROM events WHERE job_id = 'j' AND phase_id = ?", (log.phase_id,))
+        seen_on_offer.setdefault(log.phase_id, []).append(count.fetchone()[0])
+        offer(log, batch)
+
+    monkeypatch.setattr(PhaseEventLog, "_offer", checked_offer)
+    delivered = {phase: await asyncio.wait_for(first, 5) for phase, first in firsts.items()}
+    assert sum(s.startswith("BEGIN") for s in statements) == 1
+    assert sum(s == "COMMIT" for s in statements) == 1
+    assert seen_on_offer == {"p": [6, 6, 6], "q": [6, 6, 6], "r": [6, 6, 6]}
+    assert {phase: list(d.events) for phase, d in delivered.items()} == {p: expected(2) for p in logs}
+    other.close()
+    for sub in subs.values():
+        await sub.aclose()

@@ -1,7 +1,7 @@
 """Job control of one running phase at the boundaries the CLI really offers.
 
 We wrap a CLI rather than own the agent loop, so control happens where the stdin control
-protocol allows it (notes/claude-cli-protocol.md §3.6):
+protocol allows it (docs/claude-cli-protocol.md §3.6):
 
 - before every tool call: a PreToolUse hook callback registered in ``initialize`` with no
   matcher fires for every call and blocks it until we answer. Pause, step and breakpoints hold
@@ -15,7 +15,7 @@ protocol allows it (notes/claude-cli-protocol.md §3.6):
 
 Every CLI request is answered from its own task, so a held call never blocks the stdout reader.
 stdin is closed when the run should end — every expected turn has its result and no background
-task is in flight — so the CLI finishes its queued turns and exits (notes §3.5).
+task is in flight — so the CLI finishes its queued turns and exits (docs/claude-cli-protocol.md §3.5).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -38,6 +38,7 @@ from helix_runner.domain.events import (
     ControlEventKind,
     ControlRequest,
     ControlResponse,
+    Event,
     SessionInit,
     TaskEvent,
     TaskEventKind,
@@ -48,6 +49,7 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.phases.ports import PhaseHost
 from helix_runner.process.control_protocol import (
     PRE_TOOL_USE_CALLBACK,
     ControlChannel,
@@ -56,9 +58,6 @@ from helix_runner.process.control_protocol import (
     edit_hook,
     user_line,
 )
-
-if TYPE_CHECKING:
-    from helix_runner.phases.run import PhaseRun
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +94,14 @@ def _illegal(operation: str, status: PhaseStatus, why: str) -> RunnerError:
 
 
 class PhaseController:
-    """Pause / step / breakpoints / inject / interrupt for one phase, over its control channel."""
+    """Pause / step / breakpoints / inject / interrupt for one phase, over its control channel.
 
-    def __init__(self, run: PhaseRun, breakpoints: list[Breakpoint] | BreakpointSet):
-        self.run = run
-        self.channel = ControlChannel(run.supervisor.write_stdin)
+    It sees the phase only through ``host`` (``phases.ports.PhaseHost``).
+    """
+
+    def __init__(self, host: PhaseHost, breakpoints: list[Breakpoint] | BreakpointSet):
+        self.host = host
+        self.channel = ControlChannel(host.write_stdin)
         self.breakpoints = breakpoints if isinstance(breakpoints, BreakpointSet) else BreakpointSet.of(breakpoints)
         # One call at a time is checked against the breakpoints, so a `once` or threshold
         # breakpoint holds exactly one of several parallel calls.
@@ -134,7 +136,7 @@ class PhaseController:
         elif isinstance(payload, ToolCallFinished):
             if payload.tool_use_id in self._stepping:
                 self._stepping.discard(payload.tool_use_id)
-                self.run.emit(ControlEvent(ControlEventKind.STEP_COMPLETE, payload.tool_use_id, payload.name))
+                self.host.emit(ControlEvent(ControlEventKind.STEP_COMPLETE, payload.tool_use_id, payload.name))
         elif isinstance(payload, TaskEvent):
             self._track_task(payload)
         elif isinstance(payload, TurnResult):
@@ -144,6 +146,11 @@ class PhaseController:
             # The CLI is active again after a result: a queued turn started.
             self._settle.cancel()
             self._settle = None
+
+    def on_events(self, events: list[Event]) -> None:
+        """The run's fan-out step: ``observe`` for each event of a batch, in order."""
+        for event in events:
+            self.observe(event.payload)
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -186,13 +193,13 @@ class PhaseController:
         self._settle = None
         if not self.stdin_closed and not self._delegated_in_flight and not self.holds:
             log.info("no queued turn followed the last result; finishing input",
-                     extra={"fields": {"job_id": self.run.job_id, "phase_id": self.run.phase_id,
+                     extra={"fields": {"job_id": self.host.job_id, "phase_id": self.host.phase_id,
                                        "expected": self.turns_expected, "seen": self.results_seen}})
             self._spawn(self._close_stdin())
 
     async def _close_stdin(self) -> None:
         self.stdin_closed = True
-        await self.run.supervisor.close_stdin()
+        await self.host.close_stdin()
 
     # -- CLI requests ----------------------------------------------------------------------
 
@@ -207,7 +214,7 @@ class PhaseController:
                 # Same policy as plain `-p`: what the phase's permissions do not allow is denied.
                 response = {"behavior": "deny",
                             "message": f"{req.tool_name} is not permitted in this phase (see allowed_tools)"}
-                self.run.emit(ControlEvent(ControlEventKind.TOOL_DENIED, req.tool_use_id, req.tool_name,
+                self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, req.tool_use_id, req.tool_name,
                                            message="permission prompt: not permitted by the phase's options"))
             else:
                 if req.request_id not in self._cancelled_requests:
@@ -226,10 +233,7 @@ class PhaseController:
         hook_input = req.request.get("input") or {}
         tool_input = hook_input.get("tool_input", {})
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
-        stream = self.run.stream
-        cost = stream.cost
-        cost_usd = cost.reported_usd if cost.reported_usd is not None else cost.computed_usd
-        bp = await self._breakpoint_hit(req.tool_name, input_json, cost_usd)
+        bp = await self._breakpoint_hit(req.tool_name, input_json, self.host.cost_usd)
         if bp is not None:
             return await self._hold(req, input_json, bp.breakpoint_id, f"breakpoint {bp.breakpoint_id}",
                                     PhaseStatus.AWAITING_APPROVAL, ControlEventKind.BREAKPOINT_HIT)
@@ -251,7 +255,7 @@ class PhaseController:
         async with self._breakpoint_check:
             while True:
                 snapshot = self.breakpoints.list()
-                args = (snapshot, tool_name, input_json, cost_usd, self.run.assistant_turns)
+                args = (snapshot, tool_name, input_json, cost_usd, self.host.assistant_turns)
                 if any(bp.searches(tool_name) for bp in snapshot):
                     bp = await asyncio.to_thread(first_match, *args)
                 else:
@@ -264,23 +268,23 @@ class PhaseController:
                     status: PhaseStatus, kind: ControlEventKind) -> dict[str, Any]:
         hold = Hold(req.tool_use_id, req.tool_name, input_json, breakpoint_id, reason, time.time_ns())
         self.holds[req.tool_use_id] = hold
-        self.run.supervisor.hold_watchdog(True)
-        self.run.stream.tools.mark_held(req.tool_use_id, breakpoint_id)
-        self.run.set_status(status, f"tool call {req.tool_name} ({req.tool_use_id}) held: {reason}")
-        self.run.emit(ControlEvent(kind, req.tool_use_id, req.tool_name, breakpoint_id, input_json=input_json))
+        self.host.hold_watchdog(True)
+        self.host.mark_tool_held(req.tool_use_id, breakpoint_id)
+        self.host.set_status(status, f"tool call {req.tool_name} ({req.tool_use_id}) held: {reason}")
+        self.host.emit(ControlEvent(kind, req.tool_use_id, req.tool_name, breakpoint_id, input_json=input_json))
         try:
             return await hold.decision
         finally:
             self.holds.pop(req.tool_use_id, None)
-            self.run.supervisor.hold_watchdog(False)
-            self.run.stream.tools.mark_running(req.tool_use_id)
+            self.host.hold_watchdog(False)
+            self.host.mark_tool_running(req.tool_use_id)
             self._released.add(req.tool_use_id)
 
     def _after_release(self, tool_use_id: str) -> None:
         """Status bookkeeping for a released call, done after the CLI has its answer (not before)."""
         if tool_use_id in self._released:
             self._released.discard(tool_use_id)
-            if self.run.result is None:
+            if not self.host.ended:
                 self._settle_status()
 
     def _settle_status(self) -> None:
@@ -293,54 +297,54 @@ class PhaseController:
             status, why = PhaseStatus.PAUSING, "a pause takes hold before the next tool call"
         else:
             status, why = PhaseStatus.RUNNING, "running"
-        if status is not self.run.status:
-            self.run.set_status(status, why)
+        if status is not self.host.status:
+            self.host.set_status(status, why)
 
     def _require_running(self, operation: str) -> None:
-        if self.run.result is not None or self.run.status.is_final:
-            raise _illegal(operation, self.run.status, "the phase has ended")
+        if self.host.ended or self.host.status.is_final:
+            raise _illegal(operation, self.host.status, "the phase has ended")
 
     # -- operations ------------------------------------------------------------------------
 
     async def pause(self, hard: bool) -> None:
         self._require_running("pause")
         if self.hard_paused or (self.pause_requested and not hard):
-            raise _illegal("pause", self.run.status, "the phase is already paused")
+            raise _illegal("pause", self.host.status, "the phase is already paused")
         self.pause_requested = True
         self.step_credits = 0
-        self.run.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message="hard" if hard else "before next tool"))
+        self.host.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message="hard" if hard else "before next tool"))
         if hard:
-            if self.run.supervisor.pid is None:
-                raise _illegal("pause", self.run.status, "the process has not started")
+            if not self.host.process_started:
+                raise _illegal("pause", self.host.status, "the process has not started")
             # Report PAUSED only once every process of the phase shows as stopped.
-            await self.run.supervisor.stop_processes()
+            await self.host.pause_processes()
             self.hard_paused = True
-            self.run.supervisor.hold_watchdog(True)
-            self.run.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
+            self.host.hold_watchdog(True)
+            self.host.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
         self._settle_status()
 
     async def resume(self) -> None:
         self._require_running("resume")
         if not (self.pause_requested or self.hard_paused):
-            raise _illegal("resume", self.run.status, "the phase is not paused")
+            raise _illegal("resume", self.host.status, "the phase is not paused")
         if self.hard_paused:
-            await self.run.supervisor.continue_processes()
+            await self.host.resume_processes()
             self.hard_paused = False
-            self.run.supervisor.hold_watchdog(False)
+            self.host.hold_watchdog(False)
         self.pause_requested = False
         self.step_credits = 0
         for hold in list(self.holds.values()):
             if not hold.breakpoint_id and not hold.decision.done():
                 hold.decision.set_result(allow_hook())
-        self.run.emit(ControlEvent(ControlEventKind.RESUMED))
+        self.host.emit(ControlEvent(ControlEventKind.RESUMED))
         self._settle_status()
 
     def step(self) -> None:
         self._require_running("step")
         if self.hard_paused:
-            raise _illegal("step", self.run.status, "a hard pause stops the whole process; resume it instead")
+            raise _illegal("step", self.host.status, "a hard pause stops the whole process; resume it instead")
         if not self.pause_requested:
-            raise _illegal("step", self.run.status, "the phase is not paused")
+            raise _illegal("step", self.host.status, "the phase is not paused")
         held = next((h for h in self.holds.values() if not h.breakpoint_id and not h.decision.done()), None)
         if held is not None:
             self._stepping.add(held.tool_use_id)
@@ -356,16 +360,16 @@ class PhaseController:
                               f"tool call {tool_use_id} is not held", {"tool_use_id": tool_use_id})
         # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
         if decision in ("approve", "edit", "deny"):
-            self.run.stream.tools.mark_running(tool_use_id)
+            self.host.mark_tool_running(tool_use_id)
         if decision == "approve":
             hold.decision.set_result(allow_hook())
-            self.run.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, hold.tool_name, hold.breakpoint_id))
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, hold.tool_name, hold.breakpoint_id))
         elif decision == "deny":
             if len(message.encode()) > MAX_DENY_MESSAGE_BYTES:
                 raise invalid_field("deny.message", f"exceeds {MAX_DENY_MESSAGE_BYTES} bytes")
             text = message or "denied by the operator"
             hold.decision.set_result(deny_hook(text))
-            self.run.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, hold.tool_name, hold.breakpoint_id,
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, hold.tool_name, hold.breakpoint_id,
                                        message=text))
         elif decision == "edit":
             if len(input_json.encode()) > MAX_EDIT_INPUT_BYTES:
@@ -377,7 +381,7 @@ class PhaseController:
             if not isinstance(new_input, dict):
                 raise invalid_field("edit.input_json", "must be a JSON object")
             hold.decision.set_result(edit_hook(new_input))
-            self.run.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, hold.tool_name, hold.breakpoint_id,
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, hold.tool_name, hold.breakpoint_id,
                                        input_json=orjson.dumps(new_input).decode()))
         else:
             raise invalid_field("decision", "one of approve, deny or edit is required")
@@ -386,12 +390,12 @@ class PhaseController:
     def add_breakpoint(self, bp: Breakpoint) -> Breakpoint:
         self._require_running("add a breakpoint")
         self.breakpoints.add(bp)
-        self.run.emit(ControlEvent(ControlEventKind.BREAKPOINT_ADDED, breakpoint_id=bp.breakpoint_id))
+        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_ADDED, breakpoint_id=bp.breakpoint_id))
         return bp
 
     def remove_breakpoint(self, breakpoint_id: str) -> Breakpoint:
         bp = self.breakpoints.remove(breakpoint_id)
-        self.run.emit(ControlEvent(ControlEventKind.BREAKPOINT_REMOVED, breakpoint_id=breakpoint_id))
+        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_REMOVED, breakpoint_id=breakpoint_id))
         return bp
 
     async def inject(self, text: str, interrupt_first: bool) -> tuple[str, int]:
@@ -399,34 +403,52 @@ class PhaseController:
         if not text.strip() or len(text.encode()) > MAX_INJECT_BYTES:
             raise invalid_field("text", f"must be 1 byte to {MAX_INJECT_BYTES} bytes")
         if self.stdin_closed:
-            raise _illegal("inject a message", self.run.status, "the phase is finishing and takes no more input")
+            raise _illegal("inject a message", self.host.status, "the phase is finishing and takes no more input")
         if self.hard_paused:
-            raise _illegal("inject a message", self.run.status, "the phase's processes are stopped; resume it first")
-        if interrupt_first:
-            await self.interrupt()
+            raise _illegal("inject a message", self.host.status, "the phase's processes are stopped; resume it first")
         message_uuid = str(uuid.uuid4())
+        # Count the injected turn before anything is awaited: the interrupted turn's result can
+        # arrive during the interrupt, and must not be taken for the last expected one (which
+        # would close stdin before the injected line is written).
         self.turns_expected += 1
+        self._cancel_settle()
+        try:
+            if interrupt_first:
+                await self.interrupt()
+                self._cancel_settle()  # armed by the interrupted turn's result; the injected turn follows
+            written = await self.host.write_stdin(user_line(text, message_uuid))
+        except BaseException:
+            self._uncount_turn()
+            raise
+        if not written:
+            self._uncount_turn()
+            raise _illegal("inject a message", self.host.status, "the CLI's stdin is closed")
+        event = self.host.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED, message=text[:MAX_DENY_MESSAGE_BYTES]))
+        return message_uuid, event.sequence if event else 0
+
+    def _cancel_settle(self) -> None:
         if self._settle is not None:
             self._settle.cancel()
             self._settle = None
-        if not await self.run.supervisor.write_stdin(user_line(text, message_uuid)):
-            self.turns_expected -= 1
-            raise _illegal("inject a message", self.run.status, "the CLI's stdin is closed")
-        event = self.run.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED, message=text[:MAX_DENY_MESSAGE_BYTES]))
-        return message_uuid, event.sequence if event else 0
+
+    def _uncount_turn(self) -> None:
+        """An injected turn that will not come: input may now be complete (or its settle timer due)."""
+        self.turns_expected -= 1
+        if self.results_seen:
+            self._maybe_finish_input()
 
     async def interrupt(self) -> None:
         self._require_running("interrupt")
         if self.hard_paused:
-            raise _illegal("interrupt", self.run.status, "the phase's processes are stopped; resume it first")
+            raise _illegal("interrupt", self.host.status, "the phase's processes are stopped; resume it first")
         if self.stdin_closed:
-            raise _illegal("interrupt", self.run.status, "the phase is finishing and takes no more input")
+            raise _illegal("interrupt", self.host.status, "the phase is finishing and takes no more input")
         await self.channel.request("interrupt", wait_s=10.0)
-        self.run.emit(ControlEvent(ControlEventKind.INTERRUPTED))
+        self.host.emit(ControlEvent(ControlEventKind.INTERRUPTED))
 
     async def context_usage(self) -> dict[str, Any] | None:
         """The CLI's ``get_context_usage`` answer, or None if it cannot answer within 2 s."""
-        if self.hard_paused or self.stdin_closed or self.run.result is not None:
+        if self.hard_paused or self.stdin_closed or self.host.ended:
             return None
         try:
             return await self.channel.request("get_context_usage", wait_s=2.0)

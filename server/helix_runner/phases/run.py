@@ -20,6 +20,7 @@ from helix_runner.domain.events import (
     AssistantText,
     CostUpdate,
     Event,
+    Payload,
     PhaseStatusChanged,
     SessionInit,
     SessionWritesLost,
@@ -36,8 +37,9 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
-from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.control import PhaseController
+from helix_runner.phases.event_log import PhaseEventLog
+from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.git_worktree import PhaseWorkspace
@@ -71,7 +73,11 @@ class LaunchPlan:
 
 
 class PhaseRun:
-    """One phase in flight; ``run()`` drives it to its final result."""
+    """One phase in flight; ``run()`` drives it to its final result.
+
+    It is the controller's host (``phases.ports.PhaseHost``): the controller reaches the process,
+    the stream and the status only through the members listed there.
+    """
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: SqliteStore, codec: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
@@ -95,6 +101,16 @@ class PhaseRun:
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
+        # Every batch of events, in this order: persisted and offered to subscribers first
+        # (phases.event_log), the controller last, so what it emits follows the batch it observed.
+        self._fanout = Fanout([
+            self._persist_and_offer,
+            self.telemetry.on_events,  # telemetry
+            self._note_stream_facts,
+            self._write_tool_rows,
+            self._write_cost_rows,
+            self.control.on_events,
+        ])
         plan.recording_dir.mkdir(parents=True, exist_ok=True)
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
@@ -122,7 +138,43 @@ class PhaseRun:
         """Assistant messages (distinct API message ids) seen so far; turn-count breakpoints use it."""
         return len(self._message_ids)
 
-    def emit(self, payload) -> Event | None:
+    # -- PhaseHost: what the controller may use ------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        return self.result is not None
+
+    @property
+    def process_started(self) -> bool:
+        return self.supervisor.pid is not None
+
+    @property
+    def cost_usd(self) -> float:
+        cost = self.stream.cost
+        return cost.reported_usd if cost.reported_usd is not None else cost.computed_usd
+
+    async def write_stdin(self, line: bytes) -> bool:
+        return await self.supervisor.write_stdin(line)
+
+    async def close_stdin(self) -> None:
+        await self.supervisor.close_stdin()
+
+    def hold_watchdog(self, held: bool) -> None:
+        self.supervisor.hold_watchdog(held)
+
+    async def pause_processes(self) -> None:
+        await self.supervisor.stop_processes()
+
+    async def resume_processes(self) -> None:
+        await self.supervisor.continue_processes()
+
+    def mark_tool_held(self, tool_use_id: str, breakpoint_id: str) -> None:
+        self.stream.tools.mark_held(tool_use_id, breakpoint_id)
+
+    def mark_tool_running(self, tool_use_id: str) -> None:
+        self.stream.tools.mark_running(tool_use_id)
+
+    def emit(self, payload: Payload) -> Event | None:
         """Publishes a service event (a control action) into the phase's stream."""
         if self.result is not None or self.stream.finished:
             return None
@@ -241,35 +293,41 @@ class PhaseRun:
         self._publish([self.stream.emit(PhaseStatusChanged(previous, status, reason))])
 
     def _publish(self, events: list[Event]) -> None:
-        if not events:
-            return
+        """Fans a batch out to the run's observers (a batch emitted meanwhile waits its turn)."""
+        self._fanout.publish(events)
+
+    def _persist_and_offer(self, events: list[Event]) -> None:
         codec, job, phase = self.codec, self.job_id, self.phase_id
-        rows = [EventRow(e.sequence, e.receive_time_ns, codec.event_kind(e), codec.encode_event(job, phase, e))
-                for e in events]
-        self.events.publish(rows)
-        self.telemetry.on_events(events)  # telemetry
-        touched: dict[str, None] = {}
+        self.events.publish([EventRow(e.sequence, e.receive_time_ns, codec.event_kind(e),
+                                      codec.encode_event(job, phase, e)) for e in events])
+
+    def _note_stream_facts(self, events: list[Event]) -> None:
+        """Message counts, the session and model (written to the phase row when they change), lost writes."""
         for e in events:
             p = e.payload
             if isinstance(p, AssistantText | Thinking | ToolCallStarted) and p.message_id:
                 self._message_ids.add(p.message_id)
             elif isinstance(p, UserMessage | ToolCallFinished):
                 self.user_messages += 1
-            if isinstance(p, (ToolCallStarted, ToolCallFinished)):
-                touched[p.tool_use_id] = None
-            elif isinstance(p, CostUpdate | TurnResult):
-                self._cost_dirty = True
-            elif isinstance(p, SessionInit):
+            if isinstance(p, SessionInit):
                 self._note_session(e.session_id, p.model)
             elif isinstance(p, SessionWritesLost):
                 self._writes_lost = p
+
+    def _write_tool_rows(self, events: list[Event]) -> None:
+        """Upserts the tool calls the batch started or finished."""
+        touched = {p.tool_use_id: None for p in (e.payload for e in events)
+                   if isinstance(p, ToolCallStarted | ToolCallFinished)}
         if touched:
             calls = [c for c in (self.stream.tools.get(t) for t in touched) if c is not None]
             self._persist_tools(calls)
+
+    def _write_cost_rows(self, events: list[Event]) -> None:
+        """Rewrites the phase's cost columns and model-cost rows after a cost update or a turn result."""
+        if any(isinstance(e.payload, CostUpdate | TurnResult) for e in events):
+            self._cost_dirty = True
         if self._cost_dirty:
             self._persist_cost()
-        for e in events:
-            self.control.observe(e.payload)
 
     def _note_session(self, session_id: str, model: str) -> None:
         if session_id != self._session_id or model != self._model:
