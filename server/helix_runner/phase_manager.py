@@ -38,13 +38,7 @@ from helix_runner.runner.key_broker import KeyBroker
 from helix_runner.runner.process_group import kill_leftover_group
 from helix_runner.runner.supervisor import ProcessLimits
 from helix_runner.runner.workspace import resolve_working_dir
-from helix_runner.store.sqlite_store import (
-    AlreadyExistsError,
-    EventRow,
-    JobRow,
-    PhaseRow,
-    SqliteStore,
-)
+from helix_runner.store.protocol import AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +58,7 @@ class LivePhase:
 class PhaseManager:
     """Starts phases and answers for them; one per server."""
 
-    def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordCodec, *,
+    def __init__(self, config: ServerConfig, store: Store, codec: RecordCodec, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None):
         self.config = config
@@ -163,7 +157,7 @@ class PhaseManager:
         try:
             self.store.insert_phase(PhaseRow(
                 job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
-                status=PhaseStatus.PENDING.name, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+                status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
                 model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
             ))
         except AlreadyExistsError:
@@ -191,8 +185,8 @@ class PhaseManager:
         reason = "the server could not set up the phase (details are in the server log)"
         result = PhaseResult(job_id=job_id, phase_id=phase_id, status=PhaseStatus.FAILED, reason=reason,
                              start_time_ns=start_ns, end_time_ns=now)
-        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED.name, status_reason=reason,
-                                end_time_ns=now, result_json=self.codec.encode_result(result))
+        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
+                                end_time_ns=now, result_pb=self.codec.encode_result(result))
 
     async def _drive(self, live: LivePhase) -> None:
         try:
@@ -223,8 +217,8 @@ class PhaseManager:
         if live is None or live.done.is_set():
             row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
-                              f"cannot {operation}: phase {phase_id} is {row.status}, not running",
-                              {"status": row.status, "operation": operation})
+                              f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
+                              {"status": row.status.name, "operation": operation})
         return live
 
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
@@ -232,8 +226,8 @@ class PhaseManager:
         if live is None:
             row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
-                              f"phase {phase_id} is {row.status}, not running; it cannot be cancelled",
-                              {"status": row.status, "operation": "cancel"})
+                              f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
+                              {"status": row.status.name, "operation": "cancel"})
         live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
         return live
 
@@ -260,14 +254,14 @@ class PhaseManager:
         for row in recovered:
             reason = ("the server stopped while the phase ran (found active at startup; "
                       "its process did not survive the server)")
-            previous = PhaseStatus[row.status]
+            previous = row.status
             seq = row.last_sequence + 1
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                      reason))
-            self.store.append_events(row.job_id, row.phase_id, [
+            self.store.append_events([(row.job_id, row.phase_id, [
                 EventRow(seq, now, self.codec.event_kind(event), self.codec.encode_event(row.job_id, row.phase_id,
                                                                                           event))
-            ])
+            ])])
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             if row.pid and row.pid_start_ticks is not None:
                 killed = kill_leftover_group(row.pid, row.pid_start_ticks)
@@ -276,10 +270,10 @@ class PhaseManager:
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
                                  end_time_ns=now, last_sequence=seq)
-            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED.name,
-                                    status_reason=reason, end_time_ns=now, result_json=self.codec.encode_result(result))
+            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
+                                    status_reason=reason, end_time_ns=now, result_pb=self.codec.encode_result(result))
             log.warning("phase interrupted by a previous shutdown",
-                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status}})
+                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name}})
         return recovered
 
     # -- queries ---------------------------------------------------------------------------
@@ -310,7 +304,7 @@ class PhaseManager:
             raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
                               {"last_sequence": row.last_sequence})
-        return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_json)
+        return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_pb)
 
 
 def _safe(name: str) -> str:

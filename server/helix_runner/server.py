@@ -20,12 +20,13 @@ from grpc_reflection.v1alpha import reflection
 
 from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
-from helix_runner.api.record_codec import ProtoRecordCodec
+from helix_runner.api.record_codec import ProtoRecordCodec, tool_call_duration_ns
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.phase_manager import PhaseManager
+from helix_runner.phases.queries import PhaseQueries
 from helix_runner.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.runner.key_broker import KeyBroker, KeySource
@@ -52,6 +53,7 @@ class RunningServer:
     port: int
     store: SqliteStore
     manager: PhaseManager
+    queries: PhaseQueries
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
     retention_task: asyncio.Task | None = None
@@ -158,6 +160,11 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         store = SqliteStore(config.db_path)
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
+    if store.migrated_from:
+        log.info("database schema migrated", extra={"fields": {"from": store.migrated_from, "path": str(config.db_path)}})
+    filled = store.backfill_tool_call_durations(tool_call_duration_ns)  # once, after the migration to version 2
+    if filled:
+        log.info("tool-call durations filled in for the statistics", extra={"fields": {"count": filled}})
 
     interceptors = []
     token = config.read_auth_token()
@@ -185,7 +192,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     recovered = manager.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
-    servicer = RunnerServicer(manager)
+    queries = PhaseQueries(store, manager.get_live)
+    servicer = RunnerServicer(manager, queries)
     add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
@@ -237,8 +245,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
-    return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
-                         retention_task, web)
+    return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
+                         creds.key_broker, retention_task, web)
 
 
 async def serve(config: ServerConfig) -> None:

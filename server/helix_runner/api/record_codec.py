@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from google.protobuf.message import DecodeError
+
 from helix.runner.v1 import resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
@@ -40,6 +42,15 @@ class ProtoRecordCodec:
 
 def tool_stats_from_bytes(data: bytes | None) -> list[resources_pb2.ToolStats]:
     return list(resources_pb2.Phase.FromString(data).tool_stats) if data else []
+
+
+def tool_call_duration_ns(body: bytes) -> int | None:
+    """The duration of an encoded ToolCall, None while it ran (for ``SqliteStore.backfill_tool_call_durations``)."""
+    try:
+        call = resources_pb2.ToolCall.FromString(body)
+    except DecodeError:
+        return None  # not ours to repair; the call then just has no duration in the statistics
+    return call.duration.ToNanoseconds() if call.HasField("duration") else None
 
 
 def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
