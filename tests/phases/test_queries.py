@@ -332,6 +332,22 @@ def test_p95_is_the_nearest_rank_of_summarize_calls_for_every_count_up_to_60(sto
         assert list(queries.list_tool_calls(job, None, None, False, 1, None).stats) == expected, n
 
 
+def test_statistics_of_more_tools_than_one_statement_takes(store):
+    add_phase(store, "j", "a")
+    calls = [(f"mcp__srv__tool{i:03}", S.SUCCEEDED if i % 3 else S.FAILED, 1000 + i) for i in range(450)]
+    calls += [(name, S.SUCCEEDED, 7) for name, *_ in calls[:50]]
+    store.upsert_tool_calls(
+        "j",
+        "a",
+        [
+            ToolCallRow(f"t{i}", name, status, i, b"", duration_ns=d)
+            for i, (name, status, d) in enumerate(calls)
+        ],
+    )
+    page = PhaseQueries(store, no_live).list_tool_calls("j", "a", None, False, 1, None)
+    assert list(page.stats) == summarize_calls(calls)
+
+
 def test_p95_is_the_exact_nearest_rank_at_any_count(store):
     # summarize_calls switches to a 2 % histogram past 4,096 durations per tool; SQL stays exact.
     add_phase(store, "j", "a")
@@ -376,7 +392,8 @@ def test_tool_calls_page_across_phases_in_start_order(store):
             break
         after = page.next_after
     assert seen == [b"a2", b"a1", b"a0", b"bx"]  # phase a (ordinal 1) first, each by start sequence
-    assert statements.count(lambda: queries.list_tool_calls("j", None, None, False, 2, None)) == 3
+    # The job, the page, the tallies, every tool's p95 in one statement: the same for any number of calls.
+    assert statements.count(lambda: queries.list_tool_calls("j", None, None, False, 2, None)) == 4
     failed = queries.list_tool_calls("j", None, None, True, 10, None)
     assert [c.body for c in failed.calls] == [b"bx"] and [s.name for s in failed.stats] == ["Bash"]
 

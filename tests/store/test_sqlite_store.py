@@ -215,3 +215,29 @@ def test_a_failed_write_rolls_back_whole_and_the_store_stays_usable(store):
     assert store.read_events("j", "b", 0, 10) == []
     store.append_events([("j", "b", [EventRow(1, 1, "k", b"y")])])  # no transaction was left open
     assert [e.body for e in store.read_events("j", "b", 0, 10)] == [b"y"]
+
+
+def schema_of(db: sqlite3.Connection) -> dict:
+    """Every table's columns and every index's columns (not the SQL text, which ALTER TABLE rewrites)."""
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    return {
+        table: (
+            list(db.execute(f"PRAGMA table_info({table})")),
+            sorted(
+                (index[1], index[2], index[4], [c[2] for c in db.execute(f"PRAGMA index_info({index[1]})")])
+                for index in db.execute(f"PRAGMA index_list({table})")
+            ),
+        )
+        for table in tables
+    }
+
+
+def test_a_migrated_database_has_the_schema_of_a_new_one(tmp_path):
+    write_v1_database(tmp_path / "old.sqlite3")
+    old, new = SqliteStore(tmp_path / "old.sqlite3"), SqliteStore(tmp_path / "new.sqlite3")
+    try:
+        old.backfill_tool_call_durations(lambda body: None)
+        assert schema_of(old._db) == schema_of(new._db)
+    finally:
+        old.close()
+        new.close()

@@ -40,6 +40,7 @@ from helix_runner.api.resource_mapping import (
     cost_totals_to_proto,
     inspection_to_proto,
     job_to_proto,
+    jobs_to_proto,
     phase_to_proto,
     tool_call_to_proto,
 )
@@ -175,9 +176,10 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         after = read_token(request.page_token, query, (int, str))
         page = self.queries.list_jobs(request.project_id, statuses, page_size(request.page_size, 50, 500),
                                       tuple(after) if after else None)
-        return runner_service_pb2.ListJobsResponse(
-            jobs=[job_to_proto(j) for j in page.jobs],
+        response = runner_service_pb2.ListJobsResponse(
             next_page_token=make_token(query, list(page.next_after)) if page.next_after else "")
+        jobs_to_proto(page.jobs, response.jobs)
+        return response
 
     @_unary
     async def ListToolCalls(self, request, context):

@@ -259,8 +259,8 @@ def _totals(sums: PhaseCostSums, rows: Iterable[ModelCostRow]) -> CostTotals:
             max(known.pricing_source, r.pricing_source),
         )
     models = tuple(by_model[name] for name in sorted(by_model))
-    tokens = TokenUsage()
-    for m in models:
+    tokens = models[0].tokens if models else TokenUsage()
+    for m in models[1:]:
         tokens = tokens + m.tokens
     return CostTotals(
         sums.phase_count,

@@ -59,8 +59,6 @@ class PhaseRow:
     working_dir: str = ""
     prompt: str = ""
     on_disconnect: str = "CANCEL"
-    # Derived on read (the phase's highest event sequence); never written.
-    last_sequence: int = 0
     # Encoded helix.runner.v1.PhaseResult, PhaseCost, and a Phase holding only tool_stats.
     result_pb: bytes | None = None
     cost_pb: bytes | None = None
@@ -71,6 +69,8 @@ class PhaseRow:
     computed_only: int = 0
     pid: int | None = None
     pid_start_ticks: int | None = None
+    # Derived on read (the phase's highest event sequence); never written.
+    last_sequence: int = 0
 
 
 @dataclass

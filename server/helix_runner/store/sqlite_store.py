@@ -110,6 +110,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     PRIMARY KEY (job_id, phase_id, tool_use_id)
 );
 CREATE INDEX IF NOT EXISTS tool_calls_by_order ON tool_calls (job_id, phase_id, start_sequence);
+CREATE INDEX IF NOT EXISTS tool_calls_by_duration ON tool_calls (job_id, name, duration_ns, status, phase_id);
 CREATE TABLE IF NOT EXISTS model_costs (
     job_id TEXT NOT NULL,
     phase_id TEXT NOT NULL,
@@ -130,6 +131,12 @@ CREATE INDEX IF NOT EXISTS model_costs_by_project ON model_costs (project_id);
 """
 
 _FINISHED = ",".join(f"'{s.name}'" for s in FINISHED_TOOL_STATUSES)
+# Compound SELECTs per statement (SQLite's SQLITE_MAX_COMPOUND_SELECT is 500).
+_MAX_UNION = 400
+# Covers the statistics: per tool, finished durations in order (the p95 is a seek, not a sort).
+_DURATION_INDEX = (
+    "CREATE INDEX tool_calls_by_duration ON tool_calls (job_id, name, duration_ns, status, phase_id)"
+)
 # Finished calls a version-1 database recorded without a duration (it was only inside the body);
 # ``backfill_tool_call_durations`` fills them in and drops this index when done.
 _BACKFILL_INDEX = "tool_calls_duration_backfill"
@@ -143,6 +150,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE phases RENAME COLUMN tool_stats_json TO tool_stats_pb",
         "ALTER TABLE phases DROP COLUMN options_json",  # never written
         "ALTER TABLE tool_calls ADD COLUMN duration_ns INTEGER",
+        _DURATION_INDEX,
         f"CREATE INDEX {_BACKFILL_INDEX} ON tool_calls (job_id) "
         f"WHERE duration_ns IS NULL AND status IN ({_FINISHED})",
         "DROP TABLE meta",  # held only schema_version, now PRAGMA user_version
@@ -152,19 +160,19 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
 
 # last_sequence is not stored: it is MAX(sequence) of the phase's events (an index lookup), so an
-# append is a single statement on the hot path.
-_PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow) if f.name != "last_sequence")
+# append is a single statement on the hot path. It is PhaseRow's last field: a row is PhaseRow(*r).
+_PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow))[:-1]
+assert fields(PhaseRow)[-1].name == "last_sequence"
 _SELECT_PHASES = (
     f"SELECT {','.join(_PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
     "WHERE e.job_id = phases.job_id AND e.phase_id = phases.phase_id) FROM phases"
 )
-_STATUS_INDEX = _PHASE_COLUMNS.index("status")
 _JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
 
 
-def _phase_row(r: Sequence[object]) -> PhaseRow:
-    row = PhaseRow(**dict(zip(_PHASE_COLUMNS, r[:-1], strict=True)), last_sequence=r[-1])
-    row.status = PhaseStatus[r[_STATUS_INDEX]]
+def _phase_row(r: Sequence) -> PhaseRow:
+    row = PhaseRow(*r)
+    row.status = PhaseStatus[row.status]
     return row
 
 
@@ -549,32 +557,47 @@ class SqliteStore:
         tool_name: str | None,
         statuses: Sequence[ToolCallStatus],
     ) -> list[ToolStats]:
-        """Per-tool statistics of the matching calls, computed in SQL (see ``Store.tool_call_stats``)."""
-        where, args = self._tool_call_filter(job_id, phase_id, tool_name, statuses)
-        finished = f"t.status IN ({_FINISHED})"
-        # The nearest rank ceil(0.95 n) in integers: (95 n + 99) / 100 (exact, no floating point).
-        sql = f"""
-            WITH c AS (SELECT t.name, t.status, t.duration_ns, {finished} AS finished
-                       FROM tool_calls t WHERE {" AND ".join(where)}),
-            timed AS (SELECT name, duration_ns,
-                             ROW_NUMBER() OVER (PARTITION BY name ORDER BY duration_ns) AS rank,
-                             COUNT(*) OVER (PARTITION BY name) AS n
-                      FROM c WHERE finished AND duration_ns IS NOT NULL)
-            SELECT a.name, a.calls, a.failures, a.calls - a.finished, a.total, a.timed, p.duration_ns
-            FROM (SELECT name, COUNT(*) AS calls,
-                         SUM(CASE WHEN status = '{ToolCallStatus.FAILED.name}' THEN 1 ELSE 0 END) AS failures,
-                         SUM(finished) AS finished,
-                         COALESCE(SUM(CASE WHEN finished THEN duration_ns END), 0) AS total,
-                         COUNT(CASE WHEN finished THEN duration_ns END) AS timed
-                  FROM c GROUP BY name) a
-            LEFT JOIN timed p ON p.name = a.name AND p.rank = (95 * p.n + 99) / 100
-            ORDER BY a.name
+        """Per-tool statistics of the matching calls in two statements (see ``Store.tool_call_stats``).
+
+        The counts and sums are one aggregate; each tool's p95 is then one seek into
+        ``tool_calls_by_duration`` (its finished durations in order) at the nearest rank, all tools
+        in one UNION ALL. A window function (ROW_NUMBER) gives the same answer but sorts every
+        matching call on each request: five times slower at 2,000 calls.
         """
+        where, args = self._tool_call_filter(job_id, phase_id, tool_name, statuses)
+        condition = " AND ".join(where)
+        finished = f"t.status IN ({_FINISHED})"
         with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+            tallies = self._db.execute(
+                f"SELECT t.name, COUNT(*), SUM(CASE WHEN t.status = '{ToolCallStatus.FAILED.name}' THEN 1 ELSE 0 END), "
+                f"SUM({finished}), COALESCE(SUM(CASE WHEN {finished} THEN t.duration_ns END), 0), "
+                f"COUNT(CASE WHEN {finished} THEN t.duration_ns END) "
+                f"FROM tool_calls t WHERE {condition} GROUP BY t.name",
+                args,
+            ).fetchall()
+            seeks, seek_args = [], []
+            for name, *_, timed in tallies:
+                if timed:
+                    # The nearest rank ceil(0.95 n), in integers: (95 n + 99) // 100 (no floating point).
+                    seeks.append(
+                        f"SELECT * FROM (SELECT t.name, t.duration_ns FROM tool_calls t WHERE {condition} "
+                        f"AND t.name = ? AND {finished} AND t.duration_ns IS NOT NULL "
+                        "ORDER BY t.duration_ns LIMIT 1 OFFSET ?)"
+                    )
+                    seek_args += [*args, name, (95 * timed + 99) // 100 - 1]
+            p95: dict[str, int] = {}
+            for start in range(0, len(seeks), _MAX_UNION):  # SQLite's limit on compound SELECTs
+                p95.update(
+                    self._db.execute(
+                        " UNION ALL ".join(seeks[start : start + _MAX_UNION]),
+                        seek_args[start * (len(args) + 2) : (start + _MAX_UNION) * (len(args) + 2)],
+                    ).fetchall()
+                )
         return [
-            ToolStats(name, calls, failures, unfinished, total, total // timed if timed else 0, p95 or 0)
-            for name, calls, failures, unfinished, total, timed, p95 in rows
+            ToolStats(
+                name, calls, failures, calls - done, total, total // timed if timed else 0, p95.get(name, 0)
+            )
+            for name, calls, failures, done, total, timed in tallies
         ]
 
     # -- costs ------------------------------------------------------------------------------
