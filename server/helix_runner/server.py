@@ -20,21 +20,22 @@ from grpc_reflection.v1alpha import reflection
 
 from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
-from helix_runner.api.proto_records import ProtoRecordEncoder
+from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
-from helix_runner.phases.service import PhaseService
+from helix_runner.offline import Script, ScriptedApi, ScriptError
+from helix_runner.phases.queries import PhaseQueries
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
+from helix_runner.phases.service import PhaseService
+from helix_runner.phases.takeover import Takeover
 from helix_runner.process import git_worktree
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.process.key_broker import KeyBroker, KeySource
-from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.store.factory import open_store
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
-from helix_runner.phases.takeover import Takeover
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
 
@@ -58,6 +59,7 @@ class RunningServer:
     port: int
     store: SqliteStore
     manager: PhaseService
+    queries: PhaseQueries
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
     retention_task: asyncio.Task | None = None
@@ -195,6 +197,11 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         store = open_store(config.database, replica_id=config.replica_id or None)
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
+    if store.migrated_from:
+        log.info("database schema migrated", extra={"fields": {"from": store.migrated_from, "path": str(config.db_path)}})
+    filled = store.backfill_tool_call_durations(tool_call_duration_ns)  # once, after the migration to version 2
+    if filled:
+        log.info("tool-call durations filled in for the statistics", extra={"fields": {"count": filled}})
 
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     token = config.read_auth_token()
@@ -232,7 +239,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
-    servicer = RunnerServicer(manager)
+    queries = PhaseQueries(store, manager.get_live)
+    servicer = RunnerServicer(manager, queries)
     add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
@@ -298,8 +306,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
-    return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
-                         retention_task, web, telemetry, takeover_task)
+    return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
+                         creds.key_broker, retention_task, web, telemetry, takeover_task)
 
 
 async def serve(config: ServerConfig) -> None:

@@ -19,8 +19,8 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
-from helix_runner.process.procfs import process_state
 from helix_runner.offline import Reply, RequestMatcher, TextBlock
+from helix_runner.process.procfs import process_state
 
 pytestmark = pytest.mark.real_cli
 

@@ -142,7 +142,7 @@ async def test_an_unexpected_exception_is_internal_without_its_text(stub, monkey
     def broken(*_args, **_kwargs):
         raise RuntimeError(f"database exploded with {SECRET}")
 
-    monkeypatch.setattr(server.manager, "require_job", broken)
+    monkeypatch.setattr(server.queries, "job", broken)
     monkeypatch.setattr(server.manager, "watch", broken)
     caplog.set_level(logging.ERROR)
     for method, request in (

@@ -26,9 +26,9 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
+from helix_runner.offline import Reply, Script
 from helix_runner.process import procfs
 from helix_runner.process.containment import MARKER_NAME, instance_id
-from helix_runner.offline import Reply, Script
 
 MODES = ["auto", "subreaper"]
 

@@ -126,7 +126,7 @@ async def test_an_unexpected_exception_is_internal_without_its_text(runner_facto
         def broken(job_id):
             raise RuntimeError("secret detail /srv/private")
 
-        monkeypatch.setattr(runner.server.manager, "require_job", broken)
+        monkeypatch.setattr(runner.server.queries, "job", broken)
         async with connect_client(runner) as client:
             with pytest.raises(ConnectError) as failure:
                 await client.get_job(pb.GetJobRequest(job_id="j"))

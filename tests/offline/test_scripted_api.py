@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from helix_runner.offline import scripted_api
 from helix_runner.offline import (
     DEFAULT_API_KEY,
     SESSION_HEADER,
@@ -33,6 +32,7 @@ from helix_runner.offline import (
     ToolUseBlock,
     Usage,
     cli_env,
+    scripted_api,
 )
 
 HTTP_TIMEOUT = 10.0

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from helix_runner.domain.events import QueueReason
+from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import (
     AdmissionClosedError,
     AdmissionLimits,
@@ -20,8 +22,6 @@ from helix_runner.phases.admission import (
     Ticket,
     TicketState,
 )
-from helix_runner.domain.events import QueueReason
-from helix_runner.errors import ErrorKind, RunnerError
 
 
 class FakeClock:

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.event_log import PhaseEventLog, replay
 from helix_runner.store.sqlite_store import EventRow, PhaseRow, SqliteStore
 
@@ -15,7 +16,7 @@ from helix_runner.store.sqlite_store import EventRow, PhaseRow, SqliteStore
 def store(tmp_path):
     s = SqliteStore(tmp_path / "db.sqlite3")
     s.get_or_create_job("j", "proj", 1)
-    s.insert_phase(PhaseRow(job_id="j", phase_id="p", ordinal=0, project_id="proj", status="RUNNING",
+    s.insert_phase(PhaseRow(job_id="j", phase_id="p", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                             create_time_ns=1))
     yield s
     s.close()
@@ -102,7 +103,7 @@ async def test_subscribing_after_close_replays_everything(store):
 
 
 async def test_replay_of_a_finished_phase(store):
-    store.append_events("j", "p", rows(1, 1200))
+    store.append_events([("j", "p", rows(1, 1200))])
     events, result = await drain(replay(store, "j", "p", 100, 1200, b"R"))
     assert events == expected(1200, after=100) and result == b"R"
 
@@ -110,7 +111,7 @@ async def test_replay_of_a_finished_phase(store):
 async def test_group_commit_persists_before_offering_and_batches_phases(store):
     from helix_runner.phases.event_log import EventWriter
 
-    store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status="RUNNING",
+    store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                                 create_time_ns=1))
     writer = EventWriter(store)
     a = PhaseEventLog(store, "j", "p", writer=writer)
@@ -140,7 +141,7 @@ async def test_one_transaction_for_every_phase_in_a_loop_turn_committed_before_a
     from helix_runner.phases.event_log import EventWriter
 
     for phase in ("q", "r"):
-        store.insert_phase(PhaseRow(job_id="j", phase_id=phase, ordinal=0, project_id="proj", status="RUNNING",
+        store.insert_phase(PhaseRow(job_id="j", phase_id=phase, ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                                     create_time_ns=1))
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)

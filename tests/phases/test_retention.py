@@ -7,6 +7,9 @@ import logging
 
 import pytest
 
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.pricing import PricingSource
+from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.store.sqlite_store import EventRow, ModelCostRow, PhaseRow, SqliteStore, ToolCallRow
 
@@ -34,15 +37,18 @@ def add_phase(store, recordings, job, phase, *, status, day, size=100):
             phase_id=phase,
             ordinal=0,
             project_id="proj",
-            status="RUNNING",
+            status=PhaseStatus.RUNNING,
             create_time_ns=t,
             recording_dir=str(rec),
         )
     )
-    store.append_events(job, phase, [EventRow(1, t, "k", b"e")])
-    store.upsert_tool_calls(job, phase, [ToolCallRow("tu", "Bash", "SUCCEEDED", 1, b"c")])
-    store.replace_model_costs(job, phase, "proj", [ModelCostRow("m", 1, 1, 0, 0, 0, 0, None, 0.5, "TABLE")])
-    store.update_phase(job, phase, t, status=status, end_time_ns=t if status != "RUNNING" else None)
+    store.append_events([(job, phase, [EventRow(1, t, "k", b"e")])])
+    store.upsert_tool_calls(job, phase, [ToolCallRow("tu", "Bash", ToolCallStatus.SUCCEEDED, 1, b"c")])
+    store.replace_model_costs(
+        job, phase, "proj", [ModelCostRow("m", 1, 1, 0, 0, 0, 0, None, 0.5, PricingSource.PRICE_TABLE)]
+    )
+    status = PhaseStatus[status]
+    store.update_phase(job, phase, t, status=status, end_time_ns=t if status is not PhaseStatus.RUNNING else None)
     return rec
 
 
@@ -61,8 +67,8 @@ def test_old_finished_jobs_go_with_all_their_rows_and_recordings(store, tmp_path
 
     assert (report.jobs_deleted, report.phases_deleted, report.recordings_deleted) == (1, 2, 2)
     assert report.bytes_freed == 200
-    assert store.get_job("old") is None and store.list_phases("old") == []
-    assert store.read_events("old", "p1", 0, 10) == [] and store.model_costs(job_id="old") == []
+    assert store.get_job("old") is None and store.phases_of_jobs(["old"]) == []
+    assert store.read_events("old", "p1", 0, 10) == [] and store.model_cost_sums(job_ids=["old"]) == []
     assert store.list_tool_calls("old", None, None, [], 10) == []
     assert not old.exists() and not old.parent.exists()
     assert store.get_job("old-but-running") is not None and running.exists()
@@ -82,7 +88,7 @@ def test_recordings_over_the_cap_go_oldest_first_and_their_phases_stay(store, tm
     assert (report.recordings_deleted, report.bytes_freed, report.recordings_bytes) == (2, 200, 200)
     assert not oldest.exists() and not middle.exists()
     assert running.exists() and newest.exists()  # a running phase's recording is never touched
-    assert store.get_phase("a", "p1").recording_dir == "" and store.get_phase("a", "p1").status == "SUCCEEDED"
+    assert store.get_phase("a", "p1").recording_dir == "" and store.get_phase("a", "p1").status is PhaseStatus.SUCCEEDED
     assert store.get_job("a").update_time_ns == 1 * DAY_NS  # forgetting a recording is not activity
     assert sweeper(store, recordings, recordings_max_bytes=250).sweep().recordings_deleted == 0
 

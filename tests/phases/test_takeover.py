@@ -8,9 +8,9 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.proto_records import ProtoRecordEncoder
+from helix_runner.phases.takeover import REASON, Takeover
 from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.sqlite_store import EventRow, PhaseRow
-from helix_runner.phases.takeover import REASON, Takeover
 
 
 def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: str = "x") -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from google.protobuf.message import DecodeError
+
 from helix.runner.v1 import resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.artifact_mapping import artifacts_to_proto
@@ -61,6 +63,15 @@ def containment_to_proto(c: ContainmentReport) -> resources_pb2.PhaseContainment
     if c.memory_peak_bytes is not None:
         msg.memory_peak_bytes = c.memory_peak_bytes
     return msg
+
+
+def tool_call_duration_ns(body: bytes) -> int | None:
+    """The duration of an encoded ToolCall, None while it ran (for ``SqliteStore.backfill_tool_call_durations``)."""
+    try:
+        call = resources_pb2.ToolCall.FromString(body)
+    except DecodeError:
+        return None  # not ours to repair; the call then just has no duration in the statistics
+    return call.duration.ToNanoseconds() if call.HasField("duration") else None
 
 
 def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:

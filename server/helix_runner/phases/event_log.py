@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from helix_runner.store.sqlite_store import EventRow, SqliteStore
+from helix_runner.store.protocol import EventRow, Store
 
 HISTORY_PAGE = 500
 DEFAULT_QUEUE_EVENTS = 8192
@@ -31,7 +31,7 @@ class EventWriter:
     Callbacks run in submission order once their rows are committed.
     """
 
-    def __init__(self, store: SqliteStore):
+    def __init__(self, store: Store):
         self.store = store
         self._pending: list[tuple[str, str, Sequence[EventRow], Callable[[], None]]] = []
         self._scheduled = False
@@ -50,7 +50,7 @@ class EventWriter:
         if not pending:
             return
         with self.commit_timer():
-            self.store.append_events_many([(job, phase, rows) for job, phase, rows, _ in pending if rows])
+            self.store.append_events([(job, phase, rows) for job, phase, rows, _ in pending if rows])
         for *_, on_durable in pending:
             on_durable()
 
@@ -94,7 +94,7 @@ class PhaseEventLog:
     # Watchers of any phase ever dropped from live delivery for lagging (read by telemetry).
     lagged_total = 0
 
-    def __init__(self, store: SqliteStore, job_id: str, phase_id: str, *, last_sequence: int = 0,
+    def __init__(self, store: Store, job_id: str, phase_id: str, *, last_sequence: int = 0,
                  queue_events: int = DEFAULT_QUEUE_EVENTS, writer: EventWriter | None = None):
         self.store = store
         self.writer = writer
@@ -130,7 +130,7 @@ class PhaseEventLog:
             raise ValueError(f"sequence gap: expected {self.submitted_sequence + 1}, got {rows[0].sequence}")
         self.submitted_sequence = rows[-1].sequence
         if self.writer is None:
-            self.store.append_events(self.job_id, self.phase_id, rows)
+            self.store.append_events([(self.job_id, self.phase_id, rows)])
             self._offer(rows)
         else:
             self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows))
@@ -196,7 +196,7 @@ class PhaseEventLog:
                 self._subscribers.discard(sub)
 
 
-async def _history(store: SqliteStore, job_id: str, phase_id: str, after: int, upto: int) -> AsyncIterator[Delivery]:
+async def _history(store: Store, job_id: str, phase_id: str, after: int, upto: int) -> AsyncIterator[Delivery]:
     cursor = after
     while cursor < upto:
         rows = store.read_events(job_id, phase_id, cursor, min(HISTORY_PAGE, upto - cursor))
@@ -207,7 +207,7 @@ async def _history(store: SqliteStore, job_id: str, phase_id: str, after: int, u
         await asyncio.sleep(0)  # let the phase and other watchers run between pages
 
 
-async def replay(store: SqliteStore, job_id: str, phase_id: str, after: int, upto: int,
+async def replay(store: Store, job_id: str, phase_id: str, after: int, upto: int,
                  result: bytes | None) -> AsyncIterator[Delivery]:
     """A finished phase from the store: its events after the cursor, then its result."""
     async for delivery in _history(store, job_id, phase_id, after, upto):

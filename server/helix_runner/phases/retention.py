@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from helix_runner.store.sqlite_store import SqliteStore
+from helix_runner.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class RetentionSweeper:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         recordings_dir: Path,
         policy: RetentionPolicy,
         clock_ns: Callable[[], int] = time.time_ns,

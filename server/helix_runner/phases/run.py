@@ -37,16 +37,19 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
+from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.phases.control import PhaseController
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.process.containment import PhaseScope
+from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
-from helix_runner.store.sqlite_store import EventRow, ModelCostRow, SqliteStore, ToolCallRow
+from helix_runner.store.protocol import EventRow, ModelCostRow, Store, ToolCallRow
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ class PhaseRun:
     the stream and the status only through the members listed there.
     """
 
-    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: SqliteStore, codec: RecordEncoder,
+    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, codec: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None):
         self.spec = spec
@@ -269,7 +272,7 @@ class PhaseRun:
         encoded = self.codec.encode_result(result)
         self.store.update_phase(
             self.job_id, self.phase_id, time.time_ns(),
-            result_json=encoded, tool_stats_json=self.codec.encode_tool_stats(list(result.tool_stats)),
+            result_pb=encoded, tool_stats_pb=self.codec.encode_tool_stats(list(result.tool_stats)),
         )
         self.events.close(encoded)
         log.info("phase ended", extra={"fields": {**self._log_fields(), "status": outcome.status.name,
@@ -288,7 +291,7 @@ class PhaseRun:
     def set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
         """Records a status transition (store and event stream)."""
         previous, self.status = self.status, status
-        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), status=status.name,
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), status=status,
                                 status_reason=reason, **columns)
         self._publish([self.stream.emit(PhaseStatusChanged(previous, status, reason))])
 
@@ -337,7 +340,8 @@ class PhaseRun:
     def _persist_tools(self, calls) -> None:
         codec, job, phase = self.codec, self.job_id, self.phase_id
         self.store.upsert_tool_calls(job, phase, [
-            ToolCallRow(c.tool_use_id, c.name, c.status.name, c.start_sequence, codec.encode_tool_call(job, phase, c))
+            ToolCallRow(c.tool_use_id, c.name, c.status, c.start_sequence, codec.encode_tool_call(job, phase, c),
+                        duration_ns=None if c.end_time_ns is None else max(c.end_time_ns - c.start_time_ns, 0))
             for c in calls
         ])
 
@@ -347,15 +351,44 @@ class PhaseRun:
         self._cost_dirty = False
         cost = self.stream.cost
         self.store.update_phase(
-            self.job_id, self.phase_id, time.time_ns(), cost_json=self.codec.encode_cost(cost),
+            self.job_id, self.phase_id, time.time_ns(), cost_pb=self.codec.encode_cost(cost),
             reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
         )
         self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [
             ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
                          m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
-                         m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source.name)
+                         m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source)
             for m in cost.models
         ])
+
+    # -- queries (the read model's view of a running phase) ---------------------------------
+
+    def snapshot(self) -> RunSnapshot:
+        """The phase as it is now: status, live cost and tool figures, holds, breakpoints, counts."""
+        control, stream = self.control, self.stream
+        tools = stream.tools
+        held = tuple(
+            HeldCall(h.tool_use_id, h.tool_name, h.input_json, h.breakpoint_id, h.reason, h.since_ns,
+                     tools.get(h.tool_use_id))
+            for h in list(control.holds.values())
+        )
+        return RunSnapshot(
+            status=self.status, last_sequence=self.events.last_sequence, cost=stream.cost,
+            tool_stats=tuple(tools.stats()), current_tool=tools.current,
+            paused=control.pause_requested or control.hard_paused, hard_paused=control.hard_paused,
+            held_calls=held, breakpoints=tuple(control.breakpoints.list()),
+            assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
+            turn_count=stream.result_count, containment=self.plan.scope.report(),
+        )
+
+    def tool_call(self, tool_use_id: str) -> ToolCall | None:
+        """The tracker's record of one call of this phase, if it still retains it."""
+        return self.stream.tools.get(tool_use_id)
+
+    async def context_usage(self) -> ContextUsage | None:
+        """The CLI's context-window usage, or None when it cannot answer now (paused, ending, silent)."""
+        answer = await self.control.context_usage()
+        return None if answer is None else context_usage(answer)
 
     def _log_fields(self) -> dict[str, str]:
         return {"job_id": self.job_id, "phase_id": self.phase_id}

@@ -30,8 +30,8 @@ from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
-from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.child_env import compose_child_env, missing_commands
 from helix_runner.process.claude_command import build_argv, prompt_line
@@ -42,13 +42,7 @@ from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.workspace import resolve_working_dir
-from helix_runner.store.sqlite_store import (
-    AlreadyExistsError,
-    EventRow,
-    JobRow,
-    PhaseRow,
-    SqliteStore,
-)
+from helix_runner.store.protocol import AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
 from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -69,7 +63,7 @@ class LivePhase:
 class PhaseService:
     """Starts phases and answers for them; one per server."""
 
-    def __init__(self, config: ServerConfig, store: SqliteStore, codec: RecordEncoder, containment: Containment, *,
+    def __init__(self, config: ServerConfig, store: Store, codec: RecordEncoder, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
                  telemetry: Telemetry | None = None):
@@ -185,7 +179,7 @@ class PhaseService:
         try:
             self.store.insert_phase(PhaseRow(
                 job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
-                status=PhaseStatus.PENDING.name, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+                status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
                 model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
             ))
         except AlreadyExistsError:
@@ -216,8 +210,8 @@ class PhaseService:
         reason = "the server could not set up the phase (details are in the server log)"
         result = PhaseResult(job_id=job_id, phase_id=phase_id, status=PhaseStatus.FAILED, reason=reason,
                              start_time_ns=start_ns, end_time_ns=now)
-        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED.name, status_reason=reason,
-                                end_time_ns=now, result_json=self.codec.encode_result(result))
+        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
+                                end_time_ns=now, result_pb=self.codec.encode_result(result))
 
     def _limits(self, spec: PhaseSpec) -> ResourceLimits:
         """The phase's limits: its own (FAILED_PRECONDITION if this server cannot enforce them), else
@@ -265,8 +259,8 @@ class PhaseService:
         if live is None or live.done.is_set():
             row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
-                              f"cannot {operation}: phase {phase_id} is {row.status}, not running",
-                              {"status": row.status, "operation": operation})
+                              f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
+                              {"status": row.status.name, "operation": operation})
         return live
 
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
@@ -274,8 +268,8 @@ class PhaseService:
         if live is None:
             row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
-                              f"phase {phase_id} is {row.status}, not running; it cannot be cancelled",
-                              {"status": row.status, "operation": "cancel"})
+                              f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
+                              {"status": row.status.name, "operation": "cancel"})
         live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
         return live
 
@@ -314,22 +308,22 @@ class PhaseService:
             reason = "the server stopped while the phase ran (found active at startup); " + (
                 f"{left} leftover process(es) of the phase were found and ended" if left
                 else "no process of the phase outlived the server")
-            previous = PhaseStatus[row.status]
+            previous = row.status
             seq = row.last_sequence + 1
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                      reason))
-            self.store.append_events(row.job_id, row.phase_id, [
+            self.store.append_events([(row.job_id, row.phase_id, [
                 EventRow(seq, now, self.codec.event_kind(event), self.codec.encode_event(row.job_id, row.phase_id,
                                                                                           event))
-            ])
+            ])])
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
                                  end_time_ns=now, last_sequence=seq)
-            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED.name,
-                                    status_reason=reason, end_time_ns=now, result_json=self.codec.encode_result(result))
+            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
+                                    status_reason=reason, end_time_ns=now, result_pb=self.codec.encode_result(result))
             log.warning("phase interrupted by a previous shutdown",
-                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status,
+                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name,
                                           "processes_ended": left}})
         strays = sum(n for run_id, n in ended.items() if run_id not in {r.run_id for r in runs})
         if strays:
@@ -364,7 +358,7 @@ class PhaseService:
             raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
                               {"last_sequence": row.last_sequence})
-        return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_json)
+        return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_pb)
 
 
 def _run_id(recording_dir: str) -> str:

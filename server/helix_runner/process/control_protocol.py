@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,6 +24,38 @@ from helix_runner.errors import ErrorKind, RunnerError
 PRE_TOOL_USE_CALLBACK = "helix_pre_tool_use"
 # Hook timeout in seconds: a person may hold a call for a long time (docs/claude-cli-protocol.md §3.6).
 HOLD_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+# InspectPhase keeps at most this much of the CLI's get_context_usage answer (ContextUsage.raw_json).
+CONTEXT_USAGE_RAW_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    """How full the session's context window is (``resources.proto`` ContextUsage)."""
+
+    total_tokens: int
+    max_tokens: int
+    percentage: float
+    raw_json: str  # the CLI's whole answer, cut at CONTEXT_USAGE_RAW_MAX_BYTES (on a UTF-8 boundary)
+
+
+def context_usage(answer: dict[str, Any]) -> ContextUsage:
+    """The CLI's ``get_context_usage`` answer (``totalTokens``, ``maxTokens``, ``percentage``) as a value.
+
+    A missing percentage is computed from the two counts; a figure that is not a number counts as missing.
+    """
+    total = int(_number(answer.get("totalTokens")))
+    limit = int(_number(answer.get("maxTokens")))
+    percentage = _number(answer.get("percentage")) or (100.0 * total / limit if limit else 0.0)
+    raw = orjson.dumps(answer)[:CONTEXT_USAGE_RAW_MAX_BYTES].decode("utf-8", "ignore")
+    return ContextUsage(total, limit, percentage, raw)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0
+    return float(value)
 
 
 def _line(obj: dict[str, Any]) -> bytes:
