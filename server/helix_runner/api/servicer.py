@@ -27,6 +27,7 @@ from helix_runner.api.event_summary import summarize
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.phase_diff import read_diff_page
 from helix_runner.api.proto_records import containment_to_proto, tool_stats_from_bytes
+from helix_runner.api.retry_options import retry_policy_from_options
 from helix_runner.api.run_options import run_options
 from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
@@ -189,7 +190,8 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         if len(requested) > MAX_BREAKPOINTS:  # before compiling thousands of patterns
             raise invalid_field("options.breakpoints", f"a phase can have at most {MAX_BREAKPOINTS} breakpoints")
         breakpoints = [breakpoint_from_proto(b, f"options.breakpoints[{i}]") for i, b in enumerate(requested)]
-        live = await self.manager.start(spec, breakpoints)
+        retry = retry_policy_from_options(request.options, self.manager.retry_defaults)
+        live = await self.manager.start(spec, breakpoints, retry)
         completed = False
         try:
             async for delivery in live.events.subscribe(0):
@@ -244,12 +246,16 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             if current is not None:
                 msg.current_tool.CopyFrom(m.tool_call_to_proto(current, job_id=row.job_id, phase_id=row.phase_id))
             msg.last_sequence = live.events.last_sequence
+            msg.attempts.extend(m.attempt_to_proto(a) for a in live.run.attempts)
+            if (queue := live.run.queue_state()) is not None:
+                msg.queue.CopyFrom(m.queue_state_to_proto(queue))
             return msg
         if row.cost_json:
             msg.cost.ParseFromString(row.cost_json)
         msg.tool_stats.extend(tool_stats_from_bytes(row.tool_stats_json))
         if row.result_json:
             msg.result.ParseFromString(row.result_json)
+            msg.attempts.extend(msg.result.attempts)
             if not msg.result.HasField("cost") and msg.HasField("cost"):
                 msg.result.cost.CopyFrom(msg.cost)
         return msg

@@ -95,7 +95,7 @@ CREATE INDEX IF NOT EXISTS model_costs_by_project ON model_costs (project_id);
 """
 
 # Statuses from which a phase can still change; anything else is final.
-ACTIVE_STATUSES = ("PENDING", "RUNNING", "PAUSING", "PAUSED", "AWAITING_APPROVAL")
+ACTIVE_STATUSES = ("PENDING", "QUEUED", "RUNNING", "PAUSING", "PAUSED", "AWAITING_APPROVAL")
 
 
 class StoreError(Exception):
