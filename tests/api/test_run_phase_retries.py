@@ -232,7 +232,6 @@ FAST_CLI = f"""
 """
 
 
-@pytest.mark.slow
 async def test_70_phases_queue_within_the_limits_and_take_turns_between_projects(tmp_path, runner_factory):
     claude = fake_claude(tmp_path, FAST_CLI)
     async with runner_factory(None, claude_path=claude, max_running_phases=4, max_starting_phases=2) as runner:
@@ -256,7 +255,7 @@ async def test_70_phases_queue_within_the_limits_and_take_turns_between_projects
     for _, step in edges:
         running += step
         peak = max(peak, running)
-    assert peak <= 4
+    assert 2 <= peak <= 4, peak
     # Fair turns: once b has arrived, the starts alternate between the projects while both wait.
     order = ["a" if int(p[1:]) < 35 else "b" for _, _, p in spans]
     first_b = order.index("b")
