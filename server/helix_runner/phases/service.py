@@ -133,6 +133,9 @@ class PhaseService:
             request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
             withhold=self.env_withhold,
         )
+        # Every known startup failure writes a result line with `startup_failure_reason` (instead of
+        # stderr alone), which tells a transient refusal from a permanent one (docs/retries-and-admission.md §1).
+        env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
         missing = missing_commands(self.config.required_commands, env)
         if missing:
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
