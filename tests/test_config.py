@@ -127,3 +127,20 @@ def test_bad_database_settings_are_one_line_errors_without_the_password(tmp_path
         load_config(flags={"workspace_roots": [str(tmp_path)], **flags}, environ={})
     assert message in str(caught.value) and "\n" not in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+def test_retry_and_admission_keys_build_the_policy_and_refuse_bad_values():
+    from helix_runner.config import retry_defaults
+    from helix_runner.phases.service import admission_limits
+
+    cfg = load_config(flags={"retry_max_attempts": 5, "retry_initial_backoff_seconds": 0.5,
+                             "max_running_phases": 4, "max_starting_phases": 2}, environ={})
+    policy = retry_defaults(cfg)
+    assert (policy.max_attempts, policy.initial_backoff_s) == (5, 0.5)
+    limits = admission_limits(cfg)
+    assert (limits.max_running, limits.max_starting) == (4, 2)
+    assert admission_limits(load_config(flags={"max_concurrent_phases": 7}, environ={})).max_running == 7
+    with pytest.raises(ConfigError, match="retry.max_attempts"):
+        load_config(flags={"retry_max_attempts": 11}, environ={})
+    with pytest.raises(ConfigError, match="max_starting_phases"):
+        load_config(flags={"max_starting_phases": 0}, environ={})

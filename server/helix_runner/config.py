@@ -22,6 +22,8 @@ from helix_runner.domain.phase_spec import (
     MIN_MEMORY_LIMIT_BYTES,
 )
 from helix_runner.domain.pricing import ModelPrice
+from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.errors import RunnerError
 from helix_runner.store.database_url import DatabaseUrl, default_database_url, parse_database_url
 
 ENV_PREFIX = "HELIX_RUNNER_"
@@ -100,6 +102,20 @@ class ServerConfig:
     # INTERRUPTED.
     drain_grace_seconds: float = 10.0
     max_concurrent_phases: int = 64
+    # Admission (docs/retries-and-admission.md §5): phases beyond these limits wait QUEUED; only a
+    # full queue refuses (QUEUE_FULL). max_running_phases 0 = max_concurrent_phases; per-project 0 = none.
+    max_running_phases: int = 0
+    max_running_phases_per_project: int = 0
+    max_starting_phases: int = 4
+    max_queued_phases: int = 1000
+    max_queued_phases_per_project: int = 0
+    # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
+    # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
+    retry_max_attempts: int = 3
+    retry_initial_backoff_seconds: float = 2.0
+    retry_backoff_multiplier: float = 2.0
+    retry_max_backoff_seconds: float = 60.0
+    retry_continuation_prompt: str = ""
     default_phase_timeout_seconds: float = 3600.0
     default_idle_timeout_seconds: float = 600.0
     # How long a process may linger after its final result and stdout EOF before it is killed.
@@ -267,6 +283,16 @@ _CONVERTERS: dict[str, Any] = {
     "log_format": lambda v: str(v).lower(),
     "drain_grace_seconds": float,
     "max_concurrent_phases": int,
+    "max_running_phases": int,
+    "max_running_phases_per_project": int,
+    "max_starting_phases": int,
+    "max_queued_phases": int,
+    "max_queued_phases_per_project": int,
+    "retry_max_attempts": int,
+    "retry_initial_backoff_seconds": float,
+    "retry_backoff_multiplier": float,
+    "retry_max_backoff_seconds": float,
+    "retry_continuation_prompt": str,
     "default_phase_timeout_seconds": float,
     "default_idle_timeout_seconds": float,
     "exit_grace_seconds": float,
@@ -378,6 +404,16 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("retention_interval_seconds must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
+    for name in ("max_starting_phases", "max_queued_phases"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    for name in ("max_running_phases", "max_running_phases_per_project", "max_queued_phases_per_project"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name} must not be negative (0: no separate limit)")
+    try:
+        retry_defaults(config)
+    except RunnerError as exc:
+        raise ConfigError(f"retry settings: {exc.message}") from None
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
         raise ConfigError(f"metrics_port {config.metrics_port} is out of range 0-65535")
     if config.metrics_max_projects < 1:
@@ -416,3 +452,15 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"database_url: {exc}") from None
     return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
                    database_url=database_url)
+
+
+def retry_defaults(config: ServerConfig) -> RetryPolicy:
+    """The server's default retry policy (the ``retry_*`` keys); RunnerError naming a bad value."""
+    return RetryPolicy.from_request(
+        max_attempts=config.retry_max_attempts,
+        initial_backoff_ns=round(config.retry_initial_backoff_seconds * 1e9),
+        backoff_multiplier=config.retry_backoff_multiplier,
+        max_backoff_ns=round(config.retry_max_backoff_seconds * 1e9),
+        continuation_prompt=config.retry_continuation_prompt,
+        field_prefix="retry",
+    )

@@ -15,7 +15,8 @@ from helix_runner.api.proto_records import ProtoRecordEncoder
 from helix_runner.config import ServerConfig
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.phases.service import LivePhase, PhaseService
+from helix_runner.phases.service import PhaseService
+from helix_runner.process.containment import subreaper_scope
 from helix_runner.store.sqlite_store import SqliteStore
 
 
@@ -37,6 +38,13 @@ def workspace(tmp_path):
     root = tmp_path / "root"
     (root / "project").mkdir(parents=True)
     return root
+
+
+class PlanOnlyContainment(NoLaunchContainment):
+    """Lets the service plan a launch (a scope is a plan; nothing runs until the phase starts)."""
+
+    def scope(self, *args, **kwargs):
+        return subreaper_scope()
 
 
 @pytest.fixture
@@ -87,18 +95,24 @@ async def test_a_draining_server_accepts_no_phase(service, workspace):
     assert (err.kind, err.reason) == (ErrorKind.UNAVAILABLE, "DRAINING")
 
 
-async def test_too_many_phases(service, workspace):
-    for i in range(2):
-        service.live[("busy", str(i))] = LivePhase(run=None, events=None)  # running: done is not set
-    err = await refused(service, spec(workspace))
-    assert (err.kind, err.reason, err.metadata) == (
-        ErrorKind.RESOURCE_EXHAUSTED,
-        "TOO_MANY_PHASES",
-        {"limit": "2"},
-    )
-    service.live[("busy", "1")].done.set()  # a finished phase does not count
-    err = await refused(service, spec(workspace))
-    assert err.reason == "CLAUDE_NOT_FOUND"  # admitted, and refused only for the missing binary
+async def test_a_full_queue_is_refused_with_a_retry_hint(tmp_path, workspace):
+    # Beyond the running limit a phase waits QUEUED; only a full queue refuses, before any row is written.
+    claude = tmp_path / "claude"
+    claude.write_text("#!/bin/sh\nexit 0\n")
+    claude.chmod(0o755)
+    store = SqliteStore(tmp_path / "db.sqlite3")
+    config = ServerConfig(data_dir=tmp_path / "data", workspace_roots=(workspace,), claude_path=str(claude),
+                          max_concurrent_phases=1, max_queued_phases=1)
+    service = PhaseService(config, store, ProtoRecordEncoder(), PlanOnlyContainment(),
+                           server_env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    try:
+        service.admission.submit(("busy", "0"), "default", "server")  # takes the running slot
+        service.admission.submit(("busy", "1"), "default", "server")  # waits: the queue is now full
+        err = await refused(service, spec(workspace))
+        assert (err.kind, err.reason) == (ErrorKind.RESOURCE_EXHAUSTED, "QUEUE_FULL")
+        assert float(err.metadata["retry_after_ms"]) > 0
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize(

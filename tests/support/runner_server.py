@@ -66,8 +66,10 @@ async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: 
     else:
         server_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
     server_env.update(server_env_extra or {})
+    # Retries are off unless a test asks for them (config or PhaseOptions.retry): the fault tests
+    # check how one attempt ends, and the retry tests set their own (tiny) backoffs.
     flags = {"port": 0, "data_dir": str(data_dir), "workspace_roots": [str(tmp_path)],
-             "claude_path": claude_path, **config}
+             "claude_path": claude_path, "retry_max_attempts": 1, **config}
     cfg = load_config(flags=flags, environ={})
     server = await start_server(cfg, server_env=server_env, telemetry=telemetry)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")

@@ -76,6 +76,9 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
             msg.current_tool.CopyFrom(
                 m.tool_call_to_proto(live.current_tool, job_id=view.job_id, phase_id=view.phase_id)
             )
+        msg.attempts.extend(m.attempt_to_proto(a) for a in live.attempts)
+        if live.queue is not None:
+            msg.queue.CopyFrom(m.queue_state_to_proto(live.queue))
         return
     if view.cost_pb:
         msg.cost.ParseFromString(view.cost_pb)
@@ -84,6 +87,7 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
         msg.MergeFromString(view.tool_stats_pb)
     if view.result_pb:
         msg.result.ParseFromString(view.result_pb)
+        msg.attempts.extend(msg.result.attempts)
         if view.cost_pb and not msg.result.HasField("cost"):
             msg.result.cost.CopyFrom(msg.cost)
 

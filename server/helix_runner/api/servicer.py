@@ -45,6 +45,7 @@ from helix_runner.api.resource_mapping import (
     phase_to_proto,
     tool_call_to_proto,
 )
+from helix_runner.api.retry_options import retry_policy_from_options
 from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.domain.events import ControlEvent, ControlEventKind
@@ -134,7 +135,8 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_stream
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
         spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
-        live = await self.manager.start(spec, breakpoints_from_request(request))
+        retry = retry_policy_from_options(request.options, self.manager.retry_defaults)
+        live = await self.manager.start(spec, breakpoints_from_request(request), retry)
         completed = False
         try:
             async for delivery in live.events.subscribe(0):

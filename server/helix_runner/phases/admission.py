@@ -515,14 +515,38 @@ class AsyncAdmission:
         Raises RESOURCE_EXHAUSTED at once when the queue is full, ``AdmissionClosedError`` when the
         entry is cancelled or the admission closes, and cancelling the waiting task cancels the entry.
         """
+        ticket = self.submit(key, project, credential, attempt=attempt, not_before=not_before, retry=retry)
+        await self.wait(ticket)
+        return ticket
+
+    def submit(
+        self,
+        key: Hashable,
+        project: str,
+        credential: str = "",
+        *,
+        attempt: int = 1,
+        not_before: float | None = None,
+        retry: bool = False,
+    ) -> Ticket:
+        """The synchronous half of ``acquire``: queue the entry (admitting it if it can start now).
+
+        A refusal (``QUEUE_FULL``) happens here, so a caller can refuse a request before it answers
+        anything; then ``await wait(ticket)``.
+        """
         if self._closed:
             raise AdmissionClosedError("admission is closed")
         ticket = self.queue.submit(
             key, project, credential, attempt=attempt, not_before=not_before, retry=retry
         )
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        ticket._waiter = waiter
+        ticket._waiter = asyncio.get_running_loop().create_future()
         self.kick()
+        return ticket
+
+    async def wait(self, ticket: Ticket) -> None:
+        """Wait until a submitted entry is admitted; cancelling the waiting task cancels the entry."""
+        waiter = ticket._waiter
+        assert waiter is not None, "wait() needs a ticket from submit()"
         try:
             await waiter
         except BaseException:
@@ -530,7 +554,6 @@ class AsyncAdmission:
             self.queue.release(ticket)
             self.kick()
             raise
-        return ticket
 
     def cancel(self, key: Hashable) -> bool:
         """Cancel a queued entry; its ``acquire`` raises ``AdmissionClosedError``."""

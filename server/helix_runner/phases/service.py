@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helix_runner.config import ServerConfig
+from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_outcome import EndCause
@@ -28,7 +28,10 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
+from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, QueueStatus, Ticket
+from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.run import LaunchPlan, PhaseRun
@@ -83,6 +86,9 @@ class PhaseService:
         self.writer = EventWriter(store)
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
+        # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
+        self.retry_defaults: RetryPolicy = retry_defaults(config)
+        self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change)
 
     # -- admission -------------------------------------------------------------------------
 
@@ -96,25 +102,21 @@ class PhaseService:
                                   {"searched": str(exc)}) from None
         return self._claude
 
-    async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None) -> LivePhase:
+    async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None,
+                    retry: RetryPolicy | None = None) -> LivePhase:
         """Validates, records and starts a phase; it runs until it ends, whoever watches.
 
         Everything a request can get wrong is checked before the phase row is written: a rejected
         request leaves nothing behind, so its phase id stays free for a corrected retry.
         """
         with self.telemetry.admission():  # telemetry: counts refusals by reason
-            return await self._start(spec, breakpoints)
+            return await self._start(spec, breakpoints, retry or self.retry_defaults)
 
-    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None) -> LivePhase:
+    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy) -> LivePhase:
         breakpoints = list(breakpoints or [])
         BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
-        active = sum(1 for lp in self.live.values() if not lp.done.is_set())
-        if active >= self.config.max_concurrent_phases:
-            raise RunnerError(ErrorKind.RESOURCE_EXHAUSTED, "TOO_MANY_PHASES",
-                              f"{active} phases are running; the limit is {self.config.max_concurrent_phases}",
-                              {"limit": self.config.max_concurrent_phases})
         workdir = resolve_working_dir(spec.working_dir, self.config.workspace_roots)
         if spec.permission_mode == "bypassPermissions" and not self.config.allow_bypass_permissions:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
@@ -125,6 +127,9 @@ class PhaseService:
             request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
             withhold=self.env_withhold,
         )
+        # Every known startup failure writes a result line with `startup_failure_reason` (instead of
+        # stderr alone), which tells a transient refusal from a permanent one (docs/retries-and-admission.md §1).
+        env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
         missing = missing_commands(self.config.required_commands, env)
         if missing:
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
@@ -167,8 +172,27 @@ class PhaseService:
             ),
             key_broker=self.key_broker,
             workspace=workspace,
+            argv_for=lambda attempt_spec: build_argv(
+                str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
         )
 
+        # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
+        # phase either starts at once or waits QUEUED inside its run (the stream is open meanwhile).
+        key = (spec.job_id, spec.phase_id)
+        if key in self.live or self.admission.queue.get(key) is not None:
+            raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
+                              f"phase {spec.phase_id} already exists in job {spec.job_id}",
+                              {"job_id": spec.job_id, "phase_id": spec.phase_id})
+        ticket = self.admission.submit(key, project, DEFAULT_CREDENTIAL)
+        try:
+            return await self._record_and_launch(spec, project, workdir, recording_dir, workspace, plan, breakpoints,
+                                                 Retries(retry, self.admission, ticket, project, DEFAULT_CREDENTIAL))
+        except BaseException:
+            self.admission.release(ticket)
+            raise
+
+    async def _record_and_launch(self, spec: PhaseSpec, project: str, workdir: Path, recording_dir: Path, workspace,
+                                 plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries) -> LivePhase:
         # Persisted from here on.
         now = time.time_ns()
         job, _ = self.store.get_or_create_job(spec.job_id, project, now)
@@ -190,7 +214,8 @@ class PhaseService:
             await workspace.create()  # after the phase row: its ids are ours, so is the branch
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer)
+            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer,
+                           retries=retries)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             self._fail_unstarted(spec.job_id, spec.phase_id, now)
@@ -202,6 +227,12 @@ class PhaseService:
                                                      "working_dir": str(workdir),
                                                      "containment": plan.scope.describe()}})
         return live
+
+    def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
+        """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
+        live = self.live.get(ticket.key)
+        if live is not None and not live.done.is_set():
+            live.run.on_queued(self.admission.queue.queue_state(status))
 
     def _fail_unstarted(self, job_id: str, phase_id: str, start_ns: int) -> None:
         """Records a phase whose row was written but whose run could not be set up as FAILED."""
@@ -276,6 +307,7 @@ class PhaseService:
     async def drain(self, grace: float) -> None:
         """Stops admitting phases, gives running ones ``grace`` seconds, then interrupts them."""
         self.draining = True
+        self.admission.close()  # waiting phases end INTERRUPTED now; running ones get the grace
         running = [lp for lp in self.live.values() if lp.task is not None]
         if not running:
             return
@@ -359,6 +391,17 @@ class PhaseService:
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
                               {"last_sequence": row.last_sequence})
         return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_pb)
+
+
+def admission_limits(config: ServerConfig) -> AdmissionLimits:
+    """The admission limits of the config (``max_running_phases`` 0: ``max_concurrent_phases``)."""
+    return AdmissionLimits(
+        max_running=config.max_running_phases or config.max_concurrent_phases,
+        max_running_per_project=config.max_running_phases_per_project,
+        max_starting=config.max_starting_phases,
+        max_queued=config.max_queued_phases,
+        max_queued_per_project=config.max_queued_phases_per_project,
+    )
 
 
 def _run_id(recording_dir: str) -> str:

@@ -63,6 +63,8 @@ class RunSnapshot:
     user_message_count: int
     turn_count: int  # turn results seen
     containment: ContainmentReport | None = None  # the phase's processes, cgroup and limits now
+    attempts: tuple = ()  # phases.attempts Attempt records, oldest first (the running one last)
+    queue: object | None = None  # the admission QueueState while the phase waits (QUEUED)
 
 
 @dataclass(frozen=True, slots=True)
