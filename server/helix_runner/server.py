@@ -18,29 +18,29 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.proto_records import ProtoRecordEncoder
+from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
-from helix_runner.phases.service import PhaseService
+from helix_runner.offline import Script, ScriptedApi, ScriptError
+from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
+from helix_runner.phases.service import PhaseService
+from helix_runner.phases.takeover import Takeover
 from helix_runner.process import git_worktree
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.process.key_broker import KeyBroker, KeySource
-from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.store.factory import open_store
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
-from helix_runner.phases.takeover import Takeover
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"].full_name
 LIVENESS = "liveness"
 READINESS = "readiness"
 
@@ -220,7 +220,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry)
-    telemetry.attach(manager)
+    telemetry.attach(manager, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if isinstance(store, SqliteStore):
         recovered = await manager.recover()
