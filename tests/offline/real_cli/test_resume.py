@@ -24,8 +24,8 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import DEFAULT_CONTINUATION_PROMPT
-from helix_runner.process.claude_command import build_argv, prompt_line
 from helix_runner.offline import ApiError, Reply, ScriptedApi, Usage
+from helix_runner.process.claude_command import build_argv, prompt_line
 
 pytestmark = pytest.mark.real_cli
 
