@@ -3,7 +3,7 @@
 Health service names: ``liveness`` answers as long as the event loop does; ``readiness`` and
 ``helix.runner.v1.RunnerService`` are SERVING while new phases are accepted and NOT_SERVING
 while draining. We never call ``enter_graceful_shutdown()``: it would flip liveness too and
-get a draining pod killed early (notes/grpc-python-service.md §3.5).
+get a draining pod killed early (docs/grpc-python-service.md §3.5).
 """
 
 from __future__ import annotations

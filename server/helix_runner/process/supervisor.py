@@ -151,7 +151,7 @@ class ProcessSupervisor:
         return True
 
     async def close_stdin(self) -> None:
-        """Closes stdin so the CLI finishes its queued turns and exits (notes §3.5)."""
+        """Closes stdin so the CLI finishes its queued turns and exits (docs/claude-cli-protocol.md §3.5)."""
         proc = self._proc
         if proc is None or proc.stdin is None or proc.stdin.is_closing():
             return
