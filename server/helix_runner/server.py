@@ -3,7 +3,7 @@
 Health service names: ``liveness`` answers as long as the event loop does; ``readiness`` and
 ``helix.runner.v1.RunnerService`` are SERVING while new phases are accepted and NOT_SERVING
 while draining. We never call ``enter_graceful_shutdown()``: it would flip liveness too and
-get a draining pod killed early (notes/grpc-python-service.md §3.5).
+get a draining pod killed early (docs/grpc-python-service.md §3.5).
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
 from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
+from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.offline import Script, ScriptedApi, ScriptError
+from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.queries import PhaseQueries
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.phases.service import PhaseService
@@ -41,7 +42,6 @@ from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"].full_name
 LIVENESS = "liveness"
 READINESS = "readiness"
 
@@ -227,7 +227,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry)
-    telemetry.attach(manager)
+    telemetry.attach(manager, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if isinstance(store, SqliteStore):
         recovered = await manager.recover()

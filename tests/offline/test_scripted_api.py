@@ -32,8 +32,8 @@ from helix_runner.offline import (
     ToolUseBlock,
     Usage,
     cli_env,
-    scripted_api,
 )
+from helix_runner.offline import server as offline_server
 
 HTTP_TIMEOUT = 10.0
 
@@ -438,7 +438,7 @@ def test_every_cli_session_plays_the_script_from_its_start(api: ScriptedApi) -> 
 
 
 def test_session_states_are_bounded(api: ScriptedApi, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scripted_api, "MAX_SESSIONS", 2)
+    monkeypatch.setattr(offline_server, "MAX_SESSIONS", 2)
     api.set_script([Reply.text("only")])
     for session in ("s1", "s2", "s3"):
         post(api, messages_body(), headers={SESSION_HEADER: session})

@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.store.sqlite_store import PhaseRow
 
-DIFF_FILE = "diff.patch"  # written by runner.git_worktree (PhaseWorkspace.diff_path)
+DIFF_FILE = "diff.patch"  # written by process.git_worktree (PhaseWorkspace.diff_path)
 DEFAULT_PAGE = 256 * 1024
 MAX_PAGE = 4 * 1024 * 1024
+
+
+class PhaseRow(Protocol):
+    """The phase facts a diff page needs: a stored phase row has them (the API does not import the store)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def phase_id(self) -> str: ...
+    @property
+    def recording_dir(self) -> str: ...
+    @property
+    def end_time_ns(self) -> int | None: ...
 
 
 def read_diff_page(row: PhaseRow, request: runner_service_pb2.GetPhaseDiffRequest

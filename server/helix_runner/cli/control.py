@@ -325,25 +325,10 @@ async def _edit(client, args) -> int:
 # -- breakpoints -------------------------------------------------------------------------------
 
 
-def describe_breakpoint(bp) -> str:
-    import betterproto2
-
-    kind, value = betterproto2.which_one_of(bp, "condition")
-    if kind == "tool_name":
-        text = f"tool {value}"
-    elif kind == "input_pattern":
-        text = f"input matches /{value.regex}/" + (f" in {value.tool_name}" if value.tool_name else "")
-    elif kind == "cost_threshold_usd":
-        text = f"cost reaches ${value:g}"
-    elif kind == "turn_count":
-        text = f"turn {value} started"
-    else:
-        text = "?"
-    return text + (" (once)" if bp.once else "")
-
-
 async def _break_add(client, args) -> int:
     from helix_runner_client import pb
+
+    from helix_runner.cli.render import describe_breakpoint
 
     bp = pb.Breakpoint(breakpoint_id=args.breakpoint_id, once=args.once)
     if args.tool is not None:
@@ -362,6 +347,8 @@ async def _break_add(client, args) -> int:
 async def _break_ls(client, args) -> int:
     from helix_runner_client import pb
     from rich.table import Table
+
+    from helix_runner.cli.render import describe_breakpoint
 
     response = await client.call("list_breakpoints", pb.ListBreakpointsRequest(**_ids(args)))
     if args.json:
@@ -382,6 +369,8 @@ async def _break_ls(client, args) -> int:
 
 async def _break_rm(client, args) -> int:
     from helix_runner_client import pb
+
+    from helix_runner.cli.render import describe_breakpoint
 
     response = await client.call(
         "remove_breakpoint", pb.RemoveBreakpointRequest(**_ids(args), breakpoint_id=args.breakpoint_id)

@@ -493,7 +493,7 @@ def inspection_renderables(inspection, what: str) -> list:
                 f"[{pending.hold_reason}] since {fmt_clock(pending.hold_time).strip()}"
             )
     if everything or what == "breakpoints":
-        from helix_runner.cli.control import describe_breakpoint
+        from helix_runner.cli.render import describe_breakpoint
 
         out.append(Text("breakpoints:", style="bold"))
         if not inspection.breakpoints:

@@ -114,6 +114,22 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"
 
 
+def describe_breakpoint(bp: pb.Breakpoint) -> str:
+    """A breakpoint's condition in words, for `break ls`, `inspect` and `break add`'s answer."""
+    kind, value = betterproto2.which_one_of(bp, "condition")
+    if kind == "tool_name":
+        text = f"tool {value}"
+    elif kind == "input_pattern":
+        text = f"input matches /{value.regex}/" + (f" in {value.tool_name}" if value.tool_name else "")
+    elif kind == "cost_threshold_usd":
+        text = f"cost reaches ${value:g}"
+    elif kind == "turn_count":
+        text = f"turn {value} started"
+    else:
+        text = "?"
+    return text + (" (once)" if bp.once else "")
+
+
 def cost_figure(cost: pb.PhaseCost | None) -> float | None:
     """The figure to show for a phase: CLI-reported when there is one, else computed."""
     if cost is None:

@@ -84,7 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mock_api(args: argparse.Namespace) -> int:
-    from helix_runner.offline import scripted_api
+    from helix_runner.offline import main
 
     forwarded = ["--script", args.script, "--host", args.host, "--port", str(args.port)]
-    return scripted_api.main(forwarded) or 0
+    return main(forwarded) or 0

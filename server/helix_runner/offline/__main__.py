@@ -2,6 +2,6 @@
 
 import sys
 
-from helix_runner.offline.scripted_api import main
+from helix_runner.offline.server import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""The child's environment is composed, not inherited wholesale (ADR-030).
+"""The child's environment is composed, not inherited wholesale (docs/decisions/ADR-030.md).
 
 Layers, later wins: the allowlisted part of the server's environment minus what the server
 withholds (offline mode withholds every credential, the key-helper mode the API key), PATH with

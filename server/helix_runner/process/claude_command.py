@@ -11,7 +11,8 @@ import orjson
 
 from helix_runner.domain.phase_spec import PhaseSpec
 
-# `--permission-prompt-tool stdio` routes permission prompts to us as `can_use_tool` requests (§3.3).
+# `--permission-prompt-tool stdio` routes permission prompts to us as `can_use_tool` requests
+# (docs/claude-cli-protocol.md §3.3).
 BASE_ARGS = ("-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json",
              "--permission-prompt-tool", "stdio")
 

@@ -135,7 +135,10 @@ class ControlChannel:
             self._pending.pop(request_id, None)
 
     def on_response(self, request_id: str, success: bool, response: dict[str, Any], error: str) -> None:
-        """Routes a ``control_response`` to its waiter; answers to unknown ids are ignored (§3.1)."""
+        """Routes a ``control_response`` to its waiter.
+
+        Answers to unknown ids are ignored (docs/claude-cli-protocol.md §3.1).
+        """
         entry = self._pending.get(request_id)
         if entry is None or entry[1].done():
             return

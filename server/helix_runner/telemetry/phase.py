@@ -133,8 +133,8 @@ class PhaseTelemetry:
         self.attempt_number = 0
         self._attempt: Span | None = None
         # Turns without their result yet, oldest first: the CLI can start the next turn before it
-        # writes the previous one's result (a background subagent's follow-up, CAP 09), and results
-        # come in turn order. The newest is the current turn; ``_turn_has_init`` is about it.
+        # writes the previous one's result (a background subagent's follow-up, corpus localcli-09),
+        # and results come in turn order. The newest is the current turn; ``_turn_has_init`` is about it.
         self._turns: deque[Span] = deque()
         self._turn_has_init = False
         self._turn_index = 0

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -122,15 +122,14 @@ class Telemetry:
     def interceptor(self) -> TelemetryInterceptor:
         return TelemetryInterceptor(self.metrics, self.tracer)
 
-    def attach(self, manager: Any) -> None:
-        """Times the manager's event commits and exports the watchers of its live phases."""
-        # The one import of the application layer (it moves to helix_runner.phases in the restructure).
-        from helix_runner.phases.event_log import PhaseEventLog
+    def attach(self, manager: Any, *, lagged_total: Callable[[], int]) -> None:
+        """Times the manager's event commits and exports the watchers of its live phases.
 
+        ``lagged_total`` reads the event log's count of watchers dropped for lagging; the caller hands
+        it in because telemetry sits below the application layer (the ``layers`` import contract).
+        """
         manager.writer.commit_timer = self.metrics.store_write_timer
-        self.metrics.watch(
-            lambda: [lp.events for lp in list(manager.live.values())], lambda: PhaseEventLog.lagged_total
-        )
+        self.metrics.watch(lambda: [lp.events for lp in list(manager.live.values())], lagged_total)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
