@@ -14,6 +14,7 @@ import pytest
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.offline import Reply, Usage
 from helix_runner.store.postgres_notify import CHANNEL
 from helix_runner.store.postgres_store import PostgresStore
@@ -42,7 +43,7 @@ async def test_a_phase_runs_on_postgres_and_another_replica_answers_for_it(
                 assert [e.sequence for e in stored] == [e.sequence for e in events]
                 assert [e.body for e in stored] == [e.SerializeToString() for e in events]
                 row = other.get_phase("job-1", "p1")
-                assert row.status == "SUCCEEDED" and row.result_json is not None
+                assert row.status is PhaseStatus.SUCCEEDED and row.result_pb is not None
                 assert other.phase_owner("job-1", "p1").replica_id == runner.server.store.replica_id
             finally:
                 other.close()

@@ -8,17 +8,18 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.proto_records import ProtoRecordEncoder
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.takeover import REASON, Takeover
 from helix_runner.store.postgres_store import PostgresStore
-from helix_runner.store.sqlite_store import EventRow, PhaseRow
+from helix_runner.store.protocol import EventRow, PhaseRow
 
 
 def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: str = "x") -> None:
     dead = PostgresStore(url, heartbeat=False)
     dead.get_or_create_job(job, "p", 1)
-    dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status="RUNNING",
+    dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
                                create_time_ns=1, start_time_ns=2, session_id="sess"))
-    dead.append_events(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])
+    dead.append_events([(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])])
     # Its process (and heartbeat) stopped without a clean close: the lease runs out on its own.
     cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
                     (dead.replica_id,))
@@ -30,15 +31,15 @@ def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postgres_cl
     survivor = PostgresStore(postgres_url, heartbeat=False)
     try:
         swept = Takeover(survivor, ProtoRecordEncoder(), interval_seconds=1).sweep()
-        assert [(r.phase_id, r.status) for r in swept] == [("x", "RUNNING")]
+        assert [(r.phase_id, r.status) for r in swept] == [("x", PhaseStatus.RUNNING)]
         last = ev.StreamEvent.FromString(survivor.read_events("j", "x", 1, 10)[0].body)
         assert last.sequence == 2 and last.job_id == "j" and last.session_id == "sess"
         assert last.status_changed.from_status == res.PHASE_STATUS_RUNNING
         assert last.status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
         row = survivor.get_phase("j", "x")
-        result = res.PhaseResult.FromString(row.result_json)
+        result = res.PhaseResult.FromString(row.result_pb)
         assert (result.status, result.reason, result.last_sequence) == (res.PHASE_STATUS_INTERRUPTED, REASON, 2)
-        assert row.status == "INTERRUPTED" and row.status_reason == REASON
+        assert row.status is PhaseStatus.INTERRUPTED and row.status_reason == REASON
     finally:
         survivor.close()
 

@@ -11,13 +11,18 @@ import threading
 
 import pytest
 
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.store.postgres_cluster import FencedError
 from helix_runner.store.postgres_migrations import Migration, known_migrations, migrate
 from helix_runner.store.postgres_store import PostgresStore
-from helix_runner.store.sqlite_store import EventRow, PhaseRow, StoreError, ToolCallRow
+from helix_runner.store.protocol import EventRow, PhaseRow, StoreError, ToolCallRow
+
+S = PhaseStatus
+T = ToolCallStatus
 
 
-def phase(job: str, pid: str, status: str = "RUNNING") -> PhaseRow:
+def phase(job: str, pid: str, status: PhaseStatus = S.RUNNING) -> PhaseRow:
     return PhaseRow(job_id=job, phase_id=pid, ordinal=0, project_id="p", status=status, create_time_ns=1)
 
 
@@ -47,28 +52,28 @@ def set_lease(cluster, url: str, replica_id: str, seconds_from_now: float) -> No
 
 def interrupt(row: PhaseRow, seq: int):
     return EventRow(seq, 99, "status", b"interrupted:" + row.phase_id.encode()), {
-        "status_reason": "its replica stopped renewing its lease", "end_time_ns": 99, "result_json": b"result"}
+        "status_reason": "its replica stopped renewing its lease", "end_time_ns": 99, "result_pb": b"result"}
 
 
 def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "x"))
-    a.append_events("j", "x", [ev(1), ev(2)])
-    a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", "RUNNING", 2, b"t")])
+    a.append_events([("j", "x", [ev(1), ev(2)])])
+    a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", T.RUNNING, 2, b"t")])
 
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)  # A is paused past its lease
     with pytest.raises(FencedError):  # refused already before anyone took over
-        a.append_events("j", "x", [ev(3, b"stale")])
+        a.append_events([("j", "x", [ev(3, b"stale")])])
     swept = b.sweep_expired_owners(interrupt)
-    assert [(r.phase_id, r.status, r.last_sequence) for r in swept] == [("x", "RUNNING", 2)]
+    assert [(r.phase_id, r.status, r.last_sequence) for r in swept] == [("x", S.RUNNING, 2)]
 
     set_lease(postgres_cluster, postgres_url, a.replica_id, 60)  # A revives, its lease live again
     with pytest.raises(FencedError) as refused:
-        a.append_events("j", "x", [ev(4, b"stale")])
+        a.append_events([("j", "x", [ev(4, b"stale")])])
     assert refused.value.refused == [("j", "x")]
-    for write in (lambda: a.update_phase("j", "x", 5, status="SUCCEEDED"),
-                  lambda: a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", "SUCCEEDED", 2, b"late")]),
+    for write in (lambda: a.update_phase("j", "x", 5, status=S.SUCCEEDED),
+                  lambda: a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", T.SUCCEEDED, 2, b"late", duration_ns=1)]),
                   lambda: a.replace_model_costs("j", "x", "p", []),
                   lambda: a.mark_tool_calls_unfinished("j", "x")):
         with pytest.raises(FencedError):
@@ -78,10 +83,10 @@ def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, p
     assert [(e.sequence, e.body) for e in b.read_events("j", "x", 0, 10)] == [
         (1, b"e1"), (2, b"e2"), (3, b"interrupted:x")]
     row = b.get_phase("j", "x")
-    assert (row.status, row.status_reason, row.end_time_ns, row.result_json) == (
-        "INTERRUPTED", "its replica stopped renewing its lease", 99, b"result")
-    assert b.get_job("j").status == "INTERRUPTED"
-    assert [(c.status, c.body) for c in b.list_tool_calls("j", "x", None, [], 10)] == [("UNFINISHED", b"t")]
+    assert (row.status, row.status_reason, row.end_time_ns, row.result_pb) == (
+        S.INTERRUPTED, "its replica stopped renewing its lease", 99, b"result")
+    assert b.get_job("j").status is S.INTERRUPTED
+    assert [(c.status, c.body) for c in b.list_tool_calls("j", "x", None, [], 10)] == [(T.UNFINISHED, b"t")]
     assert b.phase_owner("j", "x").replica_id is None
 
 
@@ -92,19 +97,19 @@ def test_a_restart_under_a_stable_id_fences_out_the_old_process(postgres_url):
     try:
         old.get_or_create_job("j", "p", 1)
         old.insert_phase(phase("j", "x"))
-        old.insert_phase(phase("j", "done", status="SUCCEEDED"))
-        old.append_events("j", "x", [ev(1)])
+        old.insert_phase(phase("j", "done", status=S.SUCCEEDED))
+        old.append_events([("j", "x", [ev(1)])])
         new = PostgresStore(postgres_url, replica_id="helix-0", heartbeat=False)  # the restarted pod
         assert new.replica_id == old.replica_id and set(new.replica.adopted()) == {("j", "x")}
         with pytest.raises(FencedError):
-            old.append_events("j", "x", [ev(2, b"zombie")])
+            old.append_events([("j", "x", [ev(2, b"zombie")])])
         with pytest.raises(FencedError):
-            old.update_phase("j", "x", 2, status="SUCCEEDED")
+            old.update_phase("j", "x", 2, status=S.SUCCEEDED)
         # The successor records the adopted phase INTERRUPTED at once, with no lease to wait for.
         assert [r.phase_id for r in new.sweep_expired_owners(interrupt)] == ["x"]
         assert new.sweep_expired_owners(interrupt) == []
         assert [e.body for e in new.read_events("j", "x", 0, 10)] == [b"e1", b"interrupted:x"]
-        assert new.get_phase("j", "x").status == "INTERRUPTED" and new.get_phase("j", "done").status == "SUCCEEDED"
+        assert new.get_phase("j", "x").status is S.INTERRUPTED and new.get_phase("j", "done").status is S.SUCCEEDED
     finally:
         old.close()
         if new is not None:
@@ -116,11 +121,11 @@ def test_a_live_owners_phase_is_written_by_no_other_replica(replicas):
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "x"))
     with pytest.raises(FencedError):
-        b.append_events("j", "x", [ev(1)])
+        b.append_events([("j", "x", [ev(1)])])
     with pytest.raises(FencedError):
-        b.update_phase("j", "x", 2, status="INTERRUPTED")
+        b.update_phase("j", "x", 2, status=S.INTERRUPTED)
     assert b.sweep_expired_owners(interrupt) == []  # a live owner is not swept
-    a.append_events("j", "x", [ev(1)])
+    a.append_events([("j", "x", [ev(1)])])
     assert [e.sequence for e in b.read_events("j", "x", 0, 10)] == [1]
     owner = b.phase_owner("j", "x")
     assert (owner.replica_id, owner.live) == (a.replica_id, True)
@@ -132,7 +137,7 @@ def test_group_commit_keeps_owned_phases_and_names_refused_ones(replicas, postgr
     a.insert_phase(phase("j", "mine"))
     b.insert_phase(phase("j", "theirs"))
     with pytest.raises(FencedError) as refused:
-        a.append_events_many([("j", "mine", [ev(1), ev(2)]), ("j", "theirs", [ev(1)]), ("j", "ghost", [ev(1)])])
+        a.append_events([("j", "mine", [ev(1), ev(2)]), ("j", "theirs", [ev(1)]), ("j", "ghost", [ev(1)])])
     assert sorted(refused.value.refused) == [("j", "ghost"), ("j", "theirs")]
     assert [e.sequence for e in a.read_events("j", "mine", 0, 10)] == [1, 2]
     assert a.read_events("j", "theirs", 0, 10) == []
@@ -142,18 +147,18 @@ def test_sweep_interrupts_only_expired_owners_once(replicas, postgres_cluster, p
     a, b, c = replicas(3)
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "dead-running"))
-    a.insert_phase(phase("j", "dead-paused", status="PAUSED"))
-    a.insert_phase(phase("j", "dead-done", status="RUNNING"))
-    a.update_phase("j", "dead-done", 2, status="SUCCEEDED")
+    a.insert_phase(phase("j", "dead-paused", status=S.PAUSED))
+    a.insert_phase(phase("j", "dead-done", status=S.RUNNING))
+    a.update_phase("j", "dead-done", 2, status=S.SUCCEEDED)
     b.insert_phase(phase("j", "alive"))
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
     swept = c.sweep_expired_owners(interrupt)
     assert sorted(r.phase_id for r in swept) == ["dead-paused", "dead-running"]
     assert c.sweep_expired_owners(interrupt) == [] and b.sweep_expired_owners(interrupt) == []
-    status = {p.phase_id: p.status for p in c.list_phases("j")}
-    assert status == {"dead-running": "INTERRUPTED", "dead-paused": "INTERRUPTED", "dead-done": "SUCCEEDED",
-                      "alive": "RUNNING"}
-    assert c.get_job("j").status == "RUNNING"  # "alive" is the job's latest phase
+    status = {p.phase_id: p.status for p in c.phases_of_jobs(["j"])}
+    assert status == {"dead-running": S.INTERRUPTED, "dead-paused": S.INTERRUPTED, "dead-done": S.SUCCEEDED,
+                      "alive": S.RUNNING}
+    assert c.get_job("j").status is S.RUNNING  # "alive" is the job's latest phase
     assert [r.replica_id for r in c.live_replicas()] == sorted([b.replica_id, c.replica_id])
 
 
@@ -162,7 +167,7 @@ def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_u
     a.get_or_create_job("j", "p", 1)
     for i in range(20):
         a.insert_phase(phase("j", f"x{i}"))
-        a.append_events("j", f"x{i}", [ev(1)])
+        a.append_events([("j", f"x{i}", [ev(1)])])
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
     results: list[list[PhaseRow]] = [[] for _ in sweepers]
 
@@ -190,7 +195,7 @@ def test_a_lapsed_lease_is_not_renewed_and_the_replica_registers_again(replicas,
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "new"))  # taking a phase needs a live lease: a new registration
     assert a.replica_id != before
-    a.append_events("j", "new", [ev(1)])
+    a.append_events([("j", "new", [ev(1)])])
     assert a.phase_owner("j", "new").replica_id == a.replica_id
 
 
@@ -234,3 +239,43 @@ def test_an_unreachable_database_is_a_one_line_store_error(tmp_path):
     with pytest.raises(StoreError) as caught:
         PostgresStore(url, connect_timeout=1)
     assert "hunter2" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once(postgres_url, postgres_cluster):
+    import psycopg
+
+    with psycopg.connect(postgres_url) as conn:  # a database as the first PostgreSQL store left it
+        assert migrate(conn, known_migrations()[:1]) == 1
+        conn.execute("INSERT INTO jobs VALUES ('j', 'p', 'SUCCEEDED', 1, 2)")
+        conn.execute("INSERT INTO phases (job_id, phase_id, ordinal, project_id, status, create_time_ns, "
+                     "options_json, result_pb) VALUES ('j', 'a', 1, 'p', 'SUCCEEDED', 1, 'o', '\\x0a01')")
+        conn.execute("INSERT INTO tool_calls VALUES ('j', 'a', 't1', 'Bash', 'SUCCEEDED', 3, 'duration=40'), "
+                     "('j', 'a', 't2', 'Bash', 'RUNNING', 5, 'running'), ('j', 'a', 't3', 'Bash', 'FAILED', 7, 'bad')")
+    store = PostgresStore(postgres_url, heartbeat=False)
+    try:
+        assert (store.schema_version, store.migrated_from) == (len(known_migrations()), 1)
+        row = store.get_phase("j", "a")
+        assert (row.status, row.result_pb) == (S.SUCCEEDED, b"\x0a\x01")
+        columns = {r[0] for r in postgres_cluster.execute(
+            postgres_url, "SELECT column_name FROM information_schema.columns WHERE table_name = 'phases'")}
+        assert "options_json" not in columns
+        decoded = []
+
+        def duration_of(body: bytes) -> int | None:
+            decoded.append(body)
+            return int(body.split(b"=")[1]) if body.startswith(b"duration=") else None
+
+        assert store.backfill_tool_call_durations(duration_of, batch=1) == 1
+        assert sorted(decoded) == [b"bad", b"duration=40"]  # only finished calls are decoded
+        assert [(c.tool_use_id, c.duration_ns) for c in store.list_tool_calls("j", None, None, [], 10)] == [
+            ("t1", 40), ("t2", None), ("t3", None)]
+        assert [(s.name, s.count, s.total_duration_ns, s.p95_duration_ns)
+                for s in store.tool_call_stats("j", None, None, [])] == [("Bash", 3, 40, 40)]
+        assert store.backfill_tool_call_durations(duration_of) == 0 and len(decoded) == 2  # done for good
+    finally:
+        store.close()
+    again = PostgresStore(postgres_url, heartbeat=False)
+    try:
+        assert again.migrated_from is None  # reopening a current database migrates nothing
+    finally:
+        again.close()

@@ -18,7 +18,7 @@ from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_result import PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.ports import RecordEncoder
-from helix_runner.store.sqlite_store import EventRow, PhaseRow, StoreError
+from helix_runner.store.protocol import EventRow, PhaseRow, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Takeover:
 
     def _interrupt(self, row: PhaseRow, sequence: int) -> tuple[EventRow, dict[str, object]]:
         now = time.time_ns()
-        change = PhaseStatusChanged(PhaseStatus[row.status], PhaseStatus.INTERRUPTED, REASON)
+        change = PhaseStatusChanged(row.status, PhaseStatus.INTERRUPTED, REASON)
         event = Event(sequence, now, row.session_id, "", "", "", change)
         result = PhaseResult(
             job_id=row.job_id,
@@ -55,7 +55,7 @@ class Takeover:
         return EventRow(sequence, now, self.codec.event_kind(event), encoded), {
             "status_reason": REASON,
             "end_time_ns": now,
-            "result_json": self.codec.encode_result(result),
+            "result_pb": self.codec.encode_result(result),
         }
 
     def sweep(self) -> list[PhaseRow]:

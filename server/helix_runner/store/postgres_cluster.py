@@ -23,7 +23,7 @@ from datetime import datetime
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from helix_runner.store.sqlite_store import StoreError
+from helix_runner.store.protocol import StoreError
 
 log = logging.getLogger(__name__)
 

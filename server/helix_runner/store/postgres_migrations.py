@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from helix_runner.store.sqlite_store import StoreError
+from helix_runner.store.protocol import StoreError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations" / "postgres"
 # An arbitrary constant naming "helix-runner schema migration" among advisory locks.
@@ -45,6 +45,14 @@ def known_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
 
 def migrate(conn: psycopg.Connection, migrations: list[Migration] | None = None) -> int:
     """Applies every pending migration in one transaction; returns the schema version now in force."""
+    return migrate_from(conn, migrations)[0]
+
+
+def migrate_from(
+    conn: psycopg.Connection, migrations: list[Migration] | None = None
+) -> tuple[int, int | None]:
+    """Like ``migrate``; also returns the version an existing database had if this call migrated it
+    (None for a new database or one already current), as ``SqliteStore.migrated_from`` does."""
     migrations = known_migrations() if migrations is None else migrations
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ADVISORY_LOCK_KEY,))
@@ -59,13 +67,13 @@ def migrate(conn: psycopg.Connection, migrations: list[Migration] | None = None)
                 f"the database schema is at version {max(applied)}, newer than this server knows "
                 f"({newest_known}): run a newer helix-runner"
             )
-        for migration in migrations:
-            if migration.version in applied:
-                continue
+        pending = [m for m in migrations if m.version not in applied]
+        migrated_from = max(applied) if applied and pending else None
+        for migration in pending:
             # No parameters: psycopg sends the file as one simple query, several statements allowed.
             conn.execute(migration.sql)  # type: ignore[arg-type]
             conn.execute(
                 "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                 (migration.version, migration.name),
             )
-        return newest_known
+        return newest_known, migrated_from

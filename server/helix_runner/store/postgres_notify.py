@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from helix_runner.store.sqlite_store import ACTIVE_STATUSES, EventRow
+from helix_runner.store.protocol import ACTIVE_STATUSES, EventRow, PhaseRow
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,5 @@ async def follow_phase_events(
                 await asyncio.wait_for(waiter.wakeup.wait(), poll_seconds)
 
 
-def _finished(phase) -> bool:
-    result = getattr(phase, "result_pb", None) or getattr(phase, "result_json", None)
-    return phase.status not in ACTIVE_STATUSES and result is not None
+def _finished(phase: PhaseRow) -> bool:
+    return phase.status not in ACTIVE_STATUSES and phase.result_pb is not None

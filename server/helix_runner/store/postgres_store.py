@@ -15,11 +15,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
+from enum import Enum
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.pricing import PricingSource
+from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.postgres_cluster import (
     DEFAULT_LEASE_SECONDS,
     FencedError,
@@ -28,14 +32,16 @@ from helix_runner.store.postgres_cluster import (
     ReplicaRow,
     prune_expired_replicas,
 )
-from helix_runner.store.postgres_migrations import migrate
+from helix_runner.store.postgres_migrations import migrate_from
 from helix_runner.store.postgres_notify import EventPointer, notify
-from helix_runner.store.sqlite_store import (
+from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
+    FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
     EventRow,
     JobRow,
     ModelCostRow,
+    PhaseCostSums,
     PhaseRow,
     StoreError,
     ToolCallRow,
@@ -43,37 +49,61 @@ from helix_runner.store.sqlite_store import (
 
 log = logging.getLogger(__name__)
 
-# PhaseRow field -> PostgreSQL column. The blob columns carry protobuf bytes and are named for it
-# here (docs/decisions/store-is-wire.md); ``get`` keeps this right once the fields are renamed too.
-_COLUMN = {"result_json": "result_pb", "cost_json": "cost_pb", "tool_stats_json": "tool_stats_pb"}
-_PHASE_FIELDS = tuple(f.name for f in fields(PhaseRow) if f.name != "last_sequence")
-_PHASE_COLUMNS = tuple(_COLUMN.get(f, f) for f in _PHASE_FIELDS)
+# PhaseRow fields are the phases table's columns; last_sequence, the last field, is derived on read
+# (the phase's highest event sequence), as in SqliteStore.
+_PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow))[:-1]
+assert fields(PhaseRow)[-1].name == "last_sequence"
 _SELECT_PHASES = (
     f"SELECT {','.join('p.' + c for c in _PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
     "WHERE e.job_id = p.job_id AND e.phase_id = p.phase_id) FROM phases p"
 )
-_ACTIVE = list(ACTIVE_STATUSES)
+# Statuses are stored by their enum names (as in SqliteStore), so both databases read alike.
+_ACTIVE = [s.name for s in ACTIVE_STATUSES]
+_FINISHED = [s.name for s in FINISHED_TOOL_STATUSES]
 _JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
+# Finished calls migration 2 found without a duration (backfill_tool_call_durations drops it when done).
+_BACKFILL_INDEX = "tool_calls_duration_backfill"
 
 # An interrupt callback gets the phase and the sequence its terminal event must carry; it returns
 # that event and the phase's other new columns (reason, end time, encoded result).
 Interrupt = Callable[[PhaseRow, int], tuple[EventRow, dict[str, object]]]
 
 
-def _phase_row(r: Sequence[object]) -> PhaseRow:
-    return PhaseRow(**dict(zip(_PHASE_FIELDS, r[:-1], strict=True)), last_sequence=r[-1])
+def _phase_row(r: Sequence) -> PhaseRow:
+    row = PhaseRow(*r)
+    row.status = PhaseStatus[row.status]
+    return row
+
+
+def _job_row(r: Sequence) -> JobRow:
+    return JobRow(r[0], r[1], PhaseStatus[r[2]], r[3], r[4])
+
+
+def _phase_value(column: str, value: object) -> object:
+    """A PhaseRow field as stored: the status by its enum name (a bare string is a caller's bug)."""
+    if column == "status":
+        if not isinstance(value, PhaseStatus):
+            raise TypeError(f"status must be a PhaseStatus, not {value!r}")
+        return value.name
+    return value
+
+
+def _names(statuses: Iterable[Enum]) -> list[str]:
+    return [s.name for s in statuses]
 
 
 def _scope(
-    project_id: str | None, job_id: str | None, phase_id: str | None, prefix: str = ""
-) -> tuple[list[str], list[str]]:
-    """WHERE terms for a cost scope: a phase (job + phase), a job, or a project."""
-    if job_id:
+    project_id: str | None, job_ids: Sequence[str], phase_id: str | None
+) -> tuple[list[str], list[object]]:
+    """WHERE terms for a cost scope: one phase (one job + phase), jobs, or a project."""
+    if job_ids:
+        terms, args = ["job_id = ANY(%s)"], [list(job_ids)]
         if phase_id:
-            return [f"{prefix}job_id = %s", f"{prefix}phase_id = %s"], [job_id, phase_id]
-        return [f"{prefix}job_id = %s"], [job_id]
+            terms.append("phase_id = %s")
+            args.append(phase_id)
+        return terms, args
     if project_id is not None:
-        return [f"{prefix}project_id = %s"], [project_id]
+        return ["project_id = %s"], [project_id]
     return [], []
 
 
@@ -103,11 +133,12 @@ class PostgresStore:
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
             with self._pool.connection() as conn:
-                self.schema_version = migrate(conn)
+                # migrated_from: the version an existing database had if this start migrated it.
+                self.schema_version, self.migrated_from = migrate_from(conn)
             self.replica = ReplicaMembership(
                 self._pool, replica_id=replica_id, address=address, lease_seconds=lease_seconds
             )
-            self.replica.register(ACTIVE_STATUSES)
+            self.replica.register(_ACTIVE)
         except (psycopg.Error, PoolTimeout) as exc:
             self._pool.close()
             raise StoreError(f"cannot open the PostgreSQL database: {_describe(exc)}") from None
@@ -129,6 +160,43 @@ class PostgresStore:
     def replica_id(self) -> str:
         return self.replica.replica_id
 
+    def backfill_tool_call_durations(
+        self, duration_of: Callable[[bytes], int | None], batch: int = 1000
+    ) -> int:
+        """Fills in the duration of finished calls recorded before migration 2 (only in their body).
+
+        As ``SqliteStore.backfill_tool_call_durations``: ``duration_of`` decodes a body; runs while
+        the ``tool_calls_duration_backfill`` index exists (made by migration 2), then drops it.
+        Finished calls are never rewritten by their phase, so this needs no fence; replicas doing
+        it at once write the same values. Returns the number of calls filled in.
+        """
+        with self._pool.connection() as conn:
+            (pending,) = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (_BACKFILL_INDEX,)).fetchone()
+        if not pending:
+            return 0
+        filled, last = 0, ("", "", "")
+        while True:
+            with self._pool.connection() as conn:
+                rows = conn.execute(
+                    "SELECT job_id, phase_id, tool_use_id, body FROM tool_calls WHERE duration_ns IS NULL "
+                    "AND status = ANY(%s) AND (job_id, phase_id, tool_use_id) > (%s, %s, %s) "
+                    "ORDER BY job_id, phase_id, tool_use_id LIMIT %s",
+                    (_FINISHED, *last, batch),
+                ).fetchall()
+            if not rows:
+                break
+            last = rows[-1][:3]
+            updates = [(d, j, p, t) for j, p, t, body in rows if (d := duration_of(body)) is not None]
+            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE tool_calls SET duration_ns = %s WHERE job_id = %s AND phase_id = %s AND tool_use_id = %s",
+                    updates,
+                )
+            filled += len(updates)
+        with self._pool.connection() as conn:
+            conn.execute(f"DROP INDEX IF EXISTS {_BACKFILL_INDEX}")
+        return filled
+
     # -- jobs -------------------------------------------------------------------------------
 
     def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
@@ -140,7 +208,7 @@ class PostgresStore:
                 (job_id, project_id, now_ns, now_ns),
             ).fetchone()
             if created:
-                return JobRow(*created), True
+                return _job_row(created), True
             return self._job(conn, job_id), False
 
     def get_job(self, job_id: str) -> JobRow | None:
@@ -150,12 +218,12 @@ class PostgresStore:
     @staticmethod
     def _job(conn: psycopg.Connection, job_id: str) -> JobRow | None:
         r = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
-        return JobRow(*r) if r else None
+        return _job_row(r) if r else None
 
     def list_jobs(
         self,
         project_id: str | None,
-        statuses: Sequence[str],
+        statuses: Sequence[PhaseStatus],
         limit: int,
         after: tuple[int, str] | None = None,
     ) -> list[JobRow]:
@@ -166,7 +234,7 @@ class PostgresStore:
             args.append(project_id)
         if statuses:
             where.append("status = ANY(%s)")
-            args.append(list(statuses))
+            args.append(_names(statuses))
         if after is not None:
             where.append("(create_time_ns, job_id) < (%s, %s)")
             args.extend([after[0], after[1]])
@@ -176,14 +244,14 @@ class PostgresStore:
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT %s"
         args.append(limit)
         with self._pool.connection() as conn:
-            return [JobRow(*r) for r in conn.execute(sql, args).fetchall()]
+            return [_job_row(r) for r in conn.execute(sql, args).fetchall()]
 
     # -- phases -----------------------------------------------------------------------------
 
     def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a new phase owned by this replica (ordinal and fence assigned here); it becomes the job's latest."""
-        values = [getattr(row, f) for f in _PHASE_FIELDS if f != "ordinal"]
-        cols = [c for f, c in zip(_PHASE_FIELDS, _PHASE_COLUMNS, strict=True) if f != "ordinal"]
+        cols = [c for c in _PHASE_COLUMNS if c != "ordinal"]
+        values = [_phase_value(c, getattr(row, c)) for c in cols]
         try:
             with self._pool.connection() as conn, conn.transaction():
                 self.replica.ensure_live(conn)
@@ -203,7 +271,7 @@ class PostgresStore:
                 ).fetchone()
                 conn.execute(
                     "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s",
-                    (row.status, row.create_time_ns, row.job_id),
+                    (row.status.name, row.create_time_ns, row.job_id),
                 )
         except pg_errors.UniqueViolation:
             raise AlreadyExistsError(f"phase {row.phase_id} already exists in job {row.job_id}") from None
@@ -213,12 +281,13 @@ class PostgresStore:
 
     def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
         """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
-        unknown = set(values) - set(_PHASE_FIELDS)
+        unknown = set(values) - set(_PHASE_COLUMNS)
         if unknown:
             raise ValueError(f"unknown phase columns: {sorted(unknown)}")
         if not values:
             return
-        sets = ",".join(f"{_COLUMN.get(k, k)} = %s" for k in values)
+        values = {k: _phase_value(k, v) for k, v in values.items()}
+        sets = ",".join(f"{k} = %s" for k in values)
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             exists = self.replica.require_writable(cur, job_id, phase_id, missing_ok=True)
             cur.execute(
@@ -233,7 +302,7 @@ class PostgresStore:
                 )
             else:
                 cur.execute("UPDATE jobs SET update_time_ns = %s WHERE job_id = %s", (now_ns, job_id))
-            if exists and ("status" in values or "result_json" in values or "result_pb" in values):
+            if exists and ("status" in values or "result_pb" in values):
                 # Wakes followers on other replicas: a phase's end is news even without a new event.
                 self._notify_current(cur, job_id, phase_id)
 
@@ -252,10 +321,13 @@ class PostgresStore:
             ).fetchone()
         return _phase_row(r) if r else None
 
-    def list_phases(self, job_id: str) -> list[PhaseRow]:
+    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
+        """The phases of all these jobs in one query, by job then ordinal."""
+        if not job_ids:
+            return []
         with self._pool.connection() as conn:
             rows = conn.execute(
-                f"{_SELECT_PHASES} WHERE p.job_id = %s ORDER BY p.ordinal", (job_id,)
+                f"{_SELECT_PHASES} WHERE p.job_id = ANY(%s) ORDER BY p.job_id, p.ordinal", (list(job_ids),)
             ).fetchall()
         return [_phase_row(r) for r in rows]
 
@@ -267,12 +339,8 @@ class PostgresStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    def append_events(self, job_id: str, phase_id: str, events: Sequence[EventRow]) -> None:
-        """Appends events in one transaction (the phase's last_sequence follows from them)."""
-        self.append_events_many([(job_id, phase_id, events)])
-
-    def append_events_many(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
-        """Appends the events of several phases in one transaction (group commit), then notifies.
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+        """Appends the events of one or more phases in one transaction (group commit), then notifies.
 
         Phases this replica may not write are left out and named by the ``FencedError`` raised
         after the others were committed.
@@ -316,15 +384,19 @@ class PostgresStore:
     # -- tool calls -------------------------------------------------------------------------
 
     def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
-        rows = [(job_id, phase_id, c.tool_use_id, c.name, c.status, c.start_sequence, c.body) for c in calls]
+        rows = [
+            (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
+            for c in calls
+        ]
         if not rows:
             return
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             self.replica.require_writable(cur, job_id, phase_id)
             cur.executemany(
-                "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (job_id, phase_id, tool_use_id) DO UPDATE SET "
-                "name = excluded.name, status = excluded.status, body = excluded.body",
+                "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body, "
+                "duration_ns) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (job_id, phase_id, tool_use_id) DO UPDATE "
+                "SET name = excluded.name, status = excluded.status, body = excluded.body, "
+                "duration_ns = excluded.duration_ns",
                 rows,
             )
 
@@ -338,21 +410,19 @@ class PostgresStore:
     @staticmethod
     def _mark_unfinished(cur: psycopg.Cursor, job_id: str, phase_id: str) -> int:
         return cur.execute(
-            "UPDATE tool_calls SET status = 'UNFINISHED' WHERE job_id = %s AND phase_id = %s "
-            "AND status IN ('RUNNING', 'HELD')",
-            (job_id, phase_id),
+            "UPDATE tool_calls SET status = %s WHERE job_id = %s AND phase_id = %s AND status = ANY(%s)",
+            (
+                ToolCallStatus.UNFINISHED.name,
+                job_id,
+                phase_id,
+                [ToolCallStatus.RUNNING.name, ToolCallStatus.HELD.name],
+            ),
         ).rowcount
 
-    def list_tool_calls(
-        self,
-        job_id: str,
-        phase_id: str | None,
-        tool_name: str | None,
-        statuses: Sequence[str],
-        limit: int,
-        after: tuple[int, int, str] | None = None,
-    ) -> list[ToolCallRow]:
-        """Tool calls in (phase ordinal, start sequence) order; ``after`` is the last row's key."""
+    @staticmethod
+    def _tool_call_filter(
+        job_id: str, phase_id: str | None, tool_name: str | None, statuses: Sequence[ToolCallStatus]
+    ) -> tuple[list[str], list[object]]:
         where, args = ["t.job_id = %s"], [job_id]
         if phase_id:
             where.append("t.phase_id = %s")
@@ -362,26 +432,69 @@ class PostgresStore:
             args.append(tool_name)
         if statuses:
             where.append("t.status = ANY(%s)")
-            args.append(list(statuses))
+            args.append(_names(statuses))
+        return where, args
+
+    def list_tool_calls(
+        self,
+        job_id: str,
+        phase_id: str | None,
+        tool_name: str | None,
+        statuses: Sequence[ToolCallStatus],
+        limit: int,
+        after: tuple[int, int, str] | None = None,
+    ) -> list[ToolCallRow]:
+        """Tool calls in (phase ordinal, start sequence) order; ``after`` is the last row's key."""
+        where, args = self._tool_call_filter(job_id, phase_id, tool_name, statuses)
         if after is not None:
             where.append("(p.ordinal, t.start_sequence, t.tool_use_id) > (%s, %s, %s)")
             args.extend(after)
         sql = (
-            "SELECT t.tool_use_id, t.name, t.status, t.start_sequence, t.body, t.phase_id "
+            "SELECT t.tool_use_id, t.name, t.status, t.start_sequence, t.body, t.phase_id, t.duration_ns, p.ordinal "
             "FROM tool_calls t JOIN phases p ON p.job_id = t.job_id AND p.phase_id = t.phase_id WHERE "
             + " AND ".join(where)
             + " ORDER BY p.ordinal, t.start_sequence, t.tool_use_id LIMIT %s"
         )
         args.append(limit)
         with self._pool.connection() as conn:
-            return [ToolCallRow(*r) for r in conn.execute(sql, args).fetchall()]
+            rows = conn.execute(sql, args).fetchall()
+        return [ToolCallRow(r[0], r[1], ToolCallStatus[r[2]], r[3], r[4], r[5], r[6], r[7]) for r in rows]
 
-    def phase_ordinal(self, job_id: str, phase_id: str) -> int:
+    def tool_call_stats(
+        self,
+        job_id: str,
+        phase_id: str | None,
+        tool_name: str | None,
+        statuses: Sequence[ToolCallStatus],
+    ) -> list[ToolStats]:
+        """Per-tool statistics of the matching calls in one statement (see ``Store.tool_call_stats``).
+
+        The counts and sums are one aggregate; each tool's p95 is a LATERAL seek into
+        ``tool_calls_by_duration`` (its finished durations in order) at the nearest rank
+        ceil(0.95 n), in integers as in ``SqliteStore`` ((95 n + 99) / 100; ``percentile_disc``
+        would compute the rank in floating point).
+        """
+        where, args = self._tool_call_filter(job_id, phase_id, tool_name, statuses)
+        condition = " AND ".join(where)
+        sql = (
+            "WITH tallies AS (SELECT t.name, COUNT(*) AS calls, COUNT(*) FILTER (WHERE t.status = %s) AS failures, "
+            "COUNT(*) FILTER (WHERE t.status = ANY(%s)) AS done, "
+            "COALESCE(SUM(t.duration_ns) FILTER (WHERE t.status = ANY(%s)), 0)::bigint AS total, "
+            "COUNT(t.duration_ns) FILTER (WHERE t.status = ANY(%s)) AS timed "
+            f"FROM tool_calls t WHERE {condition} GROUP BY t.name) "
+            "SELECT s.name, s.calls, s.failures, s.done, s.total, s.timed, COALESCE(p95.duration_ns, 0) "
+            "FROM tallies s LEFT JOIN LATERAL (SELECT t.duration_ns FROM tool_calls t "
+            f"WHERE {condition} AND t.name = s.name AND t.status = ANY(%s) AND t.duration_ns IS NOT NULL "
+            "ORDER BY t.duration_ns OFFSET GREATEST((95 * s.timed + 99) / 100 - 1, 0) LIMIT 1) p95 ON true "
+            "ORDER BY s.name"
+        )
+        params = [ToolCallStatus.FAILED.name, _FINISHED, _FINISHED, _FINISHED, *args, *args, _FINISHED]
         with self._pool.connection() as conn:
-            r = conn.execute(
-                "SELECT ordinal FROM phases WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
-            ).fetchone()
-        return r[0] if r else 0
+            rows = conn.execute(sql, params).fetchall()
+        return [
+            ToolStats(name, calls, failures, calls - done, total, total // timed if timed else 0, p95)
+            for name, calls, failures, done, total, timed, p95 in rows
+        ]
 
     # -- costs ------------------------------------------------------------------------------
 
@@ -409,37 +522,44 @@ class PostgresStore:
                             r.web_search_requests,
                             r.reported_usd,
                             r.computed_usd,
-                            r.pricing_source,
+                            r.pricing_source.name,
                         )
                         for r in rows
                     ],
                 )
 
-    def model_costs(
+    def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
-    ) -> list[tuple[str, str, ModelCostRow]]:
-        """(job_id, phase_id, row) for every per-model cost row in the scope."""
-        where, args = _scope(project_id, job_id, phase_id)
+    ) -> PhaseCostSums:
+        where, args = _scope(project_id, [job_id] if job_id else [], phase_id)
         sql = (
-            "SELECT job_id, phase_id, model, input_tokens, output_tokens, cache_read_input_tokens, "
-            "cache_write_5m_input_tokens, cache_write_1h_input_tokens, web_search_requests, reported_usd, "
-            "computed_usd, pricing_source FROM model_costs"
+            "SELECT COUNT(*), COALESCE(SUM(reported_usd), 0), COALESCE(SUM(computed_usd), 0), "
+            "COUNT(*) FILTER (WHERE computed_only <> 0) FROM phases"
         )
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._pool.connection() as conn:
-            rows = conn.execute(sql, args).fetchall()
-        return [(r[0], r[1], ModelCostRow(*r[2:])) for r in rows]
+            count, reported, computed, computed_only = conn.execute(sql, args).fetchone()
+        return PhaseCostSums(count, float(reported), float(computed), computed_only)
 
-    def phases_in_scope(
-        self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
-    ) -> list[PhaseRow]:
-        where, args = _scope(project_id, job_id, phase_id, prefix="p.")
-        sql = _SELECT_PHASES
+    def model_cost_sums(
+        self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
+    ) -> list[tuple[str, ModelCostRow]]:
+        where, args = _scope(project_id, job_ids, phase_id)
+        # PostgreSQL refuses a constant in GROUP BY: a project's rows group by model and source only.
+        key, group = ("job_id", "job_id, ") if job_ids else ("''", "")
+        sql = (
+            f"SELECT {key}, model, SUM(input_tokens)::bigint, SUM(output_tokens)::bigint, "
+            "SUM(cache_read_input_tokens)::bigint, SUM(cache_write_5m_input_tokens)::bigint, "
+            "SUM(cache_write_1h_input_tokens)::bigint, SUM(web_search_requests)::bigint, "
+            "SUM(reported_usd), SUM(computed_usd), pricing_source FROM model_costs"
+        )
         if where:
             sql += " WHERE " + " AND ".join(where)
+        sql += f" GROUP BY {group}model, pricing_source"
         with self._pool.connection() as conn:
-            return [_phase_row(r) for r in conn.execute(sql, args).fetchall()]
+            rows = conn.execute(sql, args).fetchall()
+        return [(r[0], ModelCostRow(*r[1:10], PricingSource[r[10]])) for r in rows]
 
     # -- retention ---------------------------------------------------------------------------
 
@@ -534,35 +654,36 @@ class PostgresStore:
                 event, values = interrupt(row, seq)
                 if event.sequence != seq:
                     raise ValueError(f"the terminal event must have sequence {seq}, not {event.sequence}")
-                values = {**values, "status": "INTERRUPTED"}
-                unknown = set(values) - set(_PHASE_FIELDS)
+                values = {**values, "status": PhaseStatus.INTERRUPTED}
+                unknown = set(values) - set(_PHASE_COLUMNS)
                 if unknown:
                     raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+                values = {k: _phase_value(k, v) for k, v in values.items()}
                 cur.execute(
                     "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
                     "VALUES (%s,%s,%s,%s,%s,%s)",
                     (row.job_id, row.phase_id, event.sequence, event.receive_time_ns, event.kind, event.body),
                 )
                 self._mark_unfinished(cur, row.job_id, row.phase_id)
-                sets = ",".join(f"{_COLUMN.get(k, k)} = %s" for k in values)
+                sets = ",".join(f"{k} = %s" for k in values)
                 cur.execute(
                     f"UPDATE phases SET {sets}, owner_id = NULL, fence = nextval('phase_fence') "
                     "WHERE job_id = %s AND phase_id = %s",
                     [*values.values(), row.job_id, row.phase_id],
                 )
                 cur.execute(
-                    "UPDATE jobs SET status = 'INTERRUPTED', update_time_ns = %s WHERE job_id = %s AND %s = "
+                    "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s AND %s = "
                     "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
-                    (now, row.job_id, row.phase_id, row.job_id),
+                    (PhaseStatus.INTERRUPTED.name, now, row.job_id, row.phase_id, row.job_id),
                 )
                 pointers.append(EventPointer(row.job_id, row.phase_id, seq))
             notify(cur, pointers)
-            prune_expired_replicas(cur, ACTIVE_STATUSES)
+            prune_expired_replicas(cur, _ACTIVE)
         self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
         for row in rows:
             log.warning(
                 "phase interrupted: the replica that ran it is gone",
-                extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status}},
+                extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name}},
             )
         return rows
 
