@@ -208,7 +208,9 @@ def test_readme_quickstart_runs_as_written(language: str, server: Server) -> Non
     done = run(example.command + [server.address, str(server.workdir)], timeout=120)
     assert done.returncode == 0, f"quickstart failed ({done.returncode}):\n{done.stderr}\n{done.stdout}"
     lines = done.stdout.strip().splitlines()
-    assert lines[0] == "1 status_changed" and any(line.endswith(" session_init") for line in lines)
+    # The attempt's ATTEMPT_STARTED control event opens every phase (docs/retries-and-admission.md, section 3).
+    assert lines[:2] == ["1 control", "2 status_changed"], done.stdout
+    assert any(line.endswith(" session_init") for line in lines), done.stdout
     assert lines[-1] == "PHASE_STATUS_SUCCEEDED Hello from the scripted API.", done.stdout
 
 

@@ -462,7 +462,8 @@ async def run(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     async with RunnerClient(args.address, timeout=30) as client:
         s = Scenarios(client, spec, args.prefix, args.workdir)
         for step in (s.run_phase, s.watch_from_cursor, s.get_job, s.list_tool_calls, s.cancel_phase,
-                     s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors, s.retried_phase, s.worktree_phase):
+                     s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors,
+                     s.retried_phase, s.worktree_phase):
             await step()
     json.dump(s.out, sys.stdout, indent=2, sort_keys=True)
     print()
