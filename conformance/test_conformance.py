@@ -131,6 +131,26 @@ def run(command: list[str], *, timeout: float = PROGRAM_TIMEOUT) -> subprocess.C
                           cwd=ROOT, env=client_env())
 
 
+GIT_ENV = {"GIT_AUTHOR_NAME": "conformance", "GIT_AUTHOR_EMAIL": "conformance@example.invalid",
+           "GIT_COMMITTER_NAME": "conformance", "GIT_COMMITTER_EMAIL": "conformance@example.invalid",
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def make_repository(path: Path) -> Path:
+    """The git repository the worktree scenario's phase works on (one commit, one tracked file)."""
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("conformance repository\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "base")
+    return path
+
+
 def describe_difference(expected: object, actual: object) -> str:
     a = json.dumps(expected, indent=2, sort_keys=True).splitlines()
     b = json.dumps(actual, indent=2, sort_keys=True).splitlines()
@@ -143,6 +163,8 @@ def describe_difference(expected: object, actual: object) -> str:
 def test_transcript_matches_golden(language: str, server: Server) -> None:
     command = program(language) + ["--address", server.address, "--workdir", str(server.workdir),
                                    "--scenarios", str(HERE / "scenarios.json"), "--prefix", f"conf-{language}"]
+    spec = json.loads((HERE / "scenarios.json").read_text())
+    repo = make_repository(server.workdir / f"conf-{language}-{spec['worktree']['repo']}")
     done = run(command)
     assert done.returncode == 0, f"{language} program failed ({done.returncode}):\n{done.stderr}\n{done.stdout}"
     transcript = json.loads(done.stdout)
@@ -156,6 +178,9 @@ def test_transcript_matches_golden(language: str, server: Server) -> None:
         assert started.exists(), f"the {job} scenario's tool never started running"
         pid = int(started.read_text())
         assert _gone(pid), f"the {job} scenario's tool (pid {pid}) still runs after its phase was cancelled"
+    # The worktree phase wrote into its own worktree: the repository's main worktree is untouched.
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "notes.txt").exists()
+    assert f"helix/conf-{language}-{spec['worktree']['job']}/" in git(repo, "branch", "--list")
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:
@@ -183,7 +208,9 @@ def test_readme_quickstart_runs_as_written(language: str, server: Server) -> Non
     done = run(example.command + [server.address, str(server.workdir)], timeout=120)
     assert done.returncode == 0, f"quickstart failed ({done.returncode}):\n{done.stderr}\n{done.stdout}"
     lines = done.stdout.strip().splitlines()
-    assert lines[0] == "1 status_changed" and any(line.endswith(" session_init") for line in lines)
+    # The attempt's ATTEMPT_STARTED control event opens every phase (docs/retries-and-admission.md, section 3).
+    assert lines[:2] == ["1 control", "2 status_changed"], done.stdout
+    assert any(line.endswith(" session_init") for line in lines), done.stdout
     assert lines[-1] == "PHASE_STATUS_SUCCEEDED Hello from the scripted API.", done.stdout
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import sys
 import time
@@ -387,12 +388,82 @@ class Scenarios:
                 out.append(project_error(rpc, err, norm))
         self.out["errors"] = out
 
+    async def retried_phase(self) -> None:
+        spec = self.spec["retry"]
+        request = self.request(spec, dict(spec["env"]))
+        request.options.retry = pb.RetryPolicy(
+            max_attempts=spec["max_attempts"], disable_jitter=True,
+            initial_backoff=datetime.timedelta(milliseconds=spec["initial_backoff_ms"]),
+            max_backoff=datetime.timedelta(milliseconds=spec["max_backoff_ms"]))
+        events, result = await asyncio.wait_for(self.client.run_phase(request).collect(), STREAM_TIMEOUT)
+        attempt_controls = (pb.ControlEventKind.ATTEMPT_STARTED, pb.ControlEventKind.RETRY_SCHEDULED)
+        self.out["retried_phase"] = {
+            "gap_free": gap_free(events),
+            "controls": [
+                {"control_kind": e.control.kind.proto_name, "attempt": e.control.attempt,
+                 "max_attempts": e.control.max_attempts, "end_kind": e.control.end_kind.proto_name,
+                 "resumes_a_session": bool(e.control.resumed_session_id)}
+                for e in events if event_kind(e) == "control" and e.control.kind in attempt_controls
+            ],
+            "result": {
+                "status": result.status.proto_name,
+                "result_text": result.result_text,
+                "attempts": [
+                    {"number": a.number, "status": a.status.proto_name, "end_kind": a.end_kind.proto_name,
+                     "retryable": a.retryable, "api_error_status": a.api_error_status,
+                     "resumed_the_first_session": bool(a.resumed_session_id)
+                     and a.resumed_session_id == result.attempts[0].session_id}
+                    for a in result.attempts
+                ],
+            },
+        }
+
+    async def worktree_phase(self) -> None:
+        spec = self.spec["worktree"]
+        job, phase_id = self.job(spec["job"]), spec["phase_id"]
+        request = self.request(spec)
+        request.working_dir = str(Path(self.workdir) / f"{self.prefix}-{spec['repo']}")
+        request.options.workspace = pb.WorkspaceMode.GIT_WORKTREE
+        events, result = await asyncio.wait_for(self.client.run_phase(request).collect(), STREAM_TIMEOUT)
+        art = result.artifacts
+        chunks, token, pages, total = [], "", 0, -1
+        while True:
+            page = await self.client.call("get_phase_diff", pb.GetPhaseDiffRequest(
+                job_id=job, phase_id=phase_id, page_size=spec["page_size"], page_token=token))
+            chunks.append(page.chunk)
+            pages += 1
+            total = page.total_bytes
+            token = page.next_page_token
+            if not token or pages > 1000:
+                break
+        paged = b"".join(chunks)
+        self.out["worktree_phase"] = {
+            "events": project_events(events),
+            "gap_free": gap_free(events),
+            "result": {"status": result.status.proto_name, "result_text": result.result_text},
+            "artifacts": {
+                "git_available": art.git_available,
+                "branch": self.norm(art.branch),
+                "has_base_commit": bool(art.base_commit),
+                "changed_files": [{"path": f.path, "status": f.status, "lines_added": f.lines_added,
+                                   "lines_deleted": f.lines_deleted} for f in art.changed_files],
+                "diff_non_empty": bool(art.diff),
+                "diff_truncated": art.diff_truncated,
+                "diff_bytes_match": art.diff_bytes == len(art.diff.encode()),
+            },
+            "paged_diff": {
+                "several_pages": pages > 1,
+                "total_bytes_match": total == len(paged),
+                "equals_the_result_diff": paged.decode() == art.diff,
+            },
+        }
 
 async def run(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     async with RunnerClient(args.address, timeout=30) as client:
         s = Scenarios(client, spec, args.prefix, args.workdir)
         for step in (s.run_phase, s.watch_from_cursor, s.get_job, s.list_tool_calls, s.cancel_phase,
-                     s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors):
+                     s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors,
+                     s.retried_phase, s.worktree_phase):
             await step()
     json.dump(s.out, sys.stdout, indent=2, sort_keys=True)
     print()

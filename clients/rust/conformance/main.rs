@@ -46,6 +46,8 @@ async fn main() -> Result<(), BoxError> {
     s.list_jobs().await?;
     s.cost_totals().await?;
     s.errors().await?;
+    s.retried_phase().await?;
+    s.worktree_phase().await?;
     println!("{}", serde_json::to_string_pretty(&Value::Object(s.out))?);
     Ok(())
 }
@@ -642,6 +644,117 @@ impl Scenarios {
             })
             .collect();
         self.out.insert("errors".into(), Value::Array(out));
+        Ok(())
+    }
+
+    async fn retried_phase(&mut self) -> Result<(), BoxError> {
+        use pb::stream_event::Payload as P;
+        let spec = self.spec["retry"].clone();
+        let mut request = self.request("retry");
+        let millis = |key: &str| {
+            let ms = spec[key].as_i64().unwrap_or(0);
+            Some(prost_types::Duration { seconds: ms / 1000, nanos: ((ms % 1000) * 1_000_000) as i32 })
+        };
+        let options = request.options.get_or_insert_with(Default::default);
+        for (name, value) in spec["env"].as_object().into_iter().flatten() {
+            options.env.insert(name.clone(), value.as_str().unwrap_or_default().to_owned());
+        }
+        options.retry = Some(pb::RetryPolicy {
+            max_attempts: spec["max_attempts"].as_i64().unwrap_or(0) as i32,
+            initial_backoff: millis("initial_backoff_ms"),
+            max_backoff: millis("max_backoff_ms"),
+            disable_jitter: true,
+            ..Default::default()
+        });
+        let phase = bounded(self.client.run_phase(request)).await?;
+        let (events, result) = bounded(phase.collect()).await?;
+        let attempt_controls = [pb::ControlEventKind::AttemptStarted, pb::ControlEventKind::RetryScheduled];
+        let controls: Vec<Value> = events
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Some(P::Control(c)) if attempt_controls.contains(&c.kind()) => Some(json!({
+                    "control_kind": c.kind().as_str_name(), "attempt": c.attempt, "max_attempts": c.max_attempts,
+                    "end_kind": c.end_kind().as_str_name(), "resumes_a_session": !c.resumed_session_id.is_empty(),
+                })),
+                _ => None,
+            })
+            .collect();
+        let first_session = result.attempts.first().map(|a| a.session_id.clone()).unwrap_or_default();
+        let attempts: Vec<Value> = result
+            .attempts
+            .iter()
+            .map(|a| json!({
+                "number": a.number, "status": status_name(a.status), "end_kind": a.end_kind().as_str_name(),
+                "retryable": a.retryable, "api_error_status": a.api_error_status,
+                "resumed_the_first_session": !a.resumed_session_id.is_empty() && a.resumed_session_id == first_session,
+            }))
+            .collect();
+        self.out.insert(
+            "retried_phase".into(),
+            json!({
+                "gap_free": gap_free(&events, 1),
+                "controls": controls,
+                "result": {"status": status_name(result.status), "result_text": result.result_text, "attempts": attempts},
+            }),
+        );
+        Ok(())
+    }
+
+    async fn worktree_phase(&mut self) -> Result<(), BoxError> {
+        let (job, phase_id) = (self.job(&self.s("worktree", "job")), self.s("worktree", "phase_id"));
+        let mut request = self.request("worktree");
+        request.working_dir = Path::new(&self.workdir)
+            .join(format!("{}-{}", self.prefix, self.s("worktree", "repo")))
+            .to_string_lossy()
+            .into_owned();
+        request.options.get_or_insert_with(Default::default).workspace = pb::WorkspaceMode::GitWorktree as i32;
+        let phase = bounded(self.client.run_phase(request)).await?;
+        let (events, result) = bounded(phase.collect()).await?;
+        let art = result.artifacts.clone().unwrap_or_default();
+        let page_size = self.spec["worktree"]["page_size"].as_i64().unwrap_or(0) as i32;
+        let (mut paged, mut token, mut pages) = (Vec::new(), String::new(), 0);
+        let total = loop {
+            let request = pb::GetPhaseDiffRequest {
+                job_id: job.clone(),
+                phase_id: phase_id.clone(),
+                page_size,
+                page_token: token.clone(),
+            };
+            let page = self.client.raw().get_phase_diff(request).await.map_err(RunnerError::from)?.into_inner();
+            paged.extend_from_slice(&page.chunk);
+            pages += 1;
+            token = page.next_page_token;
+            if token.is_empty() || pages > 1000 {
+                break page.total_bytes;
+            }
+        };
+        let changed: Vec<Value> = art
+            .changed_files
+            .iter()
+            .map(|f| json!({"path": f.path, "status": f.status, "lines_added": f.lines_added, "lines_deleted": f.lines_deleted}))
+            .collect();
+        self.out.insert(
+            "worktree_phase".into(),
+            json!({
+                "events": project_events(&events),
+                "gap_free": gap_free(&events, 1),
+                "result": {"status": status_name(result.status), "result_text": result.result_text},
+                "artifacts": {
+                    "git_available": art.git_available,
+                    "branch": self.norm().apply(&art.branch),
+                    "has_base_commit": !art.base_commit.is_empty(),
+                    "changed_files": changed,
+                    "diff_non_empty": !art.diff.is_empty(),
+                    "diff_truncated": art.diff_truncated,
+                    "diff_bytes_match": art.diff_bytes == art.diff.len() as i64,
+                },
+                "paged_diff": {
+                    "several_pages": pages > 1,
+                    "total_bytes_match": total == paged.len() as i64,
+                    "equals_the_result_diff": paged == art.diff.as_bytes(),
+                },
+            }),
+        );
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { Code } from "@connectrpc/connect";
 import {
+  AttemptEndKindSchema,
   ControlEventKind,
   ControlEventKindSchema,
   createRunnerClient,
@@ -21,6 +22,7 @@ import {
   runPhase,
   ToolCallStatusSchema,
   watchPhase,
+  WorkspaceMode,
   type CostTotals,
   type ModelCost,
   type PhaseCost,
@@ -472,6 +474,102 @@ class Scenarios {
     }
     this.out.errors = out;
   }
+
+  async retriedPhase(): Promise<void> {
+    const spec = this.spec.retry;
+    const millis = (ms: number) => ({ seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 });
+    const request = this.request("retry", {
+      env: spec.env,
+      retry: {
+        maxAttempts: spec.max_attempts,
+        initialBackoff: millis(spec.initial_backoff_ms),
+        maxBackoff: millis(spec.max_backoff_ms),
+        disableJitter: true,
+      },
+    });
+    const { events, result } = await withTimeout(runPhase(this.client, request).collect());
+    const attemptControls = [ControlEventKind.ATTEMPT_STARTED, ControlEventKind.RETRY_SCHEDULED];
+    const controls: Json[] = [];
+    for (const e of events) {
+      if (e.payload.case !== "control" || !attemptControls.includes(e.payload.value.kind)) continue;
+      const c = e.payload.value;
+      controls.push({
+        control_kind: enumName(ControlEventKindSchema, c.kind),
+        attempt: c.attempt,
+        max_attempts: c.maxAttempts,
+        end_kind: enumName(AttemptEndKindSchema, c.endKind),
+        resumes_a_session: c.resumedSessionId !== "",
+      });
+    }
+    const firstSession = result.attempts[0]?.sessionId ?? "";
+    this.out.retried_phase = {
+      gap_free: gapFree(events),
+      controls,
+      result: {
+        status: status(result.status),
+        result_text: result.resultText,
+        attempts: result.attempts.map((a) => ({
+          number: a.number,
+          status: status(a.status),
+          end_kind: enumName(AttemptEndKindSchema, a.endKind),
+          retryable: a.retryable,
+          api_error_status: a.apiErrorStatus ?? null,
+          resumed_the_first_session: a.resumedSessionId !== "" && a.resumedSessionId === firstSession,
+        })),
+      },
+    };
+  }
+
+  async worktreePhase(): Promise<void> {
+    const spec = this.spec.worktree;
+    const jobId = this.job(spec.job);
+    const request = {
+      ...this.request("worktree", { workspace: WorkspaceMode.GIT_WORKTREE }),
+      workingDir: join(this.workdir, `${this.prefix}-${spec.repo}`),
+    };
+    const { events, result } = await withTimeout(runPhase(this.client, request).collect());
+    const art = result.artifacts;
+    const chunks: Uint8Array[] = [];
+    let pageToken = "";
+    let pages = 0;
+    let total = -1n;
+    do {
+      const page = await this.client.getPhaseDiff(
+        { jobId, phaseId: spec.phase_id, pageSize: spec.page_size, pageToken },
+        { timeoutMs: 30_000 },
+      );
+      chunks.push(page.chunk);
+      pages += 1;
+      total = page.totalBytes;
+      pageToken = page.nextPageToken;
+    } while (pageToken && pages <= 1000);
+    const paged = Buffer.concat(chunks);
+    const diff = art?.diff ?? "";
+    this.out.worktree_phase = {
+      events: projectEvents(events),
+      gap_free: gapFree(events),
+      result: { status: status(result.status), result_text: result.resultText },
+      artifacts: {
+        git_available: art?.gitAvailable ?? false,
+        branch: this.norm.apply(art?.branch ?? ""),
+        has_base_commit: (art?.baseCommit ?? "") !== "",
+        changed_files: (art?.changedFiles ?? []).map((f) => ({
+          path: f.path,
+          status: f.status,
+          lines_added: Number(f.linesAdded),
+          lines_deleted: Number(f.linesDeleted),
+        })),
+        diff_non_empty: diff !== "",
+        diff_truncated: art?.diffTruncated ?? false,
+        diff_bytes_match: art?.diffBytes === BigInt(Buffer.byteLength(diff)),
+      },
+      paged_diff: {
+        several_pages: pages > 1,
+        total_bytes_match: total === BigInt(paged.length),
+        equals_the_result_diff: paged.toString("utf8") === diff,
+      },
+    };
+  }
 }
 
 const { values } = parseArgs({
@@ -502,6 +600,8 @@ await s.breakpointApprove();
 await s.listJobs();
 await s.costTotals();
 await s.errors();
+await s.retriedPhase();
+await s.worktreePhase();
 // Streams cancelled above may leave HTTP/2 sessions open for a moment: exit once the transcript is
 // flushed (writes to a pipe are asynchronous in Node) instead of waiting for them.
 process.stdout.write(`${JSON.stringify(s.out, null, 2)}\n`, () => process.exit(0));
