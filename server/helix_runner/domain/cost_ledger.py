@@ -25,46 +25,17 @@ message are consecutive, so that is plenty.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
-from helix_runner.domain.events import ModelUsage, TokenUsage, TurnResult, fast_init, maker
+from helix_runner.domain.cost import ModelCost, PhaseCostSnapshot
+from helix_runner.domain.events import TurnResult
 from helix_runner.domain.pricing import PriceTable, PricingSource, split_cache_writes
+from helix_runner.domain.usage import ModelUsage, TokenUsage
+
+__all__ = ["CostLedger", "ModelCost", "PhaseCostSnapshot"]  # the values live in domain.cost
 
 _RECENT_IDS_KEPT = 1024
 _FOLD_ROWS = 256
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ModelCost:
-    """Usage and cost of one model in the phase (mirrors ``resources.proto`` ModelCost)."""
-
-    model: str
-    tokens: TokenUsage
-    reported_usd: float | None
-    computed_usd: float
-    pricing_source: PricingSource
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PhaseCostSnapshot:
-    """Reported (latest result) and computed cost of a phase (mirrors ``resources.proto`` PhaseCost)."""
-
-    reported_usd: float | None
-    computed_usd: float
-    difference_usd: float | None
-    computed_only: bool
-    tokens: TokenUsage
-    models: tuple[ModelCost, ...]
-    unpriced_models: tuple[str, ...]
-
-
-# Fast constructors (see events.fast_init): a snapshot is computed after every result.
-_TokenUsage = maker(TokenUsage)
-_ModelCost = maker(ModelCost)
-_PhaseCostSnapshot = maker(PhaseCostSnapshot)
 
 
 def _count(value: Any) -> int:
@@ -210,12 +181,12 @@ class CostLedger:
         tokens_by_model: dict[str, TokenUsage] = {m: mu.tokens for m, mu in self._baseline.items()}
         for model, counts in self._pending.items():
             previous = tokens_by_model.get(model)
-            usage = _TokenUsage(*counts)
+            usage = TokenUsage(*counts)
             tokens_by_model[model] = usage if previous is None else previous + usage
         models = []
         unpriced = []
         computed = 0.0
-        total_tokens = _TokenUsage()
+        total_tokens = TokenUsage()
         for model in sorted(tokens_by_model):
             tokens = tokens_by_model[model]
             cost, source = self._prices.cost_usd(model, tokens)
@@ -224,9 +195,9 @@ class CostLedger:
             computed += cost
             total_tokens = total_tokens + tokens
             baseline = self._baseline.get(model)
-            models.append(_ModelCost(model, tokens, baseline.cost_usd if baseline else None, cost, source))
+            models.append(ModelCost(model, tokens, baseline.cost_usd if baseline else None, cost, source))
         reported = self._reported_usd
-        return _PhaseCostSnapshot(
+        return PhaseCostSnapshot(
             reported_usd=reported,
             computed_usd=computed,
             difference_usd=None if reported is None else computed - reported,

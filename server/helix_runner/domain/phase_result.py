@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helix_runner.domain.cost_ledger import PhaseCostSnapshot
+from helix_runner.domain.cost import PhaseCostSnapshot
 from helix_runner.domain.events import PermissionDenial
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolStats

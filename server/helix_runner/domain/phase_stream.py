@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from helix_runner.domain.cost_ledger import CostLedger, PhaseCostSnapshot
+from helix_runner.domain.cost import PhaseCostSnapshot
+from helix_runner.domain.cost_ledger import CostLedger
 from helix_runner.domain.events import (
     CostUpdate,
     Event,
@@ -30,7 +31,6 @@ from helix_runner.domain.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnResult,
-    maker,
 )
 from helix_runner.domain.line_framer import DEFAULT_MAX_LINE_BYTES, LineFramer
 from helix_runner.domain.pricing import ModelPrice, PriceTable
@@ -120,7 +120,7 @@ class PhaseStream:
                 if line.__class__ is ParseError:  # over-long line, reported by the framer
                     self._parse_errors += 1
                     seq += 1
-                    append(_Event(seq, now, self._session_id or "", "", "", "", line))
+                    append(Event(seq, now, self._session_id or "", "", "", "", line))
                     continue
                 if not line or bytes(line).isspace():
                     continue  # blank lines are counted (line numbers) but never reported
@@ -169,7 +169,7 @@ class PhaseStream:
                     cls = payload.__class__
                     seq += 1
                     if cls not in _SIDE_EFFECTS:  # the common case: text, thinking, system lines
-                        append(_Event(seq, now, sid, parent, agent, uid, payload))
+                        append(Event(seq, now, sid, parent, agent, uid, payload))
                         continue
                     if cls is ToolCallStarted:
                         tools.start(payload, now, seq, parent, agent)
@@ -201,7 +201,7 @@ class PhaseStream:
                     elif cls is ParseError:
                         if not payload.repaired:  # a repaired line's events follow: not lost
                             self._parse_errors += 1
-                    append(_Event(seq, now, sid, parent, agent, uid, payload))
+                    append(Event(seq, now, sid, parent, agent, uid, payload))
             if cost_changed and (
                 self._last_cost_ns is None or now - self._last_cost_ns >= COST_UPDATE_INTERVAL_NS
             ):
@@ -284,17 +284,15 @@ class PhaseStream:
 
     def _event(self, now: int, sid: str, parent: str, agent: str, payload: Payload, uid: str = "") -> Event:
         self._sequence += 1
-        return _Event(self._sequence, now, sid, parent, agent, uid, payload)
+        return Event(self._sequence, now, sid, parent, agent, uid, payload)
 
     def _cost_event(self, now: int, out: list[Event]) -> None:
         snapshot = self._ledger.snapshot()
         self._last_cost = snapshot
         self._last_cost_ns = now
-        out.append(self._event(now, self._session_id or "", "", "", _CostUpdate(snapshot)))
+        out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
 
 
-_Event = maker(Event)
-_CostUpdate = maker(CostUpdate)
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 # Slot setters of the fields of a ToolCallFinished that only the tracker knows (see feed).

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from helix_runner.domain.events import (
+from helix_runner.domain.bounds import (
     ASSISTANT_TEXT_MAX_BYTES,
     PARTIAL_TEXT_MAX_BYTES,
     RAW_UNKNOWN_MAX_BYTES,
@@ -36,6 +36,11 @@ from helix_runner.domain.events import (
     TOOL_INPUT_MAX_BYTES,
     TOOL_RESULT_PREVIEW_MAX_BYTES,
     USER_TEXT_MAX_BYTES,
+    bound_bytes,
+    bound_text,
+    utf8_len,
+)
+from helix_runner.domain.events import (
     ApiError,
     ApiRetry,
     AssistantText,
@@ -45,7 +50,6 @@ from helix_runner.domain.events import (
     ControlResponse,
     HookEvent,
     HookEventKind,
-    ModelUsage,
     ParseError,
     ParseErrorReason,
     PartialDelta,
@@ -58,47 +62,16 @@ from helix_runner.domain.events import (
     TaskEvent,
     TaskEventKind,
     Thinking,
-    TokenUsage,
     ToolCallFinished,
     ToolCallStarted,
     ToolProgress,
     TurnResult,
     Unknown,
     UserMessage,
-    bound_bytes,
-    bound_text,
-    maker,
-    utf8_len,
 )
 from helix_runner.domain.line_repair import repair_line
 from helix_runner.domain.pricing import split_cache_writes
-
-# Fast constructors of the payload classes (see events.fast_init): this module builds one or two
-# per stdout line.
-_ApiError = maker(ApiError)
-_ApiRetry = maker(ApiRetry)
-_AssistantText = maker(AssistantText)
-_CliStatus = maker(CliStatus)
-_Compaction = maker(Compaction)
-_ControlRequest = maker(ControlRequest)
-_ControlResponse = maker(ControlResponse)
-_HookEvent = maker(HookEvent)
-_ModelUsage = maker(ModelUsage)
-_ParseError = maker(ParseError)
-_PartialDelta = maker(PartialDelta)
-_PermissionDenial = maker(PermissionDenial)
-_PermissionDenied = maker(PermissionDenied)
-_RateLimit = maker(RateLimit)
-_SessionInit = maker(SessionInit)
-_TaskEvent = maker(TaskEvent)
-_Thinking = maker(Thinking)
-_TokenUsage = maker(TokenUsage)
-_ToolCallFinished = maker(ToolCallFinished)
-_ToolCallStarted = maker(ToolCallStarted)
-_ToolProgress = maker(ToolProgress)
-_TurnResult = maker(TurnResult)
-_Unknown = maker(Unknown)
-_UserMessage = maker(UserMessage)
+from helix_runner.domain.usage import ModelUsage, TokenUsage
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -198,7 +171,7 @@ def _ints(*values: Any) -> list[int]:
 def token_usage_from_api(usage: Any) -> TokenUsage:
     """Messages-API ``usage`` (snake_case, as on assistant lines and ``result.usage``) → TokenUsage."""
     if usage.__class__ is not dict:
-        return _TokenUsage()
+        return TokenUsage()
     get = usage.get
     inp, out, read, write = _ints(
         get("input_tokens"),
@@ -215,7 +188,7 @@ def token_usage_from_api(usage: Any) -> TokenUsage:
         write_5m, write_1h = write, 0
     server = get("server_tool_use")
     searches = _int0(server.get("web_search_requests")) if server.__class__ is dict else 0
-    return _TokenUsage(inp, out, read, write_5m, write_1h, searches)
+    return TokenUsage(inp, out, read, write_5m, write_1h, searches)
 
 
 def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelUsage, ...]:
@@ -244,8 +217,8 @@ def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelU
             main_loop_1h if model == main_model else 0,
         )
         out.append(
-            _ModelUsage(
-                model, _TokenUsage(inp, output, read, write_5m, write_1h, searches), _float(get("costUSD"))
+            ModelUsage(
+                model, TokenUsage(inp, output, read, write_5m, write_1h, searches), _float(get("costUSD"))
             )
         )
     return tuple(out)
@@ -400,7 +373,7 @@ class StreamParser:
                 pass  # broken beyond its encoding: reported as such below
             else:
                 sid, parent, agent, uid, payloads, usage = self._parsed(obj, fixed, line_number, byte_offset)
-                warning = _ParseError(reason, len(line), line_number, byte_offset, detail, True)
+                warning = ParseError(reason, len(line), line_number, byte_offset, detail, True)
                 return sid, parent, agent, uid, [warning, *payloads], usage
         try:
             line.decode("utf-8")
@@ -420,7 +393,7 @@ class StreamParser:
 
     def _unknown(self, kind: str, subtype: Any, line: bytes) -> Unknown:
         raw = bound_bytes(bytes(line), RAW_UNKNOWN_MAX_BYTES)[0] if self._include_raw else ""
-        return _Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
+        return Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
 
     # ----------------------------------------------------------------------------------------------
     # assistant / user.
@@ -441,7 +414,7 @@ class StreamParser:
             text = "\n".join(
                 _str(b.get("text")) for b in content if b.__class__ is dict and b.get("type") == "text"
             )
-            error = _ApiError(
+            error = ApiError(
                 _str(obj.get("error")),
                 _int(obj.get("api_error_status")),
                 bound_text(text, SHORT_TEXT_MAX_BYTES)[0],
@@ -453,10 +426,10 @@ class StreamParser:
             if btype == "text":
                 text = block["text"]
                 if text.isascii() and len(text) <= ASSISTANT_TEXT_MAX_BYTES:  # fast path of bound_text
-                    payloads.append(_AssistantText(text, len(text), False, message_id, model))
+                    payloads.append(AssistantText(text, len(text), False, message_id, model))
                 else:
                     text, size, cut = bound_text(text, ASSISTANT_TEXT_MAX_BYTES)
-                    payloads.append(_AssistantText(text, size, cut, message_id, model))
+                    payloads.append(AssistantText(text, size, cut, message_id, model))
             elif btype == "tool_use" or btype == "server_tool_use":
                 try:
                     data = _dumps(block.get("input"))
@@ -472,7 +445,7 @@ class StreamParser:
                 if tool_use_id.__class__ is not str:  # _id, inlined
                     raise TypeError("tool_use id is not a string")
                 payloads.append(
-                    _ToolCallStarted(
+                    ToolCallStarted(
                         tool_use_id,
                         name if name.__class__ is str else "",
                         input_json,
@@ -486,9 +459,9 @@ class StreamParser:
                 # Redacted/omitted thinking arrives as "" with only a signature (notes §2.3).
                 thinking = _str(block.get("thinking"))
                 text, size, cut = bound_text(thinking, ASSISTANT_TEXT_MAX_BYTES)
-                payloads.append(_Thinking(text, size, cut, not thinking, message_id))
+                payloads.append(Thinking(text, size, cut, not thinking, message_id))
             elif btype == "redacted_thinking":
-                payloads.append(_Thinking("", 0, False, True, message_id))
+                payloads.append(Thinking("", 0, False, True, message_id))
             elif btype.endswith("_tool_result") and block.get("tool_use_id").__class__ is str:
                 # Server tool results (web_search_tool_result, ...) close a server_tool_use call.
                 result_content = block.get("content")
@@ -496,7 +469,7 @@ class StreamParser:
                     "_error"
                 )
                 preview, size, cut = _content_preview(result_content, TOOL_RESULT_PREVIEW_MAX_BYTES)
-                payloads.append(_ToolCallFinished(block["tool_use_id"], "", is_error, preview, size, cut))
+                payloads.append(ToolCallFinished(block["tool_use_id"], "", is_error, preview, size, cut))
             else:
                 payloads.append(self._unknown("assistant", f"block:{btype}", line))
         usage = msg.get("usage")
@@ -514,7 +487,7 @@ class StreamParser:
         content = msg["content"]
         if content.__class__ is str:
             text, _, cut = bound_text(content, USER_TEXT_MAX_BYTES)
-            message = _UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
+            message = UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
             return [message], None
         payloads: list[Payload] = []
         texts: list[str] = []
@@ -550,7 +523,7 @@ class StreamParser:
                 if tool_use_id.__class__ is not str:  # _id, inlined
                     raise TypeError("tool_use id is not a string")
                 payloads.append(
-                    _ToolCallFinished(
+                    ToolCallFinished(
                         tool_use_id,
                         "",
                         block.get("is_error") is True,
@@ -568,7 +541,7 @@ class StreamParser:
         if texts:
             text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
             payloads.append(
-                _UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
+                UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
             )
         return payloads, None
 
@@ -591,7 +564,7 @@ class StreamParser:
                 servers.append(f"{_str(server.get('name'))}:{_str(server.get('status'))}")
             elif server.__class__ is str:
                 servers.append(server)
-        return _SessionInit(
+        return SessionInit(
             _str(obj.get("model")),
             _strings(obj.get("tools")),
             _str(obj.get("cwd")),
@@ -618,7 +591,7 @@ class StreamParser:
         for denial in obj.get("permission_denials") or ():
             if denial.__class__ is dict:
                 denials.append(
-                    _PermissionDenial(
+                    PermissionDenial(
                         _str(denial.get("tool_name")),
                         _str(denial.get("tool_use_id")),
                         _compact_json(denial.get("tool_input"), TOOL_INPUT_MAX_BYTES)[0],
@@ -631,7 +604,7 @@ class StreamParser:
             for e in obj.get("errors") or ()
         )
         result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
-        result = _TurnResult(
+        result = TurnResult(
             subtype=_str(obj.get("subtype")),
             is_error=obj.get("is_error") is True,
             api_error_status=_int(obj.get("api_error_status")),
@@ -684,7 +657,7 @@ class StreamParser:
         info = obj.get("rate_limit_info")
         if info.__class__ is not dict:
             info = {}
-        payload = _RateLimit(
+        payload = RateLimit(
             _str(info.get("status")),
             _int(info.get("resetsAt")),
             _str(info.get("rateLimitType")),
@@ -696,7 +669,7 @@ class StreamParser:
         response = obj["response"]
         success = response.get("subtype") == "success"
         error = response.get("error")
-        payload = _ControlResponse(
+        payload = ControlResponse(
             _str(response.get("request_id")),
             success,
             bound_text(error, SHORT_TEXT_MAX_BYTES)[0] if error.__class__ is str else "",
@@ -714,7 +687,7 @@ class StreamParser:
         if hook_input.__class__ is dict:  # hook_callback carries the tool inside ``input`` (CAP 16/23)
             tool_name = tool_name or hook_input.get("tool_name")
             tool_use_id = tool_use_id or hook_input.get("tool_use_id")
-        payload = _ControlRequest(
+        payload = ControlRequest(
             _str(obj.get("request_id")),
             _str(request.get("subtype")),
             _str(tool_name),
@@ -725,11 +698,11 @@ class StreamParser:
 
     def _control_cancel(self, obj: dict[str, Any], line: bytes) -> _Handled:
         # The CLI withdraws a request it sent (notes §3.1); the supervisor must drop its answer.
-        payload = _ControlRequest(_str(obj.get("request_id")), "control_cancel_request", "", "", {})
+        payload = ControlRequest(_str(obj.get("request_id")), "control_cancel_request", "", "", {})
         return [payload], None
 
     def _tool_progress(self, obj: dict[str, Any], line: bytes) -> _Handled:
-        payload = _ToolProgress(
+        payload = ToolProgress(
             _str(obj.get("tool_use_id")),
             _str(obj.get("tool_name")),
             _float(obj.get("elapsed_time_seconds")) or 0.0,
@@ -746,7 +719,7 @@ class StreamParser:
 
 
 def _api_retry(obj: dict[str, Any]) -> ApiRetry:
-    return _ApiRetry(
+    return ApiRetry(
         _int0(obj.get("attempt")),
         _int0(obj.get("max_retries")),
         _int0(obj.get("retry_delay_ms")),
@@ -758,15 +731,15 @@ def _api_retry(obj: dict[str, Any]) -> ApiRetry:
 def _status(obj: dict[str, Any]) -> Compaction | CliStatus:
     status = _str(obj.get("status"))
     if status == "compacting":  # notes §2.2; CAP 20
-        return _Compaction(False)
-    return _CliStatus(status, _str(obj.get("permissionMode")))
+        return Compaction(False)
+    return CliStatus(status, _str(obj.get("permissionMode")))
 
 
 def _compact_boundary(obj: dict[str, Any]) -> Compaction:
     meta = obj.get("compact_metadata")
     if meta.__class__ is not dict:
         meta = {}
-    return _Compaction(
+    return Compaction(
         True,
         _str(meta.get("trigger")),
         _int0(meta.get("pre_tokens")),
@@ -779,7 +752,7 @@ def _hook(obj: dict[str, Any], kind: HookEventKind) -> HookEvent:
     output = obj.get("output")
     if output.__class__ is not str:
         output = _str(obj.get("stdout")) + _str(obj.get("stderr"))
-    return _HookEvent(
+    return HookEvent(
         kind,
         _str(obj.get("hook_id")),
         _str(obj.get("hook_name")),
@@ -805,7 +778,7 @@ def _hook_response(obj: dict[str, Any]) -> HookEvent:
 
 
 def _permission_denied(obj: dict[str, Any]) -> PermissionDenied:
-    return _PermissionDenied(
+    return PermissionDenied(
         _str(obj.get("tool_name")),
         _str(obj.get("tool_use_id")),
         _str(obj.get("decision_reason_type")),
@@ -822,7 +795,7 @@ def _task(obj: dict[str, Any], kind: TaskEventKind) -> TaskEvent:
     patch = obj.get("patch")
     if status.__class__ is not str and patch.__class__ is dict:  # task_updated carries a patch (CAP 09)
         status = patch.get("status")
-    return _TaskEvent(
+    return TaskEvent(
         kind,
         _str(obj.get("task_id")),
         _str(obj.get("tool_use_id")),
@@ -877,20 +850,20 @@ def _partial_delta(event: dict[str, Any], etype: str, message_id: str) -> Partia
         dtype = delta.get("type") if delta.__class__ is dict else None
         kind, field = _DELTA_KINDS.get(dtype, (PartialDeltaKind.OTHER, ""))
         text = bound_text(_str(delta.get(field)), PARTIAL_TEXT_MAX_BYTES)[0] if field else ""
-        return _PartialDelta(kind, index, text, message_id)
+        return PartialDelta(kind, index, text, message_id)
     kind = _EVENT_KINDS.get(etype, PartialDeltaKind.OTHER)
     if kind is PartialDeltaKind.CONTENT_BLOCK_START:
         block = event.get("content_block")
         block_type = _str(block.get("type")) if block.__class__ is dict else ""
-        return _PartialDelta(kind, index, "", message_id, block_type)
+        return PartialDelta(kind, index, "", message_id, block_type)
     if kind is PartialDeltaKind.MESSAGE_DELTA:
         delta = event.get("delta")
         stop = _str(delta.get("stop_reason")) if delta.__class__ is dict else ""
-        return _PartialDelta(kind, index, "", message_id, "", stop)
-    return _PartialDelta(kind, index, "", message_id)
+        return PartialDelta(kind, index, "", message_id, "", stop)
+    return PartialDelta(kind, index, "", message_id)
 
 
 def _error_line(
     reason: ParseErrorReason, line: bytes, line_number: int, byte_offset: int, detail: str
 ) -> ParsedLine:
-    return ("", "", "", "", [_ParseError(reason, len(line), line_number, byte_offset, detail)], None)
+    return ("", "", "", "", [ParseError(reason, len(line), line_number, byte_offset, detail)], None)
