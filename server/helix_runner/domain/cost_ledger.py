@@ -27,9 +27,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from msgspec import UNSET
+
 from helix_runner.domain.cost import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TurnResult
 from helix_runner.domain.pricing import PriceTable, PricingSource, split_cache_writes
+from helix_runner.domain.stream_lines import Usage
 from helix_runner.domain.usage import ModelUsage, TokenUsage
 
 __all__ = ["CostLedger", "ModelCost", "PhaseCostSnapshot"]  # the values live in domain.cost
@@ -42,8 +45,18 @@ def _count(value: Any) -> int:
     return value if value.__class__ is int and value > 0 else 0
 
 
+def usage_counts(usage: Usage) -> list[int]:
+    """A message's usage → [input, output, cache read, 5m writes, 1h writes, web searches].
+
+    Raw or typed (``stream_lines.ApiUsage.counts``, the same rule for integer counts).
+    """
+    if usage.__class__ is dict:
+        return _usage_counts(usage)  # type: ignore[arg-type]
+    return usage.counts()  # type: ignore[union-attr]
+
+
 def _usage_counts(usage: dict[str, Any]) -> list[int]:
-    """Messages-API usage → [input, output, cache read, 5m writes, 1h writes, web searches]."""
+    """Raw Messages-API usage → [input, output, cache read, 5m writes, 1h writes, web searches]."""
     get = usage.get
     inp = get("input_tokens", 0)
     out = get("output_tokens", 0)
@@ -80,7 +93,7 @@ class CostLedger:
         # not yet added in, which are folded in batches (sums in C) to keep observing cheap. A row
         # holds counts, or a message's raw usage object, counted only when folded (see _fold).
         self._pending: dict[str, list[int]] = {}
-        self._rows: list[tuple[str, list[int] | dict[str, Any]]] = []
+        self._rows: list[tuple[str, list[int] | Usage]] = []
         # The last _RECENT_IDS_KEPT message ids → [model, output so far, baseline generation]. A
         # message is covered by the baseline once a result with modelUsage came after it, i.e. when
         # its generation is older than the current one (a counter, so that a result does not have
@@ -94,20 +107,29 @@ class CostLedger:
     # ----------------------------------------------------------------------------------------------
     # Updates.
 
-    def observe_message(self, message_id: str, model: str, usage: dict[str, Any]) -> bool:
+    def observe_message(self, message_id: str, model: str, usage: Usage) -> bool:
         """Usage from an assistant line or ``message_start``; returns True for a new message.
 
-        ``usage`` is kept, not copied, until it is counted: pass an object nobody changes (the
-        parsed line's, as PhaseStream does).
+        ``usage`` is the line's raw usage object, or its typed form (``stream_lines.ApiUsage``).
+        It is kept, not copied, until it is counted: pass an object nobody changes (the parsed
+        line's, as PhaseStream does).
         """
         recent = self._recent
         known = recent.get(message_id)
-        if known is not None:
-            self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
-            return False
-        output = usage.get("output_tokens", 0)
-        if output.__class__ is not int or output < 0:  # odd values: as _usage_counts counts them
-            output = _usage_counts(usage)[1]
+        if usage.__class__ is dict:
+            if known is not None:
+                self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
+                return False
+            output = usage.get("output_tokens", 0)
+            if output.__class__ is not int or output < 0:  # odd values: as _usage_counts counts them
+                output = _usage_counts(usage)[1]  # type: ignore[arg-type]
+        else:  # typed: the counts are integers (or the output count is UNSET when absent)
+            output = usage.output_tokens  # type: ignore[union-attr]
+            if known is not None:
+                self._raise_output(known, output)
+                return False
+            if output is UNSET:
+                output = 0
         recent[message_id] = [model, output, self._generation]
         order = self._recent_order
         order.append(message_id)
@@ -120,14 +142,15 @@ class CostLedger:
         self._snapshot = None
         return True
 
-    def observe_output(self, message_id: str, usage: dict[str, Any]) -> None:
+    def observe_output(self, message_id: str, usage: Usage) -> None:
         """Final output count of a message from a ``stream_event`` ``message_delta``.
 
         See docs/claude-cli-protocol.md §2.6.
         """
         known = self._recent.get(message_id)
         if known is not None:
-            self._raise_output(known, usage.get("output_tokens"))
+            output = usage.get("output_tokens") if usage.__class__ is dict else usage.output_tokens  # type: ignore[union-attr]
+            self._raise_output(known, output)
 
     def _raise_output(self, known: list[Any], output: Any) -> None:
         if output.__class__ is int and output > known[1]:
@@ -140,8 +163,8 @@ class CostLedger:
         """Add the pending rows into the per-model sums."""
         by_model: dict[str, list[list[int]]] = {}
         for model, counts in self._rows:
-            if counts.__class__ is dict:  # a message's usage, not counted yet
-                counts = _usage_counts(counts)  # type: ignore[arg-type]
+            if counts.__class__ is not list:  # a message's usage (raw or typed), not counted yet
+                counts = usage_counts(counts)  # type: ignore[arg-type]
             by_model.setdefault(model, []).append(counts)  # type: ignore[arg-type]
         self._rows = []
         for model, rows in by_model.items():

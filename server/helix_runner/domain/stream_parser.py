@@ -12,7 +12,15 @@ Dispatch is on ``type``, then ``subtype`` — never on key order or prefixes, wh
 * synthetic API-error assistant messages have model ``<synthetic>`` and an ``error`` (CAP 10);
 * unknown types, subtypes and content blocks pass through as ``Unknown`` (notes §0.6).
 
-The parser is pure apart from counting ``system/init`` lines (for ``SessionInit.turn_index``).
+Two paths, one result. The *typed* path decodes the common lines (assistant, user, stream_event)
+straight into ``stream_lines`` structs with msgspec and builds their payloads from typed fields;
+the *generic* path (``parse_generic``: ``orjson.loads``, then a handler per ``type`` reading the
+dict) takes every other line and every line the typed schema does not accept. On any line both
+accept they give the same payloads (``tests/domain/test_stream_lines.py``); the typed path is only
+faster (it skips what it does not need and builds no dicts).
+
+The parser is pure apart from counting ``system/init`` lines (for ``SessionInit.turn_index``) and
+remembering the last message's usage.
 Nothing here raises on bad input: a line that cannot be read yields a ``ParseError`` that never
 contains the line's content. A line whose only defect is its text encoding (invalid UTF-8, an
 unpaired surrogate escape) is repaired instead (``line_repair``): its events are delivered after
@@ -24,7 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import orjson
+from msgspec import UNSET
 
 from helix_runner.domain.bounds import (
     ASSISTANT_TEXT_MAX_BYTES,
@@ -71,6 +81,27 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.line_repair import repair_line
 from helix_runner.domain.pricing import split_cache_writes
+from helix_runner.domain.stream_lines import (
+    AssistantLine,
+    ContentBlockDelta,
+    ContentBlockStart,
+    ContentBlockStop,
+    InputJsonDelta,
+    MessageDelta,
+    MessageStart,
+    MessageStop,
+    ServerToolUseBlock,
+    StreamEventLine,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserLine,
+    decode_line,
+)
 from helix_runner.domain.usage import ModelUsage, TokenUsage
 
 _loads = orjson.loads
@@ -84,10 +115,20 @@ SYNTHETIC_MODEL = "<synthetic>"
 SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
 
 
-# What the cost ledger needs from an assistant line or a stream_event: (message id, model, the raw
-# Messages-API usage object, final_output). ``final_output`` marks a ``message_delta``, whose usage
-# carries only the final ``output_tokens``. Plain tuples: this is the hot path.
-UsageObservation = tuple[str, str, dict[str, Any], bool]
+class NotTyped(ValueError):
+    """Raised by a typed handler for a line its schema accepts but it leaves to the generic path."""
+
+
+# Why the typed path passes a line on to the generic one: off the schema (msgspec), invalid UTF-8
+# (the check before decoding), a value orjson cannot write back (TypeError), or NotTyped.
+TYPED_MISSES = (msgspec.DecodeError, *SHAPE_ERRORS)
+
+
+# What the cost ledger needs from an assistant line or a stream_event: (message id, model, the
+# Messages-API usage object — raw, or typed by stream_lines —, final_output). ``final_output``
+# marks a ``message_delta``, whose usage carries only the final ``output_tokens``. Plain tuples:
+# this is the hot path.
+UsageObservation = tuple[str, str, Usage, bool]
 
 # What one line produced: (session_id, parent_tool_use_id, agent_id, uuid, payloads in order,
 # usage observation or None). The first four are the CLI's envelope fields, "" when absent.
@@ -263,6 +304,7 @@ class StreamParser:
         "_init_count",
         "_handlers",
         "_system_handlers",
+        "_typed_handlers",
         "_last_usage_id",
         "_last_output",
     )
@@ -302,6 +344,11 @@ class StreamParser:
             "task_updated": _task_updated,
             "task_notification": _task_notification,
         }
+        self._typed_handlers: dict[type, Callable[[Any], _Handled]] = {
+            AssistantLine: self._typed_assistant,
+            UserLine: self._typed_user,
+            StreamEventLine: self._typed_stream_event,
+        }
 
     # ----------------------------------------------------------------------------------------------
     # Entry point.
@@ -309,9 +356,31 @@ class StreamParser:
     def parse(self, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
         """Parse one complete line (no newline). Never raises; bad lines give a ParseError payload.
 
-        ``PhaseStream.feed`` runs the same steps inline (it is the hot path): ``loads``, the handler
-        of ``obj["type"]``, then ``parse_unhandled`` / ``parse_failed`` for the rare lines that have
-        no handler or break it, and ``envelope``.
+        The typed path first (``stream_lines``: the common lines, decoded straight into structs),
+        the generic one for every other line. ``PhaseStream.feed`` runs the same steps inline (it
+        is the hot path).
+        """
+        try:
+            if not line.isascii():
+                str(line, "utf-8")  # msgspec does not validate what it skips (see stream_lines)
+            msg = decode_line(line)
+            payloads, usage = self._typed_handlers[msg.__class__](msg)
+        except TYPED_MISSES:
+            return self.parse_generic(line, line_number, byte_offset)
+        return (
+            msg.session_id or "",
+            msg.parent_tool_use_id or "",
+            msg.agent_id or "",
+            msg.uuid or "",
+            payloads,
+            usage,
+        )
+
+    def parse_generic(self, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
+        """``parse`` the generic way: ``orjson.loads``, then the handler of ``obj["type"]``.
+
+        Handles every line: any shape, unknown types (passed through as ``Unknown``), unreadable
+        lines (repaired when only their encoding is broken, else a ``ParseError``).
         """
         try:
             obj = _loads(line)
@@ -334,8 +403,17 @@ class StreamParser:
 
     @property
     def handlers(self) -> dict[str, Callable[[dict[str, Any], Any], _Handled]]:
-        """Line type → handler returning (payloads, usage observation); may raise a shape error."""
+        """Line type → generic handler returning (payloads, usage observation); may raise a shape error."""
         return self._handlers
+
+    @property
+    def typed_handlers(self) -> dict[type, Callable[[Any], _Handled]]:
+        """Typed line class (``stream_lines.Line``) → handler returning (payloads, usage observation).
+
+        A handler may raise one of ``TYPED_MISSES`` (then the line takes the generic path); it
+        changes the parser's state only once it cannot fail any more.
+        """
+        return self._typed_handlers
 
     def parse_unhandled(self, obj: Any, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
         """A parsed line without a handler: not an object, no string type, or an unknown type."""
@@ -544,6 +622,141 @@ class StreamParser:
                 UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
             )
         return payloads, None
+
+    # ----------------------------------------------------------------------------------------------
+    # The typed path (stream_lines). Each handler gives exactly what the generic handler of the
+    # same type gives for the same line; it raises (TYPED_MISSES) for anything it does not cover.
+
+    def _typed_assistant(self, line: AssistantLine) -> _Handled:
+        if line.error is not None or line.is_api_error_message is True:
+            raise NotTyped("synthetic API-error message")
+        msg = line.message
+        message_id = msg.id
+        model = msg.model
+        payloads: list[Payload] = []
+        append = payloads.append
+        for block in msg.content:
+            cls = block.__class__
+            if cls is TextBlock:
+                text = block.text
+                if text.isascii() and len(text) <= ASSISTANT_TEXT_MAX_BYTES:  # fast path of bound_text
+                    append(AssistantText(text, len(text), False, message_id, model))
+                else:
+                    text, size, cut = bound_text(text, ASSISTANT_TEXT_MAX_BYTES)
+                    append(AssistantText(text, size, cut, message_id, model))
+            elif cls is ToolUseBlock or cls is ServerToolUseBlock:
+                data = _dumps(block.input)  # TypeError (e.g. an integer past 64 bits): generic path
+                size = len(data)
+                if size <= TOOL_INPUT_MAX_BYTES:
+                    input_json, cut = data.decode(), False
+                else:
+                    input_json, size, cut = bound_bytes(data, TOOL_INPUT_MAX_BYTES)
+                append(
+                    ToolCallStarted(
+                        block.id, block.name, input_json, size, cut, message_id, cls is ServerToolUseBlock
+                    )
+                )
+            elif cls is ThinkingBlock:
+                # Redacted/omitted thinking arrives as "" with only a signature (notes §2.3).
+                thinking = block.thinking
+                text, size, cut = bound_text(thinking, ASSISTANT_TEXT_MAX_BYTES)
+                append(Thinking(text, size, cut, not thinking, message_id))
+            else:  # RedactedThinkingBlock
+                append(Thinking("", 0, False, True, message_id))
+        usage = msg.usage
+        if usage is None or not message_id or model == SYNTHETIC_MODEL:
+            return payloads, None
+        output = usage.output_tokens
+        if output is UNSET:  # absent (the generic path reads it with a default of 0)
+            output = 0
+        if message_id == self._last_usage_id and output <= self._last_output:
+            return payloads, None  # same message, nothing new for the ledger
+        self._last_usage_id = message_id
+        self._last_output = output
+        return payloads, (message_id, model, usage, False)
+
+    def _typed_user(self, line: UserLine) -> _Handled:
+        payloads: list[Payload] = []
+        texts: list[str] = []
+        structured = line.tool_use_result
+        for block in line.message.content:
+            if block.__class__ is ToolResultBlock:
+                result = block.content
+                if result.__class__ is str:
+                    if result.isascii():  # bound_text's fast path
+                        size = len(result)
+                        cut = size > TOOL_RESULT_PREVIEW_MAX_BYTES
+                        preview = result[:TOOL_RESULT_PREVIEW_MAX_BYTES] if cut else result
+                    else:
+                        preview, size, cut = bound_text(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
+                elif result is None or result.__class__ is list:
+                    preview, size, cut = _content_preview(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
+                else:  # _compact_json would write str(value) where orjson cannot encode it
+                    raise NotTyped("tool result content of another type")
+                # The CLI writes one tool result per user line with its structured output
+                # alongside (CAP 02); with several results in one line it goes with the first.
+                if structured is not None:
+                    data = _dumps(structured)  # TypeError: generic path (see _typed_assistant)
+                    if len(data) <= STRUCTURED_RESULT_MAX_BYTES:
+                        sjson, scut = data.decode(), False
+                    else:
+                        sjson, _, scut = bound_bytes(data, STRUCTURED_RESULT_MAX_BYTES)
+                    structured = None
+                else:
+                    sjson, scut = "", False
+                payloads.append(
+                    ToolCallFinished(
+                        block.tool_use_id, "", block.is_error is True, preview, size, cut, sjson, scut
+                    )
+                )
+            else:  # UserTextBlock
+                texts.append(block.text)
+        if texts:
+            text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
+            payloads.append(UserMessage(text, cut, line.is_replay is True, line.is_synthetic is True))
+        return payloads, None
+
+    def _typed_stream_event(self, line: StreamEventLine) -> _Handled:
+        event = line.event
+        cls = event.__class__
+        message_id = line.api_message_id or ""
+        observation = None
+        if cls is MessageStart:
+            message = event.message
+            if message is not None:
+                message_id = message_id or message.id
+                usage = message.usage
+                if usage is not None and message_id and message.model != SYNTHETIC_MODEL:
+                    observation = (message_id, message.model, usage, False)
+        elif cls is MessageDelta:
+            if event.usage is not None and message_id:
+                observation = (message_id, "", event.usage, True)
+        if not self._include_partial:
+            # The run did not ask for partial messages: no event, but the usage still counts.
+            return [], observation
+        index = event.index
+        if cls is ContentBlockDelta:
+            delta = event.delta
+            dcls = delta.__class__
+            if dcls is TextDelta:
+                kind, text = PartialDeltaKind.TEXT_DELTA, delta.text
+            elif dcls is ThinkingDelta:
+                kind, text = PartialDeltaKind.THINKING_DELTA, delta.thinking
+            elif dcls is InputJsonDelta:
+                kind, text = PartialDeltaKind.INPUT_JSON_DELTA, delta.partial_json
+            else:  # SignatureDelta
+                kind, text = PartialDeltaKind.SIGNATURE_DELTA, delta.signature
+            payload = PartialDelta(kind, index, bound_text(text, PARTIAL_TEXT_MAX_BYTES)[0], message_id)
+        elif cls is ContentBlockStart:
+            block = event.content_block
+            block_type = block.type if block is not None else ""
+            payload = PartialDelta(PartialDeltaKind.CONTENT_BLOCK_START, index, "", message_id, block_type)
+        elif cls is MessageDelta:
+            stop = (event.delta.stop_reason or "") if event.delta is not None else ""
+            payload = PartialDelta(PartialDeltaKind.MESSAGE_DELTA, index, "", message_id, "", stop)
+        else:
+            payload = PartialDelta(_TYPED_EVENT_KINDS[cls], index, "", message_id)
+        return [payload], observation
 
     # ----------------------------------------------------------------------------------------------
     # system.
@@ -840,6 +1053,13 @@ _EVENT_KINDS = {
     "content_block_stop": PartialDeltaKind.CONTENT_BLOCK_STOP,
     "message_delta": PartialDeltaKind.MESSAGE_DELTA,
     "message_stop": PartialDeltaKind.MESSAGE_STOP,
+}
+
+
+_TYPED_EVENT_KINDS: dict[type, PartialDeltaKind] = {
+    MessageStart: PartialDeltaKind.MESSAGE_START,
+    ContentBlockStop: PartialDeltaKind.CONTENT_BLOCK_STOP,
+    MessageStop: PartialDeltaKind.MESSAGE_STOP,
 }
 
 
