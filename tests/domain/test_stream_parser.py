@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from helix_runner.domain.cost_ledger import usage_counts
 from helix_runner.domain.events import (
     ApiError,
     ApiRetry,
@@ -33,7 +34,6 @@ from helix_runner.domain.events import (
     Unknown,
     UserMessage,
 )
-from helix_runner.domain.cost_ledger import usage_counts
 from helix_runner.domain.stream_parser import StreamParser, token_usage_from_api
 
 SID = "ef4b424a-7e54-4602-a60a-f6f946f73852"
