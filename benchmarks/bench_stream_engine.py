@@ -15,7 +15,7 @@ tool and message ids per replay (nothing is written to disk), through one ``Phas
 prints the process RSS at intervals; it must stay flat.
 
 Usage: .venv/bin/python benchmarks/bench_stream_engine.py [--seconds N] [--clock wall|cpu]
-       [--gb-memory] [--corpus DIR] [--json FILE]
+       [--gb-memory] [--corpus DIR] [--transcripts GLOB] [--json FILE]
 """
 
 from __future__ import annotations
@@ -58,9 +58,16 @@ def corpus_dir(explicit: str | None) -> Path:
     return real
 
 
-def load_stream(real: Path) -> bytes:
-    """All CLI stdout transcripts concatenated (driver wrappers and stdin logs excluded)."""
-    files = sorted(p for p in real.glob("*.jsonl") if not p.name.endswith((".both.jsonl", ".stdin.jsonl")))
+# Which transcripts of real/ to replay (--transcripts); "*partial*" keeps the captures made with
+# --include-partial-messages, whose lines are mostly stream_event deltas.
+TRANSCRIPTS = "*.jsonl"
+
+
+def load_stream(real: Path, pattern: str = TRANSCRIPTS) -> bytes:
+    """The CLI stdout transcripts concatenated (driver wrappers and stdin logs excluded)."""
+    files = sorted(p for p in real.glob(pattern) if not p.name.endswith((".both.jsonl", ".stdin.jsonl")))
+    if not files:
+        sys.exit(f"no transcript matches {pattern} in {real}")
     return b"".join(p.read_bytes() for p in files)
 
 
@@ -142,7 +149,7 @@ GOAL_VS_SDK = 2.0
 GOAL_VS_BARE = 0.6
 
 
-def throughput(seconds: float, real: Path, clock: str = "wall") -> dict:
+def throughput(seconds: float, real: Path, clock: str = "wall", pattern: str = TRANSCRIPTS) -> dict:
     """Interleave the contenders replay by replay (a noisy machine then slows all of them alike).
 
     Each round runs every contender once, starting with a different one each round (no contender
@@ -150,7 +157,7 @@ def throughput(seconds: float, real: Path, clock: str = "wall") -> dict:
     instead of wall time: on a shared machine, time spent descheduled then counts for nobody.
     Prints the table and returns the figures (for ``--json`` and ``run_all.py``).
     """
-    data = load_stream(real)
+    data = load_stream(real, pattern)
     n_lines = data.count(b"\n")
     contenders = [
         ("bare orjson.loads loop (limit)", make_bare(data)),
@@ -159,7 +166,7 @@ def throughput(seconds: float, real: Path, clock: str = "wall") -> dict:
     ]
     now = time.process_time if clock == "cpu" else time.perf_counter
     print(
-        f"corpus: {real} ({len(data) / 1e6:.2f} MB, {n_lines} lines per replay); {seconds:g} s per "
+        f"corpus: {real / pattern} ({len(data) / 1e6:.2f} MB, {n_lines} lines per replay); {seconds:g} s per "
         f"contender, interleaved, {clock} clock"
     )
     for _, run in contenders:  # warm-up
@@ -179,7 +186,7 @@ def throughput(seconds: float, real: Path, clock: str = "wall") -> dict:
     print(f"| {'contender':<32} | {'replays':>7} | {'MB/s':>8} | {'lines/s':>10} |")
     print(f"|{'-' * 34}|{'-' * 9}|{'-' * 10}|{'-' * 12}|")
     summary: dict = {
-        "corpus": str(real),
+        "corpus": str(real / pattern),
         "corpus_mb": len(data) / 1e6,
         "lines": n_lines,
         "replays": rounds,
@@ -229,8 +236,8 @@ def replays(data: bytes, total_bytes: int) -> Iterator[bytes]:
         n += 1
 
 
-def memory(real: Path, gigabytes: float = 1.0) -> None:
-    data = load_stream(real)
+def memory(real: Path, gigabytes: float = 1.0, pattern: str = TRANSCRIPTS) -> None:
+    data = load_stream(real, pattern)
     total = int(gigabytes * 1e9)
     stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True))
     print(f"streaming {total / 1e9:.2f} GB through one PhaseStream; RSS every ~100 MB")
@@ -281,12 +288,18 @@ def main() -> None:
         help="time replays by wall clock (default) or by this process's CPU time (shared machines)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the throughput figures as JSON")
+    parser.add_argument(
+        "--transcripts",
+        default=TRANSCRIPTS,
+        metavar="GLOB",
+        help="which transcripts of real/ to replay (default: all; '*partial*': mostly stream_event lines)",
+    )
     args = parser.parse_args()
     real = corpus_dir(args.corpus)
     if args.gb_memory:
-        memory(real, args.gigabytes)
+        memory(real, args.gigabytes, args.transcripts)
     else:
-        summary = throughput(args.seconds, real, args.clock)
+        summary = throughput(args.seconds, real, args.clock, args.transcripts)
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
 
