@@ -86,7 +86,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The real server in offline mode (the real CLI against script.json), on a free loopback port."""
-    from helix_runner.runner.claude_locator import ClaudeNotFoundError, locate_claude
+    from helix_runner.process.claude_locator import ClaudeNotFoundError, locate_claude
 
     try:
         locate_claude()

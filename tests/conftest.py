@@ -9,7 +9,7 @@ import pytest
 from support.sandbox import ClaudeSandbox
 from support.scripted_servers import ScriptedApiFactory
 
-from helix_runner.runner.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +53,22 @@ def runner_factory(tmp_path: Path):
             yield harness
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A throwaway PostgreSQL cluster for the session (see support/postgres.py); skips, saying why, if none starts."""
+    from support.postgres import PostgresCluster, PostgresUnavailable
+
+    try:
+        cluster = PostgresCluster().start()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster) -> str:
+    """The URL of a new, empty database in the session's cluster."""
+    return postgres_cluster.create_database()

@@ -42,6 +42,12 @@ def test_workspace_roots_are_resolved(tmp_path):
         ({"log_level": "loud"}, {}, "log level"),
         ({"workspace_roots": ["/does/not/exist"]}, {}, "not a directory"),
         ({}, {"HELIX_RUNNER_ALLOW_BYPASS_PERMISSIONS": "maybe"}, "not a boolean"),
+        ({"containment": "docker"}, {}, "containment 'docker' is not one of auto, cgroup"),
+        ({"cgroup_parent": "../escape"}, {}, "without '..'"),
+        ({"cgroup_parent": "a b"}, {}, "cgroup_parent"),
+        ({}, {"HELIX_RUNNER_DEFAULT_MEMORY_LIMIT_BYTES": "lots"}, "not a size"),
+        ({"default_memory_limit_bytes": 1024}, {}, "at least 33554432"),
+        ({"default_cpu_limit_millicores": 5}, {}, "10 to 1000000"),
     ],
 )
 def test_bad_values_raise_one_line_errors(tmp_path, flags, env, message):
@@ -78,3 +84,63 @@ def test_price_overrides_from_file_and_env(tmp_path):
     for bad in ('{"m": {"input_per_mtok": 1}}', '{"m": {"input_per_mtok": -1, "output_per_mtok": 1}}', "[1]"):
         with pytest.raises(ConfigError, match="price_overrides"):
             load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={"HELIX_RUNNER_PRICE_OVERRIDES": bad})
+
+
+def test_containment_settings_and_limits(tmp_path):
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "containment": "SUBREAPER"},
+                      environ={"HELIX_RUNNER_CGROUP_PARENT": "/helix/phases",
+                               "HELIX_RUNNER_DEFAULT_MEMORY_LIMIT_BYTES": "2GiB",
+                               "HELIX_RUNNER_DEFAULT_CPU_LIMIT_MILLICORES": "1500"})
+    assert (cfg.containment, cfg.cgroup_parent) == ("subreaper", "/helix/phases")
+    assert (cfg.default_memory_limit_bytes, cfg.default_cpu_limit_millicores) == (2 << 30, 1500)
+    defaults = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ={})
+    assert (defaults.containment, defaults.cgroup_parent, defaults.default_memory_limit_bytes) == (
+        "auto", "helix-runner", 0)
+
+
+def test_database_url_defaults_to_sqlite_in_the_data_dir_and_accepts_postgresql(tmp_path):
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "data_dir": str(tmp_path / "d")}, environ={})
+    assert cfg.database.kind == "sqlite" and cfg.database.sqlite_path == tmp_path / "d" / "helix-runner.sqlite3"
+    env = {"HELIX_RUNNER_DATABASE_URL": "postgresql://runner:s3cret@db.internal:5432/helix?sslmode=verify-full",
+           "HELIX_RUNNER_REPLICA_ID": "helix-0"}
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ=env)
+    assert cfg.database.kind == "postgresql" and cfg.replica_id == "helix-0"
+    assert cfg.database.redacted() == "postgresql://runner:***@db.internal:5432/helix?sslmode=verify-full"
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "database_url": f"sqlite://{tmp_path}/x.db"},
+                      environ={})
+    assert cfg.database.sqlite_path == tmp_path / "x.db"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"database_url": "mysql://h/db"}, "is not sqlite:///absolute/path or postgresql://"),
+        ({"database_url": "sqlite://relative.db"}, "sqlite:///absolute/path"),
+        ({"database_url": "sqlite:///"}, "names a file"),
+        ({"database_url": "postgresql://u:hunter2@h/db?nonsense=1"}, "not a valid PostgreSQL URL"),
+        ({"database_url": "postgresql:///db"}, "names a host"),
+        ({"replica_id": "no spaces please"}, "replica_id"),
+    ],
+)
+def test_bad_database_settings_are_one_line_errors_without_the_password(tmp_path, flags, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(flags={"workspace_roots": [str(tmp_path)], **flags}, environ={})
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_retry_and_admission_keys_build_the_policy_and_refuse_bad_values():
+    from helix_runner.config import retry_defaults
+    from helix_runner.phases.service import admission_limits
+
+    cfg = load_config(flags={"retry_max_attempts": 5, "retry_initial_backoff_seconds": 0.5,
+                             "max_running_phases": 4, "max_starting_phases": 2}, environ={})
+    policy = retry_defaults(cfg)
+    assert (policy.max_attempts, policy.initial_backoff_s) == (5, 0.5)
+    limits = admission_limits(cfg)
+    assert (limits.max_running, limits.max_starting) == (4, 2)
+    assert admission_limits(load_config(flags={"max_concurrent_phases": 7}, environ={})).max_running == 7
+    with pytest.raises(ConfigError, match="retry.max_attempts"):
+        load_config(flags={"retry_max_attempts": 11}, environ={})
+    with pytest.raises(ConfigError, match="max_starting_phases"):
+        load_config(flags={"max_starting_phases": 0}, environ={})

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from helix_runner.config import load_config
-from helix_runner.runner.child_env import CREDENTIAL_ENV
+from helix_runner.process.child_env import CREDENTIAL_ENV
 from helix_runner.server import StartupError, child_credentials, start_server
 from helix_runner.store.sqlite_store import SqliteStore
 

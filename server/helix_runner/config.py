@@ -9,13 +9,22 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from helix_runner.domain.phase_spec import (
+    MAX_CPU_LIMIT_MILLICORES,
+    MIN_CPU_LIMIT_MILLICORES,
+    MIN_MEMORY_LIMIT_BYTES,
+)
 from helix_runner.domain.pricing import ModelPrice
+from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.errors import RunnerError
+from helix_runner.store.database_url import DatabaseUrl, default_database_url, parse_database_url
 
 ENV_PREFIX = "HELIX_RUNNER_"
 
@@ -58,7 +67,13 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# How phases are contained (runner.containment): auto picks cgroup v2, then the v1 freezer, then the shim.
+CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
+_CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
+_REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 LOG_FORMATS = ("json", "text")
+TRACING_MODES = ("auto", "on", "off")
 
 
 class ConfigError(ValueError):
@@ -72,6 +87,12 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     data_dir: Path = field(default_factory=lambda: _default_data_dir())
+    # The store: sqlite:///absolute/path (default: helix-runner.sqlite3 in data_dir) or
+    # postgresql://host/database for replicas sharing one database (docs/scale-out.md).
+    database_url: str = ""
+    # With PostgreSQL: this replica's stable name (e.g. a StatefulSet pod's); a restart under the same
+    # name takes over its predecessor's phases at once. Empty: a new random id per start.
+    replica_id: str = ""
     workspace_roots: tuple[Path, ...] = ()
     claude_path: str | None = None
     auth_token_file: Path | None = None
@@ -81,6 +102,20 @@ class ServerConfig:
     # INTERRUPTED.
     drain_grace_seconds: float = 10.0
     max_concurrent_phases: int = 64
+    # Admission (docs/retries-and-admission.md §5): phases beyond these limits wait QUEUED; only a
+    # full queue refuses (QUEUE_FULL). max_running_phases 0 = max_concurrent_phases; per-project 0 = none.
+    max_running_phases: int = 0
+    max_running_phases_per_project: int = 0
+    max_starting_phases: int = 4
+    max_queued_phases: int = 1000
+    max_queued_phases_per_project: int = 0
+    # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
+    # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
+    retry_max_attempts: int = 3
+    retry_initial_backoff_seconds: float = 2.0
+    retry_backoff_multiplier: float = 2.0
+    retry_max_backoff_seconds: float = 60.0
+    retry_continuation_prompt: str = ""
     default_phase_timeout_seconds: float = 3600.0
     default_idle_timeout_seconds: float = 600.0
     # How long a process may linger after its final result and stdout EOF before it is killed.
@@ -113,6 +148,22 @@ class ServerConfig:
     # The dashboard's HTTP port (web page + RunnerService over Connect); None: off, 0: a free port.
     web_port: int | None = None
     web_host: str = "127.0.0.1"
+    # Phase containment: auto | cgroup | cgroup-v2 | cgroup-v1 | subreaper (forces the fallback).
+    containment: str = "auto"
+    # Where phase cgroups go in each hierarchy: relative to the server's own cgroup, or absolute.
+    cgroup_parent: str = "helix-runner"
+    # Limits for phases that do not set their own (0: none); need a memory / cpu cgroup.
+    default_memory_limit_bytes: int = 0
+    default_cpu_limit_millicores: int = 0
+    # Telemetry (helix_runner.telemetry): /metrics address (no port = no endpoint), the limit of
+    # distinct project labels, and tracing (auto = when the OTEL_* variables configure an exporter).
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    metrics_max_projects: int = 100
+    tracing: str = "auto"
+    # What happens to a GIT_WORKTREE phase's worktree when the request does not say: KEEP, REMOVE
+    # or REMOVE_ON_SUCCESS (kept for a look when the phase did not succeed).
+    worktree_retention: str = "REMOVE_ON_SUCCESS"
 
     @property
     def is_loopback(self) -> bool:
@@ -132,6 +183,11 @@ class ServerConfig:
     @property
     def db_path(self) -> Path:
         return self.data_dir / "helix-runner.sqlite3"
+
+    @property
+    def database(self) -> DatabaseUrl:
+        """The parsed ``database_url`` (the SQLite file in ``data_dir`` when none is set)."""
+        return parse_database_url(self.database_url or default_database_url(self.data_dir))
 
     @property
     def recordings_dir(self) -> Path:
@@ -192,6 +248,17 @@ def _price_overrides(value: Any) -> dict[str, ModelPrice]:
     return out
 
 
+def _as_bytes(value: Any) -> int:
+    """A byte count: an integer, or text such as ``512M`` / ``2GiB`` (powers of 1024)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"not a size: {value!r} (e.g. 536870912, 512M, 2GiB)")
+    unit = (match.group(2) or "").upper().rstrip("I")
+    return int(match.group(1)) * 1024 ** " KMGT".index(unit or " ")
+
+
 def _as_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -207,6 +274,8 @@ _CONVERTERS: dict[str, Any] = {
     "host": str,
     "port": int,
     "data_dir": lambda v: Path(v).expanduser(),
+    "database_url": lambda v: str(v).strip(),
+    "replica_id": lambda v: str(v).strip(),
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
     "auth_token_file": lambda v: Path(v).expanduser() if v else None,
@@ -214,6 +283,16 @@ _CONVERTERS: dict[str, Any] = {
     "log_format": lambda v: str(v).lower(),
     "drain_grace_seconds": float,
     "max_concurrent_phases": int,
+    "max_running_phases": int,
+    "max_running_phases_per_project": int,
+    "max_starting_phases": int,
+    "max_queued_phases": int,
+    "max_queued_phases_per_project": int,
+    "retry_max_attempts": int,
+    "retry_initial_backoff_seconds": float,
+    "retry_backoff_multiplier": float,
+    "retry_max_backoff_seconds": float,
+    "retry_continuation_prompt": str,
     "default_phase_timeout_seconds": float,
     "default_idle_timeout_seconds": float,
     "exit_grace_seconds": float,
@@ -232,6 +311,15 @@ _CONVERTERS: dict[str, Any] = {
     "price_overrides": lambda v: _price_overrides(v),
     "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     "web_host": str,
+    "containment": lambda v: str(v).lower(),
+    "cgroup_parent": str,
+    "default_memory_limit_bytes": _as_bytes,
+    "default_cpu_limit_millicores": int,
+    "metrics_host": str,
+    "metrics_port": lambda v: int(v) if v not in ("", None) else None,
+    "metrics_max_projects": int,
+    "tracing": lambda v: str(v).lower(),
+    "worktree_retention": lambda v: str(v).upper(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -316,8 +404,37 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("retention_interval_seconds must be positive")
     if config.max_concurrent_phases < 1:
         raise ConfigError("max_concurrent_phases must be at least 1")
+    for name in ("max_starting_phases", "max_queued_phases"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be at least 1")
+    for name in ("max_running_phases", "max_running_phases_per_project", "max_queued_phases_per_project"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name} must not be negative (0: no separate limit)")
+    try:
+        retry_defaults(config)
+    except RunnerError as exc:
+        raise ConfigError(f"retry settings: {exc.message}") from None
+    if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port {config.metrics_port} is out of range 0-65535")
+    if config.metrics_max_projects < 1:
+        raise ConfigError("metrics_max_projects must be at least 1")
+    if config.tracing not in TRACING_MODES:
+        raise ConfigError(f"tracing {config.tracing!r} is not one of {', '.join(TRACING_MODES)}")
     if config.max_line_bytes < 1024 * 1024:
         raise ConfigError("max_line_bytes must be at least 1 MiB")
+    if config.containment not in CONTAINMENT_SETTINGS:
+        raise ConfigError(f"containment {config.containment!r} is not one of {', '.join(CONTAINMENT_SETTINGS)}")
+    if not _CGROUP_PARENT.match(config.cgroup_parent) or ".." in config.cgroup_parent.split("/"):
+        raise ConfigError(f"cgroup_parent {config.cgroup_parent!r} must be a path of [A-Za-z0-9_.-] names "
+                          "(relative to the server's own cgroup, or absolute), without '..'")
+    if config.default_memory_limit_bytes and config.default_memory_limit_bytes < MIN_MEMORY_LIMIT_BYTES:
+        raise ConfigError(f"default_memory_limit_bytes must be 0 (none) or at least {MIN_MEMORY_LIMIT_BYTES}")
+    if not 0 <= config.default_cpu_limit_millicores <= MAX_CPU_LIMIT_MILLICORES or \
+            0 < config.default_cpu_limit_millicores < MIN_CPU_LIMIT_MILLICORES:
+        raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
+                          f"{MAX_CPU_LIMIT_MILLICORES}")
+    if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
+        raise ConfigError("worktree_retention must be KEEP, REMOVE or REMOVE_ON_SUCCESS")
     roots = config.workspace_roots or (Path.cwd(),)
     resolved_roots = []
     for root in roots:
@@ -325,4 +442,25 @@ def validate(config: ServerConfig) -> ServerConfig:
         if not real.is_dir():
             raise ConfigError(f"workspace root {root} is not a directory")
         resolved_roots.append(real)
-    return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser())
+    if config.replica_id and not _REPLICA_ID.match(config.replica_id):
+        raise ConfigError("replica_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+    database_url = ""
+    if config.database_url:  # unset stays unset: the default follows data_dir (ServerConfig.database)
+        try:
+            database_url = parse_database_url(config.database_url).url
+        except ValueError as exc:
+            raise ConfigError(f"database_url: {exc}") from None
+    return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
+                   database_url=database_url)
+
+
+def retry_defaults(config: ServerConfig) -> RetryPolicy:
+    """The server's default retry policy (the ``retry_*`` keys); RunnerError naming a bad value."""
+    return RetryPolicy.from_request(
+        max_attempts=config.retry_max_attempts,
+        initial_backoff_ns=round(config.retry_initial_backoff_seconds * 1e9),
+        backoff_multiplier=config.retry_backoff_multiplier,
+        max_backoff_ns=round(config.retry_max_backoff_seconds * 1e9),
+        continuation_prompt=config.retry_continuation_prompt,
+        field_prefix="retry",
+    )

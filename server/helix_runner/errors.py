@@ -2,7 +2,8 @@
 
 Each error carries a kind (which becomes the gRPC status code in the API layer), a reason from
 the contract's ``ErrorReason`` (without its prefix), a one-sentence message, and metadata holding
-every dynamic value of the message.
+every dynamic value of the message. An error a caller should retry later (a full admission queue)
+also carries ``retry_after_s``, which the API layer sends as a ``google.rpc.RetryInfo``.
 """
 
 from __future__ import annotations
@@ -30,12 +31,21 @@ class ErrorKind(enum.Enum):
 class RunnerError(Exception):
     """A failure to report to the caller with a clear status."""
 
-    def __init__(self, kind: ErrorKind, reason: str, message: str, metadata: Mapping[str, object] | None = None):
+    def __init__(
+        self,
+        kind: ErrorKind,
+        reason: str,
+        message: str,
+        metadata: Mapping[str, object] | None = None,
+        *,
+        retry_after_s: float | None = None,
+    ):
         super().__init__(message)
         self.kind = kind
         self.reason = reason
         self.message = message
         self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+        self.retry_after_s = retry_after_s
 
     def __repr__(self) -> str:
         return f"RunnerError({self.kind.name}, {self.reason}, {self.message!r})"

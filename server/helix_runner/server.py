@@ -3,7 +3,7 @@
 Health service names: ``liveness`` answers as long as the event loop does; ``readiness`` and
 ``helix.runner.v1.RunnerService`` are SERVING while new phases are accepted and NOT_SERVING
 while draining. We never call ``enter_graceful_shutdown()``: it would flip liveness too and
-get a draining pod killed early (notes/grpc-python-service.md §3.5).
+get a draining pod killed early (docs/grpc-python-service.md §3.5).
 """
 
 from __future__ import annotations
@@ -18,23 +18,30 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.auth import BearerTokenInterceptor
-from helix_runner.api.record_codec import ProtoRecordCodec
+from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
+from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
-from helix_runner.phase_manager import PhaseManager
-from helix_runner.retention import RetentionPolicy, RetentionSweeper
-from helix_runner.runner.child_env import CREDENTIAL_ENV, matches_any
-from helix_runner.runner.key_broker import KeyBroker, KeySource
-from helix_runner.scripted_api import Script, ScriptedApi, ScriptError
+from helix_runner.offline import Script, ScriptedApi, ScriptError
+from helix_runner.phases.event_log import PhaseEventLog
+from helix_runner.phases.queries import PhaseQueries
+from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
+from helix_runner.phases.service import PhaseService
+from helix_runner.phases.takeover import Takeover
+from helix_runner.process import git_worktree
+from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
+from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.key_broker import KeyBroker, KeySource
+from helix_runner.store.factory import open_store
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
+from helix_runner.telemetry import Telemetry
+from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"].full_name
 LIVENESS = "liveness"
 READINESS = "readiness"
 
@@ -51,11 +58,14 @@ class RunningServer:
     health: health.aio.HealthServicer
     port: int
     store: SqliteStore
-    manager: PhaseManager
+    manager: PhaseService
+    queries: PhaseQueries
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
     retention_task: asyncio.Task | None = None
     web: WebServer | None = None
+    telemetry: Telemetry | None = None
+    takeover_task: asyncio.Task | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -63,9 +73,11 @@ class RunningServer:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         await self.manager.drain(grace)
-        if self.retention_task is not None:
-            self.retention_task.cancel()
-            await asyncio.gather(self.retention_task, return_exceptions=True)
+        for task in (self.retention_task, self.takeover_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self.manager.close()
         # Streams have delivered their final results by now; give them a moment to flush.
         if self.web is not None:
             await self.web.stop(1.0)
@@ -76,6 +88,8 @@ class RunningServer:
             self.offline_api.stop()
         if self.key_broker is not None:
             await self.key_broker.stop()
+        if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
+            await self.telemetry.stop()
 
 
 @dataclass
@@ -145,8 +159,33 @@ async def child_credentials(config: ServerConfig, server_env: dict[str, str]) ->
     return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker)
 
 
-async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None) -> RunningServer:
-    """Opens the store, recovers phases a previous process left active, binds the port, serves."""
+def _detect_containment(config: ServerConfig) -> Containment:
+    """The containment of phases (runner.containment), logged with what it can and cannot do."""
+    try:
+        containment = detect(config.containment, config.cgroup_parent, instance_id(config.data_dir))
+    except ContainmentError as exc:
+        raise StartupError(f"phase containment: {exc}") from None
+    fields = {"mode": MODE_NAMES[containment.mode], "setting": config.containment, "detail": containment.detail,
+              "limits": list(containment.limits_available)}
+    log.info("containment", extra={"fields": fields})
+    for name, value in (("memory", config.default_memory_limit_bytes), ("cpu", config.default_cpu_limit_millicores)):
+        if value and name not in containment.limits_available:
+            log.warning("default limit not enforced: no cgroup with this controller",
+                        extra={"fields": {"limit": name, "value": value}})
+    return containment
+
+
+async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None,
+                       telemetry: Telemetry | None = None) -> RunningServer:
+    """Opens the store, recovers phases a previous process left active, binds the port, serves.
+
+    ``telemetry`` defaults to what the config and the ``OTEL_*`` environment ask for.
+    """
+    server_env = dict(os.environ if server_env is None else server_env)
+    try:  # telemetry
+        telemetry = telemetry or Telemetry.from_config(config, server_env)
+    except TracingConfigError as exc:
+        raise StartupError(str(exc)) from None
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         probe = config.data_dir / ".write-test"
@@ -155,11 +194,16 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except OSError as exc:
         raise StartupError(f"data directory {config.data_dir} is not writable: {exc.strerror}") from None
     try:
-        store = SqliteStore(config.db_path)
+        store = open_store(config.database, replica_id=config.replica_id or None)
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
+    if store.migrated_from:
+        log.info("database schema migrated", extra={"fields": {"from": store.migrated_from, "path": str(config.db_path)}})
+    filled = store.backfill_tool_call_durations(tool_call_duration_ns)  # once, after the migration to version 2
+    if filled:
+        log.info("tool-call durations filled in for the statistics", extra={"fields": {"count": filled}})
 
-    interceptors = []
+    interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     token = config.read_auth_token()
     if token is not None:
         interceptors.append(BearerTokenInterceptor(token))
@@ -174,18 +218,29 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     )
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
-    server_env = dict(os.environ if server_env is None else server_env)
     try:
+        containment = _detect_containment(config)
         creds = await child_credentials(config, server_env)
     except StartupError:
         store.close()
         raise
-    manager = PhaseManager(config, store, ProtoRecordCodec(), server_env=server_env, env_overrides=creds.overrides,
-                           env_withhold=creds.withhold, key_broker=creds.key_broker)
-    recovered = manager.recover()
+    manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
+                           env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
+                           telemetry=telemetry)
+    telemetry.attach(manager, lagged_total=lambda: PhaseEventLog.lagged_total)
+    takeover = None
+    if isinstance(store, SqliteStore):
+        recovered = await manager.recover()
+    else:  # a shared database: only the phases of replicas that are gone (takeover.py)
+        takeover = Takeover(store, manager.codec, interval_seconds=store.replica.lease_seconds / 3)
+        recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
-    servicer = RunnerServicer(manager)
+    settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
+    if settled:
+        log.warning("settled leftover phase worktrees", extra={"fields": settled})
+    queries = PhaseQueries(store, manager.get_live)
+    servicer = RunnerServicer(manager, queries)
     add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
@@ -215,6 +270,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             web_socket.close()
         store.close()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    try:  # telemetry: /metrics and the event-loop lag probe
+        await telemetry.start()
+    except OSError as exc:
+        await server.stop(None)
+        if web_socket is not None:
+            web_socket.close()
+        store.close()
+        if creds.offline_api is not None:
+            creds.offline_api.stop()
+        if creds.key_broker is not None:
+            await creds.key_broker.stop()
+        raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
+                           f"{exc.strerror or exc}") from None
     await server.start()
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
@@ -233,12 +301,13 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if policy.enabled:
         sweeper = RetentionSweeper(store, config.recordings_dir, policy)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
+    takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
     if web is not None:
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
-    return RunningServer(server, health_servicer, port, store, manager, creds.offline_api, creds.key_broker,
-                         retention_task, web)
+    return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
+                         creds.key_broker, retention_task, web, telemetry, takeover_task)
 
 
 async def serve(config: ServerConfig) -> None:

@@ -20,7 +20,7 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.servicer import RunnerServicer
 from helix_runner.api.web import start_web
-from helix_runner.scripted_api import Reply, Script
+from helix_runner.offline import Reply, Script
 
 pytestmark = pytest.mark.real_cli
 
@@ -124,7 +124,7 @@ async def test_dashboard_follows_a_phase_and_approves_a_held_call(
                 port = web.port
                 await web.stop(0.2)
                 runner.server.web = web = await start_web(
-                    RunnerServicer(runner.server.manager), host="127.0.0.1", port=port, token=None
+                    RunnerServicer(runner.server.manager, runner.server.queries), host="127.0.0.1", port=port, token=None
                 )
                 await page.wait_for_selector(
                     "[data-testid=connection]:not([data-reconnects='0'])", timeout=WAIT_MS

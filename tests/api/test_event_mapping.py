@@ -82,6 +82,7 @@ SAMPLES: list[d.Payload] = [
     d.ControlEvent(d.ControlEventKind.TOOL_DENIED, "t", "Write", "bp", "no", "{}"),
     d.ParseError(d.ParseErrorReason.INVALID_JSON, 30, 7, 100, "at char 29"),
     d.Unknown("brand_new", "x", "", 40),
+    d.SessionWritesLost("ENOSPC", ("transcript", "global_config"), ("s-1",)),
 ]
 
 
@@ -370,3 +371,151 @@ def test_numbers_out_of_the_protos_range_are_clamped_not_fatal():
     assert protos["rate_limit"].rate_limit.resets_at.seconds == 253_402_300_799
     for msg in protos.values():
         msg.SerializeToString()
+
+
+# ------------------------------------------------------------------------------------------------
+# Attempts, retries and the admission queue.
+
+
+@pytest.mark.parametrize(
+    ("domain_enum", "proto_enum", "prefix"),
+    [
+        (d.PhaseStatus, resources_pb2.PhaseStatus, "PHASE_STATUS_"),
+        (d.ControlEventKind, events_pb2.ControlEventKind, "CONTROL_EVENT_KIND_"),
+        (d.AttemptEndKind, resources_pb2.AttemptEndKind, "ATTEMPT_END_KIND_"),
+        (d.QueueReason, resources_pb2.QueueReason, "QUEUE_REASON_"),
+    ],
+    ids=["PhaseStatus", "ControlEventKind", "AttemptEndKind", "QueueReason"],
+)
+def test_domain_enums_mirror_the_contract(domain_enum, proto_enum, prefix):
+    # The mapping copies numbers (int(enum)); a value added on one side only would be mislabelled.
+    contract = {name.removeprefix(prefix): number for name, number in proto_enum.items()}
+    assert {member.name: member.value for member in domain_enum} == contract
+
+
+def test_retry_and_attempt_control_events():
+    retry = d.ControlEvent(
+        d.ControlEventKind.RETRY_SCHEDULED,
+        message="the API was overloaded (HTTP 529); attempt 2 of 3 starts in 1.5 s",
+        attempt=1,
+        max_attempts=3,
+        end_kind=d.AttemptEndKind.API_OVERLOADED,
+        retry_delay_ns=1_500_000_000,
+    )
+    msg = m.event_to_proto(event(retry)).control
+    assert (msg.kind, msg.attempt, msg.max_attempts, msg.end_kind) == (
+        events_pb2.CONTROL_EVENT_KIND_RETRY_SCHEDULED,
+        1,
+        3,
+        resources_pb2.ATTEMPT_END_KIND_API_OVERLOADED,
+    )
+    assert msg.retry_delay.ToMilliseconds() == 1500 and msg.message.startswith("the API was overloaded")
+    assert not msg.HasField("queue")
+
+    started = m.event_to_proto(
+        event(
+            d.ControlEvent(
+                d.ControlEventKind.ATTEMPT_STARTED, attempt=2, max_attempts=3, resumed_session_id="s1"
+            )
+        )
+    ).control
+    assert (started.kind, started.attempt, started.resumed_session_id) == (
+        events_pb2.CONTROL_EVENT_KIND_ATTEMPT_STARTED,
+        2,
+        "s1",
+    )
+    assert not started.HasField("retry_delay")
+
+
+def test_queued_control_event_carries_the_queue_state():
+    held = d.QueueState(
+        d.QueueReason.RATE_LIMITED,
+        "rate-limited until 2026-11-23T14:05:00Z",
+        position=0,
+        queued_count=7,
+        not_before_ns=1_795_306_531_000_000_000,
+        enqueue_time_ns=1_795_306_000_000_000_000,
+        next_attempt=2,
+    )
+    msg = m.event_to_proto(
+        event(d.ControlEvent(d.ControlEventKind.QUEUED, message=held.detail, queue=held))
+    ).control
+    assert (msg.queue.reason, msg.queue.position, msg.queue.queued_count, msg.queue.next_attempt) == (
+        resources_pb2.QUEUE_REASON_RATE_LIMITED,
+        0,
+        7,
+        2,
+    )
+    assert msg.queue.not_before.seconds == 1_795_306_531 and msg.queue.enqueue_time.seconds == 1_795_306_000
+    waiting = m.queue_state_to_proto(d.QueueState(d.QueueReason.SERVER_LIMIT, position=3, queued_count=3))
+    assert not waiting.HasField("not_before") and not waiting.HasField("enqueue_time")
+
+
+def test_turn_result_startup_failure_reason():
+    result = d.TurnResult(
+        "error_during_execution",
+        True,
+        None,
+        "",
+        0,
+        "",
+        False,
+        None,
+        None,
+        0.0,
+        USAGE,
+        (),
+        (),
+        ("Configuration error",),
+        0,
+        "",
+        startup_failure_reason="config_file_invalid",
+    )
+    assert m.event_to_proto(event(result)).turn_result.startup_failure_reason == "config_file_invalid"
+
+
+def test_phase_result_lists_its_attempts():
+    from helix_runner.api.proto_records import result_to_proto
+    from helix_runner.domain.phase_result import Attempt, PhaseResult
+
+    first = Attempt(
+        1,
+        d.PhaseStatus.FAILED,
+        "the API was overloaded (HTTP 529)",
+        d.AttemptEndKind.API_OVERLOADED,
+        True,
+        exit_code=1,
+        api_error_status=529,
+        session_id="s1",
+        start_time_ns=1_000_000_000,
+        end_time_ns=3_000_000_000,
+        cost=COST,
+        first_sequence=1,
+        last_sequence=9,
+        retry_delay_ns=750_000_000,
+    )
+    second = Attempt(
+        2,
+        d.PhaseStatus.SUCCEEDED,
+        "completed",
+        d.AttemptEndKind.COMPLETED,
+        session_id="s1",
+        resumed_session_id="s1",
+        first_sequence=10,
+        last_sequence=14,
+        exit_code=0,
+    )
+    result = PhaseResult("j", "p", d.PhaseStatus.SUCCEEDED, "completed", attempts=(first, second))
+    a1, a2 = result_to_proto(result).attempts
+    assert (a1.number, a1.status, a1.end_kind, a1.retryable, a1.api_error_status, a1.exit_code) == (
+        1,
+        resources_pb2.PHASE_STATUS_FAILED,
+        resources_pb2.ATTEMPT_END_KIND_API_OVERLOADED,
+        True,
+        529,
+        1,
+    )
+    assert a1.retry_delay.ToMilliseconds() == 750 and a1.cost.reported_usd == 0.5
+    assert (a1.start_time.seconds, a1.end_time.seconds, a1.first_sequence, a1.last_sequence) == (1, 3, 1, 9)
+    assert (a2.resumed_session_id, a2.first_sequence, a2.exit_code) == ("s1", 10, 0)
+    assert not a2.HasField("api_error_status") and not a2.HasField("end_time") and not a2.HasField("cost")

@@ -19,8 +19,8 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
-from helix_runner.runner.process_group import process_state
-from helix_runner.scripted_api import Reply, RequestMatcher, TextBlock
+from helix_runner.offline import Reply, RequestMatcher, TextBlock
+from helix_runner.process.procfs import process_state
 
 pytestmark = pytest.mark.real_cli
 
@@ -102,7 +102,7 @@ async def test_pause_holds_the_next_tool_call_until_resume(claude_binary, script
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     assert (runner.workdir / "created.txt").exists()
     kinds = [e.control.kind for e in phase.events if e.HasField("control")]
-    assert kinds == [ev.CONTROL_EVENT_KIND_PAUSE_REQUESTED, ev.CONTROL_EVENT_KIND_PAUSED,
+    assert kinds == [ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED, ev.CONTROL_EVENT_KIND_PAUSE_REQUESTED, ev.CONTROL_EVENT_KIND_PAUSED,
                      ev.CONTROL_EVENT_KIND_RESUMED]
 
 
@@ -351,7 +351,8 @@ async def test_a_catastrophic_pattern_never_stalls_the_server(claude_binary, tmp
             slow = res.Breakpoint(breakpoint_id="slow", input_pattern=res.InputPatternCondition(regex=r"(a+)+$"))
             events, result = await collect(stub.RunPhase(request(slow), timeout=60))
             assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
-            assert not any(e.HasField("control") for e in events)  # the pattern did not match
+            # The pattern did not match: no control event but the attempt's start.
+            assert [e.control.kind for e in events if e.HasField("control")] == [ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED]
             (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
             assert "a" * 64 in finished.content_preview
             check = health_pb2.HealthCheckRequest(service="liveness")

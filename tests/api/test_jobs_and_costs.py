@@ -15,7 +15,7 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info
-from helix_runner.scripted_api import Reply, RequestMatcher, Script, TextBlock, ToolUseBlock, Usage
+from helix_runner.offline import Reply, RequestMatcher, Script, TextBlock, ToolUseBlock, Usage
 
 pytestmark = pytest.mark.real_cli
 

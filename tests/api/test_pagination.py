@@ -88,3 +88,15 @@ def test_a_negative_page_size_is_invalid():
     with pytest.raises(RunnerError) as caught:
         page_size(-1, default=50, maximum=500)
     assert (caught.value.reason, caught.value.metadata) == ("INVALID_FIELD", {"field": "page_size"})
+
+
+@pytest.mark.parametrize(
+    "position", [[1], [1, "a", 2], ["1", "a"], [1, 2], [1.5, "a"], [True, "a"], [None, "a"]]
+)
+def test_a_position_of_the_wrong_shape_is_a_malformed_token(position):
+    # Positions go into SQL: a crafted token must be INVALID_ARGUMENT, never a server error.
+    token = make_token(QUERY, position)
+    with pytest.raises(RunnerError) as caught:
+        read_token(token, QUERY, (int, str))
+    assert (caught.value.reason, caught.value.message) == ("INVALID_PAGE_TOKEN", "page_token is malformed")
+    assert read_token(make_token(QUERY, [1, "a"]), QUERY, (int, str)) == [1, "a"]

@@ -142,7 +142,7 @@ async def test_an_unexpected_exception_is_internal_without_its_text(stub, monkey
     def broken(*_args, **_kwargs):
         raise RuntimeError(f"database exploded with {SECRET}")
 
-    monkeypatch.setattr(server.manager, "require_job", broken)
+    monkeypatch.setattr(server.queries, "job", broken)
     monkeypatch.setattr(server.manager, "watch", broken)
     caplog.set_level(logging.ERROR)
     for method, request in (
@@ -170,7 +170,7 @@ async def test_an_exception_mid_stream_ends_the_stream_internal(stub, monkeypatc
     stub, server = stub
 
     async def deliveries():
-        from helix_runner.event_log import Delivery
+        from helix_runner.phases.event_log import Delivery
 
         yield Delivery(events=[], result=None)
         raise KeyError(SECRET)

@@ -19,7 +19,7 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info
-from helix_runner.scripted_api import ApiError, Reply, Usage
+from helix_runner.offline import ApiError, Reply, Usage
 
 pytestmark = pytest.mark.real_cli
 
@@ -54,7 +54,10 @@ async def test_success_with_tools(claude_binary, scripted_api, runner_factory):
         assert target.read_text() == "written\n"
         assert_gap_free(events)
         k = kinds(events)
-        assert k[0] == "status_changed" and events[0].status_changed.to_status == res.PHASE_STATUS_RUNNING
+        # Each attempt opens with ATTEMPT_STARTED, then the status turns RUNNING.
+        assert k[0] == "control" and events[0].control.kind == ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED
+        assert events[0].control.attempt == 1
+        assert k[1] == "status_changed" and events[1].status_changed.to_status == res.PHASE_STATUS_RUNNING
         assert k[-1] == "status_changed" and events[-1].status_changed.to_status == res.PHASE_STATUS_SUCCEEDED
         assert result.last_sequence == events[-1].sequence
         assert "session_init" in k and "turn_result" in k

@@ -12,7 +12,7 @@ import secrets
 import pytest
 
 from helix.runner.v1 import resources_pb2 as res
-from helix_runner.scripted_api import Reply, Script
+from helix_runner.offline import Reply, Script
 
 pytestmark = pytest.mark.real_cli
 

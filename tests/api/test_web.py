@@ -23,7 +23,7 @@ from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1.runner_service_connect import RunnerServiceClient
 from helix_runner.api.errors import error_info
 from helix_runner.config import ConfigError, load_config
-from helix_runner.scripted_api import Reply, TextBlock
+from helix_runner.offline import Reply, TextBlock
 from helix_runner.server import StartupError, start_server
 
 TOKEN = "a-token-of-at-least-16-characters"
@@ -126,7 +126,7 @@ async def test_an_unexpected_exception_is_internal_without_its_text(runner_facto
         def broken(job_id):
             raise RuntimeError("secret detail /srv/private")
 
-        monkeypatch.setattr(runner.server.manager, "require_job", broken)
+        monkeypatch.setattr(runner.server.queries, "job", broken)
         async with connect_client(runner) as client:
             with pytest.raises(ConnectError) as failure:
                 await client.get_job(pb.GetJobRequest(job_id="j"))

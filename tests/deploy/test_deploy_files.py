@@ -31,6 +31,9 @@ KUBERNETES_VERSIONS = ("1.30.0", "1.34.0")
 MANIFESTS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
 
 PORT = 50051
+METRICS_PORT = 9464
+MONITORING = K8S / "monitoring"
+DASHBOARD = ROOT / "deploy" / "grafana" / "helix-runner-dashboard.json"
 # SIGTERM -> wait -> SIGKILL of each phase's process group, recording it INTERRUPTED, final events.
 CHILD_TEARDOWN_MIN_SECONDS = 10
 
@@ -46,8 +49,8 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def load(name: str) -> list[dict]:
-    return [doc for doc in yaml.safe_load_all((K8S / name).read_text()) if doc]
+def load(name: str, folder: Path = K8S) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all((folder / name).read_text()) if doc]
 
 
 def dockerfile() -> list[tuple[str, str]]:
@@ -142,7 +145,10 @@ def test_probes_use_the_liveness_and_readiness_health_services_on_the_api_port()
         "livenessProbe": {"port": PORT, "service": "liveness"},
         "readinessProbe": {"port": PORT, "service": "readiness"},
     }
-    assert c["ports"] == [{"name": "grpc", "containerPort": PORT}]
+    assert c["ports"] == [
+        {"name": "grpc", "containerPort": PORT},
+        {"name": "metrics", "containerPort": METRICS_PORT},
+    ]
     assert config_toml()["port"] == PORT
     assert ("EXPOSE", str(PORT)) in dockerfile()
 
@@ -154,7 +160,10 @@ def test_services_target_the_api_port() -> None:
     for spec in services.values():
         assert [(p["port"], p["targetPort"]) for p in spec["ports"]] == [(PORT, "grpc")]
     (policy,) = load("networkpolicy.yaml")
-    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": PORT}]}]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": PORT}]},
+        {"ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
+    ]
 
 
 def test_container_runs_as_the_images_non_root_user() -> None:
@@ -265,3 +274,83 @@ def test_readme_docker_run_recipe_matches_the_image() -> None:
     assert env["HELIX_RUNNER_AUTH_TOKEN_FILE"] in volumes
     assert {n.removeprefix("HELIX_RUNNER_").lower() for n in env} <= set(config.KEYS)
     assert docker_env()["HELIX_RUNNER_HOST"] == "0.0.0.0"
+
+
+def test_the_image_builds_the_python_client_the_command_depends_on() -> None:
+    # helix-runner depends on helix-runner-client, which no package index has: the image must
+    # build it from the repository (its sources in the build context, its wheel next to ours).
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("helix-runner-client") for d in dependencies)
+    instructions = dockerfile()
+    assert ("COPY", "clients/python/ clients/python/") in instructions
+    (build,) = [args for word, args in instructions if word == "RUN" and "pip wheel" in args]
+    assert "clients/python" in build
+    client = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
+    allowed = set((ROOT / ".dockerignore").read_text().splitlines())
+    assert {"!clients/python/pyproject.toml", f"!clients/python/{client['readme']}", "!clients/python/src/"} <= allowed
+
+
+# --- metrics: scraping and the dashboard -----------------------------------------------------
+
+
+def test_metrics_endpoint_agrees_across_config_pod_and_scrape_annotations() -> None:
+    toml = config_toml()
+    # The server listens on loopback unless told otherwise; in a pod the scraper comes from outside.
+    assert (toml["metrics_host"], toml["metrics_port"]) == ("0.0.0.0", METRICS_PORT)
+    annotations = statefulset()["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(METRICS_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+
+
+def test_podmonitor_example_scrapes_the_metrics_port_of_the_pods() -> None:
+    (monitor,) = load("podmonitor.yaml", MONITORING)
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    pod_labels = statefulset()["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert monitor["metadata"]["namespace"] == "helix-runner"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in {p["name"] for p in container()["ports"] if p["containerPort"] == METRICS_PORT}
+    assert endpoint["path"] == "/metrics"
+    # A CRD: only where the operator is installed, so never part of the kustomization.
+    (kustomization,) = load("kustomization.yaml")
+    assert not any("monitoring" in r for r in kustomization["resources"])
+
+
+def dashboard_queries() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for panel in board["panels"] for t in panel["targets"]]
+    queries += [v["query"]["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    return queries
+
+
+def test_dashboard_queries_name_only_exported_metrics() -> None:
+    metrics = pytest.importorskip("helix_runner.telemetry.metrics").Metrics()
+    metrics.watch(list, int)  # the watcher families are exported by a collector
+    exported = metrics.sample_names()
+    used: set[str] = set()
+    for query in dashboard_queries():
+        names = set(re.findall(r"\b((?:helix|grpc_server|process)_[a-z0-9_]+)\b", query))
+        assert names, f"query names no metric: {query}"
+        assert names <= exported, f"not exported: {names - exported} in {query}"
+        used |= names
+    # Every helix_ metric family has a panel (web searches are rare; tokens and cost cover them).
+    families = {re.sub(r"_(bucket|sum|count)$", "", n) for n in exported if n.startswith("helix_")}
+    shown = {re.sub(r"_(bucket|sum|count)$", "", n) for n in used}
+    assert families - shown == {"helix_web_search_requests_total"}
+
+
+def test_dashboard_is_a_grafana_dashboard_with_a_datasource_variable() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    assert board["uid"] == "helix-runner" and board["schemaVersion"] >= 36
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+        assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
+from helix_runner.domain.events import SessionWritesLost
+from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, ResourceFault, decide_outcome
 from helix_runner.domain.phase_status import PhaseStatus
 
 OK = LastResult(subtype="success", is_error=False, terminal_reason="completed")
@@ -95,3 +96,26 @@ def test_supervision_causes_win_over_a_successful_result(cause, status):
 def test_final_statuses():
     assert PhaseStatus.SUCCEEDED.is_final and PhaseStatus.INTERRUPTED.is_final
     assert not PhaseStatus.RUNNING.is_final and not PhaseStatus.PAUSED.is_final
+
+
+def test_an_oom_kill_fails_the_phase_whatever_the_cli_reported():
+    oom = exit_(EndCause.OUT_OF_MEMORY, code=None, sig="SIGKILL", detail="the OOM killer killed 1 process(es)")
+    for last in (OK, None):
+        out = decide_outcome(oom, last)
+        assert (out.status, out.fault) == (PhaseStatus.FAILED, ResourceFault.OUT_OF_MEMORY)
+        assert out.reason == "out of memory: the OOM killer killed 1 process(es)"
+    lost = SessionWritesLost("ENOSPC", ("transcript",))
+    assert decide_outcome(oom, OK, writes_lost=lost).fault is ResourceFault.OUT_OF_MEMORY
+
+
+def test_a_session_the_cli_could_not_save_fails_an_otherwise_successful_phase():
+    out = decide_outcome(exit_(), OK, writes_lost=SessionWritesLost("ENOSPC", ("transcript", "global_config")))
+    assert (out.status, out.fault) == (PhaseStatus.FAILED, ResourceFault.DISK_FULL)
+    assert out.reason.startswith("the disk is full (ENOSPC): the CLI finished but could not save transcript and "
+                                 "global config")
+    quota = decide_outcome(exit_(), OK, writes_lost=SessionWritesLost("EDQUOT", ("transcript",)))
+    assert "disk quota is used up (EDQUOT)" in quota.reason
+    # A phase that failed anyway keeps its own reason; the fault is still reported.
+    cancelled = decide_outcome(exit_(EndCause.CANCELLED, detail="stop"), OK, writes_lost=SessionWritesLost("ENOSPC"))
+    assert (cancelled.status, cancelled.reason, cancelled.fault) == (PhaseStatus.CANCELLED, "stop",
+                                                                     ResourceFault.DISK_FULL)

@@ -6,7 +6,7 @@ import pytest
 
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.errors import RunnerError
-from helix_runner.runner.claude_command import build_argv, prompt_line
+from helix_runner.process.claude_command import build_argv, prompt_line
 
 BASE = {"job_id": "job-1", "phase_id": "plan", "project_id": "", "prompt": "hi", "working_dir": "/w"}
 
@@ -47,6 +47,10 @@ def test_prompt_line_is_one_json_line():
         ({"env": {"BAD NAME": "x"}}, "options.env"),
         ({"env": {"X": "a\x00b"}}, "options.env"),
         ({"working_dir": ""}, "working_dir"),
+        ({"memory_limit_bytes": 1024}, "options.memory_limit_bytes"),
+        ({"memory_limit_bytes": -1}, "options.memory_limit_bytes"),
+        ({"cpu_limit_millicores": 5}, "options.cpu_limit_millicores"),
+        ({"cpu_limit_millicores": 2_000_000}, "options.cpu_limit_millicores"),
     ],
 )
 def test_invalid_fields_are_named(change, field):
@@ -54,3 +58,24 @@ def test_invalid_fields_are_named(change, field):
         PhaseSpec.create(**{**BASE, **change})
     assert caught.value.kind.name == "INVALID_ARGUMENT"
     assert caught.value.metadata["field"] == field
+
+
+@pytest.mark.parametrize(("values", "field"), [
+    ({"workspace": "DOCKER"}, "options.workspace"),
+    ({"worktree_retention": "SOMETIMES", "workspace": "GIT_WORKTREE"}, "options.worktree_retention"),
+    ({"base_ref": "main"}, "options.base_ref"),  # only with GIT_WORKTREE
+    ({"base_ref": "-x", "workspace": "GIT_WORKTREE"}, "options.base_ref"),
+    ({"base_ref": "a..b", "workspace": "GIT_WORKTREE"}, "options.base_ref"),
+    ({"add_dirs": ("/ok\n--bad",)}, "options.add_dirs"),
+    ({"add_dirs": tuple(f"/d{i}" for i in range(33))}, "options.add_dirs"),
+])
+def test_workspace_options_are_validated(values, field):
+    with pytest.raises(RunnerError) as caught:
+        PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir="/w", **values)
+    assert caught.value.metadata["field"] == field
+
+
+def test_a_worktree_spec_with_a_base_ref_is_valid():
+    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir="/w",
+                            workspace="GIT_WORKTREE", base_ref="origin/main~2", worktree_retention="KEEP")
+    assert spec.base_ref == "origin/main~2"

@@ -15,6 +15,10 @@ after ``finish()`` (tool calls and statistics, cost, results, counters). A chang
 of it fails here with the first differing field. Intentional differences are listed in
 ``ALLOWED_DIFFERENCES`` with the reason; there are none today.
 
+Re-recorded once, at the merge of main's retries work, for main's intended parser change only:
+every TurnResult gained ``startup_failure_reason`` and ``usage_since_last_result`` (nothing else
+changed; main's dict-based engine gave the same output as this one on every stream).
+
 Regenerate (only for an intentional change, and say so in the commit):
 ``.venv/bin/python tests/domain/test_stream_engine_differential.py --write``.
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -23,6 +25,7 @@ from helix_runner.domain.events import (
     PermissionDenied,
     RateLimit,
     SessionInit,
+    SessionWritesLost,
     TaskEvent,
     TaskEventKind,
     Thinking,
@@ -37,6 +40,7 @@ from helix_runner.domain.events import (
 from helix_runner.domain.stream_parser import StreamParser, token_usage_from_api
 
 SID = "ef4b424a-7e54-4602-a60a-f6f946f73852"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "retry"
 
 
 def parse(obj_or_line, **options):
@@ -256,6 +260,27 @@ def test_api_retry():
     assert payloads(line) == [ApiRetry(2, 10, 1207, 429, "rate_limit")]
     line["error_status"] = None
     assert payloads(line)[0].error_status is None
+
+
+def test_session_writes_lost():
+    # The shape CLI 2.1.330 writes at exit when its transcript or config write hit ENOSPC / EDQUOT
+    # (captured with HOME on a full tmpfs, see tests/api/test_run_phase_containment.py).
+    line = {
+        "type": "system",
+        "subtype": "session_writes_lost",
+        "error_code": "ENOSPC",
+        "lost": ["transcript", "global_config"],
+        "transcript_session_ids": ["ef9b694a-d3ec-4db5-bf64-bfcc5f9cdfa9"],
+        "uuid": "f30def88-8128-4c99-b2c0-ebe2d675e7b4",
+        "session_id": "ef9b694a-d3ec-4db5-bf64-bfcc5f9cdfa9",
+    }
+    assert payloads(line) == [
+        SessionWritesLost("ENOSPC", ("transcript", "global_config"), ("ef9b694a-d3ec-4db5-bf64-bfcc5f9cdfa9",))
+    ]
+    hostile = {"type": "system", "subtype": "session_writes_lost", "error_code": 28, "lost": ["x" * 1000] * 100}
+    (lost,) = payloads(hostile)
+    assert lost.error_code == "" and lost.session_ids == ()
+    assert len(lost.lost) == 16 and all(len(name) == 256 for name in lost.lost)
 
 
 def test_status_and_compaction():
@@ -623,6 +648,30 @@ def test_error_subtype_has_errors_and_no_result_text():
         ("Reached maximum number of turns (2)",),
     )
     assert result.total_cost_usd is None and not result.has_model_usage
+
+
+def test_startup_failure_result_carries_its_reason():
+    # The line CLI 2.1.330 wrote when $HOME/.claude.json was not valid JSON (tests/fixtures/retry).
+    line = (FIXTURES / "cli-startup-config-invalid.jsonl").read_bytes().splitlines()[0]
+    (result,) = parse(line)[4]
+    assert (result.subtype, result.is_error, result.num_turns) == ("error_during_execution", True, 0)
+    assert result.startup_failure_reason == "config_file_invalid"
+    assert result.errors[0].startswith("Configuration error in ")
+    (ordinary,) = payloads({"type": "result", "subtype": "success", "is_error": False})
+    assert ordinary.startup_failure_reason == ""
+
+
+def test_usage_since_last_result_is_kept_apart_from_the_running_totals():
+    # A resumed process: modelUsage includes what the CLI restored from the session, the
+    # since-last-result figure only this process's own usage (tests/fixtures/retry/README.md).
+    lines = (FIXTURES / "cli-resume-attempt2.jsonl").read_bytes().splitlines()
+    (result,) = [p for line in lines for p in parse(line)[4] if isinstance(p, TurnResult)]
+    (total,) = result.model_usage
+    (own,) = result.usage_since_last_result
+    assert (total.tokens.input_tokens, own.tokens.input_tokens) == (2200, 1200)
+    assert (total.cost_usd, own.cost_usd) == (0.0102, 0.0052)
+    (old_cli,) = payloads({"type": "result", "subtype": "success", "modelUsage": {}})
+    assert old_cli.usage_since_last_result is None
 
 
 def test_model_usage_cache_writes_follow_the_split_rule():

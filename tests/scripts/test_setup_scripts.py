@@ -19,7 +19,9 @@ VENV = Path(sys.prefix)
 
 def _bootstrapped() -> bool:
     stamp = VENV / ".helix-installed"
-    want = sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # The stamp covers the client too: helix-runner depends on clients/python, installed with it.
+    want = sha256((ROOT / "pyproject.toml").read_bytes() + (ROOT / "clients/python/pyproject.toml").read_bytes())
+    want = want.hexdigest()
     return stamp.is_file() and stamp.read_text().strip() == want
 
 
@@ -91,7 +93,7 @@ def test_bootstrap_says_what_it_installs_and_is_silent_when_nothing_changed(tmp_
     assert first.returncode == 0, first.stderr
     assert "bootstrap: installing helix-runner and its dependencies" in first.stderr
     assert "bootstrap: installed in" in first.stderr
-    assert "-m pip install --quiet -e .[dev]" in calls.read_text()
+    assert "-m pip install --quiet -e clients/python -e .[dev]" in calls.read_text()
 
     again = subprocess.run(
         [ROOT / "scripts" / "bootstrap"], env=env, capture_output=True, text=True, timeout=60
@@ -131,6 +133,7 @@ def test_test_fast_runs_only_pytests_fast_tier(tmp_path):
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "was called" not in run.stderr and "== buf" not in run.stdout
+    assert "== import contracts" in run.stdout and "0 broken" in run.stdout  # before pytest, in both tiers
     collected = [line for line in run.stdout.splitlines() if "::" in line]
     assert collected and all(line.startswith("tests/api/test_wire.py::") for line in collected)
     assert "deselected" in run.stdout  # test_run_phase.py is real_cli

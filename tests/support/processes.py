@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from helix_runner.runner.process_group import process_state
+from helix_runner.process.procfs import process_state
 
 
 def alive(pid: int) -> bool:
@@ -44,3 +44,23 @@ def serving_port(log: Path, proc: subprocess.Popen, limit_s: float = 10.0) -> in
         assert proc.poll() is None, log.read_text()
         time.sleep(0.05)
     raise AssertionError("server did not start: " + log.read_text())
+
+
+def scope_processes(data_dir: Path, recording_path: str) -> list[int]:
+    """Live processes carrying a phase run's containment marker (``HELIX_RUNNER_SCOPE``, see
+    runner.containment); the run id is the suffix of the phase's recording directory."""
+    from helix_runner.process.containment import MARKER_NAME, instance_id
+    from helix_runner.process.procfs import marked
+
+    run_id = Path(recording_path).name.rsplit("-", 1)[-1]
+    return marked(f"{MARKER_NAME}={instance_id(data_dir)}.{run_id}".encode())
+
+
+def wait_gone(pids: list[int], limit_s: float = 5.0) -> list[int]:
+    """Waits (bounded) until none of ``pids`` is alive; returns those still alive."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)

@@ -13,8 +13,9 @@ import grpc
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.config import load_config
-from helix_runner.scripted_api import ScriptedApi
+from helix_runner.offline import ScriptedApi
 from helix_runner.server import RunningServer, start_server
+from helix_runner.telemetry import Telemetry
 
 
 @dataclass
@@ -51,8 +52,10 @@ async def collect(call) -> tuple[list[Any], Any]:
 
 
 async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: str | None = None,
-                       server_env_extra: dict[str, str] | None = None, **config: Any) -> AsyncIterator[RunnerHarness]:
-    """The server with ``config``; its own environment points the CLI at ``api`` (plus ``server_env_extra``)."""
+                       telemetry: Telemetry | None = None, server_env_extra: dict[str, str] | None = None,
+                       **config: Any) -> AsyncIterator[RunnerHarness]:
+    """The server in-process; ``telemetry`` replaces the one the config would build, ``server_env_extra``
+    adds to the server's environment (what children may inherit)."""
     home = tmp_path / "home"
     workdir = tmp_path / "work"
     data_dir = tmp_path / "data"
@@ -63,10 +66,12 @@ async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: 
     else:
         server_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
     server_env.update(server_env_extra or {})
+    # Retries are off unless a test asks for them (config or PhaseOptions.retry): the fault tests
+    # check how one attempt ends, and the retry tests set their own (tiny) backoffs.
     flags = {"port": 0, "data_dir": str(data_dir), "workspace_roots": [str(tmp_path)],
-             "claude_path": claude_path, **config}
+             "claude_path": claude_path, "retry_max_attempts": 1, **config}
     cfg = load_config(flags=flags, environ={})
-    server = await start_server(cfg, server_env=server_env)
+    server = await start_server(cfg, server_env=server_env, telemetry=telemetry)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     try:
         yield RunnerHarness(server, channel, pb_grpc.RunnerServiceStub(channel), workdir, data_dir)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helix_runner.scripted_api import ScriptedApi
+from helix_runner.offline import ScriptedApi
 from support.cli_run import CliRun, run_cli, run_cli_async
 
 __all__ = ["DEFAULT_CLI_TIMEOUT", "ClaudeSandbox"]
@@ -36,7 +36,7 @@ class ClaudeSandbox:
     def env(
         self, api: ScriptedApi, *, extra: Mapping[str, str] | None = None, **cli_env_args: Any
     ) -> dict[str, str]:
-        """The child environment pointing at ``api``; see :func:`helix_runner.scripted_api.cli_env`."""
+        """The child environment pointing at ``api``; see :func:`helix_runner.offline.cli_env`."""
         return api.cli_env(self.home, extra=extra, **cli_env_args)
 
     def run(

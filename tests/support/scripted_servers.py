@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helix_runner.scripted_api import Script, ScriptedApi, Turn
+from helix_runner.offline import Script, ScriptedApi, Turn
 
 __all__ = ["ScriptedApiFactory"]
 

@@ -188,6 +188,7 @@ impl pb::StreamEvent {
             Some(P::ControlRequest(_)) => "control_request",
             Some(P::UserMessage(_)) => "user_message",
             Some(P::ToolProgress(_)) => "tool_progress",
+            Some(P::SessionWritesLost(_)) => "session_writes_lost",
             Some(P::CostUpdate(_)) => "cost_update",
             Some(P::Stderr(_)) => "stderr",
             Some(P::StatusChanged(_)) => "status_changed",

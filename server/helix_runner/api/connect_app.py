@@ -32,11 +32,11 @@ from helix.runner.v1 import runner_service_pb2
 from helix.runner.v1.runner_service_connect import RunnerServiceASGIApplication
 from helix_runner.api.auth import token_matches, unauthenticated
 from helix_runner.api.errors import to_status
+from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.servicer import RunnerServicer
 
 log = logging.getLogger(__name__)
 
-_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
 _DETAILS_KEY = "grpc-status-details-bin"
 # gRPC spells one code differently from Connect; the rest share their names.
 _CODE_NAMES = {"CANCELLED": "CANCELED"}
@@ -129,7 +129,7 @@ class ConnectRunnerService:
 
     def __init__(self, servicer: RunnerServicer):
         self._servicer = servicer
-        for method in _SERVICE.methods:
+        for method in SERVICE.methods:
             handler = getattr(servicer, method.name)
             if method.server_streaming:
                 response_class = getattr(runner_service_pb2, method.output_type.name)

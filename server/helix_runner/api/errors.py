@@ -1,4 +1,8 @@
-"""Maps ``RunnerError`` to ``google.rpc.Status`` with exactly one ``ErrorInfo`` (domain ``runner.helix``)."""
+"""Maps ``RunnerError`` to ``google.rpc.Status`` with exactly one ``ErrorInfo`` (domain ``runner.helix``).
+
+An error with a retry hint (``retry_after_s``, e.g. ``QUEUE_FULL`` in ``runner_service.proto``) also
+carries one ``google.rpc.RetryInfo``, the standard detail for it; ``ErrorInfo`` stays the only ``ErrorInfo``.
+"""
 
 from __future__ import annotations
 
@@ -28,16 +32,38 @@ assert set(_CODES) == set(ErrorKind)
 
 
 def to_status(error: RunnerError) -> grpc.Status:
-    """The rich status for an error: code, message and one ErrorInfo detail."""
+    """The rich status for an error: code, message, one ErrorInfo detail and, with a hint, a RetryInfo."""
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    return rpc_status.to_status(status_pb2.Status(code=_CODES[error.kind], message=error.message, details=[detail]))
+    details = [detail]
+    if error.retry_after_s is not None:
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromNanoseconds(max(0, round(error.retry_after_s * 1e9)))
+        hint = any_pb2.Any()
+        hint.Pack(retry)
+        details.append(hint)
+    return rpc_status.to_status(
+        status_pb2.Status(code=_CODES[error.kind], message=error.message, details=details)
+    )
 
 
 async def abort(context: grpc.aio.ServicerContext, error: RunnerError) -> None:
     """Ends the call with the error's rich status (raises, as ``context.abort`` does)."""
     await context.abort_with_status(to_status(error))
+
+
+def retry_info(call_error: grpc.RpcError) -> error_details_pb2.RetryInfo | None:
+    """Client-side helper: the RetryInfo detail of a failed call, if it has one."""
+    status = rpc_status.from_call(call_error)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info
+    return None
 
 
 def error_info(call_error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:

@@ -17,6 +17,7 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix_runner.domain import events as d
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
+from helix_runner.domain.phase_result import Attempt
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
 # Numbers the CLI writes are unbounded in JSON; the proto's are not. Out-of-range values are
@@ -97,6 +98,52 @@ def phase_cost_to_proto(cost: PhaseCostSnapshot) -> res.PhaseCost:
         msg.reported_usd = cost.reported_usd
     if cost.difference_usd is not None:
         msg.difference_usd = cost.difference_usd
+    return msg
+
+
+def queue_state_to_proto(state: d.QueueState) -> res.QueueState:
+    """QueueState → resources.QueueState (``not_before`` unset when the phase waits only for a slot)."""
+    msg = res.QueueState(
+        reason=int(state.reason),
+        detail=state.detail,
+        position=_i32(state.position),
+        queued_count=_i32(state.queued_count),
+        next_attempt=_i32(state.next_attempt),
+    )
+    if state.not_before_ns is not None:
+        msg.not_before.CopyFrom(_timestamp_ns(state.not_before_ns))
+    if state.enqueue_time_ns:
+        msg.enqueue_time.CopyFrom(_timestamp_ns(state.enqueue_time_ns))
+    return msg
+
+
+def attempt_to_proto(attempt: Attempt) -> res.Attempt:
+    """Attempt → resources.Attempt (optional numbers and times unset when unknown)."""
+    msg = res.Attempt(
+        number=_i32(attempt.number),
+        status=int(attempt.status),
+        reason=attempt.reason,
+        end_kind=int(attempt.end_kind),
+        retryable=attempt.retryable,
+        exit_signal=attempt.exit_signal or "",
+        session_id=attempt.session_id,
+        resumed_session_id=attempt.resumed_session_id,
+        first_sequence=_i64(attempt.first_sequence),
+        last_sequence=_i64(attempt.last_sequence),
+        startup_failure_reason=attempt.startup_failure_reason,
+    )
+    if attempt.exit_code is not None:
+        msg.exit_code = _i32(attempt.exit_code)
+    if attempt.api_error_status is not None:
+        msg.api_error_status = _i32(attempt.api_error_status)
+    if attempt.start_time_ns is not None:
+        msg.start_time.CopyFrom(_timestamp_ns(attempt.start_time_ns))
+    if attempt.end_time_ns is not None:
+        msg.end_time.CopyFrom(_timestamp_ns(attempt.end_time_ns))
+    if attempt.cost is not None:
+        msg.cost.CopyFrom(phase_cost_to_proto(attempt.cost))
+    if attempt.retry_delay_ns is not None:
+        _set_duration_ns(msg.retry_delay, attempt.retry_delay_ns)
     return msg
 
 
@@ -310,6 +357,7 @@ def _turn_result(p: d.TurnResult, m: ev.TurnResult) -> None:
     m.errors.extend(p.errors)
     m.result_index = _i32(p.result_index)
     m.stop_reason = p.stop_reason
+    m.startup_failure_reason = p.startup_failure_reason
 
 
 def _control_response(p: d.ControlResponse, m: ev.ControlResponse) -> None:
@@ -362,6 +410,14 @@ def _control(p: d.ControlEvent, m: ev.ControlEvent) -> None:
     m.breakpoint_id = p.breakpoint_id
     m.message = p.message
     m.input_json = p.input_json
+    m.attempt = _i32(p.attempt)
+    m.max_attempts = _i32(p.max_attempts)
+    m.end_kind = int(p.end_kind)
+    if p.retry_delay_ns is not None:
+        _set_duration_ns(m.retry_delay, p.retry_delay_ns)
+    m.resumed_session_id = p.resumed_session_id
+    if p.queue is not None:
+        m.queue.CopyFrom(queue_state_to_proto(p.queue))
 
 
 def _parse_error(p: d.ParseError, m: ev.ParseError) -> None:
@@ -371,6 +427,12 @@ def _parse_error(p: d.ParseError, m: ev.ParseError) -> None:
     m.byte_offset = p.byte_offset
     m.detail = p.detail
     m.repaired = p.repaired
+
+
+def _session_writes_lost(p: d.SessionWritesLost, m: ev.SessionWritesLost) -> None:
+    m.error_code = p.error_code
+    m.lost.extend(p.lost)
+    m.session_ids.extend(p.session_ids)
 
 
 def _unknown(p: d.Unknown, m: ev.Unknown) -> None:
@@ -401,6 +463,7 @@ PAYLOAD_FIELDS: dict[type, tuple[str, Callable[[Any, Any], None]]] = {
     d.ControlRequest: ("control_request", _control_request),
     d.UserMessage: ("user_message", _user_message),
     d.ToolProgress: ("tool_progress", _tool_progress),
+    d.SessionWritesLost: ("session_writes_lost", _session_writes_lost),
     d.CostUpdate: ("cost_update", _cost_update),
     d.StderrOutput: ("stderr", _stderr),
     d.PhaseStatusChanged: ("status_changed", _status_changed),

@@ -20,8 +20,11 @@ def make_token(query: object, position: list) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def read_token(token: str, query: object) -> list | None:
-    """The position a token resumes from; INVALID_ARGUMENT if it is malformed or from another query."""
+def read_token(token: str, query: object, shape: tuple[type, ...] | None = None) -> list | None:
+    """The position a token resumes from; INVALID_ARGUMENT if it is malformed or from another query.
+
+    ``shape`` is the type of each element of the position the query's tokens carry.
+    """
     if not token:
         return None
     try:
@@ -34,6 +37,10 @@ def read_token(token: str, query: object) -> list | None:
     if fingerprint != _fingerprint(query) or not isinstance(position, list):
         raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN",
                           "page_token belongs to a query with different parameters", {"field": "page_token"})
+    if shape is not None and (len(position) != len(shape) or not all(
+            type(value) is kind for value, kind in zip(position, shape, strict=True))):
+        raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN", "page_token is malformed",
+                          {"field": "page_token"})
     return position
 
 

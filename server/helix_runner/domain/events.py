@@ -122,6 +122,48 @@ class ControlEventKind(enum.IntEnum):
     BREAKPOINT_ADDED = 12
     BREAKPOINT_REMOVED = 13
     DETACHED = 14
+    RETRY_SCHEDULED = 15  # an attempt ended transiently; the next one waits out a backoff
+    ATTEMPT_STARTED = 16  # the first event of every attempt
+    QUEUED = 17  # the phase waits for admission, or what it waits for changed
+
+
+class AttemptEndKind(enum.IntEnum):
+    """How an attempt ended, which decides whether another attempt may help (``resources.proto``)."""
+
+    UNSPECIFIED = 0
+    COMPLETED = 1
+    API_OVERLOADED = 2
+    API_RATE_LIMITED = 3
+    API_SERVER_ERROR = 4
+    CONNECTION_FAILED = 5
+    CRASHED = 6
+    HUNG = 7
+    STARTUP_TRANSIENT = 8
+    API_INVALID_REQUEST = 9
+    API_AUTHENTICATION = 10
+    API_PERMISSION = 11
+    API_REQUEST_TOO_LARGE = 12
+    MAX_TURNS = 13
+    MAX_BUDGET = 14
+    STRUCTURED_OUTPUT = 15
+    STARTUP_REFUSED = 16
+    EXECUTION_ERROR = 17
+    TIMED_OUT = 18
+    CANCELLED = 19
+    INTERRUPTED_BY_CLIENT = 20
+    SERVER_SHUTDOWN = 21
+    SPAWN_FAILED = 22
+
+
+class QueueReason(enum.IntEnum):
+    """What a QUEUED phase waits for (``resources.proto`` QueueReason)."""
+
+    UNSPECIFIED = 0
+    SERVER_LIMIT = 1
+    PROJECT_LIMIT = 2
+    START_LIMIT = 3
+    RATE_LIMITED = 4
+    RETRY_BACKOFF = 5
 
 
 class ParseErrorReason(enum.IntEnum):
@@ -345,6 +387,12 @@ class TurnResult(_Payload):
     result_index: int
     stop_reason: str
     has_model_usage: bool = True
+    # Why the CLI refused to start (only on the zeroed result it writes for a known startup failure).
+    startup_failure_reason: str = ""
+    # ``model_usage_since_last_result`` (CLI 2.1.x; None when absent): this process's usage since its
+    # previous result. On a process's first result, ``model_usage`` minus this is what the CLI restored
+    # from the session it resumed (see domain/attempt_cost.py).
+    usage_since_last_result: tuple[ModelUsage, ...] | None = None
 
 
 class ControlResponse(_CarriesCliObject):
@@ -394,6 +442,17 @@ class ToolProgress(_Payload):
     elapsed_s: float
 
 
+class SessionWritesLost(_Payload):
+    """``system/session_writes_lost``: at exit the CLI reports it could not save what ``lost`` names
+    (``transcript``, ``global_config``) because the disk was full (``error_code`` ``ENOSPC``) or the
+    quota used up (``EDQUOT``); resuming ``session_ids`` may miss part of the conversation.
+    At most 16 entries of 256 bytes each per list."""
+
+    error_code: str
+    lost: tuple[str, ...] = ()
+    session_ids: tuple[str, ...] = ()
+
+
 class Unknown(_Payload):
     """A line (or assistant content block) of a type or subtype this server does not model.
 
@@ -438,8 +497,27 @@ class PhaseStatusChanged(_Payload):
     reason: str = ""
 
 
+class QueueState(_Payload):
+    """Where a QUEUED phase stands in the admission queue (``resources.proto`` QueueState).
+
+    Times are wall-clock nanoseconds since the epoch; ``position`` is 0 while the phase cannot
+    start before ``not_before_ns``.
+    """
+
+    reason: QueueReason
+    detail: str = ""
+    position: int = 0
+    queued_count: int = 0
+    not_before_ns: int | None = None
+    enqueue_time_ns: int = 0
+    next_attempt: int = 1
+
+
 class ControlEvent(_Payload):
-    """A control action that took effect; ``message`` at most 4 KiB, ``input_json`` at most 64 KiB."""
+    """A control action that took effect; ``message`` at most 4 KiB, ``input_json`` at most 64 KiB.
+
+    The attempt fields are set for ATTEMPT_STARTED and RETRY_SCHEDULED, ``queue`` for QUEUED.
+    """
 
     kind: ControlEventKind
     tool_use_id: str = ""
@@ -447,6 +525,12 @@ class ControlEvent(_Payload):
     breakpoint_id: str = ""
     message: str = ""
     input_json: str = ""
+    attempt: int = 0
+    max_attempts: int = 0
+    end_kind: AttemptEndKind = AttemptEndKind.UNSPECIFIED
+    retry_delay_ns: int | None = None
+    resumed_session_id: str = ""
+    queue: QueueState | None = None
 
 
 class ParseError(_Payload):
@@ -484,6 +568,7 @@ Payload = (
     | ControlRequest
     | UserMessage
     | ToolProgress
+    | SessionWritesLost
     | CostUpdate
     | StderrOutput
     | PhaseStatusChanged

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from helix_runner.domain.events import SessionWritesLost
 from helix_runner.domain.phase_status import PhaseStatus
 
 
@@ -26,6 +27,14 @@ class EndCause(enum.Enum):
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"  # the server is shutting down
     SPAWN_FAILED = "spawn_failed"
+    OUT_OF_MEMORY = "out_of_memory"  # the kernel's OOM killer killed a process of the phase (memory limit)
+
+
+class ResourceFault(enum.Enum):
+    """A resource problem that decided how a phase ended."""
+
+    OUT_OF_MEMORY = "out_of_memory"  # a process of the phase was OOM-killed (its memory limit)
+    DISK_FULL = "disk_full"  # the CLI could not save its session (``system/session_writes_lost``)
 
 
 @dataclass(frozen=True)
@@ -59,17 +68,46 @@ class LastResult:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The final status and its one-sentence reason."""
+    """The final status, its one-sentence reason, and the resource fault behind it, if any."""
 
     status: PhaseStatus
     reason: str
+    fault: ResourceFault | None = None
 
 
-def decide_outcome(process: ProcessExit, last_result: LastResult | None, result_count: int = 0) -> Outcome:
-    """The honest final status of a phase."""
+def decide_outcome(
+    process: ProcessExit,
+    last_result: LastResult | None,
+    result_count: int = 0,
+    writes_lost: SessionWritesLost | None = None,
+) -> Outcome:
+    """The honest final status of a phase.
+
+    An OOM kill anywhere in the phase fails it (its memory limit was reached, whatever the CLI
+    made of it). A session the CLI could not save (``writes_lost``, the disk full) fails a phase
+    that would otherwise have succeeded: its work is done but a resume would miss part of it,
+    which is why the CLI itself exits 1 for it outside stream-json mode.
+    """
+    outcome = _decide(process, last_result, result_count)
+    if process.cause is EndCause.OUT_OF_MEMORY:
+        return outcome
+    if writes_lost is not None:
+        if outcome.status is PhaseStatus.SUCCEEDED:
+            return Outcome(PhaseStatus.FAILED, _writes_lost_text(writes_lost), ResourceFault.DISK_FULL)
+        return Outcome(outcome.status, outcome.reason, ResourceFault.DISK_FULL)
+    return outcome
+
+
+def _decide(process: ProcessExit, last_result: LastResult | None, result_count: int) -> Outcome:
     cause = process.cause
     if cause is EndCause.SPAWN_FAILED:
         return Outcome(PhaseStatus.FAILED, process.detail or "the claude process could not be started")
+    if cause is EndCause.OUT_OF_MEMORY:
+        return Outcome(
+            PhaseStatus.FAILED,
+            f"out of memory: {process.detail or 'a process of the phase was OOM-killed'}",
+            ResourceFault.OUT_OF_MEMORY,
+        )
     if cause is EndCause.CANCELLED:
         return Outcome(PhaseStatus.CANCELLED, process.detail or "cancelled")
     if cause is EndCause.INTERRUPTED:
@@ -95,6 +133,15 @@ def decide_outcome(process: ProcessExit, last_result: LastResult | None, result_
     if result_count > 1:
         return Outcome(PhaseStatus.SUCCEEDED, f"completed after {result_count} turn results")
     return Outcome(PhaseStatus.SUCCEEDED, "completed")
+
+
+def _writes_lost_text(lost: SessionWritesLost) -> str:
+    why = "the disk quota is used up" if lost.error_code == "EDQUOT" else "the disk is full"
+    what = " and ".join(name.replace("_", " ") for name in lost.lost) or "its session"
+    return (
+        f"{why} ({lost.error_code or 'ENOSPC'}): the CLI finished but could not save {what}; "
+        "resuming the session may miss part of the conversation"
+    )
 
 
 def _exit_text(process: ProcessExit) -> str:

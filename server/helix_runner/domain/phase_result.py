@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
+from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.cost import PhaseCostSnapshot
-from helix_runner.domain.events import PermissionDenial
+from helix_runner.domain.events import AttemptEndKind, PermissionDenial
+from helix_runner.domain.phase_outcome import ResourceFault
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolStats
+
+
+class ContainmentMode(enum.IntEnum):
+    """How a phase's processes are contained (values as in ``helix.runner.v1.ContainmentMode``)."""
+
+    UNSPECIFIED = 0
+    CGROUP_V2 = 1  # a cgroup v2 per phase (limits from v2, or v1 on a hybrid host)
+    CGROUP_V1 = 2  # a cgroup per phase in the v1 freezer (limits from v1 memory / cpu)
+    SUBREAPER = 3  # a child-subreaper shim per phase; no cgroup, no limits
+
+
+@dataclass(frozen=True)
+class ContainmentReport:
+    """How a phase's processes are contained, and what they use (live, or at the end)."""
+
+    mode: ContainmentMode = ContainmentMode.UNSPECIFIED
+    cgroup_paths: tuple[str, ...] = ()
+    memory_limit_bytes: int | None = None
+    cpu_limit_millicores: int | None = None
+    process_count: int = 0
+    memory_current_bytes: int | None = None
+    memory_peak_bytes: int | None = None
+    oom_kills: int = 0
 
 
 @dataclass(frozen=True)
@@ -22,6 +48,33 @@ class PhaseDiagnostics:
     argv: tuple[str, ...] = ()
     claude_path: str = ""
     recording_path: str = ""
+    containment: ContainmentReport | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of the CLI process within a phase (mirrors ``helix.runner.v1.Attempt``).
+
+    ``cost`` is the attempt's own cost (see ``attempt_cost.own_cost``); the phase's cost is the sum.
+    """
+
+    number: int
+    status: PhaseStatus
+    reason: str = ""
+    end_kind: AttemptEndKind = AttemptEndKind.UNSPECIFIED
+    retryable: bool = False
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    api_error_status: int | None = None
+    session_id: str = ""
+    resumed_session_id: str = ""
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+    cost: PhaseCostSnapshot | None = None
+    first_sequence: int = 0
+    last_sequence: int = 0
+    retry_delay_ns: int | None = None
+    startup_failure_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,3 +103,7 @@ class PhaseResult:
     end_time_ns: int | None = None
     last_sequence: int = 0
     diagnostics: PhaseDiagnostics = PhaseDiagnostics()
+    attempts: tuple[Attempt, ...] = ()
+    resource_fault: ResourceFault | None = None
+    # What the phase changed in its git working directory (None: not collected).
+    artifacts: PhaseArtifacts | None = None

@@ -26,6 +26,18 @@ TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_][^\n\r\x00,]{0,511}$")
 
 PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan", "dontAsk")
 ON_DISCONNECT = ("CANCEL", "DETACH")
+# Resource limits (enforced by the phase's cgroup): below 32 MiB the CLI cannot even start.
+MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
+MIN_CPU_LIMIT_MILLICORES = 10
+MAX_CPU_LIMIT_MILLICORES = 1_000_000
+WORKSPACE_MODES = ("IN_PLACE", "GIT_WORKTREE")
+WORKTREE_RETENTIONS = ("", "KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
+# A commit-ish: names, `~`/`^` suffixes, `@{...}`; never a leading dash (it would be read as a flag).
+BASE_REF_PATTERN = re.compile(r"^[A-Za-z0-9_./@{}^~][A-Za-z0-9_./@{}^~:-]{0,255}$")
+MAX_ADD_DIRS = 32
+EFFORTS = ("", "low", "medium", "high", "xhigh", "max")
+UUID_PATTERN = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,23 @@ class PhaseSpec:
     on_disconnect: str = "CANCEL"
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     fallback_model: str = ""
+    memory_limit_bytes: int = 0  # 0: the server's default
+    cpu_limit_millicores: int = 0  # 0: the server's default
+    # Workspace (see runner.git_worktree): IN_PLACE or GIT_WORKTREE, its base ref and retention
+    # ("" = the server's default), and the `--add-dir` directories.
+    workspace: str = "IN_PLACE"
+    base_ref: str = ""
+    worktree_retention: str = ""
+    add_dirs: tuple[str, ...] = ()
+    # Further CLI run options (see PhaseOptions in runner_service.proto); tools None = the CLI's set.
+    system_prompt: str = ""
+    effort: str = ""
+    tools: str | None = None
+    session_id: str = ""
+    fork_session: bool = False
+    include_hook_events: bool = False
+    no_session_persistence: bool = False
+    bare: bool = False
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -89,6 +118,20 @@ class PhaseSpec:
             raise invalid_field("options.append_system_prompt", f"exceeds {SYSTEM_PROMPT_MAX_BYTES} bytes")
         if self.timeout_s < 0 or self.idle_timeout_s < 0:
             raise invalid_field("options.timeout", "must not be negative")
+        if self.memory_limit_bytes and not MIN_MEMORY_LIMIT_BYTES <= self.memory_limit_bytes < 2**62:
+            raise invalid_field(
+                "options.memory_limit_bytes",
+                f"must be 0 (the server's default) or at least {MIN_MEMORY_LIMIT_BYTES} bytes",
+            )
+        if (
+            self.cpu_limit_millicores
+            and not MIN_CPU_LIMIT_MILLICORES <= self.cpu_limit_millicores <= MAX_CPU_LIMIT_MILLICORES
+        ):
+            raise invalid_field(
+                "options.cpu_limit_millicores",
+                f"must be 0 (the server's default) or "
+                f"{MIN_CPU_LIMIT_MILLICORES} to {MAX_CPU_LIMIT_MILLICORES}",
+            )
         if self.on_disconnect not in ON_DISCONNECT:
             raise invalid_field("options.on_disconnect", f"unknown value {self.on_disconnect!r}")
         for key, value in self.env.items():
@@ -96,6 +139,8 @@ class PhaseSpec:
                 raise invalid_field("options.env", f"{key[:80]!r} is not a valid variable name")
             if "\x00" in value or len(value.encode()) > ENV_VALUE_MAX_BYTES:
                 raise invalid_field("options.env", f"value of {key} is too long or contains NUL")
+        _check_workspace(self)
+        _check_run_options(self)
 
 
 def _check_id(name: str, value: str, *, required: bool) -> None:
@@ -103,3 +148,44 @@ def _check_id(name: str, value: str, *, required: bool) -> None:
         return
     if not ID_PATTERN.match(value):
         raise invalid_field(name, "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+
+
+def _check_workspace(spec: PhaseSpec) -> None:
+    if spec.workspace not in WORKSPACE_MODES:
+        raise invalid_field("options.workspace", f"unknown mode {spec.workspace!r}")
+    if spec.worktree_retention not in WORKTREE_RETENTIONS:
+        raise invalid_field("options.worktree_retention", f"unknown policy {spec.worktree_retention!r}")
+    if spec.workspace != "GIT_WORKTREE" and (spec.base_ref or spec.worktree_retention):
+        raise invalid_field("options.base_ref" if spec.base_ref else "options.worktree_retention",
+                            "applies only to the GIT_WORKTREE workspace")
+    if spec.base_ref and (not BASE_REF_PATTERN.match(spec.base_ref) or ".." in spec.base_ref):
+        raise invalid_field("options.base_ref", f"{spec.base_ref[:80]!r} is not a valid commit-ish")
+    if len(spec.add_dirs) > MAX_ADD_DIRS:
+        raise invalid_field("options.add_dirs", f"at most {MAX_ADD_DIRS} directories")
+    for d in spec.add_dirs:
+        if not d or len(d.encode()) > 4096 or any(c in d for c in "\x00\n\r"):
+            raise invalid_field("options.add_dirs", f"{d[:80]!r} is not a valid path")
+
+
+def _check_run_options(spec: PhaseSpec) -> None:
+    if len(spec.system_prompt.encode()) > SYSTEM_PROMPT_MAX_BYTES:
+        raise invalid_field("options.system_prompt", f"exceeds {SYSTEM_PROMPT_MAX_BYTES} bytes")
+    if spec.effort not in EFFORTS:
+        raise invalid_field("options.effort", f"{spec.effort[:40]!r} is not one of {', '.join(EFFORTS[1:])}")
+    if spec.tools:
+        names = spec.tools.split(",")
+        if spec.tools != "default" and not all(TOOL_NAME_PATTERN.match(n) for n in names):
+            raise invalid_field("options.tools", "must be empty, 'default' or comma-separated tool names")
+    if spec.session_id and not UUID_PATTERN.match(spec.session_id):
+        raise invalid_field("options.session_id", "must be a UUID")
+    if spec.session_id and spec.resume_session_id and not spec.fork_session:
+        raise invalid_field("options.session_id", "with resume_session_id it needs fork_session")
+    if spec.bare:
+        # Verified with CLI 2.1.330 through the server (no hook_callback control request arrived): under
+        # --bare the PreToolUse hook registered over the stdin protocol never fires, so pause and
+        # breakpoints could not hold a tool call; refused rather than silently losing job control.
+        raise invalid_field("options.bare", "is not supported: under --bare (CLI 2.1.330) the CLI skips the "
+                                            "server's PreToolUse hook, so pause and breakpoints could not hold "
+                                            "tool calls")
+    if spec.fork_session and not spec.resume_session_id:
+        raise invalid_field("options.fork_session", "needs resume_session_id")

@@ -20,6 +20,7 @@ class PhaseStatus(enum.IntEnum):
     TIMED_OUT = 9
     CANCELLED = 10
     INTERRUPTED = 11
+    QUEUED = 12  # waiting for admission before an attempt (a slot, a rate-limit hold, a backoff)
 
     @property
     def is_final(self) -> bool:

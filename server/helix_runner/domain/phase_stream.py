@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
+from helix_runner.domain.attempt_cost import carried_usage, own_cost, sum_costs
 from helix_runner.domain.cost import PhaseCostSnapshot
 from helix_runner.domain.cost_ledger import CostLedger
 from helix_runner.domain.events import (
@@ -82,7 +83,13 @@ class PhaseStream:
             include_raw_unknown=options.include_raw_unknown,
         )
         self._tools = ToolTracker()
-        self._ledger = CostLedger(price_table or PriceTable(options.price_overrides))
+        self._prices = price_table or PriceTable(options.price_overrides)
+        self._ledger = CostLedger(self._prices)
+        # Later attempts (docs/retries-and-admission.md §3-4): the finished attempts' own costs, and
+        # what this attempt's CLI carried in from the session it resumed (known at its first result).
+        self._prior_costs: tuple[PhaseCostSnapshot, ...] = ()
+        self._resumed = False
+        self._carried: tuple = ()
         self._sequence = 0
         self._session_id: str | None = None
         self._results: deque[TurnResult] = deque(maxlen=MAX_RESULTS_KEPT)
@@ -204,6 +211,8 @@ class PhaseStream:
                             _set_duration(payload, closed[1])
                             _set_hook_ms(payload, closed[2])
                     elif cls is TurnResult:
+                        if self._resumed and not self._result_count:
+                            self._carried = carried_usage(payload)
                         self._results.append(payload)
                         self._result_count += 1
                         ledger.on_result(payload)
@@ -242,9 +251,40 @@ class PhaseStream:
             out.append(self._event(now, self._session_id or "", "", "", error))
         self._tools.finish_phase()
         self._finished = True
-        if self._ledger.snapshot() != self._last_cost:
+        if self.cost != self._last_cost:
             self._cost_event(now, out)
         return out
+
+    def begin_attempt(self, prior_costs: Sequence[PhaseCostSnapshot], *, resumed: bool) -> None:
+        """Start the stdout of the phase's next attempt (a new CLI process).
+
+        The framer, parser, results and cost ledger start afresh; the sequence, the tool calls and
+        the session id carry on, so the phase keeps one gap-free stream. ``prior_costs`` are the
+        finished attempts' own costs: ``cost`` (and every ``CostUpdate``) is their sum plus this
+        attempt's own cost. ``resumed``: the process resumes a session, so its first result may
+        carry in the earlier process's totals, which are taken out (``attempt_cost.own_cost``).
+        """
+        options = self._options
+        self._framer = LineFramer(options.max_line_bytes)
+        self._parser = StreamParser(
+            include_partial_messages=options.include_partial_messages,
+            include_raw_unknown=options.include_raw_unknown,
+        )
+        self._ledger = CostLedger(self._prices)
+        self._prior_costs = tuple(prior_costs)
+        self._resumed = resumed
+        self._carried = ()
+        self._results.clear()
+        self._result_count = 0
+        self._last_cost = None
+        self._last_cost_ns = None
+        self._finished = False
+
+    @property
+    def attempt_cost(self) -> PhaseCostSnapshot:
+        """The running attempt's own cost (without what its CLI carried in from a resumed session)."""
+        snapshot = self._ledger.snapshot()
+        return own_cost(snapshot, self._carried, self._prices) if self._carried else snapshot
 
     def emit(self, payload: Payload) -> Event:
         """Sequence a service event (stderr, status change, control, ...) into the phase's stream."""
@@ -280,8 +320,10 @@ class PhaseStream:
 
     @property
     def cost(self) -> PhaseCostSnapshot:
-        """Reported and computed cost now."""
-        return self._ledger.snapshot()
+        """Reported and computed cost now: the phase's, over all its attempts."""
+        if not self._prior_costs:
+            return self.attempt_cost
+        return sum_costs((*self._prior_costs, self.attempt_cost))  # type: ignore[return-value]
 
     @property
     def parse_error_count(self) -> int:
@@ -307,7 +349,7 @@ class PhaseStream:
         return Event(self._sequence, now, sid, parent, agent, uid, payload)
 
     def _cost_event(self, now: int, out: list[Event]) -> None:
-        snapshot = self._ledger.snapshot()
+        snapshot = self.cost
         self._last_cost = snapshot
         self._last_cost_ns = now
         out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))

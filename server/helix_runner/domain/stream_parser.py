@@ -69,6 +69,7 @@ from helix_runner.domain.events import (
     PermissionDenied,
     RateLimit,
     SessionInit,
+    SessionWritesLost,
     TaskEvent,
     TaskEventKind,
     Thinking,
@@ -343,6 +344,7 @@ class StreamParser:
             "task_progress": _task_progress,
             "task_updated": _task_updated,
             "task_notification": _task_notification,
+            "session_writes_lost": _session_writes_lost,
         }
         self._typed_handlers: dict[type, Callable[[Any], _Handled]] = {
             AssistantLine: self._typed_assistant,
@@ -817,6 +819,7 @@ class StreamParser:
             for e in obj.get("errors") or ()
         )
         result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
+        since = obj.get("model_usage_since_last_result")
         result = TurnResult(
             subtype=_str(obj.get("subtype")),
             is_error=obj.get("is_error") is True,
@@ -835,6 +838,12 @@ class StreamParser:
             result_index=_int0(obj.get("result_index")),
             stop_reason=_str(obj.get("stop_reason")),
             has_model_usage=has_model_usage,
+            startup_failure_reason=_str(obj.get("startup_failure_reason")),
+            usage_since_last_result=(
+                _model_usage(since, main_usage.cache_write_1h_input_tokens)
+                if since.__class__ is dict
+                else None
+            ),
         )
         return [result], None
 
@@ -958,6 +967,17 @@ def _compact_boundary(obj: dict[str, Any]) -> Compaction:
         _int0(meta.get("pre_tokens")),
         _int0(meta.get("post_tokens")),
         _int(meta.get("duration_ms")),
+    )
+
+
+def _session_writes_lost(obj: dict[str, Any]) -> SessionWritesLost:
+    def names(value: Any) -> tuple[str, ...]:
+        return tuple(bound_text(name, 256)[0] for name in _strings(value)[:16])
+
+    return SessionWritesLost(
+        bound_text(_str(obj.get("error_code")), 256)[0],
+        names(obj.get("lost")),
+        names(obj.get("transcript_session_ids")),
     )
 
 

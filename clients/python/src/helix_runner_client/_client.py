@@ -38,6 +38,7 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("list_breakpoints", "ListBreakpoints", pb.ListBreakpointsRequest, pb.ListBreakpointsResponse, False),
     ("remove_breakpoint", "RemoveBreakpoint", pb.RemoveBreakpointRequest, pb.RemoveBreakpointResponse, False),
     ("resolve_tool_call", "ResolveToolCall", pb.ResolveToolCallRequest, pb.ResolveToolCallResponse, False),
+    ("get_phase_diff", "GetPhaseDiff", pb.GetPhaseDiffRequest, pb.GetPhaseDiffResponse, False),
 )
 
 

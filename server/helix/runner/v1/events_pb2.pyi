@@ -58,6 +58,9 @@ class ControlEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTROL_EVENT_KIND_BREAKPOINT_ADDED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_BREAKPOINT_REMOVED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_DETACHED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_RETRY_SCHEDULED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_ATTEMPT_STARTED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_QUEUED: _ClassVar[ControlEventKind]
 
 class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -105,6 +108,9 @@ CONTROL_EVENT_KIND_CANCEL_REQUESTED: ControlEventKind
 CONTROL_EVENT_KIND_BREAKPOINT_ADDED: ControlEventKind
 CONTROL_EVENT_KIND_BREAKPOINT_REMOVED: ControlEventKind
 CONTROL_EVENT_KIND_DETACHED: ControlEventKind
+CONTROL_EVENT_KIND_RETRY_SCHEDULED: ControlEventKind
+CONTROL_EVENT_KIND_ATTEMPT_STARTED: ControlEventKind
+CONTROL_EVENT_KIND_QUEUED: ControlEventKind
 PARSE_ERROR_REASON_UNSPECIFIED: ParseErrorReason
 PARSE_ERROR_REASON_NOT_JSON: ParseErrorReason
 PARSE_ERROR_REASON_INVALID_JSON: ParseErrorReason
@@ -116,7 +122,7 @@ PARSE_ERROR_REASON_BAD_SHAPE: ParseErrorReason
 PARSE_ERROR_REASON_UNPAIRED_SURROGATE: ParseErrorReason
 
 class StreamEvent(_message.Message):
-    __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown")
+    __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "session_writes_lost", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_TIME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +150,7 @@ class StreamEvent(_message.Message):
     CONTROL_REQUEST_FIELD_NUMBER: _ClassVar[int]
     USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_WRITES_LOST_FIELD_NUMBER: _ClassVar[int]
     COST_UPDATE_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
     STATUS_CHANGED_FIELD_NUMBER: _ClassVar[int]
@@ -177,13 +184,14 @@ class StreamEvent(_message.Message):
     control_request: ControlRequest
     user_message: UserMessage
     tool_progress: ToolProgress
+    session_writes_lost: SessionWritesLost
     cost_update: CostUpdate
     stderr: StderrOutput
     status_changed: PhaseStatusChanged
     control: ControlEvent
     parse_error: ParseError
     unknown: Unknown
-    def __init__(self, sequence: _Optional[int] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_tool_use_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., uuid: _Optional[str] = ..., session_init: _Optional[_Union[SessionInit, _Mapping]] = ..., assistant_text: _Optional[_Union[AssistantText, _Mapping]] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., api_retry: _Optional[_Union[ApiRetry, _Mapping]] = ..., api_error: _Optional[_Union[ApiError, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., task: _Optional[_Union[TaskEvent, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., cli_status: _Optional[_Union[CliStatus, _Mapping]] = ..., hook: _Optional[_Union[HookEvent, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., partial_delta: _Optional[_Union[PartialDelta, _Mapping]] = ..., turn_result: _Optional[_Union[TurnResult, _Mapping]] = ..., control_response: _Optional[_Union[ControlResponse, _Mapping]] = ..., control_request: _Optional[_Union[ControlRequest, _Mapping]] = ..., user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., cost_update: _Optional[_Union[CostUpdate, _Mapping]] = ..., stderr: _Optional[_Union[StderrOutput, _Mapping]] = ..., status_changed: _Optional[_Union[PhaseStatusChanged, _Mapping]] = ..., control: _Optional[_Union[ControlEvent, _Mapping]] = ..., parse_error: _Optional[_Union[ParseError, _Mapping]] = ..., unknown: _Optional[_Union[Unknown, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_tool_use_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., uuid: _Optional[str] = ..., session_init: _Optional[_Union[SessionInit, _Mapping]] = ..., assistant_text: _Optional[_Union[AssistantText, _Mapping]] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., api_retry: _Optional[_Union[ApiRetry, _Mapping]] = ..., api_error: _Optional[_Union[ApiError, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., task: _Optional[_Union[TaskEvent, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., cli_status: _Optional[_Union[CliStatus, _Mapping]] = ..., hook: _Optional[_Union[HookEvent, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., partial_delta: _Optional[_Union[PartialDelta, _Mapping]] = ..., turn_result: _Optional[_Union[TurnResult, _Mapping]] = ..., control_response: _Optional[_Union[ControlResponse, _Mapping]] = ..., control_request: _Optional[_Union[ControlRequest, _Mapping]] = ..., user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., session_writes_lost: _Optional[_Union[SessionWritesLost, _Mapping]] = ..., cost_update: _Optional[_Union[CostUpdate, _Mapping]] = ..., stderr: _Optional[_Union[StderrOutput, _Mapping]] = ..., status_changed: _Optional[_Union[PhaseStatusChanged, _Mapping]] = ..., control: _Optional[_Union[ControlEvent, _Mapping]] = ..., parse_error: _Optional[_Union[ParseError, _Mapping]] = ..., unknown: _Optional[_Union[Unknown, _Mapping]] = ...) -> None: ...
 
 class SessionInit(_message.Message):
     __slots__ = ("model", "tools", "cwd", "cli_version", "permission_mode", "mcp_servers", "capabilities", "api_key_source", "turn_index")
@@ -422,7 +430,7 @@ class ModelUsage(_message.Message):
     def __init__(self, model: _Optional[str] = ..., tokens: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class TurnResult(_message.Message):
-    __slots__ = ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "result_truncated", "duration", "api_duration", "total_cost_usd", "usage", "model_usage", "permission_denials", "errors", "result_index", "stop_reason")
+    __slots__ = ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "result_truncated", "duration", "api_duration", "total_cost_usd", "usage", "model_usage", "permission_denials", "errors", "result_index", "stop_reason", "startup_failure_reason")
     SUBTYPE_FIELD_NUMBER: _ClassVar[int]
     IS_ERROR_FIELD_NUMBER: _ClassVar[int]
     API_ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +447,7 @@ class TurnResult(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     RESULT_INDEX_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
     subtype: str
     is_error: bool
     api_error_status: int
@@ -455,7 +464,8 @@ class TurnResult(_message.Message):
     errors: _containers.RepeatedScalarFieldContainer[str]
     result_index: int
     stop_reason: str
-    def __init__(self, subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., result_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., api_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., model_usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[_resources_pb2.PermissionDenial, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., result_index: _Optional[int] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+    startup_failure_reason: str
+    def __init__(self, subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., result_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., api_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., model_usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[_resources_pb2.PermissionDenial, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., result_index: _Optional[int] = ..., stop_reason: _Optional[str] = ..., startup_failure_reason: _Optional[str] = ...) -> None: ...
 
 class ControlResponse(_message.Message):
     __slots__ = ("request_id", "request_subtype", "success", "error", "error_code")
@@ -505,6 +515,16 @@ class ToolProgress(_message.Message):
     elapsed: _duration_pb2.Duration
     def __init__(self, tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
+class SessionWritesLost(_message.Message):
+    __slots__ = ("error_code", "lost", "session_ids")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    error_code: str
+    lost: _containers.RepeatedScalarFieldContainer[str]
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, error_code: _Optional[str] = ..., lost: _Optional[_Iterable[str]] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class CostUpdate(_message.Message):
     __slots__ = ("cost",)
     COST_FIELD_NUMBER: _ClassVar[int]
@@ -530,20 +550,32 @@ class PhaseStatusChanged(_message.Message):
     def __init__(self, from_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., to_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ControlEvent(_message.Message):
-    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json")
+    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json", "attempt", "max_attempts", "end_kind", "retry_delay", "resumed_session_id", "queue")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    END_KIND_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     kind: ControlEventKind
     tool_use_id: str
     tool_name: str
     breakpoint_id: str
     message: str
     input_json: str
-    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ...) -> None: ...
+    attempt: int
+    max_attempts: int
+    end_kind: _resources_pb2.AttemptEndKind
+    retry_delay: _duration_pb2.Duration
+    resumed_session_id: str
+    queue: _resources_pb2.QueueState
+    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ...) -> None: ...
 
 class ParseError(_message.Message):
     __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail", "repaired")

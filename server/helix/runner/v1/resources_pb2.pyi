@@ -25,6 +25,7 @@ class PhaseStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PHASE_STATUS_TIMED_OUT: _ClassVar[PhaseStatus]
     PHASE_STATUS_CANCELLED: _ClassVar[PhaseStatus]
     PHASE_STATUS_INTERRUPTED: _ClassVar[PhaseStatus]
+    PHASE_STATUS_QUEUED: _ClassVar[PhaseStatus]
 
 class PermissionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,54 @@ class PricingSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRICING_SOURCE_PRICE_TABLE: _ClassVar[PricingSource]
     PRICING_SOURCE_OVERRIDE: _ClassVar[PricingSource]
     PRICING_SOURCE_UNPRICED: _ClassVar[PricingSource]
+
+class ContainmentMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTAINMENT_MODE_UNSPECIFIED: _ClassVar[ContainmentMode]
+    CONTAINMENT_MODE_CGROUP_V2: _ClassVar[ContainmentMode]
+    CONTAINMENT_MODE_CGROUP_V1: _ClassVar[ContainmentMode]
+    CONTAINMENT_MODE_SUBREAPER: _ClassVar[ContainmentMode]
+
+class ResourceFault(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOURCE_FAULT_UNSPECIFIED: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_OUT_OF_MEMORY: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_DISK_FULL: _ClassVar[ResourceFault]
+
+class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_END_KIND_UNSPECIFIED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_COMPLETED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_OVERLOADED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_RATE_LIMITED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_SERVER_ERROR: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_CONNECTION_FAILED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_CRASHED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_HUNG: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_STARTUP_TRANSIENT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_INVALID_REQUEST: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_AUTHENTICATION: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_PERMISSION: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_MAX_TURNS: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_MAX_BUDGET: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_STRUCTURED_OUTPUT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_STARTUP_REFUSED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_EXECUTION_ERROR: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_TIMED_OUT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_CANCELLED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_SERVER_SHUTDOWN: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_SPAWN_FAILED: _ClassVar[AttemptEndKind]
+
+class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    QUEUE_REASON_UNSPECIFIED: _ClassVar[QueueReason]
+    QUEUE_REASON_SERVER_LIMIT: _ClassVar[QueueReason]
+    QUEUE_REASON_PROJECT_LIMIT: _ClassVar[QueueReason]
+    QUEUE_REASON_START_LIMIT: _ClassVar[QueueReason]
+    QUEUE_REASON_RATE_LIMITED: _ClassVar[QueueReason]
+    QUEUE_REASON_RETRY_BACKOFF: _ClassVar[QueueReason]
 PHASE_STATUS_UNSPECIFIED: PhaseStatus
 PHASE_STATUS_PENDING: PhaseStatus
 PHASE_STATUS_RUNNING: PhaseStatus
@@ -68,6 +117,7 @@ PHASE_STATUS_INCOMPLETE: PhaseStatus
 PHASE_STATUS_TIMED_OUT: PhaseStatus
 PHASE_STATUS_CANCELLED: PhaseStatus
 PHASE_STATUS_INTERRUPTED: PhaseStatus
+PHASE_STATUS_QUEUED: PhaseStatus
 PERMISSION_MODE_UNSPECIFIED: PermissionMode
 PERMISSION_MODE_DEFAULT: PermissionMode
 PERMISSION_MODE_ACCEPT_EDITS: PermissionMode
@@ -87,6 +137,62 @@ PRICING_SOURCE_UNSPECIFIED: PricingSource
 PRICING_SOURCE_PRICE_TABLE: PricingSource
 PRICING_SOURCE_OVERRIDE: PricingSource
 PRICING_SOURCE_UNPRICED: PricingSource
+CONTAINMENT_MODE_UNSPECIFIED: ContainmentMode
+CONTAINMENT_MODE_CGROUP_V2: ContainmentMode
+CONTAINMENT_MODE_CGROUP_V1: ContainmentMode
+CONTAINMENT_MODE_SUBREAPER: ContainmentMode
+RESOURCE_FAULT_UNSPECIFIED: ResourceFault
+RESOURCE_FAULT_OUT_OF_MEMORY: ResourceFault
+RESOURCE_FAULT_DISK_FULL: ResourceFault
+ATTEMPT_END_KIND_UNSPECIFIED: AttemptEndKind
+ATTEMPT_END_KIND_COMPLETED: AttemptEndKind
+ATTEMPT_END_KIND_API_OVERLOADED: AttemptEndKind
+ATTEMPT_END_KIND_API_RATE_LIMITED: AttemptEndKind
+ATTEMPT_END_KIND_API_SERVER_ERROR: AttemptEndKind
+ATTEMPT_END_KIND_CONNECTION_FAILED: AttemptEndKind
+ATTEMPT_END_KIND_CRASHED: AttemptEndKind
+ATTEMPT_END_KIND_HUNG: AttemptEndKind
+ATTEMPT_END_KIND_STARTUP_TRANSIENT: AttemptEndKind
+ATTEMPT_END_KIND_API_INVALID_REQUEST: AttemptEndKind
+ATTEMPT_END_KIND_API_AUTHENTICATION: AttemptEndKind
+ATTEMPT_END_KIND_API_PERMISSION: AttemptEndKind
+ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE: AttemptEndKind
+ATTEMPT_END_KIND_MAX_TURNS: AttemptEndKind
+ATTEMPT_END_KIND_MAX_BUDGET: AttemptEndKind
+ATTEMPT_END_KIND_STRUCTURED_OUTPUT: AttemptEndKind
+ATTEMPT_END_KIND_STARTUP_REFUSED: AttemptEndKind
+ATTEMPT_END_KIND_EXECUTION_ERROR: AttemptEndKind
+ATTEMPT_END_KIND_TIMED_OUT: AttemptEndKind
+ATTEMPT_END_KIND_CANCELLED: AttemptEndKind
+ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: AttemptEndKind
+ATTEMPT_END_KIND_SERVER_SHUTDOWN: AttemptEndKind
+ATTEMPT_END_KIND_SPAWN_FAILED: AttemptEndKind
+QUEUE_REASON_UNSPECIFIED: QueueReason
+QUEUE_REASON_SERVER_LIMIT: QueueReason
+QUEUE_REASON_PROJECT_LIMIT: QueueReason
+QUEUE_REASON_START_LIMIT: QueueReason
+QUEUE_REASON_RATE_LIMITED: QueueReason
+QUEUE_REASON_RETRY_BACKOFF: QueueReason
+
+class PhaseContainment(_message.Message):
+    __slots__ = ("mode", "cgroup_paths", "memory_limit_bytes", "cpu_limit_millicores", "process_count", "memory_current_bytes", "memory_peak_bytes", "oom_kills")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CGROUP_PATHS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_MILLICORES_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CURRENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLS_FIELD_NUMBER: _ClassVar[int]
+    mode: ContainmentMode
+    cgroup_paths: _containers.RepeatedScalarFieldContainer[str]
+    memory_limit_bytes: int
+    cpu_limit_millicores: int
+    process_count: int
+    memory_current_bytes: int
+    memory_peak_bytes: int
+    oom_kills: int
+    def __init__(self, mode: _Optional[_Union[ContainmentMode, str]] = ..., cgroup_paths: _Optional[_Iterable[str]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., process_count: _Optional[int] = ..., memory_current_bytes: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., oom_kills: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "project_id", "status", "create_time", "update_time", "phases", "cost")
@@ -107,7 +213,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., cost: _Optional[_Union[CostTotals, _Mapping]] = ...) -> None: ...
 
 class Phase(_message.Message):
-    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt")
+    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +232,8 @@ class Phase(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ON_DISCONNECT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     project_id: str
@@ -144,7 +252,9 @@ class Phase(_message.Message):
     result: PhaseResult
     on_disconnect: OnDisconnect
     prompt: str
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    queue: QueueState
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens", "cache_write_1h_input_tokens", "web_search_requests")
@@ -285,7 +395,7 @@ class PermissionDenial(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_input_json: _Optional[str] = ...) -> None: ...
 
 class PhaseDiagnostics(_message.Message):
-    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path")
+    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment")
     STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARSE_ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +404,7 @@ class PhaseDiagnostics(_message.Message):
     ARGV_FIELD_NUMBER: _ClassVar[int]
     CLAUDE_PATH_FIELD_NUMBER: _ClassVar[int]
     RECORDING_PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     stderr_tail: str
     stderr_bytes: int
     parse_error_count: int
@@ -302,10 +413,11 @@ class PhaseDiagnostics(_message.Message):
     argv: _containers.RepeatedScalarFieldContainer[str]
     claude_path: str
     recording_path: str
-    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ...) -> None: ...
+    containment: PhaseContainment
+    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
-    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics")
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +440,9 @@ class PhaseResult(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FAULT_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     status: PhaseStatus
@@ -350,7 +465,108 @@ class PhaseResult(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     last_sequence: int
     diagnostics: PhaseDiagnostics
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    resource_fault: ResourceFault
+    artifacts: PhaseArtifacts
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ..., artifacts: _Optional[_Union[PhaseArtifacts, _Mapping]] = ...) -> None: ...
+
+class PhaseArtifacts(_message.Message):
+    __slots__ = ("git_available", "unavailable_reason", "base_commit", "final_commit", "branch", "worktree_path", "worktree_kept", "changed_files", "diff", "diff_truncated", "diff_bytes")
+    GIT_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    BASE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    FINAL_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    WORKTREE_PATH_FIELD_NUMBER: _ClassVar[int]
+    WORKTREE_KEPT_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FILES_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    DIFF_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    DIFF_BYTES_FIELD_NUMBER: _ClassVar[int]
+    git_available: bool
+    unavailable_reason: str
+    base_commit: str
+    final_commit: str
+    branch: str
+    worktree_path: str
+    worktree_kept: bool
+    changed_files: _containers.RepeatedCompositeFieldContainer[ChangedFile]
+    diff: str
+    diff_truncated: bool
+    diff_bytes: int
+    def __init__(self, git_available: _Optional[bool] = ..., unavailable_reason: _Optional[str] = ..., base_commit: _Optional[str] = ..., final_commit: _Optional[str] = ..., branch: _Optional[str] = ..., worktree_path: _Optional[str] = ..., worktree_kept: _Optional[bool] = ..., changed_files: _Optional[_Iterable[_Union[ChangedFile, _Mapping]]] = ..., diff: _Optional[str] = ..., diff_truncated: _Optional[bool] = ..., diff_bytes: _Optional[int] = ...) -> None: ...
+
+class ChangedFile(_message.Message):
+    __slots__ = ("path", "old_path", "status", "lines_added", "lines_deleted", "binary")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OLD_PATH_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LINES_ADDED_FIELD_NUMBER: _ClassVar[int]
+    LINES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    BINARY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    old_path: str
+    status: str
+    lines_added: int
+    lines_deleted: int
+    binary: bool
+    def __init__(self, path: _Optional[str] = ..., old_path: _Optional[str] = ..., status: _Optional[str] = ..., lines_added: _Optional[int] = ..., lines_deleted: _Optional[int] = ..., binary: _Optional[bool] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("number", "status", "reason", "end_kind", "retryable", "exit_code", "exit_signal", "api_error_status", "session_id", "resumed_session_id", "start_time", "end_time", "cost", "first_sequence", "last_sequence", "retry_delay", "startup_failure_reason")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    END_KIND_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    API_ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    status: PhaseStatus
+    reason: str
+    end_kind: AttemptEndKind
+    retryable: bool
+    exit_code: int
+    exit_signal: str
+    api_error_status: int
+    session_id: str
+    resumed_session_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    cost: PhaseCost
+    first_sequence: int
+    last_sequence: int
+    retry_delay: _duration_pb2.Duration
+    startup_failure_reason: str
+    def __init__(self, number: _Optional[int] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., end_kind: _Optional[_Union[AttemptEndKind, str]] = ..., retryable: _Optional[bool] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., api_error_status: _Optional[int] = ..., session_id: _Optional[str] = ..., resumed_session_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., first_sequence: _Optional[int] = ..., last_sequence: _Optional[int] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., startup_failure_reason: _Optional[str] = ...) -> None: ...
+
+class QueueState(_message.Message):
+    __slots__ = ("reason", "detail", "position", "queued_count", "not_before", "enqueue_time", "next_attempt")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    reason: QueueReason
+    detail: str
+    position: int
+    queued_count: int
+    not_before: _timestamp_pb2.Timestamp
+    enqueue_time: _timestamp_pb2.Timestamp
+    next_attempt: int
+    def __init__(self, reason: _Optional[_Union[QueueReason, str]] = ..., detail: _Optional[str] = ..., position: _Optional[int] = ..., queued_count: _Optional[int] = ..., not_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt: _Optional[int] = ...) -> None: ...
 
 class Breakpoint(_message.Message):
     __slots__ = ("breakpoint_id", "tool_name", "input_pattern", "cost_threshold_usd", "turn_count", "once", "hit_count")
@@ -403,7 +619,7 @@ class ContextUsage(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class PhaseInspection(_message.Message):
-    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints")
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -414,6 +630,7 @@ class PhaseInspection(_message.Message):
     TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_USAGE_FIELD_NUMBER: _ClassVar[int]
     BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     paused: bool
     hard_paused: bool
@@ -424,7 +641,8 @@ class PhaseInspection(_message.Message):
     turn_count: int
     context_usage: ContextUsage
     breakpoints: _containers.RepeatedCompositeFieldContainer[Breakpoint]
-    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ...) -> None: ...
+    containment: PhaseContainment
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class StreamEventRef(_message.Message):
     __slots__ = ("sequence", "kind", "summary", "receive_time")

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, StepPhaseRequest, StepPhaseResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, StepPhaseRequest, StepPhaseResponse, WatchPhaseRequest, WatchPhaseResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -89,7 +89,7 @@ class RunnerService(Protocol):
 
     async def pause_phase(self, request: PausePhaseRequest, ctx: RequestContext[PausePhaseRequest, PausePhaseResponse], /) -> PausePhaseResponse:
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -114,7 +114,7 @@ class RunnerService(Protocol):
 
     async def cancel_phase(self, request: CancelPhaseRequest, ctx: RequestContext[CancelPhaseRequest, CancelPhaseResponse], /) -> CancelPhaseResponse:
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -153,6 +153,12 @@ class RunnerService(Protocol):
         """
         Approves, denies (with a message the model sees as the tool's error), or approves with
         edited input a tool call held by a breakpoint.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_phase_diff(self, request: GetPhaseDiffRequest, ctx: RequestContext[GetPhaseDiffRequest, GetPhaseDiffResponse], /) -> GetPhaseDiffResponse:
+        """
+        The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -357,6 +363,17 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                     ),
                     function=svc.resolve_tool_call,
                 ),
+                "/helix.runner.v1.RunnerService/GetPhaseDiff": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetPhaseDiff",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=GetPhaseDiffRequest,
+                        output=GetPhaseDiffResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_phase_diff,
+                ),
             },
             interceptors=interceptors,
             read_max_bytes=read_max_bytes,
@@ -554,7 +571,7 @@ class RunnerServiceClient(ConnectClient):
         timeout_ms: int | None = None,
     ) -> PausePhaseResponse:
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
         return await self.execute_unary(
             request=request,
@@ -647,7 +664,7 @@ class RunnerServiceClient(ConnectClient):
         timeout_ms: int | None = None,
     ) -> CancelPhaseResponse:
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
         return await self.execute_unary(
             request=request,
@@ -796,6 +813,29 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=ResolveToolCallRequest,
                 output=ResolveToolCallResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_phase_diff(
+        self,
+        request: GetPhaseDiffRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetPhaseDiffResponse:
+        """
+        The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetPhaseDiff",
+                service_name="helix.runner.v1.RunnerService",
+                input=GetPhaseDiffRequest,
+                output=GetPhaseDiffResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

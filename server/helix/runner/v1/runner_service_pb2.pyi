@@ -35,6 +35,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_TOO_MANY_PHASES: _ClassVar[ErrorReason]
     ERROR_REASON_INVALID_PAGE_TOKEN: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+    ERROR_REASON_QUEUE_FULL: _ClassVar[ErrorReason]
+    ERROR_REASON_DIFF_NOT_AVAILABLE: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -47,6 +49,19 @@ class PauseMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PAUSE_MODE_UNSPECIFIED: _ClassVar[PauseMode]
     PAUSE_MODE_BEFORE_NEXT_TOOL: _ClassVar[PauseMode]
     PAUSE_MODE_HARD: _ClassVar[PauseMode]
+
+class WorkspaceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKSPACE_MODE_UNSPECIFIED: _ClassVar[WorkspaceMode]
+    WORKSPACE_MODE_IN_PLACE: _ClassVar[WorkspaceMode]
+    WORKSPACE_MODE_GIT_WORKTREE: _ClassVar[WorkspaceMode]
+
+class WorktreeRetention(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKTREE_RETENTION_UNSPECIFIED: _ClassVar[WorktreeRetention]
+    WORKTREE_RETENTION_KEEP: _ClassVar[WorktreeRetention]
+    WORKTREE_RETENTION_REMOVE: _ClassVar[WorktreeRetention]
+    WORKTREE_RETENTION_REMOVE_ON_SUCCESS: _ClassVar[WorktreeRetention]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_WORKING_DIR_OUTSIDE_ROOTS: ErrorReason
@@ -68,15 +83,24 @@ ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_TOO_MANY_PHASES: ErrorReason
 ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+ERROR_REASON_QUEUE_FULL: ErrorReason
+ERROR_REASON_DIFF_NOT_AVAILABLE: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
 PAUSE_MODE_UNSPECIFIED: PauseMode
 PAUSE_MODE_BEFORE_NEXT_TOOL: PauseMode
 PAUSE_MODE_HARD: PauseMode
+WORKSPACE_MODE_UNSPECIFIED: WorkspaceMode
+WORKSPACE_MODE_IN_PLACE: WorkspaceMode
+WORKSPACE_MODE_GIT_WORKTREE: WorkspaceMode
+WORKTREE_RETENTION_UNSPECIFIED: WorktreeRetention
+WORKTREE_RETENTION_KEEP: WorktreeRetention
+WORKTREE_RETENTION_REMOVE: WorktreeRetention
+WORKTREE_RETENTION_REMOVE_ON_SUCCESS: WorktreeRetention
 
 class PhaseOptions(_message.Message):
-    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model")
+    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +124,21 @@ class PhaseOptions(_message.Message):
     INCLUDE_RAW_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_MODEL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMIT_MILLICORES_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    BASE_REF_FIELD_NUMBER: _ClassVar[int]
+    WORKTREE_RETENTION_FIELD_NUMBER: _ClassVar[int]
+    ADD_DIRS_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    EFFORT_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FORK_SESSION_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_HOOK_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NO_SESSION_PERSISTENCE_FIELD_NUMBER: _ClassVar[int]
+    BARE_FIELD_NUMBER: _ClassVar[int]
     model: str
     allowed_tools: _containers.RepeatedScalarFieldContainer[str]
     disallowed_tools: _containers.RepeatedScalarFieldContainer[str]
@@ -116,7 +155,38 @@ class PhaseOptions(_message.Message):
     include_raw_unknown: bool
     idle_timeout: _duration_pb2.Duration
     fallback_model: str
-    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ...) -> None: ...
+    retry: RetryPolicy
+    memory_limit_bytes: int
+    cpu_limit_millicores: int
+    workspace: WorkspaceMode
+    base_ref: str
+    worktree_retention: WorktreeRetention
+    add_dirs: _containers.RepeatedScalarFieldContainer[str]
+    system_prompt: str
+    effort: str
+    tools: str
+    session_id: str
+    fork_session: bool
+    include_hook_events: bool
+    no_session_persistence: bool
+    bare: bool
+    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., workspace: _Optional[_Union[WorkspaceMode, str]] = ..., base_ref: _Optional[str] = ..., worktree_retention: _Optional[_Union[WorktreeRetention, str]] = ..., add_dirs: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., effort: _Optional[str] = ..., tools: _Optional[str] = ..., session_id: _Optional[str] = ..., fork_session: _Optional[bool] = ..., include_hook_events: _Optional[bool] = ..., no_session_persistence: _Optional[bool] = ..., bare: _Optional[bool] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "initial_backoff", "backoff_multiplier", "max_backoff", "disable_jitter", "continuation_prompt")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_JITTER_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    initial_backoff: _duration_pb2.Duration
+    backoff_multiplier: float
+    max_backoff: _duration_pb2.Duration
+    disable_jitter: bool
+    continuation_prompt: str
+    def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff_multiplier: _Optional[float] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., disable_jitter: _Optional[bool] = ..., continuation_prompt: _Optional[str] = ...) -> None: ...
 
 class RunPhaseRequest(_message.Message):
     __slots__ = ("job_id", "phase_id", "project_id", "prompt", "working_dir", "options")
@@ -427,3 +497,25 @@ class ResolveToolCallResponse(_message.Message):
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     tool_call: _resources_pb2.ToolCall
     def __init__(self, tool_call: _Optional[_Union[_resources_pb2.ToolCall, _Mapping]] = ...) -> None: ...
+
+class GetPhaseDiffRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class GetPhaseDiffResponse(_message.Message):
+    __slots__ = ("chunk", "next_page_token", "total_bytes")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    next_page_token: str
+    total_bytes: int
+    def __init__(self, chunk: _Optional[bytes] = ..., next_page_token: _Optional[str] = ..., total_bytes: _Optional[int] = ...) -> None: ...

@@ -127,6 +127,11 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveToolCallRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveToolCallResponse.FromString,
                 _registered_method=True)
+        self.GetPhaseDiff = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/GetPhaseDiff',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -186,7 +191,7 @@ class RunnerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PausePhase(self, request, context):
-        """Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        """Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,7 +220,7 @@ class RunnerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelPhase(self, request, context):
-        """Terminates the phase's process group; the phase ends CANCELLED.
+        """Terminates every process of the phase; the phase ends CANCELLED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -260,6 +265,13 @@ class RunnerServiceServicer:
     def ResolveToolCall(self, request, context):
         """Approves, denies (with a message the model sees as the tool's error), or approves with
         edited input a tool call held by a breakpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPhaseDiff(self, request, context):
+        """The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -352,6 +364,11 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.ResolveToolCall,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveToolCallRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveToolCallResponse.SerializeToString,
+            ),
+            'GetPhaseDiff': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPhaseDiff,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -821,6 +838,33 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/ResolveToolCall',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveToolCallRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPhaseDiff(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/GetPhaseDiff',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,7 +12,77 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/resources.proto.
  */
 export const file_helix_runner_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEijAIKA0pvYhIOCgZqb2JfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSLwoLY3JlYXRlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgZwaGFzZXMYBiADKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USKQoEY29zdBgHIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Db3N0VG90YWxzIt8ECgVQaGFzZRIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIsCgZzdGF0dXMYBCABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSFQoNc3RhdHVzX3JlYXNvbhgFIAEoCRIvCgtjcmVhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnNlc3Npb25faWQYCSABKAkSDQoFbW9kZWwYCiABKAkSEwoLd29ya2luZ19kaXIYCyABKAkSKAoEY29zdBgMIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSLgoKdG9vbF9zdGF0cxgNIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMSLwoMY3VycmVudF90b29sGA4gASgLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsEhUKDWxhc3Rfc2VxdWVuY2UYDyABKAMSLAoGcmVzdWx0GBAgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0EjQKDW9uX2Rpc2Nvbm5lY3QYESABKA4yHS5oZWxpeC5ydW5uZXIudjEuT25EaXNjb25uZWN0Eg4KBnByb21wdBgSIAEoCSLBAQoKVG9rZW5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAMSFQoNb3V0cHV0X3Rva2VucxgCIAEoAxIfChdjYWNoZV9yZWFkX2lucHV0X3Rva2VucxgDIAEoAxIjChtjYWNoZV93cml0ZV81bV9pbnB1dF90b2tlbnMYBCABKAMSIwobY2FjaGVfd3JpdGVfMWhfaW5wdXRfdG9rZW5zGAUgASgDEhsKE3dlYl9zZWFyY2hfcmVxdWVzdHMYBiABKAMiwQEKCU1vZGVsQ29zdBINCgVtb2RlbBgBIAEoCRIrCgZ0b2tlbnMYAiABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIZCgxyZXBvcnRlZF91c2QYAyABKAFIAIgBARIUCgxjb21wdXRlZF91c2QYBCABKAESNgoOcHJpY2luZ19zb3VyY2UYBSABKA4yHi5oZWxpeC5ydW5uZXIudjEuUHJpY2luZ1NvdXJjZUIPCg1fcmVwb3J0ZWRfdXNkIoYCCglQaGFzZUNvc3QSGQoMcmVwb3J0ZWRfdXNkGAEgASgBSACIAQESFAoMY29tcHV0ZWRfdXNkGAIgASgBEhsKDmRpZmZlcmVuY2VfdXNkGAMgASgBSAGIAQESFQoNY29tcHV0ZWRfb25seRgEIAEoCBIrCgZ0b2tlbnMYBSABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIqCgZtb2RlbHMYBiADKAsyGi5oZWxpeC5ydW5uZXIudjEuTW9kZWxDb3N0EhcKD3VucHJpY2VkX21vZGVscxgHIAMoCUIPCg1fcmVwb3J0ZWRfdXNkQhEKD19kaWZmZXJlbmNlX3VzZCLiAQoKQ29zdFRvdGFscxIUCgxyZXBvcnRlZF91c2QYASABKAESFAoMY29tcHV0ZWRfdXNkGAIgASgBEisKBnRva2VucxgDIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEioKBm1vZGVscxgEIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Nb2RlbENvc3QSEwoLcGhhc2VfY291bnQYBSABKAUSIQoZY29tcHV0ZWRfb25seV9waGFzZV9jb3VudBgGIAEoBRIXCg91bnByaWNlZF9tb2RlbHMYByADKAkiwwQKCFRvb2xDYWxsEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRITCgt0b29sX3VzZV9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEhIKCmlucHV0X2pzb24YBSABKAkSEwoLaW5wdXRfYnl0ZXMYBiABKAMSFwoPaW5wdXRfdHJ1bmNhdGVkGAcgASgIEhoKEnBhcmVudF90b29sX3VzZV9pZBgIIAEoCRIvCgZzdGF0dXMYCSABKA4yHy5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGxTdGF0dXMSLgoKc3RhcnRfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCGR1cmF0aW9uGAwgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnJlc3VsdF9wcmV2aWV3GA0gASgJEhQKDHJlc3VsdF9ieXRlcxgOIAEoAxIYChByZXN1bHRfdHJ1bmNhdGVkGA8gASgIEh4KFnN0cnVjdHVyZWRfcmVzdWx0X2pzb24YECABKAkSIwobc3RydWN0dXJlZF9yZXN1bHRfdHJ1bmNhdGVkGBEgASgIEhYKDnN0YXJ0X3NlcXVlbmNlGBIgASgDEhQKDGVuZF9zZXF1ZW5jZRgTIAEoAxIdChVoZWxkX2J5X2JyZWFrcG9pbnRfaWQYFCABKAki5AEKCVRvb2xTdGF0cxIMCgRuYW1lGAEgASgJEg0KBWNvdW50GAIgASgDEhAKCGZhaWx1cmVzGAMgASgDEhIKCnVuZmluaXNoZWQYBCABKAMSMQoOdG90YWxfZHVyYXRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNbWVhbl9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgxwOTVfZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoQUGVybWlzc2lvbkRlbmlhbBIRCgl0b29sX25hbWUYASABKAkSEwoLdG9vbF91c2VfaWQYAiABKAkSFwoPdG9vbF9pbnB1dF9qc29uGAMgASgJIsgBChBQaGFzZURpYWdub3N0aWNzEhMKC3N0ZGVycl90YWlsGAEgASgJEhQKDHN0ZGVycl9ieXRlcxgCIAEoAxIZChFwYXJzZV9lcnJvcl9jb3VudBgDIAEoAxIdChV1bmZpbmlzaGVkX3Rvb2xfY2FsbHMYBCABKAMSFAoMc3Rkb3V0X2J5dGVzGAUgASgDEgwKBGFyZ3YYBiADKAkSEwoLY2xhdWRlX3BhdGgYByABKAkSFgoOcmVjb3JkaW5nX3BhdGgYCCABKAkixwUKC1BoYXNlUmVzdWx0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSDgoGcmVhc29uGAQgASgJEhYKDnJlc3VsdF9zdWJ0eXBlGAUgASgJEhAKCGlzX2Vycm9yGAYgASgIEh0KEGFwaV9lcnJvcl9zdGF0dXMYByABKAVIAIgBARIXCg90ZXJtaW5hbF9yZWFzb24YCCABKAkSEQoJbnVtX3R1cm5zGAkgASgFEhMKC3Jlc3VsdF90ZXh0GAogASgJEg4KBmVycm9ycxgLIAMoCRIWCglleGl0X2NvZGUYDCABKAVIAYgBARITCgtleGl0X3NpZ25hbBgNIAEoCRIUCgxyZXN1bHRfY291bnQYDiABKAUSEgoKc2Vzc2lvbl9pZBgPIAEoCRIoCgRjb3N0GBAgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGBEgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxI9ChJwZXJtaXNzaW9uX2RlbmlhbHMYEiADKAsyIS5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbkRlbmlhbBIuCgpzdGFydF90aW1lGBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbGFzdF9zZXF1ZW5jZRgVIAEoAxI2CgtkaWFnbm9zdGljcxgWIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZURpYWdub3N0aWNzQhMKEV9hcGlfZXJyb3Jfc3RhdHVzQgwKCl9leGl0X2NvZGUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIocDCg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJzCg5TdHJlYW1FdmVudFJlZhIQCghzZXF1ZW5jZRgBIAEoAxIMCgRraW5kGAIgASgJEg8KB3N1bW1hcnkYAyABKAkSMAoMcmVjZWl2ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCreAgoLUGhhc2VTdGF0dXMSHAoYUEhBU0VfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfU1RBVFVTX1BFTkRJTkcQARIYChRQSEFTRV9TVEFUVVNfUlVOTklORxACEhgKFFBIQVNFX1NUQVRVU19QQVVTSU5HEAMSFwoTUEhBU0VfU1RBVFVTX1BBVVNFRBAEEiIKHlBIQVNFX1NUQVRVU19BV0FJVElOR19BUFBST1ZBTBAFEhoKFlBIQVNFX1NUQVRVU19TVUNDRUVERUQQBhIXChNQSEFTRV9TVEFUVVNfRkFJTEVEEAcSGwoXUEhBU0VfU1RBVFVTX0lOQ09NUExFVEUQCBIaChZQSEFTRV9TVEFUVVNfVElNRURfT1VUEAkSGgoWUEhBU0VfU1RBVFVTX0NBTkNFTExFRBAKEhwKGFBIQVNFX1NUQVRVU19JTlRFUlJVUFRFRBALKtABCg5QZXJtaXNzaW9uTW9kZRIfChtQRVJNSVNTSU9OX01PREVfVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX01PREVfREVGQVVMVBABEiAKHFBFUk1JU1NJT05fTU9ERV9BQ0NFUFRfRURJVFMQAhImCiJQRVJNSVNTSU9OX01PREVfQllQQVNTX1BFUk1JU1NJT05TEAMSGAoUUEVSTUlTU0lPTl9NT0RFX1BMQU4QBBIcChhQRVJNSVNTSU9OX01PREVfRE9OVF9BU0sQBSphCgxPbkRpc2Nvbm5lY3QSHQoZT05fRElTQ09OTkVDVF9VTlNQRUNJRklFRBAAEhgKFE9OX0RJU0NPTk5FQ1RfQ0FOQ0VMEAESGAoUT05fRElTQ09OTkVDVF9ERVRBQ0gQAirJAQoOVG9vbENhbGxTdGF0dXMSIAocVE9PTF9DQUxMX1NUQVRVU19VTlNQRUNJRklFRBAAEhwKGFRPT0xfQ0FMTF9TVEFUVVNfUlVOTklORxABEhkKFVRPT0xfQ0FMTF9TVEFUVVNfSEVMRBACEh4KGlRPT0xfQ0FMTF9TVEFUVVNfU1VDQ0VFREVEEAMSGwoXVE9PTF9DQUxMX1NUQVRVU19GQUlMRUQQBBIfChtUT09MX0NBTExfU1RBVFVTX1VORklOSVNIRUQQBSqJAQoNUHJpY2luZ1NvdXJjZRIeChpQUklDSU5HX1NPVVJDRV9VTlNQRUNJRklFRBAAEh4KGlBSSUNJTkdfU09VUkNFX1BSSUNFX1RBQkxFEAESGwoXUFJJQ0lOR19TT1VSQ0VfT1ZFUlJJREUQAhIbChdQUklDSU5HX1NPVVJDRV9VTlBSSUNFRBADYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEirgIKEFBoYXNlQ29udGFpbm1lbnQSLgoEbW9kZRgBIAEoDjIgLmhlbGl4LnJ1bm5lci52MS5Db250YWlubWVudE1vZGUSFAoMY2dyb3VwX3BhdGhzGAIgAygJEhoKEm1lbW9yeV9saW1pdF9ieXRlcxgDIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgEIAEoBRIVCg1wcm9jZXNzX2NvdW50GAUgASgFEiEKFG1lbW9yeV9jdXJyZW50X2J5dGVzGAYgASgDSACIAQESHgoRbWVtb3J5X3BlYWtfYnl0ZXMYByABKANIAYgBARIRCglvb21fa2lsbHMYCCABKANCFwoVX21lbW9yeV9jdXJyZW50X2J5dGVzQhQKEl9tZW1vcnlfcGVha19ieXRlcyKMAgoDSm9iEg4KBmpvYl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnBoYXNlcxgGIAMoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZRIpCgRjb3N0GAcgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMitwUKBVBoYXNlEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIVCg1zdGF0dXNfcmVhc29uGAUgASgJEi8KC2NyZWF0ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgJIAEoCRINCgVtb2RlbBgKIAEoCRITCgt3b3JraW5nX2RpchgLIAEoCRIoCgRjb3N0GAwgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGA0gAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxIvCgxjdXJyZW50X3Rvb2wYDiABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIsCgZyZXN1bHQYECABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQSNAoNb25fZGlzY29ubmVjdBgRIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSDgoGcHJvbXB0GBIgASgJEioKCGF0dGVtcHRzGBMgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSKgoFcXVldWUYFCABKAsyGy5oZWxpeC5ydW5uZXIudjEuUXVldWVTdGF0ZSLBAQoKVG9rZW5Vc2FnZRIUCgxpbnB1dF90b2tlbnMYASABKAMSFQoNb3V0cHV0X3Rva2VucxgCIAEoAxIfChdjYWNoZV9yZWFkX2lucHV0X3Rva2VucxgDIAEoAxIjChtjYWNoZV93cml0ZV81bV9pbnB1dF90b2tlbnMYBCABKAMSIwobY2FjaGVfd3JpdGVfMWhfaW5wdXRfdG9rZW5zGAUgASgDEhsKE3dlYl9zZWFyY2hfcmVxdWVzdHMYBiABKAMiwQEKCU1vZGVsQ29zdBINCgVtb2RlbBgBIAEoCRIrCgZ0b2tlbnMYAiABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIZCgxyZXBvcnRlZF91c2QYAyABKAFIAIgBARIUCgxjb21wdXRlZF91c2QYBCABKAESNgoOcHJpY2luZ19zb3VyY2UYBSABKA4yHi5oZWxpeC5ydW5uZXIudjEuUHJpY2luZ1NvdXJjZUIPCg1fcmVwb3J0ZWRfdXNkIoYCCglQaGFzZUNvc3QSGQoMcmVwb3J0ZWRfdXNkGAEgASgBSACIAQESFAoMY29tcHV0ZWRfdXNkGAIgASgBEhsKDmRpZmZlcmVuY2VfdXNkGAMgASgBSAGIAQESFQoNY29tcHV0ZWRfb25seRgEIAEoCBIrCgZ0b2tlbnMYBSABKAsyGy5oZWxpeC5ydW5uZXIudjEuVG9rZW5Vc2FnZRIqCgZtb2RlbHMYBiADKAsyGi5oZWxpeC5ydW5uZXIudjEuTW9kZWxDb3N0EhcKD3VucHJpY2VkX21vZGVscxgHIAMoCUIPCg1fcmVwb3J0ZWRfdXNkQhEKD19kaWZmZXJlbmNlX3VzZCLiAQoKQ29zdFRvdGFscxIUCgxyZXBvcnRlZF91c2QYASABKAESFAoMY29tcHV0ZWRfdXNkGAIgASgBEisKBnRva2VucxgDIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEioKBm1vZGVscxgEIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Nb2RlbENvc3QSEwoLcGhhc2VfY291bnQYBSABKAUSIQoZY29tcHV0ZWRfb25seV9waGFzZV9jb3VudBgGIAEoBRIXCg91bnByaWNlZF9tb2RlbHMYByADKAkiwwQKCFRvb2xDYWxsEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRITCgt0b29sX3VzZV9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEhIKCmlucHV0X2pzb24YBSABKAkSEwoLaW5wdXRfYnl0ZXMYBiABKAMSFwoPaW5wdXRfdHJ1bmNhdGVkGAcgASgIEhoKEnBhcmVudF90b29sX3VzZV9pZBgIIAEoCRIvCgZzdGF0dXMYCSABKA4yHy5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGxTdGF0dXMSLgoKc3RhcnRfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKCGR1cmF0aW9uGAwgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDnJlc3VsdF9wcmV2aWV3GA0gASgJEhQKDHJlc3VsdF9ieXRlcxgOIAEoAxIYChByZXN1bHRfdHJ1bmNhdGVkGA8gASgIEh4KFnN0cnVjdHVyZWRfcmVzdWx0X2pzb24YECABKAkSIwobc3RydWN0dXJlZF9yZXN1bHRfdHJ1bmNhdGVkGBEgASgIEhYKDnN0YXJ0X3NlcXVlbmNlGBIgASgDEhQKDGVuZF9zZXF1ZW5jZRgTIAEoAxIdChVoZWxkX2J5X2JyZWFrcG9pbnRfaWQYFCABKAki5AEKCVRvb2xTdGF0cxIMCgRuYW1lGAEgASgJEg0KBWNvdW50GAIgASgDEhAKCGZhaWx1cmVzGAMgASgDEhIKCnVuZmluaXNoZWQYBCABKAMSMQoOdG90YWxfZHVyYXRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoNbWVhbl9kdXJhdGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgxwOTVfZHVyYXRpb24YByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iUwoQUGVybWlzc2lvbkRlbmlhbBIRCgl0b29sX25hbWUYASABKAkSEwoLdG9vbF91c2VfaWQYAiABKAkSFwoPdG9vbF9pbnB1dF9qc29uGAMgASgJIoACChBQaGFzZURpYWdub3N0aWNzEhMKC3N0ZGVycl90YWlsGAEgASgJEhQKDHN0ZGVycl9ieXRlcxgCIAEoAxIZChFwYXJzZV9lcnJvcl9jb3VudBgDIAEoAxIdChV1bmZpbmlzaGVkX3Rvb2xfY2FsbHMYBCABKAMSFAoMc3Rkb3V0X2J5dGVzGAUgASgDEgwKBGFyZ3YYBiADKAkSEwoLY2xhdWRlX3BhdGgYByABKAkSFgoOcmVjb3JkaW5nX3BhdGgYCCABKAkSNgoLY29udGFpbm1lbnQYCSABKAsyIS5oZWxpeC5ydW5uZXIudjEuUGhhc2VDb250YWlubWVudCLfBgoLUGhhc2VSZXN1bHQSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YBCABKAkSFgoOcmVzdWx0X3N1YnR5cGUYBSABKAkSEAoIaXNfZXJyb3IYBiABKAgSHQoQYXBpX2Vycm9yX3N0YXR1cxgHIAEoBUgAiAEBEhcKD3Rlcm1pbmFsX3JlYXNvbhgIIAEoCRIRCgludW1fdHVybnMYCSABKAUSEwoLcmVzdWx0X3RleHQYCiABKAkSDgoGZXJyb3JzGAsgAygJEhYKCWV4aXRfY29kZRgMIAEoBUgBiAEBEhMKC2V4aXRfc2lnbmFsGA0gASgJEhQKDHJlc3VsdF9jb3VudBgOIAEoBRISCgpzZXNzaW9uX2lkGA8gASgJEigKBGNvc3QYECABKAsyGi5oZWxpeC5ydW5uZXIudjEuUGhhc2VDb3N0Ei4KCnRvb2xfc3RhdHMYESADKAsyGi5oZWxpeC5ydW5uZXIudjEuVG9vbFN0YXRzEj0KEnBlcm1pc3Npb25fZGVuaWFscxgSIAMoCzIhLmhlbGl4LnJ1bm5lci52MS5QZXJtaXNzaW9uRGVuaWFsEi4KCnN0YXJ0X3RpbWUYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1sYXN0X3NlcXVlbmNlGBUgASgDEjYKC2RpYWdub3N0aWNzGBYgASgLMiEuaGVsaXgucnVubmVyLnYxLlBoYXNlRGlhZ25vc3RpY3MSKgoIYXR0ZW1wdHMYFyADKAsyGC5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdBI2Cg5yZXNvdXJjZV9mYXVsdBgYIAEoDjIeLmhlbGl4LnJ1bm5lci52MS5SZXNvdXJjZUZhdWx0EjIKCWFydGlmYWN0cxgZIAEoCzIfLmhlbGl4LnJ1bm5lci52MS5QaGFzZUFydGlmYWN0c0ITChFfYXBpX2Vycm9yX3N0YXR1c0IMCgpfZXhpdF9jb2RlIpsCCg5QaGFzZUFydGlmYWN0cxIVCg1naXRfYXZhaWxhYmxlGAEgASgIEhoKEnVuYXZhaWxhYmxlX3JlYXNvbhgCIAEoCRITCgtiYXNlX2NvbW1pdBgDIAEoCRIUCgxmaW5hbF9jb21taXQYBCABKAkSDgoGYnJhbmNoGAUgASgJEhUKDXdvcmt0cmVlX3BhdGgYBiABKAkSFQoNd29ya3RyZWVfa2VwdBgHIAEoCBIzCg1jaGFuZ2VkX2ZpbGVzGAggAygLMhwuaGVsaXgucnVubmVyLnYxLkNoYW5nZWRGaWxlEgwKBGRpZmYYCSABKAkSFgoOZGlmZl90cnVuY2F0ZWQYCiABKAgSEgoKZGlmZl9ieXRlcxgLIAEoAyJ5CgtDaGFuZ2VkRmlsZRIMCgRwYXRoGAEgASgJEhAKCG9sZF9wYXRoGAIgASgJEg4KBnN0YXR1cxgDIAEoCRITCgtsaW5lc19hZGRlZBgEIAEoAxIVCg1saW5lc19kZWxldGVkGAUgASgDEg4KBmJpbmFyeRgGIAEoCCLDBAoHQXR0ZW1wdBIOCgZudW1iZXIYASABKAUSLAoGc3RhdHVzGAIgASgOMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlU3RhdHVzEg4KBnJlYXNvbhgDIAEoCRIxCghlbmRfa2luZBgEIAEoDjIfLmhlbGl4LnJ1bm5lci52MS5BdHRlbXB0RW5kS2luZBIRCglyZXRyeWFibGUYBSABKAgSFgoJZXhpdF9jb2RlGAYgASgFSACIAQESEwoLZXhpdF9zaWduYWwYByABKAkSHQoQYXBpX2Vycm9yX3N0YXR1cxgIIAEoBUgBiAEBEhIKCnNlc3Npb25faWQYCSABKAkSGgoScmVzdW1lZF9zZXNzaW9uX2lkGAogASgJEi4KCnN0YXJ0X3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgRjb3N0GA0gASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIWCg5maXJzdF9zZXF1ZW5jZRgOIAEoAxIVCg1sYXN0X3NlcXVlbmNlGA8gASgDEi4KC3JldHJ5X2RlbGF5GBAgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh4KFnN0YXJ0dXBfZmFpbHVyZV9yZWFzb24YESABKAlCDAoKX2V4aXRfY29kZUITChFfYXBpX2Vycm9yX3N0YXR1cyLqAQoKUXVldWVTdGF0ZRIsCgZyZWFzb24YASABKA4yHC5oZWxpeC5ydW5uZXIudjEuUXVldWVSZWFzb24SDgoGZGV0YWlsGAIgASgJEhAKCHBvc2l0aW9uGAMgASgFEhQKDHF1ZXVlZF9jb3VudBgEIAEoBRIuCgpub3RfYmVmb3JlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxlbnF1ZXVlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDG5leHRfYXR0ZW1wdBgHIAEoBSLbAQoKQnJlYWtwb2ludBIVCg1icmVha3BvaW50X2lkGAEgASgJEhMKCXRvb2xfbmFtZRgCIAEoCUgAEj8KDWlucHV0X3BhdHRlcm4YAyABKAsyJi5oZWxpeC5ydW5uZXIudjEuSW5wdXRQYXR0ZXJuQ29uZGl0aW9uSAASHAoSY29zdF90aHJlc2hvbGRfdXNkGAQgASgBSAASFAoKdHVybl9jb3VudBgFIAEoBUgAEgwKBG9uY2UYBiABKAgSEQoJaGl0X2NvdW50GAcgASgDQgsKCWNvbmRpdGlvbiI5ChVJbnB1dFBhdHRlcm5Db25kaXRpb24SDQoFcmVnZXgYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJIpUBCg9QZW5kaW5nVG9vbENhbGwSJwoEY2FsbBgBIAEoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbBIVCg1icmVha3BvaW50X2lkGAIgASgJEhMKC2hvbGRfcmVhc29uGAMgASgJEi0KCWhvbGRfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXgoMQ29udGV4dFVzYWdlEhQKDHRvdGFsX3Rva2VucxgBIAEoAxISCgptYXhfdG9rZW5zGAIgASgDEhIKCnBlcmNlbnRhZ2UYAyABKAESEAoIcmF3X2pzb24YBCABKAkivwMKD1BoYXNlSW5zcGVjdGlvbhIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZRIOCgZwYXVzZWQYAiABKAgSEwoLaGFyZF9wYXVzZWQYAyABKAgSNwoNcGVuZGluZ19jYWxscxgEIAMoCzIgLmhlbGl4LnJ1bm5lci52MS5QZW5kaW5nVG9vbENhbGwSNgoNcmVjZW50X2V2ZW50cxgFIAMoCzIfLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudFJlZhIfChdhc3Npc3RhbnRfbWVzc2FnZV9jb3VudBgGIAEoAxIaChJ1c2VyX21lc3NhZ2VfY291bnQYByABKAMSEgoKdHVybl9jb3VudBgIIAEoAxI0Cg1jb250ZXh0X3VzYWdlGAkgASgLMh0uaGVsaXgucnVubmVyLnYxLkNvbnRleHRVc2FnZRIwCgticmVha3BvaW50cxgKIAMoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50EjYKC2NvbnRhaW5tZW50GAsgASgLMiEuaGVsaXgucnVubmVyLnYxLlBoYXNlQ29udGFpbm1lbnQicwoOU3RyZWFtRXZlbnRSZWYSEAoIc2VxdWVuY2UYASABKAMSDAoEa2luZBgCIAEoCRIPCgdzdW1tYXJ5GAMgASgJEjAKDHJlY2VpdmVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAq9wIKC1BoYXNlU3RhdHVzEhwKGFBIQVNFX1NUQVRVU19VTlNQRUNJRklFRBAAEhgKFFBIQVNFX1NUQVRVU19QRU5ESU5HEAESGAoUUEhBU0VfU1RBVFVTX1JVTk5JTkcQAhIYChRQSEFTRV9TVEFUVVNfUEFVU0lORxADEhcKE1BIQVNFX1NUQVRVU19QQVVTRUQQBBIiCh5QSEFTRV9TVEFUVVNfQVdBSVRJTkdfQVBQUk9WQUwQBRIaChZQSEFTRV9TVEFUVVNfU1VDQ0VFREVEEAYSFwoTUEhBU0VfU1RBVFVTX0ZBSUxFRBAHEhsKF1BIQVNFX1NUQVRVU19JTkNPTVBMRVRFEAgSGgoWUEhBU0VfU1RBVFVTX1RJTUVEX09VVBAJEhoKFlBIQVNFX1NUQVRVU19DQU5DRUxMRUQQChIcChhQSEFTRV9TVEFUVVNfSU5URVJSVVBURUQQCxIXChNQSEFTRV9TVEFUVVNfUVVFVUVEEAwq0AEKDlBlcm1pc3Npb25Nb2RlEh8KG1BFUk1JU1NJT05fTU9ERV9VTlNQRUNJRklFRBAAEhsKF1BFUk1JU1NJT05fTU9ERV9ERUZBVUxUEAESIAocUEVSTUlTU0lPTl9NT0RFX0FDQ0VQVF9FRElUUxACEiYKIlBFUk1JU1NJT05fTU9ERV9CWVBBU1NfUEVSTUlTU0lPTlMQAxIYChRQRVJNSVNTSU9OX01PREVfUExBThAEEhwKGFBFUk1JU1NJT05fTU9ERV9ET05UX0FTSxAFKmEKDE9uRGlzY29ubmVjdBIdChlPTl9ESVNDT05ORUNUX1VOU1BFQ0lGSUVEEAASGAoUT05fRElTQ09OTkVDVF9DQU5DRUwQARIYChRPTl9ESVNDT05ORUNUX0RFVEFDSBACKskBCg5Ub29sQ2FsbFN0YXR1cxIgChxUT09MX0NBTExfU1RBVFVTX1VOU1BFQ0lGSUVEEAASHAoYVE9PTF9DQUxMX1NUQVRVU19SVU5OSU5HEAESGQoVVE9PTF9DQUxMX1NUQVRVU19IRUxEEAISHgoaVE9PTF9DQUxMX1NUQVRVU19TVUNDRUVERUQQAxIbChdUT09MX0NBTExfU1RBVFVTX0ZBSUxFRBAEEh8KG1RPT0xfQ0FMTF9TVEFUVVNfVU5GSU5JU0hFRBAFKokBCg1QcmljaW5nU291cmNlEh4KGlBSSUNJTkdfU09VUkNFX1VOU1BFQ0lGSUVEEAASHgoaUFJJQ0lOR19TT1VSQ0VfUFJJQ0VfVEFCTEUQARIbChdQUklDSU5HX1NPVVJDRV9PVkVSUklERRACEhsKF1BSSUNJTkdfU09VUkNFX1VOUFJJQ0VEEAMqkwEKD0NvbnRhaW5tZW50TW9kZRIgChxDT05UQUlOTUVOVF9NT0RFX1VOU1BFQ0lGSUVEEAASHgoaQ09OVEFJTk1FTlRfTU9ERV9DR1JPVVBfVjIQARIeChpDT05UQUlOTUVOVF9NT0RFX0NHUk9VUF9WMRACEh4KGkNPTlRBSU5NRU5UX01PREVfU1VCUkVBUEVSEAMqbwoNUmVzb3VyY2VGYXVsdBIeChpSRVNPVVJDRV9GQVVMVF9VTlNQRUNJRklFRBAAEiAKHFJFU09VUkNFX0ZBVUxUX09VVF9PRl9NRU1PUlkQARIcChhSRVNPVVJDRV9GQVVMVF9ESVNLX0ZVTEwQAircBgoOQXR0ZW1wdEVuZEtpbmQSIAocQVRURU1QVF9FTkRfS0lORF9VTlNQRUNJRklFRBAAEh4KGkFUVEVNUFRfRU5EX0tJTkRfQ09NUExFVEVEEAESIwofQVRURU1QVF9FTkRfS0lORF9BUElfT1ZFUkxPQURFRBACEiUKIUFUVEVNUFRfRU5EX0tJTkRfQVBJX1JBVEVfTElNSVRFRBADEiUKIUFUVEVNUFRfRU5EX0tJTkRfQVBJX1NFUlZFUl9FUlJPUhAEEiYKIkFUVEVNUFRfRU5EX0tJTkRfQ09OTkVDVElPTl9GQUlMRUQQBRIcChhBVFRFTVBUX0VORF9LSU5EX0NSQVNIRUQQBhIZChVBVFRFTVBUX0VORF9LSU5EX0hVTkcQBxImCiJBVFRFTVBUX0VORF9LSU5EX1NUQVJUVVBfVFJBTlNJRU5UEAgSKAokQVRURU1QVF9FTkRfS0lORF9BUElfSU5WQUxJRF9SRVFVRVNUEAkSJwojQVRURU1QVF9FTkRfS0lORF9BUElfQVVUSEVOVElDQVRJT04QChIjCh9BVFRFTVBUX0VORF9LSU5EX0FQSV9QRVJNSVNTSU9OEAsSKgomQVRURU1QVF9FTkRfS0lORF9BUElfUkVRVUVTVF9UT09fTEFSR0UQDBIeChpBVFRFTVBUX0VORF9LSU5EX01BWF9UVVJOUxANEh8KG0FUVEVNUFRfRU5EX0tJTkRfTUFYX0JVREdFVBAOEiYKIkFUVEVNUFRfRU5EX0tJTkRfU1RSVUNUVVJFRF9PVVRQVVQQDxIkCiBBVFRFTVBUX0VORF9LSU5EX1NUQVJUVVBfUkVGVVNFRBAQEiQKIEFUVEVNUFRfRU5EX0tJTkRfRVhFQ1VUSU9OX0VSUk9SEBESHgoaQVRURU1QVF9FTkRfS0lORF9USU1FRF9PVVQQEhIeChpBVFRFTVBUX0VORF9LSU5EX0NBTkNFTExFRBATEioKJkFUVEVNUFRfRU5EX0tJTkRfSU5URVJSVVBURURfQllfQ0xJRU5UEBQSJAogQVRURU1QVF9FTkRfS0lORF9TRVJWRVJfU0hVVERPV04QFRIhCh1BVFRFTVBUX0VORF9LSU5EX1NQQVdOX0ZBSUxFRBAWKscBCgtRdWV1ZVJlYXNvbhIcChhRVUVVRV9SRUFTT05fVU5TUEVDSUZJRUQQABIdChlRVUVVRV9SRUFTT05fU0VSVkVSX0xJTUlUEAESHgoaUVVFVUVfUkVBU09OX1BST0pFQ1RfTElNSVQQAhIcChhRVUVVRV9SRUFTT05fU1RBUlRfTElNSVQQAxIdChlRVUVVRV9SRUFTT05fUkFURV9MSU1JVEVEEAQSHgoaUVVFVUVfUkVBU09OX1JFVFJZX0JBQ0tPRkYQBWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+
+/**
+ * PhaseContainment describes how a phase's processes are contained and what they use.
+ *
+ * @generated from message helix.runner.v1.PhaseContainment
+ */
+export type PhaseContainment = Message<"helix.runner.v1.PhaseContainment"> & {
+  /**
+   * The mechanism.
+   *
+   * @generated from field: helix.runner.v1.ContainmentMode mode = 1;
+   */
+  mode: ContainmentMode;
+
+  /**
+   * The phase's cgroup directories (one per hierarchy used); empty without a cgroup.
+   *
+   * @generated from field: repeated string cgroup_paths = 2;
+   */
+  cgroupPaths: string[];
+
+  /**
+   * The memory limit in bytes (0: none).
+   *
+   * @generated from field: int64 memory_limit_bytes = 3;
+   */
+  memoryLimitBytes: bigint;
+
+  /**
+   * The CPU limit in thousandths of a CPU (0: none).
+   *
+   * @generated from field: int32 cpu_limit_millicores = 4;
+   */
+  cpuLimitMillicores: number;
+
+  /**
+   * Processes of the phase alive now, the shim included (0 once it has ended).
+   *
+   * @generated from field: int32 process_count = 5;
+   */
+  processCount: number;
+
+  /**
+   * Memory the phase's cgroup uses now, when a memory cgroup is in use.
+   *
+   * @generated from field: optional int64 memory_current_bytes = 6;
+   */
+  memoryCurrentBytes?: bigint | undefined;
+
+  /**
+   * The most memory the phase's cgroup used, when a memory cgroup is in use.
+   *
+   * @generated from field: optional int64 memory_peak_bytes = 7;
+   */
+  memoryPeakBytes?: bigint | undefined;
+
+  /**
+   * Processes of the phase the kernel's OOM killer killed.
+   *
+   * @generated from field: int64 oom_kills = 8;
+   */
+  oomKills: bigint;
+};
+
+/**
+ * Describes the message helix.runner.v1.PhaseContainment.
+ * Use `create(PhaseContainmentSchema)` to create a new message.
+ */
+export const PhaseContainmentSchema: GenMessage<PhaseContainment> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 0);
 
 /**
  * Job groups the phases an orchestrator runs for one piece of work. Created on first use.
@@ -75,7 +145,7 @@ export type Job = Message<"helix.runner.v1.Job"> & {
  * Use `create(JobSchema)` to create a new message.
  */
 export const JobSchema: GenMessage<Job> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 0);
+  messageDesc(file_helix_runner_v1_resources, 1);
 
 /**
  * Phase is one run of the Claude Code CLI.
@@ -208,6 +278,22 @@ export type Phase = Message<"helix.runner.v1.Phase"> & {
    * @generated from field: string prompt = 18;
    */
   prompt: string;
+
+  /**
+   * The phase's attempts so far, oldest first: one per CLI process started for it. There is more
+   * than one only when an attempt ended with a transient failure and the phase's RetryPolicy
+   * allowed another. The last one may still be running. Empty before the first attempt starts.
+   *
+   * @generated from field: repeated helix.runner.v1.Attempt attempts = 19;
+   */
+  attempts: Attempt[];
+
+  /**
+   * Why and where the phase waits; set only while its status is QUEUED.
+   *
+   * @generated from field: helix.runner.v1.QueueState queue = 20;
+   */
+  queue?: QueueState | undefined;
 };
 
 /**
@@ -215,7 +301,7 @@ export type Phase = Message<"helix.runner.v1.Phase"> & {
  * Use `create(PhaseSchema)` to create a new message.
  */
 export const PhaseSchema: GenMessage<Phase> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 1);
+  messageDesc(file_helix_runner_v1_resources, 2);
 
 /**
  * TokenUsage counts tokens by kind.
@@ -271,7 +357,7 @@ export type TokenUsage = Message<"helix.runner.v1.TokenUsage"> & {
  * Use `create(TokenUsageSchema)` to create a new message.
  */
 export const TokenUsageSchema: GenMessage<TokenUsage> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 2);
+  messageDesc(file_helix_runner_v1_resources, 3);
 
 /**
  * ModelCost is the usage and cost of one model within a phase (subagents included).
@@ -320,17 +406,23 @@ export type ModelCost = Message<"helix.runner.v1.ModelCost"> & {
  * Use `create(ModelCostSchema)` to create a new message.
  */
 export const ModelCostSchema: GenMessage<ModelCost> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 3);
+  messageDesc(file_helix_runner_v1_resources, 4);
 
 /**
  * PhaseCost puts the CLI-reported and the server-computed cost of a phase side by side.
+ *
+ * Within one attempt (one CLI process) the CLI's figures are running totals: the latest turn
+ * result wins, results are never summed. Across the attempts of a phase the attempts' own costs
+ * add up; a resumed attempt's totals can include what the CLI restored from the session it
+ * resumed, and that carried part is left out of the attempt's own cost (see Attempt.cost).
  *
  * @generated from message helix.runner.v1.PhaseCost
  */
 export type PhaseCost = Message<"helix.runner.v1.PhaseCost"> & {
   /**
    * The CLI's `total_cost_usd` from its latest turn result (a running total; never summed
-   * across results). Unset when no result was seen.
+   * across results). Unset when no result was seen. For a phase with several attempts: the sum
+   * over the attempts that reported one.
    *
    * @generated from field: optional double reported_usd = 1;
    */
@@ -344,7 +436,8 @@ export type PhaseCost = Message<"helix.runner.v1.PhaseCost"> & {
   computedUsd: number;
 
   /**
-   * computed_usd - reported_usd (unset when reported_usd is unset).
+   * computed_usd - reported_usd (unset when reported_usd is unset). Across attempts, only the
+   * attempts with a reported figure enter both sides, so the difference compares like with like.
    *
    * @generated from field: optional double difference_usd = 3;
    */
@@ -385,7 +478,7 @@ export type PhaseCost = Message<"helix.runner.v1.PhaseCost"> & {
  * Use `create(PhaseCostSchema)` to create a new message.
  */
 export const PhaseCostSchema: GenMessage<PhaseCost> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 4);
+  messageDesc(file_helix_runner_v1_resources, 5);
 
 /**
  * CostTotals aggregates phase costs over a job or a project.
@@ -448,7 +541,7 @@ export type CostTotals = Message<"helix.runner.v1.CostTotals"> & {
  * Use `create(CostTotalsSchema)` to create a new message.
  */
 export const CostTotalsSchema: GenMessage<CostTotals> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 5);
+  messageDesc(file_helix_runner_v1_resources, 6);
 
 /**
  * ToolCall is one tool invocation by the model (main thread or subagent).
@@ -603,7 +696,7 @@ export type ToolCall = Message<"helix.runner.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 6);
+  messageDesc(file_helix_runner_v1_resources, 7);
 
 /**
  * ToolStats summarises the calls of one tool within a phase.
@@ -666,7 +759,7 @@ export type ToolStats = Message<"helix.runner.v1.ToolStats"> & {
  * Use `create(ToolStatsSchema)` to create a new message.
  */
 export const ToolStatsSchema: GenMessage<ToolStats> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 7);
+  messageDesc(file_helix_runner_v1_resources, 8);
 
 /**
  * PermissionDenial is one tool call the CLI refused (from `result.permission_denials`).
@@ -701,7 +794,7 @@ export type PermissionDenial = Message<"helix.runner.v1.PermissionDenial"> & {
  * Use `create(PermissionDenialSchema)` to create a new message.
  */
 export const PermissionDenialSchema: GenMessage<PermissionDenial> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 8);
+  messageDesc(file_helix_runner_v1_resources, 9);
 
 /**
  * PhaseDiagnostics carries what helps explain how a phase ended.
@@ -764,6 +857,13 @@ export type PhaseDiagnostics = Message<"helix.runner.v1.PhaseDiagnostics"> & {
    * @generated from field: string recording_path = 8;
    */
   recordingPath: string;
+
+  /**
+   * How the phase's processes were contained, and the most memory they used.
+   *
+   * @generated from field: helix.runner.v1.PhaseContainment containment = 9;
+   */
+  containment?: PhaseContainment | undefined;
 };
 
 /**
@@ -771,7 +871,7 @@ export type PhaseDiagnostics = Message<"helix.runner.v1.PhaseDiagnostics"> & {
  * Use `create(PhaseDiagnosticsSchema)` to create a new message.
  */
 export const PhaseDiagnosticsSchema: GenMessage<PhaseDiagnostics> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 9);
+  messageDesc(file_helix_runner_v1_resources, 10);
 
 /**
  * PhaseResult is the final word on a phase; RunPhase and WatchPhase send it last, only after
@@ -934,6 +1034,32 @@ export type PhaseResult = Message<"helix.runner.v1.PhaseResult"> & {
    * @generated from field: helix.runner.v1.PhaseDiagnostics diagnostics = 22;
    */
   diagnostics?: PhaseDiagnostics | undefined;
+
+  /**
+   * Every attempt, oldest first. The fields above describe the phase as a whole: `status` and
+   * `reason` are the last attempt's outcome (with why no further attempt was made, when a retry
+   * was not allowed or the attempts were used up); `cost` is the sum of the attempts' own costs;
+   * `session_id`, `exit_code` and the turn-result fields are the last attempt's.
+   *
+   * @generated from field: repeated helix.runner.v1.Attempt attempts = 23;
+   */
+  attempts: Attempt[];
+
+  /**
+   * The resource problem that decided the status (out of memory, disk full), if any; `reason`
+   * says more.
+   *
+   * @generated from field: helix.runner.v1.ResourceFault resource_fault = 24;
+   */
+  resourceFault: ResourceFault;
+
+  /**
+   * What the phase changed in its git working directory (set for phases that ran in a git
+   * repository; `git_available` false with the reason otherwise).
+   *
+   * @generated from field: helix.runner.v1.PhaseArtifacts artifacts = 25;
+   */
+  artifacts?: PhaseArtifacts | undefined;
 };
 
 /**
@@ -941,7 +1067,362 @@ export type PhaseResult = Message<"helix.runner.v1.PhaseResult"> & {
  * Use `create(PhaseResultSchema)` to create a new message.
  */
 export const PhaseResultSchema: GenMessage<PhaseResult> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 10);
+  messageDesc(file_helix_runner_v1_resources, 11);
+
+/**
+ * PhaseArtifacts describe what a phase changed: commits, changed files and the diff between the
+ * working tree when the phase started and when it ended (untracked files included, ignored files
+ * not; uncommitted and committed changes alike).
+ *
+ * @generated from message helix.runner.v1.PhaseArtifacts
+ */
+export type PhaseArtifacts = Message<"helix.runner.v1.PhaseArtifacts"> & {
+  /**
+   * False when the phase's directory is not in a git repository: no diff is available.
+   *
+   * @generated from field: bool git_available = 1;
+   */
+  gitAvailable: boolean;
+
+  /**
+   * Why no artifacts are available (empty when `git_available`).
+   *
+   * @generated from field: string unavailable_reason = 2;
+   */
+  unavailableReason: string;
+
+  /**
+   * The commit HEAD pointed at when the phase started (the worktree's base in GIT_WORKTREE mode).
+   *
+   * @generated from field: string base_commit = 3;
+   */
+  baseCommit: string;
+
+  /**
+   * HEAD when the phase ended, when the phase committed (empty when HEAD did not move).
+   *
+   * @generated from field: string final_commit = 4;
+   */
+  finalCommit: string;
+
+  /**
+   * GIT_WORKTREE: the phase's branch.
+   *
+   * @generated from field: string branch = 5;
+   */
+  branch: string;
+
+  /**
+   * GIT_WORKTREE: the worktree's path on the server.
+   *
+   * @generated from field: string worktree_path = 6;
+   */
+  worktreePath: string;
+
+  /**
+   * GIT_WORKTREE: whether the worktree was kept after the phase (by its retention policy).
+   *
+   * @generated from field: bool worktree_kept = 7;
+   */
+  worktreeKept: boolean;
+
+  /**
+   * Changed files, by path.
+   *
+   * @generated from field: repeated helix.runner.v1.ChangedFile changed_files = 8;
+   */
+  changedFiles: ChangedFile[];
+
+  /**
+   * The unified diff, at most 64 KiB (cut at a line boundary when larger; GetPhaseDiff has all).
+   *
+   * @generated from field: string diff = 9;
+   */
+  diff: string;
+
+  /**
+   * Whether `diff` was cut.
+   *
+   * @generated from field: bool diff_truncated = 10;
+   */
+  diffTruncated: boolean;
+
+  /**
+   * Size of the full diff in bytes.
+   *
+   * @generated from field: int64 diff_bytes = 11;
+   */
+  diffBytes: bigint;
+};
+
+/**
+ * Describes the message helix.runner.v1.PhaseArtifacts.
+ * Use `create(PhaseArtifactsSchema)` to create a new message.
+ */
+export const PhaseArtifactsSchema: GenMessage<PhaseArtifacts> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 12);
+
+/**
+ * ChangedFile is one file a phase changed.
+ *
+ * @generated from message helix.runner.v1.ChangedFile
+ */
+export type ChangedFile = Message<"helix.runner.v1.ChangedFile"> & {
+  /**
+   * Path relative to the repository's top level (the new path of a rename).
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * The old path of a rename or copy (empty otherwise).
+   *
+   * @generated from field: string old_path = 2;
+   */
+  oldPath: string;
+
+  /**
+   * Git's status letter: `A` added, `M` modified, `D` deleted, `R` renamed, `C` copied, `T` type changed.
+   *
+   * @generated from field: string status = 3;
+   */
+  status: string;
+
+  /**
+   * Lines added (0 for binary files).
+   *
+   * @generated from field: int64 lines_added = 4;
+   */
+  linesAdded: bigint;
+
+  /**
+   * Lines deleted (0 for binary files).
+   *
+   * @generated from field: int64 lines_deleted = 5;
+   */
+  linesDeleted: bigint;
+
+  /**
+   * Whether git treats the file as binary (no line counts).
+   *
+   * @generated from field: bool binary = 6;
+   */
+  binary: boolean;
+};
+
+/**
+ * Describes the message helix.runner.v1.ChangedFile.
+ * Use `create(ChangedFileSchema)` to create a new message.
+ */
+export const ChangedFileSchema: GenMessage<ChangedFile> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 13);
+
+/**
+ * Attempt is one run of the CLI process within a phase.
+ *
+ * @generated from message helix.runner.v1.Attempt
+ */
+export type Attempt = Message<"helix.runner.v1.Attempt"> & {
+  /**
+   * 1-based number within the phase.
+   *
+   * @generated from field: int32 number = 1;
+   */
+  number: number;
+
+  /**
+   * The attempt's own status: RUNNING (PAUSED, AWAITING_APPROVAL, ...) while it runs, then its
+   * final outcome, decided exactly as a phase's (SUCCEEDED, FAILED, INCOMPLETE, TIMED_OUT,
+   * CANCELLED, INTERRUPTED).
+   *
+   * @generated from field: helix.runner.v1.PhaseStatus status = 2;
+   */
+  status: PhaseStatus;
+
+  /**
+   * Why the attempt ended with this status, in one sentence (empty while it runs).
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * How the end was classified (UNSPECIFIED while it runs).
+   *
+   * @generated from field: helix.runner.v1.AttemptEndKind end_kind = 4;
+   */
+  endKind: AttemptEndKind;
+
+  /**
+   * Whether the end is transient, so another attempt may help. A transient end is retried only
+   * while attempts and budget are left.
+   *
+   * @generated from field: bool retryable = 5;
+   */
+  retryable: boolean;
+
+  /**
+   * Exit code of the CLI, when it exited normally.
+   *
+   * @generated from field: optional int32 exit_code = 6;
+   */
+  exitCode?: number | undefined;
+
+  /**
+   * Signal that ended the CLI (`SIGKILL`, ...), when it was killed.
+   *
+   * @generated from field: string exit_signal = 7;
+   */
+  exitSignal: string;
+
+  /**
+   * HTTP status of the API error that ended the attempt, when the CLI reported one.
+   *
+   * @generated from field: optional int32 api_error_status = 8;
+   */
+  apiErrorStatus?: number | undefined;
+
+  /**
+   * The CLI's session id in this attempt (a resumed attempt keeps the resumed session's id).
+   *
+   * @generated from field: string session_id = 9;
+   */
+  sessionId: string;
+
+  /**
+   * The session this attempt resumed with `--resume` and a continuation prompt; empty when it
+   * ran the phase's original prompt.
+   *
+   * @generated from field: string resumed_session_id = 10;
+   */
+  resumedSessionId: string;
+
+  /**
+   * When the CLI was started.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 11;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * When the attempt ended (unset while it runs).
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 12;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The attempt's own cost: its CLI's running totals (latest turn result wins) minus any totals
+   * the CLI restored from the session it resumed, so that the phase's cost is the plain sum of
+   * its attempts' costs.
+   *
+   * @generated from field: helix.runner.v1.PhaseCost cost = 13;
+   */
+  cost?: PhaseCost | undefined;
+
+  /**
+   * Sequence of the attempt's first event (its ATTEMPT_STARTED control event). One phase has one
+   * gap-free event stream across all its attempts.
+   *
+   * @generated from field: int64 first_sequence = 14;
+   */
+  firstSequence: bigint;
+
+  /**
+   * Sequence of the attempt's last event (0 while it runs).
+   *
+   * @generated from field: int64 last_sequence = 15;
+   */
+  lastSequence: bigint;
+
+  /**
+   * The wait before the next attempt, when a retry was scheduled after this one (unset otherwise).
+   *
+   * @generated from field: google.protobuf.Duration retry_delay = 16;
+   */
+  retryDelay?: Duration | undefined;
+
+  /**
+   * The CLI's `startup_failure_reason` when it refused to start (e.g. `config_file_invalid`).
+   *
+   * @generated from field: string startup_failure_reason = 17;
+   */
+  startupFailureReason: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.Attempt.
+ * Use `create(AttemptSchema)` to create a new message.
+ */
+export const AttemptSchema: GenMessage<Attempt> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 14);
+
+/**
+ * QueueState is where a QUEUED phase stands in the server's admission queue.
+ *
+ * @generated from message helix.runner.v1.QueueState
+ */
+export type QueueState = Message<"helix.runner.v1.QueueState"> & {
+  /**
+   * What the phase waits for.
+   *
+   * @generated from field: helix.runner.v1.QueueReason reason = 1;
+   */
+  reason: QueueReason;
+
+  /**
+   * The same in words (e.g. `rate-limited until 14:05:00Z (HTTP 429 after the CLI's retries)`).
+   *
+   * @generated from field: string detail = 2;
+   */
+  detail: string;
+
+  /**
+   * 1-based place in the order the queue would start phases if slots were free now (projects
+   * take turns; first come, first served within a project); 0 while the phase cannot start
+   * before `not_before`.
+   *
+   * @generated from field: int32 position = 3;
+   */
+  position: number;
+
+  /**
+   * Phases queued on the server in total.
+   *
+   * @generated from field: int32 queued_count = 4;
+   */
+  queuedCount: number;
+
+  /**
+   * Earliest time the phase may start (end of a rate-limit hold or a backoff); unset when it
+   * waits only for a slot.
+   *
+   * @generated from field: google.protobuf.Timestamp not_before = 5;
+   */
+  notBefore?: Timestamp | undefined;
+
+  /**
+   * When the phase (or its next attempt) entered the queue.
+   *
+   * @generated from field: google.protobuf.Timestamp enqueue_time = 6;
+   */
+  enqueueTime?: Timestamp | undefined;
+
+  /**
+   * The number of the attempt that will start when the phase leaves the queue.
+   *
+   * @generated from field: int32 next_attempt = 7;
+   */
+  nextAttempt: number;
+};
+
+/**
+ * Describes the message helix.runner.v1.QueueState.
+ * Use `create(QueueStateSchema)` to create a new message.
+ */
+export const QueueStateSchema: GenMessage<QueueState> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 15);
 
 /**
  * Breakpoint holds matching tool calls until ResolveToolCall (or, for cost and turn
@@ -1016,7 +1497,7 @@ export type Breakpoint = Message<"helix.runner.v1.Breakpoint"> & {
  * Use `create(BreakpointSchema)` to create a new message.
  */
 export const BreakpointSchema: GenMessage<Breakpoint> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 11);
+  messageDesc(file_helix_runner_v1_resources, 16);
 
 /**
  * InputPatternCondition matches a regular expression against a tool call's input.
@@ -1046,7 +1527,7 @@ export type InputPatternCondition = Message<"helix.runner.v1.InputPatternConditi
  * Use `create(InputPatternConditionSchema)` to create a new message.
  */
 export const InputPatternConditionSchema: GenMessage<InputPatternCondition> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 12);
+  messageDesc(file_helix_runner_v1_resources, 17);
 
 /**
  * PendingToolCall is a tool call held before it runs.
@@ -1088,7 +1569,7 @@ export type PendingToolCall = Message<"helix.runner.v1.PendingToolCall"> & {
  * Use `create(PendingToolCallSchema)` to create a new message.
  */
 export const PendingToolCallSchema: GenMessage<PendingToolCall> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 13);
+  messageDesc(file_helix_runner_v1_resources, 18);
 
 /**
  * ContextUsage is the CLI's `get_context_usage` answer.
@@ -1130,7 +1611,7 @@ export type ContextUsage = Message<"helix.runner.v1.ContextUsage"> & {
  * Use `create(ContextUsageSchema)` to create a new message.
  */
 export const ContextUsageSchema: GenMessage<ContextUsage> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 14);
+  messageDesc(file_helix_runner_v1_resources, 19);
 
 /**
  * PhaseInspection is a snapshot of a running (or finished) phase.
@@ -1139,7 +1620,8 @@ export const ContextUsageSchema: GenMessage<ContextUsage> = /*@__PURE__*/
  */
 export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
   /**
-   * The phase (status, cost, tool statistics, current tool).
+   * The phase (status, cost, tool statistics, current tool, its attempts and, while QUEUED,
+   * its queue state).
    *
    * @generated from field: helix.runner.v1.Phase phase = 1;
    */
@@ -1153,7 +1635,7 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
   paused: boolean;
 
   /**
-   * Whether the pause is a hard pause (process group stopped with SIGSTOP).
+   * Whether the pause is a hard pause (every process of the phase stopped with SIGSTOP).
    *
    * @generated from field: bool hard_paused = 3;
    */
@@ -1207,6 +1689,14 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
    * @generated from field: repeated helix.runner.v1.Breakpoint breakpoints = 10;
    */
   breakpoints: Breakpoint[];
+
+  /**
+   * How the phase's processes are contained, with live process count and memory use (the final
+   * figures once it has ended).
+   *
+   * @generated from field: helix.runner.v1.PhaseContainment containment = 11;
+   */
+  containment?: PhaseContainment | undefined;
 };
 
 /**
@@ -1214,7 +1704,7 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
  * Use `create(PhaseInspectionSchema)` to create a new message.
  */
 export const PhaseInspectionSchema: GenMessage<PhaseInspection> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 15);
+  messageDesc(file_helix_runner_v1_resources, 20);
 
 /**
  * StreamEventRef summarises an event for inspection without its payload.
@@ -1256,7 +1746,7 @@ export type StreamEventRef = Message<"helix.runner.v1.StreamEventRef"> & {
  * Use `create(StreamEventRefSchema)` to create a new message.
  */
 export const StreamEventRefSchema: GenMessage<StreamEventRef> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_resources, 16);
+  messageDesc(file_helix_runner_v1_resources, 21);
 
 /**
  * PhaseStatus is the lifecycle of one phase (one run of the Claude Code CLI).
@@ -1294,7 +1784,8 @@ export enum PhaseStatus {
   PAUSING = 3,
 
   /**
-   * Paused: the next tool call is held (or, with a hard pause, the process group is stopped).
+   * Paused: the next tool call is held (or, with a hard pause, every process of the phase is
+   * stopped).
    *
    * @generated from enum value: PHASE_STATUS_PAUSED = 4;
    */
@@ -1348,6 +1839,16 @@ export enum PhaseStatus {
    * @generated from enum value: PHASE_STATUS_INTERRUPTED = 11;
    */
   INTERRUPTED = 11,
+
+  /**
+   * Accepted and waiting for admission before an attempt starts: for a free slot (server or
+   * project limit, or the cap on phases starting at once), for a rate-limit hold on its
+   * credential to end, or for the backoff before its next attempt. `Phase.queue` says which.
+   * Not final: the phase goes on to RUNNING, or ends CANCELLED or INTERRUPTED while it waits.
+   *
+   * @generated from enum value: PHASE_STATUS_QUEUED = 12;
+   */
+  QUEUED = 12,
 }
 
 /**
@@ -1425,7 +1926,7 @@ export enum OnDisconnect {
   UNSPECIFIED = 0,
 
   /**
-   * Cancel the phase and kill its process group.
+   * Cancel the phase and kill every process of it.
    *
    * @generated from enum value: ON_DISCONNECT_CANCEL = 1;
    */
@@ -1540,4 +2041,324 @@ export enum PricingSource {
  */
 export const PricingSourceSchema: GenEnum<PricingSource> = /*@__PURE__*/
   enumDesc(file_helix_runner_v1_resources, 4);
+
+/**
+ * ContainmentMode is how the server keeps every process a phase starts (at any depth, whatever it
+ * does with setsid, double forks or nohup) tracked, frozen by a hard pause and ended with the phase.
+ * Clients must tolerate values added in later versions.
+ *
+ * @generated from enum helix.runner.v1.ContainmentMode
+ */
+export enum ContainmentMode {
+  /**
+   * Not known (a phase recorded before containment was reported).
+   *
+   * @generated from enum value: CONTAINMENT_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A cgroup v2 per phase (`cgroup.kill`, `cgroup.freeze`); memory and CPU limits from v2
+   * controllers, or from v1 hierarchies on a hybrid host.
+   *
+   * @generated from enum value: CONTAINMENT_MODE_CGROUP_V2 = 1;
+   */
+  CGROUP_V2 = 1,
+
+  /**
+   * A cgroup per phase in the v1 freezer hierarchy, limits from the v1 memory and cpu hierarchies.
+   *
+   * @generated from enum value: CONTAINMENT_MODE_CGROUP_V1 = 2;
+   */
+  CGROUP_V1 = 2,
+
+  /**
+   * No cgroup may be created: a per-phase shim is a child subreaper, so orphaned processes
+   * re-parent to it and are found through /proc. No memory or CPU limits.
+   *
+   * @generated from enum value: CONTAINMENT_MODE_SUBREAPER = 3;
+   */
+  SUBREAPER = 3,
+}
+
+/**
+ * Describes the enum helix.runner.v1.ContainmentMode.
+ */
+export const ContainmentModeSchema: GenEnum<ContainmentMode> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 5);
+
+/**
+ * ResourceFault is a resource problem that decided how a phase ended.
+ * Clients must tolerate values added in later versions.
+ *
+ * @generated from enum helix.runner.v1.ResourceFault
+ */
+export enum ResourceFault {
+  /**
+   * None.
+   *
+   * @generated from enum value: RESOURCE_FAULT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The kernel's OOM killer killed a process of the phase at its memory limit; the phase ended
+   * FAILED (every process of it was ended).
+   *
+   * @generated from enum value: RESOURCE_FAULT_OUT_OF_MEMORY = 1;
+   */
+  OUT_OF_MEMORY = 1,
+
+  /**
+   * The CLI could not save its session because the disk was full or the quota used up
+   * (`system/session_writes_lost`); a phase that would have succeeded ends FAILED.
+   *
+   * @generated from enum value: RESOURCE_FAULT_DISK_FULL = 2;
+   */
+  DISK_FULL = 2,
+}
+
+/**
+ * Describes the enum helix.runner.v1.ResourceFault.
+ */
+export const ResourceFaultSchema: GenEnum<ResourceFault> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 6);
+
+/**
+ * AttemptEndKind classifies how an attempt ended, which decides whether another attempt may
+ * help. Transient kinds are retried while the phase's RetryPolicy allows; all others end the
+ * phase. Clients must tolerate values added in later versions.
+ *
+ * @generated from enum helix.runner.v1.AttemptEndKind
+ */
+export enum AttemptEndKind {
+  /**
+   * The attempt has not ended yet.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The CLI finished successfully (the attempt SUCCEEDED).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_COMPLETED = 1;
+   */
+  COMPLETED = 1,
+
+  /**
+   * Transient: the API was overloaded (HTTP 529) after the CLI's own retries.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_OVERLOADED = 2;
+   */
+  API_OVERLOADED = 2,
+
+  /**
+   * Transient: the API rate-limited the request (HTTP 429) after the CLI's own retries, or a
+   * `rate_limit_event` rejected it. New starts on the same credential are held (QueueState).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_RATE_LIMITED = 3;
+   */
+  API_RATE_LIMITED = 3,
+
+  /**
+   * Transient: the API failed with a server error (HTTP 5xx other than 529, or 408/409) after
+   * the CLI's own retries.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_SERVER_ERROR = 4;
+   */
+  API_SERVER_ERROR = 4,
+
+  /**
+   * Transient: the API could not be reached (no HTTP status: refused, reset, DNS, TLS).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_CONNECTION_FAILED = 5;
+   */
+  CONNECTION_FAILED = 5,
+
+  /**
+   * Transient: the output ended without a final result (the CLI crashed or closed stdout early;
+   * the attempt is INCOMPLETE).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_CRASHED = 6;
+   */
+  CRASHED = 6,
+
+  /**
+   * Transient: the liveness watchdog found the CLI silent for too long and killed it.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_HUNG = 7;
+   */
+  HUNG = 7,
+
+  /**
+   * Transient: the CLI refused to start for a reason it says may pass on a retry
+   * (`startup_failure_reason` such as `org_config_required_unavailable`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_STARTUP_TRANSIENT = 8;
+   */
+  STARTUP_TRANSIENT = 8,
+
+  /**
+   * Permanent: the API rejected the request (HTTP 400 and other 4xx not listed here).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_INVALID_REQUEST = 9;
+   */
+  API_INVALID_REQUEST = 9,
+
+  /**
+   * Permanent: the API did not accept the credentials (HTTP 401).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_AUTHENTICATION = 10;
+   */
+  API_AUTHENTICATION = 10,
+
+  /**
+   * Permanent: the credentials lack permission (HTTP 403).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_PERMISSION = 11;
+   */
+  API_PERMISSION = 11,
+
+  /**
+   * Permanent: the request was too large (HTTP 413).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE = 12;
+   */
+  API_REQUEST_TOO_LARGE = 12,
+
+  /**
+   * Permanent: the CLI reached `--max-turns` (`error_max_turns`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_MAX_TURNS = 13;
+   */
+  MAX_TURNS = 13,
+
+  /**
+   * Permanent: the CLI reached `--max-budget-usd` (`error_max_budget_usd`), or the phase's
+   * budget left no room for another attempt.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_MAX_BUDGET = 14;
+   */
+  MAX_BUDGET = 14,
+
+  /**
+   * Permanent: structured output failed its schema (`error_max_structured_output_retries`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_STRUCTURED_OUTPUT = 15;
+   */
+  STRUCTURED_OUTPUT = 15,
+
+  /**
+   * Permanent: the CLI refused to start for a reason that needs a fix, not a retry
+   * (`startup_failure_reason` such as `config_file_invalid` or `bypass_root`).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_STARTUP_REFUSED = 16;
+   */
+  STARTUP_REFUSED = 16,
+
+  /**
+   * Permanent: any other error result (`error_during_execution`, an unknown subtype, a success
+   * result followed by a non-zero exit, a CLI that did not exit by itself).
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_EXECUTION_ERROR = 17;
+   */
+  EXECUTION_ERROR = 17,
+
+  /**
+   * Permanent: the phase ran past its wall-clock timeout.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_TIMED_OUT = 18;
+   */
+  TIMED_OUT = 18,
+
+  /**
+   * Permanent: a client cancelled the phase.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_CANCELLED = 19;
+   */
+  CANCELLED = 19,
+
+  /**
+   * Permanent: a person interrupted the turn (InterruptPhase) and the attempt then ended.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT = 20;
+   */
+  INTERRUPTED_BY_CLIENT = 20,
+
+  /**
+   * Permanent: the server stopped while the attempt ran.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_SERVER_SHUTDOWN = 21;
+   */
+  SERVER_SHUTDOWN = 21,
+
+  /**
+   * Permanent: the CLI process could not be started at all.
+   *
+   * @generated from enum value: ATTEMPT_END_KIND_SPAWN_FAILED = 22;
+   */
+  SPAWN_FAILED = 22,
+}
+
+/**
+ * Describes the enum helix.runner.v1.AttemptEndKind.
+ */
+export const AttemptEndKindSchema: GenEnum<AttemptEndKind> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 7);
+
+/**
+ * QueueReason says what a QUEUED phase waits for.
+ *
+ * @generated from enum helix.runner.v1.QueueReason
+ */
+export enum QueueReason {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: QUEUE_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The server's limit on running phases is reached.
+   *
+   * @generated from enum value: QUEUE_REASON_SERVER_LIMIT = 1;
+   */
+  SERVER_LIMIT = 1,
+
+  /**
+   * The limit on running phases of the phase's project is reached.
+   *
+   * @generated from enum value: QUEUE_REASON_PROJECT_LIMIT = 2;
+   */
+  PROJECT_LIMIT = 2,
+
+  /**
+   * The cap on phases starting at once (CLI processes being spawned) is reached.
+   *
+   * @generated from enum value: QUEUE_REASON_START_LIMIT = 3;
+   */
+  START_LIMIT = 3,
+
+  /**
+   * New starts on the phase's API credential are held until `not_before` after a rate limit.
+   *
+   * @generated from enum value: QUEUE_REASON_RATE_LIMITED = 4;
+   */
+  RATE_LIMITED = 4,
+
+  /**
+   * The backoff before the phase's next attempt runs until `not_before`.
+   *
+   * @generated from enum value: QUEUE_REASON_RETRY_BACKOFF = 5;
+   */
+  RETRY_BACKOFF = 5,
+}
+
+/**
+ * Describes the enum helix.runner.v1.QueueReason.
+ */
+export const QueueReasonSchema: GenEnum<QueueReason> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 8);
 

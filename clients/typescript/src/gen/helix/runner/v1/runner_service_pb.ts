@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/runner_service.proto.
  */
 export const file_helix_runner_v1_runner_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSKBBQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEQoPX21heF9idWRnZXRfdXNkIpwBCg9SdW5QaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDgoGcHJvbXB0GAQgASgJEhMKC3dvcmtpbmdfZGlyGAUgASgJEi4KB29wdGlvbnMYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zIm4KEFJ1blBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCJNChFXYXRjaFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFgoOYWZ0ZXJfc2VxdWVuY2UYAyABKAMicAoSV2F0Y2hQaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMwoOR2V0Sm9iUmVzcG9uc2USIQoDam9iGAEgASgLMhQuaGVsaXgucnVubmVyLnYxLkpvYiJ8Cg9MaXN0Sm9ic1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIuCghzdGF0dXNlcxgCIAMoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJPChBMaXN0Sm9ic1Jlc3BvbnNlEiIKBGpvYnMYASADKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKHAQoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRITCgtvbmx5X2ZhaWxlZBgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCSKKAQoVTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEi0KCnRvb2xfY2FsbHMYASADKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEikKBXN0YXRzGAMgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cyJMChRHZXRDb3N0VG90YWxzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIQCghwaGFzZV9pZBgDIAEoCSJEChVHZXRDb3N0VG90YWxzUmVzcG9uc2USKwoGdG90YWxzGAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMiXwoRUGF1c2VQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEigKBG1vZGUYAyABKA4yGi5oZWxpeC5ydW5uZXIudjEuUGF1c2VNb2RlIjsKElBhdXNlUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI2ChJSZXN1bWVQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjwKE1Jlc3VtZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNAoQU3RlcFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiOgoRU3RlcFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiOQoVSW50ZXJydXB0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI/ChZJbnRlcnJ1cHRQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIkYKEkNhbmNlbFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjwKE0NhbmNlbFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicQoUSW5qZWN0TWVzc2FnZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEgwKBHRleHQYAyABKAkSKQoEbW9kZRgEIAEoDjIbLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNb2RlIj8KFUluamVjdE1lc3NhZ2VSZXNwb25zZRIUCgxtZXNzYWdlX3V1aWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAMiVgoTSW5zcGVjdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSHQoVaW5jbHVkZV9jb250ZXh0X3VzYWdlGAMgASgIIkwKFEluc3BlY3RQaGFzZVJlc3BvbnNlEjQKCmluc3BlY3Rpb24YASABKAsyIC5oZWxpeC5ydW5uZXIudjEuUGhhc2VJbnNwZWN0aW9uImkKFEFkZEJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIvCgpicmVha3BvaW50GAMgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiSAoVQWRkQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCI6ChZMaXN0QnJlYWtwb2ludHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSJLChdMaXN0QnJlYWtwb2ludHNSZXNwb25zZRIwCgticmVha3BvaW50cxgBIAMoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IlIKF1JlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIVCg1icmVha3BvaW50X2lkGAMgASgJIksKGFJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQi7gEKFlJlc29sdmVUb29sQ2FsbFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEjMKB2FwcHJvdmUYBCABKAsyIC5oZWxpeC5ydW5uZXIudjEuQXBwcm92ZURlY2lzaW9uSAASLQoEZGVueRgFIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5EZW55RGVjaXNpb25IABItCgRlZGl0GAYgASgLMh0uaGVsaXgucnVubmVyLnYxLkVkaXREZWNpc2lvbkgAQgoKCGRlY2lzaW9uIhEKD0FwcHJvdmVEZWNpc2lvbiIfCgxEZW55RGVjaXNpb24SDwoHbWVzc2FnZRgBIAEoCSIiCgxFZGl0RGVjaXNpb24SEgoKaW5wdXRfanNvbhgBIAEoCSJHChdSZXNvbHZlVG9vbENhbGxSZXNwb25zZRIsCgl0b29sX2NhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwq5wUKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9JTlZBTElEX0ZJRUxEEAESKgomRVJST1JfUkVBU09OX1dPUktJTkdfRElSX09VVFNJREVfUk9PVFMQAhIeChpFUlJPUl9SRUFTT05fSk9CX05PVF9GT1VORBADEiAKHEVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfRk9VTkQQBBIlCiFFUlJPUl9SRUFTT05fUEhBU0VfQUxSRUFEWV9FWElTVFMQBRIjCh9FUlJPUl9SRUFTT05fSUxMRUdBTF9UUkFOU0lUSU9OEAYSIgoeRVJST1JfUkVBU09OX1BIQVNFX05PVF9SVU5OSU5HEAcSIQodRVJST1JfUkVBU09OX0NMQVVERV9OT1RfRk9VTkQQCBIhCh1FUlJPUl9SRUFTT05fUFJFRkxJR0hUX0ZBSUxFRBAJEiAKHEVSUk9SX1JFQVNPTl9FTlZfTk9UX0FMTE9XRUQQChIZChVFUlJPUl9SRUFTT05fRFJBSU5JTkcQCxIgChxFUlJPUl9SRUFTT05fTk9UX0lNUExFTUVOVEVEEAwSJAogRVJST1JfUkVBU09OX0NVUlNPUl9PVVRfT0ZfUkFOR0UQDRIhCh1FUlJPUl9SRUFTT05fV0FUQ0hFUl9UT09fU0xPVxAOEiMKH0VSUk9SX1JFQVNPTl9UT09MX0NBTExfTk9UX0hFTEQQDxIlCiFFUlJPUl9SRUFTT05fQlJFQUtQT0lOVF9OT1RfRk9VTkQQEBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEBESIAocRVJST1JfUkVBU09OX1RPT19NQU5ZX1BIQVNFUxASEiMKH0VSUk9SX1JFQVNPTl9JTlZBTElEX1BBR0VfVE9LRU4QExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFCpkCgpJbmplY3RNb2RlEhsKF0lOSkVDVF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRSU5KRUNUX01PREVfUVVFVUUQARIiCh5JTkpFQ1RfTU9ERV9JTlRFUlJVUFRfQU5EX1NFTkQQAipdCglQYXVzZU1vZGUSGgoWUEFVU0VfTU9ERV9VTlNQRUNJRklFRBAAEh8KG1BBVVNFX01PREVfQkVGT1JFX05FWFRfVE9PTBABEhMKD1BBVVNFX01PREVfSEFSRBACMqsMCg1SdW5uZXJTZXJ2aWNlElEKCFJ1blBoYXNlEiAuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlc3BvbnNlMAESVwoKV2F0Y2hQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVzcG9uc2UwARJJCgZHZXRKb2ISHi5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVxdWVzdBofLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXNwb25zZRJPCghMaXN0Sm9icxIgLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXNwb25zZRJeCg1MaXN0VG9vbENhbGxzEiUuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJeCg1HZXRDb3N0VG90YWxzEiUuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXNwb25zZRJVCgpQYXVzZVBoYXNlEiIuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXNwb25zZRJYCgtSZXN1bWVQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXNwb25zZRJSCglTdGVwUGhhc2USIS5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVxdWVzdBoiLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXNwb25zZRJhCg5JbnRlcnJ1cHRQaGFzZRImLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlcXVlc3QaJy5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXNwb25zZRJYCgtDYW5jZWxQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXNwb25zZRJeCg1JbmplY3RNZXNzYWdlEiUuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXNwb25zZRJbCgxJbnNwZWN0UGhhc2USJC5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXNwb25zZRJeCg1BZGRCcmVha3BvaW50EiUuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXNwb25zZRJkCg9MaXN0QnJlYWtwb2ludHMSJy5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXNwb25zZRJnChBSZW1vdmVCcmVha3BvaW50EiguaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0GikuaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRJkCg9SZXNvbHZlVG9vbENhbGwSJy5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
+  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSK5CAoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRIxCgl3b3Jrc3BhY2UYFCABKA4yHi5oZWxpeC5ydW5uZXIudjEuV29ya3NwYWNlTW9kZRIQCghiYXNlX3JlZhgVIAEoCRI+ChJ3b3JrdHJlZV9yZXRlbnRpb24YFiABKA4yIi5oZWxpeC5ydW5uZXIudjEuV29ya3RyZWVSZXRlbnRpb24SEAoIYWRkX2RpcnMYFyADKAkSFQoNc3lzdGVtX3Byb21wdBgYIAEoCRIOCgZlZmZvcnQYGSABKAkSEgoFdG9vbHMYGiABKAlIAYgBARISCgpzZXNzaW9uX2lkGBsgASgJEhQKDGZvcmtfc2Vzc2lvbhgcIAEoCBIbChNpbmNsdWRlX2hvb2tfZXZlbnRzGB0gASgIEh4KFm5vX3Nlc3Npb25fcGVyc2lzdGVuY2UYHiABKAgSDAoEYmFyZRgfIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19tYXhfYnVkZ2V0X3VzZEIICgZfdG9vbHMi2AEKC1JldHJ5UG9saWN5EhQKDG1heF9hdHRlbXB0cxgBIAEoBRIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoSYmFja29mZl9tdWx0aXBsaWVyGAMgASgBEi4KC21heF9iYWNrb2ZmGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmRpc2FibGVfaml0dGVyGAUgASgIEhsKE2NvbnRpbnVhdGlvbl9wcm9tcHQYBiABKAkinAEKD1J1blBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIOCgZwcm9tcHQYBCABKAkSEwoLd29ya2luZ19kaXIYBSABKAkSLgoHb3B0aW9ucxgGIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5QaGFzZU9wdGlvbnMibgoQUnVuUGhhc2VSZXNwb25zZRIsCgZldmVudHMYASADKAsyHC5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnQSLAoGcmVzdWx0GAIgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0Ik0KEVdhdGNoUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIWCg5hZnRlcl9zZXF1ZW5jZRgDIAEoAyJwChJXYXRjaFBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIzCg5HZXRKb2JSZXNwb25zZRIhCgNqb2IYASABKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iInwKD0xpc3RKb2JzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEi4KCHN0YXR1c2VzGAIgAygOMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIk8KEExpc3RKb2JzUmVzcG9uc2USIgoEam9icxgBIAMoCzIULmhlbGl4LnJ1bm5lci52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIocBChRMaXN0VG9vbENhbGxzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhMKC29ubHlfZmFpbGVkGAQgASgIEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJIooBChVMaXN0VG9vbENhbGxzUmVzcG9uc2USLQoKdG9vbF9jYWxscxgBIAMoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSKQoFc3RhdHMYAyADKAsyGi5oZWxpeC5ydW5uZXIudjEuVG9vbFN0YXRzIkwKFEdldENvc3RUb3RhbHNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGam9iX2lkGAIgASgJEhAKCHBoYXNlX2lkGAMgASgJIkQKFUdldENvc3RUb3RhbHNSZXNwb25zZRIrCgZ0b3RhbHMYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQ29zdFRvdGFscyJfChFQYXVzZVBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSKAoEbW9kZRgDIAEoDjIaLmhlbGl4LnJ1bm5lci52MS5QYXVzZU1vZGUiOwoSUGF1c2VQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjYKElJlc3VtZVBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiPAoTUmVzdW1lUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI0ChBTdGVwUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI6ChFTdGVwUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI5ChVJbnRlcnJ1cHRQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIj8KFkludGVycnVwdFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiRgoSQ2FuY2VsUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiPAoTQ2FuY2VsUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSJxChRJbmplY3RNZXNzYWdlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDAoEdGV4dBgDIAEoCRIpCgRtb2RlGAQgASgOMhsuaGVsaXgucnVubmVyLnYxLkluamVjdE1vZGUiPwoVSW5qZWN0TWVzc2FnZVJlc3BvbnNlEhQKDG1lc3NhZ2VfdXVpZBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoAyJWChNJbnNwZWN0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIdChVpbmNsdWRlX2NvbnRleHRfdXNhZ2UYAyABKAgiTAoUSW5zcGVjdFBoYXNlUmVzcG9uc2USNAoKaW5zcGVjdGlvbhgBIAEoCzIgLmhlbGl4LnJ1bm5lci52MS5QaGFzZUluc3BlY3Rpb24iaQoUQWRkQnJlYWtwb2ludFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEi8KCmJyZWFrcG9pbnQYAyABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJIChVBZGRCcmVha3BvaW50UmVzcG9uc2USLwoKYnJlYWtwb2ludBgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IjoKFkxpc3RCcmVha3BvaW50c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIksKF0xpc3RCcmVha3BvaW50c1Jlc3BvbnNlEjAKC2JyZWFrcG9pbnRzGAEgAygLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiUgoXUmVtb3ZlQnJlYWtwb2ludFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhUKDWJyZWFrcG9pbnRfaWQYAyABKAkiSwoYUmVtb3ZlQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCLuAQoWUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEwoLdG9vbF91c2VfaWQYAyABKAkSMwoHYXBwcm92ZRgEIAEoCzIgLmhlbGl4LnJ1bm5lci52MS5BcHByb3ZlRGVjaXNpb25IABItCgRkZW55GAUgASgLMh0uaGVsaXgucnVubmVyLnYxLkRlbnlEZWNpc2lvbkgAEi0KBGVkaXQYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuRWRpdERlY2lzaW9uSABCCgoIZGVjaXNpb24iEQoPQXBwcm92ZURlY2lzaW9uIh8KDERlbnlEZWNpc2lvbhIPCgdtZXNzYWdlGAEgASgJIiIKDEVkaXREZWNpc2lvbhISCgppbnB1dF9qc29uGAEgASgJIkcKF1Jlc29sdmVUb29sQ2FsbFJlc3BvbnNlEiwKCXRvb2xfY2FsbBgBIAEoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbCJeChNHZXRQaGFzZURpZmZSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChRHZXRQaGFzZURpZmZSZXNwb25zZRINCgVjaHVuaxgBIAEoDBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSEwoLdG90YWxfYnl0ZXMYAyABKAMqqQYKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9JTlZBTElEX0ZJRUxEEAESKgomRVJST1JfUkVBU09OX1dPUktJTkdfRElSX09VVFNJREVfUk9PVFMQAhIeChpFUlJPUl9SRUFTT05fSk9CX05PVF9GT1VORBADEiAKHEVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfRk9VTkQQBBIlCiFFUlJPUl9SRUFTT05fUEhBU0VfQUxSRUFEWV9FWElTVFMQBRIjCh9FUlJPUl9SRUFTT05fSUxMRUdBTF9UUkFOU0lUSU9OEAYSIgoeRVJST1JfUkVBU09OX1BIQVNFX05PVF9SVU5OSU5HEAcSIQodRVJST1JfUkVBU09OX0NMQVVERV9OT1RfRk9VTkQQCBIhCh1FUlJPUl9SRUFTT05fUFJFRkxJR0hUX0ZBSUxFRBAJEiAKHEVSUk9SX1JFQVNPTl9FTlZfTk9UX0FMTE9XRUQQChIZChVFUlJPUl9SRUFTT05fRFJBSU5JTkcQCxIgChxFUlJPUl9SRUFTT05fTk9UX0lNUExFTUVOVEVEEAwSJAogRVJST1JfUkVBU09OX0NVUlNPUl9PVVRfT0ZfUkFOR0UQDRIhCh1FUlJPUl9SRUFTT05fV0FUQ0hFUl9UT09fU0xPVxAOEiMKH0VSUk9SX1JFQVNPTl9UT09MX0NBTExfTk9UX0hFTEQQDxIlCiFFUlJPUl9SRUFTT05fQlJFQUtQT0lOVF9OT1RfRk9VTkQQEBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEBESIAocRVJST1JfUkVBU09OX1RPT19NQU5ZX1BIQVNFUxASEiMKH0VSUk9SX1JFQVNPTl9JTlZBTElEX1BBR0VfVE9LRU4QExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIbChdFUlJPUl9SRUFTT05fUVVFVUVfRlVMTBAVEiMKH0VSUk9SX1JFQVNPTl9ESUZGX05PVF9BVkFJTEFCTEUQFipkCgpJbmplY3RNb2RlEhsKF0lOSkVDVF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRSU5KRUNUX01PREVfUVVFVUUQARIiCh5JTkpFQ1RfTU9ERV9JTlRFUlJVUFRfQU5EX1NFTkQQAipdCglQYXVzZU1vZGUSGgoWUEFVU0VfTU9ERV9VTlNQRUNJRklFRBAAEh8KG1BBVVNFX01PREVfQkVGT1JFX05FWFRfVE9PTBABEhMKD1BBVVNFX01PREVfSEFSRBACKm0KDVdvcmtzcGFjZU1vZGUSHgoaV09SS1NQQUNFX01PREVfVU5TUEVDSUZJRUQQABIbChdXT1JLU1BBQ0VfTU9ERV9JTl9QTEFDRRABEh8KG1dPUktTUEFDRV9NT0RFX0dJVF9XT1JLVFJFRRACKp0BChFXb3JrdHJlZVJldGVudGlvbhIiCh5XT1JLVFJFRV9SRVRFTlRJT05fVU5TUEVDSUZJRUQQABIbChdXT1JLVFJFRV9SRVRFTlRJT05fS0VFUBABEh0KGVdPUktUUkVFX1JFVEVOVElPTl9SRU1PVkUQAhIoCiRXT1JLVFJFRV9SRVRFTlRJT05fUkVNT1ZFX09OX1NVQ0NFU1MQAzKIDQoNUnVubmVyU2VydmljZRJRCghSdW5QaGFzZRIgLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuUnVuUGhhc2VSZXNwb25zZTABElcKCldhdGNoUGhhc2USIi5oZWxpeC5ydW5uZXIudjEuV2F0Y2hQaGFzZVJlcXVlc3QaIy5oZWxpeC5ydW5uZXIudjEuV2F0Y2hQaGFzZVJlc3BvbnNlMAESSQoGR2V0Sm9iEh4uaGVsaXgucnVubmVyLnYxLkdldEpvYlJlcXVlc3QaHy5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVzcG9uc2USTwoITGlzdEpvYnMSIC5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXF1ZXN0GiEuaGVsaXgucnVubmVyLnYxLkxpc3RKb2JzUmVzcG9uc2USXgoNTGlzdFRvb2xDYWxscxIlLmhlbGl4LnJ1bm5lci52MS5MaXN0VG9vbENhbGxzUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5MaXN0VG9vbENhbGxzUmVzcG9uc2USXgoNR2V0Q29zdFRvdGFscxIlLmhlbGl4LnJ1bm5lci52MS5HZXRDb3N0VG90YWxzUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5HZXRDb3N0VG90YWxzUmVzcG9uc2USVQoKUGF1c2VQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5QYXVzZVBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5QYXVzZVBoYXNlUmVzcG9uc2USWAoLUmVzdW1lUGhhc2USIy5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXF1ZXN0GiQuaGVsaXgucnVubmVyLnYxLlJlc3VtZVBoYXNlUmVzcG9uc2USUgoJU3RlcFBoYXNlEiEuaGVsaXgucnVubmVyLnYxLlN0ZXBQaGFzZVJlcXVlc3QaIi5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVzcG9uc2USYQoOSW50ZXJydXB0UGhhc2USJi5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXF1ZXN0GicuaGVsaXgucnVubmVyLnYxLkludGVycnVwdFBoYXNlUmVzcG9uc2USWAoLQ2FuY2VsUGhhc2USIy5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXF1ZXN0GiQuaGVsaXgucnVubmVyLnYxLkNhbmNlbFBoYXNlUmVzcG9uc2USXgoNSW5qZWN0TWVzc2FnZRIlLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNZXNzYWdlUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNZXNzYWdlUmVzcG9uc2USWwoMSW5zcGVjdFBoYXNlEiQuaGVsaXgucnVubmVyLnYxLkluc3BlY3RQaGFzZVJlcXVlc3QaJS5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVzcG9uc2USXgoNQWRkQnJlYWtwb2ludBIlLmhlbGl4LnJ1bm5lci52MS5BZGRCcmVha3BvaW50UmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5BZGRCcmVha3BvaW50UmVzcG9uc2USZAoPTGlzdEJyZWFrcG9pbnRzEicuaGVsaXgucnVubmVyLnYxLkxpc3RCcmVha3BvaW50c1JlcXVlc3QaKC5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVzcG9uc2USZwoQUmVtb3ZlQnJlYWtwb2ludBIoLmhlbGl4LnJ1bm5lci52MS5SZW1vdmVCcmVha3BvaW50UmVxdWVzdBopLmhlbGl4LnJ1bm5lci52MS5SZW1vdmVCcmVha3BvaW50UmVzcG9uc2USZAoPUmVzb2x2ZVRvb2xDYWxsEicuaGVsaXgucnVubmVyLnYxLlJlc29sdmVUb29sQ2FsbFJlcXVlc3QaKC5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVzcG9uc2USWwoMR2V0UGhhc2VEaWZmEiQuaGVsaXgucnVubmVyLnYxLkdldFBoYXNlRGlmZlJlcXVlc3QaJS5oZWxpeC5ydW5uZXIudjEuR2V0UGhhc2VEaWZmUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
 
 /**
  * PhaseOptions are the run options of a phase (CLI flags and server behaviour).
@@ -136,6 +136,127 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
    * @generated from field: string fallback_model = 16;
    */
   fallbackModel: string;
+
+  /**
+   * Retries after transient failures (see AttemptEndKind). Unset: the server's default policy,
+   * which is 3 attempts in total, 2 s initial backoff doubling up to 60 s, full jitter.
+   * `max_budget_usd` and `timeout` stay limits for the phase as a whole, across its attempts.
+   *
+   * @generated from field: helix.runner.v1.RetryPolicy retry = 17;
+   */
+  retry?: RetryPolicy | undefined;
+
+  /**
+   * Memory limit for every process of the phase together, in bytes (0: the server's default,
+   * `default_memory_limit_bytes`; at least 32 MiB). Reaching it gets a process OOM-killed and
+   * ends the phase FAILED with RESOURCE_FAULT_OUT_OF_MEMORY. FAILED_PRECONDITION
+   * (`LIMITS_UNAVAILABLE`) when the server has no memory cgroup (see InspectPhase containment).
+   *
+   * @generated from field: int64 memory_limit_bytes = 18;
+   */
+  memoryLimitBytes: bigint;
+
+  /**
+   * CPU limit for the phase in thousandths of a CPU (0: the server's default,
+   * `default_cpu_limit_millicores`; 10 to 1000000), enforced as a CFS quota. FAILED_PRECONDITION
+   * (`LIMITS_UNAVAILABLE`) when the server has no cpu cgroup.
+   *
+   * @generated from field: int32 cpu_limit_millicores = 19;
+   */
+  cpuLimitMillicores: number;
+
+  /**
+   * Where the phase runs: in `working_dir` itself (the default) or in a git worktree of its
+   * repository made for this phase.
+   *
+   * @generated from field: helix.runner.v1.WorkspaceMode workspace = 20;
+   */
+  workspace: WorkspaceMode;
+
+  /**
+   * GIT_WORKTREE only: the commit-ish the worktree starts from (empty: `HEAD` of `working_dir`);
+   * at most 256 characters, no leading `-`.
+   *
+   * @generated from field: string base_ref = 21;
+   */
+  baseRef: string;
+
+  /**
+   * GIT_WORKTREE only: what happens to the worktree after the phase (unspecified: the server's
+   * `worktree_retention`). The branch and the stored diff are always kept.
+   *
+   * @generated from field: helix.runner.v1.WorktreeRetention worktree_retention = 22;
+   */
+  worktreeRetention: WorktreeRetention;
+
+  /**
+   * `--add-dir`: more directories the CLI may access; each must be absolute and resolve inside a
+   * workspace root, like `working_dir` (at most 32).
+   *
+   * @generated from field: repeated string add_dirs = 23;
+   */
+  addDirs: string[];
+
+  /**
+   * `--system-prompt`: replaces the CLI's whole system prompt (at most 64 KiB; empty: the CLI's).
+   *
+   * @generated from field: string system_prompt = 24;
+   */
+  systemPrompt: string;
+
+  /**
+   * `--effort`: `low`, `medium`, `high`, `xhigh` or `max` (empty: the CLI's default).
+   *
+   * @generated from field: string effort = 25;
+   */
+  effort: string;
+
+  /**
+   * `--tools`: the built-in tool set, comma-separated names (e.g. `Bash,Read`), `default`, or
+   * empty for none. Unset: the CLI's default set.
+   *
+   * @generated from field: optional string tools = 26;
+   */
+  tools?: string | undefined;
+
+  /**
+   * `--session-id`: a caller-chosen session id (a UUID).
+   *
+   * @generated from field: string session_id = 27;
+   */
+  sessionId: string;
+
+  /**
+   * `--fork-session`: with `resume_session_id`, continue in a new session id.
+   *
+   * @generated from field: bool fork_session = 28;
+   */
+  forkSession: boolean;
+
+  /**
+   * `--include-hook-events`: the CLI streams all hook lifecycle events.
+   *
+   * @generated from field: bool include_hook_events = 29;
+   */
+  includeHookEvents: boolean;
+
+  /**
+   * `--no-session-persistence`: the CLI saves no session to disk (it cannot be resumed).
+   *
+   * @generated from field: bool no_session_persistence = 30;
+   */
+  noSessionPersistence: boolean;
+
+  /**
+   * `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
+   * hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
+   * Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
+   * hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
+   * tool call.
+   *
+   * @generated from field: bool bare = 31;
+   */
+  bare: boolean;
 };
 
 /**
@@ -144,6 +265,72 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
  */
 export const PhaseOptionsSchema: GenMessage<PhaseOptions> = /*@__PURE__*/
   messageDesc(file_helix_runner_v1_runner_service, 0);
+
+/**
+ * RetryPolicy says how a phase retries after a transient failure. Each retry is a new attempt:
+ * it resumes the failed attempt's session (`--resume` with `continuation_prompt`) when that
+ * attempt reported a session id, and otherwise runs the original prompt again. Breakpoints,
+ * pause state and watchers carry over, and the phase keeps one gap-free event stream. Fields at
+ * their zero value take the server's default. Invalid values are INVALID_ARGUMENT naming the
+ * field (e.g. `options.retry.max_attempts`).
+ *
+ * @generated from message helix.runner.v1.RetryPolicy
+ */
+export type RetryPolicy = Message<"helix.runner.v1.RetryPolicy"> & {
+  /**
+   * Attempts in total, the first one included: 1 turns retries off; 0 takes the server's
+   * default (3); at most 10; negative is invalid.
+   *
+   * @generated from field: int32 max_attempts = 1;
+   */
+  maxAttempts: number;
+
+  /**
+   * Backoff before the second attempt (0: the server's default, 2 s); at most 1 hour, and not
+   * more than `max_backoff`.
+   *
+   * @generated from field: google.protobuf.Duration initial_backoff = 2;
+   */
+  initialBackoff?: Duration | undefined;
+
+  /**
+   * Factor by which the backoff grows for each further attempt (0: the server's default, 2.0);
+   * from 1.0 to 10.0.
+   *
+   * @generated from field: double backoff_multiplier = 3;
+   */
+  backoffMultiplier: number;
+
+  /**
+   * Upper bound of the backoff (0: the server's default, 60 s); at most 1 hour.
+   *
+   * @generated from field: google.protobuf.Duration max_backoff = 4;
+   */
+  maxBackoff?: Duration | undefined;
+
+  /**
+   * Set to true to wait exactly the backoff. By default the wait is drawn uniformly from zero to
+   * the backoff ("full jitter"), so that phases failing together do not retry together.
+   *
+   * @generated from field: bool disable_jitter = 5;
+   */
+  disableJitter: boolean;
+
+  /**
+   * The user message a resumed attempt starts with (empty: the server's default, which asks the
+   * model to continue where the interrupted attempt stopped); at most 4 KiB.
+   *
+   * @generated from field: string continuation_prompt = 6;
+   */
+  continuationPrompt: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.RetryPolicy.
+ * Use `create(RetryPolicySchema)` to create a new message.
+ */
+export const RetryPolicySchema: GenMessage<RetryPolicy> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 1);
 
 /**
  * RunPhaseRequest starts one phase.
@@ -199,7 +386,7 @@ export type RunPhaseRequest = Message<"helix.runner.v1.RunPhaseRequest"> & {
  * Use `create(RunPhaseRequestSchema)` to create a new message.
  */
 export const RunPhaseRequestSchema: GenMessage<RunPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 1);
+  messageDesc(file_helix_runner_v1_runner_service, 2);
 
 /**
  * RunPhaseResponse carries live events, or, as the last message, the result.
@@ -227,7 +414,7 @@ export type RunPhaseResponse = Message<"helix.runner.v1.RunPhaseResponse"> & {
  * Use `create(RunPhaseResponseSchema)` to create a new message.
  */
 export const RunPhaseResponseSchema: GenMessage<RunPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 2);
+  messageDesc(file_helix_runner_v1_runner_service, 3);
 
 /**
  * WatchPhaseRequest attaches to a phase.
@@ -262,7 +449,7 @@ export type WatchPhaseRequest = Message<"helix.runner.v1.WatchPhaseRequest"> & {
  * Use `create(WatchPhaseRequestSchema)` to create a new message.
  */
 export const WatchPhaseRequestSchema: GenMessage<WatchPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 3);
+  messageDesc(file_helix_runner_v1_runner_service, 4);
 
 /**
  * WatchPhaseResponse carries events, or, as the last message, the result.
@@ -290,7 +477,7 @@ export type WatchPhaseResponse = Message<"helix.runner.v1.WatchPhaseResponse"> &
  * Use `create(WatchPhaseResponseSchema)` to create a new message.
  */
 export const WatchPhaseResponseSchema: GenMessage<WatchPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 4);
+  messageDesc(file_helix_runner_v1_runner_service, 5);
 
 /**
  * GetJobRequest names a job.
@@ -311,7 +498,7 @@ export type GetJobRequest = Message<"helix.runner.v1.GetJobRequest"> & {
  * Use `create(GetJobRequestSchema)` to create a new message.
  */
 export const GetJobRequestSchema: GenMessage<GetJobRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 5);
+  messageDesc(file_helix_runner_v1_runner_service, 6);
 
 /**
  * GetJobResponse holds the job.
@@ -332,7 +519,7 @@ export type GetJobResponse = Message<"helix.runner.v1.GetJobResponse"> & {
  * Use `create(GetJobResponseSchema)` to create a new message.
  */
 export const GetJobResponseSchema: GenMessage<GetJobResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 6);
+  messageDesc(file_helix_runner_v1_runner_service, 7);
 
 /**
  * ListJobsRequest pages through jobs.
@@ -375,7 +562,7 @@ export type ListJobsRequest = Message<"helix.runner.v1.ListJobsRequest"> & {
  * Use `create(ListJobsRequestSchema)` to create a new message.
  */
 export const ListJobsRequestSchema: GenMessage<ListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 7);
+  messageDesc(file_helix_runner_v1_runner_service, 8);
 
 /**
  * ListJobsResponse is one page of jobs.
@@ -403,7 +590,7 @@ export type ListJobsResponse = Message<"helix.runner.v1.ListJobsResponse"> & {
  * Use `create(ListJobsResponseSchema)` to create a new message.
  */
 export const ListJobsResponseSchema: GenMessage<ListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 8);
+  messageDesc(file_helix_runner_v1_runner_service, 9);
 
 /**
  * ListToolCallsRequest pages through tool calls.
@@ -459,7 +646,7 @@ export type ListToolCallsRequest = Message<"helix.runner.v1.ListToolCallsRequest
  * Use `create(ListToolCallsRequestSchema)` to create a new message.
  */
 export const ListToolCallsRequestSchema: GenMessage<ListToolCallsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 9);
+  messageDesc(file_helix_runner_v1_runner_service, 10);
 
 /**
  * ListToolCallsResponse is one page of tool calls.
@@ -494,7 +681,7 @@ export type ListToolCallsResponse = Message<"helix.runner.v1.ListToolCallsRespon
  * Use `create(ListToolCallsResponseSchema)` to create a new message.
  */
 export const ListToolCallsResponseSchema: GenMessage<ListToolCallsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 10);
+  messageDesc(file_helix_runner_v1_runner_service, 11);
 
 /**
  * GetCostTotalsRequest names the scope: a phase (job_id + phase_id), a job (job_id) or a
@@ -530,7 +717,7 @@ export type GetCostTotalsRequest = Message<"helix.runner.v1.GetCostTotalsRequest
  * Use `create(GetCostTotalsRequestSchema)` to create a new message.
  */
 export const GetCostTotalsRequestSchema: GenMessage<GetCostTotalsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 11);
+  messageDesc(file_helix_runner_v1_runner_service, 12);
 
 /**
  * GetCostTotalsResponse holds the totals.
@@ -551,7 +738,7 @@ export type GetCostTotalsResponse = Message<"helix.runner.v1.GetCostTotalsRespon
  * Use `create(GetCostTotalsResponseSchema)` to create a new message.
  */
 export const GetCostTotalsResponseSchema: GenMessage<GetCostTotalsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 12);
+  messageDesc(file_helix_runner_v1_runner_service, 13);
 
 /**
  * PausePhaseRequest pauses a phase.
@@ -586,7 +773,7 @@ export type PausePhaseRequest = Message<"helix.runner.v1.PausePhaseRequest"> & {
  * Use `create(PausePhaseRequestSchema)` to create a new message.
  */
 export const PausePhaseRequestSchema: GenMessage<PausePhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 13);
+  messageDesc(file_helix_runner_v1_runner_service, 14);
 
 /**
  * PausePhaseResponse returns the phase after the request.
@@ -607,7 +794,7 @@ export type PausePhaseResponse = Message<"helix.runner.v1.PausePhaseResponse"> &
  * Use `create(PausePhaseResponseSchema)` to create a new message.
  */
 export const PausePhaseResponseSchema: GenMessage<PausePhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 14);
+  messageDesc(file_helix_runner_v1_runner_service, 15);
 
 /**
  * ResumePhaseRequest resumes a paused phase.
@@ -635,7 +822,7 @@ export type ResumePhaseRequest = Message<"helix.runner.v1.ResumePhaseRequest"> &
  * Use `create(ResumePhaseRequestSchema)` to create a new message.
  */
 export const ResumePhaseRequestSchema: GenMessage<ResumePhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 15);
+  messageDesc(file_helix_runner_v1_runner_service, 16);
 
 /**
  * ResumePhaseResponse returns the phase after the request.
@@ -656,7 +843,7 @@ export type ResumePhaseResponse = Message<"helix.runner.v1.ResumePhaseResponse">
  * Use `create(ResumePhaseResponseSchema)` to create a new message.
  */
 export const ResumePhaseResponseSchema: GenMessage<ResumePhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 16);
+  messageDesc(file_helix_runner_v1_runner_service, 17);
 
 /**
  * StepPhaseRequest lets one tool call run.
@@ -684,7 +871,7 @@ export type StepPhaseRequest = Message<"helix.runner.v1.StepPhaseRequest"> & {
  * Use `create(StepPhaseRequestSchema)` to create a new message.
  */
 export const StepPhaseRequestSchema: GenMessage<StepPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 17);
+  messageDesc(file_helix_runner_v1_runner_service, 18);
 
 /**
  * StepPhaseResponse returns the phase after the request.
@@ -705,7 +892,7 @@ export type StepPhaseResponse = Message<"helix.runner.v1.StepPhaseResponse"> & {
  * Use `create(StepPhaseResponseSchema)` to create a new message.
  */
 export const StepPhaseResponseSchema: GenMessage<StepPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 18);
+  messageDesc(file_helix_runner_v1_runner_service, 19);
 
 /**
  * InterruptPhaseRequest interrupts the current turn.
@@ -733,7 +920,7 @@ export type InterruptPhaseRequest = Message<"helix.runner.v1.InterruptPhaseReque
  * Use `create(InterruptPhaseRequestSchema)` to create a new message.
  */
 export const InterruptPhaseRequestSchema: GenMessage<InterruptPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 19);
+  messageDesc(file_helix_runner_v1_runner_service, 20);
 
 /**
  * InterruptPhaseResponse returns the phase after the request.
@@ -754,7 +941,7 @@ export type InterruptPhaseResponse = Message<"helix.runner.v1.InterruptPhaseResp
  * Use `create(InterruptPhaseResponseSchema)` to create a new message.
  */
 export const InterruptPhaseResponseSchema: GenMessage<InterruptPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 20);
+  messageDesc(file_helix_runner_v1_runner_service, 21);
 
 /**
  * CancelPhaseRequest cancels a phase.
@@ -789,7 +976,7 @@ export type CancelPhaseRequest = Message<"helix.runner.v1.CancelPhaseRequest"> &
  * Use `create(CancelPhaseRequestSchema)` to create a new message.
  */
 export const CancelPhaseRequestSchema: GenMessage<CancelPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 21);
+  messageDesc(file_helix_runner_v1_runner_service, 22);
 
 /**
  * CancelPhaseResponse returns the phase after the request.
@@ -810,7 +997,7 @@ export type CancelPhaseResponse = Message<"helix.runner.v1.CancelPhaseResponse">
  * Use `create(CancelPhaseResponseSchema)` to create a new message.
  */
 export const CancelPhaseResponseSchema: GenMessage<CancelPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 22);
+  messageDesc(file_helix_runner_v1_runner_service, 23);
 
 /**
  * InjectMessageRequest sends a user message to a running phase.
@@ -852,7 +1039,7 @@ export type InjectMessageRequest = Message<"helix.runner.v1.InjectMessageRequest
  * Use `create(InjectMessageRequestSchema)` to create a new message.
  */
 export const InjectMessageRequestSchema: GenMessage<InjectMessageRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 23);
+  messageDesc(file_helix_runner_v1_runner_service, 24);
 
 /**
  * InjectMessageResponse confirms the injection.
@@ -880,7 +1067,7 @@ export type InjectMessageResponse = Message<"helix.runner.v1.InjectMessageRespon
  * Use `create(InjectMessageResponseSchema)` to create a new message.
  */
 export const InjectMessageResponseSchema: GenMessage<InjectMessageResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 24);
+  messageDesc(file_helix_runner_v1_runner_service, 25);
 
 /**
  * InspectPhaseRequest names a phase.
@@ -915,7 +1102,7 @@ export type InspectPhaseRequest = Message<"helix.runner.v1.InspectPhaseRequest">
  * Use `create(InspectPhaseRequestSchema)` to create a new message.
  */
 export const InspectPhaseRequestSchema: GenMessage<InspectPhaseRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 25);
+  messageDesc(file_helix_runner_v1_runner_service, 26);
 
 /**
  * InspectPhaseResponse holds the snapshot.
@@ -936,7 +1123,7 @@ export type InspectPhaseResponse = Message<"helix.runner.v1.InspectPhaseResponse
  * Use `create(InspectPhaseResponseSchema)` to create a new message.
  */
 export const InspectPhaseResponseSchema: GenMessage<InspectPhaseResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 26);
+  messageDesc(file_helix_runner_v1_runner_service, 27);
 
 /**
  * AddBreakpointRequest adds a breakpoint.
@@ -971,7 +1158,7 @@ export type AddBreakpointRequest = Message<"helix.runner.v1.AddBreakpointRequest
  * Use `create(AddBreakpointRequestSchema)` to create a new message.
  */
 export const AddBreakpointRequestSchema: GenMessage<AddBreakpointRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 27);
+  messageDesc(file_helix_runner_v1_runner_service, 28);
 
 /**
  * AddBreakpointResponse returns the stored breakpoint.
@@ -992,7 +1179,7 @@ export type AddBreakpointResponse = Message<"helix.runner.v1.AddBreakpointRespon
  * Use `create(AddBreakpointResponseSchema)` to create a new message.
  */
 export const AddBreakpointResponseSchema: GenMessage<AddBreakpointResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 28);
+  messageDesc(file_helix_runner_v1_runner_service, 29);
 
 /**
  * ListBreakpointsRequest names a phase.
@@ -1020,7 +1207,7 @@ export type ListBreakpointsRequest = Message<"helix.runner.v1.ListBreakpointsReq
  * Use `create(ListBreakpointsRequestSchema)` to create a new message.
  */
 export const ListBreakpointsRequestSchema: GenMessage<ListBreakpointsRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 29);
+  messageDesc(file_helix_runner_v1_runner_service, 30);
 
 /**
  * ListBreakpointsResponse lists breakpoints.
@@ -1041,7 +1228,7 @@ export type ListBreakpointsResponse = Message<"helix.runner.v1.ListBreakpointsRe
  * Use `create(ListBreakpointsResponseSchema)` to create a new message.
  */
 export const ListBreakpointsResponseSchema: GenMessage<ListBreakpointsResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 30);
+  messageDesc(file_helix_runner_v1_runner_service, 31);
 
 /**
  * RemoveBreakpointRequest removes a breakpoint.
@@ -1076,7 +1263,7 @@ export type RemoveBreakpointRequest = Message<"helix.runner.v1.RemoveBreakpointR
  * Use `create(RemoveBreakpointRequestSchema)` to create a new message.
  */
 export const RemoveBreakpointRequestSchema: GenMessage<RemoveBreakpointRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 31);
+  messageDesc(file_helix_runner_v1_runner_service, 32);
 
 /**
  * RemoveBreakpointResponse confirms the removal.
@@ -1097,7 +1284,7 @@ export type RemoveBreakpointResponse = Message<"helix.runner.v1.RemoveBreakpoint
  * Use `create(RemoveBreakpointResponseSchema)` to create a new message.
  */
 export const RemoveBreakpointResponseSchema: GenMessage<RemoveBreakpointResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 32);
+  messageDesc(file_helix_runner_v1_runner_service, 33);
 
 /**
  * ResolveToolCallRequest decides a held tool call.
@@ -1163,7 +1350,7 @@ export type ResolveToolCallRequest = Message<"helix.runner.v1.ResolveToolCallReq
  * Use `create(ResolveToolCallRequestSchema)` to create a new message.
  */
 export const ResolveToolCallRequestSchema: GenMessage<ResolveToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 33);
+  messageDesc(file_helix_runner_v1_runner_service, 34);
 
 /**
  * ApproveDecision runs a held call unchanged.
@@ -1178,7 +1365,7 @@ export type ApproveDecision = Message<"helix.runner.v1.ApproveDecision"> & {
  * Use `create(ApproveDecisionSchema)` to create a new message.
  */
 export const ApproveDecisionSchema: GenMessage<ApproveDecision> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 34);
+  messageDesc(file_helix_runner_v1_runner_service, 35);
 
 /**
  * DenyDecision refuses a held call.
@@ -1199,7 +1386,7 @@ export type DenyDecision = Message<"helix.runner.v1.DenyDecision"> & {
  * Use `create(DenyDecisionSchema)` to create a new message.
  */
 export const DenyDecisionSchema: GenMessage<DenyDecision> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 35);
+  messageDesc(file_helix_runner_v1_runner_service, 36);
 
 /**
  * EditDecision runs a held call with new input.
@@ -1220,7 +1407,7 @@ export type EditDecision = Message<"helix.runner.v1.EditDecision"> & {
  * Use `create(EditDecisionSchema)` to create a new message.
  */
 export const EditDecisionSchema: GenMessage<EditDecision> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 36);
+  messageDesc(file_helix_runner_v1_runner_service, 37);
 
 /**
  * ResolveToolCallResponse returns the call after the decision.
@@ -1241,7 +1428,85 @@ export type ResolveToolCallResponse = Message<"helix.runner.v1.ResolveToolCallRe
  * Use `create(ResolveToolCallResponseSchema)` to create a new message.
  */
 export const ResolveToolCallResponseSchema: GenMessage<ResolveToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_helix_runner_v1_runner_service, 37);
+  messageDesc(file_helix_runner_v1_runner_service, 38);
+
+/**
+ * GetPhaseDiffRequest asks for one page of a phase's full diff.
+ *
+ * @generated from message helix.runner.v1.GetPhaseDiffRequest
+ */
+export type GetPhaseDiffRequest = Message<"helix.runner.v1.GetPhaseDiffRequest"> & {
+  /**
+   * Job id.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 2;
+   */
+  phaseId: string;
+
+  /**
+   * Bytes per page (0: 256 KiB; at most 4 MiB).
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous response's `next_page_token` (empty: the first page).
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.GetPhaseDiffRequest.
+ * Use `create(GetPhaseDiffRequestSchema)` to create a new message.
+ */
+export const GetPhaseDiffRequestSchema: GenMessage<GetPhaseDiffRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 39);
+
+/**
+ * GetPhaseDiffResponse is one page of the diff.
+ *
+ * @generated from message helix.runner.v1.GetPhaseDiffResponse
+ */
+export type GetPhaseDiffResponse = Message<"helix.runner.v1.GetPhaseDiffResponse"> & {
+  /**
+   * The bytes of this page (a page may end inside a UTF-8 character or a line; concatenate all
+   * pages before decoding).
+   *
+   * @generated from field: bytes chunk = 1;
+   */
+  chunk: Uint8Array;
+
+  /**
+   * The next page's token; empty after the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * Size of the whole diff in bytes.
+   *
+   * @generated from field: int64 total_bytes = 3;
+   */
+  totalBytes: bigint;
+};
+
+/**
+ * Describes the message helix.runner.v1.GetPhaseDiffResponse.
+ * Use `create(GetPhaseDiffResponseSchema)` to create a new message.
+ */
+export const GetPhaseDiffResponseSchema: GenMessage<GetPhaseDiffResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 40);
 
 /**
  * ErrorReason documents the `ErrorInfo.reason` values of this service (sent without the
@@ -1397,6 +1662,25 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_INTERNAL = 20;
    */
   INTERNAL = 20,
+
+  /**
+   * The admission queue is full (phases wait for a slot and no more can wait); metadata
+   * `limit` (the queue's size), `scope` (`server` or `project`) and `retry_after_ms`. The status
+   * also carries a `google.rpc.RetryInfo` detail whose `retry_delay` is the same hint, next to
+   * the one ErrorInfo. Returned only when the queue itself is full: a phase that merely has to
+   * wait is accepted and reported QUEUED.
+   *
+   * @generated from enum value: ERROR_REASON_QUEUE_FULL = 21;
+   */
+  QUEUE_FULL = 21,
+
+  /**
+   * GetPhaseDiff: the phase has no stored diff (it is still running, ran outside a git
+   * repository, or its recording was deleted by retention); metadata `job_id`, `phase_id`.
+   *
+   * @generated from enum value: ERROR_REASON_DIFF_NOT_AVAILABLE = 22;
+   */
+  DIFF_NOT_AVAILABLE = 22,
 }
 
 /**
@@ -1461,7 +1745,8 @@ export enum PauseMode {
   BEFORE_NEXT_TOOL = 1,
 
   /**
-   * SIGSTOP the process group: freezes everything, including model streaming and the CLI's
+   * SIGSTOP every process of the phase (the CLI and every tool process, whatever session it
+   * is in; see PhaseContainment): freezes everything, including model streaming and the CLI's
    * own timers; an API request in flight may time out. Resume sends SIGCONT.
    *
    * @generated from enum value: PAUSE_MODE_HARD = 2;
@@ -1474,6 +1759,84 @@ export enum PauseMode {
  */
 export const PauseModeSchema: GenEnum<PauseMode> = /*@__PURE__*/
   enumDesc(file_helix_runner_v1_runner_service, 2);
+
+/**
+ * WorkspaceMode says where a phase runs.
+ *
+ * @generated from enum helix.runner.v1.WorkspaceMode
+ */
+export enum WorkspaceMode {
+  /**
+   * Same as WORKSPACE_MODE_IN_PLACE.
+   *
+   * @generated from enum value: WORKSPACE_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * In `working_dir`, as given.
+   *
+   * @generated from enum value: WORKSPACE_MODE_IN_PLACE = 1;
+   */
+  IN_PLACE = 1,
+
+  /**
+   * In a new git worktree of the repository holding `working_dir`, on a new branch
+   * `helix/<job_id>/<phase_id>` from `base_ref`, under the server's data directory; the phase's
+   * directory is the same path relative to the repository's top level. `working_dir` must be in
+   * a git repository whose top level is inside a workspace root.
+   *
+   * @generated from enum value: WORKSPACE_MODE_GIT_WORKTREE = 2;
+   */
+  GIT_WORKTREE = 2,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WorkspaceMode.
+ */
+export const WorkspaceModeSchema: GenEnum<WorkspaceMode> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_runner_service, 3);
+
+/**
+ * WorktreeRetention says what happens to a phase's git worktree after the phase.
+ *
+ * @generated from enum helix.runner.v1.WorktreeRetention
+ */
+export enum WorktreeRetention {
+  /**
+   * The server's default (`worktree_retention`, itself REMOVE_ON_SUCCESS unless configured).
+   *
+   * @generated from enum value: WORKTREE_RETENTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Keep the worktree.
+   *
+   * @generated from enum value: WORKTREE_RETENTION_KEEP = 1;
+   */
+  KEEP = 1,
+
+  /**
+   * Remove the worktree whatever the outcome.
+   *
+   * @generated from enum value: WORKTREE_RETENTION_REMOVE = 2;
+   */
+  REMOVE = 2,
+
+  /**
+   * Remove it when the phase SUCCEEDED, keep it otherwise (for a look at what went wrong).
+   *
+   * @generated from enum value: WORKTREE_RETENTION_REMOVE_ON_SUCCESS = 3;
+   */
+  REMOVE_ON_SUCCESS = 3,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WorktreeRetention.
+ */
+export const WorktreeRetentionSchema: GenEnum<WorktreeRetention> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_runner_service, 4);
 
 /**
  * RunnerService runs Claude Code phases and makes them observable and controllable.
@@ -1552,7 +1915,7 @@ export const RunnerService: GenService<{
     output: typeof GetCostTotalsResponseSchema;
   },
   /**
-   * Holds the phase before its next tool call (or, in hard mode, stops its process group).
+   * Holds the phase before its next tool call (or, in hard mode, stops every process of it).
    *
    * @generated from rpc helix.runner.v1.RunnerService.PausePhase
    */
@@ -1593,7 +1956,7 @@ export const RunnerService: GenService<{
     output: typeof InterruptPhaseResponseSchema;
   },
   /**
-   * Terminates the phase's process group; the phase ends CANCELLED.
+   * Terminates every process of the phase; the phase ends CANCELLED.
    *
    * @generated from rpc helix.runner.v1.RunnerService.CancelPhase
    */
@@ -1663,6 +2026,16 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof ResolveToolCallRequestSchema;
     output: typeof ResolveToolCallResponseSchema;
+  },
+  /**
+   * The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.GetPhaseDiff
+   */
+  getPhaseDiff: {
+    methodKind: "unary";
+    input: typeof GetPhaseDiffRequestSchema;
+    output: typeof GetPhaseDiffResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_helix_runner_v1_runner_service, 0);

@@ -10,11 +10,15 @@ __all__ = (
     "ApiRetry",
     "ApproveDecision",
     "AssistantText",
+    "Attempt",
+    "AttemptEndKind",
     "Breakpoint",
     "CancelPhaseRequest",
     "CancelPhaseResponse",
+    "ChangedFile",
     "CliStatus",
     "Compaction",
+    "ContainmentMode",
     "ContextUsage",
     "ControlEvent",
     "ControlEventKind",
@@ -29,6 +33,8 @@ __all__ = (
     "GetCostTotalsResponse",
     "GetJobRequest",
     "GetJobResponse",
+    "GetPhaseDiffRequest",
+    "GetPhaseDiffResponse",
     "HookEvent",
     "HookEventKind",
     "InjectMessageRequest",
@@ -61,6 +67,8 @@ __all__ = (
     "PermissionDenied",
     "PermissionMode",
     "Phase",
+    "PhaseArtifacts",
+    "PhaseContainment",
     "PhaseCost",
     "PhaseDiagnostics",
     "PhaseInspection",
@@ -69,17 +77,22 @@ __all__ = (
     "PhaseStatus",
     "PhaseStatusChanged",
     "PricingSource",
+    "QueueReason",
+    "QueueState",
     "RateLimit",
     "RemoveBreakpointRequest",
     "RemoveBreakpointResponse",
     "ResolveToolCallRequest",
     "ResolveToolCallResponse",
+    "ResourceFault",
     "ResumePhaseRequest",
     "ResumePhaseResponse",
+    "RetryPolicy",
     "RunPhaseRequest",
     "RunPhaseResponse",
     "RunnerServiceStub",
     "SessionInit",
+    "SessionWritesLost",
     "StderrOutput",
     "StepPhaseRequest",
     "StepPhaseResponse",
@@ -100,6 +113,8 @@ __all__ = (
     "UserMessage",
     "WatchPhaseRequest",
     "WatchPhaseResponse",
+    "WorkspaceMode",
+    "WorktreeRetention",
 )
 
 import datetime
@@ -113,6 +128,240 @@ from ....message_pool import default_message_pool
 
 _COMPILER_VERSION = "0.10.1"
 betterproto2.check_compiler_version(_COMPILER_VERSION)
+
+
+class AttemptEndKind(betterproto2.Enum):
+    """
+    AttemptEndKind classifies how an attempt ended, which decides whether another attempt may
+    help. Transient kinds are retried while the phase's RetryPolicy allows; all others end the
+    phase. Clients must tolerate values added in later versions.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The attempt has not ended yet.
+    """
+
+    COMPLETED = 1
+    """
+    The CLI finished successfully (the attempt SUCCEEDED).
+    """
+
+    API_OVERLOADED = 2
+    """
+    Transient: the API was overloaded (HTTP 529) after the CLI's own retries.
+    """
+
+    API_RATE_LIMITED = 3
+    """
+    Transient: the API rate-limited the request (HTTP 429) after the CLI's own retries, or a
+    `rate_limit_event` rejected it. New starts on the same credential are held (QueueState).
+    """
+
+    API_SERVER_ERROR = 4
+    """
+    Transient: the API failed with a server error (HTTP 5xx other than 529, or 408/409) after
+    the CLI's own retries.
+    """
+
+    CONNECTION_FAILED = 5
+    """
+    Transient: the API could not be reached (no HTTP status: refused, reset, DNS, TLS).
+    """
+
+    CRASHED = 6
+    """
+    Transient: the output ended without a final result (the CLI crashed or closed stdout early;
+    the attempt is INCOMPLETE).
+    """
+
+    HUNG = 7
+    """
+    Transient: the liveness watchdog found the CLI silent for too long and killed it.
+    """
+
+    STARTUP_TRANSIENT = 8
+    """
+    Transient: the CLI refused to start for a reason it says may pass on a retry
+    (`startup_failure_reason` such as `org_config_required_unavailable`).
+    """
+
+    API_INVALID_REQUEST = 9
+    """
+    Permanent: the API rejected the request (HTTP 400 and other 4xx not listed here).
+    """
+
+    API_AUTHENTICATION = 10
+    """
+    Permanent: the API did not accept the credentials (HTTP 401).
+    """
+
+    API_PERMISSION = 11
+    """
+    Permanent: the credentials lack permission (HTTP 403).
+    """
+
+    API_REQUEST_TOO_LARGE = 12
+    """
+    Permanent: the request was too large (HTTP 413).
+    """
+
+    MAX_TURNS = 13
+    """
+    Permanent: the CLI reached `--max-turns` (`error_max_turns`).
+    """
+
+    MAX_BUDGET = 14
+    """
+    Permanent: the CLI reached `--max-budget-usd` (`error_max_budget_usd`), or the phase's
+    budget left no room for another attempt.
+    """
+
+    STRUCTURED_OUTPUT = 15
+    """
+    Permanent: structured output failed its schema (`error_max_structured_output_retries`).
+    """
+
+    STARTUP_REFUSED = 16
+    """
+    Permanent: the CLI refused to start for a reason that needs a fix, not a retry
+    (`startup_failure_reason` such as `config_file_invalid` or `bypass_root`).
+    """
+
+    EXECUTION_ERROR = 17
+    """
+    Permanent: any other error result (`error_during_execution`, an unknown subtype, a success
+    result followed by a non-zero exit, a CLI that did not exit by itself).
+    """
+
+    TIMED_OUT = 18
+    """
+    Permanent: the phase ran past its wall-clock timeout.
+    """
+
+    CANCELLED = 19
+    """
+    Permanent: a client cancelled the phase.
+    """
+
+    INTERRUPTED_BY_CLIENT = 20
+    """
+    Permanent: a person interrupted the turn (InterruptPhase) and the attempt then ended.
+    """
+
+    SERVER_SHUTDOWN = 21
+    """
+    Permanent: the server stopped while the attempt ran.
+    """
+
+    SPAWN_FAILED = 22
+    """
+    Permanent: the CLI process could not be started at all.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "ATTEMPT_END_KIND_UNSPECIFIED",
+            1: "ATTEMPT_END_KIND_COMPLETED",
+            2: "ATTEMPT_END_KIND_API_OVERLOADED",
+            3: "ATTEMPT_END_KIND_API_RATE_LIMITED",
+            4: "ATTEMPT_END_KIND_API_SERVER_ERROR",
+            5: "ATTEMPT_END_KIND_CONNECTION_FAILED",
+            6: "ATTEMPT_END_KIND_CRASHED",
+            7: "ATTEMPT_END_KIND_HUNG",
+            8: "ATTEMPT_END_KIND_STARTUP_TRANSIENT",
+            9: "ATTEMPT_END_KIND_API_INVALID_REQUEST",
+            10: "ATTEMPT_END_KIND_API_AUTHENTICATION",
+            11: "ATTEMPT_END_KIND_API_PERMISSION",
+            12: "ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE",
+            13: "ATTEMPT_END_KIND_MAX_TURNS",
+            14: "ATTEMPT_END_KIND_MAX_BUDGET",
+            15: "ATTEMPT_END_KIND_STRUCTURED_OUTPUT",
+            16: "ATTEMPT_END_KIND_STARTUP_REFUSED",
+            17: "ATTEMPT_END_KIND_EXECUTION_ERROR",
+            18: "ATTEMPT_END_KIND_TIMED_OUT",
+            19: "ATTEMPT_END_KIND_CANCELLED",
+            20: "ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT",
+            21: "ATTEMPT_END_KIND_SERVER_SHUTDOWN",
+            22: "ATTEMPT_END_KIND_SPAWN_FAILED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "ATTEMPT_END_KIND_UNSPECIFIED": 0,
+            "ATTEMPT_END_KIND_COMPLETED": 1,
+            "ATTEMPT_END_KIND_API_OVERLOADED": 2,
+            "ATTEMPT_END_KIND_API_RATE_LIMITED": 3,
+            "ATTEMPT_END_KIND_API_SERVER_ERROR": 4,
+            "ATTEMPT_END_KIND_CONNECTION_FAILED": 5,
+            "ATTEMPT_END_KIND_CRASHED": 6,
+            "ATTEMPT_END_KIND_HUNG": 7,
+            "ATTEMPT_END_KIND_STARTUP_TRANSIENT": 8,
+            "ATTEMPT_END_KIND_API_INVALID_REQUEST": 9,
+            "ATTEMPT_END_KIND_API_AUTHENTICATION": 10,
+            "ATTEMPT_END_KIND_API_PERMISSION": 11,
+            "ATTEMPT_END_KIND_API_REQUEST_TOO_LARGE": 12,
+            "ATTEMPT_END_KIND_MAX_TURNS": 13,
+            "ATTEMPT_END_KIND_MAX_BUDGET": 14,
+            "ATTEMPT_END_KIND_STRUCTURED_OUTPUT": 15,
+            "ATTEMPT_END_KIND_STARTUP_REFUSED": 16,
+            "ATTEMPT_END_KIND_EXECUTION_ERROR": 17,
+            "ATTEMPT_END_KIND_TIMED_OUT": 18,
+            "ATTEMPT_END_KIND_CANCELLED": 19,
+            "ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT": 20,
+            "ATTEMPT_END_KIND_SERVER_SHUTDOWN": 21,
+            "ATTEMPT_END_KIND_SPAWN_FAILED": 22,
+        }
+
+
+class ContainmentMode(betterproto2.Enum):
+    """
+    ContainmentMode is how the server keeps every process a phase starts (at any depth, whatever it
+    does with setsid, double forks or nohup) tracked, frozen by a hard pause and ended with the phase.
+    Clients must tolerate values added in later versions.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not known (a phase recorded before containment was reported).
+    """
+
+    CGROUP_V2 = 1
+    """
+    A cgroup v2 per phase (`cgroup.kill`, `cgroup.freeze`); memory and CPU limits from v2
+    controllers, or from v1 hierarchies on a hybrid host.
+    """
+
+    CGROUP_V1 = 2
+    """
+    A cgroup per phase in the v1 freezer hierarchy, limits from the v1 memory and cpu hierarchies.
+    """
+
+    SUBREAPER = 3
+    """
+    No cgroup may be created: a per-phase shim is a child subreaper, so orphaned processes
+    re-parent to it and are found through /proc. No memory or CPU limits.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "CONTAINMENT_MODE_UNSPECIFIED",
+            1: "CONTAINMENT_MODE_CGROUP_V2",
+            2: "CONTAINMENT_MODE_CGROUP_V1",
+            3: "CONTAINMENT_MODE_SUBREAPER",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "CONTAINMENT_MODE_UNSPECIFIED": 0,
+            "CONTAINMENT_MODE_CGROUP_V2": 1,
+            "CONTAINMENT_MODE_CGROUP_V1": 2,
+            "CONTAINMENT_MODE_SUBREAPER": 3,
+        }
 
 
 class ControlEventKind(betterproto2.Enum):
@@ -132,7 +381,7 @@ class ControlEventKind(betterproto2.Enum):
 
     PAUSED = 2
     """
-    The pause took hold (a tool call is held, or the process group is stopped).
+    The pause took hold (a tool call is held, or every process of the phase is stopped).
     """
 
     RESUMED = 3
@@ -195,6 +444,26 @@ class ControlEventKind(betterproto2.Enum):
     The RunPhase caller disconnected and the phase goes on detached.
     """
 
+    RETRY_SCHEDULED = 15
+    """
+    An attempt ended with a transient failure and another is scheduled: `attempt` is the number
+    of the attempt that ended, `end_kind` its classification, `message` the reason, and
+    `retry_delay` the wait before attempt `attempt + 1` starts (its admission may add to it).
+    """
+
+    ATTEMPT_STARTED = 16
+    """
+    A new attempt's CLI process is starting: `attempt` is its number, `max_attempts` the
+    policy's limit, `resumed_session_id` the session it resumes (empty: the original prompt).
+    The first event of every attempt, the first attempt included.
+    """
+
+    QUEUED = 17
+    """
+    The phase entered the admission queue, or what it waits for changed: `queue` says why and
+    `message` says it in words. Position changes alone are not events (see Phase.queue).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -213,6 +482,9 @@ class ControlEventKind(betterproto2.Enum):
             12: "CONTROL_EVENT_KIND_BREAKPOINT_ADDED",
             13: "CONTROL_EVENT_KIND_BREAKPOINT_REMOVED",
             14: "CONTROL_EVENT_KIND_DETACHED",
+            15: "CONTROL_EVENT_KIND_RETRY_SCHEDULED",
+            16: "CONTROL_EVENT_KIND_ATTEMPT_STARTED",
+            17: "CONTROL_EVENT_KIND_QUEUED",
         }
 
     @classmethod
@@ -233,6 +505,9 @@ class ControlEventKind(betterproto2.Enum):
             "CONTROL_EVENT_KIND_BREAKPOINT_ADDED": 12,
             "CONTROL_EVENT_KIND_BREAKPOINT_REMOVED": 13,
             "CONTROL_EVENT_KIND_DETACHED": 14,
+            "CONTROL_EVENT_KIND_RETRY_SCHEDULED": 15,
+            "CONTROL_EVENT_KIND_ATTEMPT_STARTED": 16,
+            "CONTROL_EVENT_KIND_QUEUED": 17,
         }
 
 
@@ -348,6 +623,21 @@ class ErrorReason(betterproto2.Enum):
     never does. Metadata `method`.
     """
 
+    QUEUE_FULL = 21
+    """
+    The admission queue is full (phases wait for a slot and no more can wait); metadata
+    `limit` (the queue's size), `scope` (`server` or `project`) and `retry_after_ms`. The status
+    also carries a `google.rpc.RetryInfo` detail whose `retry_delay` is the same hint, next to
+    the one ErrorInfo. Returned only when the queue itself is full: a phase that merely has to
+    wait is accepted and reported QUEUED.
+    """
+
+    DIFF_NOT_AVAILABLE = 22
+    """
+    GetPhaseDiff: the phase has no stored diff (it is still running, ran outside a git
+    repository, or its recording was deleted by retention); metadata `job_id`, `phase_id`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -372,6 +662,8 @@ class ErrorReason(betterproto2.Enum):
             18: "ERROR_REASON_TOO_MANY_PHASES",
             19: "ERROR_REASON_INVALID_PAGE_TOKEN",
             20: "ERROR_REASON_INTERNAL",
+            21: "ERROR_REASON_QUEUE_FULL",
+            22: "ERROR_REASON_DIFF_NOT_AVAILABLE",
         }
 
     @classmethod
@@ -398,6 +690,8 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_TOO_MANY_PHASES": 18,
             "ERROR_REASON_INVALID_PAGE_TOKEN": 19,
             "ERROR_REASON_INTERNAL": 20,
+            "ERROR_REASON_QUEUE_FULL": 21,
+            "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
         }
 
 
@@ -495,7 +789,7 @@ class OnDisconnect(betterproto2.Enum):
 
     CANCEL = 1
     """
-    Cancel the phase and kill its process group.
+    Cancel the phase and kill every process of it.
     """
 
     DETACH = 2
@@ -710,7 +1004,8 @@ class PauseMode(betterproto2.Enum):
 
     HARD = 2
     """
-    SIGSTOP the process group: freezes everything, including model streaming and the CLI's
+    SIGSTOP every process of the phase (the CLI and every tool process, whatever session it
+    is in; see PhaseContainment): freezes everything, including model streaming and the CLI's
     own timers; an API request in flight may time out. Resume sends SIGCONT.
     """
 
@@ -828,7 +1123,8 @@ class PhaseStatus(betterproto2.Enum):
 
     PAUSED = 4
     """
-    Paused: the next tool call is held (or, with a hard pause, the process group is stopped).
+    Paused: the next tool call is held (or, with a hard pause, every process of the phase is
+    stopped).
     """
 
     AWAITING_APPROVAL = 5
@@ -866,6 +1162,14 @@ class PhaseStatus(betterproto2.Enum):
     The server stopped or died while the phase ran.
     """
 
+    QUEUED = 12
+    """
+    Accepted and waiting for admission before an attempt starts: for a free slot (server or
+    project limit, or the cap on phases starting at once), for a rate-limit hold on its
+    credential to end, or for the backoff before its next attempt. `Phase.queue` says which.
+    Not final: the phase goes on to RUNNING, or ends CANCELLED or INTERRUPTED while it waits.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -881,6 +1185,7 @@ class PhaseStatus(betterproto2.Enum):
             9: "PHASE_STATUS_TIMED_OUT",
             10: "PHASE_STATUS_CANCELLED",
             11: "PHASE_STATUS_INTERRUPTED",
+            12: "PHASE_STATUS_QUEUED",
         }
 
     @classmethod
@@ -898,6 +1203,7 @@ class PhaseStatus(betterproto2.Enum):
             "PHASE_STATUS_TIMED_OUT": 9,
             "PHASE_STATUS_CANCELLED": 10,
             "PHASE_STATUS_INTERRUPTED": 11,
+            "PHASE_STATUS_QUEUED": 12,
         }
 
 
@@ -942,6 +1248,104 @@ class PricingSource(betterproto2.Enum):
             "PRICING_SOURCE_PRICE_TABLE": 1,
             "PRICING_SOURCE_OVERRIDE": 2,
             "PRICING_SOURCE_UNPRICED": 3,
+        }
+
+
+class QueueReason(betterproto2.Enum):
+    """
+    QueueReason says what a QUEUED phase waits for.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not set.
+    """
+
+    SERVER_LIMIT = 1
+    """
+    The server's limit on running phases is reached.
+    """
+
+    PROJECT_LIMIT = 2
+    """
+    The limit on running phases of the phase's project is reached.
+    """
+
+    START_LIMIT = 3
+    """
+    The cap on phases starting at once (CLI processes being spawned) is reached.
+    """
+
+    RATE_LIMITED = 4
+    """
+    New starts on the phase's API credential are held until `not_before` after a rate limit.
+    """
+
+    RETRY_BACKOFF = 5
+    """
+    The backoff before the phase's next attempt runs until `not_before`.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "QUEUE_REASON_UNSPECIFIED",
+            1: "QUEUE_REASON_SERVER_LIMIT",
+            2: "QUEUE_REASON_PROJECT_LIMIT",
+            3: "QUEUE_REASON_START_LIMIT",
+            4: "QUEUE_REASON_RATE_LIMITED",
+            5: "QUEUE_REASON_RETRY_BACKOFF",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "QUEUE_REASON_UNSPECIFIED": 0,
+            "QUEUE_REASON_SERVER_LIMIT": 1,
+            "QUEUE_REASON_PROJECT_LIMIT": 2,
+            "QUEUE_REASON_START_LIMIT": 3,
+            "QUEUE_REASON_RATE_LIMITED": 4,
+            "QUEUE_REASON_RETRY_BACKOFF": 5,
+        }
+
+
+class ResourceFault(betterproto2.Enum):
+    """
+    ResourceFault is a resource problem that decided how a phase ended.
+    Clients must tolerate values added in later versions.
+    """
+
+    UNSPECIFIED = 0
+    """
+    None.
+    """
+
+    OUT_OF_MEMORY = 1
+    """
+    The kernel's OOM killer killed a process of the phase at its memory limit; the phase ended
+    FAILED (every process of it was ended).
+    """
+
+    DISK_FULL = 2
+    """
+    The CLI could not save its session because the disk was full or the quota used up
+    (`system/session_writes_lost`); a phase that would have succeeded ends FAILED.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "RESOURCE_FAULT_UNSPECIFIED",
+            1: "RESOURCE_FAULT_OUT_OF_MEMORY",
+            2: "RESOURCE_FAULT_DISK_FULL",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "RESOURCE_FAULT_UNSPECIFIED": 0,
+            "RESOURCE_FAULT_OUT_OF_MEMORY": 1,
+            "RESOURCE_FAULT_DISK_FULL": 2,
         }
 
 
@@ -1051,6 +1455,90 @@ class ToolCallStatus(betterproto2.Enum):
             "TOOL_CALL_STATUS_SUCCEEDED": 3,
             "TOOL_CALL_STATUS_FAILED": 4,
             "TOOL_CALL_STATUS_UNFINISHED": 5,
+        }
+
+
+class WorkspaceMode(betterproto2.Enum):
+    """
+    WorkspaceMode says where a phase runs.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Same as WORKSPACE_MODE_IN_PLACE.
+    """
+
+    IN_PLACE = 1
+    """
+    In `working_dir`, as given.
+    """
+
+    GIT_WORKTREE = 2
+    """
+    In a new git worktree of the repository holding `working_dir`, on a new branch
+    `helix/<job_id>/<phase_id>` from `base_ref`, under the server's data directory; the phase's
+    directory is the same path relative to the repository's top level. `working_dir` must be in
+    a git repository whose top level is inside a workspace root.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WORKSPACE_MODE_UNSPECIFIED",
+            1: "WORKSPACE_MODE_IN_PLACE",
+            2: "WORKSPACE_MODE_GIT_WORKTREE",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WORKSPACE_MODE_UNSPECIFIED": 0,
+            "WORKSPACE_MODE_IN_PLACE": 1,
+            "WORKSPACE_MODE_GIT_WORKTREE": 2,
+        }
+
+
+class WorktreeRetention(betterproto2.Enum):
+    """
+    WorktreeRetention says what happens to a phase's git worktree after the phase.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The server's default (`worktree_retention`, itself REMOVE_ON_SUCCESS unless configured).
+    """
+
+    KEEP = 1
+    """
+    Keep the worktree.
+    """
+
+    REMOVE = 2
+    """
+    Remove the worktree whatever the outcome.
+    """
+
+    REMOVE_ON_SUCCESS = 3
+    """
+    Remove it when the phase SUCCEEDED, keep it otherwise (for a look at what went wrong).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WORKTREE_RETENTION_UNSPECIFIED",
+            1: "WORKTREE_RETENTION_KEEP",
+            2: "WORKTREE_RETENTION_REMOVE",
+            3: "WORKTREE_RETENTION_REMOVE_ON_SUCCESS",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WORKTREE_RETENTION_UNSPECIFIED": 0,
+            "WORKTREE_RETENTION_KEEP": 1,
+            "WORKTREE_RETENTION_REMOVE": 2,
+            "WORKTREE_RETENTION_REMOVE_ON_SUCCESS": 3,
         }
 
 
@@ -1204,6 +1692,118 @@ default_message_pool.register_message("helix.runner.v1", "AssistantText", Assist
 
 
 @dataclass(eq=False, repr=False)
+class Attempt(betterproto2.Message):
+    """
+    Attempt is one run of the CLI process within a phase.
+    """
+
+    number: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    1-based number within the phase.
+    """
+
+    status: "PhaseStatus" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: PhaseStatus(0)
+    )
+    """
+    The attempt's own status: RUNNING (PAUSED, AWAITING_APPROVAL, ...) while it runs, then its
+    final outcome, decided exactly as a phase's (SUCCEEDED, FAILED, INCOMPLETE, TIMED_OUT,
+    CANCELLED, INTERRUPTED).
+    """
+
+    reason: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Why the attempt ended with this status, in one sentence (empty while it runs).
+    """
+
+    end_kind: "AttemptEndKind" = betterproto2.field(
+        4, betterproto2.TYPE_ENUM, default_factory=lambda: AttemptEndKind(0)
+    )
+    """
+    How the end was classified (UNSPECIFIED while it runs).
+    """
+
+    retryable: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+    """
+    Whether the end is transient, so another attempt may help. A transient end is retried only
+    while attempts and budget are left.
+    """
+
+    exit_code: "int | None" = betterproto2.field(6, betterproto2.TYPE_INT32, optional=True)
+    """
+    Exit code of the CLI, when it exited normally.
+    """
+
+    exit_signal: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    Signal that ended the CLI (`SIGKILL`, ...), when it was killed.
+    """
+
+    api_error_status: "int | None" = betterproto2.field(8, betterproto2.TYPE_INT32, optional=True)
+    """
+    HTTP status of the API error that ended the attempt, when the CLI reported one.
+    """
+
+    session_id: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    The CLI's session id in this attempt (a resumed attempt keeps the resumed session's id).
+    """
+
+    resumed_session_id: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    The session this attempt resumed with `--resume` and a continuation prompt; empty when it
+    ran the phase's original prompt.
+    """
+
+    start_time: "datetime.datetime | None" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the CLI was started.
+    """
+
+    end_time: "datetime.datetime | None" = betterproto2.field(
+        12, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the attempt ended (unset while it runs).
+    """
+
+    cost: "PhaseCost | None" = betterproto2.field(13, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The attempt's own cost: its CLI's running totals (latest turn result wins) minus any totals
+    the CLI restored from the session it resumed, so that the phase's cost is the plain sum of
+    its attempts' costs.
+    """
+
+    first_sequence: "int" = betterproto2.field(14, betterproto2.TYPE_INT64)
+    """
+    Sequence of the attempt's first event (its ATTEMPT_STARTED control event). One phase has one
+    gap-free event stream across all its attempts.
+    """
+
+    last_sequence: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
+    """
+    Sequence of the attempt's last event (0 while it runs).
+    """
+
+    retry_delay: "datetime.timedelta | None" = betterproto2.field(
+        16, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    The wait before the next attempt, when a retry was scheduled after this one (unset otherwise).
+    """
+
+    startup_failure_reason: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+    """
+    The CLI's `startup_failure_reason` when it refused to start (e.g. `config_file_invalid`).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Attempt", Attempt)
+
+
+@dataclass(eq=False, repr=False)
 class Breakpoint(betterproto2.Message):
     """
     Breakpoint holds matching tool calls until ResolveToolCall (or, for cost and turn
@@ -1298,6 +1898,46 @@ class CancelPhaseResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "CancelPhaseResponse", CancelPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ChangedFile(betterproto2.Message):
+    """
+    ChangedFile is one file a phase changed.
+    """
+
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Path relative to the repository's top level (the new path of a rename).
+    """
+
+    old_path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The old path of a rename or copy (empty otherwise).
+    """
+
+    status: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Git's status letter: `A` added, `M` modified, `D` deleted, `R` renamed, `C` copied, `T` type changed.
+    """
+
+    lines_added: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Lines added (0 for binary files).
+    """
+
+    lines_deleted: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Lines deleted (0 for binary files).
+    """
+
+    binary: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    Whether git treats the file as binary (no line counts).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ChangedFile", ChangedFile)
 
 
 @dataclass(eq=False, repr=False)
@@ -1417,12 +2057,50 @@ class ControlEvent(betterproto2.Message):
 
     message: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
     """
-    Deny message or injected text, at most 4 KiB.
+    Deny message or injected text; for RETRY_SCHEDULED and QUEUED the reason in words. At most
+    4 KiB.
     """
 
     input_json: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
     """
     Held or edited tool input as compact JSON, at most 64 KiB.
+    """
+
+    attempt: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+    """
+    ATTEMPT_STARTED: the starting attempt's number; RETRY_SCHEDULED: the number of the attempt
+    that ended (1-based; 0 for other kinds).
+    """
+
+    max_attempts: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+    """
+    ATTEMPT_STARTED and RETRY_SCHEDULED: attempts allowed in total by the phase's RetryPolicy.
+    """
+
+    end_kind: "AttemptEndKind" = betterproto2.field(
+        9, betterproto2.TYPE_ENUM, default_factory=lambda: AttemptEndKind(0)
+    )
+    """
+    RETRY_SCHEDULED: how the attempt that ended was classified.
+    """
+
+    retry_delay: "datetime.timedelta | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    RETRY_SCHEDULED: the backoff before the next attempt (full jitter applied; at least the
+    time until a rate-limit reset the CLI reported).
+    """
+
+    resumed_session_id: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    ATTEMPT_STARTED: the session the attempt resumes with `--resume`; empty when it runs the
+    phase's original prompt.
+    """
+
+    queue: "QueueState | None" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    QUEUED: where the phase waits and why.
     """
 
 
@@ -1653,6 +2331,62 @@ class GetJobResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "GetJobResponse", GetJobResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetPhaseDiffRequest(betterproto2.Message):
+    """
+    GetPhaseDiffRequest asks for one page of a phase's full diff.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    page_size: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    Bytes per page (0: 256 KiB; at most 4 MiB).
+    """
+
+    page_token: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    From a previous response's `next_page_token` (empty: the first page).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffRequest", GetPhaseDiffRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetPhaseDiffResponse(betterproto2.Message):
+    """
+    GetPhaseDiffResponse is one page of the diff.
+    """
+
+    chunk: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+    """
+    The bytes of this page (a page may end inside a UTF-8 character or a line; concatenate all
+    pages before decoding).
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The next page's token; empty after the last page.
+    """
+
+    total_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Size of the whole diff in bytes.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse", GetPhaseDiffResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2438,20 +3172,157 @@ class Phase(betterproto2.Message):
     The prompt the phase was started with (bounded to 1 MiB by the request limit).
     """
 
+    attempts: "list[Attempt]" = betterproto2.field(19, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The phase's attempts so far, oldest first: one per CLI process started for it. There is more
+    than one only when an attempt ended with a transient failure and the phase's RetryPolicy
+    allowed another. The last one may still be running. Empty before the first attempt starts.
+    """
+
+    queue: "QueueState | None" = betterproto2.field(20, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Why and where the phase waits; set only while its status is QUEUED.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
+
+
+@dataclass(eq=False, repr=False)
+class PhaseArtifacts(betterproto2.Message):
+    """
+    PhaseArtifacts describe what a phase changed: commits, changed files and the diff between the
+    working tree when the phase started and when it ended (untracked files included, ignored files
+    not; uncommitted and committed changes alike).
+    """
+
+    git_available: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    False when the phase's directory is not in a git repository: no diff is available.
+    """
+
+    unavailable_reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Why no artifacts are available (empty when `git_available`).
+    """
+
+    base_commit: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The commit HEAD pointed at when the phase started (the worktree's base in GIT_WORKTREE mode).
+    """
+
+    final_commit: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    HEAD when the phase ended, when the phase committed (empty when HEAD did not move).
+    """
+
+    branch: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE: the phase's branch.
+    """
+
+    worktree_path: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE: the worktree's path on the server.
+    """
+
+    worktree_kept: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    GIT_WORKTREE: whether the worktree was kept after the phase (by its retention policy).
+    """
+
+    changed_files: "list[ChangedFile]" = betterproto2.field(8, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Changed files, by path.
+    """
+
+    diff: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    The unified diff, at most 64 KiB (cut at a line boundary when larger; GetPhaseDiff has all).
+    """
+
+    diff_truncated: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Whether `diff` was cut.
+    """
+
+    diff_bytes: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+    """
+    Size of the full diff in bytes.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PhaseArtifacts", PhaseArtifacts)
+
+
+@dataclass(eq=False, repr=False)
+class PhaseContainment(betterproto2.Message):
+    """
+    PhaseContainment describes how a phase's processes are contained and what they use.
+    """
+
+    mode: "ContainmentMode" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: ContainmentMode(0)
+    )
+    """
+    The mechanism.
+    """
+
+    cgroup_paths: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The phase's cgroup directories (one per hierarchy used); empty without a cgroup.
+    """
+
+    memory_limit_bytes: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    The memory limit in bytes (0: none).
+    """
+
+    cpu_limit_millicores: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    The CPU limit in thousandths of a CPU (0: none).
+    """
+
+    process_count: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Processes of the phase alive now, the shim included (0 once it has ended).
+    """
+
+    memory_current_bytes: "int | None" = betterproto2.field(6, betterproto2.TYPE_INT64, optional=True)
+    """
+    Memory the phase's cgroup uses now, when a memory cgroup is in use.
+    """
+
+    memory_peak_bytes: "int | None" = betterproto2.field(7, betterproto2.TYPE_INT64, optional=True)
+    """
+    The most memory the phase's cgroup used, when a memory cgroup is in use.
+    """
+
+    oom_kills: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    Processes of the phase the kernel's OOM killer killed.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PhaseContainment", PhaseContainment)
 
 
 @dataclass(eq=False, repr=False)
 class PhaseCost(betterproto2.Message):
     """
     PhaseCost puts the CLI-reported and the server-computed cost of a phase side by side.
+
+    Within one attempt (one CLI process) the CLI's figures are running totals: the latest turn
+    result wins, results are never summed. Across the attempts of a phase the attempts' own costs
+    add up; a resumed attempt's totals can include what the CLI restored from the session it
+    resumed, and that carried part is left out of the attempt's own cost (see Attempt.cost).
     """
 
     reported_usd: "float | None" = betterproto2.field(1, betterproto2.TYPE_DOUBLE, optional=True)
     """
     The CLI's `total_cost_usd` from its latest turn result (a running total; never summed
-    across results). Unset when no result was seen.
+    across results). Unset when no result was seen. For a phase with several attempts: the sum
+    over the attempts that reported one.
     """
 
     computed_usd: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
@@ -2461,7 +3332,8 @@ class PhaseCost(betterproto2.Message):
 
     difference_usd: "float | None" = betterproto2.field(3, betterproto2.TYPE_DOUBLE, optional=True)
     """
-    computed_usd - reported_usd (unset when reported_usd is unset).
+    computed_usd - reported_usd (unset when reported_usd is unset). Across attempts, only the
+    attempts with a reported figure enter both sides, so the difference compares like with like.
     """
 
     computed_only: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
@@ -2535,6 +3407,11 @@ class PhaseDiagnostics(betterproto2.Message):
     Where the raw stdout of this phase is recorded on the server.
     """
 
+    containment: "PhaseContainment | None" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    How the phase's processes were contained, and the most memory they used.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseDiagnostics", PhaseDiagnostics)
 
@@ -2547,7 +3424,8 @@ class PhaseInspection(betterproto2.Message):
 
     phase: "Phase | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
     """
-    The phase (status, cost, tool statistics, current tool).
+    The phase (status, cost, tool statistics, current tool, its attempts and, while QUEUED,
+    its queue state).
     """
 
     paused: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
@@ -2557,7 +3435,7 @@ class PhaseInspection(betterproto2.Message):
 
     hard_paused: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
     """
-    Whether the pause is a hard pause (process group stopped with SIGSTOP).
+    Whether the pause is a hard pause (every process of the phase stopped with SIGSTOP).
     """
 
     pending_calls: "list[PendingToolCall]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
@@ -2593,6 +3471,12 @@ class PhaseInspection(betterproto2.Message):
     breakpoints: "list[Breakpoint]" = betterproto2.field(10, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     Active breakpoints.
+    """
+
+    containment: "PhaseContainment | None" = betterproto2.field(11, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    How the phase's processes are contained, with live process count and memory use (the final
+    figures once it has ended).
     """
 
 
@@ -2696,6 +3580,101 @@ class PhaseOptions(betterproto2.Message):
     fallback_model: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
     """
     `--fallback-model`.
+    """
+
+    retry: "RetryPolicy | None" = betterproto2.field(17, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Retries after transient failures (see AttemptEndKind). Unset: the server's default policy,
+    which is 3 attempts in total, 2 s initial backoff doubling up to 60 s, full jitter.
+    `max_budget_usd` and `timeout` stay limits for the phase as a whole, across its attempts.
+    """
+
+    memory_limit_bytes: "int" = betterproto2.field(18, betterproto2.TYPE_INT64)
+    """
+    Memory limit for every process of the phase together, in bytes (0: the server's default,
+    `default_memory_limit_bytes`; at least 32 MiB). Reaching it gets a process OOM-killed and
+    ends the phase FAILED with RESOURCE_FAULT_OUT_OF_MEMORY. FAILED_PRECONDITION
+    (`LIMITS_UNAVAILABLE`) when the server has no memory cgroup (see InspectPhase containment).
+    """
+
+    cpu_limit_millicores: "int" = betterproto2.field(19, betterproto2.TYPE_INT32)
+    """
+    CPU limit for the phase in thousandths of a CPU (0: the server's default,
+    `default_cpu_limit_millicores`; 10 to 1000000), enforced as a CFS quota. FAILED_PRECONDITION
+    (`LIMITS_UNAVAILABLE`) when the server has no cpu cgroup.
+    """
+
+    workspace: "WorkspaceMode" = betterproto2.field(
+        20, betterproto2.TYPE_ENUM, default_factory=lambda: WorkspaceMode(0)
+    )
+    """
+    Where the phase runs: in `working_dir` itself (the default) or in a git worktree of its
+    repository made for this phase.
+    """
+
+    base_ref: "str" = betterproto2.field(21, betterproto2.TYPE_STRING)
+    """
+    GIT_WORKTREE only: the commit-ish the worktree starts from (empty: `HEAD` of `working_dir`);
+    at most 256 characters, no leading `-`.
+    """
+
+    worktree_retention: "WorktreeRetention" = betterproto2.field(
+        22, betterproto2.TYPE_ENUM, default_factory=lambda: WorktreeRetention(0)
+    )
+    """
+    GIT_WORKTREE only: what happens to the worktree after the phase (unspecified: the server's
+    `worktree_retention`). The branch and the stored diff are always kept.
+    """
+
+    add_dirs: "list[str]" = betterproto2.field(23, betterproto2.TYPE_STRING, repeated=True)
+    """
+    `--add-dir`: more directories the CLI may access; each must be absolute and resolve inside a
+    workspace root, like `working_dir` (at most 32).
+    """
+
+    system_prompt: "str" = betterproto2.field(24, betterproto2.TYPE_STRING)
+    """
+    `--system-prompt`: replaces the CLI's whole system prompt (at most 64 KiB; empty: the CLI's).
+    """
+
+    effort: "str" = betterproto2.field(25, betterproto2.TYPE_STRING)
+    """
+    `--effort`: `low`, `medium`, `high`, `xhigh` or `max` (empty: the CLI's default).
+    """
+
+    tools: "str | None" = betterproto2.field(26, betterproto2.TYPE_STRING, optional=True)
+    """
+    `--tools`: the built-in tool set, comma-separated names (e.g. `Bash,Read`), `default`, or
+    empty for none. Unset: the CLI's default set.
+    """
+
+    session_id: "str" = betterproto2.field(27, betterproto2.TYPE_STRING)
+    """
+    `--session-id`: a caller-chosen session id (a UUID).
+    """
+
+    fork_session: "bool" = betterproto2.field(28, betterproto2.TYPE_BOOL)
+    """
+    `--fork-session`: with `resume_session_id`, continue in a new session id.
+    """
+
+    include_hook_events: "bool" = betterproto2.field(29, betterproto2.TYPE_BOOL)
+    """
+    `--include-hook-events`: the CLI streams all hook lifecycle events.
+    """
+
+    no_session_persistence: "bool" = betterproto2.field(30, betterproto2.TYPE_BOOL)
+    """
+    `--no-session-persistence`: the CLI saves no session to disk (it cannot be resumed).
+    """
+
+    bare: "bool" = betterproto2.field(31, betterproto2.TYPE_BOOL)
+    """
+    `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
+    hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
+    Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
+    hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
+    tool call.
     """
 
 
@@ -2828,6 +3807,28 @@ class PhaseResult(betterproto2.Message):
     Diagnostics (stderr tail, parse errors, argv).
     """
 
+    attempts: "list[Attempt]" = betterproto2.field(23, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Every attempt, oldest first. The fields above describe the phase as a whole: `status` and
+    `reason` are the last attempt's outcome (with why no further attempt was made, when a retry
+    was not allowed or the attempts were used up); `cost` is the sum of the attempts' own costs;
+    `session_id`, `exit_code` and the turn-result fields are the last attempt's.
+    """
+
+    resource_fault: "ResourceFault" = betterproto2.field(
+        24, betterproto2.TYPE_ENUM, default_factory=lambda: ResourceFault(0)
+    )
+    """
+    The resource problem that decided the status (out of memory, disk full), if any; `reason`
+    says more.
+    """
+
+    artifacts: "PhaseArtifacts | None" = betterproto2.field(25, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the phase changed in its git working directory (set for phases that ran in a git
+    repository; `git_available` false with the reason otherwise).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseResult", PhaseResult)
 
@@ -2859,6 +3860,60 @@ class PhaseStatusChanged(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "PhaseStatusChanged", PhaseStatusChanged)
+
+
+@dataclass(eq=False, repr=False)
+class QueueState(betterproto2.Message):
+    """
+    QueueState is where a QUEUED phase stands in the server's admission queue.
+    """
+
+    reason: "QueueReason" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: QueueReason(0)
+    )
+    """
+    What the phase waits for.
+    """
+
+    detail: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The same in words (e.g. `rate-limited until 14:05:00Z (HTTP 429 after the CLI's retries)`).
+    """
+
+    position: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    1-based place in the order the queue would start phases if slots were free now (projects
+    take turns; first come, first served within a project); 0 while the phase cannot start
+    before `not_before`.
+    """
+
+    queued_count: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    Phases queued on the server in total.
+    """
+
+    not_before: "datetime.datetime | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    Earliest time the phase may start (end of a rate-limit hold or a backoff); unset when it
+    waits only for a slot.
+    """
+
+    enqueue_time: "datetime.datetime | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the phase (or its next attempt) entered the queue.
+    """
+
+    next_attempt: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+    """
+    The number of the attempt that will start when the phase leaves the queue.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "QueueState", QueueState)
 
 
 @dataclass(eq=False, repr=False)
@@ -3033,6 +4088,60 @@ default_message_pool.register_message("helix.runner.v1", "ResumePhaseResponse", 
 
 
 @dataclass(eq=False, repr=False)
+class RetryPolicy(betterproto2.Message):
+    """
+    RetryPolicy says how a phase retries after a transient failure. Each retry is a new attempt:
+    it resumes the failed attempt's session (`--resume` with `continuation_prompt`) when that
+    attempt reported a session id, and otherwise runs the original prompt again. Breakpoints,
+    pause state and watchers carry over, and the phase keeps one gap-free event stream. Fields at
+    their zero value take the server's default. Invalid values are INVALID_ARGUMENT naming the
+    field (e.g. `options.retry.max_attempts`).
+    """
+
+    max_attempts: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    Attempts in total, the first one included: 1 turns retries off; 0 takes the server's
+    default (3); at most 10; negative is invalid.
+    """
+
+    initial_backoff: "datetime.timedelta | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    Backoff before the second attempt (0: the server's default, 2 s); at most 1 hour, and not
+    more than `max_backoff`.
+    """
+
+    backoff_multiplier: "float" = betterproto2.field(3, betterproto2.TYPE_DOUBLE)
+    """
+    Factor by which the backoff grows for each further attempt (0: the server's default, 2.0);
+    from 1.0 to 10.0.
+    """
+
+    max_backoff: "datetime.timedelta | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    Upper bound of the backoff (0: the server's default, 60 s); at most 1 hour.
+    """
+
+    disable_jitter: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+    """
+    Set to true to wait exactly the backoff. By default the wait is drawn uniformly from zero to
+    the backoff ("full jitter"), so that phases failing together do not retry together.
+    """
+
+    continuation_prompt: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The user message a resumed attempt starts with (empty: the server's default, which asks the
+    model to continue where the interrupted attempt stopped); at most 4 KiB.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "RetryPolicy", RetryPolicy)
+
+
+@dataclass(eq=False, repr=False)
 class RunPhaseRequest(betterproto2.Message):
     """
     RunPhaseRequest starts one phase.
@@ -3145,6 +4254,34 @@ class SessionInit(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "SessionInit", SessionInit)
+
+
+@dataclass(eq=False, repr=False)
+class SessionWritesLost(betterproto2.Message):
+    """
+    SessionWritesLost is the CLI's `system/session_writes_lost` line: at exit it could not save what
+    `lost` names because the disk was full or the quota used up. The phase then ends FAILED with
+    `PhaseResult.resource_fault` RESOURCE_FAULT_DISK_FULL.
+    """
+
+    error_code: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    `ENOSPC` (disk full) or `EDQUOT` (quota used up).
+    """
+
+    lost: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    What was not saved: `transcript`, `global_config` (at most 16 entries of 256 bytes).
+    """
+
+    session_ids: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Sessions whose transcript is incomplete; resuming them may miss part of the conversation
+    (at most 16 entries of 256 bytes).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SessionWritesLost", SessionWritesLost)
 
 
 @dataclass(eq=False, repr=False)
@@ -3387,6 +4524,13 @@ class StreamEvent(betterproto2.Message):
     )
     """
     `tool_progress`: a long tool call is still running.
+    """
+
+    session_writes_lost: "SessionWritesLost | None" = betterproto2.field(
+        39, betterproto2.TYPE_MESSAGE, optional=True, group="payload"
+    )
+    """
+    `system/session_writes_lost`: at exit the CLI could not save its session (disk full).
     """
 
     cost_update: "CostUpdate | None" = betterproto2.field(
@@ -4014,6 +5158,13 @@ class TurnResult(betterproto2.Message):
     Final stop reason of the turn.
     """
 
+    startup_failure_reason: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+    """
+    `startup_failure_reason`: why the CLI refused to start (e.g. `config_file_invalid`,
+    `org_config_required_unavailable`); set only on the zeroed `error_during_execution` result it
+    writes before exiting on a known startup failure. Empty otherwise.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "TurnResult", TurnResult)
 
@@ -4209,7 +5360,7 @@ class RunnerServiceStub:
 
     def pause_phase(self, message: "PausePhaseRequest") -> "PausePhaseResponse":
         """
-        Holds the phase before its next tool call (or, in hard mode, stops its process group).
+        Holds the phase before its next tool call (or, in hard mode, stops every process of it).
         """
 
         return self._channel.unary_unary(
@@ -4254,7 +5405,7 @@ class RunnerServiceStub:
 
     def cancel_phase(self, message: "CancelPhaseRequest") -> "CancelPhaseResponse":
         """
-        Terminates the phase's process group; the phase ends CANCELLED.
+        Terminates every process of the phase; the phase ends CANCELLED.
         """
 
         return self._channel.unary_unary(
@@ -4329,6 +5480,17 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/ResolveToolCall",
             ResolveToolCallRequest.SerializeToString,
             ResolveToolCallResponse.FromString,
+        )(message)
+
+    def get_phase_diff(self, message: "GetPhaseDiffRequest") -> "GetPhaseDiffResponse":
+        """
+        The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetPhaseDiff",
+            GetPhaseDiffRequest.SerializeToString,
+            GetPhaseDiffResponse.FromString,
         )(message)
 
 

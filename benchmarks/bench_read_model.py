@@ -1,0 +1,248 @@
+"""Read-model benchmark: ListJobs against GetJob (and ListToolCalls) in requests/s, before and after.
+
+What it measures: how many ``ListJobs`` (one page of ``--jobs`` jobs) and ``GetJob`` (one job)
+requests per second the real server answers to ``--callers`` concurrent callers, and the ratio
+ListJobs/GetJob. A page of N jobs should cost about as much as one job plus the extra bytes, not
+N times one job: the read model answers a page with three store queries whatever its size
+(``phases/queries.py``); the code before it ran one query for the page plus three per job.
+``ListToolCalls`` (one page of 100 calls of a job with ``--tool-calls`` calls) shows the
+statistics over all calls, computed in SQL now, by decoding every stored call before.
+
+Processes: two real servers (``helix-runner serve``), each with its own data dir, run side by side:
+"before" runs the code of ``--baseline`` (a git ref, by default the commit this branch started
+from, exported with ``git archive`` and put first on ``PYTHONPATH``), "after" runs this working tree. Both get the same jobs, written
+through ``RunPhase`` by the fake ``claude`` of ``bench_job_control.py`` (each phase: three Bash
+calls through the PreToolUse hook, a text, a result with cost). The callers are asyncio tasks in
+this process on one channel per server; the rounds alternate which server goes first. Server
+CPU per request comes from ``/proc/<pid>/stat`` over each measured window.
+
+Usage: .venv/bin/python benchmarks/bench_read_model.py [--jobs 20] [--phases 1] [--callers 10]
+           [--seconds 3] [--rounds 3] [--tool-calls 2000] [--baseline REF | --no-baseline] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from bench_job_control import write_fake_claude
+from server_process import ServerProcess
+
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROJECT = "bench"
+TOOLS_JOB = "bench-tools"
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+async def run_phase(stub, job_id: str, phase_id: str, workdir: Path, project: str, calls: int) -> None:
+    env = {"HELIX_BENCH_MODE": "tools", "HELIX_BENCH_CALLS": str(calls)}
+    request = pb.RunPhaseRequest(
+        job_id=job_id,
+        phase_id=phase_id,
+        project_id=project,
+        prompt="benchmark",
+        working_dir=str(workdir),
+        options=pb.PhaseOptions(allowed_tools=["Bash"], env=env),
+    )
+    last = None
+    async for response in stub.RunPhase(request, timeout=600):
+        last = response
+    if last is None or not last.HasField("result") or last.result.status != 6:  # PHASE_STATUS_SUCCEEDED
+        raise RuntimeError(f"phase {job_id}/{phase_id} did not succeed: {last}")
+
+
+async def populate(address: str, workdir: Path, jobs: int, phases: int, tool_calls: int) -> None:
+    """The same jobs on every server: ``jobs`` x ``phases`` phases, plus one job with many tool calls."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.RunnerServiceStub(channel)
+        for p in range(phases):
+            for start in range(0, jobs, 5):  # five phases at a time
+                await asyncio.gather(
+                    *(
+                        run_phase(stub, f"bench-{i:03}", f"p{p}", workdir, PROJECT, 3)
+                        for i in range(start, min(jobs, start + 5))
+                    )
+                )
+        if tool_calls:
+            await run_phase(stub, TOOLS_JOB, "p0", workdir, "bench-tools", tool_calls)
+
+
+async def measure(address: str, pid: int, call, callers: int, seconds: float) -> tuple[float, float]:
+    """(requests/s, server CPU µs per request) of ``callers`` tasks calling ``call(stub)`` for ``seconds``."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.RunnerServiceStub(channel)
+        for _ in range(3):  # warm-up
+            await call(stub)
+        done = 0
+        stop_at = time.monotonic() + seconds
+
+        async def caller() -> None:
+            nonlocal done
+            while time.monotonic() < stop_at:
+                await call(stub)
+                done += 1
+
+        cpu0, t0 = cpu_s(pid), time.monotonic()
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        elapsed, cpu = time.monotonic() - t0, cpu_s(pid) - cpu0
+    return done / elapsed, 1e6 * cpu / max(done, 1)
+
+
+def export_baseline(ref: str, tmp: Path) -> Path:
+    """The server package of ``ref`` in a directory of its own (for ``PYTHONPATH``)."""
+    target = tmp / "baseline"
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", ref, "server"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target / "server"
+
+
+async def main_async(args: argparse.Namespace, tmp: Path) -> None:
+    workdir = tmp / "ws"
+    workdir.mkdir()
+    fake = write_fake_claude(tmp)
+    contenders: list[tuple[str, str | None]] = [("after", None)]
+    if args.baseline:
+        contenders.insert(0, (f"before ({args.baseline})", str(export_baseline(args.baseline, tmp))))
+    servers: dict[str, ServerProcess] = {}
+    try:
+        for name, src in contenders:
+            servers[name] = ServerProcess(
+                tmp,
+                name.split()[0],
+                fake,
+                workdir,
+                server_src=src,
+                env_extra={"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "50"},
+            )
+        started = time.monotonic()
+        await asyncio.gather(
+            *(populate(s.address, workdir, args.jobs, args.phases, args.tool_calls) for s in servers.values())
+        )
+        print(
+            f"populated {len(servers)} server(s) with {args.jobs} jobs x {args.phases} phase(s)"
+            f"{f' and one job with {args.tool_calls} tool calls' if args.tool_calls else ''} "
+            f"in {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
+
+        rpcs = {
+            "GetJob": lambda stub: stub.GetJob(pb.GetJobRequest(job_id="bench-000"), timeout=30),
+            "ListJobs": lambda stub: stub.ListJobs(
+                pb.ListJobsRequest(project_id=PROJECT, page_size=args.jobs), timeout=30
+            ),
+        }
+        if args.tool_calls:
+            rpcs["ListToolCalls"] = lambda stub: stub.ListToolCalls(
+                pb.ListToolCallsRequest(job_id=TOOLS_JOB, page_size=100), timeout=60
+            )
+        # Sanity: a page holds every job, each with its phases.
+        for server in servers.values():
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                page = await rpcs["ListJobs"](pb_grpc.RunnerServiceStub(channel))
+                assert len(page.jobs) == args.jobs and all(len(j.phases) == args.phases for j in page.jobs), (
+                    page
+                )
+
+        results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        names = list(servers)
+        for round_ in range(args.rounds):
+            order = names if round_ % 2 == 0 else names[::-1]
+            for name in order:
+                for rpc, call in rpcs.items():
+                    rate, cpu = await measure(
+                        servers[name].address, servers[name].pid, call, args.callers, args.seconds
+                    )
+                    results.setdefault((name, rpc), []).append((rate, cpu))
+                    print(
+                        f"  round {round_ + 1} {name:<16} {rpc:<14} {rate:8.1f} req/s  {cpu:8.0f} µs CPU/req",
+                        flush=True,
+                    )
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    print()
+    print(
+        f"{args.callers} concurrent callers, {args.seconds:g} s per run, median of {args.rounds} rounds; "
+        f"ListJobs page = {args.jobs} jobs x {args.phases} phase(s)"
+    )
+    header = f"{'server':<18}" + "".join(f"{rpc + ' req/s':>20}{'srv µs/req':>12}" for rpc in rpcs)
+    header += f"{'ListJobs/GetJob':>18}"
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        row = f"{name:<18}"
+        for rpc in rpcs:
+            samples = results[(name, rpc)]
+            row += f"{statistics.median(r for r, _ in samples):>20.1f}{statistics.median(c for _, c in samples):>12.0f}"
+        ratios = [
+            lj[0] / gj[0]
+            for lj, gj in zip(results[(name, "ListJobs")], results[(name, "GetJob")], strict=True)
+        ]
+        row += f"{statistics.median(ratios):>17.2f}x"
+        print(row)
+    print(
+        "ratio = ListJobs req/s / GetJob req/s, per round (median); target >= 0.5x. "
+        "srv µs/req = server process CPU (all threads) per request."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20, help="jobs (and ListJobs page size)")
+    parser.add_argument("--phases", type=int, default=1, help="phases per job")
+    parser.add_argument("--callers", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measured run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--tool-calls", type=int, default=2000, help="calls of the ListToolCalls job (0: skip)"
+    )
+    parser.add_argument(
+        "--baseline",
+        default="merge-base",
+        help="git ref to compare against (default: the "
+        "commit this branch started from, git merge-base HEAD main)",
+    )
+    parser.add_argument("--no-baseline", dest="baseline", action="store_const", const="")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
+    args = parser.parse_args()
+    if args.baseline == "merge-base":
+        args.baseline = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "merge-base", "HEAD", "main"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()[:12]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-read-model-"))
+    try:
+        asyncio.run(main_async(args, tmp))
+    finally:
+        if args.keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Protobuf implementation of ``RecordEncoder``: what the store keeps is what the wire carries."""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from helix.runner.v1 import resources_pb2
+from helix_runner.api import event_mapping as m
+from helix_runner.api.artifact_mapping import artifacts_to_proto
+from helix_runner.domain.cost_ledger import PhaseCostSnapshot
+from helix_runner.domain.events import Event
+from helix_runner.domain.phase_outcome import ResourceFault
+from helix_runner.domain.phase_result import ContainmentReport, PhaseResult
+from helix_runner.domain.tool_tracker import ToolCall, ToolStats
+
+
+def _ts(message, ns: int | None) -> None:
+    if ns is not None:
+        message.FromNanoseconds(ns)
+
+
+class ProtoRecordEncoder:
+    """Encodes domain records as the contract's messages."""
+
+    def event_kind(self, event: Event) -> str:
+        return m.payload_kind(event.payload)
+
+    def encode_event(self, job_id: str, phase_id: str, event: Event) -> bytes:
+        return m.event_to_proto(event, job_id=job_id, phase_id=phase_id).SerializeToString()
+
+    def encode_cost(self, cost: PhaseCostSnapshot) -> bytes:
+        return m.phase_cost_to_proto(cost).SerializeToString()
+
+    def encode_tool_call(self, job_id: str, phase_id: str, call: ToolCall) -> bytes:
+        return m.tool_call_to_proto(call, job_id=job_id, phase_id=phase_id).SerializeToString()
+
+    def encode_tool_stats(self, stats: list[ToolStats]) -> bytes:
+        # A Phase carrying only tool_stats: a container for the list (decoded by tool_stats_from_bytes).
+        return resources_pb2.Phase(tool_stats=[m.tool_stats_to_proto(s) for s in stats]).SerializeToString()
+
+    def encode_result(self, result: PhaseResult) -> bytes:
+        return result_to_proto(result).SerializeToString()
+
+
+def tool_stats_from_bytes(data: bytes | None) -> list[resources_pb2.ToolStats]:
+    return list(resources_pb2.Phase.FromString(data).tool_stats) if data else []
+
+
+_RESOURCE_FAULTS = {
+    None: resources_pb2.RESOURCE_FAULT_UNSPECIFIED,
+    ResourceFault.OUT_OF_MEMORY: resources_pb2.RESOURCE_FAULT_OUT_OF_MEMORY,
+    ResourceFault.DISK_FULL: resources_pb2.RESOURCE_FAULT_DISK_FULL,
+}
+
+
+def containment_to_proto(c: ContainmentReport) -> resources_pb2.PhaseContainment:
+    msg = resources_pb2.PhaseContainment(
+        mode=int(c.mode), cgroup_paths=list(c.cgroup_paths), memory_limit_bytes=c.memory_limit_bytes or 0,
+        cpu_limit_millicores=c.cpu_limit_millicores or 0, process_count=c.process_count, oom_kills=c.oom_kills,
+    )
+    if c.memory_current_bytes is not None:
+        msg.memory_current_bytes = c.memory_current_bytes
+    if c.memory_peak_bytes is not None:
+        msg.memory_peak_bytes = c.memory_peak_bytes
+    return msg
+
+
+def tool_call_duration_ns(body: bytes) -> int | None:
+    """The duration of an encoded ToolCall, None while it ran (for ``SqliteStore.backfill_tool_call_durations``)."""
+    try:
+        call = resources_pb2.ToolCall.FromString(body)
+    except DecodeError:
+        return None  # not ours to repair; the call then just has no duration in the statistics
+    return call.duration.ToNanoseconds() if call.HasField("duration") else None
+
+
+def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
+    d = r.diagnostics
+    msg = resources_pb2.PhaseResult(
+        job_id=r.job_id,
+        phase_id=r.phase_id,
+        status=int(r.status),
+        reason=r.reason,
+        result_subtype=r.result_subtype,
+        is_error=r.is_error,
+        terminal_reason=r.terminal_reason,
+        num_turns=r.num_turns,
+        result_text=r.result_text,
+        errors=list(r.errors),
+        exit_signal=r.exit_signal or "",
+        result_count=r.result_count,
+        session_id=r.session_id,
+        tool_stats=[m.tool_stats_to_proto(s) for s in r.tool_stats],
+        last_sequence=r.last_sequence,
+        resource_fault=_RESOURCE_FAULTS[r.resource_fault],
+        diagnostics=resources_pb2.PhaseDiagnostics(
+            stderr_tail=d.stderr_tail, stderr_bytes=d.stderr_bytes, parse_error_count=d.parse_error_count,
+            unfinished_tool_calls=d.unfinished_tool_calls, stdout_bytes=d.stdout_bytes, argv=list(d.argv),
+            claude_path=d.claude_path, recording_path=d.recording_path,
+        ),
+    )
+    m.add_permission_denials(msg.permission_denials, r.permission_denials)
+    if r.api_error_status is not None:
+        msg.api_error_status = r.api_error_status
+    if r.exit_code is not None:
+        msg.exit_code = r.exit_code
+    if r.cost is not None:
+        msg.cost.CopyFrom(m.phase_cost_to_proto(r.cost))
+    if d.containment is not None:
+        msg.diagnostics.containment.CopyFrom(containment_to_proto(d.containment))
+    if r.artifacts is not None:
+        msg.artifacts.CopyFrom(artifacts_to_proto(r.artifacts))
+    _ts(msg.start_time, r.start_time_ns)
+    _ts(msg.end_time, r.end_time_ns)
+    msg.attempts.extend(m.attempt_to_proto(a) for a in r.attempts)
+    return msg
+

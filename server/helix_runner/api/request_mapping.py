@@ -1,0 +1,120 @@
+"""Request messages to domain values: phase specs, breakpoints, and what each request enum means here.
+
+Every value a caller sets is validated on the way in; a bad one is INVALID_ARGUMENT naming its
+field (``errors.invalid_field``). Enum values the server does not know were already refused by
+``validation.check_enums``; the tables here still reject them, so no mapping can guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helix.runner.v1 import resources_pb2, runner_service_pb2
+from helix_runner.api.run_options import run_options
+from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.errors import invalid_field
+
+PERMISSION_MODES = {
+    resources_pb2.PERMISSION_MODE_UNSPECIFIED: "",
+    resources_pb2.PERMISSION_MODE_DEFAULT: "default",
+    resources_pb2.PERMISSION_MODE_ACCEPT_EDITS: "acceptEdits",
+    resources_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS: "bypassPermissions",
+    resources_pb2.PERMISSION_MODE_PLAN: "plan",
+    resources_pb2.PERMISSION_MODE_DONT_ASK: "dontAsk",
+}
+ON_DISCONNECT = {
+    resources_pb2.ON_DISCONNECT_UNSPECIFIED: "CANCEL",
+    resources_pb2.ON_DISCONNECT_CANCEL: "CANCEL",
+    resources_pb2.ON_DISCONNECT_DETACH: "DETACH",
+}
+HARD_PAUSE = {
+    runner_service_pb2.PAUSE_MODE_UNSPECIFIED: False,
+    runner_service_pb2.PAUSE_MODE_BEFORE_NEXT_TOOL: False,
+    runner_service_pb2.PAUSE_MODE_HARD: True,
+}
+INTERRUPT_FIRST = {
+    runner_service_pb2.INJECT_MODE_UNSPECIFIED: False,
+    runner_service_pb2.INJECT_MODE_QUEUE: False,
+    runner_service_pb2.INJECT_MODE_INTERRUPT_AND_SEND: True,
+}
+# CancelPhaseRequest.reason (runner_service.proto).
+MAX_CANCEL_REASON_BYTES = 1024
+
+
+def enum_value(table: dict[int, Any], value: int, field: str) -> Any:
+    """What a request's enum value means here; INVALID_ARGUMENT for a value this server does not handle."""
+    try:
+        return table[value]
+    except KeyError:
+        raise invalid_field(field, f"unknown value {value}") from None
+
+
+def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str) -> PhaseSpec:
+    """The validated domain spec for a RunPhase request."""
+    o = request.options
+    return PhaseSpec.create(
+        job_id=request.job_id,
+        phase_id=phase_id,
+        project_id=request.project_id,
+        prompt=request.prompt,
+        working_dir=request.working_dir,
+        model=o.model,
+        allowed_tools=tuple(o.allowed_tools),
+        disallowed_tools=tuple(o.disallowed_tools),
+        permission_mode=enum_value(PERMISSION_MODES, o.permission_mode, "options.permission_mode"),
+        max_turns=o.max_turns,
+        max_budget_usd=o.max_budget_usd if o.HasField("max_budget_usd") else None,
+        append_system_prompt=o.append_system_prompt,
+        resume_session_id=o.resume_session_id,
+        timeout_s=o.timeout.ToNanoseconds() / 1e9,
+        idle_timeout_s=o.idle_timeout.ToNanoseconds() / 1e9,
+        include_partial_messages=o.include_partial_messages,
+        include_raw_unknown=o.include_raw_unknown,
+        on_disconnect=enum_value(ON_DISCONNECT, o.on_disconnect, "options.on_disconnect"),
+        env=dict(o.env),
+        fallback_model=o.fallback_model,
+        memory_limit_bytes=o.memory_limit_bytes,
+        cpu_limit_millicores=o.cpu_limit_millicores,
+        **run_options(o),
+    )
+
+
+def breakpoints_from_request(request: runner_service_pb2.RunPhaseRequest) -> list[Breakpoint]:
+    """The validated breakpoints a RunPhase request starts with."""
+    requested = request.options.breakpoints
+    if len(requested) > MAX_BREAKPOINTS:  # before compiling thousands of patterns
+        raise invalid_field("options.breakpoints", f"a phase can have at most {MAX_BREAKPOINTS} breakpoints")
+    return [breakpoint_from_proto(b, f"options.breakpoints[{i}]") for i, b in enumerate(requested)]
+
+
+def breakpoint_from_proto(msg: resources_pb2.Breakpoint, field_path: str = "breakpoint") -> Breakpoint:
+    """The domain breakpoint for a request's Breakpoint (validated; errors name fields under ``field_path``)."""
+    kind = msg.WhichOneof("condition")
+    if kind is None:
+        raise invalid_field(
+            field_path, "a condition (tool_name, input_pattern, cost_threshold_usd or turn_count) is required"
+        )
+    return Breakpoint.create(
+        kind=BreakpointKind(kind),
+        breakpoint_id=msg.breakpoint_id,
+        tool_name=msg.tool_name or msg.input_pattern.tool_name,
+        regex=msg.input_pattern.regex,
+        cost_threshold_usd=msg.cost_threshold_usd,
+        turn_count=msg.turn_count,
+        once=msg.once,
+        field_path=field_path,
+    )
+
+
+def statuses_from_request(values: list[int] | Any) -> list[PhaseStatus]:
+    """A request's PhaseStatus filter, by name (the domain enum has the proto numbers)."""
+    return sorted({PhaseStatus(v) for v in values}, key=lambda s: s.name)
+
+
+def cancel_reason(request: runner_service_pb2.CancelPhaseRequest) -> str:
+    """CancelPhaseRequest.reason, at most 1 KiB."""
+    if len(request.reason.encode()) > MAX_CANCEL_REASON_BYTES:
+        raise invalid_field("reason", "exceeds 1 KiB")
+    return request.reason

@@ -1,0 +1,211 @@
+"""What every client verb shares: where the server is, credentials, exit codes, errors as one line.
+
+Every client verb is a thin use of the public API through the repository's Python client
+(``helix_runner_client``), so it works the same against a remote server: ``--server host:port``,
+a bearer token from ``--token-file`` or the environment, TLS with ``--tls`` / ``--ca-file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from helix_runner_client import RunnerClient, RunnerError
+    from rich.console import Console
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+EXIT_OK = 0
+EXIT_PHASE_NOT_SUCCEEDED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_REFUSED = 4
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    success (run, watch, replay: the phase ended SUCCEEDED)
+  1    run, watch, replay: the phase ended with another status (FAILED, CANCELLED, ...)
+  2    bad usage: an unknown flag, an unreadable token file, invalid JSON or regex
+  3    the server cannot be reached, did not answer in time, or refused the credentials
+  4    the server refused the request (phase not found, illegal transition, invalid field)
+  130  interrupted with Ctrl-C"""
+
+ENV_HELP = """\
+environment:
+  HELIX_RUNNER_SERVER      host:port of the service (default 127.0.0.1:50051)
+  HELIX_RUNNER_TOKEN_FILE  file holding the bearer token (like --token-file)
+  HELIX_RUNNER_TOKEN       the bearer token itself (when no token file is given)
+  HELIX_RUNNER_TLS         1: connect with TLS (like --tls)
+  HELIX_RUNNER_CA_FILE     PEM root certificates for TLS (like --ca-file)
+  NO_COLOR / FORCE_COLOR   turn colour off / on regardless of the terminal"""
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr, with the command's exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def add_connection_args(parser: argparse.ArgumentParser) -> None:
+    """``--server``, ``--token-file``, ``--tls``, ``--ca-file`` and the unary call deadline."""
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--server",
+        metavar="HOST:PORT",
+        help=f"the service (env HELIX_RUNNER_SERVER; default {DEFAULT_SERVER})",
+    )
+    group.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="file holding the bearer token (env HELIX_RUNNER_TOKEN_FILE, or the token "
+        "itself in HELIX_RUNNER_TOKEN)",
+    )
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="connect with TLS (env HELIX_RUNNER_TLS=1); verified against the system's roots",
+    )
+    group.add_argument(
+        "--ca-file", metavar="PEM", help="root certificates to verify the server with (implies --tls)"
+    )
+    group.add_argument(
+        "--call-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="deadline of each request/response call (default 15)",
+    )
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where and how to reach the service, resolved from flags and the environment."""
+
+    target: str
+    token: str | None = None
+    tls: bool = False
+    root_certificates: bytes | None = None
+    call_timeout: float = 15.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Connection:
+        """Flags win over the environment; an unreadable token or CA file is a usage error."""
+        env = os.environ if environ is None else environ
+        target = args.server or env.get("HELIX_RUNNER_SERVER") or DEFAULT_SERVER
+        token_file = args.token_file or env.get("HELIX_RUNNER_TOKEN_FILE")
+        if token_file:
+            token: str | None = _read_file(token_file, "token file").decode("utf-8", "replace").strip()
+            if not token:
+                raise CliError(f"the token file {token_file} is empty")
+        else:
+            token = env.get("HELIX_RUNNER_TOKEN", "").strip() or None
+        ca_file = args.ca_file or env.get("HELIX_RUNNER_CA_FILE")
+        tls = (
+            bool(args.tls) or bool(ca_file) or env.get("HELIX_RUNNER_TLS", "").lower() in ("1", "true", "yes")
+        )
+        roots = _read_file(ca_file, "CA file") if ca_file else None
+        timeout = getattr(args, "call_timeout", 15.0)
+        if timeout <= 0:
+            raise CliError("--call-timeout must be positive")
+        return cls(target, token, tls, roots, timeout)
+
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[RunnerClient]:
+        """A client over a new channel (TLS when asked), closed on exit."""
+        import grpc
+        from helix_runner_client import RunnerClient
+
+        if self.tls:
+            credentials = grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+            channel = grpc.aio.secure_channel(self.target, credentials)
+        else:
+            channel = grpc.aio.insecure_channel(self.target)
+        try:
+            yield RunnerClient(self.target, channel=channel, token=self.token, timeout=self.call_timeout)
+        finally:
+            await channel.close()
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+
+
+def describe_error(exc: RunnerError, target: str) -> tuple[str, int]:
+    """One line for a failed call, and the exit status that goes with it."""
+    import grpc
+
+    code = exc.code
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return f"cannot reach the server at {target}: {_transport_detail(exc.message)}", EXIT_UNREACHABLE
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return (
+            f"the server at {target} refused the credentials ({exc.message}); "
+            "pass --token-file or set HELIX_RUNNER_TOKEN"
+        ), EXIT_UNREACHABLE
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"the server at {target} did not answer in time", EXIT_UNREACHABLE
+    text = exc.message or code.name
+    status = exc.metadata.get("status")
+    if status and status not in text:
+        text += f" (the phase is {status})"
+    reason = exc.reason or code.name
+    return f"{text} [{reason}]", EXIT_REFUSED
+
+
+def _transport_detail(message: str) -> str:
+    lowered = message.lower()
+    for needle, short in (
+        ("connection refused", "connection refused"),
+        ("ssl", "TLS handshake failed (does the server use TLS?)"),
+        ("dns resolution failed", "the host name does not resolve"),
+        ("deadline", "timed out connecting"),
+    ):
+        if needle in lowered:
+            return short
+    return message.splitlines()[0][:200] if message else "unavailable"
+
+
+def run_async(coro: Coroutine[Any, Any, int]) -> int:
+    """Runs a verb's coroutine; its return value is the exit status."""
+    return asyncio.run(coro)
+
+
+def make_console(file: Any = None, *, stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr): colour on terminals only, never re-wrapping lines.
+
+    Off a terminal rich assumes 80 columns; tables for scripts and logs get more room instead.
+    """
+    from rich.console import Console
+
+    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
+    is_tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None if is_tty else max(160, int(os.environ.get("COLUMNS", "0") or 0))
+    return Console(file=stream, highlight=False, markup=False, width=width, soft_wrap=False, emoji=False)
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON (one document) for scripts")
+
+
+def print_json(data: Any, file: Any = None) -> None:
+    import json
+
+    stream = file if file is not None else sys.stdout
+    stream.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    stream.flush()

@@ -1,0 +1,543 @@
+"""Read verbs: ``jobs``, ``phases``, ``sessions``, ``costs``, ``tools`` (tables, or ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from helix_runner.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    CliError,
+    Connection,
+    add_connection_args,
+    add_json_flag,
+    make_console,
+    print_json,
+    run_async,
+)
+
+_STATUS_NAMES = (
+    "PENDING",
+    "RUNNING",
+    "PAUSING",
+    "PAUSED",
+    "AWAITING_APPROVAL",
+    "SUCCEEDED",
+    "FAILED",
+    "INCOMPLETE",
+    "TIMED_OUT",
+    "CANCELLED",
+    "INTERRUPTED",
+)
+_ACTIVE = ("PENDING", "RUNNING", "PAUSING", "PAUSED", "AWAITING_APPROVAL")
+
+
+def _parser(sub, name: str, help_: str, description: str | None = None) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        name,
+        help=help_,
+        description=description or help_,
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_json_flag(p)
+    add_connection_args(p)
+    return p
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = _parser(
+        sub, "jobs", "list jobs, newest first (status, started, duration, cost, tool calls, current tool)"
+    )
+    p.add_argument("--project", default="", help="only jobs of this project")
+    p.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        type=_status_arg,
+        metavar="STATUS",
+        help="only jobs whose latest phase has this status (repeatable; 'active' for every "
+        "running, pausing, paused or awaiting status)",
+    )
+    p.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50; 0: all)")
+    p.set_defaults(handler=_run(_jobs))
+
+    p = _parser(
+        sub, "phases", "list a job's phases (status, started, duration, cost, tool calls, current tool)"
+    )
+    p.add_argument("job", metavar="JOB")
+    p.set_defaults(handler=_run(_phases))
+
+    p = _parser(
+        sub, "sessions", "list the phases running now, across jobs (with held calls and current tool)"
+    )
+    p.add_argument("--project", default="", help="only this project")
+    p.set_defaults(handler=_run(_sessions))
+
+    p = _parser(
+        sub,
+        "costs",
+        "cost totals of a project or job: CLI-reported next to computed",
+        "Prints the cost totals of a project (--project) or a job (--job): the CLI-reported "
+        "figure next to the one the server computed from token usage, and tokens by kind. "
+        "--by model (default) breaks them down per model, --by phase per phase.",
+    )
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--project", help="a project's totals")
+    scope.add_argument("--job", help="a job's totals")
+    p.add_argument("--by", choices=("model", "phase"), default="model", help="breakdown (default model)")
+    p.set_defaults(handler=_run(_costs))
+
+    p = _parser(sub, "tools", "per-tool statistics of a job or phase: calls, failures, mean and p95 duration")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("phase", nargs="?", default="", metavar="PHASE")
+    p.add_argument(
+        "--calls", action="store_true", help="also list every call (start, status, duration, input)"
+    )
+    p.add_argument(
+        "--failed", action="store_true", help="with --calls: only calls that failed or never finished"
+    )
+    p.set_defaults(handler=_run(_tools))
+
+
+def _status_arg(text: str) -> str:
+    name = text.strip().upper().removeprefix("PHASE_STATUS_")
+    if name == "ACTIVE" or name in _STATUS_NAMES:
+        return name
+    raise argparse.ArgumentTypeError(f"unknown status {text!r} (one of {', '.join(_STATUS_NAMES)}, active)")
+
+
+def _run(fn):
+    def handler(args: argparse.Namespace) -> int:
+        connection = Connection.from_args(args)
+
+        async def go() -> int:
+            async with connection.open() as client:
+                return await fn(client, args)
+
+        return run_async(go())
+
+    return handler
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _table(*columns: str):
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=column not in ("REASON", "INPUT"), overflow="ellipsis")
+    return table
+
+
+def _duration(start: datetime | None, end: datetime | None, active: bool) -> str:
+    from helix_runner.cli.render import fmt_seconds
+
+    if start is None:
+        return "-"
+    stop = end if end is not None else (datetime.now(UTC) if active else None)
+    return fmt_seconds((stop - start).total_seconds()) if stop is not None else "-"
+
+
+def _tool_counts(stats) -> str:
+    count = sum(s.count for s in stats)
+    failed = sum(s.failures for s in stats)
+    return f"{count} ({failed}✗)" if failed else str(count)
+
+
+def _current_tool(phase) -> str:
+    from helix_runner_client import pb
+
+    call = phase.current_tool
+    if call is None or not call.name:
+        return ""
+    return f"{call.name} (held)" if call.status == pb.ToolCallStatus.HELD else call.name
+
+
+def _phase_cost(cost) -> str:
+    from helix_runner.cli.render import fmt_usd
+
+    if cost is None:
+        return "-"
+    if cost.reported_usd is not None:
+        return fmt_usd(cost.reported_usd)
+    return fmt_usd(cost.computed_usd) + ("*" if cost.computed_usd else "")
+
+
+def _totals_cost(totals) -> str:
+    from helix_runner.cli.render import fmt_usd
+
+    if totals is None:
+        return "-"
+    return fmt_usd(totals.reported_usd) if totals.reported_usd else fmt_usd(totals.computed_usd)
+
+
+def _is_active(status) -> bool:
+    from helix_runner.cli.render import FINAL_STATUSES
+
+    return status not in FINAL_STATUSES
+
+
+def _dict(message) -> dict[str, Any]:
+    return message.to_dict(include_default_values=True)
+
+
+# -- verbs -------------------------------------------------------------------------------------
+
+
+async def _jobs(client, args) -> int:
+    from helix_runner_client import pb
+
+    from helix_runner.cli.render import fmt_local, status_text
+
+    names = set(args.status)
+    if "ACTIVE" in names:
+        names = (names - {"ACTIVE"}) | set(_ACTIVE)
+    statuses = [pb.PhaseStatus[n] for n in sorted(names)]
+    jobs = []
+    async for job in client.iter_jobs(args.project, statuses):
+        jobs.append(job)
+        if args.limit and len(jobs) >= args.limit:
+            break
+    if args.json:
+        print_json([_dict(j) for j in jobs])
+        return EXIT_OK
+    console = make_console()
+    if not jobs:
+        console.print("no jobs" + (f" in project {args.project}" if args.project else ""))
+        return EXIT_OK
+    table = _table(
+        "JOB", "PROJECT", "STATUS", "PHASES", "STARTED", "DURATION", "COST", "TOOLS", "CURRENT TOOL"
+    )
+    for job in jobs:
+        starts = [p.start_time or p.create_time for p in job.phases if (p.start_time or p.create_time)]
+        ends = [p.end_time for p in job.phases if p.end_time]
+        active = _is_active(job.status)
+        start = min(starts) if starts else job.create_time
+        end = None if active else (max(ends) if ends else job.update_time)
+        current = next((_current_tool(p) for p in reversed(job.phases) if _current_tool(p)), "")
+        table.add_row(
+            job.job_id,
+            job.project_id or "-",
+            status_text(job.status),
+            str(len(job.phases)),
+            fmt_local(start),
+            _duration(start, end, active),
+            _totals_cost(job.cost),
+            _tool_counts([s for p in job.phases for s in p.tool_stats]),
+            current,
+        )
+    console.print(table)
+    return EXIT_OK
+
+
+async def _phases(client, args) -> int:
+    from helix_runner.cli.render import fmt_local, status_text
+
+    job = await client.get_job(args.job)
+    if args.json:
+        print_json(_dict(job))
+        return EXIT_OK
+    console = make_console()
+    table = _table(
+        "PHASE", "STATUS", "STARTED", "DURATION", "COST", "TOOLS", "CURRENT TOOL", "MODEL", "REASON"
+    )
+    for phase in job.phases:
+        active = _is_active(phase.status)
+        table.add_row(
+            phase.phase_id,
+            status_text(phase.status),
+            fmt_local(phase.start_time),
+            _duration(phase.start_time, phase.end_time, active),
+            _phase_cost(phase.cost),
+            _tool_counts(phase.tool_stats),
+            _current_tool(phase),
+            phase.model or "-",
+            phase.status_reason,
+        )
+    console.print(table)
+    _cost_footnote(console, job.phases)
+    return EXIT_OK
+
+
+def _cost_footnote(console, phases) -> None:
+    if any(p.cost is not None and p.cost.reported_usd is None and p.cost.computed_usd for p in phases):
+        console.print("* computed from token usage (the CLI reported no cost yet)", style="dim")
+
+
+async def _sessions(client, args) -> int:
+    from helix_runner_client import pb
+
+    from helix_runner.cli.render import status_text
+
+    statuses = [pb.PhaseStatus[n] for n in _ACTIVE]
+    rows = []
+    async for job in client.iter_jobs(args.project, statuses):
+        rows += [p for p in job.phases if _is_active(p.status)]
+    if args.json:
+        print_json([_dict(p) for p in rows])
+        return EXIT_OK
+    console = make_console()
+    if not rows:
+        console.print("no phase is running")
+        return EXIT_OK
+    table = _table("JOB", "PHASE", "STATUS", "ELAPSED", "CURRENT TOOL", "TOOLS", "COST", "EVENTS")
+    for phase in rows:
+        table.add_row(
+            phase.job_id,
+            phase.phase_id,
+            status_text(phase.status),
+            _duration(phase.start_time, None, True),
+            _current_tool(phase),
+            _tool_counts(phase.tool_stats),
+            _phase_cost(phase.cost),
+            str(phase.last_sequence),
+        )
+    console.print(table)
+    _cost_footnote(console, rows)
+    return EXIT_OK
+
+
+async def _costs(client, args) -> int:
+    from helix_runner.cli.render import enum_name, fmt_tokens, fmt_usd, status_text
+
+    totals = await client.get_cost_totals(project_id=args.project or "", job_id=args.job or "")
+    phases = []
+    if args.by == "phase":
+        if args.job:
+            phases = list((await client.get_job(args.job)).phases)
+        else:
+            async for job in client.iter_jobs(args.project):
+                phases += job.phases
+    if args.json:
+        data: dict[str, Any] = {"totals": _dict(totals)}
+        if args.by == "phase":
+            data["phases"] = [
+                {
+                    "jobId": p.job_id,
+                    "phaseId": p.phase_id,
+                    "status": enum_name(p.status),
+                    "cost": _dict(p.cost) if p.cost else None,
+                }
+                for p in phases
+            ]
+        print_json(data)
+        return EXIT_OK
+    console = make_console()
+    scope = f"job {args.job}" if args.job else f"project {args.project}"
+    tokens = totals.tokens
+    console.print(
+        f"{scope}: {totals.phase_count} phases, reported {fmt_usd(totals.reported_usd)}, computed "
+        f"{fmt_usd(totals.computed_usd)}"
+        + (
+            f", tokens {fmt_tokens(tokens.input_tokens)} in / {fmt_tokens(tokens.output_tokens)} out / "
+            f"{fmt_tokens(tokens.cache_read_input_tokens)} cache read"
+            if tokens
+            else ""
+        ),
+        soft_wrap=True,
+    )
+    if totals.computed_only_phase_count:
+        console.print(
+            f"{totals.computed_only_phase_count} phase(s) ended without a result: computed figure only",
+            style="yellow",
+        )
+    if totals.unpriced_models:
+        console.print(
+            f"no price known for {', '.join(totals.unpriced_models)}: missing from the computed figure",
+            style="yellow",
+        )
+    if args.by == "model" and not totals.models:
+        console.print("no per-model breakdown for this scope", style="dim")
+        return EXIT_OK
+    if args.by == "model":
+        table = _table(
+            "MODEL", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REPORTED", "COMPUTED", "PRICING"
+        )
+        for m in totals.models:
+            t = m.tokens
+            table.add_row(
+                m.model,
+                fmt_tokens(t.input_tokens),
+                fmt_tokens(t.output_tokens),
+                fmt_tokens(t.cache_read_input_tokens),
+                fmt_tokens(t.cache_write_5m_input_tokens + t.cache_write_1h_input_tokens),
+                fmt_usd(m.reported_usd),
+                fmt_usd(m.computed_usd),
+                enum_name(m.pricing_source).lower(),
+            )
+    else:
+        table = _table("JOB", "PHASE", "STATUS", "REPORTED", "COMPUTED", "INPUT", "OUTPUT")
+        for p in phases:
+            c = p.cost
+            t = c.tokens if c and c.tokens else None
+            table.add_row(
+                p.job_id,
+                p.phase_id,
+                status_text(p.status),
+                fmt_usd(c.reported_usd if c else None),
+                fmt_usd(c.computed_usd if c else None),
+                fmt_tokens(t.input_tokens) if t else "-",
+                fmt_tokens(t.output_tokens) if t else "-",
+            )
+    console.print(table)
+    return EXIT_OK
+
+
+async def _tools(client, args) -> int:
+    from helix_runner.cli.render import enum_name, fmt_duration, fmt_local, one_line
+
+    first = await client.list_tool_calls(
+        args.job, args.phase, only_failed=args.failed and args.calls, page_size=1000 if args.calls else 1
+    )
+    stats = list(first.stats)
+    calls = list(first.tool_calls) if args.calls else []
+    token = first.next_page_token if args.calls else ""
+    while token:
+        page = await client.list_tool_calls(
+            args.job, args.phase, only_failed=args.failed, page_size=1000, page_token=token
+        )
+        calls += page.tool_calls
+        token = page.next_page_token
+    if args.json:
+        data: dict[str, Any] = {"stats": [_dict(s) for s in stats]}
+        if args.calls:
+            data["calls"] = [_dict(c) for c in calls]
+        print_json(data)
+        return EXIT_OK
+    console = make_console()
+    if not stats:
+        console.print("no tool calls")
+        return EXIT_OK
+    table = _table("TOOL", "CALLS", "FAILED", "UNFINISHED", "MEAN", "P95", "TOTAL")
+    for s in sorted(stats, key=lambda s: (-s.count, s.name)):
+        table.add_row(
+            s.name,
+            str(s.count),
+            str(s.failures),
+            str(s.unfinished),
+            fmt_duration(s.mean_duration),
+            fmt_duration(s.p95_duration),
+            fmt_duration(s.total_duration),
+        )
+    console.print(table)
+    if args.calls:
+        console.print()
+        table = _table("STARTED", "PHASE", "TOOL", "STATUS", "DURATION", "INPUT")
+        for c in calls:
+            table.add_row(
+                fmt_local(c.start_time),
+                c.phase_id,
+                c.name,
+                enum_name(c.status).lower(),
+                fmt_duration(c.duration),
+                one_line(c.input_json, 80),
+            )
+        console.print(table)
+    return EXIT_OK
+
+
+# -- inspect (used by control.inspect) ---------------------------------------------------------
+
+
+def inspection_renderables(inspection, what: str) -> list:
+    """The sections of ``inspect`` as rich renderables."""
+    from rich.text import Text
+
+    from helix_runner.cli.render import (
+        enum_name,
+        fmt_clock,
+        fmt_duration,
+        fmt_tokens,
+        fmt_usd,
+        one_line,
+        status_text,
+    )
+
+    out: list = []
+    phase = inspection.phase
+    everything = what == "all"
+    if phase is None:
+        raise CliError("the server returned no phase in the inspection")
+    if everything or what == "status":
+        line = Text(f"phase {phase.phase_id} of job {phase.job_id}: ")
+        line.append_text(status_text(phase.status))
+        line.append(f" ({phase.status_reason})" if phase.status_reason else "")
+        out.append(line)
+        pause = (
+            "hard-paused (process group stopped)"
+            if inspection.hard_paused
+            else ("pause requested" if inspection.paused else "not paused")
+        )
+        out.append(
+            f"  {pause}; {inspection.assistant_message_count} assistant messages, "
+            f"{inspection.user_message_count} user lines, {inspection.turn_count} turn results, "
+            f"last event #{phase.last_sequence}"
+        )
+        if phase.current_tool is not None and phase.current_tool.name:
+            out.append(
+                f"  current tool: {phase.current_tool.name} ({enum_name(phase.current_tool.status).lower()})"
+            )
+    if everything or what == "held":
+        out.append(Text("held tool calls:", style="bold"))
+        if not inspection.pending_calls:
+            out.append("  none")
+        for pending in inspection.pending_calls:
+            call = pending.call
+            out.append(
+                f"  {call.tool_use_id}  {call.name}  {one_line(call.input_json, 100)}  "
+                f"[{pending.hold_reason}] since {fmt_clock(pending.hold_time).strip()}"
+            )
+    if everything or what == "breakpoints":
+        from helix_runner.cli.render import describe_breakpoint
+
+        out.append(Text("breakpoints:", style="bold"))
+        if not inspection.breakpoints:
+            out.append("  none")
+        for bp in inspection.breakpoints:
+            out.append(f"  {bp.breakpoint_id}  {describe_breakpoint(bp)}  hits {bp.hit_count}")
+    if everything or what == "context":
+        usage = inspection.context_usage
+        out.append(Text("context:", style="bold"))
+        out.append(
+            f"  {fmt_tokens(usage.total_tokens)} of {fmt_tokens(usage.max_tokens)} tokens "
+            f"({usage.percentage:.1f}%)"
+            if usage is not None and usage.max_tokens
+            else "  not available (the CLI did not answer, or the phase is not running)"
+        )
+    if everything or what == "cost":
+        cost = phase.cost
+        out.append(Text("cost:", style="bold"))
+        if cost is None:
+            out.append("  none yet")
+        else:
+            t = cost.tokens
+            out.append(
+                f"  reported {fmt_usd(cost.reported_usd)}, computed {fmt_usd(cost.computed_usd)}"
+                + (
+                    f"; tokens {fmt_tokens(t.input_tokens)} in, {fmt_tokens(t.output_tokens)} out, "
+                    f"{fmt_tokens(t.cache_read_input_tokens)} cache read"
+                    if t
+                    else ""
+                )
+            )
+    if everything or what == "tools":
+        out.append(Text("tools:", style="bold"))
+        if not phase.tool_stats:
+            out.append("  none yet")
+        for s in phase.tool_stats:
+            out.append(
+                f"  {s.name}: {s.count} calls, {s.failures} failed, {s.unfinished} unfinished, "
+                f"p95 {fmt_duration(s.p95_duration)}"
+            )
+    if everything or what == "events":
+        out.append(Text("recent events:", style="bold"))
+        for ref in inspection.recent_events[-20:]:
+            out.append(
+                f"  {fmt_clock(ref.receive_time)} #{ref.sequence:<5} {ref.kind:<18} {one_line(ref.summary, 120)}"
+            )
+    return out

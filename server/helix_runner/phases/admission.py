@@ -1,0 +1,611 @@
+"""Admission: which waiting phase attempt may start its CLI now, and why the others wait.
+
+A phase that cannot start at once is not refused: it waits in a bounded queue (status QUEUED) until
+
+* the server runs fewer than ``max_running`` phases (phases being started count as running),
+* its project runs fewer than ``max_running_per_project`` (when set),
+* fewer than ``max_starting`` CLI processes are being spawned (starting the CLI is the expensive,
+  bursty part: a Node process loading a large bundle),
+* its API credential is not held after a rate limit (``hold``), and
+* the backoff before its next attempt, if it is a retry, has passed (``not_before``).
+
+Projects take turns (round-robin over the projects with a startable entry); within a project it is
+first come, first served, with retries ahead of new phases (they were admitted once already). Only a
+full queue refuses a phase: RESOURCE_EXHAUSTED ``QUEUE_FULL`` with a retry hint. A retry is never
+refused, whatever the queue's size. Design and wiring: ``docs/retries-and-admission.md``.
+
+``AdmissionQueue`` is the decision logic: synchronous, no I/O, on an injected clock, so it can be
+tested exactly. ``AsyncAdmission`` wraps it for the event loop: ``await acquire(...)`` returns when
+the entry is admitted, and a timer re-checks the queue when a backoff or a hold ends. It has no
+store or gRPC dependency; the application layer turns its state changes into QUEUED events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+
+from helix_runner.domain.events import QueueReason, QueueState
+from helix_runner.errors import ErrorKind, RunnerError
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """Limits of the admission queue; a per-project limit of 0 means none."""
+
+    max_running: int = 64
+    max_running_per_project: int = 0
+    max_starting: int = 4
+    max_queued: int = 1000
+    max_queued_per_project: int = 0
+    retry_hint_min_s: float = 1.0
+    retry_hint_max_s: float = 60.0
+    retry_hint_default_s: float = 5.0
+    """The retry hint before any admission has been timed."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_running", "max_starting", "max_queued"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("max_running_per_project", "max_queued_per_project"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not 0 < self.retry_hint_min_s <= self.retry_hint_max_s:
+            raise ValueError("retry hints need 0 < retry_hint_min_s <= retry_hint_max_s")
+
+
+class TicketState(enum.Enum):
+    """Where an entry is: waiting, admitted and spawning, admitted and running, or gone."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class Ticket:
+    """One phase attempt's place in admission; the application keeps it until the attempt ends."""
+
+    __slots__ = (
+        "key",
+        "project",
+        "credential",
+        "attempt",
+        "retry",
+        "enqueued_at",
+        "not_before",
+        "state",
+        "_seq",
+        "_reported",
+        "_waiter",
+    )
+
+    def __init__(
+        self,
+        key: Hashable,
+        project: str,
+        credential: str,
+        attempt: int,
+        retry: bool,
+        enqueued_at: float,
+        not_before: float | None,
+        seq: int,
+    ) -> None:
+        self.key = key
+        self.project = project
+        self.credential = credential
+        self.attempt = attempt
+        self.retry = retry
+        self.enqueued_at = enqueued_at
+        self.not_before = not_before
+        self.state = TicketState.QUEUED
+        self._seq = seq
+        self._reported: tuple[QueueReason, float | None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Ticket({self.key!r}, {self.project!r}, attempt={self.attempt}, {self.state.name})"
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """Why a queued entry waits; times are on the queue's clock (see :meth:`AdmissionQueue.queue_state`)."""
+
+    reason: QueueReason
+    detail: str
+    position: int
+    queued_count: int
+    not_before: float | None
+    enqueued_at: float
+    attempt: int
+
+
+class AdmissionQueue:
+    """The admission decisions, on an injected clock (seconds, monotonic)."""
+
+    def __init__(
+        self,
+        limits: AdmissionLimits = AdmissionLimits(),
+        *,
+        clock: Clock = time.monotonic,
+        wall_clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self._wall_clock_ns = wall_clock_ns
+        self._seq = itertools.count()
+        self._tickets: dict[Hashable, Ticket] = {}  # every entry not DONE/CANCELLED
+        # Per project: retries first, then new phases; each in arrival order.
+        self._waiting: dict[str, tuple[deque[Ticket], deque[Ticket]]] = {}
+        # Turns: the project served least recently goes next (never served: first, by arrival), so a
+        # project that arrives while another holds a long queue is served at the next free slot.
+        self._admissions = itertools.count()
+        self._last_served: dict[str, int] = {}  # project → number of its latest admission
+        self._joined: dict[str, int] = {}  # project → when its current waiting entries began
+        self._queued = 0
+        self._queued_fresh: dict[str, int] = {}
+        self._running = 0  # admitted entries (starting ones included)
+        self._running_by_project: dict[str, int] = {}
+        self._starting = 0
+        self._holds: dict[str, tuple[float, str]] = {}  # credential → (until, why)
+        self._last_admit_at: float | None = None
+        self._admit_interval: float | None = None  # moving average of the time between admissions
+
+    # ----------------------------------------------------------------------------------------------
+    # Entries.
+
+    def submit(
+        self,
+        key: Hashable,
+        project: str,
+        credential: str = "",
+        *,
+        attempt: int = 1,
+        not_before: float | None = None,
+        retry: bool = False,
+    ) -> Ticket:
+        """Queue an attempt; call :meth:`pump` (or use ``AsyncAdmission``) to admit what can start.
+
+        ``credential`` is an opaque, non-secret name of the API credential the CLI will use (for
+        rate-limit holds). ``retry`` marks a later attempt of an admitted phase: it goes ahead of its
+        project's new phases and is never refused for a full queue. Raises RESOURCE_EXHAUSTED
+        ``QUEUE_FULL`` (with a retry hint) when the queue, or the project's share of it, is full.
+        """
+        if key in self._tickets:
+            raise ValueError(f"{key!r} is already in admission")
+        if not retry:
+            self._check_room(project)
+        ticket = Ticket(key, project, credential, attempt, retry, self.clock(), not_before, next(self._seq))
+        lanes = self._waiting.get(project)
+        if lanes is None:
+            lanes = self._waiting[project] = (deque(), deque())
+            self._joined[project] = ticket._seq
+        lanes[0 if retry else 1].append(ticket)
+        self._tickets[key] = ticket
+        self._queued += 1
+        if not retry:
+            self._queued_fresh[project] = self._queued_fresh.get(project, 0) + 1
+        return ticket
+
+    def cancel(self, key: Hashable) -> bool:
+        """Remove a queued entry (a cancelled phase); False when it is not queued (admitted or unknown)."""
+        ticket = self._tickets.get(key)
+        if ticket is None or ticket.state is not TicketState.QUEUED:
+            return False
+        self._unqueue(ticket)
+        ticket.state = TicketState.CANCELLED
+        del self._tickets[key]
+        self._forget_if_idle(ticket.project)
+        return True
+
+    def started(self, ticket: Ticket) -> None:
+        """The attempt's CLI is up (its first output, or its end): the start slot is free again."""
+        if ticket.state is TicketState.STARTING:
+            ticket.state = TicketState.RUNNING
+            self._starting -= 1
+
+    def release(self, ticket: Ticket) -> None:
+        """The attempt ended: its slots are free (a queued entry is cancelled instead)."""
+        if ticket.state is TicketState.QUEUED:
+            self.cancel(ticket.key)
+            return
+        if ticket.state not in (TicketState.STARTING, TicketState.RUNNING):
+            return
+        if ticket.state is TicketState.STARTING:
+            self._starting -= 1
+        self._running -= 1
+        left = self._running_by_project[ticket.project] - 1
+        if left:
+            self._running_by_project[ticket.project] = left
+        else:
+            del self._running_by_project[ticket.project]
+        ticket.state = TicketState.DONE
+        del self._tickets[ticket.key]
+        self._forget_if_idle(ticket.project)
+
+    def get(self, key: Hashable) -> Ticket | None:
+        """The live entry for ``key`` (queued or admitted), if any."""
+        return self._tickets.get(key)
+
+    def waiting(self) -> Iterator[Ticket]:
+        """The queued entries, project by project (retries first, then arrival order)."""
+        for retries, fresh in self._waiting.values():
+            yield from retries
+            yield from fresh
+
+    # ----------------------------------------------------------------------------------------------
+    # Rate-limit holds.
+
+    def hold(self, credential: str, until: float, why: str) -> None:
+        """Hold new starts on ``credential`` until ``until`` (queue clock); a longer hold wins."""
+        current = self._holds.get(credential)
+        if current is None or current[0] < until:
+            self._holds[credential] = (until, why)
+
+    def release_hold(self, credential: str) -> None:
+        self._holds.pop(credential, None)
+
+    def held_until(self, credential: str) -> float | None:
+        hold = self._holds.get(credential)
+        if hold is None:
+            return None
+        if hold[0] <= self.clock():
+            del self._holds[credential]
+            return None
+        return hold[0]
+
+    # ----------------------------------------------------------------------------------------------
+    # Decisions.
+
+    def pump(self) -> list[Ticket]:
+        """Admit every entry that may start now, projects taking turns; returns them in order."""
+        admitted: list[Ticket] = []
+        limits = self.limits
+        now = self.clock()
+        for credential in [c for c, (until, _) in self._holds.items() if until <= now]:
+            del self._holds[credential]  # ended holds go, so the table stays as small as the live ones
+        while self._starting < limits.max_starting and self._running < limits.max_running:
+            ticket = self._next_startable(now)
+            if ticket is None:
+                break
+            self._admit(ticket, now)
+            admitted.append(ticket)
+        return admitted
+
+    def next_wakeup(self) -> float | None:
+        """When a backoff or a hold that keeps a queued entry waiting ends (None: nothing timed)."""
+        now = self.clock()
+        times = [
+            t
+            for ticket in self.waiting()
+            for t in (ticket.not_before, self._hold_end(ticket.credential, now))
+            if t is not None and t > now
+        ]
+        return min(times, default=None)
+
+    def status(self, key: Hashable) -> QueueStatus | None:
+        """Why a queued entry waits, and where it stands; None when it is not queued."""
+        ticket = self._tickets.get(key)
+        if ticket is None or ticket.state is not TicketState.QUEUED:
+            return None
+        now = self.clock()
+        return self._status(ticket, now, self._positions(now))
+
+    def changes(self) -> list[tuple[Ticket, QueueStatus]]:
+        """Queued entries whose reason (or the end of their hold or backoff) changed since the last call.
+
+        The first call reports every entry. Position and the wording of ``detail`` alone are not
+        changes: they move with every admission and every second, and callers read them on demand.
+        """
+        now = self.clock()
+        positions = self._positions(now)
+        changed = []
+        for ticket in self.waiting():
+            status = self._status(ticket, now, positions)
+            seen = (status.reason, status.not_before)
+            if ticket._reported != seen:
+                ticket._reported = seen
+                changed.append((ticket, status))
+        return changed
+
+    def queue_state(self, status: QueueStatus) -> QueueState:
+        """The contract's view of a status, with wall-clock times (ns since the epoch)."""
+        offset_ns = self._wall_clock_ns() - round(self.clock() * 1e9)
+        return QueueState(
+            reason=status.reason,
+            detail=status.detail,
+            position=status.position,
+            queued_count=status.queued_count,
+            not_before_ns=None if status.not_before is None else offset_ns + round(status.not_before * 1e9),
+            enqueue_time_ns=offset_ns + round(status.enqueued_at * 1e9),
+            next_attempt=status.attempt,
+        )
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def starting(self) -> int:
+        return self._starting
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def running_in(self, project: str) -> int:
+        return self._running_by_project.get(project, 0)
+
+    def retry_hint_s(self) -> float:
+        """How long a refused caller should wait: about the time until the next admission frees room."""
+        limits = self.limits
+        estimate = limits.retry_hint_default_s if self._admit_interval is None else self._admit_interval
+        return min(max(estimate, limits.retry_hint_min_s), limits.retry_hint_max_s)
+
+    # ----------------------------------------------------------------------------------------------
+    # Internals.
+
+    def _check_room(self, project: str) -> None:
+        limits = self.limits
+        if self._queued >= limits.max_queued:
+            self._refuse("server", limits.max_queued, self._queued, "the admission queue is full")
+        per_project = limits.max_queued_per_project
+        if per_project and self._queued_fresh.get(project, 0) >= per_project:
+            self._refuse(
+                "project", per_project, self._queued_fresh[project], f"project {project!r} has its queue full"
+            )
+
+    def _refuse(self, scope: str, limit: int, waiting: int, what: str) -> None:
+        hint = self.retry_hint_s()
+        raise RunnerError(
+            ErrorKind.RESOURCE_EXHAUSTED,
+            "QUEUE_FULL",
+            f"{what} (phases waiting: {waiting}; the limit is {limit}); retry in about {hint:.0f} s",
+            {"limit": limit, "scope": scope, "retry_after_ms": round(hint * 1000)},
+            retry_after_s=hint,
+        )
+
+    def _hold_end(self, credential: str, now: float) -> float | None:
+        hold = self._holds.get(credential)
+        return hold[0] if hold is not None and hold[0] > now else None
+
+    def _startable(self, ticket: Ticket, now: float) -> bool:
+        if ticket.not_before is not None and ticket.not_before > now:
+            return False
+        return self._hold_end(ticket.credential, now) is None
+
+    def _next_startable(self, now: float) -> Ticket | None:
+        """The first startable entry of the first project in turn order that has one."""
+        per_project = self.limits.max_running_per_project
+        for project in self._turn_order():
+            if per_project and self._running_by_project.get(project, 0) >= per_project:
+                continue
+            for lane in self._waiting[project]:
+                for ticket in lane:
+                    if self._startable(ticket, now):
+                        return ticket
+        return None
+
+    def _admit(self, ticket: Ticket, now: float) -> None:
+        self._unqueue(ticket)
+        self._last_served[ticket.project] = next(self._admissions)
+        ticket.state = TicketState.STARTING
+        self._starting += 1
+        self._running += 1
+        self._running_by_project[ticket.project] = self._running_by_project.get(ticket.project, 0) + 1
+        if self._last_admit_at is not None:
+            interval = now - self._last_admit_at
+            average = self._admit_interval
+            self._admit_interval = interval if average is None else 0.8 * average + 0.2 * interval
+        self._last_admit_at = now
+
+    def _unqueue(self, ticket: Ticket) -> None:
+        lanes = self._waiting[ticket.project]
+        lanes[0 if ticket.retry else 1].remove(ticket)
+        self._queued -= 1
+        if not ticket.retry:
+            left = self._queued_fresh[ticket.project] - 1
+            if left:
+                self._queued_fresh[ticket.project] = left
+            else:
+                del self._queued_fresh[ticket.project]
+        if not lanes[0] and not lanes[1]:
+            del self._waiting[ticket.project]
+            del self._joined[ticket.project]
+
+    def _forget_if_idle(self, project: str) -> None:
+        """Drop the turn record of a project with nothing waiting or running (memory stays bounded)."""
+        if project not in self._waiting and project not in self._running_by_project:
+            self._last_served.pop(project, None)
+
+    def _turn_order(self) -> list[str]:
+        """Projects with waiting entries, the one whose turn it is first (least recently served)."""
+        served = self._last_served
+        return sorted(self._waiting, key=lambda p: (served.get(p, -1), self._joined[p]))
+
+    def _positions(self, now: float) -> dict[Hashable, int]:
+        """1-based order in which the startable entries would start if slots were free now."""
+        lanes = [
+            [t for lane in self._waiting[project] for t in lane if self._startable(t, now)]
+            for project in self._turn_order()
+        ]
+        order = itertools.chain.from_iterable(itertools.zip_longest(*lanes))
+        return {t.key: i for i, t in enumerate((t for t in order if t is not None), start=1)}
+
+    def _status(self, ticket: Ticket, now: float, positions: dict[Hashable, int]) -> QueueStatus:
+        limits = self.limits
+        not_before = None
+        if ticket.not_before is not None and ticket.not_before > now:
+            reason = QueueReason.RETRY_BACKOFF
+            not_before = ticket.not_before
+            detail = f"attempt {ticket.attempt} waits out its backoff ({not_before - now:.1f} s left)"
+        elif (hold_end := self._hold_end(ticket.credential, now)) is not None:
+            reason = QueueReason.RATE_LIMITED
+            not_before = hold_end
+            why = self._holds[ticket.credential][1]
+            detail = f"new starts on its API credential are held for {hold_end - now:.0f} s: {why}"
+        elif limits.max_running_per_project and (
+            self._running_by_project.get(ticket.project, 0) >= limits.max_running_per_project
+        ):
+            reason = QueueReason.PROJECT_LIMIT
+            detail = (
+                f"phases running in project {ticket.project!r}: {self._running_by_project[ticket.project]}; "
+                f"its limit is {limits.max_running_per_project}"
+            )
+        elif self._starting >= limits.max_starting and self._running < limits.max_running:
+            reason = QueueReason.START_LIMIT
+            detail = f"phases starting: {self._starting}; at most {limits.max_starting} start at once"
+        else:
+            reason = QueueReason.SERVER_LIMIT
+            detail = f"phases running: {self._running}; the server's limit is {limits.max_running}"
+        return QueueStatus(
+            reason,
+            detail,
+            positions.get(ticket.key, 0),
+            self._queued,
+            not_before,
+            ticket.enqueued_at,
+            ticket.attempt,
+        )
+
+
+class AdmissionClosedError(Exception):
+    """The entry left the queue without being admitted (cancelled, or the server is closing)."""
+
+
+class AsyncAdmission:
+    """``AdmissionQueue`` for the event loop: awaitable admission and a timer for backoffs and holds.
+
+    ``on_change(ticket, status)`` is called (synchronously, on the loop) for every queued entry
+    whose reason changed; the application turns it into a QUEUED control event and ``Phase.queue``.
+    All methods must be called on the loop's thread.
+    """
+
+    def __init__(
+        self,
+        queue: AdmissionQueue,
+        *,
+        on_change: Callable[[Ticket, QueueStatus], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self._on_change = on_change
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    async def acquire(
+        self,
+        key: Hashable,
+        project: str,
+        credential: str = "",
+        *,
+        attempt: int = 1,
+        not_before: float | None = None,
+        retry: bool = False,
+    ) -> Ticket:
+        """Wait until the attempt may start; the caller must ``release`` the ticket when it ends.
+
+        Raises RESOURCE_EXHAUSTED at once when the queue is full, ``AdmissionClosedError`` when the
+        entry is cancelled or the admission closes, and cancelling the waiting task cancels the entry.
+        """
+        ticket = self.submit(key, project, credential, attempt=attempt, not_before=not_before, retry=retry)
+        await self.wait(ticket)
+        return ticket
+
+    def submit(
+        self,
+        key: Hashable,
+        project: str,
+        credential: str = "",
+        *,
+        attempt: int = 1,
+        not_before: float | None = None,
+        retry: bool = False,
+    ) -> Ticket:
+        """The synchronous half of ``acquire``: queue the entry (admitting it if it can start now).
+
+        A refusal (``QUEUE_FULL``) happens here, so a caller can refuse a request before it answers
+        anything; then ``await wait(ticket)``.
+        """
+        if self._closed:
+            raise AdmissionClosedError("admission is closed")
+        ticket = self.queue.submit(
+            key, project, credential, attempt=attempt, not_before=not_before, retry=retry
+        )
+        ticket._waiter = asyncio.get_running_loop().create_future()
+        self.kick()
+        return ticket
+
+    async def wait(self, ticket: Ticket) -> None:
+        """Wait until a submitted entry is admitted; cancelling the waiting task cancels the entry."""
+        waiter = ticket._waiter
+        assert waiter is not None, "wait() needs a ticket from submit()"
+        try:
+            await waiter
+        except BaseException:
+            # Cancelled while waiting, or admitted in the same moment: either way the entry goes.
+            self.queue.release(ticket)
+            self.kick()
+            raise
+
+    def cancel(self, key: Hashable) -> bool:
+        """Cancel a queued entry; its ``acquire`` raises ``AdmissionClosedError``."""
+        ticket = self.queue.get(key)
+        if ticket is None or not self.queue.cancel(key):
+            return False
+        if ticket._waiter is not None and not ticket._waiter.done():
+            ticket._waiter.set_exception(AdmissionClosedError(f"{key!r} was cancelled while queued"))
+        self.kick()
+        return True
+
+    def started(self, ticket: Ticket) -> None:
+        self.queue.started(ticket)
+        self.kick()
+
+    def release(self, ticket: Ticket) -> None:
+        self.queue.release(ticket)
+        self.kick()
+
+    def hold(self, credential: str, until: float, why: str) -> None:
+        self.queue.hold(credential, until, why)
+        self.kick()
+
+    def kick(self) -> None:
+        """Admit what can start, report changed reasons, and arm the timer for the next timed change."""
+        if self._closed:
+            return
+        for ticket in self.queue.pump():
+            waiter = ticket._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        if self._on_change is not None:
+            for ticket, status in self.queue.changes():
+                self._on_change(ticket, status)
+        self._arm()
+
+    def close(self, why: str = "the server is shutting down") -> None:
+        """Fail every waiting ``acquire``; admitted tickets stay valid until released."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for ticket in list(self.queue.waiting()):
+            self.queue.cancel(ticket.key)
+            if ticket._waiter is not None and not ticket._waiter.done():
+                ticket._waiter.set_exception(AdmissionClosedError(why))
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        wake = self.queue.next_wakeup()
+        if wake is not None:
+            delay = max(0.0, wake - self.queue.clock())
+            self._timer = asyncio.get_running_loop().call_later(delay, self.kick)

@@ -1,0 +1,456 @@
+"""Job control of one running phase at the boundaries the CLI really offers.
+
+We wrap a CLI rather than own the agent loop, so control happens where the stdin control
+protocol allows it (docs/claude-cli-protocol.md §3.6):
+
+- before every tool call: a PreToolUse hook callback registered in ``initialize`` with no
+  matcher fires for every call and blocks it until we answer. Pause, step and breakpoints hold
+  the call there; approve / deny / edit answer it.
+- between turns: injected messages are user lines the CLI queues as the next turn (QUEUE is
+  not mid-turn steering); ``interrupt`` ends the current turn.
+- a hard pause stops every process of the phase (SIGSTOP through its containment scope, see
+  ``runner.containment``, so tools in sessions of their own stop too): it also freezes model
+  streaming and the CLI's own timers, and an API request in flight may time out. Resume sends
+  SIGCONT.
+
+Every CLI request is answered from its own task, so a held call never blocks the stdout reader.
+stdin is closed when the run should end — every expected turn has its result and no background
+task is in flight — so the CLI finishes its queued turns and exits (docs/claude-cli-protocol.md §3.5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet, first_match
+from helix_runner.domain.events import (
+    AssistantText,
+    CliStatus,
+    ControlEvent,
+    ControlEventKind,
+    ControlRequest,
+    ControlResponse,
+    Event,
+    SessionInit,
+    TaskEvent,
+    TaskEventKind,
+    Thinking,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnResult,
+)
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.phases.ports import PhaseHost
+from helix_runner.process.control_protocol import (
+    PRE_TOOL_USE_CALLBACK,
+    ControlChannel,
+    allow_hook,
+    deny_hook,
+    edit_hook,
+    user_line,
+)
+
+log = logging.getLogger(__name__)
+
+# Lines that show the CLI is working on a turn (service events such as cost updates do not count).
+_CLI_ACTIVITY = (SessionInit, AssistantText, Thinking, ToolCallStarted, CliStatus)
+
+MAX_INJECT_BYTES = 256 * 1024
+MAX_DENY_MESSAGE_BYTES = 4 * 1024
+MAX_EDIT_INPUT_BYTES = 64 * 1024
+# After a result, how long the CLI may stay silent before we take it that no queued turn follows
+# (a queued message can be folded into a running turn, so results may be fewer than messages).
+SETTLE_SECONDS = 3.0
+# Task types whose completion triggers a follow-up turn (claude-agent-sdk query.py tracks these).
+_DELEGATED_TASK_TYPES = ("local_agent", "local_workflow")
+_TERMINAL_TASK_STATES = ("completed", "failed", "killed", "stopped", "error", "cancelled")
+
+
+@dataclass
+class Hold:
+    """A tool call held before it runs."""
+
+    tool_use_id: str
+    tool_name: str
+    input_json: str
+    breakpoint_id: str
+    reason: str
+    since_ns: int
+    decision: asyncio.Future[dict[str, Any]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def _illegal(operation: str, status: PhaseStatus, why: str) -> RunnerError:
+    return RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION", f"cannot {operation}: {why}",
+                       {"status": status.name, "operation": operation})
+
+
+class PhaseController:
+    """Pause / step / breakpoints / inject / interrupt for one phase, over its control channel.
+
+    It sees the phase only through ``host`` (``phases.ports.PhaseHost``).
+    """
+
+    def __init__(self, host: PhaseHost, breakpoints: list[Breakpoint] | BreakpointSet):
+        self.host = host
+        self.channel = ControlChannel(host.write_stdin)
+        self.breakpoints = breakpoints if isinstance(breakpoints, BreakpointSet) else BreakpointSet.of(breakpoints)
+        # One call at a time is checked against the breakpoints, so a `once` or threshold
+        # breakpoint holds exactly one of several parallel calls.
+        self._breakpoint_check = asyncio.Lock()
+        self.pause_requested = False
+        self.hard_paused = False
+        self.step_credits = 0
+        self.holds: OrderedDict[str, Hold] = OrderedDict()
+        self._stepping: set[str] = set()
+        self._released: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._cancelled_requests: set[str] = set()
+        self.turns_expected = 1
+        self.results_seen = 0
+        self._delegated_in_flight: set[str] = set()
+        self._settle: asyncio.TimerHandle | None = None
+        self.stdin_closed = False
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def startup_lines(self, prompt_line: bytes) -> list[bytes]:
+        """``initialize`` (registers the hook) then the prompt; written before anything else."""
+        _, init = self.channel.initialize_line()
+        return [init, prompt_line]
+
+    def observe(self, payload: object) -> None:
+        """Called for every event of the phase, in order, on the event loop."""
+        if isinstance(payload, ControlRequest):
+            self._spawn(self._on_cli_request(payload))
+        elif isinstance(payload, ControlResponse):
+            self.channel.on_response(payload.request_id, payload.success, payload.response, payload.error)
+        elif isinstance(payload, ToolCallFinished):
+            if payload.tool_use_id in self._stepping:
+                self._stepping.discard(payload.tool_use_id)
+                self.host.emit(ControlEvent(ControlEventKind.STEP_COMPLETE, payload.tool_use_id, payload.name))
+        elif isinstance(payload, TaskEvent):
+            self._track_task(payload)
+        elif isinstance(payload, TurnResult):
+            self.results_seen += 1
+            self._maybe_finish_input()
+        if self._settle is not None and isinstance(payload, _CLI_ACTIVITY):
+            # The CLI is active again after a result: a queued turn started.
+            self._settle.cancel()
+            self._settle = None
+
+    def on_events(self, events: list[Event]) -> None:
+        """The run's fan-out step: ``observe`` for each event of a batch, in order."""
+        for event in events:
+            self.observe(event.payload)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def close(self, reason: str) -> None:
+        """The process is gone: release every waiter."""
+        if self._settle is not None:
+            self._settle.cancel()
+        for hold in self.holds.values():
+            if not hold.decision.done():
+                hold.decision.set_result(deny_hook(reason))
+        self.channel.fail_all(reason)
+        for task in self._tasks:
+            task.cancel()
+
+    # -- end of input ----------------------------------------------------------------------
+
+    def _track_task(self, task: TaskEvent) -> None:
+        if task.kind is TaskEventKind.STARTED and task.task_type in _DELEGATED_TASK_TYPES:
+            self._delegated_in_flight.add(task.task_id)
+        elif task.kind is TaskEventKind.NOTIFICATION or task.status in _TERMINAL_TASK_STATES:
+            if task.task_id in self._delegated_in_flight:
+                self._delegated_in_flight.discard(task.task_id)
+                # A follow-up turn normally comes; if none does, the settle timer finishes input.
+                if self.results_seen and not self._delegated_in_flight and self._settle is None \
+                        and not self.stdin_closed:
+                    self._settle = asyncio.get_running_loop().call_later(SETTLE_SECONDS, self._settled)
+
+    def _maybe_finish_input(self) -> None:
+        if self.stdin_closed or self._delegated_in_flight or self.holds:
+            return
+        if self.results_seen >= self.turns_expected:
+            self._spawn(self._close_stdin())
+        elif self._settle is None:
+            self._settle = asyncio.get_running_loop().call_later(SETTLE_SECONDS, self._settled)
+
+    def _settled(self) -> None:
+        self._settle = None
+        if not self.stdin_closed and not self._delegated_in_flight and not self.holds:
+            log.info("no queued turn followed the last result; finishing input",
+                     extra={"fields": {"job_id": self.host.job_id, "phase_id": self.host.phase_id,
+                                       "expected": self.turns_expected, "seen": self.results_seen}})
+            self._spawn(self._close_stdin())
+
+    async def _close_stdin(self) -> None:
+        self.stdin_closed = True
+        await self.host.close_stdin()
+
+    # -- CLI requests ----------------------------------------------------------------------
+
+    async def _on_cli_request(self, req: ControlRequest) -> None:
+        if req.subtype == "control_cancel_request":
+            self._cancelled_requests.add(req.request_id)
+            return
+        try:
+            if req.subtype == "hook_callback" and req.request.get("callback_id") == PRE_TOOL_USE_CALLBACK:
+                response = await self._decide_tool_call(req)
+            elif req.subtype == "can_use_tool":
+                # Same policy as plain `-p`: what the phase's permissions do not allow is denied.
+                response = {"behavior": "deny",
+                            "message": f"{req.tool_name} is not permitted in this phase (see allowed_tools)"}
+                self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, req.tool_use_id, req.tool_name,
+                                           message="permission prompt: not permitted by the phase's options"))
+            else:
+                if req.request_id not in self._cancelled_requests:
+                    await self.channel.answer_error(req.request_id, f"unsupported request {req.subtype}")
+                return
+            if req.request_id not in self._cancelled_requests:
+                await self.channel.answer(req.request_id, response)
+            self._after_release(req.tool_use_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("answering a CLI control request failed")
+            await self.channel.answer_error(req.request_id, "the runner failed to decide")
+
+    async def _decide_tool_call(self, req: ControlRequest) -> dict[str, Any]:
+        hook_input = req.request.get("input") or {}
+        tool_input = hook_input.get("tool_input", {})
+        input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
+        bp = await self._breakpoint_hit(req.tool_name, input_json, self.host.cost_usd)
+        if bp is not None:
+            return await self._hold(req, input_json, bp.breakpoint_id, f"breakpoint {bp.breakpoint_id}",
+                                    PhaseStatus.AWAITING_APPROVAL, ControlEventKind.BREAKPOINT_HIT)
+        if self.pause_requested:
+            if self.step_credits > 0:
+                self.step_credits -= 1
+                self._stepping.add(req.tool_use_id)
+                return allow_hook()
+            return await self._hold(req, input_json, "", "paused", PhaseStatus.PAUSED, ControlEventKind.PAUSED)
+        return allow_hook()
+
+    async def _breakpoint_hit(self, tool_name: str, input_json: str, cost_usd: float) -> Breakpoint | None:
+        """The breakpoint this call triggers (hit counted), or None.
+
+        Input patterns are searched in a worker thread: RE2 is linear in the (bounded) input, but
+        up to 256 patterns over 64 KiB can still take a while, and the event loop must keep
+        answering health checks and signals meanwhile (RE2 releases the GIL while it searches).
+        """
+        async with self._breakpoint_check:
+            while True:
+                snapshot = self.breakpoints.list()
+                args = (snapshot, tool_name, input_json, cost_usd, self.host.assistant_turns)
+                if any(bp.searches(tool_name) for bp in snapshot):
+                    bp = await asyncio.to_thread(first_match, *args)
+                else:
+                    bp = first_match(*args)
+                # A breakpoint removed during the search does not count; look again without it.
+                if bp is None or self.breakpoints.record_hit(bp):
+                    return bp
+
+    async def _hold(self, req: ControlRequest, input_json: str, breakpoint_id: str, reason: str,
+                    status: PhaseStatus, kind: ControlEventKind) -> dict[str, Any]:
+        hold = Hold(req.tool_use_id, req.tool_name, input_json, breakpoint_id, reason, time.time_ns())
+        self.holds[req.tool_use_id] = hold
+        self.host.hold_watchdog(True)
+        self.host.mark_tool_held(req.tool_use_id, breakpoint_id)
+        self.host.set_status(status, f"tool call {req.tool_name} ({req.tool_use_id}) held: {reason}")
+        self.host.emit(ControlEvent(kind, req.tool_use_id, req.tool_name, breakpoint_id, input_json=input_json))
+        try:
+            return await hold.decision
+        finally:
+            self.holds.pop(req.tool_use_id, None)
+            self.host.hold_watchdog(False)
+            self.host.mark_tool_running(req.tool_use_id)
+            self._released.add(req.tool_use_id)
+
+    def _after_release(self, tool_use_id: str) -> None:
+        """Status bookkeeping for a released call, done after the CLI has its answer (not before)."""
+        if tool_use_id in self._released:
+            self._released.discard(tool_use_id)
+            if not self.host.ended:
+                self._settle_status()
+
+    def _settle_status(self) -> None:
+        """The status that follows from the holds and the pause request."""
+        if any(h.breakpoint_id for h in self.holds.values()):
+            status, why = PhaseStatus.AWAITING_APPROVAL, "a tool call waits for approval"
+        elif self.hard_paused or (self.pause_requested and self.holds):
+            status, why = PhaseStatus.PAUSED, "paused"
+        elif self.pause_requested:
+            status, why = PhaseStatus.PAUSING, "a pause takes hold before the next tool call"
+        else:
+            status, why = PhaseStatus.RUNNING, "running"
+        if status is not self.host.status:
+            self.host.set_status(status, why)
+
+    def _require_running(self, operation: str) -> None:
+        if self.host.ended or self.host.status.is_final:
+            raise _illegal(operation, self.host.status, "the phase has ended")
+
+    # -- operations ------------------------------------------------------------------------
+
+    async def pause(self, hard: bool) -> None:
+        self._require_running("pause")
+        if self.hard_paused or (self.pause_requested and not hard):
+            raise _illegal("pause", self.host.status, "the phase is already paused")
+        self.pause_requested = True
+        self.step_credits = 0
+        self.host.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message="hard" if hard else "before next tool"))
+        if hard:
+            if not self.host.process_started:
+                raise _illegal("pause", self.host.status, "the process has not started")
+            # Report PAUSED only once every process of the phase shows as stopped.
+            await self.host.pause_processes()
+            self.hard_paused = True
+            self.host.hold_watchdog(True)
+            self.host.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
+        self._settle_status()
+
+    async def resume(self) -> None:
+        self._require_running("resume")
+        if not (self.pause_requested or self.hard_paused):
+            raise _illegal("resume", self.host.status, "the phase is not paused")
+        if self.hard_paused:
+            await self.host.resume_processes()
+            self.hard_paused = False
+            self.host.hold_watchdog(False)
+        self.pause_requested = False
+        self.step_credits = 0
+        for hold in list(self.holds.values()):
+            if not hold.breakpoint_id and not hold.decision.done():
+                hold.decision.set_result(allow_hook())
+        self.host.emit(ControlEvent(ControlEventKind.RESUMED))
+        self._settle_status()
+
+    def step(self) -> None:
+        self._require_running("step")
+        if self.hard_paused:
+            raise _illegal("step", self.host.status, "a hard pause stops the whole process; resume it instead")
+        if not self.pause_requested:
+            raise _illegal("step", self.host.status, "the phase is not paused")
+        held = next((h for h in self.holds.values() if not h.breakpoint_id and not h.decision.done()), None)
+        if held is not None:
+            self._stepping.add(held.tool_use_id)
+            held.decision.set_result(allow_hook())
+        else:
+            self.step_credits += 1
+
+    def resolve(self, tool_use_id: str, decision: str, message: str = "", input_json: str = "") -> Hold:
+        self._require_running("resolve")
+        hold = self.holds.get(tool_use_id)
+        if hold is None or hold.decision.done():
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD",
+                              f"tool call {tool_use_id} is not held", {"tool_use_id": tool_use_id})
+        # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
+        if decision in ("approve", "edit", "deny"):
+            self.host.mark_tool_running(tool_use_id)
+        if decision == "approve":
+            hold.decision.set_result(allow_hook())
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, hold.tool_name, hold.breakpoint_id))
+        elif decision == "deny":
+            if len(message.encode()) > MAX_DENY_MESSAGE_BYTES:
+                raise invalid_field("deny.message", f"exceeds {MAX_DENY_MESSAGE_BYTES} bytes")
+            text = message or "denied by the operator"
+            hold.decision.set_result(deny_hook(text))
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, hold.tool_name, hold.breakpoint_id,
+                                       message=text))
+        elif decision == "edit":
+            if len(input_json.encode()) > MAX_EDIT_INPUT_BYTES:
+                raise invalid_field("edit.input_json", f"exceeds {MAX_EDIT_INPUT_BYTES} bytes")
+            try:
+                new_input = orjson.loads(input_json)
+            except orjson.JSONDecodeError:
+                raise invalid_field("edit.input_json", "is not valid JSON") from None
+            if not isinstance(new_input, dict):
+                raise invalid_field("edit.input_json", "must be a JSON object")
+            hold.decision.set_result(edit_hook(new_input))
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, hold.tool_name, hold.breakpoint_id,
+                                       input_json=orjson.dumps(new_input).decode()))
+        else:
+            raise invalid_field("decision", "one of approve, deny or edit is required")
+        return hold
+
+    def add_breakpoint(self, bp: Breakpoint) -> Breakpoint:
+        self._require_running("add a breakpoint")
+        self.breakpoints.add(bp)
+        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_ADDED, breakpoint_id=bp.breakpoint_id))
+        return bp
+
+    def remove_breakpoint(self, breakpoint_id: str) -> Breakpoint:
+        bp = self.breakpoints.remove(breakpoint_id)
+        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_REMOVED, breakpoint_id=breakpoint_id))
+        return bp
+
+    async def inject(self, text: str, interrupt_first: bool) -> tuple[str, int]:
+        self._require_running("inject a message")
+        if not text.strip() or len(text.encode()) > MAX_INJECT_BYTES:
+            raise invalid_field("text", f"must be 1 byte to {MAX_INJECT_BYTES} bytes")
+        if self.stdin_closed:
+            raise _illegal("inject a message", self.host.status, "the phase is finishing and takes no more input")
+        if self.hard_paused:
+            raise _illegal("inject a message", self.host.status, "the phase's processes are stopped; resume it first")
+        message_uuid = str(uuid.uuid4())
+        # Count the injected turn before anything is awaited: the interrupted turn's result can
+        # arrive during the interrupt, and must not be taken for the last expected one (which
+        # would close stdin before the injected line is written).
+        self.turns_expected += 1
+        self._cancel_settle()
+        try:
+            if interrupt_first:
+                await self.interrupt()
+                self._cancel_settle()  # armed by the interrupted turn's result; the injected turn follows
+            written = await self.host.write_stdin(user_line(text, message_uuid))
+        except BaseException:
+            self._uncount_turn()
+            raise
+        if not written:
+            self._uncount_turn()
+            raise _illegal("inject a message", self.host.status, "the CLI's stdin is closed")
+        event = self.host.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED, message=text[:MAX_DENY_MESSAGE_BYTES]))
+        return message_uuid, event.sequence if event else 0
+
+    def _cancel_settle(self) -> None:
+        if self._settle is not None:
+            self._settle.cancel()
+            self._settle = None
+
+    def _uncount_turn(self) -> None:
+        """An injected turn that will not come: input may now be complete (or its settle timer due)."""
+        self.turns_expected -= 1
+        if self.results_seen:
+            self._maybe_finish_input()
+
+    async def interrupt(self) -> None:
+        self._require_running("interrupt")
+        if self.hard_paused:
+            raise _illegal("interrupt", self.host.status, "the phase's processes are stopped; resume it first")
+        if self.stdin_closed:
+            raise _illegal("interrupt", self.host.status, "the phase is finishing and takes no more input")
+        await self.channel.request("interrupt", wait_s=10.0)
+        self.host.emit(ControlEvent(ControlEventKind.INTERRUPTED))
+
+    async def context_usage(self) -> dict[str, Any] | None:
+        """The CLI's ``get_context_usage`` answer, or None if it cannot answer within 2 s."""
+        if self.hard_paused or self.stdin_closed or self.host.ended:
+            return None
+        try:
+            return await self.channel.request("get_context_usage", wait_s=2.0)
+        except RunnerError:
+            return None

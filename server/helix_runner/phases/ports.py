@@ -1,0 +1,94 @@
+"""The application layer's ports: how domain records become bytes, and what job control needs.
+
+The application layer persists and fans out opaque bytes; the API layer provides the codec (it
+encodes with the protobuf contract, so stored events are sent to watchers without re-encoding).
+``PhaseHost`` is the narrow view of a running phase that the controller depends on.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from helix_runner.domain.cost_ledger import PhaseCostSnapshot
+from helix_runner.domain.events import Event, Payload
+from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_tracker import ToolCall, ToolStats
+
+
+class RecordEncoder(Protocol):
+    """Encodes domain records; implemented by ``api.proto_records.ProtoRecordEncoder``."""
+
+    def event_kind(self, event: Event) -> str:
+        """The payload kind of an event (the contract's oneof field name)."""
+
+    def encode_event(self, job_id: str, phase_id: str, event: Event) -> bytes: ...
+
+    def encode_result(self, result: PhaseResult) -> bytes: ...
+
+    def encode_cost(self, cost: PhaseCostSnapshot) -> bytes: ...
+
+    def encode_tool_call(self, job_id: str, phase_id: str, call: ToolCall) -> bytes: ...
+
+    def encode_tool_stats(self, stats: list[ToolStats]) -> bytes: ...
+
+
+class PhaseHost(Protocol):
+    """What job control needs from the phase it controls; implemented by ``phases.run.PhaseRun``.
+
+    The controller (``phases.control``) sees the phase through this port only, so it can be
+    built and tested without a process, and ``control`` does not import ``run``.
+    """
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def phase_id(self) -> str: ...
+
+    @property
+    def status(self) -> PhaseStatus:
+        """The phase's current status."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has its final result (no more control is possible)."""
+
+    @property
+    def process_started(self) -> bool:
+        """Whether the CLI process has started (a hard pause needs one)."""
+
+    @property
+    def cost_usd(self) -> float:
+        """The phase's cost so far: what the CLI reported where it did, else the computed figure."""
+
+    @property
+    def assistant_turns(self) -> int:
+        """Assistant messages (distinct API message ids) seen so far."""
+
+    def emit(self, payload: Payload) -> Event | None:
+        """Publishes a service event into the phase's stream; None once the phase has ended."""
+
+    def set_status(self, status: PhaseStatus, reason: str) -> None:
+        """Records a status transition."""
+
+    async def write_stdin(self, line: bytes) -> bool:
+        """Writes one line to the CLI's stdin; False if stdin is closed."""
+
+    async def close_stdin(self) -> None:
+        """Closes the CLI's stdin so it finishes its queued turns and exits."""
+
+    def hold_watchdog(self, held: bool) -> None:
+        """Suspends (True) or resumes (False) the idle watchdog; calls nest."""
+
+    async def pause_processes(self) -> None:
+        """Stops every process of the phase (hard pause); returns once they are stopped."""
+
+    async def resume_processes(self) -> None:
+        """Continues every process of the phase after a hard pause."""
+
+    def mark_tool_held(self, tool_use_id: str, breakpoint_id: str) -> None:
+        """Marks a tool call as held before it runs."""
+
+    def mark_tool_running(self, tool_use_id: str) -> None:
+        """Marks a held tool call as running again."""

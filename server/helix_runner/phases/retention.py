@@ -1,0 +1,158 @@
+"""Retention: keeps the database and the recordings from growing forever on a fixed volume.
+
+Two rules, each off when its setting is 0, applied by a background sweep every
+``retention_interval_seconds`` (and once at startup):
+
+- by age (``retention_days``): a job untouched for that long whose phases have all finished is
+  deleted with everything it has (phases, events, tool calls, costs, recordings);
+- by size (``recordings_max_bytes``): while the recordings of finished phases exceed the cap, the
+  oldest are deleted; their phases stay in the database (the result names the recording path,
+  which then no longer exists).
+
+A running phase is never touched. Every sweep logs one ``retention sweep`` line with what it
+removed and what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from helix_runner.store.protocol import Store
+
+log = logging.getLogger(__name__)
+
+# Jobs deleted per transaction: the store's lock is held for one batch, never for the whole sweep.
+BATCH = 100
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """The configured limits (0 = no limit)."""
+
+    max_age_s: float = 0.0
+    recordings_max_bytes: int = 0
+    interval_s: float = 3600.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_age_s > 0 or self.recordings_max_bytes > 0
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep removed, and how large the recordings are afterwards."""
+
+    jobs_deleted: int = 0
+    phases_deleted: int = 0
+    recordings_deleted: int = 0
+    bytes_freed: int = 0
+    recordings_bytes: int = 0
+    errors: int = 0
+
+
+class RetentionSweeper:
+    """Applies a ``RetentionPolicy`` to one store and its recordings directory."""
+
+    def __init__(
+        self,
+        store: Store,
+        recordings_dir: Path,
+        policy: RetentionPolicy,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ):
+        self.store = store
+        self.recordings_dir = recordings_dir.resolve()
+        self.policy = policy
+        self.clock_ns = clock_ns
+
+    def sweep(self) -> SweepReport:
+        """One pass of both rules (blocking: run it in a thread)."""
+        jobs = phases = recordings = freed = errors = 0
+        if self.policy.max_age_s > 0:
+            cutoff = self.clock_ns() - int(self.policy.max_age_s * 1e9)
+            while batch := self.store.expired_jobs(cutoff, BATCH):
+                phases += self.store.delete_jobs([job for job, _ in batch])
+                jobs += len(batch)
+                for _, dirs in batch:
+                    for d in dirs:
+                        size, ok = self._remove(d)
+                        freed += size
+                        recordings += ok and size > 0
+                        errors += not ok
+        total = self._recordings_bytes()
+        if self.policy.recordings_max_bytes > 0 and total > self.policy.recordings_max_bytes:
+            for job_id, phase_id, d in self.store.finished_recordings():
+                if total <= self.policy.recordings_max_bytes:
+                    break
+                size, ok = self._remove(d)
+                if ok:
+                    self.store.forget_recording(job_id, phase_id)
+                    recordings += 1
+                    freed += size
+                    total -= size
+                else:
+                    errors += 1
+        return SweepReport(jobs, phases, recordings, freed, total, errors)
+
+    async def run(self) -> None:
+        """Sweeps now and then every interval, until cancelled; a failing sweep is logged, not fatal."""
+        while True:
+            started = time.monotonic()
+            try:
+                report = await asyncio.to_thread(self.sweep)
+            except Exception:
+                log.exception("retention sweep failed")
+            else:
+                log.info(
+                    "retention sweep",
+                    extra={
+                        "fields": {
+                            **report.__dict__,
+                            "seconds": round(time.monotonic() - started, 3),
+                            "max_age_s": self.policy.max_age_s,
+                            "recordings_max_bytes": self.policy.recordings_max_bytes,
+                        }
+                    },
+                )
+            await asyncio.sleep(self.policy.interval_s)
+
+    def _remove(self, recording_dir: str) -> tuple[int, bool]:
+        """Deletes one recording directory; (bytes freed, whether it is gone). Only inside the recordings dir."""
+        path = Path(recording_dir).resolve()
+        if not path.is_relative_to(self.recordings_dir) or path == self.recordings_dir:
+            log.warning(
+                "not deleting a recording outside the recordings directory",
+                extra={"fields": {"path": recording_dir}},
+            )
+            return 0, False
+        size = _tree_bytes(path)
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            return 0, True
+        except OSError as exc:
+            log.warning("cannot delete a recording", extra={"fields": {"path": str(path), "error": str(exc)}})
+            return 0, False
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # the job's directory, once its last recording is gone
+        return size, True
+
+    def _recordings_bytes(self) -> int:
+        return _tree_bytes(self.recordings_dir)
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total

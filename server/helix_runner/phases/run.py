@@ -1,0 +1,598 @@
+"""Runs one phase: the CLI process, its stream of events, and their persistence, to an honest end.
+
+Data flows one way: process bytes -> ``PhaseStream`` (typed, sequenced events, tool tracking,
+costs) -> store and subscribers (``PhaseEventLog``). The final result is published only after
+stdout reached EOF (or was abandoned after the group was killed), the process exited, and every
+event was persisted and offered to subscribers (ADR-0010, docs/decisions/ADR-0010.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from dataclasses import replace as dc_replace
+from pathlib import Path
+
+from helix_runner.domain.artifacts import PhaseArtifacts
+from helix_runner.domain.breakpoints import Breakpoint
+from helix_runner.domain.events import (
+    AssistantText,
+    ControlEvent,
+    ControlEventKind,
+    CostUpdate,
+    Event,
+    Payload,
+    PhaseStatusChanged,
+    QueueState,
+    SessionInit,
+    SessionWritesLost,
+    StderrOutput,
+    Thinking,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnResult,
+    UserMessage,
+)
+from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
+from helix_runner.domain.phase_result import Attempt, PhaseDiagnostics, PhaseResult
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
+from helix_runner.domain.pricing import PriceTable
+from helix_runner.domain.tool_tracker import ToolCall
+from helix_runner.phases.admission import AdmissionClosedError, Ticket, TicketState
+from helix_runner.phases.attempts import (
+    AttemptEnd,
+    AttemptPlan,
+    AttemptWatch,
+    Retries,
+    attempt_started_event,
+    end_attempt,
+    ended_while_queued,
+    final_reason,
+    first_plan,
+    next_plan,
+    retry_scheduled_event,
+)
+from helix_runner.phases.control import PhaseController
+from helix_runner.phases.event_log import PhaseEventLog
+from helix_runner.phases.fanout import Fanout
+from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.views import HeldCall, RunSnapshot
+from helix_runner.process.containment import PhaseScope
+from helix_runner.process.control_protocol import ContextUsage, context_usage
+from helix_runner.process.git_worktree import PhaseWorkspace
+from helix_runner.process.key_broker import KeyBroker
+from helix_runner.process.procfs import start_ticks
+from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
+from helix_runner.store.protocol import EventRow, ModelCostRow, Store, ToolCallRow
+from helix_runner.telemetry import PhaseTelemetry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything decided before the process starts."""
+
+    argv: tuple[str, ...]
+    cwd: Path
+    env: dict[str, str]
+    prompt_line: bytes
+    limits: ProcessLimits
+    claude_path: str
+    recording_dir: Path
+    stream_options: PhaseStreamOptions
+    # The phase's containment (cgroup or shim) with its limits; stateful, used by one run.
+    scope: PhaseScope
+    # Key-helper mode: the broker that hands this phase's CLI session the API key.
+    key_broker: KeyBroker | None = None
+    # Where the phase runs and how its changes are collected (runner.git_worktree).
+    workspace: PhaseWorkspace | None = None
+    # The argv of a later attempt (its spec resumes a session, with what is left of the budget).
+    argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
+
+
+class PhaseRun:
+    """One phase in flight; ``run()`` drives it to its final result.
+
+    It is the controller's host (``phases.ports.PhaseHost``): the controller reaches the process,
+    the stream and the status only through the members listed there.
+    """
+
+    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, codec: RecordEncoder,
+                 events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
+                 telemetry: PhaseTelemetry | None = None, retries: Retries | None = None):
+        self.spec = spec
+        # Retry policy and admission (phases.attempts); the attempts so far, oldest first.
+        self.retries = retries or Retries()
+        self.attempts: list[Attempt] = []
+        self._watch = AttemptWatch()
+        self._ticket: Ticket | None = self.retries.ticket
+        self._ticket_starting = False
+        self._stop: tuple[EndCause, str] | None = None
+        self._stopped = asyncio.Event()
+        # telemetry: metrics and spans of this phase, fed from its events (helix_runner.telemetry).
+        self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
+                                                     project_id=spec.project_id)
+        self.plan = plan
+        self.store = store
+        self.codec = codec
+        self.events = events
+        self.stream = PhaseStream(plan.stream_options, price_table=prices)
+        self.status = PhaseStatus.PENDING
+        self.result: PhaseResult | None = None
+        self.supervisor = ProcessSupervisor(
+            plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
+            on_spawn=self._record_pid, scope=plan.scope,
+        )
+        self.control = PhaseController(self, list(breakpoints))
+        self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
+        self._message_ids: set[str] = set()
+        self.user_messages = 0
+        # Every batch of events, in this order: persisted and offered to subscribers first
+        # (phases.event_log), the controller last, so what it emits follows the batch it observed.
+        self._fanout = Fanout([
+            self._persist_and_offer,
+            self.telemetry.on_events,  # telemetry
+            self._note_stream_facts,
+            self._write_tool_rows,
+            self._write_cost_rows,
+            self._watch_attempt,
+            # Looked up per batch: each attempt gets a controller of its own (phases.attempts).
+            lambda events: self.control.on_events(events),
+        ])
+        plan.recording_dir.mkdir(parents=True, exist_ok=True)
+        self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
+        self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
+        self._session_id = ""
+        self._model = ""
+        self._cost_dirty = False
+        self._revoke_key = lambda: None
+        self._writes_lost: SessionWritesLost | None = None
+        self._attempt_first_sequence = 1
+        self._outcome = None
+        self._artifacts: PhaseArtifacts | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def phase_id(self) -> str:
+        return self.spec.phase_id
+
+    def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
+        """Ends the phase now (cancel, drain), also while it waits for admission or a backoff."""
+        if self._stop is None:
+            self._stop = (cause, reason)
+        self._stopped.set()
+        self.supervisor.request_stop(cause, reason)
+
+    @property
+    def assistant_turns(self) -> int:
+        """Assistant messages (distinct API message ids) seen so far; turn-count breakpoints use it."""
+        return len(self._message_ids)
+
+    # -- PhaseHost: what the controller may use ------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        return self.result is not None
+
+    @property
+    def process_started(self) -> bool:
+        return self.supervisor.pid is not None
+
+    @property
+    def cost_usd(self) -> float:
+        cost = self.stream.cost
+        return cost.reported_usd if cost.reported_usd is not None else cost.computed_usd
+
+    async def write_stdin(self, line: bytes) -> bool:
+        return await self.supervisor.write_stdin(line)
+
+    async def close_stdin(self) -> None:
+        await self.supervisor.close_stdin()
+
+    def hold_watchdog(self, held: bool) -> None:
+        self.supervisor.hold_watchdog(held)
+
+    async def pause_processes(self) -> None:
+        await self.supervisor.stop_processes()
+
+    async def resume_processes(self) -> None:
+        await self.supervisor.continue_processes()
+
+    def mark_tool_held(self, tool_use_id: str, breakpoint_id: str) -> None:
+        self.stream.tools.mark_held(tool_use_id, breakpoint_id)
+
+    def mark_tool_running(self, tool_use_id: str) -> None:
+        self.stream.tools.mark_running(tool_use_id)
+
+    def emit(self, payload: Payload) -> Event | None:
+        """Publishes a service event (a control action) into the phase's stream."""
+        if self.result is not None or self.stream.finished:
+            return None
+        event = self.stream.emit(payload)
+        self._publish([event])
+        return event
+
+    # -- ProcessSink -----------------------------------------------------------------------
+
+    def on_stdout(self, chunk: bytes) -> None:
+        if self._ticket_starting:  # the CLI is up: its start slot is free for the next phase
+            self._ticket_starting = False
+            self.retries.admission.started(self._ticket)  # type: ignore[union-attr,arg-type]
+        self._stdout_file.write(chunk)
+        self._publish(self.stream.feed(chunk))
+
+    def on_stderr_line(self, line: bytes, truncated: bool) -> None:
+        self._stderr_file.write(line + b"\n")
+        text = StderrOutput.from_bytes(line)
+        self._publish([self.stream.emit(StderrOutput(text.text, text.truncated or truncated))])
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> PhaseResult:
+        """Runs the phase's attempts (admission, CLI, classification, backoff) to its one result."""
+        start_ns = time.time_ns()
+        started = time.monotonic()
+        timeout = self.plan.limits.timeout
+        policy = self.retries.policy
+        plan = first_plan(self.spec, self.plan.prompt_line)
+        end: AttemptEnd | None = None
+        try:
+            while True:
+                if not await self._admitted(plan):
+                    exit_, end = ended_while_queued(*self._stop_or_interrupted(), time.time_ns()), None
+                    break
+                exit_ = await self._run_attempt(plan, start_ns, timeout - (time.monotonic() - started))
+                end = self._end_attempt(plan, exit_, deadline_s=start_ns / 1e9 + timeout)
+                if not end.decision.retry or self._stop is not None:
+                    break
+                self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
+                                          resumed=bool(self._watch.init_session_id))
+                self.emit(retry_scheduled_event(end.attempt, end.decision, policy))
+                self.set_status(PhaseStatus.QUEUED, end.decision.reason)
+                plan = next_plan(self.spec, self.plan.prompt_line, policy, end.decision, self._watch.init_session_id)
+                self._watch = AttemptWatch()
+                if self.retries.admission is not None:
+                    self._ticket = self.retries.admission.submit(
+                        (self.job_id, self.phase_id), self.retries.project, self.retries.credential,
+                        attempt=plan.number, not_before=time.monotonic() + end.decision.delay_s, retry=True)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopped.wait(), end.decision.delay_s)
+        except asyncio.CancelledError:
+            exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
+                                start_ns, time.time_ns())
+            self.result = self._finish(exit_, None)
+            raise
+        if self.plan.workspace is not None:  # the process group is gone: the tree is final
+            self._artifacts = await self.plan.workspace.collect()
+        self.result = self._finish(exit_, end)
+        return self.result
+
+    async def _admitted(self, plan: AttemptPlan) -> bool:
+        """Waits for the attempt's admission (QUEUED meanwhile); False when the phase was stopped."""
+        admission, ticket = self.retries.admission, self._ticket
+        if self._stop is not None:
+            if admission is not None and ticket is not None:
+                admission.release(ticket)
+            return False
+        if admission is None or ticket is None or ticket.state is not TicketState.QUEUED:
+            return True
+        status = admission.queue.status(ticket.key)
+        if status is not None and self.status is not PhaseStatus.QUEUED:
+            self.on_queued(admission.queue.queue_state(status))
+        wait = asyncio.ensure_future(admission.wait(ticket))
+        stop = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait((wait, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not wait.done():
+                wait.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await wait
+        if wait.cancelled() or wait.exception() is not None:
+            if isinstance(wait.exception() if not wait.cancelled() else None, AdmissionClosedError) \
+                    and self._stop is None:
+                self._stop = (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
+            return False
+        if self._stop is not None:  # admitted in the same moment it was stopped
+            admission.release(ticket)
+            return False
+        return True
+
+    def on_queued(self, state: QueueState) -> None:
+        """The phase waits for admission, or what it waits for changed: a QUEUED event (and status)."""
+        if self.result is not None:
+            return
+        self.emit(ControlEvent(ControlEventKind.QUEUED, message=state.detail[:4096], queue=state))
+        if self.status in (PhaseStatus.PENDING, PhaseStatus.RUNNING):
+            self.set_status(PhaseStatus.QUEUED, state.detail)
+
+    def queue_state(self) -> QueueState | None:
+        """Where the phase stands in the admission queue now (None: not waiting)."""
+        admission, ticket = self.retries.admission, self._ticket
+        if admission is None or ticket is None:
+            return None
+        status = admission.queue.status(ticket.key)
+        return None if status is None else admission.queue.queue_state(status)
+
+    async def _run_attempt(self, plan: AttemptPlan, phase_start_ns: int, time_left: float) -> ProcessExit:
+        """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
+        attempt_ns = time.time_ns()
+        if plan.number > 1:
+            old = self.control
+            # A hard pause taken during the backoff holds the next attempt until it is resumed.
+            while old.hard_paused and self._stop is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), 0.1)
+            limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
+            argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
+            scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
+            self.supervisor = ProcessSupervisor(
+                argv, cwd=self.plan.cwd, env=dict(self.plan.env), sink=self, limits=limits,
+                keep_stdin_open=True, on_spawn=self._record_pid, scope=scope,
+            )
+            self.control = PhaseController(self, old.breakpoints)
+            self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
+            self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
+            self.telemetry.start_attempt(attempt_ns)
+        else:
+            self.telemetry.on_start(attempt_ns)  # telemetry: attempt span; then the CLI joins its trace
+        self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
+        self._attempt_first_sequence = self.stream.last_sequence + 1
+        self.emit(attempt_started_event(plan, self.retries.policy))
+        self._ticket_starting = self._ticket is not None
+        try:
+            columns = {"start_time_ns": phase_start_ns} if plan.number == 1 else {}
+            self.set_status(PhaseStatus.RUNNING, "the claude process is starting", **columns)
+            if self.control.pause_requested:
+                self.control._settle_status()
+            if self._stop is not None:
+                self.supervisor.request_stop(*self._stop)
+            return await self.supervisor.run()
+        except asyncio.CancelledError:
+            exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
+                                attempt_ns, time.time_ns())
+            self._end_attempt(plan, exit_, deadline_s=None)
+            raise
+        except Exception as exc:
+            log.exception("phase supervision failed", extra={"fields": self._log_fields()})
+            return ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", attempt_ns,
+                               time.time_ns())
+
+    def _end_attempt(self, plan: AttemptPlan, exit_: ProcessExit, deadline_s: float | None) -> AttemptEnd:
+        """The attempt's process is gone: close its control, classify it, record it, free its slot."""
+        self._revoke_key()
+        self._revoke_key = lambda: None
+        self.control.close("the attempt ended")
+        self._publish(self.stream.finish())
+        last = self.stream.results[-1] if self.stream.results else None
+        outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results), self._writes_lost)
+        self._persist_tools(self.stream.tools.calls)
+        end = end_attempt(plan, exit_, outcome, self._watch, retries=self.retries, earlier=self.attempts,
+                          cost=self.stream.attempt_cost, session_id=self.stream.session_id or "",
+                          first_sequence=self._attempt_first_sequence, last_sequence=self.stream.last_sequence,
+                          phase_max_budget_usd=self.spec.max_budget_usd, deadline_s=deadline_s)
+        self.attempts.append(end.attempt)
+        self._outcome = outcome
+        admission, ticket = self.retries.admission, self._ticket
+        if admission is not None and ticket is not None:
+            self._ticket_starting = False
+            admission.release(ticket)
+            if end.verdict.hold_credential:
+                wait = end.decision.delay_s if end.decision.retry else self.retries.policy.initial_backoff_s
+                if end.verdict.retry_not_before_s is not None:
+                    wait = max(wait, end.verdict.retry_not_before_s - time.time())
+                admission.hold(self.retries.credential, time.monotonic() + wait, end.verdict.reason)
+        return end
+
+    def _stop_or_interrupted(self) -> tuple[EndCause, str]:
+        return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
+
+    def _finish(self, exit_: ProcessExit, end: AttemptEnd | None) -> PhaseResult:
+        self._revoke_key()
+        self.control.close("the phase ended")
+        self._publish(self.stream.finish())
+        last = self.stream.results[-1] if self.stream.results else None
+        if end is not None:
+            status, reason, fault = end.attempt.status, final_reason(end), self._outcome.fault  # type: ignore[union-attr]
+        else:  # stopped while queued, during a backoff, or the server task was cancelled
+            outcome = decide_outcome(exit_, None, 0, self._writes_lost)
+            status, reason, fault = outcome.status, outcome.reason, outcome.fault
+            if self.attempts and self.status is PhaseStatus.QUEUED:
+                reason = f"{reason} (while waiting to start attempt {len(self.attempts) + 1})"
+            last = None
+        self._stdout_file.close()
+        self._stderr_file.close()
+        tools = self.stream.tools
+        cost = self.stream.cost
+        self._persist_tools(tools.calls)
+        self._persist_cost(force=True)
+        self.set_status(status, reason, end_time_ns=exit_.end_ns)
+        result = PhaseResult(
+            job_id=self.job_id,
+            phase_id=self.phase_id,
+            status=status,
+            reason=reason,
+            result_subtype=last.subtype if last else "",
+            is_error=last.is_error if last else False,
+            api_error_status=last.api_error_status if last else None,
+            terminal_reason=last.terminal_reason if last else "",
+            num_turns=last.num_turns if last else 0,
+            result_text=last.result_text if last else "",
+            errors=last.errors if last else (),
+            exit_code=exit_.exit_code,
+            exit_signal=exit_.exit_signal,
+            result_count=len(self.stream.results),
+            session_id=self.stream.session_id or "",
+            cost=cost,
+            tool_stats=tuple(tools.stats()),
+            permission_denials=last.permission_denials if last else (),
+            start_time_ns=self.attempts[0].start_time_ns if self.attempts else exit_.start_ns,
+            end_time_ns=exit_.end_ns,
+            last_sequence=self.stream.last_sequence,
+            diagnostics=PhaseDiagnostics(
+                stderr_tail=exit_.stderr_tail,
+                stderr_bytes=exit_.stderr_bytes,
+                parse_error_count=self.stream.parse_error_count,
+                unfinished_tool_calls=tools.unfinished_count,
+                stdout_bytes=self.stream.stdout_bytes,
+                argv=tuple(self.supervisor.argv),
+                claude_path=self.plan.claude_path,
+                recording_path=str(self.plan.recording_dir),
+                containment=self.supervisor.scope.report(),
+            ),
+            attempts=tuple(self.attempts),
+            resource_fault=fault,
+            artifacts=self.plan.workspace.with_retention(self._artifacts, status) if self._artifacts else None,
+        )
+        self.telemetry.on_end(result)  # telemetry
+        encoded = self.codec.encode_result(result)
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(),
+            result_pb=encoded, tool_stats_pb=self.codec.encode_tool_stats(list(result.tool_stats)),
+        )
+        self.events.close(encoded)
+        log.info("phase ended", extra={"fields": {**self._log_fields(), "status": status.name, "reason": reason,
+                                                  "attempts": len(self.attempts)}})
+        return result
+
+    def _record_pid(self, pid: int) -> None:
+        # The phase shim's pid: lets a restarted server find and end what it leaves (runner.containment).
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), pid=pid, pid_start_ticks=start_ticks(pid))
+        if self.plan.key_broker is not None:
+            # Before the event loop runs again, so before the CLI's first key request can be answered.
+            self._revoke_key = self.plan.key_broker.admit(pid, self.job_id, self.phase_id)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
+        """Records a status transition (store and event stream)."""
+        previous, self.status = self.status, status
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), status=status,
+                                status_reason=reason, **columns)
+        self._publish([self.stream.emit(PhaseStatusChanged(previous, status, reason))])
+
+    def _publish(self, events: list[Event]) -> None:
+        """Fans a batch out to the run's observers (a batch emitted meanwhile waits its turn)."""
+        self._fanout.publish(events)
+
+    def _persist_and_offer(self, events: list[Event]) -> None:
+        codec, job, phase = self.codec, self.job_id, self.phase_id
+        self.events.publish([EventRow(e.sequence, e.receive_time_ns, codec.event_kind(e),
+                                      codec.encode_event(job, phase, e)) for e in events])
+
+    def _note_stream_facts(self, events: list[Event]) -> None:
+        """Message counts, the session and model (written to the phase row when they change), lost writes."""
+        for e in events:
+            p = e.payload
+            if isinstance(p, AssistantText | Thinking | ToolCallStarted) and p.message_id:
+                self._message_ids.add(p.message_id)
+            elif isinstance(p, UserMessage | ToolCallFinished):
+                self.user_messages += 1
+            if isinstance(p, SessionInit):
+                self._note_session(e.session_id, p.model)
+            elif isinstance(p, SessionWritesLost):
+                self._writes_lost = p
+
+    def _write_tool_rows(self, events: list[Event]) -> None:
+        """Upserts the tool calls the batch started or finished."""
+        touched = {p.tool_use_id: None for p in (e.payload for e in events)
+                   if isinstance(p, ToolCallStarted | ToolCallFinished)}
+        if touched:
+            calls = [c for c in (self.stream.tools.get(t) for t in touched) if c is not None]
+            self._persist_tools(calls)
+
+    def _write_cost_rows(self, events: list[Event]) -> None:
+        """Rewrites the phase's cost columns and model-cost rows after a cost update or a turn result."""
+        if any(isinstance(e.payload, CostUpdate | TurnResult) for e in events):
+            self._cost_dirty = True
+        if self._cost_dirty:
+            self._persist_cost()
+
+    def _watch_attempt(self, events: list[Event]) -> None:
+        """Collects the facts that classify how the running attempt ends (phases.attempts)."""
+        watch = self._watch
+        for e in events:
+            watch.observe_event(e)
+
+    def _note_session(self, session_id: str, model: str) -> None:
+        if session_id != self._session_id or model != self._model:
+            self._session_id, self._model = session_id, model
+            self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), session_id=session_id, model=model)
+
+    def _persist_tools(self, calls) -> None:
+        codec, job, phase = self.codec, self.job_id, self.phase_id
+        self.store.upsert_tool_calls(job, phase, [
+            ToolCallRow(c.tool_use_id, c.name, c.status, c.start_sequence, codec.encode_tool_call(job, phase, c),
+                        duration_ns=None if c.end_time_ns is None else max(c.end_time_ns - c.start_time_ns, 0))
+            for c in calls
+        ])
+
+    def _persist_cost(self, force: bool = False) -> None:
+        if not (self._cost_dirty or force):
+            return
+        self._cost_dirty = False
+        cost = self.stream.cost
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(), cost_pb=self.codec.encode_cost(cost),
+            reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
+        )
+        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [
+            ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
+                         m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
+                         m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source)
+            for m in cost.models
+        ])
+
+    # -- queries (the read model's view of a running phase) ---------------------------------
+
+    def snapshot(self) -> RunSnapshot:
+        """The phase as it is now: status, live cost and tool figures, holds, breakpoints, counts."""
+        control, stream = self.control, self.stream
+        tools = stream.tools
+        held = tuple(
+            HeldCall(h.tool_use_id, h.tool_name, h.input_json, h.breakpoint_id, h.reason, h.since_ns,
+                     tools.get(h.tool_use_id))
+            for h in list(control.holds.values())
+        )
+        return RunSnapshot(
+            status=self.status, last_sequence=self.events.last_sequence, cost=stream.cost,
+            tool_stats=tuple(tools.stats()), current_tool=tools.current,
+            paused=control.pause_requested or control.hard_paused, hard_paused=control.hard_paused,
+            held_calls=held, breakpoints=tuple(control.breakpoints.list()),
+            assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
+            turn_count=stream.result_count, containment=self.plan.scope.report(),
+            attempts=tuple(self.attempts), queue=self.queue_state(),
+        )
+
+    def tool_call(self, tool_use_id: str) -> ToolCall | None:
+        """The tracker's record of one call of this phase, if it still retains it."""
+        return self.stream.tools.get(tool_use_id)
+
+    async def context_usage(self) -> ContextUsage | None:
+        """The CLI's context-window usage, or None when it cannot answer now (paused, ending, silent)."""
+        answer = await self.control.context_usage()
+        return None if answer is None else context_usage(answer)
+
+    def _log_fields(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "phase_id": self.phase_id}
+
+
+def _last_result(result: TurnResult | None) -> LastResult | None:
+    if result is None:
+        return None
+    return LastResult(
+        subtype=result.subtype, is_error=result.is_error, api_error_status=result.api_error_status,
+        terminal_reason=result.terminal_reason, errors=tuple(result.errors), result_text=result.result_text,
+    )

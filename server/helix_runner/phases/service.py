@@ -1,0 +1,415 @@
+"""Admits, runs, and answers for phases: the application service behind the API.
+
+It validates a request into a launch plan (claude binary, workspace root, composed environment,
+preflight), records the job and phase, runs the phase as a task that belongs to the server (not
+to any RPC, so a watcher can come and go), and answers queries from the store. At startup it
+marks phases a previous server left active as INTERRUPTED; on drain it stops running phases and
+records them INTERRUPTED too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helix_runner.config import ServerConfig, retry_defaults
+from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
+from helix_runner.domain.events import Event, PhaseStatusChanged
+from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.phase_stream import PhaseStreamOptions
+from helix_runner.domain.pricing import PriceTable
+from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, QueueStatus, Ticket
+from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
+from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
+from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.run import LaunchPlan, PhaseRun
+from helix_runner.process.cgroups import ResourceLimits
+from helix_runner.process.child_env import compose_child_env, missing_commands
+from helix_runner.process.claude_command import build_argv, prompt_line
+from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.process.containment import MODE_NAMES, Containment, LeftoverRun
+from helix_runner.process.git_worktree import workspace_for
+from helix_runner.process.key_broker import KeyBroker
+from helix_runner.process.process_group import kill_leftover_group
+from helix_runner.process.supervisor import ProcessLimits
+from helix_runner.process.workspace import resolve_working_dir
+from helix_runner.store.protocol import AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
+from helix_runner.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROJECT = "default"
+
+
+@dataclass
+class LivePhase:
+    """A phase running in this server process."""
+
+    run: PhaseRun
+    events: PhaseEventLog
+    task: asyncio.Task | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PhaseService:
+    """Starts phases and answers for them; one per server."""
+
+    def __init__(self, config: ServerConfig, store: Store, codec: RecordEncoder, containment: Containment, *,
+                 server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
+                 env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
+                 telemetry: Telemetry | None = None):
+        self.config = config
+        self.containment = containment
+        self.telemetry = telemetry or Telemetry()
+        self.store = store
+        self.codec = codec
+        self.server_env = dict(os.environ if server_env is None else server_env)
+        self.env_overrides = dict(env_overrides or {})
+        # Server variables the child never gets (credentials; see server.child_credentials).
+        self.env_withhold = env_withhold
+        self.key_broker = key_broker
+        self.live: dict[tuple[str, str], LivePhase] = {}
+        self.draining = False
+        self._claude: ClaudeBinary | None = None
+        self.writer = EventWriter(store)
+        # One price table for all phases: lookups are cached per model.
+        self.prices = PriceTable(config.price_overrides)
+        # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
+        self.retry_defaults: RetryPolicy = retry_defaults(config)
+        self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change)
+
+    # -- admission -------------------------------------------------------------------------
+
+    def locate_claude(self) -> ClaudeBinary:
+        """The claude binary (cached); FAILED_PRECONDITION naming where it looked."""
+        if self._claude is None:
+            try:
+                self._claude = locate_claude(self.config.claude_path, env=self.server_env)
+            except ClaudeNotFoundError as exc:
+                raise RunnerError(ErrorKind.FAILED_PRECONDITION, "CLAUDE_NOT_FOUND", str(exc),
+                                  {"searched": str(exc)}) from None
+        return self._claude
+
+    async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None,
+                    retry: RetryPolicy | None = None) -> LivePhase:
+        """Validates, records and starts a phase; it runs until it ends, whoever watches.
+
+        Everything a request can get wrong is checked before the phase row is written: a rejected
+        request leaves nothing behind, so its phase id stays free for a corrected retry.
+        """
+        with self.telemetry.admission():  # telemetry: counts refusals by reason
+            return await self._start(spec, breakpoints, retry or self.retry_defaults)
+
+    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy) -> LivePhase:
+        breakpoints = list(breakpoints or [])
+        BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
+        if self.draining:
+            raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
+        workdir = resolve_working_dir(spec.working_dir, self.config.workspace_roots)
+        if spec.permission_mode == "bypassPermissions" and not self.config.allow_bypass_permissions:
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                              "options.permission_mode: bypassPermissions is disabled on this server",
+                              {"field": "options.permission_mode"})
+        env = compose_child_env(
+            self.server_env, inherit=self.config.inherit_env, path_prefix=self.config.path_prefix,
+            request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
+            withhold=self.env_withhold,
+        )
+        # Every known startup failure writes a result line with `startup_failure_reason` (instead of
+        # stderr alone), which tells a transient refusal from a permanent one (docs/retries-and-admission.md §1).
+        env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
+        missing = missing_commands(self.config.required_commands, env)
+        if missing:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
+                              f"required commands not found on the phase's PATH: {', '.join(missing)}",
+                              {"missing": ",".join(missing)})
+        claude = self.locate_claude()
+        limits = self._limits(spec)
+        existing = self.store.get_job(spec.job_id)
+        project = spec.project_id or DEFAULT_PROJECT
+        if existing is not None and existing.project_id != project:
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                              f"project_id: job {spec.job_id} belongs to project {existing.project_id}",
+                              {"field": "project_id", "job_id": spec.job_id})
+        # The run id names the recording directory (its suffix) and the containment scope, so a
+        # restarted server finds a crashed run's cgroups from the phase row (see recover()).
+        run_id = uuid.uuid4().hex
+        recording_dir = self.config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{run_id}"
+        spec, workspace = await asyncio.to_thread(
+            workspace_for, spec, workdir, roots=self.config.workspace_roots, data_dir=self.config.data_dir,
+            default_retention=self.config.worktree_retention, recording_dir=recording_dir,
+            resolve_dir=resolve_working_dir)
+        plan = LaunchPlan(
+            argv=tuple(build_argv(str(claude.path), spec,
+                                  settings=self.key_broker.cli_settings() if self.key_broker else None)),
+            cwd=workspace.cwd,
+            env=env,
+            prompt_line=prompt_line(spec.prompt),
+            limits=ProcessLimits(
+                timeout=spec.timeout_s or self.config.default_phase_timeout_seconds,
+                idle_timeout=spec.idle_timeout_s or self.config.default_idle_timeout_seconds,
+                exit_grace=self.config.exit_grace_seconds,
+            ),
+            claude_path=f"{claude.path} ({claude.found_via})",
+            recording_dir=recording_dir,
+            scope=self.containment.scope(run_id, limits),
+            stream_options=PhaseStreamOptions(
+                max_line_bytes=self.config.max_line_bytes,
+                include_partial_messages=spec.include_partial_messages,
+                include_raw_unknown=spec.include_raw_unknown,
+            ),
+            key_broker=self.key_broker,
+            workspace=workspace,
+            argv_for=lambda attempt_spec: build_argv(
+                str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
+        )
+
+        # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
+        # phase either starts at once or waits QUEUED inside its run (the stream is open meanwhile).
+        key = (spec.job_id, spec.phase_id)
+        if key in self.live or self.admission.queue.get(key) is not None:
+            raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
+                              f"phase {spec.phase_id} already exists in job {spec.job_id}",
+                              {"job_id": spec.job_id, "phase_id": spec.phase_id})
+        ticket = self.admission.submit(key, project, DEFAULT_CREDENTIAL)
+        try:
+            return await self._record_and_launch(spec, project, workdir, recording_dir, workspace, plan, breakpoints,
+                                                 Retries(retry, self.admission, ticket, project, DEFAULT_CREDENTIAL))
+        except BaseException:
+            self.admission.release(ticket)
+            raise
+
+    async def _record_and_launch(self, spec: PhaseSpec, project: str, workdir: Path, recording_dir: Path, workspace,
+                                 plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries) -> LivePhase:
+        # Persisted from here on.
+        now = time.time_ns()
+        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
+        if job.project_id != project:  # another request created the job just now
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                              f"project_id: job {spec.job_id} belongs to project {job.project_id}",
+                              {"field": "project_id", "job_id": spec.job_id})
+        try:
+            self.store.insert_phase(PhaseRow(
+                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
+                status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
+            ))
+        except AlreadyExistsError:
+            raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
+                              f"phase {spec.phase_id} already exists in job {spec.job_id}",
+                              {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
+        try:
+            await workspace.create()  # after the phase row: its ids are ours, so is the branch
+            events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
+            observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
+            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer,
+                           retries=retries)
+        except BaseException:
+            # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
+            self._fail_unstarted(spec.job_id, spec.phase_id, now)
+            raise
+        live = LivePhase(run, events)
+        self.live[(spec.job_id, spec.phase_id)] = live
+        live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
+        log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,
+                                                     "working_dir": str(workdir),
+                                                     "containment": plan.scope.describe()}})
+        return live
+
+    def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
+        """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
+        live = self.live.get(ticket.key)
+        if live is not None and not live.done.is_set():
+            live.run.on_queued(self.admission.queue.queue_state(status))
+
+    def _fail_unstarted(self, job_id: str, phase_id: str, start_ns: int) -> None:
+        """Records a phase whose row was written but whose run could not be set up as FAILED."""
+        log.exception("setting up a phase failed", extra={"fields": {"job_id": job_id, "phase_id": phase_id}})
+        now = time.time_ns()
+        reason = "the server could not set up the phase (details are in the server log)"
+        result = PhaseResult(job_id=job_id, phase_id=phase_id, status=PhaseStatus.FAILED, reason=reason,
+                             start_time_ns=start_ns, end_time_ns=now)
+        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
+                                end_time_ns=now, result_pb=self.codec.encode_result(result))
+
+    def _limits(self, spec: PhaseSpec) -> ResourceLimits:
+        """The phase's limits: its own (FAILED_PRECONDITION if this server cannot enforce them), else
+        the server's defaults where they can be enforced (start-up logged those that cannot)."""
+        requested = ResourceLimits(spec.memory_limit_bytes or None, spec.cpu_limit_millicores or None)
+        available = self.containment.limits_available
+        for name, value in (("memory", requested.memory_bytes), ("cpu", requested.cpu_millicores)):
+            if value and name not in available:
+                raise RunnerError(ErrorKind.FAILED_PRECONDITION, "LIMITS_UNAVAILABLE",
+                                  f"options.{name}_limit: this server cannot enforce a {name} limit "
+                                  f"({MODE_NAMES[self.containment.mode]} containment without a {name} cgroup)",
+                                  {"limit": name, "containment": MODE_NAMES[self.containment.mode]})
+        memory = requested.memory_bytes or (self.config.default_memory_limit_bytes or None)
+        cpu = requested.cpu_millicores or (self.config.default_cpu_limit_millicores or None)
+        return ResourceLimits(memory if "memory" in available else None, cpu if "cpu" in available else None)
+
+    async def _drive(self, live: LivePhase) -> None:
+        try:
+            await live.run.run()
+            # Stay "live" until the final events are committed: a watcher attaching now must not
+            # replay from a store that does not have them yet.
+            await live.events.wait_closed()
+            if live.run.plan.workspace is not None and live.run.result is not None:
+                await live.run.plan.workspace.release(live.run.result.status)  # the worktree's retention
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("phase task failed")
+        finally:
+            live.done.set()
+            # Keep finished phases out of the live table; watchers read them from the store.
+            self.live.pop((live.run.job_id, live.run.phase_id), None)
+
+    def new_phase_id(self) -> str:
+        return f"phase-{uuid.uuid4().hex[:12]}"
+
+    # -- control ---------------------------------------------------------------------------
+
+    def get_live(self, job_id: str, phase_id: str) -> LivePhase | None:
+        return self.live.get((job_id, phase_id))
+
+    def require_live(self, job_id: str, phase_id: str, operation: str) -> LivePhase:
+        """The running phase; NOT_FOUND if unknown, FAILED_PRECONDITION if it is not running here."""
+        live = self.get_live(job_id, phase_id)
+        if live is None or live.done.is_set():
+            row = self.require_phase(job_id, phase_id)
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
+                              f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
+                              {"status": row.status.name, "operation": operation})
+        return live
+
+    def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
+        live = self.get_live(job_id, phase_id)
+        if live is None:
+            row = self.require_phase(job_id, phase_id)
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
+                              f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
+                              {"status": row.status.name, "operation": "cancel"})
+        live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
+        return live
+
+    async def drain(self, grace: float) -> None:
+        """Stops admitting phases, gives running ones ``grace`` seconds, then interrupts them."""
+        self.draining = True
+        self.admission.close()  # waiting phases end INTERRUPTED now; running ones get the grace
+        running = [lp for lp in self.live.values() if lp.task is not None]
+        if not running:
+            return
+        log.info("waiting for running phases", extra={"fields": {"count": len(running), "grace": grace}})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(lp.done.wait() for lp in running)), grace)
+        for lp in running:
+            if not lp.done.is_set():
+                lp.run.request_stop_with_reason(EndCause.INTERRUPTED, "the server shut down while the phase ran")
+        await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
+
+    def close(self) -> None:
+        """Removes this server's (now empty) containment directories."""
+        self.containment.close()
+
+    # -- recovery --------------------------------------------------------------------------
+
+    async def recover(self) -> list[PhaseRow]:
+        """Marks phases a previous server process left active as INTERRUPTED, with a reason and an
+        event, after ending every process they left (their cgroups, shims and marked strays)."""
+        recovered = self.store.active_phases()
+        runs = [LeftoverRun(_run_id(row.recording_dir), row.pid, row.pid_start_ticks) for row in recovered]
+        ended = await self.containment.recover(runs)
+        now = time.time_ns()
+        for row, run in zip(recovered, runs, strict=True):
+            left = ended.get(run.run_id, 0)
+            if not left and row.pid and row.pid_start_ticks is not None:
+                # Phases recorded before the shim: the CLI's own process group.
+                left = len(kill_leftover_group(row.pid, row.pid_start_ticks))
+            reason = "the server stopped while the phase ran (found active at startup); " + (
+                f"{left} leftover process(es) of the phase were found and ended" if left
+                else "no process of the phase outlived the server")
+            previous = row.status
+            seq = row.last_sequence + 1
+            event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
+                                                                                     reason))
+            self.store.append_events([(row.job_id, row.phase_id, [
+                EventRow(seq, now, self.codec.event_kind(event), self.codec.encode_event(row.job_id, row.phase_id,
+                                                                                          event))
+            ])])
+            self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
+            result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
+                                 reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
+                                 end_time_ns=now, last_sequence=seq)
+            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
+                                    status_reason=reason, end_time_ns=now, result_pb=self.codec.encode_result(result))
+            log.warning("phase interrupted by a previous shutdown",
+                        extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name,
+                                          "processes_ended": left}})
+        strays = sum(n for run_id, n in ended.items() if run_id not in {r.run_id for r in runs})
+        if strays:
+            log.warning("ended processes of phases a previous server left", extra={"fields": {"count": strays}})
+        return recovered
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def require_job(self, job_id: str) -> JobRow:
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise RunnerError(ErrorKind.NOT_FOUND, "JOB_NOT_FOUND", f"job {job_id} does not exist", {"job_id": job_id})
+        return job
+
+    def require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
+        row = self.store.get_phase(job_id, phase_id)
+        if row is None:
+            raise RunnerError(ErrorKind.NOT_FOUND, "PHASE_NOT_FOUND", f"phase {phase_id} of job {job_id} does not exist",
+                              {"job_id": job_id, "phase_id": phase_id})
+        return row
+
+    async def watch(self, job_id: str, phase_id: str, after_sequence: int) -> AsyncIterator[Delivery]:
+        """A phase's events after the cursor, live or from the store, ending with its result."""
+        if after_sequence < 0:
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", "after_sequence must not be negative",
+                              {"field": "after_sequence"})
+        live = self.get_live(job_id, phase_id)
+        if live is not None:
+            return live.events.subscribe(after_sequence)
+        row = self.require_phase(job_id, phase_id)
+        if after_sequence > row.last_sequence:
+            raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
+                              f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
+                              {"last_sequence": row.last_sequence})
+        return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_pb)
+
+
+def admission_limits(config: ServerConfig) -> AdmissionLimits:
+    """The admission limits of the config (``max_running_phases`` 0: ``max_concurrent_phases``)."""
+    return AdmissionLimits(
+        max_running=config.max_running_phases or config.max_concurrent_phases,
+        max_running_per_project=config.max_running_phases_per_project,
+        max_starting=config.max_starting_phases,
+        max_queued=config.max_queued_phases,
+        max_queued_per_project=config.max_queued_phases_per_project,
+    )
+
+
+def _run_id(recording_dir: str) -> str:
+    """The run id of a phase row: the suffix of its recording directory (``<phase>-<run id>``)."""
+    return Path(recording_dir).name.rsplit("-", 1)[-1]
+
+
+def _safe(name: str) -> str:
+    """A path component from an id (ids are already restricted to [A-Za-z0-9._:-])."""
+    return name.replace(":", "_").replace("..", "__")
+

@@ -1,0 +1,81 @@
+"""Dead-replica takeover on a shared database: phases whose replica is gone are recorded INTERRUPTED.
+
+The replicated counterpart of ``PhaseService.recover``: on SQLite one process owns everything, so
+at start it marks every active phase; on PostgreSQL other replicas' phases are alive, so each
+replica sweeps, at start and then every third of a lease, only the phases whose owner's lease ran
+out (or that its own previous incarnation left behind), through the store's fenced sweep. The
+terminal event and result are the ones ``recover`` writes (docs/scale-out.md, "Dead-replica takeover").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from helix_runner.domain.events import Event, PhaseStatusChanged
+from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.phases.ports import RecordEncoder
+from helix_runner.store.sqlite_store import EventRow, PhaseRow, StoreError
+
+log = logging.getLogger(__name__)
+
+REASON = "the replica running the phase stopped (its lease ran out, or it restarted); its process is gone"
+
+
+class SweepingStore(Protocol):
+    def sweep_expired_owners(self, interrupt, *, limit: int = 100) -> list[PhaseRow]: ...
+
+
+class Takeover:
+    """Sweeps phases of dead replicas into INTERRUPTED, with the same event and result as recovery."""
+
+    def __init__(self, store: SweepingStore, codec: RecordEncoder, *, interval_seconds: float):
+        self.store = store
+        self.codec = codec
+        self.interval_seconds = interval_seconds
+
+    def _interrupt(self, row: PhaseRow, sequence: int) -> tuple[EventRow, dict[str, object]]:
+        now = time.time_ns()
+        change = PhaseStatusChanged(PhaseStatus[row.status], PhaseStatus.INTERRUPTED, REASON)
+        event = Event(sequence, now, row.session_id, "", "", "", change)
+        result = PhaseResult(
+            job_id=row.job_id,
+            phase_id=row.phase_id,
+            status=PhaseStatus.INTERRUPTED,
+            reason=REASON,
+            session_id=row.session_id,
+            start_time_ns=row.start_time_ns,
+            end_time_ns=now,
+            last_sequence=sequence,
+        )
+        encoded = self.codec.encode_event(row.job_id, row.phase_id, event)
+        return EventRow(sequence, now, self.codec.event_kind(event), encoded), {
+            "status_reason": REASON,
+            "end_time_ns": now,
+            "result_json": self.codec.encode_result(result),
+        }
+
+    def sweep(self) -> list[PhaseRow]:
+        """One sweep until nothing is left to take; returns the phases it interrupted."""
+        swept: list[PhaseRow] = []
+        while batch := self.store.sweep_expired_owners(self._interrupt):
+            swept.extend(batch)
+        return swept
+
+    async def run(self) -> None:
+        """Sweeps every ``interval_seconds`` until cancelled; a failing database is retried."""
+        while True:
+            try:
+                swept = await asyncio.to_thread(self.sweep)
+                if swept:
+                    log.warning(
+                        "took over phases of a stopped replica", extra={"fields": {"count": len(swept)}}
+                    )
+            except StoreError as exc:
+                log.warning("takeover sweep failed", extra={"fields": {"error": str(exc)}})
+            except Exception:  # a database error must not end the loop
+                log.exception("takeover sweep failed")
+            await asyncio.sleep(self.interval_seconds)

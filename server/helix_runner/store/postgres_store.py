@@ -1,0 +1,575 @@
+"""PostgreSQL persistence with the public methods and semantics of ``SqliteStore``, for many replicas.
+
+Plain data in, plain data out, like the SQLite store: the row types are shared and nested values
+arrive already encoded. Each method is one transaction on a connection from a psycopg 3
+``ConnectionPool``: the interface is synchronous today (called from the event loop, with appends
+group-committed by ``event_log.EventWriter``), and psycopg's async pool takes over unchanged SQL
+when it becomes async (docs/scale-out.md, "Driver"). What SQLite does not need: every write of a
+phase's history is fenced (``postgres_cluster``), and appends NOTIFY other replicas
+(``postgres_notify``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from helix_runner.store.postgres_cluster import (
+    DEFAULT_LEASE_SECONDS,
+    FencedError,
+    PhaseOwner,
+    ReplicaMembership,
+    ReplicaRow,
+    prune_expired_replicas,
+)
+from helix_runner.store.postgres_migrations import migrate
+from helix_runner.store.postgres_notify import EventPointer, notify
+from helix_runner.store.sqlite_store import (
+    ACTIVE_STATUSES,
+    AlreadyExistsError,
+    EventRow,
+    JobRow,
+    ModelCostRow,
+    PhaseRow,
+    StoreError,
+    ToolCallRow,
+)
+
+log = logging.getLogger(__name__)
+
+# PhaseRow field -> PostgreSQL column. The blob columns carry protobuf bytes and are named for it
+# here (docs/decisions/store-is-wire.md); ``get`` keeps this right once the fields are renamed too.
+_COLUMN = {"result_json": "result_pb", "cost_json": "cost_pb", "tool_stats_json": "tool_stats_pb"}
+_PHASE_FIELDS = tuple(f.name for f in fields(PhaseRow) if f.name != "last_sequence")
+_PHASE_COLUMNS = tuple(_COLUMN.get(f, f) for f in _PHASE_FIELDS)
+_SELECT_PHASES = (
+    f"SELECT {','.join('p.' + c for c in _PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
+    "WHERE e.job_id = p.job_id AND e.phase_id = p.phase_id) FROM phases p"
+)
+_ACTIVE = list(ACTIVE_STATUSES)
+_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
+
+# An interrupt callback gets the phase and the sequence its terminal event must carry; it returns
+# that event and the phase's other new columns (reason, end time, encoded result).
+Interrupt = Callable[[PhaseRow, int], tuple[EventRow, dict[str, object]]]
+
+
+def _phase_row(r: Sequence[object]) -> PhaseRow:
+    return PhaseRow(**dict(zip(_PHASE_FIELDS, r[:-1], strict=True)), last_sequence=r[-1])
+
+
+def _scope(
+    project_id: str | None, job_id: str | None, phase_id: str | None, prefix: str = ""
+) -> tuple[list[str], list[str]]:
+    """WHERE terms for a cost scope: a phase (job + phase), a job, or a project."""
+    if job_id:
+        if phase_id:
+            return [f"{prefix}job_id = %s", f"{prefix}phase_id = %s"], [job_id, phase_id]
+        return [f"{prefix}job_id = %s"], [job_id]
+    if project_id is not None:
+        return [f"{prefix}project_id = %s"], [project_id]
+    return [], []
+
+
+class PostgresStore:
+    """One replica's handle on the shared database: pooled connections, its registration, its fences."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        replica_id: str | None = None,
+        address: str = "",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        heartbeat: bool = True,
+    ):
+        self.conninfo = conninfo
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max(2, pool_size),
+            open=False,
+            kwargs={"autocommit": False},
+            name="helix-store",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+            with self._pool.connection() as conn:
+                self.schema_version = migrate(conn)
+            self.replica = ReplicaMembership(
+                self._pool, replica_id=replica_id, address=address, lease_seconds=lease_seconds
+            )
+            self.replica.register(ACTIVE_STATUSES)
+        except (psycopg.Error, PoolTimeout) as exc:
+            self._pool.close()
+            raise StoreError(f"cannot open the PostgreSQL database: {_describe(exc)}") from None
+        except BaseException:
+            self._pool.close()
+            raise
+        if heartbeat:
+            self.replica.start_heartbeat()
+
+    def close(self) -> None:
+        self.replica.stop_heartbeat()
+        try:
+            self.replica.expire()
+        except (psycopg.Error, PoolTimeout):
+            pass  # the lease runs out by itself
+        self._pool.close()
+
+    @property
+    def replica_id(self) -> str:
+        return self.replica.replica_id
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
+        """Returns the job, creating it on first use; the bool says whether it was created."""
+        with self._pool.connection() as conn:
+            created = conn.execute(
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (%s,%s,'PENDING',%s,%s) ON CONFLICT (job_id) DO NOTHING "
+                f"RETURNING {_JOB_COLUMNS}",
+                (job_id, project_id, now_ns, now_ns),
+            ).fetchone()
+            if created:
+                return JobRow(*created), True
+            return self._job(conn, job_id), False
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        with self._pool.connection() as conn:
+            return self._job(conn, job_id)
+
+    @staticmethod
+    def _job(conn: psycopg.Connection, job_id: str) -> JobRow | None:
+        r = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
+        return JobRow(*r) if r else None
+
+    def list_jobs(
+        self,
+        project_id: str | None,
+        statuses: Sequence[str],
+        limit: int,
+        after: tuple[int, str] | None = None,
+    ) -> list[JobRow]:
+        """Jobs newest first; ``after`` is the (create_time_ns, job_id) of the last row of the previous page."""
+        where, args = [], []
+        if project_id:
+            where.append("project_id = %s")
+            args.append(project_id)
+        if statuses:
+            where.append("status = ANY(%s)")
+            args.append(list(statuses))
+        if after is not None:
+            where.append("(create_time_ns, job_id) < (%s, %s)")
+            args.extend([after[0], after[1]])
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT %s"
+        args.append(limit)
+        with self._pool.connection() as conn:
+            return [JobRow(*r) for r in conn.execute(sql, args).fetchall()]
+
+    # -- phases -----------------------------------------------------------------------------
+
+    def insert_phase(self, row: PhaseRow) -> PhaseRow:
+        """Inserts a new phase owned by this replica (ordinal and fence assigned here); it becomes the job's latest."""
+        values = [getattr(row, f) for f in _PHASE_FIELDS if f != "ordinal"]
+        cols = [c for f, c in zip(_PHASE_FIELDS, _PHASE_COLUMNS, strict=True) if f != "ordinal"]
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                self.replica.ensure_live(conn)
+                # The job row lock serialises ordinals across replicas adding phases to one job.
+                if (
+                    conn.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (row.job_id,)).fetchone()
+                    is None
+                ):
+                    raise StoreError(f"job {row.job_id} does not exist")
+                (count,) = conn.execute(
+                    "SELECT COUNT(*) FROM phases WHERE job_id = %s", (row.job_id,)
+                ).fetchone()
+                (fence,) = conn.execute(
+                    f"INSERT INTO phases ({','.join(cols)}, ordinal, owner_id, fence) "
+                    f"VALUES ({','.join(['%s'] * len(cols))}, %s, %s, nextval('phase_fence')) RETURNING fence",
+                    [*values, count + 1, self.replica.replica_id],
+                ).fetchone()
+                conn.execute(
+                    "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s",
+                    (row.status, row.create_time_ns, row.job_id),
+                )
+        except pg_errors.UniqueViolation:
+            raise AlreadyExistsError(f"phase {row.phase_id} already exists in job {row.job_id}") from None
+        row.ordinal = count + 1
+        self.replica.hold(row.job_id, row.phase_id, fence)
+        return row
+
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+        """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
+        unknown = set(values) - set(_PHASE_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+        if not values:
+            return
+        sets = ",".join(f"{_COLUMN.get(k, k)} = %s" for k in values)
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            exists = self.replica.require_writable(cur, job_id, phase_id, missing_ok=True)
+            cur.execute(
+                f"UPDATE phases SET {sets} WHERE job_id = %s AND phase_id = %s",
+                [*values.values(), job_id, phase_id],
+            )
+            if "status" in values:
+                cur.execute(
+                    "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s AND %s = "
+                    "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
+                    (values["status"], now_ns, job_id, phase_id, job_id),
+                )
+            else:
+                cur.execute("UPDATE jobs SET update_time_ns = %s WHERE job_id = %s", (now_ns, job_id))
+            if exists and ("status" in values or "result_json" in values or "result_pb" in values):
+                # Wakes followers on other replicas: a phase's end is news even without a new event.
+                self._notify_current(cur, job_id, phase_id)
+
+    @staticmethod
+    def _notify_current(cur: psycopg.Cursor, job_id: str, phase_id: str) -> None:
+        (last,) = cur.execute(
+            "SELECT COALESCE(MAX(sequence), 0) FROM events WHERE job_id = %s AND phase_id = %s",
+            (job_id, phase_id),
+        ).fetchone()
+        notify(cur, [EventPointer(job_id, phase_id, last)])
+
+    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
+        with self._pool.connection() as conn:
+            r = conn.execute(
+                f"{_SELECT_PHASES} WHERE p.job_id = %s AND p.phase_id = %s", (job_id, phase_id)
+            ).fetchone()
+        return _phase_row(r) if r else None
+
+    def list_phases(self, job_id: str) -> list[PhaseRow]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"{_SELECT_PHASES} WHERE p.job_id = %s ORDER BY p.ordinal", (job_id,)
+            ).fetchall()
+        return [_phase_row(r) for r in rows]
+
+    def active_phases(self) -> list[PhaseRow]:
+        """Phases whose status is not final, on every replica (for takeover: ``sweep_expired_owners``)."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(f"{_SELECT_PHASES} WHERE p.status = ANY(%s)", (_ACTIVE,)).fetchall()
+        return [_phase_row(r) for r in rows]
+
+    # -- events -----------------------------------------------------------------------------
+
+    def append_events(self, job_id: str, phase_id: str, events: Sequence[EventRow]) -> None:
+        """Appends events in one transaction (the phase's last_sequence follows from them)."""
+        self.append_events_many([(job_id, phase_id, events)])
+
+    def append_events_many(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+        """Appends the events of several phases in one transaction (group commit), then notifies.
+
+        Phases this replica may not write are left out and named by the ``FencedError`` raised
+        after the others were committed.
+        """
+        batches = [b for b in batches if b[2]]
+        if not batches:
+            return
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            writable, refused = self.replica.lock_for_write(cur, [(j, p) for j, p, _ in batches])
+            cols: tuple[list, ...] = ([], [], [], [], [], [])
+            last: dict[tuple[str, str], int] = {}
+            for job_id, phase_id, events in batches:
+                if (job_id, phase_id) not in writable:
+                    continue
+                for e in events:
+                    for col, v in zip(
+                        cols, (job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body), strict=True
+                    ):
+                        col.append(v)
+                last[(job_id, phase_id)] = max(last.get((job_id, phase_id), 0), events[-1].sequence)
+            if last:
+                # One statement for the whole group commit, whatever its size.
+                cur.execute(
+                    "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
+                    "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::bytea[])",
+                    cols,
+                )
+                notify(cur, [EventPointer(j, p, s) for (j, p), s in last.items()])
+        if refused:
+            raise FencedError(refused)
+
+    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT sequence, receive_time_ns, kind, body FROM events "
+                "WHERE job_id = %s AND phase_id = %s AND sequence > %s ORDER BY sequence LIMIT %s",
+                (job_id, phase_id, after_sequence, limit),
+            ).fetchall()
+        return [EventRow(*r) for r in rows]
+
+    # -- tool calls -------------------------------------------------------------------------
+
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+        rows = [(job_id, phase_id, c.tool_use_id, c.name, c.status, c.start_sequence, c.body) for c in calls]
+        if not rows:
+            return
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            self.replica.require_writable(cur, job_id, phase_id)
+            cur.executemany(
+                "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (job_id, phase_id, tool_use_id) DO UPDATE SET "
+                "name = excluded.name, status = excluded.status, body = excluded.body",
+                rows,
+            )
+
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+        """After a crash: calls still RUNNING or HELD will never finish; returns how many."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            if not self.replica.require_writable(cur, job_id, phase_id, missing_ok=True):
+                return 0
+            return self._mark_unfinished(cur, job_id, phase_id)
+
+    @staticmethod
+    def _mark_unfinished(cur: psycopg.Cursor, job_id: str, phase_id: str) -> int:
+        return cur.execute(
+            "UPDATE tool_calls SET status = 'UNFINISHED' WHERE job_id = %s AND phase_id = %s "
+            "AND status IN ('RUNNING', 'HELD')",
+            (job_id, phase_id),
+        ).rowcount
+
+    def list_tool_calls(
+        self,
+        job_id: str,
+        phase_id: str | None,
+        tool_name: str | None,
+        statuses: Sequence[str],
+        limit: int,
+        after: tuple[int, int, str] | None = None,
+    ) -> list[ToolCallRow]:
+        """Tool calls in (phase ordinal, start sequence) order; ``after`` is the last row's key."""
+        where, args = ["t.job_id = %s"], [job_id]
+        if phase_id:
+            where.append("t.phase_id = %s")
+            args.append(phase_id)
+        if tool_name:
+            where.append("t.name = %s")
+            args.append(tool_name)
+        if statuses:
+            where.append("t.status = ANY(%s)")
+            args.append(list(statuses))
+        if after is not None:
+            where.append("(p.ordinal, t.start_sequence, t.tool_use_id) > (%s, %s, %s)")
+            args.extend(after)
+        sql = (
+            "SELECT t.tool_use_id, t.name, t.status, t.start_sequence, t.body, t.phase_id "
+            "FROM tool_calls t JOIN phases p ON p.job_id = t.job_id AND p.phase_id = t.phase_id WHERE "
+            + " AND ".join(where)
+            + " ORDER BY p.ordinal, t.start_sequence, t.tool_use_id LIMIT %s"
+        )
+        args.append(limit)
+        with self._pool.connection() as conn:
+            return [ToolCallRow(*r) for r in conn.execute(sql, args).fetchall()]
+
+    def phase_ordinal(self, job_id: str, phase_id: str) -> int:
+        with self._pool.connection() as conn:
+            r = conn.execute(
+                "SELECT ordinal FROM phases WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
+            ).fetchone()
+        return r[0] if r else 0
+
+    # -- costs ------------------------------------------------------------------------------
+
+    def replace_model_costs(
+        self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]
+    ) -> None:
+        """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            self.replica.require_writable(cur, job_id, phase_id)
+            cur.execute("DELETE FROM model_costs WHERE job_id = %s AND phase_id = %s", (job_id, phase_id))
+            if rows:
+                cur.executemany(
+                    "INSERT INTO model_costs VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    [
+                        (
+                            job_id,
+                            phase_id,
+                            project_id,
+                            r.model,
+                            r.input_tokens,
+                            r.output_tokens,
+                            r.cache_read_input_tokens,
+                            r.cache_write_5m_input_tokens,
+                            r.cache_write_1h_input_tokens,
+                            r.web_search_requests,
+                            r.reported_usd,
+                            r.computed_usd,
+                            r.pricing_source,
+                        )
+                        for r in rows
+                    ],
+                )
+
+    def model_costs(
+        self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
+    ) -> list[tuple[str, str, ModelCostRow]]:
+        """(job_id, phase_id, row) for every per-model cost row in the scope."""
+        where, args = _scope(project_id, job_id, phase_id)
+        sql = (
+            "SELECT job_id, phase_id, model, input_tokens, output_tokens, cache_read_input_tokens, "
+            "cache_write_5m_input_tokens, cache_write_1h_input_tokens, web_search_requests, reported_usd, "
+            "computed_usd, pricing_source FROM model_costs"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return [(r[0], r[1], ModelCostRow(*r[2:])) for r in rows]
+
+    def phases_in_scope(
+        self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
+    ) -> list[PhaseRow]:
+        where, args = _scope(project_id, job_id, phase_id, prefix="p.")
+        sql = _SELECT_PHASES
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._pool.connection() as conn:
+            return [_phase_row(r) for r in conn.execute(sql, args).fetchall()]
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+        """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT j.job_id, COALESCE((SELECT array_agg(p.recording_dir ORDER BY p.ordinal) FROM phases p "
+                "WHERE p.job_id = j.job_id AND p.recording_dir <> ''), '{}') FROM jobs j "
+                "WHERE j.update_time_ns < %s AND NOT EXISTS (SELECT 1 FROM phases p WHERE p.job_id = j.job_id "
+                "AND p.status = ANY(%s)) ORDER BY j.update_time_ns LIMIT %s",
+                (cutoff_ns, _ACTIVE, limit),
+            ).fetchall()
+        return [(job, list(dirs)) for job, dirs in rows]
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Deletes jobs with their phases, events, tool calls and costs, in one transaction; returns phases deleted."""
+        if not job_ids:
+            return 0
+        with self._pool.connection() as conn, conn.transaction():
+            ids = list(job_ids)
+            # Explicit deletes in dependency order (cheaper than row-by-row cascades on events).
+            for table in ("events", "tool_calls", "model_costs"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id = ANY(%s)", (ids,))
+            phases = conn.execute("DELETE FROM phases WHERE job_id = ANY(%s)", (ids,)).rowcount
+            conn.execute("DELETE FROM jobs WHERE job_id = ANY(%s)", (ids,))
+        return phases
+
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
+        """(job_id, phase_id, recording_dir) of finished phases that still have a recording, oldest end first."""
+        with self._pool.connection() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    "SELECT job_id, phase_id, recording_dir FROM phases WHERE recording_dir <> '' "
+                    "AND NOT (status = ANY(%s)) ORDER BY COALESCE(end_time_ns, create_time_ns), job_id, phase_id",
+                    (_ACTIVE,),
+                ).fetchall()
+            ]
+
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
+        """Notes that a phase's recording was deleted (without counting as activity on its job)."""
+        with self._pool.connection() as conn:
+            conn.execute(
+                "UPDATE phases SET recording_dir = '' WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
+            )
+
+    # -- replicas ----------------------------------------------------------------------------
+
+    def renew_lease(self) -> bool:
+        """Extends this replica's lease now (the heartbeat thread does this every third of it)."""
+        return self.replica.renew()
+
+    def live_replicas(self) -> list[ReplicaRow]:
+        return self.replica.live_replicas()
+
+    def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
+        return self.replica.phase_owner(job_id, phase_id)
+
+    def release_phase(self, job_id: str, phase_id: str) -> None:
+        """Forgets the fence of a phase whose run is over here."""
+        self.replica.release(job_id, phase_id)
+
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+        """Marks active phases whose owner's lease ran out INTERRUPTED; returns them as they were.
+
+        Also the phases this replica adopted from its previous incarnation (a stable replica id):
+        their process died with that incarnation.
+
+        One transaction: the phases are locked ``FOR UPDATE SKIP LOCKED`` (replicas sweeping at once
+        split the work; a phase its stale owner is still writing waits for the next sweep), each
+        gets the terminal event from ``interrupt`` at its last sequence + 1, its RUNNING/HELD tool
+        calls become UNFINISHED, and it gets status INTERRUPTED, no owner and a new fence, so its
+        old owner's writes are refused from now on.
+        """
+        now = time.time_ns()
+        adopted = list(self.replica.adopted().values())
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            rows = [
+                _phase_row(r)
+                for r in cur.execute(
+                    f"{_SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
+                    "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
+                    "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
+                    "ORDER BY p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
+                    (_ACTIVE, self.replica.replica_id, adopted, limit),
+                ).fetchall()
+            ]
+            pointers = []
+            for row in rows:
+                seq = row.last_sequence + 1
+                event, values = interrupt(row, seq)
+                if event.sequence != seq:
+                    raise ValueError(f"the terminal event must have sequence {seq}, not {event.sequence}")
+                values = {**values, "status": "INTERRUPTED"}
+                unknown = set(values) - set(_PHASE_FIELDS)
+                if unknown:
+                    raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+                cur.execute(
+                    "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
+                    "VALUES (%s,%s,%s,%s,%s,%s)",
+                    (row.job_id, row.phase_id, event.sequence, event.receive_time_ns, event.kind, event.body),
+                )
+                self._mark_unfinished(cur, row.job_id, row.phase_id)
+                sets = ",".join(f"{_COLUMN.get(k, k)} = %s" for k in values)
+                cur.execute(
+                    f"UPDATE phases SET {sets}, owner_id = NULL, fence = nextval('phase_fence') "
+                    "WHERE job_id = %s AND phase_id = %s",
+                    [*values.values(), row.job_id, row.phase_id],
+                )
+                cur.execute(
+                    "UPDATE jobs SET status = 'INTERRUPTED', update_time_ns = %s WHERE job_id = %s AND %s = "
+                    "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
+                    (now, row.job_id, row.phase_id, row.job_id),
+                )
+                pointers.append(EventPointer(row.job_id, row.phase_id, seq))
+            notify(cur, pointers)
+            prune_expired_replicas(cur, ACTIVE_STATUSES)
+        self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
+        for row in rows:
+            log.warning(
+                "phase interrupted: the replica that ran it is gone",
+                extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status}},
+            )
+        return rows
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line reason without the connection string (it may hold a password)."""
+    if isinstance(exc, PoolTimeout):
+        return "no connection could be made in time (is the server running and the URL right?)"
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

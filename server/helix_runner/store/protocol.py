@@ -1,0 +1,254 @@
+"""What the application layer needs from persistence: the ``Store`` protocol and its row types.
+
+``SqliteStore`` is the implementation the server ships; a PostgreSQL store or an in-memory test
+store fits wherever the application (``phase_manager``, ``phase_runner``, ``event_log``,
+``retention``) and the read model (``phases/queries``) take a ``Store``. Rows are plain data:
+statuses are the domain enums, nested values (results, costs, events, tool calls) arrive already
+encoded by the record codec as protobuf bytes (the ``*_pb`` fields), so a store knows tables,
+not events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
+from helix_runner.domain.pricing import PricingSource
+from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
+
+# Statuses from which a phase can still change; anything else is final.
+ACTIVE_STATUSES: tuple[PhaseStatus, ...] = tuple(
+    s for s in PhaseStatus if s is not PhaseStatus.UNSPECIFIED and s not in FINAL_STATUSES
+)
+# Tool-call statuses of a call that got its result (the others have no duration).
+FINISHED_TOOL_STATUSES: tuple[ToolCallStatus, ...] = (ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED)
+
+
+class StoreError(Exception):
+    """The store cannot be opened or used (unwritable directory, corrupt file, newer schema)."""
+
+
+class AlreadyExistsError(StoreError):
+    """A row with this key already exists."""
+
+
+@dataclass
+class JobRow:
+    job_id: str
+    project_id: str
+    status: PhaseStatus
+    create_time_ns: int
+    update_time_ns: int
+
+
+@dataclass
+class PhaseRow:
+    job_id: str
+    phase_id: str
+    ordinal: int
+    project_id: str
+    status: PhaseStatus
+    create_time_ns: int
+    status_reason: str = ""
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+    session_id: str = ""
+    model: str = ""
+    working_dir: str = ""
+    prompt: str = ""
+    on_disconnect: str = "CANCEL"
+    # Encoded helix.runner.v1.PhaseResult, PhaseCost, and a Phase holding only tool_stats.
+    result_pb: bytes | None = None
+    cost_pb: bytes | None = None
+    tool_stats_pb: bytes | None = None
+    recording_dir: str = ""
+    reported_usd: float | None = None
+    computed_usd: float = 0.0
+    computed_only: int = 0
+    pid: int | None = None
+    pid_start_ticks: int | None = None
+    # Derived on read (the phase's highest event sequence); never written.
+    last_sequence: int = 0
+
+
+@dataclass
+class EventRow:
+    sequence: int
+    receive_time_ns: int
+    kind: str
+    body: bytes
+
+
+@dataclass
+class ToolCallRow:
+    tool_use_id: str
+    name: str
+    status: ToolCallStatus
+    start_sequence: int
+    # Encoded helix.runner.v1.ToolCall; its status field may be stale (the column is authoritative).
+    body: bytes
+    phase_id: str = ""
+    # Result receive time - start receive time, clamped at 0; None until the call finished.
+    duration_ns: int | None = None
+    # The phase's ordinal in its job (set on read; the paging key of a job's calls).
+    phase_ordinal: int = 0
+
+
+@dataclass
+class ModelCostRow:
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: int
+    cache_write_5m_input_tokens: int
+    cache_write_1h_input_tokens: int
+    web_search_requests: int
+    reported_usd: float | None
+    computed_usd: float
+    pricing_source: PricingSource
+
+
+@dataclass(frozen=True)
+class PhaseCostSums:
+    """Cost columns of the phases in a scope, summed (``reported_usd``: phases without one add 0)."""
+
+    phase_count: int = 0
+    reported_usd: float = 0.0
+    computed_usd: float = 0.0
+    computed_only_phase_count: int = 0
+
+
+class Store(Protocol):
+    """Persistence of jobs, phases, events, tool calls and costs, as the application uses it.
+
+    Every method is synchronous and atomic on its own; ``append_events`` commits before it
+    returns (watchers are offered only committed events).
+    """
+
+    def close(self) -> None: ...
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
+        """The job, created (status PENDING) on first use; the bool says whether it was created."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRow | None: ...
+
+    def list_jobs(
+        self,
+        project_id: str | None,
+        statuses: Sequence[PhaseStatus],
+        limit: int,
+        after: tuple[int, str] | None = None,
+    ) -> list[JobRow]:
+        """Jobs newest first (create time, then job id, descending); ``after`` is the previous page's last key."""
+        ...
+
+    # -- phases -----------------------------------------------------------------------------
+
+    def insert_phase(self, row: PhaseRow) -> PhaseRow:
+        """Inserts a phase, assigning its ordinal; the job takes its status. AlreadyExistsError if it exists."""
+        ...
+
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+        """Sets PhaseRow fields; a status change becomes the job's status when this is its latest phase."""
+        ...
+
+    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None: ...
+
+    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
+        """The phases of all these jobs in one query, by job then ordinal."""
+        ...
+
+    def active_phases(self) -> list[PhaseRow]:
+        """Phases in an ``ACTIVE_STATUSES`` status (after a crash: the ones to mark INTERRUPTED)."""
+        ...
+
+    # -- events -----------------------------------------------------------------------------
+
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+        """Appends (job_id, phase_id, events) batches of one or more phases in one transaction."""
+        ...
+
+    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]: ...
+
+    # -- tool calls -------------------------------------------------------------------------
+
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None: ...
+
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+        """After a crash: RUNNING or HELD calls become UNFINISHED; returns how many."""
+        ...
+
+    def list_tool_calls(
+        self,
+        job_id: str,
+        phase_id: str | None,
+        tool_name: str | None,
+        statuses: Sequence[ToolCallStatus],
+        limit: int,
+        after: tuple[int, int, str] | None = None,
+    ) -> list[ToolCallRow]:
+        """Calls by (phase ordinal, start sequence, tool_use_id); ``after`` is the previous page's last key."""
+        ...
+
+    def tool_call_stats(
+        self,
+        job_id: str,
+        phase_id: str | None,
+        tool_name: str | None,
+        statuses: Sequence[ToolCallStatus],
+    ) -> list[ToolStats]:
+        """Per-tool statistics of every matching call, by ``tool_tracker.summarize_calls``' rules.
+
+        Computed by the database, never by reading the calls out: count, failures, unfinished
+        (neither SUCCEEDED nor FAILED), total and mean (floor) of finished calls' durations, and
+        their nearest-rank 95th percentile (the ceil(0.95 n)-th smallest), exact at any count.
+        """
+        ...
+
+    # -- costs ------------------------------------------------------------------------------
+
+    def replace_model_costs(
+        self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]
+    ) -> None:
+        """Replaces a phase's per-model cost rows (costs are snapshots, never added up)."""
+        ...
+
+    def phase_cost_sums(
+        self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
+    ) -> PhaseCostSums:
+        """The summed cost columns of a project's, a job's, or one phase's (job + phase) phases."""
+        ...
+
+    def model_cost_sums(
+        self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
+    ) -> list[tuple[str, ModelCostRow]]:
+        """Per-model cost rows summed per (job, model, pricing source) over a scope.
+
+        Scope: ``job_ids`` (optionally one ``phase_id`` of them), else ``project_id``. The job id
+        of each row is set when the scope is ``job_ids`` and empty for a project (one row per
+        model and source). ``reported_usd`` is None when no summed row had one.
+        """
+        ...
+
+    # -- retention --------------------------------------------------------------------------
+
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+        """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
+        ...
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Deletes jobs with everything they have, in one transaction; returns the phases deleted."""
+        ...
+
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
+        """(job_id, phase_id, recording_dir) of finished phases that still have one, oldest end first."""
+        ...
+
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
+        """Notes that a phase's recording was deleted (not activity on its job)."""
+        ...

@@ -1,0 +1,120 @@
+"""Connection options (flags over environment, token files, TLS) and errors as one line, without the
+real CLI: the verbs against an in-process server, behind a TLS-terminating proxy when it matters."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import ssl
+import subprocess
+
+import grpc
+import pytest
+from helix_runner_client import RunnerError, google_rpc
+from support.cli_verbs import helix
+from support.tcp_proxy import TcpProxy
+
+from helix_runner.cli.common import EXIT_REFUSED, EXIT_UNREACHABLE, CliError, Connection, describe_error
+
+
+def args(**flags) -> argparse.Namespace:
+    base = {"server": None, "token_file": None, "tls": None, "ca_file": None, "call_timeout": 15.0}
+    return argparse.Namespace(**{**base, **flags})
+
+
+def test_flags_win_over_the_environment(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("from-file\n")
+    env = {"HELIX_RUNNER_SERVER": "env-host:1", "HELIX_RUNNER_TOKEN": "from-env"}
+    assert Connection.from_args(args(), env) == Connection("env-host:1", "from-env")
+    assert Connection.from_args(args(server="flag-host:2", token_file=str(token)), env) == Connection(
+        "flag-host:2", "from-file"
+    )
+    assert Connection.from_args(args(), {}).target == "127.0.0.1:50051"
+    assert Connection.from_args(args(), {"HELIX_RUNNER_TOKEN_FILE": str(token)}).token == "from-file"
+
+
+def test_bad_token_and_ca_files_are_usage_errors(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(CliError, match="the token file .* is empty") as caught:
+        Connection.from_args(args(token_file=str(empty)), {})
+    assert caught.value.code == 2
+    with pytest.raises(CliError, match="cannot read the CA file .*nope: No such file or directory"):
+        Connection.from_args(args(ca_file=str(tmp_path / "nope")), {})
+    pem = tmp_path / "ca.pem"
+    pem.write_text("roots")
+    connection = Connection.from_args(args(ca_file=str(pem)), {})
+    assert connection.tls and connection.root_certificates == b"roots"
+    assert Connection.from_args(args(), {"HELIX_RUNNER_TLS": "1"}).tls
+
+
+def test_a_refused_request_names_the_phase_status():
+    info = google_rpc.ErrorInfo(
+        reason="ILLEGAL_TRANSITION", domain="runner.helix", metadata={"status": "PAUSED", "operation": "step"}
+    )
+    error = RunnerError(
+        grpc.StatusCode.FAILED_PRECONDITION, "cannot step: a hard pause stops the process", info
+    )
+    assert describe_error(error, "h:1") == (
+        "cannot step: a hard pause stops the process (the phase is PAUSED) [ILLEGAL_TRANSITION]",
+        EXIT_REFUSED,
+    )
+    unauthenticated = RunnerError(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+    line, code = describe_error(unauthenticated, "h:1")
+    assert code == EXIT_UNREACHABLE and "refused the credentials" in line and "--token-file" in line
+
+
+async def test_a_token_is_sent_and_a_missing_one_is_one_line(runner_factory, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("a-long-enough-s3cret-token\n")
+    async with runner_factory(None, auth_token_file=str(token)) as runner:
+        at = f"127.0.0.1:{runner.server.port}"
+        refused = await helix(at, "jobs")
+        assert refused.code == 3 and len(refused.err.splitlines()) == 1
+        assert refused.err.startswith(f"helix-runner: error: the server at {at} refused the credentials")
+        allowed = await helix(at, "jobs", "--token-file", str(token))
+        assert allowed.code == 0 and allowed.out == "no jobs\n"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
+def _self_signed(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+async def test_tls_with_a_ca_file(runner_factory, tmp_path):
+    cert, key = _self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["h2"])
+    async with runner_factory(None) as runner, TcpProxy(runner.server.port, tls=context) as proxy:
+        secure = await helix(proxy.address, "jobs", "--ca-file", str(cert))
+        assert secure.code == 0 and secure.out == "no jobs\n", secure.err
+        plain = await helix(proxy.address, "jobs", "--call-timeout", "5")
+        assert plain.code == 3 and len(plain.err.splitlines()) == 1
+        untrusted = await helix(proxy.address, "jobs", "--tls", "--call-timeout", "5")
+        assert untrusted.code == 3 and "TLS handshake failed" in untrusted.err

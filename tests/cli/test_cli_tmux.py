@@ -1,0 +1,202 @@
+"""The terminal verbs in a real terminal: tmux runs them, `send-keys` presses keys, `capture-pane`
+reads the screen. `attach` shows a held call and it disappears once approved; `run`'s progress
+line fits an 80-column terminal and reports the API retry."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+from support.cli_verbs import BackgroundPhase
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix_runner.offline import ApiError, Reply
+
+TMUX = shutil.which("tmux")
+pytestmark = [
+    pytest.mark.real_cli,
+    pytest.mark.slow,
+    pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/bootstrap installs it with apt)"),
+]
+
+
+class Terminal:
+    """One tmux window on a private tmux server, running ``argv``; the shell reports its exit."""
+
+    def __init__(self, name: str, argv: list[str], *, width: int, height: int):
+        self.socket = f"helix-test-{os.getpid()}-{name}"
+        self.name = name
+        command = f"{shlex.join(argv)}; echo EXIT=$?; sleep 60"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "HELIX_RUNNER_"))}
+        env["TERM"] = "xterm-256color"
+        subprocess.run(
+            [
+                TMUX,
+                "-L",
+                self.socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                str(width),
+                "-y",
+                str(height),
+                command,
+            ],
+            check=True,
+            timeout=30,
+            env=env,
+        )
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run(
+            [TMUX, "-L", self.socket, *args], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+
+    def screen(self, *, joined: bool = False) -> str:
+        """What the window shows; ``joined``: rows a long line wrapped onto are joined back."""
+        return self._tmux("capture-pane", "-p", *(["-J"] if joined else []), "-t", self.name)
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", self.name, *keys)
+
+    async def wait_for(self, predicate: Callable[[str], bool], what: str, limit: float = 30.0) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        while True:
+            screen = await asyncio.to_thread(self.screen)
+            if predicate(screen):
+                return screen
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the screen:\n{screen}")
+            await asyncio.sleep(0.2)
+
+    def close(self) -> None:
+        subprocess.run([TMUX, "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+def held_panel(screen: str) -> str:
+    """The rows of the dashboard's held-calls box."""
+    rows = screen.splitlines()
+    start = next(i for i, row in enumerate(rows) if "held tool calls" in row)
+    end = next(i for i in range(start + 1, len(rows)) if "╰" in rows[i])
+    return "\n".join(rows[start : end + 1])
+
+
+async def test_attach_in_a_terminal_approve_and_pause_keys(claude_binary, scripted_api, runner_factory):
+    api = scripted_api(
+        [Reply.tool_use("Bash", {"command": f"touch {n}"}, chunk_delay=0.05) for n in ("one", "two")]
+        + [Reply.text("done")]
+    )
+    async with runner_factory(api) as runner:
+        phase = BackgroundPhase(
+            runner.stub,
+            "tj",
+            "p1",
+            str(runner.workdir),
+            allowed_tools=["Bash"],
+            breakpoints=[res.Breakpoint(breakpoint_id="bp", tool_name="Bash", once=True)],
+        )
+        await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
+        term = Terminal(
+            "attach",
+            [
+                sys.executable,
+                "-m",
+                "helix_runner",
+                "attach",
+                "tj",
+                "p1",
+                "--server",
+                f"127.0.0.1:{runner.server.port}",
+            ],
+            width=150,
+            height=45,
+        )
+        try:
+            screen = await term.wait_for(lambda s: "touch one" in held_panel_or_empty(s), "the held call")
+            assert "AWAITING_APPROVAL" in screen and "breakpoint bp" in held_panel(screen)
+
+            term.keys("p")
+            await phase.control(ev.CONTROL_EVENT_KIND_PAUSE_REQUESTED)
+            await term.wait_for(lambda s: "[pause requested]" in s, "the pause request in the header")
+
+            term.keys("a")
+            paused = await phase.control(ev.CONTROL_EVENT_KIND_PAUSED)
+            screen = await term.wait_for(
+                lambda s: "touch one" not in held_panel_or_empty(s) and "touch two" in held_panel_or_empty(s),
+                "the approved call to leave the held list and the paused one to appear",
+            )
+            assert paused.control.tool_use_id in held_panel(screen) and "PAUSED" in screen
+            assert (runner.workdir / "one").exists() and not (runner.workdir / "two").exists()
+
+            term.keys("r")
+            result = await phase.finish()
+            screen = await term.wait_for(lambda s: "SUCCEEDED" in s and "none held" in s, "the final status")
+            term.keys("q")
+            await term.wait_for(lambda s: "EXIT=0" in s, "attach to quit with status 0")
+        finally:
+            term.close()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    assert (runner.workdir / "two").exists()
+
+
+def held_panel_or_empty(screen: str) -> str:
+    try:
+        return held_panel(screen)
+    except StopIteration:
+        return ""
+
+
+async def test_run_progress_fits_80_columns_and_reports_the_retry(
+    claude_binary, scripted_api, runner_factory
+):
+    api = scripted_api(
+        [
+            ApiError(429),
+            Reply.tool_use("Bash", {"command": "echo " + "long-output " * 20}),
+            Reply.text("done " * 30),
+        ]
+    )
+    async with runner_factory(api) as runner:
+        term = Terminal(
+            "run",
+            [
+                sys.executable,
+                "-m",
+                "helix_runner",
+                "run",
+                "--server",
+                f"127.0.0.1:{runner.server.port}",
+                "--workdir",
+                str(runner.workdir),
+                "--prompt",
+                "go",
+                "--allowed-tool",
+                "Bash",
+                "--job-id",
+                "a-rather-long-job-name-for-the-line",
+            ],
+            width=80,
+            height=30,
+        )
+        try:
+            await term.wait_for(lambda s: "EXIT=0" in s, "run to finish", limit=90)
+            rows = term.screen(joined=True).splitlines()
+        finally:
+            term.close()
+    live = rows[: next(i for i, row in enumerate(rows) if row.startswith("SUCCEEDED: "))]
+    assert live and all(len(row) <= 80 for row in live), "\n".join(rows)  # one row each, nothing wrapped
+    (progress,) = [row for row in live if row.startswith("[")]
+    assert "1 tools" in progress and "| 1 retry" in progress
+    assert any("api_retry" in row and "HTTP 429" in row for row in rows)

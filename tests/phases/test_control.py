@@ -1,0 +1,363 @@
+"""Job control without a CLI: ``PhaseController`` against an in-memory host (tests/support/phase_host.py).
+
+The host plays the CLI's side of the stdin control protocol (docs/claude-cli-protocol.md §3.6):
+a tool call is a PreToolUse ``hook_callback`` request that our answer releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from support.phase_host import WAIT_S, make_controller, turn_result
+
+from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
+from helix_runner.domain.events import AssistantText, ControlEventKind, TaskEvent, TaskEventKind
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.phases import control as control_module
+
+
+async def test_inject_with_interrupt_counts_the_new_turn_before_the_interrupted_turn_ends():
+    # The interrupted turn's result arrives while we wait for the interrupt's answer. Had the
+    # injected turn not been counted yet, that result would be "the last expected one" and close
+    # stdin before the injected line is written.
+    host, control = make_controller()
+
+    def cli_interrupts(request):
+        host.observe(turn_result())  # the interrupted turn ends (its result) ...
+        host.answer_success(request)  # ... and the CLI acknowledges the interrupt
+
+    host.on_control_request = cli_interrupts
+    _, sequence = await asyncio.wait_for(control.inject("next, please", interrupt_first=True), WAIT_S)
+    await host.settle()
+    assert not host.stdin_closed
+    assert [line["message"]["content"] for line in host.stdin if line["type"] == "user"] == ["next, please"]
+    assert host.control_kinds() == [ControlEventKind.INTERRUPTED, ControlEventKind.MESSAGE_INJECTED]
+    assert sequence > 0
+    host.observe(AssistantText("working", 7, False, "m2", "model"))
+    host.turn_result()  # the injected turn's result: now every expected turn has one
+    await host.settle()
+    assert host.stdin_closed
+
+
+async def test_an_injected_line_that_cannot_be_written_is_not_counted():
+    host, control = make_controller()
+    host.stdin_closed = True  # the CLI's stdin went away (the process is exiting)
+    with pytest.raises(RunnerError) as err:
+        await control.inject("too late", interrupt_first=False)
+    assert (err.value.kind, err.value.reason) == (ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION")
+    assert control.turns_expected == 1
+
+
+# -- pause, resume, step ---------------------------------------------------------------------------
+
+
+async def test_pause_holds_the_next_tool_call_and_resume_releases_it():
+    host, control = make_controller()
+    await control.pause(hard=False)
+    assert host.status is PhaseStatus.PAUSING  # takes hold at the next tool call
+    request = host.tool_call("t1")
+    await host.settle()
+    assert host.answers() == {}  # the call waits
+    assert host.status is PhaseStatus.PAUSED
+    assert (host.watchdog_holds, host.tool_marks) == (1, [("held", "t1", "")])
+    assert list(control.holds) == ["t1"]
+    await control.resume()
+    assert await host.answer_to(request) == {"continue": True}
+    await host.settle()
+    assert host.status is PhaseStatus.RUNNING
+    assert (host.watchdog_holds, host.tool_marks[-1], control.holds) == (0, ("running", "t1", ""), {})
+    assert host.control_kinds() == [
+        ControlEventKind.PAUSE_REQUESTED,
+        ControlEventKind.PAUSED,
+        ControlEventKind.RESUMED,
+    ]
+
+
+async def test_calls_run_freely_when_not_paused():
+    host, control = make_controller()
+    assert await host.answer_to(host.tool_call("t1")) == {"continue": True}
+    assert host.watchdog_holds == 0 and host.tool_marks == [] and host.status is PhaseStatus.RUNNING
+
+
+async def test_step_lets_exactly_one_held_call_through_then_holds_again():
+    host, control = make_controller()
+    await control.pause(hard=False)
+    first = host.tool_call("t1")
+    await host.settle()
+    control.step()
+    assert await host.answer_to(first) == {"continue": True}
+    host.tool_done("t1")
+    assert host.control_kinds()[-1] is ControlEventKind.STEP_COMPLETE
+    second = host.tool_call("t2")
+    await host.settle()
+    assert second not in host.answers() and list(control.holds) == ["t2"]
+    assert host.status is PhaseStatus.PAUSED
+
+
+async def test_step_before_a_call_arrives_is_a_credit_for_one_call():
+    host, control = make_controller()
+    await control.pause(hard=False)
+    control.step()
+    assert await host.answer_to(host.tool_call("t1")) == {"continue": True}  # the credit
+    second = host.tool_call("t2")
+    await host.settle()
+    assert second not in host.answers() and list(control.holds) == ["t2"]
+
+
+# -- hard pause ------------------------------------------------------------------------------------
+
+
+async def test_hard_pause_stops_the_processes_and_refuses_step_and_inject():
+    host, control = make_controller()
+    await control.pause(hard=True)
+    assert host.processes_stopped and host.watchdog_holds == 1
+    assert host.status is PhaseStatus.PAUSED
+    for refused in (control.step, lambda: control.inject("hi", False), control.interrupt):
+        with pytest.raises(RunnerError) as err:
+            result = refused()
+            if asyncio.iscoroutine(result):
+                await result
+        assert (err.value.kind, err.value.reason) == (ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION")
+    assert host.stdin == []  # nothing was written to a stopped CLI
+    await control.resume()
+    assert not host.processes_stopped and host.watchdog_holds == 0
+    assert host.status is PhaseStatus.RUNNING
+
+
+async def test_hard_pause_needs_a_started_process():
+    host, control = make_controller()
+    host.process_started = False
+    with pytest.raises(RunnerError) as err:
+        await control.pause(hard=True)
+    assert err.value.reason == "ILLEGAL_TRANSITION" and not host.processes_stopped
+
+
+# -- illegal transitions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["step", "resume", "pause twice", "after the end"])
+async def test_illegal_transitions_are_failed_precondition(operation):
+    host, control = make_controller()
+    if operation == "step":
+        call = control.step
+    elif operation == "resume":
+        call = control.resume
+    elif operation == "pause twice":
+        await control.pause(hard=False)
+        call = lambda: control.pause(hard=False)  # noqa: E731
+    else:
+        host.ended = True
+        host.status = PhaseStatus.SUCCEEDED
+        call = lambda: control.pause(hard=False)  # noqa: E731
+    before = list(host.payloads)
+    with pytest.raises(RunnerError) as err:
+        result = call()
+        if asyncio.iscoroutine(result):
+            await result
+    assert (err.value.kind, err.value.reason) == (ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION")
+    assert err.value.metadata["status"] == host.status.name
+    assert host.payloads == before  # nothing happened
+
+
+async def test_resolving_a_call_that_is_not_held():
+    host, control = make_controller()
+    with pytest.raises(RunnerError) as err:
+        control.resolve("nope", "approve")
+    assert (err.value.kind, err.value.reason) == (ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD")
+
+
+# -- breakpoints -----------------------------------------------------------------------------------
+
+BREAKPOINTS = {
+    "tool name": dict(kind=BreakpointKind.TOOL_NAME, tool_name="Bash"),
+    "input pattern": dict(kind=BreakpointKind.INPUT_PATTERN, tool_name="Bash", regex=r"rm\s+-rf"),
+    "cost": dict(kind=BreakpointKind.COST_THRESHOLD, cost_threshold_usd=0.5),
+    "turns": dict(kind=BreakpointKind.TURN_COUNT, turn_count=3),
+}
+
+
+def _arm(host, name):
+    """Makes the next call meet the breakpoint's condition (calls before it do not)."""
+    if name == "cost":
+        host.cost_usd = 0.75
+    elif name == "turns":
+        host.assistant_turns = 3
+
+
+@pytest.mark.parametrize("name", list(BREAKPOINTS))
+@pytest.mark.parametrize(
+    ("decision", "kind", "answer"),
+    [
+        ("approve", ControlEventKind.TOOL_APPROVED, {"continue": True}),
+        (
+            "deny",
+            ControlEventKind.TOOL_DENIED,
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": "not that",
+                }
+            },
+        ),
+        (
+            "edit",
+            ControlEventKind.TOOL_EDITED,
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "allow",
+                    "updatedInput": {"command": "ls"},
+                }
+            },
+        ),
+    ],
+)
+async def test_a_breakpoint_holds_the_call_until_it_is_resolved(name, decision, kind, answer):
+    bp = Breakpoint.create(breakpoint_id="bp1", **BREAKPOINTS[name])
+    host, control = make_controller([bp])
+    if name in ("tool name", "input pattern"):  # a call that does not match runs
+        free = host.tool_call("t0", "Read" if name == "tool name" else "Bash", {"command": "ls"})
+    else:  # a call below the threshold runs
+        free = host.tool_call("t0", "Bash", {"command": "rm -rf build"})
+    assert await host.answer_to(free) == {"continue": True}
+    _arm(host, name)
+    held = host.tool_call("t1", "Bash", {"command": "rm -rf build"})
+    await host.until(lambda: "t1" in control.holds)  # input patterns are searched in a worker thread
+    await host.settle()
+    assert held not in host.answers()
+    assert host.status is PhaseStatus.AWAITING_APPROVAL
+    assert host.control_kinds() == [ControlEventKind.BREAKPOINT_HIT]
+    assert host.tool_marks == [("held", "t1", "bp1")] and host.watchdog_holds == 1
+    assert control.holds["t1"].breakpoint_id == "bp1" and bp.hit_count == 1
+
+    control.resolve("t1", decision, message="not that", input_json='{"command": "ls"}')
+    assert await host.answer_to(held) == answer
+    await host.settle()
+    assert host.control_kinds() == [ControlEventKind.BREAKPOINT_HIT, kind]
+    assert host.status is PhaseStatus.RUNNING and host.watchdog_holds == 0 and control.holds == {}
+
+
+async def test_resume_does_not_release_a_call_held_by_a_breakpoint():
+    host, control = make_controller(
+        [Breakpoint.create(breakpoint_id="bp1", kind=BreakpointKind.TOOL_NAME, tool_name="Bash")]
+    )
+    await control.pause(hard=False)
+    held = host.tool_call("t1")
+    await host.settle()
+    await control.resume()
+    await host.settle()
+    assert held not in host.answers() and host.status is PhaseStatus.AWAITING_APPROVAL
+    control.resolve("t1", "approve")
+    assert await host.answer_to(held) == {"continue": True}
+
+
+@pytest.mark.parametrize(
+    ("decision", "message", "input_json", "field"),
+    [
+        ("edit", "", "not json", "edit.input_json"),
+        ("edit", "", "[1, 2]", "edit.input_json"),
+        ("deny", "x" * 5000, "", "deny.message"),
+        ("maybe", "", "", "decision"),
+    ],
+)
+async def test_a_bad_resolution_is_refused_and_the_call_stays_held(decision, message, input_json, field):
+    host, control = make_controller(
+        [Breakpoint.create(breakpoint_id="bp1", kind=BreakpointKind.TOOL_NAME, tool_name="Bash")]
+    )
+    held = host.tool_call("t1")
+    await host.settle()
+    with pytest.raises(RunnerError) as err:
+        control.resolve("t1", decision, message=message, input_json=input_json)
+    assert (err.value.kind, err.value.metadata.get("field")) == (ErrorKind.INVALID_ARGUMENT, field)
+    await host.settle()
+    assert held not in host.answers() and "t1" in control.holds
+
+
+# -- end of input ----------------------------------------------------------------------------------
+
+
+async def test_stdin_closes_once_the_only_turn_has_its_result():
+    host, control = make_controller()
+    await host.answer_to(host.tool_call("t1"))
+    await host.settle()
+    assert not host.stdin_closed
+    host.turn_result()
+    await host.settle()
+    assert host.stdin_closed
+
+
+async def test_stdin_stays_open_until_every_expected_turn_has_its_result():
+    host, control = make_controller()
+    await control.inject("and then this", interrupt_first=False)  # a second turn is queued
+    host.turn_result()
+    await host.settle()
+    assert not host.stdin_closed  # the settle timer (seconds) is armed, not fired
+    host.observe(AssistantText("on it", 5, False, "m2", "model"))  # the queued turn starts
+    host.turn_result()
+    await host.settle()
+    assert host.stdin_closed
+
+
+async def test_a_silent_cli_after_a_result_is_taken_as_done(monkeypatch):
+    # A queued message can be folded into the running turn, so fewer results than messages come.
+    monkeypatch.setattr(control_module, "SETTLE_SECONDS", 0.05)
+    host, control = make_controller()
+    await control.inject("folded in", interrupt_first=False)
+    host.turn_result()
+    await asyncio.wait_for(host.closed.wait(), WAIT_S)
+
+
+async def test_cli_activity_after_a_result_cancels_the_settle_timer(monkeypatch):
+    monkeypatch.setattr(control_module, "SETTLE_SECONDS", 0.05)
+    host, control = make_controller()
+    await control.inject("next", interrupt_first=False)
+    host.turn_result()
+    host.observe(AssistantText("on it", 5, False, "m2", "model"))
+    await asyncio.sleep(0.3)  # well past the settle time
+    assert not host.stdin_closed
+
+
+async def test_a_held_call_keeps_stdin_open():
+    host, control = make_controller()
+    await control.pause(hard=False)
+    held = host.tool_call("t1")
+    await host.settle()
+    host.turn_result()  # e.g. a background turn's result while a call waits for a person
+    await host.settle()
+    assert not host.stdin_closed
+    await control.resume()
+    await host.answer_to(held)
+
+
+async def test_a_delegated_task_in_flight_keeps_stdin_open_until_it_ends(monkeypatch):
+    monkeypatch.setattr(control_module, "SETTLE_SECONDS", 0.05)
+    host, control = make_controller()
+    host.observe(_task(TaskEventKind.STARTED, "running"))
+    host.turn_result()
+    await asyncio.sleep(0.2)
+    assert not host.stdin_closed  # its completion brings a follow-up turn
+    host.observe(_task(TaskEventKind.NOTIFICATION, "completed"))
+    await asyncio.wait_for(host.closed.wait(), WAIT_S)  # none came: the settle timer finishes input
+
+
+def _task(kind, status):
+    return TaskEvent(kind, "task1", "tu1", "explore", "Explore", "local_agent", status, "", False, 0, 0, None)
+
+
+async def test_close_releases_every_waiter():
+    host, control = make_controller()
+    host.on_control_request = lambda request: None  # the CLI never answers
+    await control.pause(hard=False)
+    host.tool_call("t1")
+    await host.settle()
+    hold = control.holds["t1"]
+    interrupt = asyncio.ensure_future(control.interrupt())
+    await host.settle()
+    control.close("the phase ended")
+    assert hold.decision.result()["hookSpecificOutput"]["permissionDecision"] == "deny"
+    with pytest.raises(RunnerError) as err:
+        await asyncio.wait_for(interrupt, WAIT_S)
+    assert err.value.reason == "PHASE_NOT_RUNNING"

@@ -1,0 +1,60 @@
+"""Dead-replica takeover on PostgreSQL: a stopped replica's phases end INTERRUPTED, told like recovery."""
+
+from __future__ import annotations
+
+from support.runner_server import collect
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.proto_records import ProtoRecordEncoder
+from helix_runner.phases.takeover import REASON, Takeover
+from helix_runner.store.postgres_store import PostgresStore
+from helix_runner.store.sqlite_store import EventRow, PhaseRow
+
+
+def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: str = "x") -> None:
+    dead = PostgresStore(url, heartbeat=False)
+    dead.get_or_create_job(job, "p", 1)
+    dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status="RUNNING",
+                               create_time_ns=1, start_time_ns=2, session_id="sess"))
+    dead.append_events(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])
+    # Its process (and heartbeat) stopped without a clean close: the lease runs out on its own.
+    cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
+                    (dead.replica_id,))
+    dead._pool.close()
+
+
+def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postgres_cluster):
+    running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
+    survivor = PostgresStore(postgres_url, heartbeat=False)
+    try:
+        swept = Takeover(survivor, ProtoRecordEncoder(), interval_seconds=1).sweep()
+        assert [(r.phase_id, r.status) for r in swept] == [("x", "RUNNING")]
+        last = ev.StreamEvent.FromString(survivor.read_events("j", "x", 1, 10)[0].body)
+        assert last.sequence == 2 and last.job_id == "j" and last.session_id == "sess"
+        assert last.status_changed.from_status == res.PHASE_STATUS_RUNNING
+        assert last.status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
+        row = survivor.get_phase("j", "x")
+        result = res.PhaseResult.FromString(row.result_json)
+        assert (result.status, result.reason, result.last_sequence) == (res.PHASE_STATUS_INTERRUPTED, REASON, 2)
+        assert row.status == "INTERRUPTED" and row.status_reason == REASON
+    finally:
+        survivor.close()
+
+
+async def test_a_server_on_postgres_takes_over_at_start_and_answers_from_the_database(
+        postgres_url, postgres_cluster, runner_factory):
+    running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
+    async with runner_factory(None, database_url=postgres_url) as runner:
+        job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="j"), timeout=10)).job
+        assert job.status == res.PHASE_STATUS_INTERRUPTED
+        assert job.phases[0].result.reason == REASON
+        events, result = await collect(runner.stub.WatchPhase(pb.WatchPhaseRequest(job_id="j", phase_id="x"),
+                                                              timeout=10))
+        assert [e.sequence for e in events] == [1, 2] and result.status == res.PHASE_STATUS_INTERRUPTED
+        (replica,) = runner.server.store.live_replicas()
+        assert replica.replica_id == runner.server.store.replica_id
+    # A clean stop ends the lease at once: nobody has to wait for it to run out.
+    assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM replicas WHERE lease_expires_at > now()") \
+        == [(0,)]

@@ -1,0 +1,32 @@
+"""The Store protocol and its implementation agree: every method, with the same parameters."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from helix_runner.store.protocol import Store
+from helix_runner.store.sqlite_store import SqliteStore
+
+PROTOCOL_METHODS = sorted(
+    name for name, value in vars(Store).items() if inspect.isfunction(value) and not name.startswith("_")
+)
+
+
+def test_the_protocol_names_every_method_the_application_uses():
+    assert PROTOCOL_METHODS == sorted([
+        "active_phases", "append_events", "close", "delete_jobs", "expired_jobs", "finished_recordings",
+        "forget_recording", "get_job", "get_or_create_job", "get_phase", "insert_phase", "list_jobs",
+        "list_tool_calls", "mark_tool_calls_unfinished", "model_cost_sums", "phase_cost_sums", "phases_of_jobs",
+        "read_events", "replace_model_costs", "tool_call_stats", "update_phase", "upsert_tool_calls",
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PROTOCOL_METHODS)
+def test_sqlite_store_implements_each_method_with_the_same_parameters(name):
+    wanted = inspect.signature(getattr(Store, name))
+    have = inspect.signature(getattr(SqliteStore, name))
+    assert [(p.name, p.kind, p.default) for p in have.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in wanted.parameters.values()
+    ]
