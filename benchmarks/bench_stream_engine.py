@@ -15,7 +15,7 @@ tool and message ids per replay (nothing is written to disk), through one ``Phas
 prints the process RSS at intervals; it must stay flat.
 
 Usage: .venv/bin/python benchmarks/bench_stream_engine.py [--seconds N] [--clock wall|cpu]
-       [--gb-memory] [--corpus DIR]
+       [--gb-memory] [--corpus DIR] [--transcripts GLOB] [--json FILE]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import gc
+import json
 import os
 import statistics
 import sys
@@ -57,9 +58,16 @@ def corpus_dir(explicit: str | None) -> Path:
     return real
 
 
-def load_stream(real: Path) -> bytes:
-    """All CLI stdout transcripts concatenated (driver wrappers and stdin logs excluded)."""
-    files = sorted(p for p in real.glob("*.jsonl") if not p.name.endswith((".both.jsonl", ".stdin.jsonl")))
+# Which transcripts of real/ to replay (--transcripts); "*partial*" keeps the captures made with
+# --include-partial-messages, whose lines are mostly stream_event deltas.
+TRANSCRIPTS = "*.jsonl"
+
+
+def load_stream(real: Path, pattern: str = TRANSCRIPTS) -> bytes:
+    """The CLI stdout transcripts concatenated (driver wrappers and stdin logs excluded)."""
+    files = sorted(p for p in real.glob(pattern) if not p.name.endswith((".both.jsonl", ".stdin.jsonl")))
+    if not files:
+        sys.exit(f"no transcript matches {pattern} in {real}")
     return b"".join(p.read_bytes() for p in files)
 
 
@@ -136,14 +144,20 @@ def make_ours(data: bytes) -> Callable[[], int]:
     return run
 
 
-def throughput(seconds: float, real: Path, clock: str = "wall") -> None:
+# The goals of the performance issue (P1): ours at least this many times the SDK and the bare loop.
+GOAL_VS_SDK = 2.0
+GOAL_VS_BARE = 0.6
+
+
+def throughput(seconds: float, real: Path, clock: str = "wall", pattern: str = TRANSCRIPTS) -> dict:
     """Interleave the contenders replay by replay (a noisy machine then slows all of them alike).
 
     Each round runs every contender once, starting with a different one each round (no contender
     always runs right after the same other one). ``clock="cpu"`` times with the process's CPU time
     instead of wall time: on a shared machine, time spent descheduled then counts for nobody.
+    Prints the table and returns the figures (for ``--json`` and ``run_all.py``).
     """
-    data = load_stream(real)
+    data = load_stream(real, pattern)
     n_lines = data.count(b"\n")
     contenders = [
         ("bare orjson.loads loop (limit)", make_bare(data)),
@@ -152,8 +166,8 @@ def throughput(seconds: float, real: Path, clock: str = "wall") -> None:
     ]
     now = time.process_time if clock == "cpu" else time.perf_counter
     print(
-        f"corpus: {len(data) / 1e6:.2f} MB, {n_lines} lines per replay; {seconds:g} s per contender, "
-        f"interleaved, {clock} clock"
+        f"corpus: {real / pattern} ({len(data) / 1e6:.2f} MB, {n_lines} lines per replay); {seconds:g} s per "
+        f"contender, interleaved, {clock} clock"
     )
     for _, run in contenders:  # warm-up
         run()
@@ -171,21 +185,29 @@ def throughput(seconds: float, real: Path, clock: str = "wall") -> None:
     print()
     print(f"| {'contender':<32} | {'replays':>7} | {'MB/s':>8} | {'lines/s':>10} |")
     print(f"|{'-' * 34}|{'-' * 9}|{'-' * 10}|{'-' * 12}|")
+    summary: dict = {
+        "corpus": str(real / pattern),
+        "corpus_mb": len(data) / 1e6,
+        "lines": n_lines,
+        "replays": rounds,
+        "clock": clock,
+        "contenders": {},
+    }
     for (name, _), spent in zip(contenders, times, strict=True):
         total = sum(spent)
-        print(
-            f"| {name:<32} | {rounds:>7} | {len(data) * rounds / total / 1e6:>8.1f} | {n_lines * rounds / total:>10,.0f} |"
-        )
+        mb_s = len(data) * rounds / total / 1e6
+        print(f"| {name:<32} | {rounds:>7} | {mb_s:>8.1f} | {n_lines * rounds / total:>10,.0f} |")
+        summary["contenders"][name] = {"mb_per_s": mb_s, "median_replay_s": statistics.median(spent)}
     # Ratios: median over rounds of the per-round speed ratio (robust to a machine that drifts),
     # with the interquartile range of the per-round ratios to show the noise.
     print()
-    for label, other, goal in (("SDK ", 1, "1.5"), ("bare", 0, "0.5")):
+    for key, label, other, goal in (("vs_sdk", "SDK ", 1, GOAL_VS_SDK), ("vs_bare", "bare", 0, GOAL_VS_BARE)):
         ratios = sorted(t / o for t, o in zip(times[other], times[2], strict=True))
         q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
-        print(
-            f"ours / {label} = {statistics.median(ratios):.2f}x   (goal >= {goal}x; "
-            f"per-round IQR {q1:.2f}-{q3:.2f})"
-        )
+        median = statistics.median(ratios)
+        print(f"ours / {label} = {median:.2f}x   (goal >= {goal:g}x; per-round IQR {q1:.2f}-{q3:.2f})")
+        summary[key] = {"median": median, "q1": q1, "q3": q3, "goal": goal}
+    return summary
 
 
 # ------------------------------------------------------------------------------------------------
@@ -214,8 +236,8 @@ def replays(data: bytes, total_bytes: int) -> Iterator[bytes]:
         n += 1
 
 
-def memory(real: Path, gigabytes: float = 1.0) -> None:
-    data = load_stream(real)
+def memory(real: Path, gigabytes: float = 1.0, pattern: str = TRANSCRIPTS) -> None:
+    data = load_stream(real, pattern)
     total = int(gigabytes * 1e9)
     stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True))
     print(f"streaming {total / 1e9:.2f} GB through one PhaseStream; RSS every ~100 MB")
@@ -265,12 +287,21 @@ def main() -> None:
         default="wall",
         help="time replays by wall clock (default) or by this process's CPU time (shared machines)",
     )
+    parser.add_argument("--json", metavar="FILE", help="also write the throughput figures as JSON")
+    parser.add_argument(
+        "--transcripts",
+        default=TRANSCRIPTS,
+        metavar="GLOB",
+        help="which transcripts of real/ to replay (default: all; '*partial*': mostly stream_event lines)",
+    )
     args = parser.parse_args()
     real = corpus_dir(args.corpus)
     if args.gb_memory:
-        memory(real, args.gigabytes)
+        memory(real, args.gigabytes, args.transcripts)
     else:
-        throughput(args.seconds, real, args.clock)
+        summary = throughput(args.seconds, real, args.clock, args.transcripts)
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def test_catastrophic_patterns_finish_on_long_inputs():
 
 
 def test_patterns_search_only_the_first_64_kib_of_the_input():
-    from helix_runner.domain.breakpoints import MAX_SEARCH_BYTES
+    from helix_runner.domain.bounds import BREAKPOINT_SEARCH_MAX_BYTES as MAX_SEARCH_BYTES
 
     bp = Breakpoint.create(kind=K.INPUT_PATTERN, regex="NEEDLE")
     assert bp.matches("Bash", "x" * (MAX_SEARCH_BYTES - 6) + "NEEDLE", 0, 0)

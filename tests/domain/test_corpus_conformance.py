@@ -14,9 +14,10 @@ Several are *incomplete* on purpose (a log cut before the final ``result``): tho
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
+from msgspec.structs import replace
 from support.corpus import CORPUS_ENV, external_corpus
 
 from helix_runner.domain.events import (

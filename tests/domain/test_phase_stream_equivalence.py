@@ -8,9 +8,9 @@ id carried onto lines without one, and the tool tracker's name and durations on 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
+import msgspec
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -138,7 +138,7 @@ lines_strategy = st.lists(
 def _normal(payload):
     """A payload without what the tool tracker fills in (name and durations of a tool result)."""
     if isinstance(payload, ToolCallFinished):
-        return dataclasses.replace(payload, name="", duration_ns=None, hook_duration_ms=None)
+        return msgspec.structs.replace(payload, name="", duration_ns=None, hook_duration_ms=None)
     return payload
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from helix_runner.domain.cost_ledger import usage_counts
 from helix_runner.domain.events import (
     ApiError,
     ApiRetry,
@@ -49,6 +50,12 @@ def parse(obj_or_line, **options):
 
 def payloads(obj, **options):
     return parse(obj, **options)[4]
+
+
+def counted(observation):
+    """A usage observation with its usage object (raw or typed) as the counts the ledger takes."""
+    message_id, model, usage, final = observation
+    return message_id, model, usage_counts(usage), final
 
 
 def assistant(*blocks, message_id="msg_01", model="claude-opus-5-5", usage=None, **extra):
@@ -470,9 +477,9 @@ def test_assistant_usage_is_reported_once_per_message_and_again_only_when_it_gro
     grown = parser.parse(
         orjson.dumps(assistant({"type": "text", "text": "c"}, usage={**usage, "output_tokens": 9})), 3, 0
     )[5]
-    assert first == ("msg_01", "claude-opus-5-5", usage, False)
+    assert counted(first) == ("msg_01", "claude-opus-5-5", usage_counts(usage), False)
     assert same is None  # the next block of the same message repeats the message_start usage
-    assert grown is not None and grown[2]["output_tokens"] == 9
+    assert grown is not None and usage_counts(grown[2])[1] == 9
 
 
 def test_assistant_text_is_bounded_at_a_character_boundary():
@@ -727,9 +734,10 @@ MESSAGE_START = {
 
 
 def test_stream_events_give_nothing_unless_asked_but_usage_still_counts():
-    assert parse(MESSAGE_START)[4:] == (
+    payloads_, observation = parse(MESSAGE_START)[4:]
+    assert (payloads_, counted(observation)) == (
         [],
-        ("msg_9", "claude-opus-5-5", {"input_tokens": 5, "output_tokens": 1}, False),
+        ("msg_9", "claude-opus-5-5", usage_counts({"input_tokens": 5, "output_tokens": 1}), False),
     )
     delta = {
         "type": "stream_event",
@@ -740,7 +748,8 @@ def test_stream_events_give_nothing_unless_asked_but_usage_still_counts():
             "usage": {"output_tokens": 31},
         },
     }
-    assert parse(delta)[4:] == ([], ("msg_9", "", {"output_tokens": 31}, True))
+    payloads_, observation = parse(delta)[4:]
+    assert (payloads_, counted(observation)) == ([], ("msg_9", "", usage_counts({"output_tokens": 31}), True))
     assert payloads(delta, include_partial_messages=True) == [
         PartialDelta(PartialDeltaKind.MESSAGE_DELTA, 0, "", "msg_9", "", "end_turn")
     ]

@@ -7,7 +7,7 @@ threshold is reached, then stay spent (a threshold is crossed once).
 Input patterns come from callers, so they run on RE2 (``google-re2``), whose search time is linear
 in the input: a backtracking engine such as Python's ``re`` takes exponential time on patterns
 like ``(a+)+$`` and would pin the event loop. RE2 has no backreferences or lookaround; patterns
-using them are rejected as invalid. The text searched is bounded too (``MAX_SEARCH_BYTES``).
+using them are rejected as invalid. The text searched is bounded too (``BREAKPOINT_SEARCH_MAX_BYTES``).
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from typing import Any
 
 import re2
 
+from helix_runner.domain.bounds import (
+    BREAKPOINT_REGEX_MAX_BYTES,
+    BREAKPOINT_SEARCH_MAX_BYTES,
+    MAX_BREAKPOINTS,
+)
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 
-MAX_REGEX_BYTES = 4 * 1024
-MAX_BREAKPOINTS = 256
-# A pattern sees the first 64 KiB of the input's compact JSON: the bound of ToolCall.input_json,
-# so a pattern matches what a client is shown. With RE2 a search costs at most about
-# (bytes searched) x (compiled program size), so bounding both bounds the time.
-MAX_SEARCH_BYTES = 64 * 1024
+# A pattern sees the first 64 KiB of the input's compact JSON (BREAKPOINT_SEARCH_MAX_BYTES): the
+# bound of ToolCall.input_json, so a pattern matches what a client is shown. With RE2 a search
+# costs at most about (bytes searched) x (compiled program size), so bounding both bounds the time.
 # RE2's own default; it caps the compiled program and the lazily built DFA of one pattern.
 REGEX_MAX_MEM = 8 << 20
 
@@ -46,8 +48,8 @@ _RE2_OPTIONS = _re2_options()
 
 def compile_pattern(regex: str, field_name: str) -> Any:
     """The RE2 pattern for a caller's regex; INVALID_ARGUMENT naming ``field_name`` if it is not one."""
-    if not regex or len(regex.encode("utf-8", "surrogatepass")) > MAX_REGEX_BYTES:
-        raise invalid_field(field_name, f"must be 1 to {MAX_REGEX_BYTES} bytes")
+    if not regex or len(regex.encode("utf-8", "surrogatepass")) > BREAKPOINT_REGEX_MAX_BYTES:
+        raise invalid_field(field_name, f"must be 1 to {BREAKPOINT_REGEX_MAX_BYTES} bytes")
     try:
         return re2.compile(regex, _RE2_OPTIONS)
     except re2.error as exc:
@@ -62,10 +64,10 @@ def compile_pattern(regex: str, field_name: str) -> Any:
 
 
 def search_bytes(input_json: str | bytes) -> bytes:
-    """The part of a tool input that patterns search: its first ``MAX_SEARCH_BYTES`` bytes."""
+    """The part of a tool input that patterns search: its first ``BREAKPOINT_SEARCH_MAX_BYTES`` bytes."""
     if isinstance(input_json, str):
         input_json = input_json.encode("utf-8", "surrogatepass")
-    return input_json[:MAX_SEARCH_BYTES]
+    return input_json[:BREAKPOINT_SEARCH_MAX_BYTES]
 
 
 class BreakpointKind(enum.Enum):

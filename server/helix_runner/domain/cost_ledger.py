@@ -25,54 +25,38 @@ message are consecutive, so that is plenty.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
-from helix_runner.domain.events import ModelUsage, TokenUsage, TurnResult, fast_init, maker
+from msgspec import UNSET
+
+from helix_runner.domain.cost import ModelCost, PhaseCostSnapshot
+from helix_runner.domain.events import TurnResult
 from helix_runner.domain.pricing import PriceTable, PricingSource, split_cache_writes
+from helix_runner.domain.stream_lines import Usage
+from helix_runner.domain.usage import ModelUsage, TokenUsage
+
+__all__ = ["CostLedger", "ModelCost", "PhaseCostSnapshot"]  # the values live in domain.cost
 
 _RECENT_IDS_KEPT = 1024
 _FOLD_ROWS = 256
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ModelCost:
-    """Usage and cost of one model in the phase (mirrors ``resources.proto`` ModelCost)."""
-
-    model: str
-    tokens: TokenUsage
-    reported_usd: float | None
-    computed_usd: float
-    pricing_source: PricingSource
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PhaseCostSnapshot:
-    """Reported (latest result) and computed cost of a phase (mirrors ``resources.proto`` PhaseCost)."""
-
-    reported_usd: float | None
-    computed_usd: float
-    difference_usd: float | None
-    computed_only: bool
-    tokens: TokenUsage
-    models: tuple[ModelCost, ...]
-    unpriced_models: tuple[str, ...]
-
-
-# Fast constructors (see events.fast_init): a snapshot is computed after every result.
-_TokenUsage = maker(TokenUsage)
-_ModelCost = maker(ModelCost)
-_PhaseCostSnapshot = maker(PhaseCostSnapshot)
 
 
 def _count(value: Any) -> int:
     return value if value.__class__ is int and value > 0 else 0
 
 
+def usage_counts(usage: Usage) -> list[int]:
+    """A message's usage → [input, output, cache read, 5m writes, 1h writes, web searches].
+
+    Raw or typed (``stream_lines.ApiUsage.counts``, the same rule for integer counts).
+    """
+    if usage.__class__ is dict:
+        return _usage_counts(usage)  # type: ignore[arg-type]
+    return usage.counts()  # type: ignore[union-attr]
+
+
 def _usage_counts(usage: dict[str, Any]) -> list[int]:
-    """Messages-API usage → [input, output, cache read, 5m writes, 1h writes, web searches]."""
+    """Raw Messages-API usage → [input, output, cache read, 5m writes, 1h writes, web searches]."""
     get = usage.get
     inp = get("input_tokens", 0)
     out = get("output_tokens", 0)
@@ -109,7 +93,7 @@ class CostLedger:
         # not yet added in, which are folded in batches (sums in C) to keep observing cheap. A row
         # holds counts, or a message's raw usage object, counted only when folded (see _fold).
         self._pending: dict[str, list[int]] = {}
-        self._rows: list[tuple[str, list[int] | dict[str, Any]]] = []
+        self._rows: list[tuple[str, list[int] | Usage]] = []
         # The last _RECENT_IDS_KEPT message ids → [model, output so far, baseline generation]. A
         # message is covered by the baseline once a result with modelUsage came after it, i.e. when
         # its generation is older than the current one (a counter, so that a result does not have
@@ -123,20 +107,29 @@ class CostLedger:
     # ----------------------------------------------------------------------------------------------
     # Updates.
 
-    def observe_message(self, message_id: str, model: str, usage: dict[str, Any]) -> bool:
+    def observe_message(self, message_id: str, model: str, usage: Usage) -> bool:
         """Usage from an assistant line or ``message_start``; returns True for a new message.
 
-        ``usage`` is kept, not copied, until it is counted: pass an object nobody changes (the
-        parsed line's, as PhaseStream does).
+        ``usage`` is the line's raw usage object, or its typed form (``stream_lines.ApiUsage``).
+        It is kept, not copied, until it is counted: pass an object nobody changes (the parsed
+        line's, as PhaseStream does).
         """
         recent = self._recent
         known = recent.get(message_id)
-        if known is not None:
-            self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
-            return False
-        output = usage.get("output_tokens", 0)
-        if output.__class__ is not int or output < 0:  # odd values: as _usage_counts counts them
-            output = _usage_counts(usage)[1]
+        if usage.__class__ is dict:
+            if known is not None:
+                self._raise_output(known, usage.get("output_tokens"))  # 2.0.x lines may grow (HM-1)
+                return False
+            output = usage.get("output_tokens", 0)
+            if output.__class__ is not int or output < 0:  # odd values: as _usage_counts counts them
+                output = _usage_counts(usage)[1]  # type: ignore[arg-type]
+        else:  # typed: the counts are integers (or the output count is UNSET when absent)
+            output = usage.output_tokens  # type: ignore[union-attr]
+            if known is not None:
+                self._raise_output(known, output)
+                return False
+            if output is UNSET:
+                output = 0
         recent[message_id] = [model, output, self._generation]
         order = self._recent_order
         order.append(message_id)
@@ -149,14 +142,15 @@ class CostLedger:
         self._snapshot = None
         return True
 
-    def observe_output(self, message_id: str, usage: dict[str, Any]) -> None:
+    def observe_output(self, message_id: str, usage: Usage) -> None:
         """Final output count of a message from a ``stream_event`` ``message_delta``.
 
         See docs/claude-cli-protocol.md §2.6.
         """
         known = self._recent.get(message_id)
         if known is not None:
-            self._raise_output(known, usage.get("output_tokens"))
+            output = usage.get("output_tokens") if usage.__class__ is dict else usage.output_tokens  # type: ignore[union-attr]
+            self._raise_output(known, output)
 
     def _raise_output(self, known: list[Any], output: Any) -> None:
         if output.__class__ is int and output > known[1]:
@@ -169,8 +163,8 @@ class CostLedger:
         """Add the pending rows into the per-model sums."""
         by_model: dict[str, list[list[int]]] = {}
         for model, counts in self._rows:
-            if counts.__class__ is dict:  # a message's usage, not counted yet
-                counts = _usage_counts(counts)  # type: ignore[arg-type]
+            if counts.__class__ is not list:  # a message's usage (raw or typed), not counted yet
+                counts = usage_counts(counts)  # type: ignore[arg-type]
             by_model.setdefault(model, []).append(counts)  # type: ignore[arg-type]
         self._rows = []
         for model, rows in by_model.items():
@@ -210,12 +204,12 @@ class CostLedger:
         tokens_by_model: dict[str, TokenUsage] = {m: mu.tokens for m, mu in self._baseline.items()}
         for model, counts in self._pending.items():
             previous = tokens_by_model.get(model)
-            usage = _TokenUsage(*counts)
+            usage = TokenUsage(*counts)
             tokens_by_model[model] = usage if previous is None else previous + usage
         models = []
         unpriced = []
         computed = 0.0
-        total_tokens = _TokenUsage()
+        total_tokens = TokenUsage()
         for model in sorted(tokens_by_model):
             tokens = tokens_by_model[model]
             cost, source = self._prices.cost_usd(model, tokens)
@@ -224,9 +218,9 @@ class CostLedger:
             computed += cost
             total_tokens = total_tokens + tokens
             baseline = self._baseline.get(model)
-            models.append(_ModelCost(model, tokens, baseline.cost_usd if baseline else None, cost, source))
+            models.append(ModelCost(model, tokens, baseline.cost_usd if baseline else None, cost, source))
         reported = self._reported_usd
-        return _PhaseCostSnapshot(
+        return PhaseCostSnapshot(
             reported_usd=reported,
             computed_usd=computed,
             difference_usd=None if reported is None else computed - reported,

@@ -1,152 +1,68 @@
-"""Typed domain events of a phase: one frozen dataclass per ``StreamEvent`` payload, plus the envelope.
+"""Typed domain events of a phase: one immutable struct per ``StreamEvent`` payload, plus the envelope.
 
-The classes mirror ``proto/helix/runner/v1/events.proto`` field by field (and its size bounds, see the
-header of ``resources.proto``) so that the mapping to protobuf in ``helix_runner.api.event_mapping`` is a
-plain copy. Domain code never imports generated code; enums carry the proto's numeric values.
+The classes mirror ``proto/helix/runner/v1/events.proto`` field by field (``tests/domain/
+test_proto_mirror.py`` checks it; size bounds in ``bounds``) so that the mapping to protobuf in
+``helix_runner.api.event_mapping`` is a plain copy. Domain code never imports generated code; enums
+carry the proto's numeric values.
 
 Units are in the field names: ``*_ms`` are the CLI's millisecond figures, ``*_ns`` come from our own
 clock. Absent optional numbers are ``None``; absent strings are ``""`` (as in proto3).
+
+Payloads are ``msgspec.Struct``s: frozen, built by msgspec's C constructor (the parser makes one or
+two per stdout line, and a struct is about 4x cheaper to build than a frozen dataclass), and not
+tracked by the garbage collector (they hold no cycles), so a long stream adds no GC work.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any
 
+import msgspec
+
+from helix_runner.domain.bounds import (  # noqa: F401  (re-exported: callers import them from here)
+    ASSISTANT_TEXT_MAX_BYTES,
+    PARTIAL_TEXT_MAX_BYTES,
+    RAW_UNKNOWN_MAX_BYTES,
+    RESULT_TEXT_MAX_BYTES,
+    SHORT_TEXT_MAX_BYTES,
+    STDERR_LINE_MAX_BYTES,
+    STRUCTURED_RESULT_MAX_BYTES,
+    TOOL_INPUT_MAX_BYTES,
+    TOOL_RESULT_PREVIEW_MAX_BYTES,
+    USER_TEXT_MAX_BYTES,
+    bound_bytes,
+    bound_text,
+    utf8_len,
+)
+from helix_runner.domain.cost import PhaseCostSnapshot
 from helix_runner.domain.phase_status import PhaseStatus  # PhaseStatusChanged uses the shared enum
-
-if TYPE_CHECKING:
-    from helix_runner.domain.cost_ledger import PhaseCostSnapshot
-
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
+from helix_runner.domain.usage import ModelUsage, TokenUsage
 
 
-def fast_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass an ``__init__`` about 3x faster, with the same signature.
+class _Payload(msgspec.Struct, frozen=True, gc=False):
+    """Base of the payloads: immutable, C-built, untracked by the GC (options inherited)."""
 
-    A frozen dataclass sets each field through ``object.__setattr__`` (to get past its own
-    ``__setattr__`` guard), which makes construction the single largest cost per stdout line. The
-    replacement briefly switches the new instance to a plain twin class with the identical slot
-    layout, stores the fields directly, and switches it back. Instances are genuine ``cls``
-    objects: immutable, with the dataclass ``repr``/``eq``/``hash``; ``dataclasses.replace`` works.
-    Apply it on top of ``@dataclass(frozen=True, slots=True)``.
 
-    It also compiles a *maker* for the hot path (see ``maker``): a plain function with the same
-    signature that skips ``type.__call__`` and the first class switch — it allocates the twin
-    directly, fills the slots and switches it to ``cls`` once — roughly 1.5-2x faster again.
+class _CarriesCliObject(msgspec.Struct, frozen=True):
+    """Base of the control payloads whose last field is the CLI's raw object (a dict, so GC-tracked).
+
+    That object is for the control layer, not the wire: it is left out of ``==``, ``hash`` and
+    ``repr`` (it may be large, and may hold tool input).
     """
-    params = dataclasses.fields(cls)  # type: ignore[arg-type]
-    if not cls.__dataclass_params__.frozen or not hasattr(cls, "__slots__"):
-        raise TypeError(f"{cls.__name__}: fast_init needs @dataclass(frozen=True, slots=True)")
-    if hasattr(cls, "__post_init__") or any(not f.init or f.kw_only for f in params):
-        raise TypeError(f"{cls.__name__}: fast_init supports plain init fields only")
-    twin = type(f"_{cls.__name__}Init", (), {"__slots__": cls.__slots__})
-    namespace: dict[str, Any] = {
-        "_cls": cls,
-        "_twin": twin,
-        "_set": object.__setattr__,
-        "_new": object.__new__,
-        "_MISSING": dataclasses.MISSING,
-    }
-    args, body = [], []
-    for f in params:
-        if f.default is not dataclasses.MISSING:
-            namespace[f"_d_{f.name}"] = f.default
-            args.append(f"{f.name}=_d_{f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            namespace[f"_f_{f.name}"] = f.default_factory
-            args.append(f"{f.name}=_MISSING")
-            body.append(f"    if {f.name} is _MISSING: {f.name} = _f_{f.name}()")
-        else:
-            args.append(f.name)
-        body.append(f"    self.{f.name} = {f.name}")
-    source = "\n".join(
-        [
-            f"def __init__(self, {', '.join(args)}):",
-            "    _set(self, '__class__', _twin)",
-            *body,
-            "    self.__class__ = _cls",
-            "",
-            f"def make({', '.join(args)}):",
-            "    self = _new(_twin)",
-            *body,
-            "    self.__class__ = _cls",
-            "    return self",
-        ]
-    )
-    exec(source, namespace)
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[misc]
-    make = namespace["make"]
-    make.__name__ = make.__qualname__ = f"make_{cls.__name__}"
-    make.__doc__ = f"Build a {cls.__name__} (same arguments as the class; see fast_init)."
-    _MAKERS[cls] = make
-    return cls
 
+    def _shown(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__struct_fields__[:-1])
 
-_MAKERS: dict[type, Callable[..., Any]] = {}
+    def __eq__(self, other: object) -> bool:
+        return other.__class__ is self.__class__ and self._shown() == other._shown()  # type: ignore[attr-defined]
 
+    def __hash__(self) -> int:
+        return hash(self._shown())
 
-def maker(cls: Callable[_P, _T]) -> Callable[_P, _T]:
-    """The fast constructor ``fast_init`` compiled for ``cls``: call it exactly like ``cls``.
-
-    For the per-line hot path only (it saves a ``type.__call__`` and a class switch per object);
-    everywhere else plain ``cls(...)`` is clearer and builds the identical object.
-    """
-    return _MAKERS[cls]  # type: ignore[index]
-
-
-# Size bounds (bytes of UTF-8), from the header comment of resources.proto and the field comments of
-# events.proto. Text is cut at a character boundary at or below the bound.
-TOOL_INPUT_MAX_BYTES = 64 * 1024
-TOOL_RESULT_PREVIEW_MAX_BYTES = 4 * 1024
-STRUCTURED_RESULT_MAX_BYTES = 16 * 1024
-ASSISTANT_TEXT_MAX_BYTES = 256 * 1024
-RESULT_TEXT_MAX_BYTES = 64 * 1024
-STDERR_LINE_MAX_BYTES = 4 * 1024
-RAW_UNKNOWN_MAX_BYTES = 64 * 1024
-PARTIAL_TEXT_MAX_BYTES = 64 * 1024
-USER_TEXT_MAX_BYTES = 64 * 1024
-SHORT_TEXT_MAX_BYTES = 4 * 1024  # hook output, task summary, API error text, control message
-
-
-def utf8_len(text: str) -> int:
-    """Byte length of ``text`` in UTF-8 (lone surrogates counted as 3 bytes, like the CLI writes them)."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def bound_text(text: str, max_bytes: int) -> tuple[str, int, bool]:
-    """Cut ``text`` to at most ``max_bytes`` of UTF-8: returns (text, full byte size, truncated).
-
-    The cut never splits a character. ASCII text (the common case) is handled without encoding.
-    """
-    n = len(text)
-    if text.isascii():
-        if n <= max_bytes:
-            return text, n, False
-        return text[:max_bytes], n, True
-    data = text.encode("utf-8", "surrogatepass")
-    size = len(data)
-    if size <= max_bytes:
-        return text, size, False
-    # "ignore" drops only the partial character left at the cut.
-    return data[:max_bytes].decode("utf-8", "ignore"), size, True
-
-
-def bound_bytes(data: bytes, max_bytes: int) -> tuple[str, int, bool]:
-    """Decode UTF-8 ``data`` cut to at most ``max_bytes``: returns (text, full byte size, truncated)."""
-    size = len(data)
-    if size <= max_bytes:
-        return data.decode("utf-8", "replace"), size, False
-    return data[:max_bytes].decode("utf-8", "ignore"), size, True
+    def __repr__(self) -> str:
+        fields = zip(self.__struct_fields__, self._shown(), strict=False)
+        return f"{type(self).__name__}({', '.join(f'{name}={value!r}' for name, value in fields)})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,56 +181,10 @@ class ParseErrorReason(enum.IntEnum):
 
 
 # --------------------------------------------------------------------------------------------------
-# Values carried by payloads.
+# Values carried by payloads (TokenUsage and ModelUsage live in ``usage``).
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """Tokens by kind (``resources.proto`` TokenUsage); input excludes cache reads and writes."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_write_5m_input_tokens: int = 0
-    cache_write_1h_input_tokens: int = 0
-    web_search_requests: int = 0
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return _MAKERS[TokenUsage](  # maker(TokenUsage), the fast constructor
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_input_tokens + other.cache_read_input_tokens,
-            self.cache_write_5m_input_tokens + other.cache_write_5m_input_tokens,
-            self.cache_write_1h_input_tokens + other.cache_write_1h_input_tokens,
-            self.web_search_requests + other.web_search_requests,
-        )
-
-    @property
-    def total_tokens(self) -> int:
-        """All tokens of every kind (web searches are requests, not tokens, and are left out)."""
-        return (
-            self.input_tokens
-            + self.output_tokens
-            + self.cache_read_input_tokens
-            + self.cache_write_5m_input_tokens
-            + self.cache_write_1h_input_tokens
-        )
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ModelUsage:
-    """One entry of ``result.modelUsage`` (subagents included; a running total for the process)."""
-
-    model: str
-    tokens: TokenUsage
-    cost_usd: float | None = None
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PermissionDenial:
+class PermissionDenial(_Payload):
     """One entry of ``result.permission_denials``."""
 
     tool_name: str
@@ -326,9 +196,7 @@ class PermissionDenial:
 # Payloads written by the CLI.
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SessionInit:
+class SessionInit(_Payload):
     """``system/init``: the CLI started a turn (written again at the start of every turn)."""
 
     model: str
@@ -342,9 +210,7 @@ class SessionInit:
     turn_index: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class AssistantText:
+class AssistantText(_Payload):
     """One text block of an assistant message (at most 256 KiB)."""
 
     text: str
@@ -354,9 +220,7 @@ class AssistantText:
     model: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Thinking:
+class Thinking(_Payload):
     """One thinking block (at most 256 KiB); ``redacted`` for redacted or signature-only blocks."""
 
     text: str
@@ -366,9 +230,7 @@ class Thinking:
     message_id: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolCallStarted:
+class ToolCallStarted(_Payload):
     """A ``tool_use`` (or ``server_tool_use``) block; input as compact JSON, at most 64 KiB."""
 
     tool_use_id: str
@@ -380,9 +242,7 @@ class ToolCallStarted:
     server_tool: bool = False
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolCallFinished:
+class ToolCallFinished(_Payload):
     """A ``tool_result`` for an earlier call; name and durations come from the tool tracker."""
 
     tool_use_id: str
@@ -397,9 +257,7 @@ class ToolCallFinished:
     hook_duration_ms: int | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ApiRetry:
+class ApiRetry(_Payload):
     """``system/api_retry``: the CLI retries an API request."""
 
     attempt: int
@@ -409,9 +267,7 @@ class ApiRetry:
     error: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ApiError:
+class ApiError(_Payload):
     """A synthetic assistant message (model ``<synthetic>``) reporting an API failure.
 
     See docs/claude-cli-protocol.md §2.3.
@@ -422,9 +278,7 @@ class ApiError:
     message: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class RateLimit:
+class RateLimit(_Payload):
     """``rate_limit_event`` (subscription auth only)."""
 
     status: str
@@ -433,9 +287,7 @@ class RateLimit:
     utilization: float | None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class TaskEvent:
+class TaskEvent(_Payload):
     """``system/task_started|progress|updated|notification``: a subagent or background task changed."""
 
     kind: TaskEventKind
@@ -452,9 +304,7 @@ class TaskEvent:
     duration_ms: int | None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Compaction:
+class Compaction(_Payload):
     """Compaction start (``system/status`` compacting) or end (``system/compact_boundary``)."""
 
     completed: bool
@@ -464,18 +314,14 @@ class Compaction:
     duration_ms: int | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class CliStatus:
+class CliStatus(_Payload):
     """``system/status`` other than compacting (e.g. ``requesting`` before each API call)."""
 
     status: str
     permission_mode: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class HookEvent:
+class HookEvent(_Payload):
     """``system/hook_started|progress|response`` (with ``--include-hook-events``).
 
     ``duration_ms`` and ``tool_use_id`` are not in the proto message; the tool tracker uses them
@@ -493,9 +339,7 @@ class HookEvent:
     tool_use_id: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PermissionDenied:
+class PermissionDenied(_Payload):
     """``system/permission_denied``: a tool call refused without asking.
 
     Advisory; ``result.permission_denials`` is authoritative (docs/claude-cli-protocol.md §2.2).
@@ -508,9 +352,7 @@ class PermissionDenied:
     message: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PartialDelta:
+class PartialDelta(_Payload):
     """One ``stream_event`` (only when the run asked for partial messages); text at most 64 KiB."""
 
     kind: PartialDeltaKind
@@ -521,9 +363,7 @@ class PartialDelta:
     stop_reason: str = ""
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class TurnResult:
+class TurnResult(_Payload):
     """A ``result`` line: one turn ended. A phase can have several (docs/claude-cli-protocol.md §0.5).
 
     ``total_cost_usd`` and ``model_usage`` are running totals for the process; ``usage`` is the main
@@ -555,13 +395,11 @@ class TurnResult:
     usage_since_last_result: tuple[ModelUsage, ...] | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ControlResponse:
+class ControlResponse(_CarriesCliObject):
     """``control_response``: the CLI answered a control request the server sent.
 
     ``request_subtype`` is unknown to the parser (the CLI does not echo it); the supervisor, which
-    sent the request, may fill it in with ``dataclasses.replace``.
+    sent the request, may fill it in with ``msgspec.structs.replace``.
     """
 
     request_id: str
@@ -570,12 +408,10 @@ class ControlResponse:
     error_code: str = ""
     request_subtype: str = ""
     # The success payload (e.g. get_context_usage's answer); for the control layer, not the wire.
-    response: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    response: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ControlRequest:
+class ControlRequest(_CarriesCliObject):
     """``control_request`` from the CLI (``can_use_tool``, ``hook_callback``, ...); the server answers it.
 
     ``request`` is the CLI's whole ``request`` object, unbounded, for the supervisor that must answer
@@ -586,12 +422,10 @@ class ControlRequest:
     subtype: str
     tool_name: str
     tool_use_id: str
-    request: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    request: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class UserMessage:
+class UserMessage(_Payload):
     """A user line that is not a tool result (injected message echo, replay, interrupt marker)."""
 
     text: str
@@ -600,9 +434,7 @@ class UserMessage:
     is_synthetic: bool
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolProgress:
+class ToolProgress(_Payload):
     """``tool_progress``: a long tool call is still running."""
 
     tool_use_id: str
@@ -610,9 +442,7 @@ class ToolProgress:
     elapsed_s: float
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class SessionWritesLost:
+class SessionWritesLost(_Payload):
     """``system/session_writes_lost``: at exit the CLI reports it could not save what ``lost`` names
     (``transcript``, ``global_config``) because the disk was full (``error_code`` ``ENOSPC``) or the
     quota used up (``EDQUOT``); resuming ``session_ids`` may miss part of the conversation.
@@ -623,9 +453,7 @@ class SessionWritesLost:
     session_ids: tuple[str, ...] = ()
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Unknown:
+class Unknown(_Payload):
     """A line (or assistant content block) of a type or subtype this server does not model.
 
     For an unknown content block inside a known line, ``type`` is the line's type and ``subtype``
@@ -642,17 +470,13 @@ class Unknown:
 # Payloads produced by the service.
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class CostUpdate:
+class CostUpdate(_Payload):
     """The phase's cost after a change."""
 
     cost: PhaseCostSnapshot
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class StderrOutput:
+class StderrOutput(_Payload):
     """A line the CLI wrote to stderr (at most 4 KiB, invalid UTF-8 replaced)."""
 
     text: str
@@ -665,9 +489,7 @@ class StderrOutput:
         return cls(text, truncated)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class PhaseStatusChanged:
+class PhaseStatusChanged(_Payload):
     """A status transition of the phase."""
 
     from_status: PhaseStatus
@@ -675,8 +497,7 @@ class PhaseStatusChanged:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class QueueState:
+class QueueState(_Payload):
     """Where a QUEUED phase stands in the admission queue (``resources.proto`` QueueState).
 
     Times are wall-clock nanoseconds since the epoch; ``position`` is 0 while the phase cannot
@@ -692,9 +513,7 @@ class QueueState:
     next_attempt: int = 1
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ControlEvent:
+class ControlEvent(_Payload):
     """A control action that took effect; ``message`` at most 4 KiB, ``input_json`` at most 64 KiB.
 
     The attempt fields are set for ATTEMPT_STARTED and RETRY_SCHEDULED, ``queue`` for QUEUED.
@@ -714,9 +533,7 @@ class ControlEvent:
     queue: QueueState | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ParseError:
+class ParseError(_Payload):
     """A stdout line that could not be parsed as written. Never contains the line itself (redacted by design).
 
     ``repaired``: a warning only; the line was repaired (U+FFFD for what had no valid form) and its
@@ -761,9 +578,7 @@ Payload = (
 )
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(msgspec.Struct, frozen=True, gc=False):
     """The envelope: a payload with its per-phase ``sequence`` (gap-free from 1) and receive time.
 
     ``receive_time_ns`` is wall-clock nanoseconds since the epoch at which the line's last byte was

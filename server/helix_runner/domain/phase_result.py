@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from helix_runner.domain.artifacts import PhaseArtifacts
-from helix_runner.domain.cost_ledger import PhaseCostSnapshot
+from helix_runner.domain.cost import PhaseCostSnapshot
 from helix_runner.domain.events import AttemptEndKind, PermissionDenial
 from helix_runner.domain.phase_outcome import ResourceFault
 from helix_runner.domain.phase_status import PhaseStatus

@@ -11,6 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from helix_runner.domain.bounds import (
+    ENV_VALUE_MAX_BYTES,
+    MAX_TURNS,
+    PROMPT_MAX_BYTES,
+    SYSTEM_PROMPT_MAX_BYTES,
+)
 from helix_runner.errors import invalid_field
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -18,10 +24,6 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_.:@/\[\]][A-Za-z0-9_.:@/\[\]-]{0,199}$")
 TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_][^\n\r\x00,]{0,511}$")
 
-MAX_PROMPT_BYTES = 1024 * 1024
-MAX_SYSTEM_PROMPT_BYTES = 64 * 1024
-MAX_ENV_VALUE_BYTES = 32 * 1024
-MAX_TURNS = 10_000
 PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan", "dontAsk")
 ON_DISCONNECT = ("CANCEL", "DETACH")
 # Resource limits (enforced by the phase's cgroup): below 32 MiB the CLI cannot even start.
@@ -94,8 +96,8 @@ class PhaseSpec:
         size = len(self.prompt.encode())
         if size == 0 or not self.prompt.strip():
             raise invalid_field("prompt", "must not be empty")
-        if size > MAX_PROMPT_BYTES:
-            raise invalid_field("prompt", f"is {size} bytes; the limit is {MAX_PROMPT_BYTES}")
+        if size > PROMPT_MAX_BYTES:
+            raise invalid_field("prompt", f"is {size} bytes; the limit is {PROMPT_MAX_BYTES}")
         if not self.working_dir:
             raise invalid_field("working_dir", "is required")
         for name in ("model", "fallback_model", "resume_session_id"):
@@ -112,8 +114,8 @@ class PhaseSpec:
             raise invalid_field("options.max_turns", f"must be between 0 and {MAX_TURNS}")
         if self.max_budget_usd is not None and not (0 < self.max_budget_usd < 1e6):
             raise invalid_field("options.max_budget_usd", "must be a positive amount")
-        if len(self.append_system_prompt.encode()) > MAX_SYSTEM_PROMPT_BYTES:
-            raise invalid_field("options.append_system_prompt", f"exceeds {MAX_SYSTEM_PROMPT_BYTES} bytes")
+        if len(self.append_system_prompt.encode()) > SYSTEM_PROMPT_MAX_BYTES:
+            raise invalid_field("options.append_system_prompt", f"exceeds {SYSTEM_PROMPT_MAX_BYTES} bytes")
         if self.timeout_s < 0 or self.idle_timeout_s < 0:
             raise invalid_field("options.timeout", "must not be negative")
         if self.memory_limit_bytes and not MIN_MEMORY_LIMIT_BYTES <= self.memory_limit_bytes < 2**62:
@@ -135,7 +137,7 @@ class PhaseSpec:
         for key, value in self.env.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", key):
                 raise invalid_field("options.env", f"{key[:80]!r} is not a valid variable name")
-            if "\x00" in value or len(value.encode()) > MAX_ENV_VALUE_BYTES:
+            if "\x00" in value or len(value.encode()) > ENV_VALUE_MAX_BYTES:
                 raise invalid_field("options.env", f"value of {key} is too long or contains NUL")
         _check_workspace(self)
         _check_run_options(self)
@@ -166,8 +168,8 @@ def _check_workspace(spec: PhaseSpec) -> None:
 
 
 def _check_run_options(spec: PhaseSpec) -> None:
-    if len(spec.system_prompt.encode()) > MAX_SYSTEM_PROMPT_BYTES:
-        raise invalid_field("options.system_prompt", f"exceeds {MAX_SYSTEM_PROMPT_BYTES} bytes")
+    if len(spec.system_prompt.encode()) > SYSTEM_PROMPT_MAX_BYTES:
+        raise invalid_field("options.system_prompt", f"exceeds {SYSTEM_PROMPT_MAX_BYTES} bytes")
     if spec.effort not in EFFORTS:
         raise invalid_field("options.effort", f"{spec.effort[:40]!r} is not one of {', '.join(EFFORTS[1:])}")
     if spec.tools:

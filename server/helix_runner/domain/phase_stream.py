@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from helix_runner.domain.attempt_cost import carried_usage, own_cost, sum_costs
-from helix_runner.domain.cost_ledger import CostLedger, PhaseCostSnapshot
+from helix_runner.domain.cost import PhaseCostSnapshot
+from helix_runner.domain.cost_ledger import CostLedger
 from helix_runner.domain.events import (
     CostUpdate,
     Event,
@@ -31,11 +32,11 @@ from helix_runner.domain.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnResult,
-    maker,
 )
 from helix_runner.domain.line_framer import DEFAULT_MAX_LINE_BYTES, LineFramer
 from helix_runner.domain.pricing import ModelPrice, PriceTable
-from helix_runner.domain.stream_parser import SHAPE_ERRORS, StreamParser
+from helix_runner.domain.stream_lines import decode_line as _decode_line
+from helix_runner.domain.stream_parser import SHAPE_ERRORS, TYPED_MISSES, StreamParser
 from helix_runner.domain.tool_tracker import ToolTracker
 
 # A real phase writes one result per turn; the bound only keeps pathological streams flat in memory.
@@ -114,52 +115,71 @@ class PhaseStream:
         out: list[Event] = []
         append = out.append
         parser = self._parser
+        typed = parser.typed_handlers
         handlers = parser.handlers
         ledger = self._ledger
         tools = self._tools
+        # msgspec does not validate UTF-8 in what it skips: lines of a chunk with non-ASCII bytes
+        # are validated one by one (the first line may also hold bytes of earlier chunks).
+        ascii_chunk = chunk.isascii()
         seq = self._sequence  # kept in a local on the hot path; written back before any other use
         for i, line in enumerate(lines):
-            # StreamParser.parse, inlined: the common line costs one loads, one handler call and
-            # the envelope; anything unusual takes the parser's own (exact) slow paths.
+            # StreamParser.parse, inlined: the common line costs one typed decode and one handler;
+            # every other line takes the generic path (orjson, dict handlers), and anything
+            # unusual the parser's own exact slow paths.
             try:
-                obj = _loads(line)
-            except _JSONDecodeError:  # also what orjson raises for a framer's ParseError entry
-                if line.__class__ is ParseError:  # over-long line, reported by the framer
-                    self._parse_errors += 1
-                    seq += 1
-                    append(_Event(seq, now, self._session_id or "", "", "", "", line))
-                    continue
-                if not line or bytes(line).isspace():
-                    continue  # blank lines are counted (line numbers) but never reported
-                sid, parent, agent, uid, payloads, usage = parser.parse(line, line_no + i, offsets[i])
-            else:
+                msg = _decode_line(line)  # TypeError for a framer's ParseError entry
+                if not ascii_chunk or not i:
+                    str(line, "utf-8")  # after decoding: a line of another type fails before this
+                payloads, usage = typed[msg.__class__](msg)
+            except _TYPED_MISSES:
                 try:
-                    handler = handlers[obj["type"]]
-                except (KeyError, TypeError):  # not an object, no type, an unknown type
-                    sid, parent, agent, uid, payloads, usage = parser.parse_unhandled(
-                        obj, line, line_no + i, offsets[i]
+                    obj = _loads(line)
+                except _JSONDecodeError:  # also what orjson raises for a framer's ParseError entry
+                    if line.__class__ is ParseError:  # over-long line, reported by the framer
+                        self._parse_errors += 1
+                        seq += 1
+                        append(Event(seq, now, self._session_id or "", "", "", "", line))
+                        continue
+                    if not line or bytes(line).isspace():
+                        continue  # blank lines are counted (line numbers) but never reported
+                    sid, parent, agent, uid, payloads, usage = parser.parse_generic(
+                        line, line_no + i, offsets[i]
                     )
                 else:
                     try:
-                        payloads, usage = handler(obj, line)
-                    except SHAPE_ERRORS as exc:
-                        sid, parent, agent, uid, payloads, usage = parser.parse_failed(
-                            obj, exc, line, line_no + i, offsets[i]
+                        handler = handlers[obj["type"]]
+                    except (KeyError, TypeError):  # not an object, no type, an unknown type
+                        sid, parent, agent, uid, payloads, usage = parser.parse_unhandled(
+                            obj, line, line_no + i, offsets[i]
                         )
                     else:
-                        if payloads:  # the envelope (stream_parser.envelope) is only read for events
-                            sid = obj.get("session_id")
-                            parent = obj.get("parent_tool_use_id")
-                            agent = obj.get("agent_id")
-                            uid = obj.get("uuid")
-                            if sid.__class__ is not str:
-                                sid = ""
-                            if parent.__class__ is not str:
-                                parent = ""
-                            if agent.__class__ is not str:
-                                agent = ""
-                            if uid.__class__ is not str:
-                                uid = ""
+                        try:
+                            payloads, usage = handler(obj, line)
+                        except SHAPE_ERRORS as exc:
+                            sid, parent, agent, uid, payloads, usage = parser.parse_failed(
+                                obj, exc, line, line_no + i, offsets[i]
+                            )
+                        else:
+                            if payloads:  # the envelope (stream_parser.envelope) is only read for events
+                                sid = obj.get("session_id")
+                                parent = obj.get("parent_tool_use_id")
+                                agent = obj.get("agent_id")
+                                uid = obj.get("uuid")
+                                if sid.__class__ is not str:
+                                    sid = ""
+                                if parent.__class__ is not str:
+                                    parent = ""
+                                if agent.__class__ is not str:
+                                    agent = ""
+                                if uid.__class__ is not str:
+                                    uid = ""
+            else:
+                if payloads:
+                    sid = msg.session_id
+                    parent = msg.parent_tool_use_id or ""
+                    agent = msg.agent_id or ""
+                    uid = msg.uuid or ""
             cost_changed = False
             if usage is not None:
                 if usage[3]:
@@ -176,7 +196,7 @@ class PhaseStream:
                     cls = payload.__class__
                     seq += 1
                     if cls not in _SIDE_EFFECTS:  # the common case: text, thinking, system lines
-                        append(_Event(seq, now, sid, parent, agent, uid, payload))
+                        append(Event(seq, now, sid, parent, agent, uid, payload))
                         continue
                     if cls is ToolCallStarted:
                         tools.start(payload, now, seq, parent, agent)
@@ -210,7 +230,7 @@ class PhaseStream:
                     elif cls is ParseError:
                         if not payload.repaired:  # a repaired line's events follow: not lost
                             self._parse_errors += 1
-                    append(_Event(seq, now, sid, parent, agent, uid, payload))
+                    append(Event(seq, now, sid, parent, agent, uid, payload))
             if cost_changed and (
                 self._last_cost_ns is None or now - self._last_cost_ns >= COST_UPDATE_INTERVAL_NS
             ):
@@ -326,17 +346,16 @@ class PhaseStream:
 
     def _event(self, now: int, sid: str, parent: str, agent: str, payload: Payload, uid: str = "") -> Event:
         self._sequence += 1
-        return _Event(self._sequence, now, sid, parent, agent, uid, payload)
+        return Event(self._sequence, now, sid, parent, agent, uid, payload)
 
     def _cost_event(self, now: int, out: list[Event]) -> None:
         snapshot = self.cost
         self._last_cost = snapshot
         self._last_cost_ns = now
-        out.append(self._event(now, self._session_id or "", "", "", _CostUpdate(snapshot)))
+        out.append(self._event(now, self._session_id or "", "", "", CostUpdate(snapshot)))
 
 
-_Event = maker(Event)
-_CostUpdate = maker(CostUpdate)
+_TYPED_MISSES = TYPED_MISSES
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 # Slot setters of the fields of a ToolCallFinished that only the tracker knows (see feed).

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from helix_runner.domain.events import TokenUsage
+from helix_runner.domain.usage import TokenUsage
 
 _MTOK = 1_000_000.0
 

@@ -12,7 +12,15 @@ Dispatch is on ``type``, then ``subtype`` — never on key order or prefixes, wh
 * synthetic API-error assistant messages have model ``<synthetic>`` and an ``error`` (CAP 10);
 * unknown types, subtypes and content blocks pass through as ``Unknown`` (notes §0.6).
 
-The parser is pure apart from counting ``system/init`` lines (for ``SessionInit.turn_index``).
+Two paths, one result. The *typed* path decodes the common lines (assistant, user, stream_event)
+straight into ``stream_lines`` structs with msgspec and builds their payloads from typed fields;
+the *generic* path (``parse_generic``: ``orjson.loads``, then a handler per ``type`` reading the
+dict) takes every other line and every line the typed schema does not accept. On any line both
+accept they give the same payloads (``tests/domain/test_stream_lines.py``); the typed path is only
+faster (it skips what it does not need and builds no dicts).
+
+The parser is pure apart from counting ``system/init`` lines (for ``SessionInit.turn_index``) and
+remembering the last message's usage.
 Nothing here raises on bad input: a line that cannot be read yields a ``ParseError`` that never
 contains the line's content. A line whose only defect is its text encoding (invalid UTF-8, an
 unpaired surrogate escape) is repaired instead (``line_repair``): its events are delivered after
@@ -24,9 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import orjson
+from msgspec import UNSET
 
-from helix_runner.domain.events import (
+from helix_runner.domain.bounds import (
     ASSISTANT_TEXT_MAX_BYTES,
     PARTIAL_TEXT_MAX_BYTES,
     RAW_UNKNOWN_MAX_BYTES,
@@ -36,6 +46,11 @@ from helix_runner.domain.events import (
     TOOL_INPUT_MAX_BYTES,
     TOOL_RESULT_PREVIEW_MAX_BYTES,
     USER_TEXT_MAX_BYTES,
+    bound_bytes,
+    bound_text,
+    utf8_len,
+)
+from helix_runner.domain.events import (
     ApiError,
     ApiRetry,
     AssistantText,
@@ -45,7 +60,6 @@ from helix_runner.domain.events import (
     ControlResponse,
     HookEvent,
     HookEventKind,
-    ModelUsage,
     ParseError,
     ParseErrorReason,
     PartialDelta,
@@ -59,48 +73,37 @@ from helix_runner.domain.events import (
     TaskEvent,
     TaskEventKind,
     Thinking,
-    TokenUsage,
     ToolCallFinished,
     ToolCallStarted,
     ToolProgress,
     TurnResult,
     Unknown,
     UserMessage,
-    bound_bytes,
-    bound_text,
-    maker,
-    utf8_len,
 )
 from helix_runner.domain.line_repair import repair_line
 from helix_runner.domain.pricing import split_cache_writes
-
-# Fast constructors of the payload classes (see events.fast_init): this module builds one or two
-# per stdout line.
-_ApiError = maker(ApiError)
-_ApiRetry = maker(ApiRetry)
-_AssistantText = maker(AssistantText)
-_CliStatus = maker(CliStatus)
-_Compaction = maker(Compaction)
-_ControlRequest = maker(ControlRequest)
-_ControlResponse = maker(ControlResponse)
-_HookEvent = maker(HookEvent)
-_ModelUsage = maker(ModelUsage)
-_ParseError = maker(ParseError)
-_PartialDelta = maker(PartialDelta)
-_PermissionDenial = maker(PermissionDenial)
-_PermissionDenied = maker(PermissionDenied)
-_RateLimit = maker(RateLimit)
-_SessionInit = maker(SessionInit)
-_SessionWritesLost = maker(SessionWritesLost)
-_TaskEvent = maker(TaskEvent)
-_Thinking = maker(Thinking)
-_TokenUsage = maker(TokenUsage)
-_ToolCallFinished = maker(ToolCallFinished)
-_ToolCallStarted = maker(ToolCallStarted)
-_ToolProgress = maker(ToolProgress)
-_TurnResult = maker(TurnResult)
-_Unknown = maker(Unknown)
-_UserMessage = maker(UserMessage)
+from helix_runner.domain.stream_lines import (
+    AssistantLine,
+    ContentBlockDelta,
+    ContentBlockStart,
+    ContentBlockStop,
+    InputJsonDelta,
+    MessageDelta,
+    MessageStart,
+    MessageStop,
+    ServerToolUseBlock,
+    StreamEventLine,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+    UserLine,
+    decode_line,
+)
+from helix_runner.domain.usage import ModelUsage, TokenUsage
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -113,10 +116,20 @@ SYNTHETIC_MODEL = "<synthetic>"
 SHAPE_ERRORS = (KeyError, TypeError, AttributeError, ValueError, IndexError, ArithmeticError)
 
 
-# What the cost ledger needs from an assistant line or a stream_event: (message id, model, the raw
-# Messages-API usage object, final_output). ``final_output`` marks a ``message_delta``, whose usage
-# carries only the final ``output_tokens``. Plain tuples: this is the hot path.
-UsageObservation = tuple[str, str, dict[str, Any], bool]
+class NotTyped(ValueError):
+    """Raised by a typed handler for a line its schema accepts but it leaves to the generic path."""
+
+
+# Why the typed path passes a line on to the generic one: off the schema (msgspec), invalid UTF-8
+# (the check before decoding), a value orjson cannot write back (TypeError), or NotTyped.
+TYPED_MISSES = (msgspec.DecodeError, *SHAPE_ERRORS)
+
+
+# What the cost ledger needs from an assistant line or a stream_event: (message id, model, the
+# Messages-API usage object — raw, or typed by stream_lines —, final_output). ``final_output``
+# marks a ``message_delta``, whose usage carries only the final ``output_tokens``. Plain tuples:
+# this is the hot path.
+UsageObservation = tuple[str, str, Usage, bool]
 
 # What one line produced: (session_id, parent_tool_use_id, agent_id, uuid, payloads in order,
 # usage observation or None). The first four are the CLI's envelope fields, "" when absent.
@@ -200,7 +213,7 @@ def _ints(*values: Any) -> list[int]:
 def token_usage_from_api(usage: Any) -> TokenUsage:
     """Messages-API ``usage`` (snake_case, as on assistant lines and ``result.usage``) → TokenUsage."""
     if usage.__class__ is not dict:
-        return _TokenUsage()
+        return TokenUsage()
     get = usage.get
     inp, out, read, write = _ints(
         get("input_tokens"),
@@ -217,7 +230,7 @@ def token_usage_from_api(usage: Any) -> TokenUsage:
         write_5m, write_1h = write, 0
     server = get("server_tool_use")
     searches = _int0(server.get("web_search_requests")) if server.__class__ is dict else 0
-    return _TokenUsage(inp, out, read, write_5m, write_1h, searches)
+    return TokenUsage(inp, out, read, write_5m, write_1h, searches)
 
 
 def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelUsage, ...]:
@@ -246,8 +259,8 @@ def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelU
             main_loop_1h if model == main_model else 0,
         )
         out.append(
-            _ModelUsage(
-                model, _TokenUsage(inp, output, read, write_5m, write_1h, searches), _float(get("costUSD"))
+            ModelUsage(
+                model, TokenUsage(inp, output, read, write_5m, write_1h, searches), _float(get("costUSD"))
             )
         )
     return tuple(out)
@@ -292,6 +305,7 @@ class StreamParser:
         "_init_count",
         "_handlers",
         "_system_handlers",
+        "_typed_handlers",
         "_last_usage_id",
         "_last_output",
     )
@@ -332,6 +346,11 @@ class StreamParser:
             "task_notification": _task_notification,
             "session_writes_lost": _session_writes_lost,
         }
+        self._typed_handlers: dict[type, Callable[[Any], _Handled]] = {
+            AssistantLine: self._typed_assistant,
+            UserLine: self._typed_user,
+            StreamEventLine: self._typed_stream_event,
+        }
 
     # ----------------------------------------------------------------------------------------------
     # Entry point.
@@ -339,9 +358,31 @@ class StreamParser:
     def parse(self, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
         """Parse one complete line (no newline). Never raises; bad lines give a ParseError payload.
 
-        ``PhaseStream.feed`` runs the same steps inline (it is the hot path): ``loads``, the handler
-        of ``obj["type"]``, then ``parse_unhandled`` / ``parse_failed`` for the rare lines that have
-        no handler or break it, and ``envelope``.
+        The typed path first (``stream_lines``: the common lines, decoded straight into structs),
+        the generic one for every other line. ``PhaseStream.feed`` runs the same steps inline (it
+        is the hot path).
+        """
+        try:
+            if not line.isascii():
+                str(line, "utf-8")  # msgspec does not validate what it skips (see stream_lines)
+            msg = decode_line(line)
+            payloads, usage = self._typed_handlers[msg.__class__](msg)
+        except TYPED_MISSES:
+            return self.parse_generic(line, line_number, byte_offset)
+        return (
+            msg.session_id or "",
+            msg.parent_tool_use_id or "",
+            msg.agent_id or "",
+            msg.uuid or "",
+            payloads,
+            usage,
+        )
+
+    def parse_generic(self, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
+        """``parse`` the generic way: ``orjson.loads``, then the handler of ``obj["type"]``.
+
+        Handles every line: any shape, unknown types (passed through as ``Unknown``), unreadable
+        lines (repaired when only their encoding is broken, else a ``ParseError``).
         """
         try:
             obj = _loads(line)
@@ -364,8 +405,17 @@ class StreamParser:
 
     @property
     def handlers(self) -> dict[str, Callable[[dict[str, Any], Any], _Handled]]:
-        """Line type → handler returning (payloads, usage observation); may raise a shape error."""
+        """Line type → generic handler returning (payloads, usage observation); may raise a shape error."""
         return self._handlers
+
+    @property
+    def typed_handlers(self) -> dict[type, Callable[[Any], _Handled]]:
+        """Typed line class (``stream_lines.Line``) → handler returning (payloads, usage observation).
+
+        A handler may raise one of ``TYPED_MISSES`` (then the line takes the generic path); it
+        changes the parser's state only once it cannot fail any more.
+        """
+        return self._typed_handlers
 
     def parse_unhandled(self, obj: Any, line: bytes, line_number: int, byte_offset: int) -> ParsedLine:
         """A parsed line without a handler: not an object, no string type, or an unknown type."""
@@ -403,7 +453,7 @@ class StreamParser:
                 pass  # broken beyond its encoding: reported as such below
             else:
                 sid, parent, agent, uid, payloads, usage = self._parsed(obj, fixed, line_number, byte_offset)
-                warning = _ParseError(reason, len(line), line_number, byte_offset, detail, True)
+                warning = ParseError(reason, len(line), line_number, byte_offset, detail, True)
                 return sid, parent, agent, uid, [warning, *payloads], usage
         try:
             line.decode("utf-8")
@@ -423,7 +473,7 @@ class StreamParser:
 
     def _unknown(self, kind: str, subtype: Any, line: bytes) -> Unknown:
         raw = bound_bytes(bytes(line), RAW_UNKNOWN_MAX_BYTES)[0] if self._include_raw else ""
-        return _Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
+        return Unknown(kind, subtype if subtype.__class__ is str else "", raw, len(line))
 
     # ----------------------------------------------------------------------------------------------
     # assistant / user.
@@ -444,7 +494,7 @@ class StreamParser:
             text = "\n".join(
                 _str(b.get("text")) for b in content if b.__class__ is dict and b.get("type") == "text"
             )
-            error = _ApiError(
+            error = ApiError(
                 _str(obj.get("error")),
                 _int(obj.get("api_error_status")),
                 bound_text(text, SHORT_TEXT_MAX_BYTES)[0],
@@ -456,10 +506,10 @@ class StreamParser:
             if btype == "text":
                 text = block["text"]
                 if text.isascii() and len(text) <= ASSISTANT_TEXT_MAX_BYTES:  # fast path of bound_text
-                    payloads.append(_AssistantText(text, len(text), False, message_id, model))
+                    payloads.append(AssistantText(text, len(text), False, message_id, model))
                 else:
                     text, size, cut = bound_text(text, ASSISTANT_TEXT_MAX_BYTES)
-                    payloads.append(_AssistantText(text, size, cut, message_id, model))
+                    payloads.append(AssistantText(text, size, cut, message_id, model))
             elif btype == "tool_use" or btype == "server_tool_use":
                 try:
                     data = _dumps(block.get("input"))
@@ -475,7 +525,7 @@ class StreamParser:
                 if tool_use_id.__class__ is not str:  # _id, inlined
                     raise TypeError("tool_use id is not a string")
                 payloads.append(
-                    _ToolCallStarted(
+                    ToolCallStarted(
                         tool_use_id,
                         name if name.__class__ is str else "",
                         input_json,
@@ -489,9 +539,9 @@ class StreamParser:
                 # Redacted/omitted thinking arrives as "" with only a signature (notes §2.3).
                 thinking = _str(block.get("thinking"))
                 text, size, cut = bound_text(thinking, ASSISTANT_TEXT_MAX_BYTES)
-                payloads.append(_Thinking(text, size, cut, not thinking, message_id))
+                payloads.append(Thinking(text, size, cut, not thinking, message_id))
             elif btype == "redacted_thinking":
-                payloads.append(_Thinking("", 0, False, True, message_id))
+                payloads.append(Thinking("", 0, False, True, message_id))
             elif btype.endswith("_tool_result") and block.get("tool_use_id").__class__ is str:
                 # Server tool results (web_search_tool_result, ...) close a server_tool_use call.
                 result_content = block.get("content")
@@ -499,7 +549,7 @@ class StreamParser:
                     "_error"
                 )
                 preview, size, cut = _content_preview(result_content, TOOL_RESULT_PREVIEW_MAX_BYTES)
-                payloads.append(_ToolCallFinished(block["tool_use_id"], "", is_error, preview, size, cut))
+                payloads.append(ToolCallFinished(block["tool_use_id"], "", is_error, preview, size, cut))
             else:
                 payloads.append(self._unknown("assistant", f"block:{btype}", line))
         usage = msg.get("usage")
@@ -517,7 +567,7 @@ class StreamParser:
         content = msg["content"]
         if content.__class__ is str:
             text, _, cut = bound_text(content, USER_TEXT_MAX_BYTES)
-            message = _UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
+            message = UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
             return [message], None
         payloads: list[Payload] = []
         texts: list[str] = []
@@ -553,7 +603,7 @@ class StreamParser:
                 if tool_use_id.__class__ is not str:  # _id, inlined
                     raise TypeError("tool_use id is not a string")
                 payloads.append(
-                    _ToolCallFinished(
+                    ToolCallFinished(
                         tool_use_id,
                         "",
                         block.get("is_error") is True,
@@ -571,9 +621,144 @@ class StreamParser:
         if texts:
             text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
             payloads.append(
-                _UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
+                UserMessage(text, cut, obj.get("isReplay") is True, obj.get("isSynthetic") is True)
             )
         return payloads, None
+
+    # ----------------------------------------------------------------------------------------------
+    # The typed path (stream_lines). Each handler gives exactly what the generic handler of the
+    # same type gives for the same line; it raises (TYPED_MISSES) for anything it does not cover.
+
+    def _typed_assistant(self, line: AssistantLine) -> _Handled:
+        if line.error is not None or line.is_api_error_message is True:
+            raise NotTyped("synthetic API-error message")
+        msg = line.message
+        message_id = msg.id
+        model = msg.model
+        payloads: list[Payload] = []
+        append = payloads.append
+        for block in msg.content:
+            cls = block.__class__
+            if cls is TextBlock:
+                text = block.text
+                if text.isascii() and len(text) <= ASSISTANT_TEXT_MAX_BYTES:  # fast path of bound_text
+                    append(AssistantText(text, len(text), False, message_id, model))
+                else:
+                    text, size, cut = bound_text(text, ASSISTANT_TEXT_MAX_BYTES)
+                    append(AssistantText(text, size, cut, message_id, model))
+            elif cls is ToolUseBlock or cls is ServerToolUseBlock:
+                data = _dumps(block.input)  # TypeError (e.g. an integer past 64 bits): generic path
+                size = len(data)
+                if size <= TOOL_INPUT_MAX_BYTES:
+                    input_json, cut = data.decode(), False
+                else:
+                    input_json, size, cut = bound_bytes(data, TOOL_INPUT_MAX_BYTES)
+                append(
+                    ToolCallStarted(
+                        block.id, block.name, input_json, size, cut, message_id, cls is ServerToolUseBlock
+                    )
+                )
+            elif cls is ThinkingBlock:
+                # Redacted/omitted thinking arrives as "" with only a signature (notes §2.3).
+                thinking = block.thinking
+                text, size, cut = bound_text(thinking, ASSISTANT_TEXT_MAX_BYTES)
+                append(Thinking(text, size, cut, not thinking, message_id))
+            else:  # RedactedThinkingBlock
+                append(Thinking("", 0, False, True, message_id))
+        usage = msg.usage
+        if usage is None or not message_id or model == SYNTHETIC_MODEL:
+            return payloads, None
+        output = usage.output_tokens
+        if output is UNSET:  # absent (the generic path reads it with a default of 0)
+            output = 0
+        if message_id == self._last_usage_id and output <= self._last_output:
+            return payloads, None  # same message, nothing new for the ledger
+        self._last_usage_id = message_id
+        self._last_output = output
+        return payloads, (message_id, model, usage, False)
+
+    def _typed_user(self, line: UserLine) -> _Handled:
+        payloads: list[Payload] = []
+        texts: list[str] = []
+        structured = line.tool_use_result
+        for block in line.message.content:
+            if block.__class__ is ToolResultBlock:
+                result = block.content
+                if result.__class__ is str:
+                    if result.isascii():  # bound_text's fast path
+                        size = len(result)
+                        cut = size > TOOL_RESULT_PREVIEW_MAX_BYTES
+                        preview = result[:TOOL_RESULT_PREVIEW_MAX_BYTES] if cut else result
+                    else:
+                        preview, size, cut = bound_text(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
+                elif result is None or result.__class__ is list:
+                    preview, size, cut = _content_preview(result, TOOL_RESULT_PREVIEW_MAX_BYTES)
+                else:  # _compact_json would write str(value) where orjson cannot encode it
+                    raise NotTyped("tool result content of another type")
+                # The CLI writes one tool result per user line with its structured output
+                # alongside (CAP 02); with several results in one line it goes with the first.
+                if structured is not None:
+                    data = _dumps(structured)  # TypeError: generic path (see _typed_assistant)
+                    if len(data) <= STRUCTURED_RESULT_MAX_BYTES:
+                        sjson, scut = data.decode(), False
+                    else:
+                        sjson, _, scut = bound_bytes(data, STRUCTURED_RESULT_MAX_BYTES)
+                    structured = None
+                else:
+                    sjson, scut = "", False
+                payloads.append(
+                    ToolCallFinished(
+                        block.tool_use_id, "", block.is_error is True, preview, size, cut, sjson, scut
+                    )
+                )
+            else:  # UserTextBlock
+                texts.append(block.text)
+        if texts:
+            text, _, cut = bound_text("\n".join(texts), USER_TEXT_MAX_BYTES)
+            payloads.append(UserMessage(text, cut, line.is_replay is True, line.is_synthetic is True))
+        return payloads, None
+
+    def _typed_stream_event(self, line: StreamEventLine) -> _Handled:
+        event = line.event
+        cls = event.__class__
+        message_id = line.api_message_id or ""
+        observation = None
+        if cls is MessageStart:
+            message = event.message
+            if message is not None:
+                message_id = message_id or message.id
+                usage = message.usage
+                if usage is not None and message_id and message.model != SYNTHETIC_MODEL:
+                    observation = (message_id, message.model, usage, False)
+        elif cls is MessageDelta:
+            if event.usage is not None and message_id:
+                observation = (message_id, "", event.usage, True)
+        if not self._include_partial:
+            # The run did not ask for partial messages: no event, but the usage still counts.
+            return [], observation
+        index = event.index
+        if cls is ContentBlockDelta:
+            delta = event.delta
+            dcls = delta.__class__
+            if dcls is TextDelta:
+                kind, text = PartialDeltaKind.TEXT_DELTA, delta.text
+            elif dcls is ThinkingDelta:
+                kind, text = PartialDeltaKind.THINKING_DELTA, delta.thinking
+            elif dcls is InputJsonDelta:
+                kind, text = PartialDeltaKind.INPUT_JSON_DELTA, delta.partial_json
+            else:  # SignatureDelta
+                kind, text = PartialDeltaKind.SIGNATURE_DELTA, delta.signature
+            payload = PartialDelta(kind, index, bound_text(text, PARTIAL_TEXT_MAX_BYTES)[0], message_id)
+        elif cls is ContentBlockStart:
+            block = event.content_block
+            block_type = block.type if block is not None else ""
+            payload = PartialDelta(PartialDeltaKind.CONTENT_BLOCK_START, index, "", message_id, block_type)
+        elif cls is MessageDelta:
+            stop = (event.delta.stop_reason or "") if event.delta is not None else ""
+            payload = PartialDelta(PartialDeltaKind.MESSAGE_DELTA, index, "", message_id, "", stop)
+        else:
+            payload = PartialDelta(_TYPED_EVENT_KINDS[cls], index, "", message_id)
+        return [payload], observation
 
     # ----------------------------------------------------------------------------------------------
     # system.
@@ -594,7 +779,7 @@ class StreamParser:
                 servers.append(f"{_str(server.get('name'))}:{_str(server.get('status'))}")
             elif server.__class__ is str:
                 servers.append(server)
-        return _SessionInit(
+        return SessionInit(
             _str(obj.get("model")),
             _strings(obj.get("tools")),
             _str(obj.get("cwd")),
@@ -621,7 +806,7 @@ class StreamParser:
         for denial in obj.get("permission_denials") or ():
             if denial.__class__ is dict:
                 denials.append(
-                    _PermissionDenial(
+                    PermissionDenial(
                         _str(denial.get("tool_name")),
                         _str(denial.get("tool_use_id")),
                         _compact_json(denial.get("tool_input"), TOOL_INPUT_MAX_BYTES)[0],
@@ -635,7 +820,7 @@ class StreamParser:
         )
         result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
         since = obj.get("model_usage_since_last_result")
-        result = _TurnResult(
+        result = TurnResult(
             subtype=_str(obj.get("subtype")),
             is_error=obj.get("is_error") is True,
             api_error_status=_int(obj.get("api_error_status")),
@@ -694,7 +879,7 @@ class StreamParser:
         info = obj.get("rate_limit_info")
         if info.__class__ is not dict:
             info = {}
-        payload = _RateLimit(
+        payload = RateLimit(
             _str(info.get("status")),
             _int(info.get("resetsAt")),
             _str(info.get("rateLimitType")),
@@ -706,7 +891,7 @@ class StreamParser:
         response = obj["response"]
         success = response.get("subtype") == "success"
         error = response.get("error")
-        payload = _ControlResponse(
+        payload = ControlResponse(
             _str(response.get("request_id")),
             success,
             bound_text(error, SHORT_TEXT_MAX_BYTES)[0] if error.__class__ is str else "",
@@ -724,7 +909,7 @@ class StreamParser:
         if hook_input.__class__ is dict:  # hook_callback carries the tool inside ``input`` (CAP 16/23)
             tool_name = tool_name or hook_input.get("tool_name")
             tool_use_id = tool_use_id or hook_input.get("tool_use_id")
-        payload = _ControlRequest(
+        payload = ControlRequest(
             _str(obj.get("request_id")),
             _str(request.get("subtype")),
             _str(tool_name),
@@ -735,11 +920,11 @@ class StreamParser:
 
     def _control_cancel(self, obj: dict[str, Any], line: bytes) -> _Handled:
         # The CLI withdraws a request it sent (notes §3.1); the supervisor must drop its answer.
-        payload = _ControlRequest(_str(obj.get("request_id")), "control_cancel_request", "", "", {})
+        payload = ControlRequest(_str(obj.get("request_id")), "control_cancel_request", "", "", {})
         return [payload], None
 
     def _tool_progress(self, obj: dict[str, Any], line: bytes) -> _Handled:
-        payload = _ToolProgress(
+        payload = ToolProgress(
             _str(obj.get("tool_use_id")),
             _str(obj.get("tool_name")),
             _float(obj.get("elapsed_time_seconds")) or 0.0,
@@ -756,7 +941,7 @@ class StreamParser:
 
 
 def _api_retry(obj: dict[str, Any]) -> ApiRetry:
-    return _ApiRetry(
+    return ApiRetry(
         _int0(obj.get("attempt")),
         _int0(obj.get("max_retries")),
         _int0(obj.get("retry_delay_ms")),
@@ -768,15 +953,15 @@ def _api_retry(obj: dict[str, Any]) -> ApiRetry:
 def _status(obj: dict[str, Any]) -> Compaction | CliStatus:
     status = _str(obj.get("status"))
     if status == "compacting":  # notes §2.2; CAP 20
-        return _Compaction(False)
-    return _CliStatus(status, _str(obj.get("permissionMode")))
+        return Compaction(False)
+    return CliStatus(status, _str(obj.get("permissionMode")))
 
 
 def _compact_boundary(obj: dict[str, Any]) -> Compaction:
     meta = obj.get("compact_metadata")
     if meta.__class__ is not dict:
         meta = {}
-    return _Compaction(
+    return Compaction(
         True,
         _str(meta.get("trigger")),
         _int0(meta.get("pre_tokens")),
@@ -789,7 +974,7 @@ def _session_writes_lost(obj: dict[str, Any]) -> SessionWritesLost:
     def names(value: Any) -> tuple[str, ...]:
         return tuple(bound_text(name, 256)[0] for name in _strings(value)[:16])
 
-    return _SessionWritesLost(
+    return SessionWritesLost(
         bound_text(_str(obj.get("error_code")), 256)[0],
         names(obj.get("lost")),
         names(obj.get("transcript_session_ids")),
@@ -800,7 +985,7 @@ def _hook(obj: dict[str, Any], kind: HookEventKind) -> HookEvent:
     output = obj.get("output")
     if output.__class__ is not str:
         output = _str(obj.get("stdout")) + _str(obj.get("stderr"))
-    return _HookEvent(
+    return HookEvent(
         kind,
         _str(obj.get("hook_id")),
         _str(obj.get("hook_name")),
@@ -826,7 +1011,7 @@ def _hook_response(obj: dict[str, Any]) -> HookEvent:
 
 
 def _permission_denied(obj: dict[str, Any]) -> PermissionDenied:
-    return _PermissionDenied(
+    return PermissionDenied(
         _str(obj.get("tool_name")),
         _str(obj.get("tool_use_id")),
         _str(obj.get("decision_reason_type")),
@@ -843,7 +1028,7 @@ def _task(obj: dict[str, Any], kind: TaskEventKind) -> TaskEvent:
     patch = obj.get("patch")
     if status.__class__ is not str and patch.__class__ is dict:  # task_updated carries a patch (CAP 09)
         status = patch.get("status")
-    return _TaskEvent(
+    return TaskEvent(
         kind,
         _str(obj.get("task_id")),
         _str(obj.get("tool_use_id")),
@@ -891,6 +1076,13 @@ _EVENT_KINDS = {
 }
 
 
+_TYPED_EVENT_KINDS: dict[type, PartialDeltaKind] = {
+    MessageStart: PartialDeltaKind.MESSAGE_START,
+    ContentBlockStop: PartialDeltaKind.CONTENT_BLOCK_STOP,
+    MessageStop: PartialDeltaKind.MESSAGE_STOP,
+}
+
+
 def _partial_delta(event: dict[str, Any], etype: str, message_id: str) -> PartialDelta:
     index = _int0(event.get("index"))
     if etype == "content_block_delta":
@@ -898,20 +1090,20 @@ def _partial_delta(event: dict[str, Any], etype: str, message_id: str) -> Partia
         dtype = delta.get("type") if delta.__class__ is dict else None
         kind, field = _DELTA_KINDS.get(dtype, (PartialDeltaKind.OTHER, ""))
         text = bound_text(_str(delta.get(field)), PARTIAL_TEXT_MAX_BYTES)[0] if field else ""
-        return _PartialDelta(kind, index, text, message_id)
+        return PartialDelta(kind, index, text, message_id)
     kind = _EVENT_KINDS.get(etype, PartialDeltaKind.OTHER)
     if kind is PartialDeltaKind.CONTENT_BLOCK_START:
         block = event.get("content_block")
         block_type = _str(block.get("type")) if block.__class__ is dict else ""
-        return _PartialDelta(kind, index, "", message_id, block_type)
+        return PartialDelta(kind, index, "", message_id, block_type)
     if kind is PartialDeltaKind.MESSAGE_DELTA:
         delta = event.get("delta")
         stop = _str(delta.get("stop_reason")) if delta.__class__ is dict else ""
-        return _PartialDelta(kind, index, "", message_id, "", stop)
-    return _PartialDelta(kind, index, "", message_id)
+        return PartialDelta(kind, index, "", message_id, "", stop)
+    return PartialDelta(kind, index, "", message_id)
 
 
 def _error_line(
     reason: ParseErrorReason, line: bytes, line_number: int, byte_offset: int, detail: str
 ) -> ParsedLine:
-    return ("", "", "", "", [_ParseError(reason, len(line), line_number, byte_offset, detail)], None)
+    return ("", "", "", "", [ParseError(reason, len(line), line_number, byte_offset, detail)], None)

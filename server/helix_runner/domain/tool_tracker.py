@@ -25,10 +25,11 @@ import enum
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from helix_runner.domain.events import ToolCallFinished, ToolCallStarted, fast_init
+import msgspec
+
+from helix_runner.domain.events import ToolCallFinished, ToolCallStarted
 
 # Bucket width of the duration histogram used past the exact limit.
 _LOG_BASE = math.log(1.02)
@@ -48,9 +49,7 @@ class ToolCallStatus(enum.IntEnum):
 RUNNING, SUCCEEDED, FAILED = ToolCallStatus.RUNNING, ToolCallStatus.SUCCEEDED, ToolCallStatus.FAILED
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolCall:
+class ToolCall(msgspec.Struct, frozen=True, gc=False):
     """One tool invocation (mirrors ``resources.proto`` ToolCall, minus job/phase ids)."""
 
     tool_use_id: str
@@ -80,9 +79,7 @@ class ToolCall:
         return None if self.end_time_ns is None else self.end_time_ns - self.start_time_ns
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolStats:
+class ToolStats(msgspec.Struct, frozen=True, gc=False):
     """Summary of one tool's calls (mirrors ``resources.proto`` ToolStats); durations in ns."""
 
     name: str
@@ -366,8 +363,9 @@ class ToolTracker:
         return [_stats_of(name, tally) for name, tally in sorted(self._tallies.items())]
 
 
-def summarize_calls(calls: Iterable[tuple[str, ToolCallStatus, int | None]], *,
-                    exact_durations: int = 4096) -> list[ToolStats]:
+def summarize_calls(
+    calls: Iterable[tuple[str, ToolCallStatus, int | None]], *, exact_durations: int = 4096
+) -> list[ToolStats]:
     """Per-tool statistics of recorded calls (name, status, duration in ns if finished), by tool name.
 
     The same rules as a live ``ToolTracker``: answers for calls read back from the store.

@@ -1,0 +1,269 @@
+"""One table for the performance issue's goals P1-P8: the measure, today's figure, the goal, and now.
+
+Usage: .venv/bin/python benchmarks/run_all.py [--quick] [--only P1,RP-lat] [--json FILE]
+
+``--quick`` runs every benchmark in its short mode (under 5 minutes in all on the 2-core VM);
+without it, the full runs (about 10 minutes). Each benchmark runs in its own process with a time
+limit; one that fails or times out shows as ``failed`` and the others still run. The raw output of
+every benchmark is kept next to the table (``--keep DIR``, default a temp dir that is printed).
+
+How to plug in a goal: each row is a ``Goal`` in ``GOALS`` below: its id, what it measures, the
+figure the issue started from ("today"), the goal, and a function ``measure(ctx) -> Result`` that
+runs what it needs (``ctx.run(script, args)`` runs a benchmark once per table, so several rows can
+share one run) and reads its figure. A goal without a function prints "not measured yet". The rows
+after P8 are figures the existing benchmarks already measure with their own README goals; attach
+one to a P goal by moving its function there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
+if not PYTHON.exists():
+    PYTHON = Path(sys.executable)
+
+
+@dataclass
+class Result:
+    """A measured figure as printed, and whether it meets the goal (None: nothing to compare)."""
+
+    figure: str
+    met: bool | None
+    note: str = ""
+
+
+@dataclass
+class Context:
+    """What a measure function gets: the mode, and benchmark runs shared between rows."""
+
+    quick: bool
+    out_dir: Path
+    _runs: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+    def run(self, script: str, args: list[str], timeout: float) -> str:
+        """Run ``benchmarks/<script>`` once per table (same args: same run); its stdout.
+
+        Raises ``RuntimeError`` with the tail of its output when it fails or times out.
+        """
+        key = (script, *args)
+        if key not in self._runs:
+            log = self.out_dir / (Path(script).stem + ("-quick" if self.quick else "") + ".txt")
+            started = time.monotonic()
+            print(f"# running {script} {' '.join(args)} (output: {log}) ...", file=sys.stderr, flush=True)
+            try:
+                done = subprocess.run(
+                    [str(PYTHON), str(REPO_ROOT / "benchmarks" / script), *args],
+                    cwd=REPO_ROOT,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+            except subprocess.TimeoutExpired as exc:
+                partial = exc.stdout or ""
+                log.write_text(partial.decode(errors="replace") if isinstance(partial, bytes) else partial)
+                raise RuntimeError(f"{script} timed out after {timeout:.0f} s") from None
+            log.write_text(done.stdout + done.stderr)
+            print(
+                f"#   {script}: {time.monotonic() - started:.0f} s, exit {done.returncode}", file=sys.stderr
+            )
+            if done.returncode != 0:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise RuntimeError(f"{script} exited {done.returncode}: {tail[0][:120]}")
+            self._runs[key] = done.stdout
+        return self._runs[key]
+
+
+@dataclass
+class Goal:
+    id: str
+    measure: str
+    today: str
+    goal: str
+    run: Callable[[Context], Result] | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Measures.
+
+
+def stream_engine(ctx: Context) -> Result:
+    """P1: bench_stream_engine.py, CPU clock (steadier on a shared machine), medians and IQR."""
+    summary = ctx.out_dir / "stream_engine.json"
+    seconds = "4" if ctx.quick else "10"
+    ctx.run("bench_stream_engine.py", ["--seconds", seconds, "--clock", "cpu", "--json", str(summary)], 300)
+    s = json.loads(summary.read_text())
+    sdk, bare = s["vs_sdk"], s["vs_bare"]
+    figure = (
+        f"{sdk['median']:.2f}x (IQR {sdk['q1']:.2f}-{sdk['q3']:.2f}) / "
+        f"{bare['median']:.2f}x (IQR {bare['q1']:.2f}-{bare['q3']:.2f})"
+    )
+    corpus = "full corpus" if "fixtures" not in s["corpus"] else "vendored corpus only"
+    return Result(figure, sdk["median"] >= sdk["goal"] and bare["median"] >= bare["goal"], corpus)
+
+
+def _run_phase(ctx: Context) -> str:
+    return ctx.run("bench_run_phase.py", ["--quick"] if ctx.quick else [], 300 if ctx.quick else 600)
+
+
+def _latency_rows(text: str) -> dict[tuple[int, str], list[str]]:
+    """bench_run_phase's latency table: (K, rate) → its columns."""
+    rows = {}
+    table = text.split("## Live latency", 1)[-1].split("##", 1)[0]
+    for line in table.splitlines():
+        cols = line.split()
+        if len(cols) == 14 and cols[0].isdigit():
+            rows[(int(cols[0]), cols[1])] = cols
+    return rows
+
+
+def run_phase_latency(ctx: Context) -> Result:
+    """RunPhase live latency at 50 phases: p99 over the steady window (README goal: under 5 ms)."""
+    rows = _latency_rows(_run_phase(ctx))
+    k50 = next((cols for (k, _), cols in rows.items() if k == 50), None)
+    if k50 is None:
+        return Result("no K=50 row", None)
+    p99, steady = float(k50[7]), float(k50[12])
+    return Result(f"st.p99 {steady:.2f} ms (all {p99:.2f} ms)", steady < 5.0)
+
+
+def run_phase_loss(ctx: Context) -> Result:
+    """Events lost or reordered, phases failed, at 200 phases (README goal: none)."""
+    rows = _latency_rows(_run_phase(ctx))
+    k200 = [cols for (k, _), cols in rows.items() if k == 200]
+    if not k200:
+        return Result("no K=200 row", None)
+    lost, reord, fail = (sum(int(c[i]) for c in k200) for i in (3, 4, 5))
+    return Result(f"lost {lost}, reordered {reord}, failed {fail}", lost == reord == fail == 0)
+
+
+def run_phase_memory(ctx: Context) -> Result:
+    """Server memory per running phase at the largest K (README goal: under 5 MB)."""
+    text = _run_phase(ctx).split("## Server memory", 1)[-1].split("##", 1)[0]
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s+\d", line)]
+    if not rows:
+        return Result("no memory rows", None)
+    cols = max(rows, key=lambda c: int(c[0]))
+    mb = float(cols[5].rstrip("*"))
+    return Result(f"{mb:.2f} MB/phase at K={cols[0]}", mb < 5.0)
+
+
+def run_phase_throughput(ctx: Context) -> Result:
+    """Single-phase throughput, gRPC client vs claude-agent-sdk (README goal: at least the SDK's)."""
+    match = re.search(r"ratio helix/sdk \(medians\): ([\d.]+)", _run_phase(ctx))
+    if not match:
+        return Result("no throughput ratio", None)
+    ratio = float(match[1])
+    return Result(f"{ratio:.2f}x the SDK", ratio >= 1.0)
+
+
+def _job_control(ctx: Context) -> str:
+    return ctx.run("bench_job_control.py", ["--quick"] if ctx.quick else [], 300 if ctx.quick else 600)
+
+
+def job_control_rtt(ctx: Context) -> Result:
+    """Control RPC -> effect: the child has the answer, p50/p99 after the RPC was issued (ms)."""
+    text = _job_control(ctx)
+    match = re.search(r"^ResolveToolCall \(breakpoint\)\s+(.*)$", text, re.M)
+    if not match:
+        return Result("no ResolveToolCall row", None)
+    cols = match[1].split()
+    return Result(f"ResolveToolCall eff-issue p50 {cols[-2]} / p99 {cols[-1]} ms", None)
+
+
+def job_control_fanout(ctx: Context) -> Result:
+    """Fan-out to 200 WatchPhase streams: server CPU per delivered event, marginal (µs)."""
+    text = _job_control(ctx)
+    rows = [line.split() for line in text.splitlines() if re.match(r"^200\s+\d+@", line)]
+    if not rows:
+        return Result("no W=200 fan-out row", None)
+    cols = rows[-1]
+    return Result(f"{cols[12]} µs/delivery marginal at {cols[1]}, identical {cols[-1]}", None)
+
+
+# --------------------------------------------------------------------------------------------------
+# The table. P2-P8: fill in measure/today/goal from the issue and attach a measure function.
+
+GOALS: list[Goal] = [
+    Goal(
+        "P1",
+        "stream engine vs the SDK parser / the bare orjson.loads loop (bench_stream_engine)",
+        "1.28x / 0.33x",
+        ">= 2x / >= 0.6x",
+        stream_engine,
+    ),
+    *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in range(2, 9)),
+    # Figures the existing benchmarks measure, with their README goals (not yet assigned to a P goal).
+    Goal("RP-lat", "RunPhase latency at 50 phases, steady p99 (bench_run_phase)", "", "< 5 ms", run_phase_latency),
+    Goal("RP-loss", "events lost/reordered at 200 phases (bench_run_phase)", "", "none", run_phase_loss),
+    Goal("RP-mem", "server memory per running phase (bench_run_phase)", "", "< 5 MB", run_phase_memory),
+    Goal("RP-tput", "single-phase throughput vs the SDK (bench_run_phase)", "", ">= 1x", run_phase_throughput),
+    Goal("JC-rtt", "control RPC -> effect at the child (bench_job_control)", "", "", job_control_rtt),
+    Goal("JC-fan", "fan-out to 200 watchers, server CPU per delivery (bench_job_control)", "", "", job_control_fanout),
+]  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="every benchmark in its short mode (< 5 min)")
+    ap.add_argument("--only", help="comma-separated goal ids to run (default: all)")
+    ap.add_argument("--keep", metavar="DIR", help="write the benchmarks' output here (default: a temp dir)")
+    ap.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    out_dir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="helix-run-all-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = Context(quick=args.quick, out_dir=out_dir)
+    started = time.monotonic()
+    rows = []
+    for goal in GOALS:
+        if only and goal.id not in only:
+            continue
+        if goal.run is None:
+            result = Result("not measured yet", None)
+        else:
+            try:
+                result = goal.run(ctx)
+            except (RuntimeError, OSError, ValueError, KeyError, IndexError) as exc:
+                result = Result(f"failed: {exc}", None)
+        status = {True: "met", False: "NOT met", None: "-"}[result.met]
+        if goal.run is None:
+            status = "not measured yet"
+        elif result.figure.startswith("failed"):
+            status = "failed"
+        rows.append((goal, result, status))
+
+    headers = ("goal", "measure", "today", "goal", "now", "status")
+    table = [
+        (g.id, g.measure, g.today, g.goal, r.figure + (f" ({r.note})" if r.note else ""), s)
+        for g, r, s in rows
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\n## Performance goals ({'quick' if args.quick else 'full'} run, {time.monotonic() - started:.0f} s, "
+          f"{os.cpu_count()} CPUs, load average {load:.2f}; benchmark output in {out_dir})\n")  # fmt: skip
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in table:
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps([dict(zip(("id", "measure", "today", "goal", "now", "status"), row, strict=True)) for row in table], indent=2)
+            + "\n"
+        )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
