@@ -188,7 +188,7 @@ class PhaseStream:
                     cost_changed = ledger.observe_message(usage[0], usage[1], usage[2])
             if payloads:
                 if sid:
-                    if self._session_id is None:
+                    if not self._session_id:  # an init without an id (never seen from the CLI) fixes nothing
                         self._session_id = sid
                 else:
                     sid = self._session_id or ""
