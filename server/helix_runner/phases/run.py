@@ -63,6 +63,7 @@ from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.views import HeldCall, RunSnapshot
+from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
@@ -447,7 +448,7 @@ class PhaseRun:
                 parse_error_count=self.stream.parse_error_count,
                 unfinished_tool_calls=tools.unfinished_count,
                 stdout_bytes=self.stream.stdout_bytes,
-                argv=tuple(self.supervisor.argv),
+                argv=redact_argv(self.supervisor.argv),
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),

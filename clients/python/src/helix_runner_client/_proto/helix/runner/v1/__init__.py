@@ -3677,6 +3677,39 @@ class PhaseOptions(betterproto2.Message):
     tool call.
     """
 
+    mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
+    """
+    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 256 KiB; empty:
+    none). It may hold secrets (server `env`, headers): the server never logs, stores or records
+    it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
+    """
+
+    strict_mcp_config: "bool" = betterproto2.field(33, betterproto2.TYPE_BOOL)
+    """
+    `--strict-mcp-config`: use only the MCP servers of `mcp_config`, ignoring every other MCP
+    configuration (user, project, plugins).
+    """
+
+    agents: "str" = betterproto2.field(34, betterproto2.TYPE_STRING)
+    """
+    `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
+    (at most 256 KiB; empty: none). Recorded like `mcp_config` (names only).
+    """
+
+    settings: "str" = betterproto2.field(35, betterproto2.TYPE_STRING)
+    """
+    `--settings`: a JSON object of CLI settings (at most 256 KiB; empty: none). When the server
+    supplies the API key through its key helper it merges its own `apiKeyHelper` into this
+    object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
+    keys only).
+    """
+
+    setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
+    """
+    `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
+    `project`, `local`; empty for none. Unset: the CLI's default (all).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
