@@ -41,6 +41,8 @@ async def test_session_id_effort_and_tools_reach_the_cli_and_a_breakpoint_holds(
                     inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(job_id="bare", phase_id="p"),
                                                                  timeout=10)).inspection
                     assert [c.call.name for c in inspection.pending_calls] == ["Bash"]
+                    live = (await runner.stub.GetJob(pb.GetJobRequest(job_id="bare"), timeout=10)).job.phases[0]
+                    assert live.auth_source == "apiKeyHelper"  # from the running phase's init line
                     await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
                         job_id="bare", phase_id="p", tool_use_id=e.control.tool_use_id, approve=pb.ApproveDecision()),
                         timeout=10)
@@ -126,3 +128,19 @@ async def test_mcp_config_agents_and_settings_reach_the_cli_and_their_secrets_st
         assert not any(needle.encode() in blob for blob in recordings)  # the sqlite file and the recordings
     assert any(p.suffix in (".db", ".sqlite", ".sqlite3") for p in runner.data_dir.rglob("*")), \
         "the store's file must be among what was searched"
+
+
+@pytest.mark.parametrize("key_helper", [False, True])
+async def test_the_phase_records_how_the_cli_authenticated(claude_binary, scripted_api, runner_factory, key_helper):
+    # The scripted API's environment holds ANTHROPIC_API_KEY; the server hands it out through its key
+    # helper unless told not to.
+    config = {} if key_helper else {"api_key_helper": False}
+    api = scripted_api([Reply.text("done")])
+    async with runner_factory(api, **config) as runner:
+        events, result = await runner.run_phase("go")
+        job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="job-1"), timeout=10)).job
+        assert (runner.server.key_broker is not None) == key_helper
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    init = next(e.session_init for e in events if e.HasField("session_init"))
+    assert result.auth_source == init.api_key_source == ("apiKeyHelper" if key_helper else "ANTHROPIC_API_KEY")
+    assert job.phases[0].auth_source == result.auth_source  # the stored phase, after its end

@@ -151,6 +151,7 @@ class PhaseRun:
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
         self._session_id = ""
+        self.auth_source = ""  # the latest init line's `apiKeySource`
         self._model = ""
         self._cost_dirty = False
         self._revoke_key = lambda: None
@@ -436,6 +437,7 @@ class PhaseRun:
             exit_signal=exit_.exit_signal,
             result_count=len(self.stream.results),
             session_id=self.stream.session_id or "",
+            auth_source=self.auth_source,
             cost=cost,
             tool_stats=tuple(tools.stats()),
             permission_denials=last.permission_denials if last else (),
@@ -503,6 +505,8 @@ class PhaseRun:
                 self.user_messages += 1
             if isinstance(p, SessionInit):
                 self._note_session(e.session_id, p.model)
+                # How the CLI was billed; the parser already reads `apiKeySource` into SessionInit.
+                self.auth_source = p.api_key_source or self.auth_source
             elif isinstance(p, SessionWritesLost):
                 self._writes_lost = p
 
@@ -574,7 +578,7 @@ class PhaseRun:
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
             turn_count=stream.result_count, containment=self.plan.scope.report(),
-            attempts=tuple(self.attempts), queue=self.queue_state(),
+            attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
         )
 
     def tool_call(self, tool_use_id: str) -> ToolCall | None:

@@ -259,7 +259,7 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
   bare: boolean;
 
   /**
-   * `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 256 KiB; empty:
+   * `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
    * none). It may hold secrets (server `env`, headers): the server never logs, stores or records
    * it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
    *
@@ -277,14 +277,14 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
 
   /**
    * `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
-   * (at most 256 KiB; empty: none). Recorded like `mcp_config` (names only).
+   * (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
    *
    * @generated from field: string agents = 34;
    */
   agents: string;
 
   /**
-   * `--settings`: a JSON object of CLI settings (at most 256 KiB; empty: none). When the server
+   * `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
    * supplies the API key through its key helper it merges its own `apiKeyHelper` into this
    * object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
    * keys only).

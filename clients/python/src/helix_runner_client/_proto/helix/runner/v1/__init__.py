@@ -3184,6 +3184,12 @@ class Phase(betterproto2.Message):
     Why and where the phase waits; set only while its status is QUEUED.
     """
 
+    auth_source: "str" = betterproto2.field(21, betterproto2.TYPE_STRING)
+    """
+    How the CLI authenticated to the API (`apiKeySource` of its latest init line, see
+    PhaseResult.auth_source); empty before the first init line.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
 
@@ -3679,7 +3685,7 @@ class PhaseOptions(betterproto2.Message):
 
     mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
     """
-    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 256 KiB; empty:
+    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
     none). It may hold secrets (server `env`, headers): the server never logs, stores or records
     it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
     """
@@ -3693,12 +3699,12 @@ class PhaseOptions(betterproto2.Message):
     agents: "str" = betterproto2.field(34, betterproto2.TYPE_STRING)
     """
     `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
-    (at most 256 KiB; empty: none). Recorded like `mcp_config` (names only).
+    (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
     """
 
     settings: "str" = betterproto2.field(35, betterproto2.TYPE_STRING)
     """
-    `--settings`: a JSON object of CLI settings (at most 256 KiB; empty: none). When the server
+    `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
     supplies the API key through its key helper it merges its own `apiKeyHelper` into this
     object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
     keys only).
@@ -3860,6 +3866,13 @@ class PhaseResult(betterproto2.Message):
     """
     What the phase changed in its git working directory (set for phases that ran in a git
     repository; `git_available` false with the reason otherwise).
+    """
+
+    auth_source: "str" = betterproto2.field(26, betterproto2.TYPE_STRING)
+    """
+    How the CLI authenticated to the API, from its init line's `apiKeySource` (e.g. `none`,
+    `apiKeyHelper`, `ANTHROPIC_API_KEY`, `/login managed key`); of the last attempt that sent an
+    init line; empty when none did.
     """
 
 
