@@ -531,6 +531,11 @@ class PhaseRun:
         for e in events:
             watch.observe_event(e)
 
+    def model_switched(self, model: str) -> None:
+        """A SetPhaseModel took effect: the phase row shows the new model ("" = the session's default, unnamed)."""
+        if model:
+            self._note_session(self._session_id, model)
+
     def _note_session(self, session_id: str, model: str) -> None:
         if session_id != self._session_id or model != self._model:
             self._session_id, self._model = session_id, model

@@ -37,6 +37,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
     ERROR_REASON_QUEUE_FULL: _ClassVar[ErrorReason]
     ERROR_REASON_DIFF_NOT_AVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_TASK_NOT_FOUND: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -85,6 +86,7 @@ ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_QUEUE_FULL: ErrorReason
 ERROR_REASON_DIFF_NOT_AVAILABLE: ErrorReason
+ERROR_REASON_TASK_NOT_FOUND: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -529,3 +531,75 @@ class GetPhaseDiffResponse(_message.Message):
     next_page_token: str
     total_bytes: int
     def __init__(self, chunk: _Optional[bytes] = ..., next_page_token: _Optional[str] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class SetPhaseModelRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "model")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    model: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class SetPhaseModelResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class SetPhasePermissionModeRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "mode")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    mode: _resources_pb2.PermissionMode
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ...) -> None: ...
+
+class SetPhasePermissionModeResponse(_message.Message):
+    __slots__ = ("mode", "phase")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    phase: _resources_pb2.Phase
+    def __init__(self, mode: _Optional[str] = ..., phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class StopTaskRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "task_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    task_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class StopTaskResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class GetTaskOutputRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "task_id", "max_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    task_id: str
+    max_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., task_id: _Optional[str] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class GetTaskOutputResponse(_message.Message):
+    __slots__ = ("output", "total_bytes", "truncated")
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    output: str
+    total_bytes: int
+    truncated: bool
+    def __init__(self, output: _Optional[str] = ..., total_bytes: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
