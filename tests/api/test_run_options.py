@@ -122,6 +122,7 @@ async def test_mcp_config_agents_and_settings_reach_the_cli_and_their_secrets_st
     assert '--mcp-config={"mcpServers":{"db":"***"}}' in argv and "--strict-mcp-config" in argv
     assert '--agents={"reviewer":"***"}' in argv and "--setting-sources=" in argv
     assert '--settings={"apiKeyHelper":"***","env":"***"}' in argv
+    assert any(r.name.startswith("helix_runner") for r in caplog.records)  # the server's log was captured
     for needle in (secret, settings_secret):
         assert needle not in " ".join(argv)
         assert needle not in caplog.text
