@@ -77,6 +77,7 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
                 m.tool_call_to_proto(live.current_tool, job_id=view.job_id, phase_id=view.phase_id)
             )
         msg.attempts.extend(m.attempt_to_proto(a) for a in live.attempts)
+        msg.auth_source = live.auth_source
         if live.queue is not None:
             msg.queue.CopyFrom(m.queue_state_to_proto(live.queue))
         return
@@ -88,6 +89,7 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
     if view.result_pb:
         msg.result.ParseFromString(view.result_pb)
         msg.attempts.extend(msg.result.attempts)
+        msg.auth_source = msg.result.auth_source
         if view.cost_pb and not msg.result.HasField("cost"):
             msg.result.cost.CopyFrom(msg.cost)
 

@@ -42,4 +42,9 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "include_hook_events": o.include_hook_events,
         "no_session_persistence": o.no_session_persistence,
         "bare": o.bare,
+        "mcp_config": o.mcp_config,
+        "strict_mcp_config": o.strict_mcp_config,
+        "agents": o.agents,
+        "settings": o.settings,
+        "setting_sources": o.setting_sources if o.HasField("setting_sources") else None,
     }

@@ -29,6 +29,7 @@ from helix_runner.api.phase_diff import read_diff_page
 from helix_runner.api.request_mapping import (
     HARD_PAUSE,
     INTERRUPT_FIRST,
+    PERMISSION_MODES,
     breakpoint_from_proto,
     breakpoints_from_request,
     cancel_reason,
@@ -244,6 +245,37 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         live = self.manager.require_live(request.job_id, request.phase_id, "interrupt")
         await live.run.control.interrupt()
         return runner_service_pb2.InterruptPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+
+    @_unary
+    async def SetPhaseModel(self, request, context):
+        live = self.manager.require_live(request.job_id, request.phase_id, "set the model")
+        await live.run.control.set_model(request.model)
+        live.run.model_switched(request.model)
+        return runner_service_pb2.SetPhaseModelResponse(phase=self._phase(request.job_id, request.phase_id))
+
+    @_unary
+    async def SetPhasePermissionMode(self, request, context):
+        mode = enum_value(PERMISSION_MODES, request.mode, "mode")
+        if not mode:
+            raise invalid_field("mode", "is required")
+        if mode == "bypassPermissions" and not self.manager.config.allow_bypass_permissions:
+            raise invalid_field("mode", "bypassPermissions is disabled on this server")
+        live = self.manager.require_live(request.job_id, request.phase_id, "set the permission mode")
+        effective = await live.run.control.set_permission_mode(mode)
+        return runner_service_pb2.SetPhasePermissionModeResponse(
+            mode=effective, phase=self._phase(request.job_id, request.phase_id))
+
+    @_unary
+    async def StopTask(self, request, context):
+        live = self.manager.require_live(request.job_id, request.phase_id, "stop a task")
+        await live.run.control.stop_task(request.task_id)
+        return runner_service_pb2.StopTaskResponse(phase=self._phase(request.job_id, request.phase_id))
+
+    @_unary
+    async def GetTaskOutput(self, request, context):
+        live = self.manager.require_live(request.job_id, request.phase_id, "read a task's output")
+        output, total, truncated = await live.run.control.task_output(request.task_id, request.max_bytes)
+        return runner_service_pb2.GetTaskOutputResponse(output=output, total_bytes=total, truncated=truncated)
 
     @_unary
     async def InjectMessage(self, request, context):

@@ -107,3 +107,5 @@ class PhaseResult:
     resource_fault: ResourceFault | None = None
     # What the phase changed in its git working directory (None: not collected).
     artifacts: PhaseArtifacts | None = None
+    # How the CLI authenticated (its init line's `apiKeySource`, last one seen); "" when no init line came.
+    auth_source: str = ""

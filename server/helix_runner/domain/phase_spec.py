@@ -6,6 +6,7 @@ could be read as a flag (a leading ``-``) or smuggle a newline.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,12 @@ MAX_ADD_DIRS = 32
 EFFORTS = ("", "low", "medium", "high", "xhigh", "max")
 UUID_PATTERN = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+# JSON options (--mcp-config, --agents, --settings), each one CLI argument: Linux caps a single
+# argument at 128 KiB (MAX_ARG_STRLEN), so larger values could not be passed at all.
+MAX_JSON_OPTION_BYTES = 100 * 1024
+SETTING_SOURCES = ("user", "project", "local")
+# MCP server and agent names: what the CLI shows in its init line and tool names (mcp__<name>__...).
+CONFIG_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,13 @@ class PhaseSpec:
     include_hook_events: bool = False
     no_session_persistence: bool = False
     bare: bool = False
+    # JSON objects as text (validated; see _check_json_options). mcp_config and settings may hold
+    # secrets: they reach only the CLI's argv, never logs or the result (claude_command.redact_argv).
+    mcp_config: str = ""
+    strict_mcp_config: bool = False
+    agents: str = ""
+    settings: str = ""
+    setting_sources: str | None = None  # None: the CLI's default sources
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -141,6 +155,7 @@ class PhaseSpec:
                 raise invalid_field("options.env", f"value of {key} is too long or contains NUL")
         _check_workspace(self)
         _check_run_options(self)
+        _check_json_options(self)
 
 
 def _check_id(name: str, value: str, *, required: bool) -> None:
@@ -189,3 +204,53 @@ def _check_run_options(spec: PhaseSpec) -> None:
                                             "tool calls")
     if spec.fork_session and not spec.resume_session_id:
         raise invalid_field("options.fork_session", "needs resume_session_id")
+
+
+def json_object(name: str, text: str) -> dict:
+    """``text`` parsed as a JSON object, or INVALID_ARGUMENT naming ``options.<name>``.
+
+    The message never quotes the text: it may hold secrets.
+    """
+    size = len(text.encode())
+    if size > MAX_JSON_OPTION_BYTES:
+        raise invalid_field(f"options.{name}", f"is {size} bytes; the limit is {MAX_JSON_OPTION_BYTES}")
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise invalid_field(f"options.{name}", f"is not valid JSON (line {getattr(e, 'lineno', '?')}, "
+                                               f"column {getattr(e, 'colno', '?')})") from None
+    if not isinstance(value, dict):
+        raise invalid_field(f"options.{name}", "must be a JSON object")
+    return value
+
+
+def _named_objects(name: str, value: object, what: str) -> None:
+    if not isinstance(value, dict) or not value:
+        raise invalid_field(f"options.{name}", f"must map {what} names to objects")
+    for key, entry in value.items():
+        if not CONFIG_NAME_PATTERN.match(key):
+            raise invalid_field(f"options.{name}", f"{key[:80]!r} is not a valid {what} name")
+        if not isinstance(entry, dict):
+            raise invalid_field(f"options.{name}", f"{what} {key!r} must be a JSON object")
+
+
+def _check_json_options(spec: PhaseSpec) -> None:
+    if spec.mcp_config:
+        config = json_object("mcp_config", spec.mcp_config)
+        if set(config) != {"mcpServers"}:
+            raise invalid_field("options.mcp_config", 'must be {"mcpServers": {...}}')
+        _named_objects("mcp_config", config["mcpServers"], "MCP server")
+    if spec.strict_mcp_config and not spec.mcp_config:
+        raise invalid_field("options.strict_mcp_config", "needs mcp_config")
+    if spec.agents:
+        agents = json_object("agents", spec.agents)
+        _named_objects("agents", agents, "agent")
+        for key, agent in agents.items():
+            if not isinstance(agent.get("description"), str) or not isinstance(agent.get("prompt"), str):
+                raise invalid_field("options.agents", f"agent {key!r} needs string 'description' and 'prompt'")
+    if spec.settings:
+        json_object("settings", spec.settings)
+    if spec.setting_sources:
+        sources = spec.setting_sources.split(",")
+        if not all(s in SETTING_SOURCES for s in sources) or len(set(sources)) != len(sources):
+            raise invalid_field("options.setting_sources", f"must be comma-separated from {', '.join(SETTING_SOURCES)}")

@@ -47,6 +47,7 @@ from helix_runner.domain.events import (
     ToolCallStarted,
     TurnResult,
 )
+from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_PATTERN
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.ports import PhaseHost
@@ -70,6 +71,10 @@ MAX_EDIT_INPUT_BYTES = 64 * 1024
 # After a result, how long the CLI may stay silent before we take it that no queued turn follows
 # (a queued message can be folded into a running turn, so results may be fewer than messages).
 SETTLE_SECONDS = 3.0
+# How long set_model, set_permission_mode, stop_task and get_task_output may take to be answered.
+CONTROL_WAIT_SECONDS = 10.0
+DEFAULT_TASK_OUTPUT_BYTES = 64 * 1024
+MAX_TASK_OUTPUT_BYTES = 1024 * 1024
 # Task types whose completion triggers a follow-up turn (claude-agent-sdk query.py tracks these).
 _DELEGATED_TASK_TYPES = ("local_agent", "local_workflow")
 _TERMINAL_TASK_STATES = ("completed", "failed", "killed", "stopped", "error", "cancelled")
@@ -446,6 +451,70 @@ class PhaseController:
         await self.channel.request("interrupt", wait_s=10.0)
         self.host.emit(ControlEvent(ControlEventKind.INTERRUPTED))
 
+    # -- session settings and background tasks (CLI 2.1.330 control requests) ---------------
+
+    def _require_input(self, operation: str) -> None:
+        """The CLI can take a control request now: running, started, not SIGSTOPped, stdin open."""
+        self._require_running(operation)
+        if not self.host.process_started:
+            raise _illegal(operation, self.host.status, "the process has not started")
+        if self.hard_paused:
+            raise _illegal(operation, self.host.status, "the phase's processes are stopped; resume it first")
+        if self.stdin_closed:
+            raise _illegal(operation, self.host.status, "the phase is finishing and takes no more input")
+
+    async def set_model(self, model: str) -> None:
+        """``set_model``: later turns use ``model`` ("" : the session's default, which the CLI calls 'default')."""
+        if model and not TOKEN_PATTERN.match(model):
+            raise invalid_field("model", f"{model[:80]!r} is not a valid model name")
+        self._require_input("set the model")
+        await self.channel.request("set_model", {"model": model or "default"}, wait_s=CONTROL_WAIT_SECONDS)
+
+    async def set_permission_mode(self, mode: str) -> str:
+        """``set_permission_mode``; returns the mode the CLI says is in effect (headless CLIs echo it)."""
+        if mode not in PERMISSION_MODES:
+            raise invalid_field("mode", f"unknown permission mode {mode!r}")
+        self._require_input("set the permission mode")
+        answer = await self.channel.request("set_permission_mode", {"mode": mode}, wait_s=CONTROL_WAIT_SECONDS)
+        effective = answer.get("mode") if isinstance(answer, dict) else None
+        return effective if isinstance(effective, str) and effective else mode
+
+    async def stop_task(self, task_id: str) -> None:
+        """``stop_task``: stops one background task (a shell, an agent) and leaves the turn alone."""
+        _check_task_id(task_id)
+        self._require_input("stop a task")
+        await self._task_request("stop_task", task_id)
+
+    async def task_output(self, task_id: str, max_bytes: int) -> tuple[str, int, bool]:
+        """``get_task_output``: (the last ``max_bytes`` of the output, its total bytes, whether cut)."""
+        _check_task_id(task_id)
+        if not 0 <= max_bytes <= MAX_TASK_OUTPUT_BYTES:
+            raise invalid_field("max_bytes", f"must be 0 (64 KiB) to {MAX_TASK_OUTPUT_BYTES}")
+        self._require_input("read a task's output")
+        answer = await self._task_request("get_task_output", task_id)
+        output = answer.get("output") if isinstance(answer.get("output"), str) else ""
+        total = answer.get("total_bytes")
+        encoded = output.encode()
+        total = total if isinstance(total, int) and total >= 0 else len(encoded)
+        truncated = answer.get("truncated") is True
+        limit = max_bytes or DEFAULT_TASK_OUTPUT_BYTES
+        if len(encoded) > limit:
+            output = encoded[-limit:].decode(errors="ignore")  # drops a split character at the cut
+            truncated = True
+        return output, total, truncated
+
+    async def _task_request(self, subtype: str, task_id: str) -> dict[str, Any]:
+        try:
+            return await self.channel.request(subtype, {"task_id": task_id}, wait_s=CONTROL_WAIT_SECONDS)
+        except RunnerError as exc:
+            # The CLI's refusals for an unknown id (CLI 2.1.330): "get_task_output: no shell or Monitor
+            # task with that task_id in this session"; stop_task: "No task found with ID: ...".
+            text = str(exc).lower()
+            if "no shell or monitor task" in text or "no task found" in text or "not found" in text:
+                raise RunnerError(ErrorKind.NOT_FOUND, "TASK_NOT_FOUND",
+                                  f"the phase has no background task {task_id!r}", {"task_id": task_id}) from None
+            raise
+
     async def context_usage(self) -> dict[str, Any] | None:
         """The CLI's ``get_context_usage`` answer, or None if it cannot answer within 2 s."""
         if self.hard_paused or self.stdin_closed or self.host.ended:
@@ -454,3 +523,8 @@ class PhaseController:
             return await self.channel.request("get_context_usage", wait_s=2.0)
         except RunnerError:
             return None
+
+
+def _check_task_id(task_id: str) -> None:
+    if not ID_PATTERN.match(task_id):
+        raise invalid_field("task_id", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")

@@ -63,6 +63,7 @@ from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.views import HeldCall, RunSnapshot
+from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
@@ -150,6 +151,7 @@ class PhaseRun:
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
         self._session_id = ""
+        self.auth_source = ""  # the latest init line's `apiKeySource`
         self._model = ""
         self._cost_dirty = False
         self._revoke_key = lambda: None
@@ -435,6 +437,7 @@ class PhaseRun:
             exit_signal=exit_.exit_signal,
             result_count=len(self.stream.results),
             session_id=self.stream.session_id or "",
+            auth_source=self.auth_source,
             cost=cost,
             tool_stats=tuple(tools.stats()),
             permission_denials=last.permission_denials if last else (),
@@ -447,7 +450,7 @@ class PhaseRun:
                 parse_error_count=self.stream.parse_error_count,
                 unfinished_tool_calls=tools.unfinished_count,
                 stdout_bytes=self.stream.stdout_bytes,
-                argv=tuple(self.supervisor.argv),
+                argv=redact_argv(self.supervisor.argv),
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
@@ -502,6 +505,8 @@ class PhaseRun:
                 self.user_messages += 1
             if isinstance(p, SessionInit):
                 self._note_session(e.session_id, p.model)
+                # How the CLI was billed; the parser already reads `apiKeySource` into SessionInit.
+                self.auth_source = p.api_key_source or self.auth_source
             elif isinstance(p, SessionWritesLost):
                 self._writes_lost = p
 
@@ -525,6 +530,11 @@ class PhaseRun:
         watch = self._watch
         for e in events:
             watch.observe_event(e)
+
+    def model_switched(self, model: str) -> None:
+        """A SetPhaseModel took effect: the phase row shows the new model ("" = the session's default, unnamed)."""
+        if model:
+            self._note_session(self._session_id, model)
 
     def _note_session(self, session_id: str, model: str) -> None:
         if session_id != self._session_id or model != self._model:
@@ -573,7 +583,7 @@ class PhaseRun:
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
             turn_count=stream.result_count, containment=self.plan.scope.report(),
-            attempts=tuple(self.attempts), queue=self.queue_state(),
+            attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
         )
 
     def tool_call(self, tool_use_id: str) -> ToolCall | None:

@@ -65,6 +65,7 @@ class RunSnapshot:
     containment: ContainmentReport | None = None  # the phase's processes, cgroup and limits now
     attempts: tuple = ()  # phases.attempts Attempt records, oldest first (the running one last)
     queue: object | None = None  # the admission QueueState while the phase waits (QUEUED)
+    auth_source: str = ""  # the latest init line's `apiKeySource` ("" before one came)
 
 
 @dataclass(frozen=True, slots=True)

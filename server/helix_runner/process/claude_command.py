@@ -21,11 +21,14 @@ def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None
     """The argv for one phase (the prompt is not in it; see ``prompt_line``).
 
     ``settings`` is the server's own ``--settings`` JSON (the key helper); the CLI ranks it above
-    the workspace's and the user's settings files, so a workspace cannot replace it.
+    the workspace's and the user's settings files, so a workspace cannot replace it, and it is
+    merged over the caller's ``settings`` so a caller cannot replace it either. The argv holds
+    secrets (MCP env, settings): record only ``redact_argv(argv)``.
     """
     argv = [claude_path, *BASE_ARGS]
-    if settings:
-        argv += ["--settings", settings]
+    merged = merge_settings(spec.settings, settings)
+    if merged:
+        argv.append(f"--settings={merged}")
     if spec.model:
         argv += ["--model", spec.model]
     if spec.fallback_model:
@@ -76,4 +79,67 @@ def run_option_args(spec: PhaseSpec) -> list[str]:
         args.append("--include-hook-events")
     if spec.no_session_persistence:
         args.append("--no-session-persistence")
+    # One argument each (`--flag=value`): `--mcp-config` is variadic and would swallow what follows.
+    if spec.mcp_config:
+        args.append(f"--mcp-config={spec.mcp_config}")
+    if spec.strict_mcp_config:
+        args.append("--strict-mcp-config")
+    if spec.agents:
+        args.append(f"--agents={spec.agents}")
+    if spec.setting_sources is not None:
+        args.append(f"--setting-sources={spec.setting_sources}")
     return args
+
+
+def merge_settings(caller: str, server: str | None) -> str:
+    """The one ``--settings`` JSON: the caller's object with the server's keys over it (its
+    ``apiKeyHelper`` wins), or "" when neither has any."""
+    if not caller:
+        return server or ""
+    merged = orjson.loads(caller)  # validated as a JSON object by PhaseSpec
+    if server:
+        merged.update(orjson.loads(server))
+    return orjson.dumps(merged).decode()
+
+
+# Flags whose values may hold secrets, and what of them the record keeps: the names one level
+# down (MCP server names under "mcpServers"; agent names; top-level settings keys).
+_SECRET_FLAGS = {"--mcp-config": "mcpServers", "--agents": None, "--settings": None}
+
+
+def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``argv`` for the record: the JSON values of ``--mcp-config``, ``--agents`` and ``--settings``
+    reduced to their names, each value replaced by ``***`` (e.g. ``--mcp-config={"mcpServers":
+    {"db": "***"}}``)."""
+    out: list[str] = []
+    pending: str | None = None
+    for arg in argv:
+        if pending is not None:
+            out.append(_redacted(pending, arg))
+            pending = None
+            continue
+        flag, eq, value = arg.partition("=")
+        if flag in _SECRET_FLAGS:
+            if eq:
+                out.append(f"{flag}={_redacted(flag, value)}")
+            else:
+                out.append(arg)
+                pending = flag
+            continue
+        out.append(arg)
+    return tuple(out)
+
+
+def _redacted(flag: str, value: str) -> str:
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return f"<redacted {len(value.encode())} bytes>"
+    key = _SECRET_FLAGS[flag]
+    if isinstance(parsed, dict) and key is not None:
+        inner = parsed.get(key)
+        names = {k: "***" for k in inner} if isinstance(inner, dict) else "***"
+        return orjson.dumps({key: names}).decode()
+    if isinstance(parsed, dict):
+        return orjson.dumps({k: "***" for k in parsed}).decode()
+    return f"<redacted {len(value.encode())} bytes>"

@@ -39,6 +39,11 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("remove_breakpoint", "RemoveBreakpoint", pb.RemoveBreakpointRequest, pb.RemoveBreakpointResponse, False),
     ("resolve_tool_call", "ResolveToolCall", pb.ResolveToolCallRequest, pb.ResolveToolCallResponse, False),
     ("get_phase_diff", "GetPhaseDiff", pb.GetPhaseDiffRequest, pb.GetPhaseDiffResponse, False),
+    ("set_phase_model", "SetPhaseModel", pb.SetPhaseModelRequest, pb.SetPhaseModelResponse, False),
+    ("set_phase_permission_mode", "SetPhasePermissionMode", pb.SetPhasePermissionModeRequest,
+     pb.SetPhasePermissionModeResponse, False),
+    ("stop_task", "StopTask", pb.StopTaskRequest, pb.StopTaskResponse, False),
+    ("get_task_output", "GetTaskOutput", pb.GetTaskOutputRequest, pb.GetTaskOutputResponse, False),
 )
 
 

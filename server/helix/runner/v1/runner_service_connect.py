@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, StepPhaseRequest, StepPhaseResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -108,7 +108,10 @@ class RunnerService(Protocol):
     async def interrupt_phase(self, request: InterruptPhaseRequest, ctx: RequestContext[InterruptPhaseRequest, InterruptPhaseResponse], /) -> InterruptPhaseResponse:
         """
         Interrupts the current turn (the CLI's `interrupt`); the phase can continue with
-        injected messages or finish.
+        injected messages or finish. Background shells the phase started (Bash `run_in_background`)
+        keep running (checked with CLI 2.1.330; the server's initialize declares no
+        `perTaskStopAffordance`, which per the CLI's schema only decides whether an interrupt also
+        spares background agents and workflows); StopTask ends one.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -159,6 +162,33 @@ class RunnerService(Protocol):
     async def get_phase_diff(self, request: GetPhaseDiffRequest, ctx: RequestContext[GetPhaseDiffRequest, GetPhaseDiffResponse], /) -> GetPhaseDiffResponse:
         """
         The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def set_phase_model(self, request: SetPhaseModelRequest, ctx: RequestContext[SetPhaseModelRequest, SetPhaseModelResponse], /) -> SetPhaseModelResponse:
+        """
+        Switches the model of a running phase for its later turns (the CLI's `set_model`).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def set_phase_permission_mode(self, request: SetPhasePermissionModeRequest, ctx: RequestContext[SetPhasePermissionModeRequest, SetPhasePermissionModeResponse], /) -> SetPhasePermissionModeResponse:
+        """
+        Switches the permission mode of a running phase (the CLI's `set_permission_mode`);
+        `bypassPermissions` only when the server allows it (as for PhaseOptions.permission_mode).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def stop_task(self, request: StopTaskRequest, ctx: RequestContext[StopTaskRequest, StopTaskResponse], /) -> StopTaskResponse:
+        """
+        Stops one background task of a running phase, e.g. a shell started with the Bash tool's
+        `run_in_background` (the CLI's `stop_task`).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_task_output(self, request: GetTaskOutputRequest, ctx: RequestContext[GetTaskOutputRequest, GetTaskOutputResponse], /) -> GetTaskOutputResponse:
+        """
+        The output of one background shell task of a running phase, its tail when long (the CLI's
+        `get_task_output`).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -373,6 +403,50 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_phase_diff,
+                ),
+                "/helix.runner.v1.RunnerService/SetPhaseModel": Endpoint.unary(
+                    method=MethodInfo(
+                        name="SetPhaseModel",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=SetPhaseModelRequest,
+                        output=SetPhaseModelResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.set_phase_model,
+                ),
+                "/helix.runner.v1.RunnerService/SetPhasePermissionMode": Endpoint.unary(
+                    method=MethodInfo(
+                        name="SetPhasePermissionMode",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=SetPhasePermissionModeRequest,
+                        output=SetPhasePermissionModeResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.set_phase_permission_mode,
+                ),
+                "/helix.runner.v1.RunnerService/StopTask": Endpoint.unary(
+                    method=MethodInfo(
+                        name="StopTask",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=StopTaskRequest,
+                        output=StopTaskResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.stop_task,
+                ),
+                "/helix.runner.v1.RunnerService/GetTaskOutput": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetTaskOutput",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=GetTaskOutputRequest,
+                        output=GetTaskOutputResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_task_output,
                 ),
             },
             interceptors=interceptors,
@@ -641,7 +715,10 @@ class RunnerServiceClient(ConnectClient):
     ) -> InterruptPhaseResponse:
         """
         Interrupts the current turn (the CLI's `interrupt`); the phase can continue with
-        injected messages or finish.
+        injected messages or finish. Background shells the phase started (Bash `run_in_background`)
+        keep running (checked with CLI 2.1.330; the server's initialize declares no
+        `perTaskStopAffordance`, which per the CLI's schema only decides whether an interrupt also
+        spares background agents and workflows); StopTask ends one.
         """
         return await self.execute_unary(
             request=request,
@@ -836,6 +913,101 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=GetPhaseDiffRequest,
                 output=GetPhaseDiffResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def set_phase_model(
+        self,
+        request: SetPhaseModelRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SetPhaseModelResponse:
+        """
+        Switches the model of a running phase for its later turns (the CLI's `set_model`).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="SetPhaseModel",
+                service_name="helix.runner.v1.RunnerService",
+                input=SetPhaseModelRequest,
+                output=SetPhaseModelResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def set_phase_permission_mode(
+        self,
+        request: SetPhasePermissionModeRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SetPhasePermissionModeResponse:
+        """
+        Switches the permission mode of a running phase (the CLI's `set_permission_mode`);
+        `bypassPermissions` only when the server allows it (as for PhaseOptions.permission_mode).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="SetPhasePermissionMode",
+                service_name="helix.runner.v1.RunnerService",
+                input=SetPhasePermissionModeRequest,
+                output=SetPhasePermissionModeResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def stop_task(
+        self,
+        request: StopTaskRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> StopTaskResponse:
+        """
+        Stops one background task of a running phase, e.g. a shell started with the Bash tool's
+        `run_in_background` (the CLI's `stop_task`).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="StopTask",
+                service_name="helix.runner.v1.RunnerService",
+                input=StopTaskRequest,
+                output=StopTaskResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_task_output(
+        self,
+        request: GetTaskOutputRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetTaskOutputResponse:
+        """
+        The output of one background shell task of a running phase, its tail when long (the CLI's
+        `get_task_output`).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetTaskOutput",
+                service_name="helix.runner.v1.RunnerService",
+                input=GetTaskOutputRequest,
+                output=GetTaskOutputResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -37,6 +37,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
     ERROR_REASON_QUEUE_FULL: _ClassVar[ErrorReason]
     ERROR_REASON_DIFF_NOT_AVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_TASK_NOT_FOUND: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -85,6 +86,7 @@ ERROR_REASON_INVALID_PAGE_TOKEN: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_QUEUE_FULL: ErrorReason
 ERROR_REASON_DIFF_NOT_AVAILABLE: ErrorReason
+ERROR_REASON_TASK_NOT_FOUND: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -100,7 +102,7 @@ WORKTREE_RETENTION_REMOVE: WorktreeRetention
 WORKTREE_RETENTION_REMOVE_ON_SUCCESS: WorktreeRetention
 
 class PhaseOptions(_message.Message):
-    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare")
+    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare", "mcp_config", "strict_mcp_config", "agents", "settings", "setting_sources")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +141,11 @@ class PhaseOptions(_message.Message):
     INCLUDE_HOOK_EVENTS_FIELD_NUMBER: _ClassVar[int]
     NO_SESSION_PERSISTENCE_FIELD_NUMBER: _ClassVar[int]
     BARE_FIELD_NUMBER: _ClassVar[int]
+    MCP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    STRICT_MCP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    SETTING_SOURCES_FIELD_NUMBER: _ClassVar[int]
     model: str
     allowed_tools: _containers.RepeatedScalarFieldContainer[str]
     disallowed_tools: _containers.RepeatedScalarFieldContainer[str]
@@ -170,7 +177,12 @@ class PhaseOptions(_message.Message):
     include_hook_events: bool
     no_session_persistence: bool
     bare: bool
-    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., workspace: _Optional[_Union[WorkspaceMode, str]] = ..., base_ref: _Optional[str] = ..., worktree_retention: _Optional[_Union[WorktreeRetention, str]] = ..., add_dirs: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., effort: _Optional[str] = ..., tools: _Optional[str] = ..., session_id: _Optional[str] = ..., fork_session: _Optional[bool] = ..., include_hook_events: _Optional[bool] = ..., no_session_persistence: _Optional[bool] = ..., bare: _Optional[bool] = ...) -> None: ...
+    mcp_config: str
+    strict_mcp_config: bool
+    agents: str
+    settings: str
+    setting_sources: str
+    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., workspace: _Optional[_Union[WorkspaceMode, str]] = ..., base_ref: _Optional[str] = ..., worktree_retention: _Optional[_Union[WorktreeRetention, str]] = ..., add_dirs: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., effort: _Optional[str] = ..., tools: _Optional[str] = ..., session_id: _Optional[str] = ..., fork_session: _Optional[bool] = ..., include_hook_events: _Optional[bool] = ..., no_session_persistence: _Optional[bool] = ..., bare: _Optional[bool] = ..., mcp_config: _Optional[str] = ..., strict_mcp_config: _Optional[bool] = ..., agents: _Optional[str] = ..., settings: _Optional[str] = ..., setting_sources: _Optional[str] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "backoff_multiplier", "max_backoff", "disable_jitter", "continuation_prompt")
@@ -519,3 +531,75 @@ class GetPhaseDiffResponse(_message.Message):
     next_page_token: str
     total_bytes: int
     def __init__(self, chunk: _Optional[bytes] = ..., next_page_token: _Optional[str] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+
+class SetPhaseModelRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "model")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    model: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class SetPhaseModelResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class SetPhasePermissionModeRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "mode")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    mode: _resources_pb2.PermissionMode
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ...) -> None: ...
+
+class SetPhasePermissionModeResponse(_message.Message):
+    __slots__ = ("mode", "phase")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    phase: _resources_pb2.Phase
+    def __init__(self, mode: _Optional[str] = ..., phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class StopTaskRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "task_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    task_id: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class StopTaskResponse(_message.Message):
+    __slots__ = ("phase",)
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ...) -> None: ...
+
+class GetTaskOutputRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "task_id", "max_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    task_id: str
+    max_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., task_id: _Optional[str] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class GetTaskOutputResponse(_message.Message):
+    __slots__ = ("output", "total_bytes", "truncated")
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    output: str
+    total_bytes: int
+    truncated: bool
+    def __init__(self, output: _Optional[str] = ..., total_bytes: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...

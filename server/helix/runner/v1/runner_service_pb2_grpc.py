@@ -132,6 +132,26 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffResponse.FromString,
                 _registered_method=True)
+        self.SetPhaseModel = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/SetPhaseModel',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhaseModelRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhaseModelResponse.FromString,
+                _registered_method=True)
+        self.SetPhasePermissionMode = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/SetPhasePermissionMode',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhasePermissionModeRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhasePermissionModeResponse.FromString,
+                _registered_method=True)
+        self.StopTask = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/StopTask',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.StopTaskRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.StopTaskResponse.FromString,
+                _registered_method=True)
+        self.GetTaskOutput = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/GetTaskOutput',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -213,7 +233,10 @@ class RunnerServiceServicer:
 
     def InterruptPhase(self, request, context):
         """Interrupts the current turn (the CLI's `interrupt`); the phase can continue with
-        injected messages or finish.
+        injected messages or finish. Background shells the phase started (Bash `run_in_background`)
+        keep running (checked with CLI 2.1.330; the server's initialize declares no
+        `perTaskStopAffordance`, which per the CLI's schema only decides whether an interrupt also
+        spares background agents and workflows); StopTask ends one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -272,6 +295,37 @@ class RunnerServiceServicer:
 
     def GetPhaseDiff(self, request, context):
         """The full unified diff of a finished phase's changes (PhaseResult.artifacts), by pages of bytes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetPhaseModel(self, request, context):
+        """Switches the model of a running phase for its later turns (the CLI's `set_model`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetPhasePermissionMode(self, request, context):
+        """Switches the permission mode of a running phase (the CLI's `set_permission_mode`);
+        `bypassPermissions` only when the server allows it (as for PhaseOptions.permission_mode).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopTask(self, request, context):
+        """Stops one background task of a running phase, e.g. a shell started with the Bash tool's
+        `run_in_background` (the CLI's `stop_task`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTaskOutput(self, request, context):
+        """The output of one background shell task of a running phase, its tail when long (the CLI's
+        `get_task_output`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -369,6 +423,26 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.GetPhaseDiff,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffResponse.SerializeToString,
+            ),
+            'SetPhaseModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPhaseModel,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhaseModelRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhaseModelResponse.SerializeToString,
+            ),
+            'SetPhasePermissionMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPhasePermissionMode,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhasePermissionModeRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhasePermissionModeResponse.SerializeToString,
+            ),
+            'StopTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopTask,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.StopTaskRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.StopTaskResponse.SerializeToString,
+            ),
+            'GetTaskOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTaskOutput,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -865,6 +939,114 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/GetPhaseDiff',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetPhaseDiffResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPhaseModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/SetPhaseModel',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhaseModelRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhaseModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPhasePermissionMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/SetPhasePermissionMode',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhasePermissionModeRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetPhasePermissionModeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/StopTask',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.StopTaskRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.StopTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTaskOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/GetTaskOutput',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

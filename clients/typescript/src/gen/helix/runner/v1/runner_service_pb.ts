@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/runner_service.proto.
  */
 export const file_helix_runner_v1_runner_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSK5CAoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRIxCgl3b3Jrc3BhY2UYFCABKA4yHi5oZWxpeC5ydW5uZXIudjEuV29ya3NwYWNlTW9kZRIQCghiYXNlX3JlZhgVIAEoCRI+ChJ3b3JrdHJlZV9yZXRlbnRpb24YFiABKA4yIi5oZWxpeC5ydW5uZXIudjEuV29ya3RyZWVSZXRlbnRpb24SEAoIYWRkX2RpcnMYFyADKAkSFQoNc3lzdGVtX3Byb21wdBgYIAEoCRIOCgZlZmZvcnQYGSABKAkSEgoFdG9vbHMYGiABKAlIAYgBARISCgpzZXNzaW9uX2lkGBsgASgJEhQKDGZvcmtfc2Vzc2lvbhgcIAEoCBIbChNpbmNsdWRlX2hvb2tfZXZlbnRzGB0gASgIEh4KFm5vX3Nlc3Npb25fcGVyc2lzdGVuY2UYHiABKAgSDAoEYmFyZRgfIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19tYXhfYnVkZ2V0X3VzZEIICgZfdG9vbHMi2AEKC1JldHJ5UG9saWN5EhQKDG1heF9hdHRlbXB0cxgBIAEoBRIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGgoSYmFja29mZl9tdWx0aXBsaWVyGAMgASgBEi4KC21heF9iYWNrb2ZmGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmRpc2FibGVfaml0dGVyGAUgASgIEhsKE2NvbnRpbnVhdGlvbl9wcm9tcHQYBiABKAkinAEKD1J1blBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEgoKcHJvamVjdF9pZBgDIAEoCRIOCgZwcm9tcHQYBCABKAkSEwoLd29ya2luZ19kaXIYBSABKAkSLgoHb3B0aW9ucxgGIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5QaGFzZU9wdGlvbnMibgoQUnVuUGhhc2VSZXNwb25zZRIsCgZldmVudHMYASADKAsyHC5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnQSLAoGcmVzdWx0GAIgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0Ik0KEVdhdGNoUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIWCg5hZnRlcl9zZXF1ZW5jZRgDIAEoAyJwChJXYXRjaFBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIzCg5HZXRKb2JSZXNwb25zZRIhCgNqb2IYASABKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iInwKD0xpc3RKb2JzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEi4KCHN0YXR1c2VzGAIgAygOMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIk8KEExpc3RKb2JzUmVzcG9uc2USIgoEam9icxgBIAMoCzIULmhlbGl4LnJ1bm5lci52MS5Kb2ISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIocBChRMaXN0VG9vbENhbGxzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhMKC29ubHlfZmFpbGVkGAQgASgIEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJIooBChVMaXN0VG9vbENhbGxzUmVzcG9uc2USLQoKdG9vbF9jYWxscxgBIAMoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSKQoFc3RhdHMYAyADKAsyGi5oZWxpeC5ydW5uZXIudjEuVG9vbFN0YXRzIkwKFEdldENvc3RUb3RhbHNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSDgoGam9iX2lkGAIgASgJEhAKCHBoYXNlX2lkGAMgASgJIkQKFUdldENvc3RUb3RhbHNSZXNwb25zZRIrCgZ0b3RhbHMYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQ29zdFRvdGFscyJfChFQYXVzZVBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSKAoEbW9kZRgDIAEoDjIaLmhlbGl4LnJ1bm5lci52MS5QYXVzZU1vZGUiOwoSUGF1c2VQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjYKElJlc3VtZVBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiPAoTUmVzdW1lUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI0ChBTdGVwUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI6ChFTdGVwUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI5ChVJbnRlcnJ1cHRQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIj8KFkludGVycnVwdFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiRgoSQ2FuY2VsUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIOCgZyZWFzb24YAyABKAkiPAoTQ2FuY2VsUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSJxChRJbmplY3RNZXNzYWdlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDAoEdGV4dBgDIAEoCRIpCgRtb2RlGAQgASgOMhsuaGVsaXgucnVubmVyLnYxLkluamVjdE1vZGUiPwoVSW5qZWN0TWVzc2FnZVJlc3BvbnNlEhQKDG1lc3NhZ2VfdXVpZBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoAyJWChNJbnNwZWN0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIdChVpbmNsdWRlX2NvbnRleHRfdXNhZ2UYAyABKAgiTAoUSW5zcGVjdFBoYXNlUmVzcG9uc2USNAoKaW5zcGVjdGlvbhgBIAEoCzIgLmhlbGl4LnJ1bm5lci52MS5QaGFzZUluc3BlY3Rpb24iaQoUQWRkQnJlYWtwb2ludFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEi8KCmJyZWFrcG9pbnQYAyABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJIChVBZGRCcmVha3BvaW50UmVzcG9uc2USLwoKYnJlYWtwb2ludBgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IjoKFkxpc3RCcmVha3BvaW50c1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIksKF0xpc3RCcmVha3BvaW50c1Jlc3BvbnNlEjAKC2JyZWFrcG9pbnRzGAEgAygLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiUgoXUmVtb3ZlQnJlYWtwb2ludFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhUKDWJyZWFrcG9pbnRfaWQYAyABKAkiSwoYUmVtb3ZlQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCLuAQoWUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEwoLdG9vbF91c2VfaWQYAyABKAkSMwoHYXBwcm92ZRgEIAEoCzIgLmhlbGl4LnJ1bm5lci52MS5BcHByb3ZlRGVjaXNpb25IABItCgRkZW55GAUgASgLMh0uaGVsaXgucnVubmVyLnYxLkRlbnlEZWNpc2lvbkgAEi0KBGVkaXQYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuRWRpdERlY2lzaW9uSABCCgoIZGVjaXNpb24iEQoPQXBwcm92ZURlY2lzaW9uIh8KDERlbnlEZWNpc2lvbhIPCgdtZXNzYWdlGAEgASgJIiIKDEVkaXREZWNpc2lvbhISCgppbnB1dF9qc29uGAEgASgJIkcKF1Jlc29sdmVUb29sQ2FsbFJlc3BvbnNlEiwKCXRvb2xfY2FsbBgBIAEoCzIZLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbCJeChNHZXRQaGFzZURpZmZSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJTChRHZXRQaGFzZURpZmZSZXNwb25zZRINCgVjaHVuaxgBIAEoDBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSEwoLdG90YWxfYnl0ZXMYAyABKAMqqQYKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGkVSUk9SX1JFQVNPTl9JTlZBTElEX0ZJRUxEEAESKgomRVJST1JfUkVBU09OX1dPUktJTkdfRElSX09VVFNJREVfUk9PVFMQAhIeChpFUlJPUl9SRUFTT05fSk9CX05PVF9GT1VORBADEiAKHEVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfRk9VTkQQBBIlCiFFUlJPUl9SRUFTT05fUEhBU0VfQUxSRUFEWV9FWElTVFMQBRIjCh9FUlJPUl9SRUFTT05fSUxMRUdBTF9UUkFOU0lUSU9OEAYSIgoeRVJST1JfUkVBU09OX1BIQVNFX05PVF9SVU5OSU5HEAcSIQodRVJST1JfUkVBU09OX0NMQVVERV9OT1RfRk9VTkQQCBIhCh1FUlJPUl9SRUFTT05fUFJFRkxJR0hUX0ZBSUxFRBAJEiAKHEVSUk9SX1JFQVNPTl9FTlZfTk9UX0FMTE9XRUQQChIZChVFUlJPUl9SRUFTT05fRFJBSU5JTkcQCxIgChxFUlJPUl9SRUFTT05fTk9UX0lNUExFTUVOVEVEEAwSJAogRVJST1JfUkVBU09OX0NVUlNPUl9PVVRfT0ZfUkFOR0UQDRIhCh1FUlJPUl9SRUFTT05fV0FUQ0hFUl9UT09fU0xPVxAOEiMKH0VSUk9SX1JFQVNPTl9UT09MX0NBTExfTk9UX0hFTEQQDxIlCiFFUlJPUl9SRUFTT05fQlJFQUtQT0lOVF9OT1RfRk9VTkQQEBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEBESIAocRVJST1JfUkVBU09OX1RPT19NQU5ZX1BIQVNFUxASEiMKH0VSUk9SX1JFQVNPTl9JTlZBTElEX1BBR0VfVE9LRU4QExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIbChdFUlJPUl9SRUFTT05fUVVFVUVfRlVMTBAVEiMKH0VSUk9SX1JFQVNPTl9ESUZGX05PVF9BVkFJTEFCTEUQFipkCgpJbmplY3RNb2RlEhsKF0lOSkVDVF9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRSU5KRUNUX01PREVfUVVFVUUQARIiCh5JTkpFQ1RfTU9ERV9JTlRFUlJVUFRfQU5EX1NFTkQQAipdCglQYXVzZU1vZGUSGgoWUEFVU0VfTU9ERV9VTlNQRUNJRklFRBAAEh8KG1BBVVNFX01PREVfQkVGT1JFX05FWFRfVE9PTBABEhMKD1BBVVNFX01PREVfSEFSRBACKm0KDVdvcmtzcGFjZU1vZGUSHgoaV09SS1NQQUNFX01PREVfVU5TUEVDSUZJRUQQABIbChdXT1JLU1BBQ0VfTU9ERV9JTl9QTEFDRRABEh8KG1dPUktTUEFDRV9NT0RFX0dJVF9XT1JLVFJFRRACKp0BChFXb3JrdHJlZVJldGVudGlvbhIiCh5XT1JLVFJFRV9SRVRFTlRJT05fVU5TUEVDSUZJRUQQABIbChdXT1JLVFJFRV9SRVRFTlRJT05fS0VFUBABEh0KGVdPUktUUkVFX1JFVEVOVElPTl9SRU1PVkUQAhIoCiRXT1JLVFJFRV9SRVRFTlRJT05fUkVNT1ZFX09OX1NVQ0NFU1MQAzKIDQoNUnVubmVyU2VydmljZRJRCghSdW5QaGFzZRIgLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuUnVuUGhhc2VSZXNwb25zZTABElcKCldhdGNoUGhhc2USIi5oZWxpeC5ydW5uZXIudjEuV2F0Y2hQaGFzZVJlcXVlc3QaIy5oZWxpeC5ydW5uZXIudjEuV2F0Y2hQaGFzZVJlc3BvbnNlMAESSQoGR2V0Sm9iEh4uaGVsaXgucnVubmVyLnYxLkdldEpvYlJlcXVlc3QaHy5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVzcG9uc2USTwoITGlzdEpvYnMSIC5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXF1ZXN0GiEuaGVsaXgucnVubmVyLnYxLkxpc3RKb2JzUmVzcG9uc2USXgoNTGlzdFRvb2xDYWxscxIlLmhlbGl4LnJ1bm5lci52MS5MaXN0VG9vbENhbGxzUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5MaXN0VG9vbENhbGxzUmVzcG9uc2USXgoNR2V0Q29zdFRvdGFscxIlLmhlbGl4LnJ1bm5lci52MS5HZXRDb3N0VG90YWxzUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5HZXRDb3N0VG90YWxzUmVzcG9uc2USVQoKUGF1c2VQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5QYXVzZVBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5QYXVzZVBoYXNlUmVzcG9uc2USWAoLUmVzdW1lUGhhc2USIy5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXF1ZXN0GiQuaGVsaXgucnVubmVyLnYxLlJlc3VtZVBoYXNlUmVzcG9uc2USUgoJU3RlcFBoYXNlEiEuaGVsaXgucnVubmVyLnYxLlN0ZXBQaGFzZVJlcXVlc3QaIi5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVzcG9uc2USYQoOSW50ZXJydXB0UGhhc2USJi5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXF1ZXN0GicuaGVsaXgucnVubmVyLnYxLkludGVycnVwdFBoYXNlUmVzcG9uc2USWAoLQ2FuY2VsUGhhc2USIy5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXF1ZXN0GiQuaGVsaXgucnVubmVyLnYxLkNhbmNlbFBoYXNlUmVzcG9uc2USXgoNSW5qZWN0TWVzc2FnZRIlLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNZXNzYWdlUmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNZXNzYWdlUmVzcG9uc2USWwoMSW5zcGVjdFBoYXNlEiQuaGVsaXgucnVubmVyLnYxLkluc3BlY3RQaGFzZVJlcXVlc3QaJS5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVzcG9uc2USXgoNQWRkQnJlYWtwb2ludBIlLmhlbGl4LnJ1bm5lci52MS5BZGRCcmVha3BvaW50UmVxdWVzdBomLmhlbGl4LnJ1bm5lci52MS5BZGRCcmVha3BvaW50UmVzcG9uc2USZAoPTGlzdEJyZWFrcG9pbnRzEicuaGVsaXgucnVubmVyLnYxLkxpc3RCcmVha3BvaW50c1JlcXVlc3QaKC5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVzcG9uc2USZwoQUmVtb3ZlQnJlYWtwb2ludBIoLmhlbGl4LnJ1bm5lci52MS5SZW1vdmVCcmVha3BvaW50UmVxdWVzdBopLmhlbGl4LnJ1bm5lci52MS5SZW1vdmVCcmVha3BvaW50UmVzcG9uc2USZAoPUmVzb2x2ZVRvb2xDYWxsEicuaGVsaXgucnVubmVyLnYxLlJlc29sdmVUb29sQ2FsbFJlcXVlc3QaKC5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVzcG9uc2USWwoMR2V0UGhhc2VEaWZmEiQuaGVsaXgucnVubmVyLnYxLkdldFBoYXNlRGlmZlJlcXVlc3QaJS5oZWxpeC5ydW5uZXIudjEuR2V0UGhhc2VEaWZmUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
+  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSK8CQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRIxCgl3b3Jrc3BhY2UYFCABKA4yHi5oZWxpeC5ydW5uZXIudjEuV29ya3NwYWNlTW9kZRIQCghiYXNlX3JlZhgVIAEoCRI+ChJ3b3JrdHJlZV9yZXRlbnRpb24YFiABKA4yIi5oZWxpeC5ydW5uZXIudjEuV29ya3RyZWVSZXRlbnRpb24SEAoIYWRkX2RpcnMYFyADKAkSFQoNc3lzdGVtX3Byb21wdBgYIAEoCRIOCgZlZmZvcnQYGSABKAkSEgoFdG9vbHMYGiABKAlIAYgBARISCgpzZXNzaW9uX2lkGBsgASgJEhQKDGZvcmtfc2Vzc2lvbhgcIAEoCBIbChNpbmNsdWRlX2hvb2tfZXZlbnRzGB0gASgIEh4KFm5vX3Nlc3Npb25fcGVyc2lzdGVuY2UYHiABKAgSDAoEYmFyZRgfIAEoCBISCgptY3BfY29uZmlnGCAgASgJEhkKEXN0cmljdF9tY3BfY29uZmlnGCEgASgIEg4KBmFnZW50cxgiIAEoCRIQCghzZXR0aW5ncxgjIAEoCRIcCg9zZXR0aW5nX3NvdXJjZXMYJCABKAlIAogBARoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQhEKD19tYXhfYnVkZ2V0X3VzZEIICgZfdG9vbHNCEgoQX3NldHRpbmdfc291cmNlcyLYAQoLUmV0cnlQb2xpY3kSFAoMbWF4X2F0dGVtcHRzGAEgASgFEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIaChJiYWNrb2ZmX211bHRpcGxpZXIYAyABKAESLgoLbWF4X2JhY2tvZmYYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOZGlzYWJsZV9qaXR0ZXIYBSABKAgSGwoTY29udGludWF0aW9uX3Byb21wdBgGIAEoCSKcAQoPUnVuUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEg4KBnByb21wdBgEIAEoCRITCgt3b3JraW5nX2RpchgFIAEoCRIuCgdvcHRpb25zGAYgASgLMh0uaGVsaXgucnVubmVyLnYxLlBoYXNlT3B0aW9ucyJuChBSdW5QaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiTQoRV2F0Y2hQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAMgASgDInAKEldhdGNoUGhhc2VSZXNwb25zZRIsCgZldmVudHMYASADKAsyHC5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnQSLAoGcmVzdWx0GAIgASgLMhwuaGVsaXgucnVubmVyLnYxLlBoYXNlUmVzdWx0Ih8KDUdldEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJIjMKDkdldEpvYlJlc3BvbnNlEiEKA2pvYhgBIAEoCzIULmhlbGl4LnJ1bm5lci52MS5Kb2IifAoPTGlzdEpvYnNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSLgoIc3RhdHVzZXMYAiADKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiTwoQTGlzdEpvYnNSZXNwb25zZRIiCgRqb2JzGAEgAygLMhQuaGVsaXgucnVubmVyLnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkihwEKFExpc3RUb29sQ2FsbHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIRCgl0b29sX25hbWUYAyABKAkSEwoLb25seV9mYWlsZWQYBCABKAgSEQoJcGFnZV9zaXplGAUgASgFEhIKCnBhZ2VfdG9rZW4YBiABKAkiigEKFUxpc3RUb29sQ2FsbHNSZXNwb25zZRItCgp0b29sX2NhbGxzGAEgAygLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIpCgVzdGF0cxgDIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Ub29sU3RhdHMiTAoUR2V0Q29zdFRvdGFsc1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEAoIcGhhc2VfaWQYAyABKAkiRAoVR2V0Q29zdFRvdGFsc1Jlc3BvbnNlEisKBnRvdGFscxgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Db3N0VG90YWxzIl8KEVBhdXNlUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIoCgRtb2RlGAMgASgOMhouaGVsaXgucnVubmVyLnYxLlBhdXNlTW9kZSI7ChJQYXVzZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNgoSUmVzdW1lUGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI8ChNSZXN1bWVQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjQKEFN0ZXBQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjoKEVN0ZXBQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIjkKFUludGVycnVwdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiPwoWSW50ZXJydXB0UGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSJGChJDYW5jZWxQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI8ChNDYW5jZWxQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlInEKFEluamVjdE1lc3NhZ2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIMCgR0ZXh0GAMgASgJEikKBG1vZGUYBCABKA4yGy5oZWxpeC5ydW5uZXIudjEuSW5qZWN0TW9kZSI/ChVJbmplY3RNZXNzYWdlUmVzcG9uc2USFAoMbWVzc2FnZV91dWlkGAEgASgJEhAKCHNlcXVlbmNlGAIgASgDIlYKE0luc3BlY3RQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEh0KFWluY2x1ZGVfY29udGV4dF91c2FnZRgDIAEoCCJMChRJbnNwZWN0UGhhc2VSZXNwb25zZRI0CgppbnNwZWN0aW9uGAEgASgLMiAuaGVsaXgucnVubmVyLnYxLlBoYXNlSW5zcGVjdGlvbiJpChRBZGRCcmVha3BvaW50UmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSLwoKYnJlYWtwb2ludBgDIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IkgKFUFkZEJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiOgoWTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiSwoXTGlzdEJyZWFrcG9pbnRzUmVzcG9uc2USMAoLYnJlYWtwb2ludHMYASADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCJSChdSZW1vdmVCcmVha3BvaW50UmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFQoNYnJlYWtwb2ludF9pZBgDIAEoCSJLChhSZW1vdmVCcmVha3BvaW50UmVzcG9uc2USLwoKYnJlYWtwb2ludBgBIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50Iu4BChZSZXNvbHZlVG9vbENhbGxSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRITCgt0b29sX3VzZV9pZBgDIAEoCRIzCgdhcHByb3ZlGAQgASgLMiAuaGVsaXgucnVubmVyLnYxLkFwcHJvdmVEZWNpc2lvbkgAEi0KBGRlbnkYBSABKAsyHS5oZWxpeC5ydW5uZXIudjEuRGVueURlY2lzaW9uSAASLQoEZWRpdBgGIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5FZGl0RGVjaXNpb25IAEIKCghkZWNpc2lvbiIRCg9BcHByb3ZlRGVjaXNpb24iHwoMRGVueURlY2lzaW9uEg8KB21lc3NhZ2UYASABKAkiIgoMRWRpdERlY2lzaW9uEhIKCmlucHV0X2pzb24YASABKAkiRwoXUmVzb2x2ZVRvb2xDYWxsUmVzcG9uc2USLAoJdG9vbF9jYWxsGAEgASgLMhkuaGVsaXgucnVubmVyLnYxLlRvb2xDYWxsIl4KE0dldFBoYXNlRGlmZlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlMKFEdldFBoYXNlRGlmZlJlc3BvbnNlEg0KBWNodW5rGAEgASgMEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRITCgt0b3RhbF9ieXRlcxgDIAEoAyJHChRTZXRQaGFzZU1vZGVsUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDQoFbW9kZWwYAyABKAkiPgoVU2V0UGhhc2VNb2RlbFJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlInAKHVNldFBoYXNlUGVybWlzc2lvbk1vZGVSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRItCgRtb2RlGAMgASgOMh8uaGVsaXgucnVubmVyLnYxLlBlcm1pc3Npb25Nb2RlIlUKHlNldFBoYXNlUGVybWlzc2lvbk1vZGVSZXNwb25zZRIMCgRtb2RlGAEgASgJEiUKBXBoYXNlGAIgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIkQKD1N0b3BUYXNrUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDwoHdGFza19pZBgDIAEoCSI5ChBTdG9wVGFza1Jlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIlwKFEdldFRhc2tPdXRwdXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEhEKCW1heF9ieXRlcxgEIAEoBSJPChVHZXRUYXNrT3V0cHV0UmVzcG9uc2USDgoGb3V0cHV0GAEgASgJEhMKC3RvdGFsX2J5dGVzGAIgASgDEhEKCXRydW5jYXRlZBgDIAEoCCrKBgoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfUkVBU09OX0lOVkFMSURfRklFTEQQARIqCiZFUlJPUl9SRUFTT05fV09SS0lOR19ESVJfT1VUU0lERV9ST09UUxACEh4KGkVSUk9SX1JFQVNPTl9KT0JfTk9UX0ZPVU5EEAMSIAocRVJST1JfUkVBU09OX1BIQVNFX05PVF9GT1VORBAEEiUKIUVSUk9SX1JFQVNPTl9QSEFTRV9BTFJFQURZX0VYSVNUUxAFEiMKH0VSUk9SX1JFQVNPTl9JTExFR0FMX1RSQU5TSVRJT04QBhIiCh5FUlJPUl9SRUFTT05fUEhBU0VfTk9UX1JVTk5JTkcQBxIhCh1FUlJPUl9SRUFTT05fQ0xBVURFX05PVF9GT1VORBAIEiEKHUVSUk9SX1JFQVNPTl9QUkVGTElHSFRfRkFJTEVEEAkSIAocRVJST1JfUkVBU09OX0VOVl9OT1RfQUxMT1dFRBAKEhkKFUVSUk9SX1JFQVNPTl9EUkFJTklORxALEiAKHEVSUk9SX1JFQVNPTl9OT1RfSU1QTEVNRU5URUQQDBIkCiBFUlJPUl9SRUFTT05fQ1VSU09SX09VVF9PRl9SQU5HRRANEiEKHUVSUk9SX1JFQVNPTl9XQVRDSEVSX1RPT19TTE9XEA4SIwofRVJST1JfUkVBU09OX1RPT0xfQ0FMTF9OT1RfSEVMRBAPEiUKIUVSUk9SX1JFQVNPTl9CUkVBS1BPSU5UX05PVF9GT1VORBAQEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQERIgChxFUlJPUl9SRUFTT05fVE9PX01BTllfUEhBU0VTEBISIwofRVJST1JfUkVBU09OX0lOVkFMSURfUEFHRV9UT0tFThATEhkKFUVSUk9SX1JFQVNPTl9JTlRFUk5BTBAUEhsKF0VSUk9SX1JFQVNPTl9RVUVVRV9GVUxMEBUSIwofRVJST1JfUkVBU09OX0RJRkZfTk9UX0FWQUlMQUJMRRAWEh8KG0VSUk9SX1JFQVNPTl9UQVNLX05PVF9GT1VORBAXKmQKCkluamVjdE1vZGUSGwoXSU5KRUNUX01PREVfVU5TUEVDSUZJRUQQABIVChFJTkpFQ1RfTU9ERV9RVUVVRRABEiIKHklOSkVDVF9NT0RFX0lOVEVSUlVQVF9BTkRfU0VORBACKl0KCVBhdXNlTW9kZRIaChZQQVVTRV9NT0RFX1VOU1BFQ0lGSUVEEAASHwobUEFVU0VfTU9ERV9CRUZPUkVfTkVYVF9UT09MEAESEwoPUEFVU0VfTU9ERV9IQVJEEAIqbQoNV29ya3NwYWNlTW9kZRIeChpXT1JLU1BBQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhsKF1dPUktTUEFDRV9NT0RFX0lOX1BMQUNFEAESHwobV09SS1NQQUNFX01PREVfR0lUX1dPUktUUkVFEAIqnQEKEVdvcmt0cmVlUmV0ZW50aW9uEiIKHldPUktUUkVFX1JFVEVOVElPTl9VTlNQRUNJRklFRBAAEhsKF1dPUktUUkVFX1JFVEVOVElPTl9LRUVQEAESHQoZV09SS1RSRUVfUkVURU5USU9OX1JFTU9WRRACEigKJFdPUktUUkVFX1JFVEVOVElPTl9SRU1PVkVfT05fU1VDQ0VTUxADMpQQCg1SdW5uZXJTZXJ2aWNlElEKCFJ1blBoYXNlEiAuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlc3BvbnNlMAESVwoKV2F0Y2hQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVzcG9uc2UwARJJCgZHZXRKb2ISHi5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVxdWVzdBofLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXNwb25zZRJPCghMaXN0Sm9icxIgLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXNwb25zZRJeCg1MaXN0VG9vbENhbGxzEiUuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJeCg1HZXRDb3N0VG90YWxzEiUuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXNwb25zZRJVCgpQYXVzZVBoYXNlEiIuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXNwb25zZRJYCgtSZXN1bWVQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXNwb25zZRJSCglTdGVwUGhhc2USIS5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVxdWVzdBoiLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXNwb25zZRJhCg5JbnRlcnJ1cHRQaGFzZRImLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlcXVlc3QaJy5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXNwb25zZRJYCgtDYW5jZWxQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXNwb25zZRJeCg1JbmplY3RNZXNzYWdlEiUuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXNwb25zZRJbCgxJbnNwZWN0UGhhc2USJC5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXNwb25zZRJeCg1BZGRCcmVha3BvaW50EiUuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXNwb25zZRJkCg9MaXN0QnJlYWtwb2ludHMSJy5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXNwb25zZRJnChBSZW1vdmVCcmVha3BvaW50EiguaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0GikuaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRJkCg9SZXNvbHZlVG9vbENhbGwSJy5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXNwb25zZRJbCgxHZXRQaGFzZURpZmYSJC5oZWxpeC5ydW5uZXIudjEuR2V0UGhhc2VEaWZmUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5HZXRQaGFzZURpZmZSZXNwb25zZRJeCg1TZXRQaGFzZU1vZGVsEiUuaGVsaXgucnVubmVyLnYxLlNldFBoYXNlTW9kZWxSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLlNldFBoYXNlTW9kZWxSZXNwb25zZRJ5ChZTZXRQaGFzZVBlcm1pc3Npb25Nb2RlEi4uaGVsaXgucnVubmVyLnYxLlNldFBoYXNlUGVybWlzc2lvbk1vZGVSZXF1ZXN0Gi8uaGVsaXgucnVubmVyLnYxLlNldFBoYXNlUGVybWlzc2lvbk1vZGVSZXNwb25zZRJPCghTdG9wVGFzaxIgLmhlbGl4LnJ1bm5lci52MS5TdG9wVGFza1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuU3RvcFRhc2tSZXNwb25zZRJeCg1HZXRUYXNrT3V0cHV0EiUuaGVsaXgucnVubmVyLnYxLkdldFRhc2tPdXRwdXRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldFRhc2tPdXRwdXRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
 
 /**
  * PhaseOptions are the run options of a phase (CLI flags and server behaviour).
@@ -257,6 +257,49 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
    * @generated from field: bool bare = 31;
    */
   bare: boolean;
+
+  /**
+   * `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
+   * none). It may hold secrets (server `env`, headers): the server never logs, stores or records
+   * it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
+   *
+   * @generated from field: string mcp_config = 32;
+   */
+  mcpConfig: string;
+
+  /**
+   * `--strict-mcp-config`: use only the MCP servers of `mcp_config`, ignoring every other MCP
+   * configuration (user, project, plugins).
+   *
+   * @generated from field: bool strict_mcp_config = 33;
+   */
+  strictMcpConfig: boolean;
+
+  /**
+   * `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
+   * (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
+   *
+   * @generated from field: string agents = 34;
+   */
+  agents: string;
+
+  /**
+   * `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
+   * supplies the API key through its key helper it merges its own `apiKeyHelper` into this
+   * object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
+   * keys only).
+   *
+   * @generated from field: string settings = 35;
+   */
+  settings: string;
+
+  /**
+   * `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
+   * `project`, `local`; empty for none. Unset: the CLI's default (all).
+   *
+   * @generated from field: optional string setting_sources = 36;
+   */
+  settingSources?: string | undefined;
 };
 
 /**
@@ -1509,6 +1552,262 @@ export const GetPhaseDiffResponseSchema: GenMessage<GetPhaseDiffResponse> = /*@_
   messageDesc(file_helix_runner_v1_runner_service, 40);
 
 /**
+ * SetPhaseModelRequest names a running phase and the model for its later turns.
+ *
+ * @generated from message helix.runner.v1.SetPhaseModelRequest
+ */
+export type SetPhaseModelRequest = Message<"helix.runner.v1.SetPhaseModelRequest"> & {
+  /**
+   * Job id.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 2;
+   */
+  phaseId: string;
+
+  /**
+   * Model name or alias, like PhaseOptions.model; empty: the session's default model.
+   *
+   * @generated from field: string model = 3;
+   */
+  model: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.SetPhaseModelRequest.
+ * Use `create(SetPhaseModelRequestSchema)` to create a new message.
+ */
+export const SetPhaseModelRequestSchema: GenMessage<SetPhaseModelRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 41);
+
+/**
+ * SetPhaseModelResponse returns the phase after the switch.
+ *
+ * @generated from message helix.runner.v1.SetPhaseModelResponse
+ */
+export type SetPhaseModelResponse = Message<"helix.runner.v1.SetPhaseModelResponse"> & {
+  /**
+   * The phase (its `model` is the new one).
+   *
+   * @generated from field: helix.runner.v1.Phase phase = 1;
+   */
+  phase?: Phase | undefined;
+};
+
+/**
+ * Describes the message helix.runner.v1.SetPhaseModelResponse.
+ * Use `create(SetPhaseModelResponseSchema)` to create a new message.
+ */
+export const SetPhaseModelResponseSchema: GenMessage<SetPhaseModelResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 42);
+
+/**
+ * SetPhasePermissionModeRequest names a running phase and its new permission mode.
+ *
+ * @generated from message helix.runner.v1.SetPhasePermissionModeRequest
+ */
+export type SetPhasePermissionModeRequest = Message<"helix.runner.v1.SetPhasePermissionModeRequest"> & {
+  /**
+   * Job id.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 2;
+   */
+  phaseId: string;
+
+  /**
+   * The new mode (UNSPECIFIED is INVALID_ARGUMENT). BYPASS_PERMISSIONS is INVALID_ARGUMENT
+   * unless the server's `allow_bypass_permissions` is on, as in RunPhase. Tool calls still pass the server's
+   * PreToolUse hook, so breakpoints and pause keep holding them in every mode.
+   *
+   * @generated from field: helix.runner.v1.PermissionMode mode = 3;
+   */
+  mode: PermissionMode;
+};
+
+/**
+ * Describes the message helix.runner.v1.SetPhasePermissionModeRequest.
+ * Use `create(SetPhasePermissionModeRequestSchema)` to create a new message.
+ */
+export const SetPhasePermissionModeRequestSchema: GenMessage<SetPhasePermissionModeRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 43);
+
+/**
+ * SetPhasePermissionModeResponse says which mode is now in effect.
+ *
+ * @generated from message helix.runner.v1.SetPhasePermissionModeResponse
+ */
+export type SetPhasePermissionModeResponse = Message<"helix.runner.v1.SetPhasePermissionModeResponse"> & {
+  /**
+   * The mode the CLI reports in effect (its answer's `mode`; the requested one when it echoes
+   * none).
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * The phase.
+   *
+   * @generated from field: helix.runner.v1.Phase phase = 2;
+   */
+  phase?: Phase | undefined;
+};
+
+/**
+ * Describes the message helix.runner.v1.SetPhasePermissionModeResponse.
+ * Use `create(SetPhasePermissionModeResponseSchema)` to create a new message.
+ */
+export const SetPhasePermissionModeResponseSchema: GenMessage<SetPhasePermissionModeResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 44);
+
+/**
+ * StopTaskRequest names a background task of a running phase.
+ *
+ * @generated from message helix.runner.v1.StopTaskRequest
+ */
+export type StopTaskRequest = Message<"helix.runner.v1.StopTaskRequest"> & {
+  /**
+   * Job id.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 2;
+   */
+  phaseId: string;
+
+  /**
+   * The task id, as TaskEvent.task_id reports it (e.g. the id of a background Bash shell);
+   * 1-128 characters.
+   *
+   * @generated from field: string task_id = 3;
+   */
+  taskId: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.StopTaskRequest.
+ * Use `create(StopTaskRequestSchema)` to create a new message.
+ */
+export const StopTaskRequestSchema: GenMessage<StopTaskRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 45);
+
+/**
+ * StopTaskResponse returns the phase after the stop.
+ *
+ * @generated from message helix.runner.v1.StopTaskResponse
+ */
+export type StopTaskResponse = Message<"helix.runner.v1.StopTaskResponse"> & {
+  /**
+   * The phase.
+   *
+   * @generated from field: helix.runner.v1.Phase phase = 1;
+   */
+  phase?: Phase | undefined;
+};
+
+/**
+ * Describes the message helix.runner.v1.StopTaskResponse.
+ * Use `create(StopTaskResponseSchema)` to create a new message.
+ */
+export const StopTaskResponseSchema: GenMessage<StopTaskResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 46);
+
+/**
+ * GetTaskOutputRequest names a background shell task of a running phase.
+ *
+ * @generated from message helix.runner.v1.GetTaskOutputRequest
+ */
+export type GetTaskOutputRequest = Message<"helix.runner.v1.GetTaskOutputRequest"> & {
+  /**
+   * Job id.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 2;
+   */
+  phaseId: string;
+
+  /**
+   * The task id (see StopTaskRequest.task_id).
+   *
+   * @generated from field: string task_id = 3;
+   */
+  taskId: string;
+
+  /**
+   * At most this many bytes of the output's end (0: 64 KiB; at most 1 MiB).
+   *
+   * @generated from field: int32 max_bytes = 4;
+   */
+  maxBytes: number;
+};
+
+/**
+ * Describes the message helix.runner.v1.GetTaskOutputRequest.
+ * Use `create(GetTaskOutputRequestSchema)` to create a new message.
+ */
+export const GetTaskOutputRequestSchema: GenMessage<GetTaskOutputRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 47);
+
+/**
+ * GetTaskOutputResponse is the task's output so far.
+ *
+ * @generated from message helix.runner.v1.GetTaskOutputResponse
+ */
+export type GetTaskOutputResponse = Message<"helix.runner.v1.GetTaskOutputResponse"> & {
+  /**
+   * The output (its last `max_bytes` bytes, cut at a character boundary, when it is longer).
+   *
+   * @generated from field: string output = 1;
+   */
+  output: string;
+
+  /**
+   * Bytes of output the task has written in all.
+   *
+   * @generated from field: int64 total_bytes = 2;
+   */
+  totalBytes: bigint;
+
+  /**
+   * Whether `output` is less than all of it (cut by the CLI or by `max_bytes`).
+   *
+   * @generated from field: bool truncated = 3;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message helix.runner.v1.GetTaskOutputResponse.
+ * Use `create(GetTaskOutputResponseSchema)` to create a new message.
+ */
+export const GetTaskOutputResponseSchema: GenMessage<GetTaskOutputResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 48);
+
+/**
  * ErrorReason documents the `ErrorInfo.reason` values of this service (sent without the
  * `ERROR_REASON_` prefix).
  *
@@ -1681,6 +1980,14 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_DIFF_NOT_AVAILABLE = 22;
    */
   DIFF_NOT_AVAILABLE = 22,
+
+  /**
+   * StopTask, GetTaskOutput: the running phase's CLI knows no (shell) task with this id;
+   * metadata `task_id`.
+   *
+   * @generated from enum value: ERROR_REASON_TASK_NOT_FOUND = 23;
+   */
+  TASK_NOT_FOUND = 23,
 }
 
 /**
@@ -1946,7 +2253,10 @@ export const RunnerService: GenService<{
   },
   /**
    * Interrupts the current turn (the CLI's `interrupt`); the phase can continue with
-   * injected messages or finish.
+   * injected messages or finish. Background shells the phase started (Bash `run_in_background`)
+   * keep running (checked with CLI 2.1.330; the server's initialize declares no
+   * `perTaskStopAffordance`, which per the CLI's schema only decides whether an interrupt also
+   * spares background agents and workflows); StopTask ends one.
    *
    * @generated from rpc helix.runner.v1.RunnerService.InterruptPhase
    */
@@ -2036,6 +2346,49 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof GetPhaseDiffRequestSchema;
     output: typeof GetPhaseDiffResponseSchema;
+  },
+  /**
+   * Switches the model of a running phase for its later turns (the CLI's `set_model`).
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.SetPhaseModel
+   */
+  setPhaseModel: {
+    methodKind: "unary";
+    input: typeof SetPhaseModelRequestSchema;
+    output: typeof SetPhaseModelResponseSchema;
+  },
+  /**
+   * Switches the permission mode of a running phase (the CLI's `set_permission_mode`);
+   * `bypassPermissions` only when the server allows it (as for PhaseOptions.permission_mode).
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.SetPhasePermissionMode
+   */
+  setPhasePermissionMode: {
+    methodKind: "unary";
+    input: typeof SetPhasePermissionModeRequestSchema;
+    output: typeof SetPhasePermissionModeResponseSchema;
+  },
+  /**
+   * Stops one background task of a running phase, e.g. a shell started with the Bash tool's
+   * `run_in_background` (the CLI's `stop_task`).
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.StopTask
+   */
+  stopTask: {
+    methodKind: "unary";
+    input: typeof StopTaskRequestSchema;
+    output: typeof StopTaskResponseSchema;
+  },
+  /**
+   * The output of one background shell task of a running phase, its tail when long (the CLI's
+   * `get_task_output`).
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.GetTaskOutput
+   */
+  getTaskOutput: {
+    methodKind: "unary";
+    input: typeof GetTaskOutputRequestSchema;
+    output: typeof GetTaskOutputResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_helix_runner_v1_runner_service, 0);

@@ -35,6 +35,8 @@ __all__ = (
     "GetJobResponse",
     "GetPhaseDiffRequest",
     "GetPhaseDiffResponse",
+    "GetTaskOutputRequest",
+    "GetTaskOutputResponse",
     "HookEvent",
     "HookEventKind",
     "InjectMessageRequest",
@@ -93,9 +95,15 @@ __all__ = (
     "RunnerServiceStub",
     "SessionInit",
     "SessionWritesLost",
+    "SetPhaseModelRequest",
+    "SetPhaseModelResponse",
+    "SetPhasePermissionModeRequest",
+    "SetPhasePermissionModeResponse",
     "StderrOutput",
     "StepPhaseRequest",
     "StepPhaseResponse",
+    "StopTaskRequest",
+    "StopTaskResponse",
     "StreamEvent",
     "StreamEventRef",
     "TaskEvent",
@@ -638,6 +646,12 @@ class ErrorReason(betterproto2.Enum):
     repository, or its recording was deleted by retention); metadata `job_id`, `phase_id`.
     """
 
+    TASK_NOT_FOUND = 23
+    """
+    StopTask, GetTaskOutput: the running phase's CLI knows no (shell) task with this id;
+    metadata `task_id`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -664,6 +678,7 @@ class ErrorReason(betterproto2.Enum):
             20: "ERROR_REASON_INTERNAL",
             21: "ERROR_REASON_QUEUE_FULL",
             22: "ERROR_REASON_DIFF_NOT_AVAILABLE",
+            23: "ERROR_REASON_TASK_NOT_FOUND",
         }
 
     @classmethod
@@ -692,6 +707,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_INTERNAL": 20,
             "ERROR_REASON_QUEUE_FULL": 21,
             "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
+            "ERROR_REASON_TASK_NOT_FOUND": 23,
         }
 
 
@@ -2390,6 +2406,61 @@ default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse",
 
 
 @dataclass(eq=False, repr=False)
+class GetTaskOutputRequest(betterproto2.Message):
+    """
+    GetTaskOutputRequest names a background shell task of a running phase.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    task_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The task id (see StopTaskRequest.task_id).
+    """
+
+    max_bytes: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    At most this many bytes of the output's end (0: 64 KiB; at most 1 MiB).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetTaskOutputRequest", GetTaskOutputRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetTaskOutputResponse(betterproto2.Message):
+    """
+    GetTaskOutputResponse is the task's output so far.
+    """
+
+    output: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The output (its last `max_bytes` bytes, cut at a character boundary, when it is longer).
+    """
+
+    total_bytes: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Bytes of output the task has written in all.
+    """
+
+    truncated: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    Whether `output` is less than all of it (cut by the CLI or by `max_bytes`).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetTaskOutputResponse", GetTaskOutputResponse)
+
+
+@dataclass(eq=False, repr=False)
 class HookEvent(betterproto2.Message):
     """
     HookEvent is a hook lifecycle line (with `--include-hook-events`).
@@ -3184,6 +3255,12 @@ class Phase(betterproto2.Message):
     Why and where the phase waits; set only while its status is QUEUED.
     """
 
+    auth_source: "str" = betterproto2.field(21, betterproto2.TYPE_STRING)
+    """
+    How the CLI authenticated to the API (`apiKeySource` of its latest init line, see
+    PhaseResult.auth_source); empty before the first init line.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
 
@@ -3677,6 +3754,39 @@ class PhaseOptions(betterproto2.Message):
     tool call.
     """
 
+    mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
+    """
+    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
+    none). It may hold secrets (server `env`, headers): the server never logs, stores or records
+    it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
+    """
+
+    strict_mcp_config: "bool" = betterproto2.field(33, betterproto2.TYPE_BOOL)
+    """
+    `--strict-mcp-config`: use only the MCP servers of `mcp_config`, ignoring every other MCP
+    configuration (user, project, plugins).
+    """
+
+    agents: "str" = betterproto2.field(34, betterproto2.TYPE_STRING)
+    """
+    `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
+    (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
+    """
+
+    settings: "str" = betterproto2.field(35, betterproto2.TYPE_STRING)
+    """
+    `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
+    supplies the API key through its key helper it merges its own `apiKeyHelper` into this
+    object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
+    keys only).
+    """
+
+    setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
+    """
+    `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
+    `project`, `local`; empty for none. Unset: the CLI's default (all).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
@@ -3827,6 +3937,13 @@ class PhaseResult(betterproto2.Message):
     """
     What the phase changed in its git working directory (set for phases that ran in a git
     repository; `git_available` false with the reason otherwise).
+    """
+
+    auth_source: "str" = betterproto2.field(26, betterproto2.TYPE_STRING)
+    """
+    How the CLI authenticated to the API, from its init line's `apiKeySource` (e.g. `none`,
+    `apiKeyHelper`, `ANTHROPIC_API_KEY`, `/login managed key`); of the last attempt that sent an
+    init line; empty when none did.
     """
 
 
@@ -4285,6 +4402,100 @@ default_message_pool.register_message("helix.runner.v1", "SessionWritesLost", Se
 
 
 @dataclass(eq=False, repr=False)
+class SetPhaseModelRequest(betterproto2.Message):
+    """
+    SetPhaseModelRequest names a running phase and the model for its later turns.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    model: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Model name or alias, like PhaseOptions.model; empty: the session's default model.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SetPhaseModelRequest", SetPhaseModelRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetPhaseModelResponse(betterproto2.Message):
+    """
+    SetPhaseModelResponse returns the phase after the switch.
+    """
+
+    phase: "Phase | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The phase (its `model` is the new one).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SetPhaseModelResponse", SetPhaseModelResponse)
+
+
+@dataclass(eq=False, repr=False)
+class SetPhasePermissionModeRequest(betterproto2.Message):
+    """
+    SetPhasePermissionModeRequest names a running phase and its new permission mode.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    mode: "PermissionMode" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: PermissionMode(0)
+    )
+    """
+    The new mode (UNSPECIFIED is INVALID_ARGUMENT). BYPASS_PERMISSIONS is INVALID_ARGUMENT
+    unless the server's `allow_bypass_permissions` is on, as in RunPhase. Tool calls still pass the server's
+    PreToolUse hook, so breakpoints and pause keep holding them in every mode.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "SetPhasePermissionModeRequest", SetPhasePermissionModeRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class SetPhasePermissionModeResponse(betterproto2.Message):
+    """
+    SetPhasePermissionModeResponse says which mode is now in effect.
+    """
+
+    mode: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The mode the CLI reports in effect (its answer's `mode`; the requested one when it echoes
+    none).
+    """
+
+    phase: "Phase | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The phase.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "SetPhasePermissionModeResponse", SetPhasePermissionModeResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class StderrOutput(betterproto2.Message):
     """
     StderrOutput is a line the CLI wrote to stderr.
@@ -4337,6 +4548,47 @@ class StepPhaseResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "StepPhaseResponse", StepPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class StopTaskRequest(betterproto2.Message):
+    """
+    StopTaskRequest names a background task of a running phase.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Job id.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    task_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The task id, as TaskEvent.task_id reports it (e.g. the id of a background Bash shell);
+    1-128 characters.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "StopTaskRequest", StopTaskRequest)
+
+
+@dataclass(eq=False, repr=False)
+class StopTaskResponse(betterproto2.Message):
+    """
+    StopTaskResponse returns the phase after the stop.
+    """
+
+    phase: "Phase | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The phase.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "StopTaskResponse", StopTaskResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -5394,7 +5646,10 @@ class RunnerServiceStub:
     def interrupt_phase(self, message: "InterruptPhaseRequest") -> "InterruptPhaseResponse":
         """
         Interrupts the current turn (the CLI's `interrupt`); the phase can continue with
-        injected messages or finish.
+        injected messages or finish. Background shells the phase started (Bash `run_in_background`)
+        keep running (checked with CLI 2.1.330; the server's initialize declares no
+        `perTaskStopAffordance`, which per the CLI's schema only decides whether an interrupt also
+        spares background agents and workflows); StopTask ends one.
         """
 
         return self._channel.unary_unary(
@@ -5491,6 +5746,55 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/GetPhaseDiff",
             GetPhaseDiffRequest.SerializeToString,
             GetPhaseDiffResponse.FromString,
+        )(message)
+
+    def set_phase_model(self, message: "SetPhaseModelRequest") -> "SetPhaseModelResponse":
+        """
+        Switches the model of a running phase for its later turns (the CLI's `set_model`).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/SetPhaseModel",
+            SetPhaseModelRequest.SerializeToString,
+            SetPhaseModelResponse.FromString,
+        )(message)
+
+    def set_phase_permission_mode(
+        self, message: "SetPhasePermissionModeRequest"
+    ) -> "SetPhasePermissionModeResponse":
+        """
+        Switches the permission mode of a running phase (the CLI's `set_permission_mode`);
+        `bypassPermissions` only when the server allows it (as for PhaseOptions.permission_mode).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/SetPhasePermissionMode",
+            SetPhasePermissionModeRequest.SerializeToString,
+            SetPhasePermissionModeResponse.FromString,
+        )(message)
+
+    def stop_task(self, message: "StopTaskRequest") -> "StopTaskResponse":
+        """
+        Stops one background task of a running phase, e.g. a shell started with the Bash tool's
+        `run_in_background` (the CLI's `stop_task`).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/StopTask",
+            StopTaskRequest.SerializeToString,
+            StopTaskResponse.FromString,
+        )(message)
+
+    def get_task_output(self, message: "GetTaskOutputRequest") -> "GetTaskOutputResponse":
+        """
+        The output of one background shell task of a running phase, its tail when long (the CLI's
+        `get_task_output`).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetTaskOutput",
+            GetTaskOutputRequest.SerializeToString,
+            GetTaskOutputResponse.FromString,
         )(message)
 
 
