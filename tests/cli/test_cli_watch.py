@@ -38,6 +38,7 @@ async def test_replay_prints_what_watch_printed_live(claude_binary, scripted_api
     async with runner_factory(api) as runner:
         at = f"127.0.0.1:{runner.server.port}"
         phase = BackgroundPhase(runner.stub, "wj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        await phase.wait_for(lambda e: True)  # the phase exists (its first event arrived) before watch asks
         live = asyncio.create_task(helix(at, "watch", "wj", "p1"))
         result = await phase.finish()
         watched = await live
