@@ -108,6 +108,7 @@ async def test_watch_re_attaches_after_a_dropped_connection(claude_binary, scrip
     )
     async with runner_factory(api) as runner, TcpProxy(runner.server.port) as proxy:
         phase = BackgroundPhase(runner.stub, "rj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        await phase.wait_for(lambda e: True)  # the phase exists (its first event arrived) before watch asks
         watching = asyncio.create_task(helix(proxy.address, "watch", "rj", "p1"))
         first = await phase.wait_for(lambda e: e.HasField("tool_call_finished"))
         proxy.drop()
