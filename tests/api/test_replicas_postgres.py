@@ -26,21 +26,31 @@ async def replicas(tmp_path, api, postgres_url, **config):
         for name in ("a", "b"):
             root = tmp_path / name
             root.mkdir()
-            harness = start_runner(root, api if name == "a" else None, database_url=postgres_url,
-                                   replica_id=f"replica-{name}", **config)
+            harness = start_runner(
+                root,
+                api if name == "a" else None,
+                database_url=postgres_url,
+                replica_id=f"replica-{name}",
+                **config,
+            )
             pair.append(await anext(harness))
             stack.push_async_callback(harness.aclose)
         yield pair
 
 
 async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
-        claude_binary, scripted_api, postgres_url, tmp_path):
-    api = scripted_api([
-        Reply.tool_use("Bash", {"command": "echo from replica a"}),
-        Reply.text("Done.", usage=Usage(input_tokens=300, output_tokens=20)),
-    ])
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api(
+        [
+            Reply.tool_use("Bash", {"command": "echo from replica a"}),
+            Reply.text("Done.", usage=Usage(input_tokens=300, output_tokens=20)),
+        ]
+    )
     async with replicas(tmp_path, api, postgres_url) as (a, b):
-        events, result = await a.run_phase("run a command", job_id="job-r", phase_id="p1", allowed_tools=["Bash"])
+        events, result = await a.run_phase(
+            "run a command", job_id="job-r", phase_id="p1", allowed_tools=["Bash"]
+        )
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
 
         async def reads(stub):
@@ -48,7 +58,9 @@ async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
             jobs = await stub.ListJobs(pb.ListJobsRequest(), timeout=10)
             calls = await stub.ListToolCalls(pb.ListToolCallsRequest(job_id="job-r"), timeout=10)
             costs = await stub.GetCostTotals(pb.GetCostTotalsRequest(job_id="job-r"), timeout=10)
-            watched = await collect(stub.WatchPhase(pb.WatchPhaseRequest(job_id="job-r", phase_id="p1"), timeout=30))
+            watched = await collect(
+                stub.WatchPhase(pb.WatchPhaseRequest(job_id="job-r", phase_id="p1"), timeout=30)
+            )
             return job, jobs, calls, costs, watched
 
         on_a, on_b = await reads(a.stub), await reads(b.stub)
