@@ -9,6 +9,7 @@ get a draining pod killed early (docs/grpc-python-service.md §3.5).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -36,6 +37,7 @@ from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.process.key_broker import KeyBroker, KeySource
 from helix_runner.store.factory import open_store
+from helix_runner.store.postgres_notify import EventListener, follow_phase_events
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
@@ -66,6 +68,7 @@ class RunningServer:
     web: WebServer | None = None
     telemetry: Telemetry | None = None
     takeover_task: asyncio.Task | None = None
+    listener: EventListener | None = None  # a shared database: other replicas' live events
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -83,6 +86,8 @@ class RunningServer:
             await self.web.stop(1.0)
         await self.server.stop(1.0)
         self.manager.writer.flush()
+        if self.listener is not None:
+            await self.listener.stop()
         self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
@@ -203,6 +208,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if filled:
         log.info("tool-call durations filled in for the statistics", extra={"fields": {"count": filled}})
 
+    # Watchers here of phases other replicas run follow them by LISTEN/NOTIFY (docs/scale-out.md).
+    listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     token = config.read_auth_token()
     if token is not None:
@@ -222,7 +230,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         containment = _detect_containment(config)
         creds = await child_credentials(config, server_env)
     except StartupError:
-        store.close()
+        await _close(store, listener)
         raise
     manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
@@ -239,6 +247,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
+    if listener is not None:
+        manager.follower = functools.partial(follow_phase_events, store, listener)
     queries = PhaseQueries(store, manager.get_live)
     servicer = RunnerServicer(manager, queries)
     add_runner_service(servicer, server)
@@ -254,7 +264,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         try:  # bound before the gRPC port: a failure here leaves nothing half-started
             web_socket = bind_web(config.web_host, config.web_port)
         except OSError as exc:
-            store.close()
+            await _close(store, listener)
             raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
                                f"{exc.strerror or exc} (is the port already in use?)") from None
     address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
@@ -263,12 +273,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except RuntimeError as exc:
         if web_socket is not None:
             web_socket.close()
-        store.close()
+        await _close(store, listener)
         raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
     if port == 0:
         if web_socket is not None:
             web_socket.close()
-        store.close()
+        await _close(store, listener)
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
@@ -276,7 +286,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         await server.stop(None)
         if web_socket is not None:
             web_socket.close()
-        store.close()
+        await _close(store, listener)
         if creds.offline_api is not None:
             creds.offline_api.stop()
         if creds.key_broker is not None:
@@ -307,7 +317,18 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
-                         creds.key_broker, retention_task, web, telemetry, takeover_task)
+                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener)
+
+
+async def _start_listener(store) -> EventListener:
+    """The replica's one LISTEN connection; a database that does not answer within 10 s stops the start."""
+    listener = EventListener(store.conninfo)
+    try:
+        return await asyncio.wait_for(listener.start(), 10.0)
+    except TimeoutError:
+        await listener.stop()
+        store.close()
+        raise StartupError("cannot LISTEN for events on the PostgreSQL database (no connection within 10 s)") from None
 
 
 async def serve(config: ServerConfig) -> None:
@@ -320,3 +341,10 @@ async def serve(config: ServerConfig) -> None:
     await stop.wait()
     await running.drain(config.drain_grace_seconds)
     log.info("stopped")
+
+
+async def _close(store, listener: EventListener | None) -> None:
+    """A start that failed half-way: the LISTEN connection, then the store."""
+    if listener is not None:
+        await listener.stop()
+    store.close()

@@ -6,11 +6,13 @@ answers every read about it from the shared database, the same as A does (docs/s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import pytest
 from support.runner_server import collect, start_runner
 
+from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.offline import Reply, Usage
@@ -72,3 +74,79 @@ async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
         assert costs.totals.phase_count == 1 and costs.totals.tokens.input_tokens >= 300
         assert watched_events == events and watched_result == result
         assert on_b == on_a  # B answers exactly as the replica that ran the phase
+
+
+class Stream:
+    """A RunPhase/WatchPhase call read in the background, with a bounded wait for an event."""
+
+    def __init__(self, call):
+        self.events: list = []
+        self.result = None
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._read(call))
+
+    async def _read(self, call):
+        async for response in call:
+            async with self._changed:
+                self.events.extend(response.events)
+                if response.HasField("result"):
+                    self.result = response.result
+                self._changed.notify_all()
+
+    async def wait_for(self, predicate, limit: float = 30.0):
+        async with asyncio.timeout(limit), self._changed:
+            while True:
+                for e in self.events:
+                    if predicate(e):
+                        return e
+                assert self.result is None and not self._task.done(), "the stream ended first"
+                await self._changed.wait()
+
+    async def finish(self, limit: float = 60.0):
+        await asyncio.wait_for(self._task, limit)
+        return self.events, self.result
+
+
+def breakpoint_hit(e) -> bool:
+    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT
+
+
+async def test_a_replica_watches_a_phase_another_replica_runs_live_to_its_result(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo approved"}), Reply.text("Finished.")])
+    async with replicas(tmp_path, api, postgres_url) as (a, b):
+        ids = {"job_id": "job-w", "phase_id": "p1"}
+        request = pb.RunPhaseRequest(
+            **ids,
+            prompt="go",
+            working_dir=str(a.workdir),
+            options=pb.PhaseOptions(
+                allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]
+            ),
+        )
+        run = Stream(a.stub.RunPhase(request, timeout=120))
+        hit = await run.wait_for(breakpoint_hit)  # held: still running while the watchers join
+        on_owner = Stream(a.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
+        on_other = Stream(b.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
+        late = Stream(
+            b.stub.WatchPhase(pb.WatchPhaseRequest(**ids, after_sequence=hit.sequence - 1), timeout=120)
+        )
+        await on_other.wait_for(breakpoint_hit)  # history from the database, the phase still held
+        await late.wait_for(breakpoint_hit)
+
+        await a.stub.ResolveToolCall(
+            pb.ResolveToolCallRequest(
+                **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+            ),
+            timeout=10,
+        )
+        events, result = await run.finish()
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert events[-1].sequence > hit.sequence + 2  # the watchers had a live part to follow
+        assert await on_owner.finish() == (events, result)
+        assert await on_other.finish() == (
+            events,
+            result,
+        )  # the same sequence as on the owner, then the result
+        assert await late.finish() == ([e for e in events if e.sequence >= hit.sequence], result)

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,10 +45,14 @@ from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.workspace import resolve_working_dir
-from helix_runner.store.protocol import AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
+from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
 from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+# (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
+# ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
+Follower = Callable[[str, str, int], AsyncIterator[EventRow]]
 
 DEFAULT_PROJECT = "default"
 
@@ -89,6 +93,8 @@ class PhaseService:
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
         self.retry_defaults: RetryPolicy = retry_defaults(config)
         self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change)
+        # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
+        self.follower: Follower | None = None
 
     # -- admission -------------------------------------------------------------------------
 
@@ -390,7 +396,21 @@ class PhaseService:
             raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
                               {"last_sequence": row.last_sequence})
+        if self.follower is not None and row.status in ACTIVE_STATUSES:
+            return self._follow(job_id, phase_id, after_sequence)
         return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_pb)
+
+    async def _follow(self, job_id: str, phase_id: str, after_sequence: int) -> AsyncIterator[Delivery]:
+        """A phase running on another replica: its events from the database, then its result.
+
+        The follower ends once the phase is final and every event is read; the owner writes the
+        result only after its last events are committed (``PhaseRun`` flushes the writer first).
+        """
+        assert self.follower is not None
+        async for row in self.follower(job_id, phase_id, after_sequence):
+            yield Delivery((row.body,), row.sequence, row.sequence)
+        row = self.store.get_phase(job_id, phase_id)
+        yield Delivery(result=(row.result_pb if row is not None else None) or b"")
 
 
 def admission_limits(config: ServerConfig) -> AdmissionLimits:
