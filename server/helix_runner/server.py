@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass
 
 import grpc
@@ -20,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from helix_runner.api.auth import BearerTokenInterceptor
+from helix_runner.api.forwarding import OwnerForwarder
 from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
 from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
@@ -69,6 +71,7 @@ class RunningServer:
     telemetry: Telemetry | None = None
     takeover_task: asyncio.Task | None = None
     listener: EventListener | None = None  # a shared database: other replicas' live events
+    forwarder: OwnerForwarder | None = None  # a shared database: control forwarded to phases' owners
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -88,6 +91,8 @@ class RunningServer:
         self.manager.writer.flush()
         if self.listener is not None:
             await self.listener.stop()
+        if self.forwarder is not None:
+            await self.forwarder.close()
         self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
@@ -250,7 +255,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if listener is not None:
         manager.follower = functools.partial(follow_phase_events, store, listener)
     queries = PhaseQueries(store, manager.get_live)
-    servicer = RunnerServicer(manager, queries)
+    forwarder = None if listener is None else OwnerForwarder(token)
+    servicer = RunnerServicer(manager, queries, forwarder)
     add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
@@ -294,6 +300,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
     await server.start()
+    if forwarder is not None:  # other replicas forward control of this one's phases here
+        store.advertise(config.advertise_address or _bound_address(config.host, port))
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket)
@@ -317,7 +325,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
-                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener)
+                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder)
+
+
+def _bound_address(host: str, port: int) -> str:
+    """host:port as other replicas dial it; a wildcard host is replaced by this machine's name."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _start_listener(store) -> EventListener:

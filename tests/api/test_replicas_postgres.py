@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 
+import grpc
+import psycopg
 import pytest
 from support.runner_server import collect, start_runner
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.errors import error_info
 from helix_runner.offline import Reply, Usage
 
 pytestmark = pytest.mark.real_cli
@@ -150,3 +154,111 @@ async def test_a_replica_watches_a_phase_another_replica_runs_live_to_its_result
             result,
         )  # the same sequence as on the owner, then the result
         assert await late.finish() == ([e for e in events if e.sequence >= hit.sequence], result)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_control_of_a_phase_on_another_replica_is_forwarded_to_its_owner(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api(
+        [
+            Reply.tool_use("Bash", {"command": "touch one.txt"}),
+            Reply.tool_use("Bash", {"command": "touch two.txt"}, chunk_delay=0.1),
+            Reply.text("Both."),
+        ]
+    )
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-for-replicas\n")
+    auth = [("authorization", "Bearer s3cret-token-for-replicas")]
+    async with replicas(tmp_path, api, postgres_url, auth_token_file=str(token_file)) as (a, b):
+        ids = {"job_id": "job-c", "phase_id": "p1"}
+        request = pb.RunPhaseRequest(
+            **ids,
+            prompt="go",
+            working_dir=str(a.workdir),
+            options=pb.PhaseOptions(
+                allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]
+            ),
+        )
+        run = Stream(a.stub.RunPhase(request, timeout=120, metadata=auth))
+        hit = await run.wait_for(breakpoint_hit)
+
+        # The owner's errors come back unchanged: the same status and ErrorInfo as asked directly.
+        missing = pb.RemoveBreakpointRequest(**ids, breakpoint_id="no-such-breakpoint")
+        errors = []
+        for stub in (a.stub, b.stub):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.RemoveBreakpoint(missing, timeout=10, metadata=auth)
+            errors.append((caught.value.code(), caught.value.details(), error_info(caught.value)))
+        assert errors[1] == errors[0] and errors[0][2].domain == "runner.helix"
+
+        added = pb.AddBreakpointRequest(
+            **ids, breakpoint=res.Breakpoint(breakpoint_id="later", tool_name="Read")
+        )
+        await b.stub.AddBreakpoint(added, timeout=10, metadata=auth)
+        listed = await b.stub.ListBreakpoints(pb.ListBreakpointsRequest(**ids), timeout=10, metadata=auth)
+        assert [bp.breakpoint_id for bp in listed.breakpoints] == ["later"]  # the owner's list
+        on_owner = await a.stub.ListBreakpoints(pb.ListBreakpointsRequest(**ids), timeout=10, metadata=auth)
+        assert on_owner == listed
+        removed = pb.RemoveBreakpointRequest(**ids, breakpoint_id="later")
+        assert (
+            await b.stub.RemoveBreakpoint(removed, timeout=10, metadata=auth)
+        ).breakpoint.breakpoint_id == "later"
+        approved = await b.stub.ResolveToolCall(
+            pb.ResolveToolCallRequest(
+                **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+            ),
+            timeout=10,
+            metadata=auth,
+        )
+        assert approved.tool_call.tool_use_id == hit.control.tool_use_id
+        paused = await b.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10, metadata=auth)
+        assert paused.phase.status == res.PHASE_STATUS_PAUSING
+        held = await run.wait_for(
+            lambda e: e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_PAUSED
+        )
+        assert "touch two.txt" in held.control.input_json
+        assert (a.workdir / "one.txt").exists() and not (a.workdir / "two.txt").exists()
+
+        # An owner that does not answer: UNAVAILABLE with a reason, nothing changes on the phase.
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            registered = await (
+                await db.execute("SELECT address FROM replicas WHERE replica_id = 'replica-a'")
+            ).fetchone()
+            assert registered == (f"127.0.0.1:{a.server.port}",)  # the bound address, advertised
+            await db.execute(
+                "UPDATE replicas SET address = %s WHERE replica_id = 'replica-a'",
+                (f"127.0.0.1:{closed_port()}",),
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await b.stub.ResumePhase(pb.ResumePhaseRequest(**ids), timeout=10, metadata=auth)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            info = error_info(caught.value)
+            assert info.reason == "OWNER_UNREACHABLE" and info.metadata["owner"] == "replica-a"
+            assert "replica-a" in caught.value.details()
+            await db.execute("UPDATE replicas SET address = %s WHERE replica_id = 'replica-a'", registered)
+
+        resumed = await b.stub.ResumePhase(pb.ResumePhaseRequest(**ids), timeout=10, metadata=auth)
+        assert resumed.phase.status == res.PHASE_STATUS_RUNNING
+        events, result = await run.finish()
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert (a.workdir / "two.txt").exists()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # finished: answered where it was asked
+            await b.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10, metadata=auth)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        kinds = [e.control.kind for e in events if e.HasField("control")]
+        assert kinds == [
+            ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED,
+            ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT,
+            ev.CONTROL_EVENT_KIND_BREAKPOINT_ADDED,
+            ev.CONTROL_EVENT_KIND_BREAKPOINT_REMOVED,
+            ev.CONTROL_EVENT_KIND_TOOL_APPROVED,
+            ev.CONTROL_EVENT_KIND_PAUSE_REQUESTED,
+            ev.CONTROL_EVENT_KIND_PAUSED,
+            ev.CONTROL_EVENT_KIND_RESUMED,
+        ]

@@ -57,6 +57,15 @@ Follower = Callable[[str, str, int], AsyncIterator[EventRow]]
 DEFAULT_PROJECT = "default"
 
 
+@dataclass(frozen=True)
+class RemoteOwner:
+    """The replica running a phase that does not run here (a shared database): where its control goes."""
+
+    replica_id: str
+    address: str
+    live: bool  # its lease is current
+
+
 @dataclass
 class LivePhase:
     """A phase running in this server process."""
@@ -299,6 +308,19 @@ class PhaseService:
                               f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
                               {"status": row.status.name, "operation": operation})
         return live
+
+    def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
+        """The other replica running this phase, or None (it runs here, has ended, or the store is not shared)."""
+        phase_owner = getattr(self.store, "phase_owner", None)
+        if phase_owner is None or self.get_live(job_id, phase_id) is not None:
+            return None
+        owner = phase_owner(job_id, phase_id)
+        if owner is None or owner.replica_id is None or owner.replica_id == self.store.replica_id:
+            return None
+        row = self.store.get_phase(job_id, phase_id)
+        if row is None or row.status not in ACTIVE_STATUSES:
+            return None
+        return RemoteOwner(owner.replica_id, owner.address, owner.live)
 
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
         live = self.get_live(job_id, phase_id)

@@ -136,6 +136,12 @@ class ReplicaMembership:
             (self._replica_id, self.address, self.lease_seconds),
         )
 
+    def advertise(self, address: str) -> None:
+        """Records the address other replicas forward this one's control RPCs to (known once the port is bound)."""
+        self.address = address
+        with self.pool.connection() as conn:
+            conn.execute("UPDATE replicas SET address = %s WHERE replica_id = %s", (address, self._replica_id))
+
     def adopted(self) -> dict[tuple[str, str], int]:
         """(job, phase) -> fence of the phases adopted at registration and not yet swept."""
         with self._lock:
