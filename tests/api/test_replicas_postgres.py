@@ -19,7 +19,9 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.offline import Reply, Usage
+from helix_runner.phases.takeover import Takeover
 
 pytestmark = pytest.mark.real_cli
 
@@ -262,3 +264,53 @@ async def test_control_of_a_phase_on_another_replica_is_forwarded_to_its_owner(
             ev.CONTROL_EVENT_KIND_PAUSED,
             ev.CONTROL_EVENT_KIND_RESUMED,
         ]
+
+
+async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api(
+        [Reply.tool_use("Bash", {"command": "touch after.txt"}), Reply.text("Not to be seen.")]
+    )
+    async with replicas(tmp_path, api, postgres_url) as (a, b):
+        ids = {"job_id": "job-f", "phase_id": "p1"}
+        request = pb.RunPhaseRequest(
+            **ids,
+            prompt="go",
+            working_dir=str(a.workdir),
+            options=pb.PhaseOptions(
+                allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]
+            ),
+        )
+        run = Stream(a.stub.RunPhase(request, timeout=120))
+        hit = await run.wait_for(breakpoint_hit)
+        live = a.server.manager.get_live("job-f", "p1")
+
+        # Replica A stalls (no heartbeat) and its lease runs out: B takes the phase over.
+        a.server.store.replica.stop_heartbeat()
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            await db.execute("UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'replica-a'")
+        Takeover(b.server.store, b.server.manager.codec, interval_seconds=5).sweep()
+        taken = b.server.store.get_phase("job-f", "p1")
+        assert taken.status is PhaseStatus.INTERRUPTED and taken.result_pb is not None
+        history = b.server.store.read_events("job-f", "p1", 0, 1000)
+
+        # A revives and carries on: its next write is refused, so it stops the process and ends its watchers.
+        await a.stub.ResolveToolCall(
+            pb.ResolveToolCallRequest(
+                **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+            ),
+            timeout=10,
+        )
+        events, result = await run.finish()
+        await asyncio.wait_for(live.done.wait(), 30)
+        assert a.server.manager.get_live("job-f", "p1") is None
+        assert result.SerializeToString() == taken.result_pb  # the taker's result
+        assert result.status == res.PHASE_STATUS_INTERRUPTED
+        assert [e.SerializeToString() for e in events] == [r.body for r in history[: len(events)]]
+        assert (
+            b.server.store.read_events("job-f", "p1", 0, 1000) == history
+        )  # nothing appended after the sweep
+        assert b.server.store.get_phase("job-f", "p1").result_pb == taken.result_pb
+        watched = await collect(b.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=30))
+        assert watched[1] == result and len(watched[0]) == len(history)

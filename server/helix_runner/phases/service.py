@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -33,6 +34,7 @@ from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, QueueStatus, Ticket
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
+from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.cgroups import ResourceLimits
@@ -97,6 +99,7 @@ class PhaseService:
         self.draining = False
         self._claude: ClaudeBinary | None = None
         self.writer = EventWriter(store)
+        self.writer.on_fenced = self.on_fenced
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
@@ -229,7 +232,9 @@ class PhaseService:
             await workspace.create()  # after the phase row: its ids are ours, so is the branch
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer,
+            # A write refused by the fence (another replica took the phase over) stops the run.
+            run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
+            run = PhaseRun(spec, plan, run_store, self.codec, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
@@ -308,6 +313,21 @@ class PhaseService:
                               f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
                               {"status": row.status.name, "operation": operation})
         return live
+
+    def on_fenced(self, job_id: str, phase_id: str) -> None:
+        """The database refused a write for this phase: another replica took it over (docs/scale-out.md).
+
+        Its history is the taker's now: the process is stopped, nothing more of it is written,
+        and its watchers end with the result the taker recorded.
+        """
+        live = self.get_live(job_id, phase_id)
+        if live is None or live.events.fenced:
+            return
+        log.warning("phase taken over by another replica; stopping its process here",
+                    extra={"fields": {"job_id": job_id, "phase_id": phase_id}})
+        row = self.store.get_phase(job_id, phase_id)
+        live.events.fence((row.result_pb if row is not None else None) or b"")
+        live.run.request_stop_with_reason(EndCause.INTERRUPTED, "another replica took this phase over")
 
     def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
         """The other replica running this phase, or None (it runs here, has ended, or the store is not shared)."""
