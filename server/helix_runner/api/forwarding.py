@@ -24,10 +24,22 @@ log = logging.getLogger(__name__)
 
 FORWARDED_HEADER = "x-helix-forwarded"
 # Control and process-dependent reads: everything that needs the phase's process or workspace.
-FORWARDED_METHODS = frozenset({
-    "CancelPhase", "PausePhase", "ResumePhase", "StepPhase", "InterruptPhase", "InjectMessage",
-    "AddBreakpoint", "ListBreakpoints", "RemoveBreakpoint", "ResolveToolCall", "InspectPhase", "GetPhaseDiff",
-})
+FORWARDED_METHODS = frozenset(
+    {
+        "CancelPhase",
+        "PausePhase",
+        "ResumePhase",
+        "StepPhase",
+        "InterruptPhase",
+        "InjectMessage",
+        "AddBreakpoint",
+        "ListBreakpoints",
+        "RemoveBreakpoint",
+        "ResolveToolCall",
+        "InspectPhase",
+        "GetPhaseDiff",
+    }
+)
 DEFAULT_DEADLINE_SECONDS = 30.0
 
 _SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
@@ -53,7 +65,9 @@ class OwnerForwarder:
         self.token = token
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    def route(self, owner: RemoteOwner | None, job_id: str, phase_id: str) -> tuple[str, dict[str, str]] | None:
+    def route(
+        self, owner: RemoteOwner | None, job_id: str, phase_id: str
+    ) -> tuple[str, dict[str, str]] | None:
         """The owner's address (and ids for errors) for a phase running elsewhere, or None (answer here).
 
         Raises ``OWNER_UNREACHABLE`` when the owner's lease ran out (the phase is swept to
@@ -65,14 +79,23 @@ class OwnerForwarder:
         if not owner.live:
             raise owner_unreachable(
                 f"phase {phase_id} runs on replica {owner.replica_id}, whose lease ran out; it will be "
-                "marked INTERRUPTED shortly", metadata)
+                "marked INTERRUPTED shortly",
+                metadata,
+            )
         if not owner.address:
             raise owner_unreachable(
-                f"phase {phase_id} runs on replica {owner.replica_id}, which registered no address", metadata)
+                f"phase {phase_id} runs on replica {owner.replica_id}, which registered no address", metadata
+            )
         return owner.address, metadata
 
-    async def forward(self, method: str, request: Any, address: str, owner_metadata: dict[str, str],
-                      time_remaining: float | None) -> Any:
+    async def forward(
+        self,
+        method: str,
+        request: Any,
+        address: str,
+        owner_metadata: dict[str, str],
+        time_remaining: float | None,
+    ) -> Any:
         """The owner's response to ``request``; its error as ``OwnerStatus``, or OWNER_UNREACHABLE."""
         channel = self._channels.get(address)
         if channel is None:
@@ -92,11 +115,22 @@ class OwnerForwarder:
             status = rpc_status.from_call(exc)
             if status is not None and status.details:  # the owner answered: its rich status, unchanged
                 raise OwnerStatus(rpc_status.to_status(status)) from None
-            log.warning("cannot reach a phase's owner", extra={"fields": {
-                "method": method, "address": address, "code": exc.code().name, **owner_metadata}})
+            log.warning(
+                "cannot reach a phase's owner",
+                extra={
+                    "fields": {
+                        "method": method,
+                        "address": address,
+                        "code": exc.code().name,
+                        **owner_metadata,
+                    }
+                },
+            )
             raise owner_unreachable(
                 f"the replica running this phase ({owner_metadata.get('owner')} at {address}) did not answer: "
-                f"{exc.code().name}", {**owner_metadata, "address": address, "code": exc.code().name}) from None
+                f"{exc.code().name}",
+                {**owner_metadata, "address": address, "code": exc.code().name},
+            ) from None
 
     async def close(self) -> None:
         for channel in self._channels.values():
