@@ -102,9 +102,10 @@ def test_database_url_defaults_to_sqlite_in_the_data_dir_and_accepts_postgresql(
     cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "data_dir": str(tmp_path / "d")}, environ={})
     assert cfg.database.kind == "sqlite" and cfg.database.sqlite_path == tmp_path / "d" / "helix-runner.sqlite3"
     env = {"HELIX_RUNNER_DATABASE_URL": "postgresql://runner:s3cret@db.internal:5432/helix?sslmode=verify-full",
-           "HELIX_RUNNER_REPLICA_ID": "helix-0"}
+           "HELIX_RUNNER_REPLICA_ID": "helix-0", "HELIX_RUNNER_ADVERTISE_ADDRESS": "helix-0.helix:50051"}
     cfg = load_config(flags={"workspace_roots": [str(tmp_path)]}, environ=env)
     assert cfg.database.kind == "postgresql" and cfg.replica_id == "helix-0"
+    assert cfg.advertise_address == "helix-0.helix:50051"
     assert cfg.database.redacted() == "postgresql://runner:***@db.internal:5432/helix?sslmode=verify-full"
     cfg = load_config(flags={"workspace_roots": [str(tmp_path)], "database_url": f"sqlite://{tmp_path}/x.db"},
                       environ={})
@@ -120,6 +121,8 @@ def test_database_url_defaults_to_sqlite_in_the_data_dir_and_accepts_postgresql(
         ({"database_url": "postgresql://u:hunter2@h/db?nonsense=1"}, "not a valid PostgreSQL URL"),
         ({"database_url": "postgresql:///db"}, "names a host"),
         ({"replica_id": "no spaces please"}, "replica_id"),
+        ({"advertise_address": "runner-0.runner"}, "advertise_address must be host:port"),
+        ({"advertise_address": "http://runner-0:50051"}, "advertise_address must be host:port"),
     ],
 )
 def test_bad_database_settings_are_one_line_errors_without_the_password(tmp_path, flags, message):

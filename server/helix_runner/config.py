@@ -71,6 +71,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
+_ADVERTISE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
 _REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 LOG_FORMATS = ("json", "text")
 TRACING_MODES = ("auto", "on", "off")
@@ -93,6 +94,9 @@ class ServerConfig:
     # With PostgreSQL: this replica's stable name (e.g. a StatefulSet pod's); a restart under the same
     # name takes over its predecessor's phases at once. Empty: a new random id per start.
     replica_id: str = ""
+    # With PostgreSQL: host:port other replicas forward this one's control RPCs to (empty: the
+    # address it bound, host:port).
+    advertise_address: str = ""
     workspace_roots: tuple[Path, ...] = ()
     claude_path: str | None = None
     auth_token_file: Path | None = None
@@ -276,6 +280,7 @@ _CONVERTERS: dict[str, Any] = {
     "data_dir": lambda v: Path(v).expanduser(),
     "database_url": lambda v: str(v).strip(),
     "replica_id": lambda v: str(v).strip(),
+    "advertise_address": lambda v: str(v).strip(),
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
     "auth_token_file": lambda v: Path(v).expanduser() if v else None,
@@ -442,6 +447,8 @@ def validate(config: ServerConfig) -> ServerConfig:
         if not real.is_dir():
             raise ConfigError(f"workspace root {root} is not a directory")
         resolved_roots.append(real)
+    if config.advertise_address and not _ADVERTISE.match(config.advertise_address):
+        raise ConfigError("advertise_address must be host:port (e.g. runner-0.runner:50051 or [::1]:50051)")
     if config.replica_id and not _REPLICA_ID.match(config.replica_id):
         raise ConfigError("replica_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
     database_url = ""

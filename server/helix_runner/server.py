@@ -9,9 +9,11 @@ get a draining pod killed early (docs/grpc-python-service.md §3.5).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
+import socket
 from dataclasses import dataclass
 
 import grpc
@@ -19,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from helix_runner.api.auth import BearerTokenInterceptor
+from helix_runner.api.forwarding import OwnerForwarder
 from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
 from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
@@ -36,6 +39,7 @@ from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.process.key_broker import KeyBroker, KeySource
 from helix_runner.store.factory import open_store
+from helix_runner.store.postgres_notify import EventListener, follow_phase_events
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
@@ -66,6 +70,8 @@ class RunningServer:
     web: WebServer | None = None
     telemetry: Telemetry | None = None
     takeover_task: asyncio.Task | None = None
+    listener: EventListener | None = None  # a shared database: other replicas' live events
+    forwarder: OwnerForwarder | None = None  # a shared database: control forwarded to phases' owners
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -83,6 +89,10 @@ class RunningServer:
             await self.web.stop(1.0)
         await self.server.stop(1.0)
         self.manager.writer.flush()
+        if self.listener is not None:
+            await self.listener.stop()
+        if self.forwarder is not None:
+            await self.forwarder.close()
         self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
@@ -203,6 +213,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if filled:
         log.info("tool-call durations filled in for the statistics", extra={"fields": {"count": filled}})
 
+    # Watchers here of phases other replicas run follow them by LISTEN/NOTIFY (docs/scale-out.md).
+    listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     token = config.read_auth_token()
     if token is not None:
@@ -222,7 +235,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         containment = _detect_containment(config)
         creds = await child_credentials(config, server_env)
     except StartupError:
-        store.close()
+        await _close(store, listener)
         raise
     manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
@@ -239,8 +252,11 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
+    if listener is not None:
+        manager.follower = functools.partial(follow_phase_events, store, listener)
     queries = PhaseQueries(store, manager.get_live)
-    servicer = RunnerServicer(manager, queries)
+    forwarder = None if listener is None else OwnerForwarder(token)
+    servicer = RunnerServicer(manager, queries, forwarder)
     add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
@@ -254,7 +270,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         try:  # bound before the gRPC port: a failure here leaves nothing half-started
             web_socket = bind_web(config.web_host, config.web_port)
         except OSError as exc:
-            store.close()
+            await _close(store, listener)
             raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
                                f"{exc.strerror or exc} (is the port already in use?)") from None
     address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
@@ -263,12 +279,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except RuntimeError as exc:
         if web_socket is not None:
             web_socket.close()
-        store.close()
+        await _close(store, listener)
         raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
     if port == 0:
         if web_socket is not None:
             web_socket.close()
-        store.close()
+        await _close(store, listener)
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
@@ -276,7 +292,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         await server.stop(None)
         if web_socket is not None:
             web_socket.close()
-        store.close()
+        await _close(store, listener)
         if creds.offline_api is not None:
             creds.offline_api.stop()
         if creds.key_broker is not None:
@@ -284,6 +300,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
     await server.start()
+    if forwarder is not None:  # other replicas forward control of this one's phases here
+        store.advertise(config.advertise_address or _bound_address(config.host, port))
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket)
@@ -307,7 +325,25 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
-                         creds.key_broker, retention_task, web, telemetry, takeover_task)
+                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder)
+
+
+def _bound_address(host: str, port: int) -> str:
+    """host:port as other replicas dial it; a wildcard host is replaced by this machine's name."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _start_listener(store) -> EventListener:
+    """The replica's one LISTEN connection; a database that does not answer within 10 s stops the start."""
+    listener = EventListener(store.conninfo)
+    try:
+        return await asyncio.wait_for(listener.start(), 10.0)
+    except TimeoutError:
+        await listener.stop()
+        store.close()
+        raise StartupError("cannot LISTEN for events on the PostgreSQL database (no connection within 10 s)") from None
 
 
 async def serve(config: ServerConfig) -> None:
@@ -320,3 +356,10 @@ async def serve(config: ServerConfig) -> None:
     await stop.wait()
     await running.drain(config.drain_grace_seconds)
     log.info("stopped")
+
+
+async def _close(store, listener: EventListener | None) -> None:
+    """A start that failed half-way: the LISTEN connection, then the store."""
+    if listener is not None:
+        await listener.stop()
+    store.close()

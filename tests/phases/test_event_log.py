@@ -9,6 +9,7 @@ import pytest
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.event_log import PhaseEventLog, replay
+from helix_runner.store.protocol import FencedError
 from helix_runner.store.sqlite_store import EventRow, PhaseRow, SqliteStore
 
 
@@ -173,3 +174,50 @@ async def test_one_transaction_for_every_phase_in_a_loop_turn_committed_before_a
     other.close()
     for sub in subs.values():
         await sub.aclose()
+
+
+class TakenOver:
+    """A shared store on which another replica took ``refused`` over: their appends are refused, the rest commit."""
+
+    def __init__(self, store, refused):
+        self.store, self.refused = store, set(refused)
+
+    def append_events(self, batches):
+        self.store.append_events([b for b in batches if (b[0], b[1]) not in self.refused])
+        refused = [(job, phase) for job, phase, _ in batches if (job, phase) in self.refused]
+        if refused:
+            raise FencedError(refused)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+async def test_a_refused_phase_ends_its_watchers_and_the_others_are_committed_and_delivered(store):
+    from helix_runner.phases.event_log import EventWriter
+
+    store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
+                                create_time_ns=1))
+    shared = TakenOver(store, [])
+    writer = EventWriter(shared)
+    kept = PhaseEventLog(shared, "j", "p", writer=writer)
+    taken = PhaseEventLog(shared, "j", "q", writer=writer)
+    fenced = []
+    writer.on_fenced = lambda job, phase: (fenced.append((job, phase)), taken.fence(b"the taker's result"))
+    kept_sub, taken_sub = kept.subscribe(0), taken.subscribe(0)
+    kept.publish(rows(1, 2))
+    taken.publish(rows(1, 2))
+    first = await asyncio.wait_for(anext(taken_sub), 5)  # committed while still owned: delivered
+    assert list(first.events) == expected(2)
+
+    shared.refused.add(("j", "q"))  # another replica sweeps q
+    kept.publish(rows(3, 2))
+    taken.publish(rows(3, 2))
+    taken.close(b"this replica's result")  # the run ends here; must not reach the watchers
+    assert await drain(taken_sub) == ([], b"the taker's result")
+    assert fenced == [("j", "q")]
+    assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
+    taken.publish(rows(5, 1))  # nothing more is written for it
+    kept.close(b"R")
+    assert await drain(kept_sub) == (expected(4), b"R")
+    assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
+    assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]

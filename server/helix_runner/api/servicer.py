@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
+from helix_runner.api.forwarding import FORWARDED_HEADER, FORWARDED_METHODS, OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.phase_diff import read_diff_page
 from helix_runner.api.request_mapping import (
@@ -87,9 +88,15 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
         try:
             request = _parse(handler.__name__, request)
             check_enums(request)
+            if handler.__name__ in FORWARDED_METHODS and self.forwarder is not None:
+                route = self._owner_route(request, context)
+                if route is not None:  # the phase runs on another replica: its answer
+                    return await self.forwarder.forward(handler.__name__, request, *route, _time_remaining(context))
             return await handler(self, request, context)
         except RunnerError as exc:
             await abort(context, exc)
+        except OwnerStatus as exc:
+            await context.abort_with_status(exc.status)
         except grpc.aio.AbortError:
             raise  # the handler answered already
         except Exception:
@@ -127,9 +134,18 @@ def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
 class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     """The gRPC face of the runner: commands go to the phase manager, questions to the read model."""
 
-    def __init__(self, manager: PhaseService, queries: PhaseQueries):
+    def __init__(self, manager: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None):
         self.manager = manager
         self.queries = queries
+        # A shared database: control of a phase another replica runs is forwarded to it.
+        self.forwarder = forwarder
+
+    def _owner_route(self, request, context) -> tuple[str, dict[str, str]] | None:
+        """Where to forward a control request: None if the phase runs here, is not running, or was forwarded."""
+        if self.manager.get_live(request.job_id, request.phase_id) is not None or _forwarded(context):
+            return None
+        owner = self.manager.remote_owner(request.job_id, request.phase_id)
+        return self.forwarder.route(owner, request.job_id, request.phase_id)
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -314,6 +330,17 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         msg = (m.tool_call_to_proto(call, job_id=request.job_id, phase_id=request.phase_id) if call
                else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
+
+
+def _forwarded(context) -> bool:
+    """Whether another replica forwarded this call (then it is answered here, never forwarded again)."""
+    metadata = getattr(context, "invocation_metadata", None)
+    return metadata is not None and any(k == FORWARDED_HEADER for k, _ in metadata() or ())
+
+
+def _time_remaining(context) -> float | None:
+    remaining = getattr(context, "time_remaining", None)
+    return remaining() if remaining is not None else None
 
 
 def _pass_through(message: bytes | Any) -> bytes:

@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--database-url", help="sqlite:///absolute/path (default: in --data-dir) or postgresql://host/db"
     )
     p.add_argument("--replica-id", help="with PostgreSQL: this replica's stable name (default: a new id per start)")
+    p.add_argument(
+        "--advertise-address", help="with PostgreSQL: host:port other replicas forward control RPCs to (default: the bound one)"
+    )
     # telemetry (README "Observability")
     p.add_argument("--metrics-host", help="address of the Prometheus /metrics endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics (default: no endpoint; 0 picks a free one)")

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from helix_runner.store.protocol import EventRow, Store
+from helix_runner.store.protocol import EventRow, FencedError, Store
 
 HISTORY_PAGE = 500
 DEFAULT_QUEUE_EVENTS = 8192
@@ -36,6 +36,9 @@ class EventWriter:
         self._pending: list[tuple[str, str, Sequence[EventRow], Callable[[], None]]] = []
         self._scheduled = False
         self.commit_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext  # telemetry hook
+        # A shared database refused some phases' appends (another replica took them over): told
+        # once per refused phase per flush, so their runs can be stopped (PhaseService.on_fenced).
+        self.on_fenced: Callable[[str, str], None] = lambda job_id, phase_id: None
 
     def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None]) -> None:
         self._pending.append((job_id, phase_id, rows, on_durable))
@@ -49,10 +52,17 @@ class EventWriter:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        with self.commit_timer():
-            self.store.append_events([(job, phase, rows) for job, phase, rows, _ in pending if rows])
-        for *_, on_durable in pending:
-            on_durable()
+        refused: set[tuple[str, str]] = set()
+        try:
+            with self.commit_timer():
+                self.store.append_events([(job, phase, rows) for job, phase, rows, _ in pending if rows])
+        except FencedError as exc:  # the other phases' rows are committed (store/protocol.py)
+            refused = set(exc.refused)
+        for job, phase, _, on_durable in pending:
+            if (job, phase) not in refused:
+                on_durable()  # a refused phase's rows are not in the store: never offered to watchers
+        for job, phase in sorted(refused):
+            self.on_fenced(job, phase)
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ class PhaseEventLog:
         self._result: bytes | None = None
         self._closed = asyncio.Event()
         self.lag_count = 0
+        self.fenced = False  # another replica took the phase over (``fence``)
 
     @property
     def closed(self) -> bool:
@@ -122,9 +133,20 @@ class PhaseEventLog:
         """Returns once the result is out (every event committed and offered)."""
         await self._closed.wait()
 
+    def fence(self, result: bytes) -> None:
+        """Another replica took the phase over: nothing more is written or offered; watchers get ``result``.
+
+        ``result`` is the phase's result as the taker recorded it. Subscribers end after the
+        events that were committed while this replica still owned the phase.
+        """
+        if self.fenced:
+            return
+        self.fenced = True
+        self._close(result)
+
     def publish(self, rows: Sequence[EventRow]) -> None:
         """Persists the rows (sequences must continue the log), then offers them to subscribers."""
-        if not rows:
+        if not rows or self.fenced:
             return
         if rows[0].sequence != self.submitted_sequence + 1:
             raise ValueError(f"sequence gap: expected {self.submitted_sequence + 1}, got {rows[0].sequence}")
@@ -136,6 +158,8 @@ class PhaseEventLog:
             self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows))
 
     def _offer(self, rows: Sequence[EventRow]) -> None:
+        if self.fenced:
+            return
         self.last_sequence = rows[-1].sequence
         bodies = tuple(r.body for r in rows)
         first = rows[0].sequence
@@ -147,6 +171,8 @@ class PhaseEventLog:
 
     def close(self, result: bytes) -> None:
         """Marks the log final; subscribers get the result after every event (once they are committed)."""
+        if self.fenced:
+            return  # watchers had the taker's result already
         if self.writer is not None:
             self.writer.submit(self.job_id, self.phase_id, (), lambda: self._close(result))
         else:

@@ -461,6 +461,10 @@ class PhaseRun:
         )
         self.telemetry.on_end(result)  # telemetry
         encoded = self.codec.encode_result(result)
+        if self.events.writer is not None:
+            # The result marks the phase final for watchers on other replicas (postgres_notify's
+            # follow loop): every event must be committed before it is written.
+            self.events.writer.flush()
         self.store.update_phase(
             self.job_id, self.phase_id, time.time_ns(),
             result_pb=encoded, tool_stats_pb=self.codec.encode_tool_stats(list(result.tool_stats)),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, QueueStatus, Ticket
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
+from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.cgroups import ResourceLimits
@@ -45,12 +47,25 @@ from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.workspace import resolve_working_dir
-from helix_runner.store.protocol import AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
+from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
 from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
+# (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
+# ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
+Follower = Callable[[str, str, int], AsyncIterator[EventRow]]
+
 DEFAULT_PROJECT = "default"
+
+
+@dataclass(frozen=True)
+class RemoteOwner:
+    """The replica running a phase that does not run here (a shared database): where its control goes."""
+
+    replica_id: str
+    address: str
+    live: bool  # its lease is current
 
 
 @dataclass
@@ -84,11 +99,14 @@ class PhaseService:
         self.draining = False
         self._claude: ClaudeBinary | None = None
         self.writer = EventWriter(store)
+        self.writer.on_fenced = self.on_fenced
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
         self.retry_defaults: RetryPolicy = retry_defaults(config)
         self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change)
+        # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
+        self.follower: Follower | None = None
 
     # -- admission -------------------------------------------------------------------------
 
@@ -214,7 +232,9 @@ class PhaseService:
             await workspace.create()  # after the phase row: its ids are ours, so is the branch
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            run = PhaseRun(spec, plan, self.store, self.codec, events, breakpoints, self.prices, telemetry=observer,
+            # A write refused by the fence (another replica took the phase over) stops the run.
+            run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
+            run = PhaseRun(spec, plan, run_store, self.codec, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
@@ -293,6 +313,34 @@ class PhaseService:
                               f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
                               {"status": row.status.name, "operation": operation})
         return live
+
+    def on_fenced(self, job_id: str, phase_id: str) -> None:
+        """The database refused a write for this phase: another replica took it over (docs/scale-out.md).
+
+        Its history is the taker's now: the process is stopped, nothing more of it is written,
+        and its watchers end with the result the taker recorded.
+        """
+        live = self.get_live(job_id, phase_id)
+        if live is None or live.events.fenced:
+            return
+        log.warning("phase taken over by another replica; stopping its process here",
+                    extra={"fields": {"job_id": job_id, "phase_id": phase_id}})
+        row = self.store.get_phase(job_id, phase_id)
+        live.events.fence((row.result_pb if row is not None else None) or b"")
+        live.run.request_stop_with_reason(EndCause.INTERRUPTED, "another replica took this phase over")
+
+    def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
+        """The other replica running this phase, or None (it runs here, has ended, or the store is not shared)."""
+        phase_owner = getattr(self.store, "phase_owner", None)
+        if phase_owner is None or self.get_live(job_id, phase_id) is not None:
+            return None
+        owner = phase_owner(job_id, phase_id)
+        if owner is None or owner.replica_id is None or owner.replica_id == self.store.replica_id:
+            return None
+        row = self.store.get_phase(job_id, phase_id)
+        if row is None or row.status not in ACTIVE_STATUSES:
+            return None
+        return RemoteOwner(owner.replica_id, owner.address, owner.live)
 
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
         live = self.get_live(job_id, phase_id)
@@ -390,7 +438,21 @@ class PhaseService:
             raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
                               {"last_sequence": row.last_sequence})
+        if self.follower is not None and row.status in ACTIVE_STATUSES:
+            return self._follow(job_id, phase_id, after_sequence)
         return replay(self.store, job_id, phase_id, after_sequence, row.last_sequence, row.result_pb)
+
+    async def _follow(self, job_id: str, phase_id: str, after_sequence: int) -> AsyncIterator[Delivery]:
+        """A phase running on another replica: its events from the database, then its result.
+
+        The follower ends once the phase is final and every event is read; the owner writes the
+        result only after its last events are committed (``PhaseRun`` flushes the writer first).
+        """
+        assert self.follower is not None
+        async for row in self.follower(job_id, phase_id, after_sequence):
+            yield Delivery((row.body,), row.sequence, row.sequence)
+        row = self.store.get_phase(job_id, phase_id)
+        yield Delivery(result=(row.result_pb if row is not None else None) or b"")
 
 
 def admission_limits(config: ServerConfig) -> AdmissionLimits:

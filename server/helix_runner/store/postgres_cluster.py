@@ -23,28 +23,15 @@ from datetime import datetime
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from helix_runner.store.protocol import StoreError
+from helix_runner.store.protocol import FencedError
+
+__all__ = ["FencedError"]  # defined with the protocol (the application handles it); imported from here too
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 15.0
 # Expired registry rows are kept this long (for "who owned this phase" answers), then pruned.
 PRUNE_AFTER_SECONDS = 3600
-
-
-class FencedError(StoreError):
-    """Writes for these phases were refused: this replica does not own them (any more).
-
-    Either its fence is stale (another replica took the phase over), its own lease ran out, or
-    another replica owns the phase and is alive. Writes for other phases in the same call were
-    committed.
-    """
-
-    def __init__(self, refused: Sequence[tuple[str, str]]):
-        self.refused = list(refused)
-        names = ", ".join(f"{job}/{phase}" for job, phase in self.refused[:5])
-        more = f" and {len(self.refused) - 5} more" if len(self.refused) > 5 else ""
-        super().__init__(f"refused writes for phases this replica does not own: {names}{more}")
 
 
 @dataclass(frozen=True)
@@ -135,6 +122,12 @@ class ReplicaMembership:
             "lease_expires_at = excluded.lease_expires_at",
             (self._replica_id, self.address, self.lease_seconds),
         )
+
+    def advertise(self, address: str) -> None:
+        """Records the address other replicas forward this one's control RPCs to (known once the port is bound)."""
+        self.address = address
+        with self.pool.connection() as conn:
+            conn.execute("UPDATE replicas SET address = %s WHERE replica_id = %s", (address, self._replica_id))
 
     def adopted(self) -> dict[tuple[str, str], int]:
         """(job, phase) -> fence of the phases adopted at registration and not yet swept."""

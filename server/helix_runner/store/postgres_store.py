@@ -616,6 +616,10 @@ class PostgresStore:
     def live_replicas(self) -> list[ReplicaRow]:
         return self.replica.live_replicas()
 
+    def advertise(self, address: str) -> None:
+        """This replica's gRPC address in the registry, for control RPCs forwarded to it."""
+        self.replica.advertise(address)
+
     def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
         return self.replica.phase_owner(job_id, phase_id)
 

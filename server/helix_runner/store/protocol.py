@@ -34,6 +34,21 @@ class AlreadyExistsError(StoreError):
     """A row with this key already exists."""
 
 
+class FencedError(StoreError):
+    """Writes for these phases were refused: this replica does not own them (any more).
+
+    Either its fence is stale (another replica took the phase over), its own lease ran out, or
+    another replica owns the phase and is alive. Writes for other phases in the same call were
+    committed.
+    """
+
+    def __init__(self, refused: Sequence[tuple[str, str]]):
+        self.refused = list(refused)
+        names = ", ".join(f"{job}/{phase}" for job, phase in self.refused[:5])
+        more = f" and {len(self.refused) - 5} more" if len(self.refused) > 5 else ""
+        super().__init__(f"refused writes for phases this replica does not own: {names}{more}")
+
+
 @dataclass
 class JobRow:
     job_id: str

@@ -1,0 +1,138 @@
+"""Control RPCs for a phase another replica runs go to that replica (docs/scale-out.md, "Control forwarding").
+
+A phase's process lives on its owner, so pause, resume, step, breakpoints, resolve, inject,
+interrupt, cancel, inspect and diff are answered there: the receiving replica looks up the owner's
+registered address and sends it the same request with the caller's bearer token and remaining
+deadline, and returns the owner's answer or the owner's error status unchanged. An owner that
+cannot be reached is UNAVAILABLE with reason ``OWNER_UNREACHABLE``. A forwarded call carries
+``x-helix-forwarded`` so the owner answers it itself: a request is forwarded at most once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from grpc_status import rpc_status
+
+from helix.runner.v1 import runner_service_pb2
+from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.phases.service import RemoteOwner
+
+log = logging.getLogger(__name__)
+
+FORWARDED_HEADER = "x-helix-forwarded"
+# Control and process-dependent reads: everything that needs the phase's process or workspace.
+FORWARDED_METHODS = frozenset(
+    {
+        "CancelPhase",
+        "PausePhase",
+        "ResumePhase",
+        "StepPhase",
+        "InterruptPhase",
+        "InjectMessage",
+        "AddBreakpoint",
+        "ListBreakpoints",
+        "RemoveBreakpoint",
+        "ResolveToolCall",
+        "InspectPhase",
+        "GetPhaseDiff",
+    }
+)
+DEFAULT_DEADLINE_SECONDS = 30.0
+
+_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
+_RESPONSE_TYPES = {m.name: getattr(runner_service_pb2, m.output_type.name) for m in _SERVICE.methods}
+
+
+class OwnerStatus(Exception):
+    """The owner answered with an error: the caller gets its status (code, message, details) as is."""
+
+    def __init__(self, status: grpc.Status):
+        super().__init__(status.details)
+        self.status = status
+
+
+def owner_unreachable(message: str, metadata: dict[str, str]) -> RunnerError:
+    return RunnerError(ErrorKind.UNAVAILABLE, "OWNER_UNREACHABLE", message, metadata)
+
+
+class OwnerForwarder:
+    """Sends a control RPC to the replica that runs the phase; one channel per owner address."""
+
+    def __init__(self, token: str | None):
+        self.token = token
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def route(
+        self, owner: RemoteOwner | None, job_id: str, phase_id: str
+    ) -> tuple[str, dict[str, str]] | None:
+        """The owner's address (and ids for errors) for a phase running elsewhere, or None (answer here).
+
+        Raises ``OWNER_UNREACHABLE`` when the owner's lease ran out (the phase is swept to
+        INTERRUPTED within a sweep interval) or it registered no address.
+        """
+        if owner is None:
+            return None
+        metadata = {"owner": owner.replica_id, "job_id": job_id, "phase_id": phase_id}
+        if not owner.live:
+            raise owner_unreachable(
+                f"phase {phase_id} runs on replica {owner.replica_id}, whose lease ran out; it will be "
+                "marked INTERRUPTED shortly",
+                metadata,
+            )
+        if not owner.address:
+            raise owner_unreachable(
+                f"phase {phase_id} runs on replica {owner.replica_id}, which registered no address", metadata
+            )
+        return owner.address, metadata
+
+    async def forward(
+        self,
+        method: str,
+        request: Any,
+        address: str,
+        owner_metadata: dict[str, str],
+        time_remaining: float | None,
+    ) -> Any:
+        """The owner's response to ``request``; its error as ``OwnerStatus``, or OWNER_UNREACHABLE."""
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+        call = channel.unary_unary(
+            f"/{_SERVICE.full_name}/{method}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=_RESPONSE_TYPES[method].FromString,
+        )
+        metadata = [(FORWARDED_HEADER, "1")]
+        if self.token is not None:
+            metadata.append(("authorization", f"Bearer {self.token}"))
+        timeout = DEFAULT_DEADLINE_SECONDS if time_remaining is None else max(0.0, time_remaining)
+        try:
+            return await call(request, metadata=metadata, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            status = rpc_status.from_call(exc)
+            if status is not None and status.details:  # the owner answered: its rich status, unchanged
+                raise OwnerStatus(rpc_status.to_status(status)) from None
+            log.warning(
+                "cannot reach a phase's owner",
+                extra={
+                    "fields": {
+                        "method": method,
+                        "address": address,
+                        "code": exc.code().name,
+                        **owner_metadata,
+                    }
+                },
+            )
+            raise owner_unreachable(
+                f"the replica running this phase ({owner_metadata.get('owner')} at {address}) did not answer: "
+                f"{exc.code().name}",
+                {**owner_metadata, "address": address, "code": exc.code().name},
+            ) from None
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()

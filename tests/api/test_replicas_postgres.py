@@ -1,0 +1,316 @@
+"""Two replicas of the real server on one PostgreSQL database: any replica answers.
+
+Replica A runs the phase (the real CLI against the scripted API); replica B never saw it and
+answers every read about it from the shared database, the same as A does (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+import grpc
+import psycopg
+import pytest
+from support.runner_server import collect, start_runner
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.errors import error_info
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.offline import Reply, Usage
+from helix_runner.phases.takeover import Takeover
+
+pytestmark = pytest.mark.real_cli
+
+
+@contextlib.asynccontextmanager
+async def replicas(tmp_path, api, postgres_url, **config):
+    """Replica A (runs phases, talks to ``api``) and replica B, each with its own data dir, one database."""
+    async with contextlib.AsyncExitStack() as stack:
+        pair = []
+        for name in ("a", "b"):
+            root = tmp_path / name
+            root.mkdir()
+            harness = start_runner(
+                root,
+                api if name == "a" else None,
+                database_url=postgres_url,
+                replica_id=f"replica-{name}",
+                **config,
+            )
+            pair.append(await anext(harness))
+            stack.push_async_callback(harness.aclose)
+        yield pair
+
+
+async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api(
+        [
+            Reply.tool_use("Bash", {"command": "echo from replica a"}),
+            Reply.text("Done.", usage=Usage(input_tokens=300, output_tokens=20)),
+        ]
+    )
+    async with replicas(tmp_path, api, postgres_url) as (a, b):
+        events, result = await a.run_phase(
+            "run a command", job_id="job-r", phase_id="p1", allowed_tools=["Bash"]
+        )
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+
+        async def reads(stub):
+            job = await stub.GetJob(pb.GetJobRequest(job_id="job-r"), timeout=10)
+            jobs = await stub.ListJobs(pb.ListJobsRequest(), timeout=10)
+            calls = await stub.ListToolCalls(pb.ListToolCallsRequest(job_id="job-r"), timeout=10)
+            costs = await stub.GetCostTotals(pb.GetCostTotalsRequest(job_id="job-r"), timeout=10)
+            watched = await collect(
+                stub.WatchPhase(pb.WatchPhaseRequest(job_id="job-r", phase_id="p1"), timeout=30)
+            )
+            return job, jobs, calls, costs, watched
+
+        on_a, on_b = await reads(a.stub), await reads(b.stub)
+        job, jobs, calls, costs, (watched_events, watched_result) = on_b
+        assert [p.phase_id for p in job.job.phases] == ["p1"]
+        assert job.job.phases[0].status == res.PHASE_STATUS_SUCCEEDED
+        assert [j.job_id for j in jobs.jobs] == ["job-r"]
+        assert [(c.name, c.status) for c in calls.tool_calls] == [("Bash", res.TOOL_CALL_STATUS_SUCCEEDED)]
+        assert costs.totals.phase_count == 1 and costs.totals.tokens.input_tokens >= 300
+        assert watched_events == events and watched_result == result
+        assert on_b == on_a  # B answers exactly as the replica that ran the phase
+
+
+class Stream:
+    """A RunPhase/WatchPhase call read in the background, with a bounded wait for an event."""
+
+    def __init__(self, call):
+        self.events: list = []
+        self.result = None
+        self._changed = asyncio.Condition()
+        self._task = asyncio.create_task(self._read(call))
+
+    async def _read(self, call):
+        async for response in call:
+            async with self._changed:
+                self.events.extend(response.events)
+                if response.HasField("result"):
+                    self.result = response.result
+                self._changed.notify_all()
+
+    async def wait_for(self, predicate, limit: float = 30.0):
+        async with asyncio.timeout(limit), self._changed:
+            while True:
+                for e in self.events:
+                    if predicate(e):
+                        return e
+                assert self.result is None and not self._task.done(), "the stream ended first"
+                await self._changed.wait()
+
+    async def finish(self, limit: float = 60.0):
+        await asyncio.wait_for(self._task, limit)
+        return self.events, self.result
+
+
+def breakpoint_hit(e) -> bool:
+    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT
+
+
+async def test_a_replica_watches_a_phase_another_replica_runs_live_to_its_result(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo approved"}), Reply.text("Finished.")])
+    async with replicas(tmp_path, api, postgres_url) as (a, b):
+        ids = {"job_id": "job-w", "phase_id": "p1"}
+        request = pb.RunPhaseRequest(
+            **ids,
+            prompt="go",
+            working_dir=str(a.workdir),
+            options=pb.PhaseOptions(
+                allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]
+            ),
+        )
+        run = Stream(a.stub.RunPhase(request, timeout=120))
+        hit = await run.wait_for(breakpoint_hit)  # held: still running while the watchers join
+        on_owner = Stream(a.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
+        on_other = Stream(b.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
+        late = Stream(
+            b.stub.WatchPhase(pb.WatchPhaseRequest(**ids, after_sequence=hit.sequence - 1), timeout=120)
+        )
+        await on_other.wait_for(breakpoint_hit)  # history from the database, the phase still held
+        await late.wait_for(breakpoint_hit)
+
+        await a.stub.ResolveToolCall(
+            pb.ResolveToolCallRequest(
+                **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+            ),
+            timeout=10,
+        )
+        events, result = await run.finish()
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert events[-1].sequence > hit.sequence + 2  # the watchers had a live part to follow
+        assert await on_owner.finish() == (events, result)
+        assert await on_other.finish() == (
+            events,
+            result,
+        )  # the same sequence as on the owner, then the result
+        assert await late.finish() == ([e for e in events if e.sequence >= hit.sequence], result)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_control_of_a_phase_on_another_replica_is_forwarded_to_its_owner(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api(
+        [
+            Reply.tool_use("Bash", {"command": "touch one.txt"}),
+            Reply.tool_use("Bash", {"command": "touch two.txt"}, chunk_delay=0.1),
+            Reply.text("Both."),
+        ]
+    )
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-for-replicas\n")
+    auth = [("authorization", "Bearer s3cret-token-for-replicas")]
+    async with replicas(tmp_path, api, postgres_url, auth_token_file=str(token_file)) as (a, b):
+        ids = {"job_id": "job-c", "phase_id": "p1"}
+        request = pb.RunPhaseRequest(
+            **ids,
+            prompt="go",
+            working_dir=str(a.workdir),
+            options=pb.PhaseOptions(
+                allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]
+            ),
+        )
+        run = Stream(a.stub.RunPhase(request, timeout=120, metadata=auth))
+        hit = await run.wait_for(breakpoint_hit)
+
+        # The owner's errors come back unchanged: the same status and ErrorInfo as asked directly.
+        missing = pb.RemoveBreakpointRequest(**ids, breakpoint_id="no-such-breakpoint")
+        errors = []
+        for stub in (a.stub, b.stub):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.RemoveBreakpoint(missing, timeout=10, metadata=auth)
+            errors.append((caught.value.code(), caught.value.details(), error_info(caught.value)))
+        assert errors[1] == errors[0] and errors[0][2].domain == "runner.helix"
+
+        added = pb.AddBreakpointRequest(
+            **ids, breakpoint=res.Breakpoint(breakpoint_id="later", tool_name="Read")
+        )
+        await b.stub.AddBreakpoint(added, timeout=10, metadata=auth)
+        listed = await b.stub.ListBreakpoints(pb.ListBreakpointsRequest(**ids), timeout=10, metadata=auth)
+        assert [bp.breakpoint_id for bp in listed.breakpoints] == ["later"]  # the owner's list
+        on_owner = await a.stub.ListBreakpoints(pb.ListBreakpointsRequest(**ids), timeout=10, metadata=auth)
+        assert on_owner == listed
+        removed = pb.RemoveBreakpointRequest(**ids, breakpoint_id="later")
+        assert (
+            await b.stub.RemoveBreakpoint(removed, timeout=10, metadata=auth)
+        ).breakpoint.breakpoint_id == "later"
+        approved = await b.stub.ResolveToolCall(
+            pb.ResolveToolCallRequest(
+                **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+            ),
+            timeout=10,
+            metadata=auth,
+        )
+        assert approved.tool_call.tool_use_id == hit.control.tool_use_id
+        paused = await b.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10, metadata=auth)
+        assert paused.phase.status == res.PHASE_STATUS_PAUSING
+        held = await run.wait_for(
+            lambda e: e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_PAUSED
+        )
+        assert "touch two.txt" in held.control.input_json
+        assert (a.workdir / "one.txt").exists() and not (a.workdir / "two.txt").exists()
+
+        # An owner that does not answer: UNAVAILABLE with a reason, nothing changes on the phase.
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            registered = await (
+                await db.execute("SELECT address FROM replicas WHERE replica_id = 'replica-a'")
+            ).fetchone()
+            assert registered == (f"127.0.0.1:{a.server.port}",)  # the bound address, advertised
+            await db.execute(
+                "UPDATE replicas SET address = %s WHERE replica_id = 'replica-a'",
+                (f"127.0.0.1:{closed_port()}",),
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await b.stub.ResumePhase(pb.ResumePhaseRequest(**ids), timeout=10, metadata=auth)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            info = error_info(caught.value)
+            assert info.reason == "OWNER_UNREACHABLE" and info.metadata["owner"] == "replica-a"
+            assert "replica-a" in caught.value.details()
+            await db.execute("UPDATE replicas SET address = %s WHERE replica_id = 'replica-a'", registered)
+
+        resumed = await b.stub.ResumePhase(pb.ResumePhaseRequest(**ids), timeout=10, metadata=auth)
+        assert resumed.phase.status == res.PHASE_STATUS_RUNNING
+        events, result = await run.finish()
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert (a.workdir / "two.txt").exists()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # finished: answered where it was asked
+            await b.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10, metadata=auth)
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        kinds = [e.control.kind for e in events if e.HasField("control")]
+        assert kinds == [
+            ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED,
+            ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT,
+            ev.CONTROL_EVENT_KIND_BREAKPOINT_ADDED,
+            ev.CONTROL_EVENT_KIND_BREAKPOINT_REMOVED,
+            ev.CONTROL_EVENT_KIND_TOOL_APPROVED,
+            ev.CONTROL_EVENT_KIND_PAUSE_REQUESTED,
+            ev.CONTROL_EVENT_KIND_PAUSED,
+            ev.CONTROL_EVENT_KIND_RESUMED,
+        ]
+
+
+async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api(
+        [Reply.tool_use("Bash", {"command": "touch after.txt"}), Reply.text("Not to be seen.")]
+    )
+    async with replicas(tmp_path, api, postgres_url) as (a, b):
+        ids = {"job_id": "job-f", "phase_id": "p1"}
+        request = pb.RunPhaseRequest(
+            **ids,
+            prompt="go",
+            working_dir=str(a.workdir),
+            options=pb.PhaseOptions(
+                allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]
+            ),
+        )
+        run = Stream(a.stub.RunPhase(request, timeout=120))
+        hit = await run.wait_for(breakpoint_hit)
+        live = a.server.manager.get_live("job-f", "p1")
+
+        # Replica A stalls (no heartbeat) and its lease runs out: B takes the phase over.
+        a.server.store.replica.stop_heartbeat()
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            await db.execute("UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'replica-a'")
+        Takeover(b.server.store, b.server.manager.codec, interval_seconds=5).sweep()
+        taken = b.server.store.get_phase("job-f", "p1")
+        assert taken.status is PhaseStatus.INTERRUPTED and taken.result_pb is not None
+        history = b.server.store.read_events("job-f", "p1", 0, 1000)
+
+        # A revives and carries on: its next write is refused, so it stops the process and ends its watchers.
+        await a.stub.ResolveToolCall(
+            pb.ResolveToolCallRequest(
+                **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+            ),
+            timeout=10,
+        )
+        events, result = await run.finish()
+        await asyncio.wait_for(live.done.wait(), 30)
+        assert a.server.manager.get_live("job-f", "p1") is None
+        assert result.SerializeToString() == taken.result_pb  # the taker's result
+        assert result.status == res.PHASE_STATUS_INTERRUPTED
+        assert [e.SerializeToString() for e in events] == [r.body for r in history[: len(events)]]
+        assert (
+            b.server.store.read_events("job-f", "p1", 0, 1000) == history
+        )  # nothing appended after the sweep
+        assert b.server.store.get_phase("job-f", "p1").result_pb == taken.result_pb
+        watched = await collect(b.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=30))
+        assert watched[1] == result and len(watched[0]) == len(history)
