@@ -154,23 +154,34 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
         retry = retry_policy_from_options(request.options, self.manager.retry_defaults)
         live = await self.manager.start(spec, breakpoints_from_request(request), retry)
-        completed = False
+        state = {"completed": False, "handled": False}
+
+        def caller_gone(*_: object) -> None:
+            """Applies ``on_disconnect`` once, whichever way the caller's going away is seen first."""
+            if state["completed"] or state["handled"] or live.done.is_set():
+                return
+            state["handled"] = True
+            if spec.on_disconnect == "DETACH":
+                live.run.emit(ControlEvent(ControlEventKind.DETACHED, message="the RunPhase caller went away"))
+            else:
+                live.run.request_stop_with_reason(EndCause.CANCELLED, "the RunPhase caller disconnected")
+
+        # A cancel that lands while grpc writes a message (not inside this generator) never reaches
+        # the finally below until the generator is collected; the call's done callback always runs.
+        if hasattr(context, "add_done_callback"):
+            context.add_done_callback(caller_gone)
         try:
             async for delivery in live.events.subscribe(0):
                 if delivery.result is not None:
+                    state["completed"] = True
                     yield result_response(delivery.result)
-                    completed = True
                     return
                 for message in event_responses(delivery.events):
                     yield message
         finally:
-            # Cleanup belongs in finally: a client cancel arrives as CancelledError or as a failed
-            # write, depending on where the handler was (docs/grpc-python-service.md §3.2).
-            if not completed and not live.done.is_set():
-                if spec.on_disconnect == "DETACH":
-                    live.run.emit(ControlEvent(ControlEventKind.DETACHED, message="the RunPhase caller went away"))
-                else:
-                    live.run.request_stop_with_reason(EndCause.CANCELLED, "the RunPhase caller disconnected")
+            # A client cancel arrives as CancelledError or as a failed write, depending on where the
+            # handler was (docs/grpc-python-service.md §3.2).
+            caller_gone()
 
     @_stream
     async def WatchPhase(self, request, context) -> AsyncIterator[bytes]:
