@@ -22,7 +22,6 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.postgres_cluster import (
     DEFAULT_LEASE_SECONDS,
@@ -46,6 +45,14 @@ from helix_runner.store.protocol import (
     StoreError,
     ToolCallRow,
 )
+from helix_runner.store.rows import (
+    job_row,
+    model_cost_row,
+    model_cost_values,
+    phase_row,
+    phase_value,
+    tool_call_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,24 +75,6 @@ _BACKFILL_INDEX = "tool_calls_duration_backfill"
 # that event and the phase's other new columns (reason, end time, encoded result).
 Interrupt = Callable[[PhaseRow, int], tuple[EventRow, dict[str, object]]]
 
-
-def _phase_row(r: Sequence) -> PhaseRow:
-    row = PhaseRow(*r)
-    row.status = PhaseStatus[row.status]
-    return row
-
-
-def _job_row(r: Sequence) -> JobRow:
-    return JobRow(r[0], r[1], PhaseStatus[r[2]], r[3], r[4])
-
-
-def _phase_value(column: str, value: object) -> object:
-    """A PhaseRow field as stored: the status by its enum name (a bare string is a caller's bug)."""
-    if column == "status":
-        if not isinstance(value, PhaseStatus):
-            raise TypeError(f"status must be a PhaseStatus, not {value!r}")
-        return value.name
-    return value
 
 
 def _names(statuses: Iterable[Enum]) -> list[str]:
@@ -208,7 +197,7 @@ class PostgresStore:
                 (job_id, project_id, now_ns, now_ns),
             ).fetchone()
             if created:
-                return _job_row(created), True
+                return job_row(created), True
             return self._job(conn, job_id), False
 
     def get_job(self, job_id: str) -> JobRow | None:
@@ -218,7 +207,7 @@ class PostgresStore:
     @staticmethod
     def _job(conn: psycopg.Connection, job_id: str) -> JobRow | None:
         r = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
-        return _job_row(r) if r else None
+        return job_row(r) if r else None
 
     def list_jobs(
         self,
@@ -244,14 +233,14 @@ class PostgresStore:
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT %s"
         args.append(limit)
         with self._pool.connection() as conn:
-            return [_job_row(r) for r in conn.execute(sql, args).fetchall()]
+            return [job_row(r) for r in conn.execute(sql, args).fetchall()]
 
     # -- phases -----------------------------------------------------------------------------
 
     def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a new phase owned by this replica (ordinal and fence assigned here); it becomes the job's latest."""
         cols = [c for c in _PHASE_COLUMNS if c != "ordinal"]
-        values = [_phase_value(c, getattr(row, c)) for c in cols]
+        values = [phase_value(c, getattr(row, c)) for c in cols]
         try:
             with self._pool.connection() as conn, conn.transaction():
                 self.replica.ensure_live(conn)
@@ -286,7 +275,7 @@ class PostgresStore:
             raise ValueError(f"unknown phase columns: {sorted(unknown)}")
         if not values:
             return
-        values = {k: _phase_value(k, v) for k, v in values.items()}
+        values = {k: phase_value(k, v) for k, v in values.items()}
         sets = ",".join(f"{k} = %s" for k in values)
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             exists = self.replica.require_writable(cur, job_id, phase_id, missing_ok=True)
@@ -319,7 +308,7 @@ class PostgresStore:
             r = conn.execute(
                 f"{_SELECT_PHASES} WHERE p.job_id = %s AND p.phase_id = %s", (job_id, phase_id)
             ).fetchone()
-        return _phase_row(r) if r else None
+        return phase_row(r) if r else None
 
     def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
         """The phases of all these jobs in one query, by job then ordinal."""
@@ -329,13 +318,13 @@ class PostgresStore:
             rows = conn.execute(
                 f"{_SELECT_PHASES} WHERE p.job_id = ANY(%s) ORDER BY p.job_id, p.ordinal", (list(job_ids),)
             ).fetchall()
-        return [_phase_row(r) for r in rows]
+        return [phase_row(r) for r in rows]
 
     def active_phases(self) -> list[PhaseRow]:
         """Phases whose status is not final, on every replica (for takeover: ``sweep_expired_owners``)."""
         with self._pool.connection() as conn:
             rows = conn.execute(f"{_SELECT_PHASES} WHERE p.status = ANY(%s)", (_ACTIVE,)).fetchall()
-        return [_phase_row(r) for r in rows]
+        return [phase_row(r) for r in rows]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -458,7 +447,7 @@ class PostgresStore:
         args.append(limit)
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
-        return [ToolCallRow(r[0], r[1], ToolCallStatus[r[2]], r[3], r[4], r[5], r[6], r[7]) for r in rows]
+        return [tool_call_row(r) for r in rows]
 
     def tool_call_stats(
         self,
@@ -508,24 +497,7 @@ class PostgresStore:
             if rows:
                 cur.executemany(
                     "INSERT INTO model_costs VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    [
-                        (
-                            job_id,
-                            phase_id,
-                            project_id,
-                            r.model,
-                            r.input_tokens,
-                            r.output_tokens,
-                            r.cache_read_input_tokens,
-                            r.cache_write_5m_input_tokens,
-                            r.cache_write_1h_input_tokens,
-                            r.web_search_requests,
-                            r.reported_usd,
-                            r.computed_usd,
-                            r.pricing_source.name,
-                        )
-                        for r in rows
-                    ],
+                    [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
                 )
 
     def phase_cost_sums(
@@ -559,7 +531,7 @@ class PostgresStore:
         sql += f" GROUP BY {group}model, pricing_source"
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
-        return [(r[0], ModelCostRow(*r[1:10], PricingSource[r[10]])) for r in rows]
+        return [(r[0], model_cost_row(r[1:])) for r in rows]
 
     # -- retention ---------------------------------------------------------------------------
 
@@ -643,7 +615,7 @@ class PostgresStore:
         adopted = list(self.replica.adopted().values())
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             rows = [
-                _phase_row(r)
+                phase_row(r)
                 for r in cur.execute(
                     f"{_SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
                     "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
@@ -662,7 +634,7 @@ class PostgresStore:
                 unknown = set(values) - set(_PHASE_COLUMNS)
                 if unknown:
                     raise ValueError(f"unknown phase columns: {sorted(unknown)}")
-                values = {k: _phase_value(k, v) for k, v in values.items()}
+                values = {k: phase_value(k, v) for k, v in values.items()}
                 cur.execute(
                     "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
                     "VALUES (%s,%s,%s,%s,%s,%s)",

@@ -20,7 +20,6 @@ from dataclasses import fields
 from pathlib import Path
 
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
@@ -33,6 +32,14 @@ from helix_runner.store.protocol import (
     PhaseRow,
     StoreError,
     ToolCallRow,
+)
+from helix_runner.store.rows import (
+    job_row,
+    model_cost_row,
+    model_cost_values,
+    phase_row,
+    phase_value,
+    tool_call_row,
 )
 
 __all__ = [
@@ -169,24 +176,6 @@ _SELECT_PHASES = (
 )
 _JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
 
-
-def _phase_row(r: Sequence) -> PhaseRow:
-    row = PhaseRow(*r)
-    row.status = PhaseStatus[row.status]
-    return row
-
-
-def _job_row(r: Sequence) -> JobRow:
-    return JobRow(r[0], r[1], PhaseStatus[r[2]], r[3], r[4])
-
-
-def _phase_value(column: str, value: object) -> object:
-    """A PhaseRow field as stored: the status by its enum name."""
-    if column == "status":
-        if not isinstance(value, PhaseStatus):
-            raise TypeError(f"status must be a PhaseStatus, not {value!r}")
-        return value.name
-    return value
 
 
 class SqliteStore:
@@ -346,7 +335,7 @@ class SqliteStore:
 
     def _job(self, job_id: str) -> JobRow | None:
         r = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return _job_row(r) if r else None
+        return job_row(r) if r else None
 
     def list_jobs(
         self,
@@ -372,13 +361,13 @@ class SqliteStore:
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT ?"
         args.append(limit)
         with self._lock:
-            return [_job_row(r) for r in self._db.execute(sql, args).fetchall()]
+            return [job_row(r) for r in self._db.execute(sql, args).fetchall()]
 
     # -- phases -----------------------------------------------------------------------------
 
     def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a new phase (its ordinal is assigned here) and makes it the job's latest."""
-        status = _phase_value("status", row.status)
+        status = phase_value("status", row.status)
         try:
             with self._transaction() as tx:
                 (count,) = tx.execute(
@@ -387,7 +376,7 @@ class SqliteStore:
                 row.ordinal = count + 1
                 tx.execute(
                     f"INSERT INTO phases ({','.join(_PHASE_COLUMNS)}) VALUES ({','.join('?' * len(_PHASE_COLUMNS))})",
-                    [_phase_value(c, getattr(row, c)) for c in _PHASE_COLUMNS],
+                    [phase_value(c, getattr(row, c)) for c in _PHASE_COLUMNS],
                 )
                 tx.execute(
                     "UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ?",
@@ -404,7 +393,7 @@ class SqliteStore:
             raise ValueError(f"unknown phase columns: {sorted(unknown)}")
         if not values:
             return
-        stored = {k: _phase_value(k, v) for k, v in values.items()}
+        stored = {k: phase_value(k, v) for k, v in values.items()}
         sets = ",".join(f"{k} = ?" for k in stored)
         with self._transaction() as tx:
             tx.execute(
@@ -425,7 +414,7 @@ class SqliteStore:
             r = self._db.execute(
                 f"{_SELECT_PHASES} WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
             ).fetchone()
-        return _phase_row(r) if r else None
+        return phase_row(r) if r else None
 
     def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
         """The phases of all these jobs in one query, by job then ordinal."""
@@ -436,7 +425,7 @@ class SqliteStore:
             rows = self._db.execute(
                 f"{_SELECT_PHASES} WHERE job_id IN ({marks}) ORDER BY job_id, ordinal", list(job_ids)
             ).fetchall()
-        return [_phase_row(r) for r in rows]
+        return [phase_row(r) for r in rows]
 
     def active_phases(self) -> list[PhaseRow]:
         """Phases whose status is not final (after a crash: the ones to mark INTERRUPTED)."""
@@ -445,7 +434,7 @@ class SqliteStore:
             rows = self._db.execute(
                 f"{_SELECT_PHASES} WHERE status IN ({marks})", [s.name for s in ACTIVE_STATUSES]
             ).fetchall()
-        return [_phase_row(r) for r in rows]
+        return [phase_row(r) for r in rows]
 
     # -- events -----------------------------------------------------------------------------
 
@@ -548,7 +537,7 @@ class SqliteStore:
         args.append(limit)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [ToolCallRow(r[0], r[1], ToolCallStatus[r[2]], r[3], r[4], r[5], r[6], r[7]) for r in rows]
+        return [tool_call_row(r) for r in rows]
 
     def tool_call_stats(
         self,
@@ -610,24 +599,7 @@ class SqliteStore:
             tx.execute("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?", (job_id, phase_id))
             tx.executemany(
                 "INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        job_id,
-                        phase_id,
-                        project_id,
-                        r.model,
-                        r.input_tokens,
-                        r.output_tokens,
-                        r.cache_read_input_tokens,
-                        r.cache_write_5m_input_tokens,
-                        r.cache_write_1h_input_tokens,
-                        r.web_search_requests,
-                        r.reported_usd,
-                        r.computed_usd,
-                        r.pricing_source.name,
-                    )
-                    for r in rows
-                ],
+                [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
             )
 
     def phase_cost_sums(
@@ -659,7 +631,7 @@ class SqliteStore:
         sql += f" GROUP BY {key}, model, pricing_source"
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [(r[0], ModelCostRow(*r[1:10], PricingSource[r[10]])) for r in rows]
+        return [(r[0], model_cost_row(r[1:])) for r in rows]
 
     # -- retention ---------------------------------------------------------------------------
 
