@@ -186,6 +186,21 @@ def run_async(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
 
 
+def with_client(fn):
+    """A verb's handler running ``fn(client, args)`` with a client opened from the connection flags."""
+
+    def handler(args: argparse.Namespace) -> int:
+        connection = Connection.from_args(args)
+
+        async def go() -> int:
+            async with connection.open() as client:
+                return await fn(client, args)
+
+        return run_async(go())
+
+    return handler
+
+
 def make_console(file: Any = None, *, stderr: bool = False) -> Console:
     """A rich console on stdout (or stderr): colour on terminals only, never re-wrapping lines.
 

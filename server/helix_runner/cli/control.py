@@ -17,12 +17,11 @@ from helix_runner.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
     CliError,
-    Connection,
     add_connection_args,
     add_json_flag,
     make_console,
     print_json,
-    run_async,
+    with_client,
 )
 
 
@@ -65,19 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "included; an API request in flight may time out.",
     )
     p.add_argument("--hard", action="store_true", help="SIGSTOP the process group (freezes everything)")
-    p.set_defaults(handler=_unary(_pause))
+    p.set_defaults(handler=with_client(_pause))
     _parser(sub, "resume", "release a paused phase (calls held by breakpoints stay held)").set_defaults(
-        handler=_unary(_resume)
+        handler=with_client(_resume)
     )
     _parser(sub, "step", "let exactly one held (or the next) tool call run, then hold again").set_defaults(
-        handler=_unary(_step)
+        handler=with_client(_step)
     )
     _parser(sub, "interrupt", "interrupt the current turn (the phase may continue with inject)").set_defaults(
-        handler=_unary(_interrupt)
+        handler=with_client(_interrupt)
     )
     p = _parser(sub, "cancel", "end the phase now (its process group is terminated; status CANCELLED)")
     p.add_argument("--reason", default="", help="recorded in the result's reason")
-    p.set_defaults(handler=_unary(_cancel))
+    p.set_defaults(handler=with_client(_cancel))
     p = _parser(
         sub,
         "inject",
@@ -88,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--interrupt", action="store_true", help="interrupt the current turn first")
-    p.set_defaults(handler=_unary(_inject))
+    p.set_defaults(handler=with_client(_inject))
     p = _parser(
         sub,
         "inspect",
@@ -104,19 +103,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="WHAT",
         help=f"one of {', '.join(INSPECT_SECTIONS)} (default all)",
     )
-    p.set_defaults(handler=_unary(_inspect))
+    p.set_defaults(handler=with_client(_inspect))
 
-    _parser(sub, "approve", "run a held tool call as it is", held=True).set_defaults(handler=_unary(_approve))
+    _parser(sub, "approve", "run a held tool call as it is", held=True).set_defaults(handler=with_client(_approve))
     p = _parser(
         sub, "deny", "refuse a held tool call; the model sees the message as the tool's error", held=True
     )
     p.add_argument("--message", "-m", default="", help="what the model is told (default: a standard denial)")
-    p.set_defaults(handler=_unary(_deny))
+    p.set_defaults(handler=with_client(_deny))
     p = _parser(sub, "edit", "run a held tool call with new input", held=True)
     p.add_argument(
         "--input", required=True, metavar="JSON|@FILE", help="the new input: a JSON object, or @file"
     )
-    p.set_defaults(handler=_unary(_edit))
+    p.set_defaults(handler=with_client(_edit))
 
     brk = sub.add_parser(
         "break",
@@ -141,26 +140,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--id", dest="breakpoint_id", default="", help="breakpoint id (default: the server picks one)"
     )
-    p.set_defaults(handler=_unary(_break_add))
-    _parser(bsub, "ls", "list the phase's breakpoints").set_defaults(handler=_unary(_break_ls))
+    p.set_defaults(handler=with_client(_break_add))
+    _parser(bsub, "ls", "list the phase's breakpoints").set_defaults(handler=with_client(_break_ls))
     p = _parser(bsub, "rm", "remove a breakpoint (calls it holds stay held)")
     p.add_argument("breakpoint_id", metavar="ID")
-    p.set_defaults(handler=_unary(_break_rm))
+    p.set_defaults(handler=with_client(_break_rm))
 
-
-def _unary(fn):
-    """A handler running ``fn(client, args)`` with a client from the connection flags."""
-
-    def handler(args: argparse.Namespace) -> int:
-        connection = Connection.from_args(args)
-
-        async def go() -> int:
-            async with connection.open() as client:
-                return await fn(client, args)
-
-        return run_async(go())
-
-    return handler
 
 
 def _say(args: argparse.Namespace, response: Any, text) -> int:

@@ -10,12 +10,11 @@ from helix_runner.cli.common import (
     EXIT_CODES_HELP,
     EXIT_OK,
     CliError,
-    Connection,
     add_connection_args,
     add_json_flag,
     make_console,
     print_json,
-    run_async,
+    with_client,
 )
 
 _STATUS_NAMES = (
@@ -62,19 +61,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "running, pausing, paused or awaiting status)",
     )
     p.add_argument("--limit", type=int, default=50, help="at most this many jobs (default 50; 0: all)")
-    p.set_defaults(handler=_run(_jobs))
+    p.set_defaults(handler=with_client(_jobs))
 
     p = _parser(
         sub, "phases", "list a job's phases (status, started, duration, cost, tool calls, current tool)"
     )
     p.add_argument("job", metavar="JOB")
-    p.set_defaults(handler=_run(_phases))
+    p.set_defaults(handler=with_client(_phases))
 
     p = _parser(
         sub, "sessions", "list the phases running now, across jobs (with held calls and current tool)"
     )
     p.add_argument("--project", default="", help="only this project")
-    p.set_defaults(handler=_run(_sessions))
+    p.set_defaults(handler=with_client(_sessions))
 
     p = _parser(
         sub,
@@ -88,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scope.add_argument("--project", help="a project's totals")
     scope.add_argument("--job", help="a job's totals")
     p.add_argument("--by", choices=("model", "phase"), default="model", help="breakdown (default model)")
-    p.set_defaults(handler=_run(_costs))
+    p.set_defaults(handler=with_client(_costs))
 
     p = _parser(sub, "tools", "per-tool statistics of a job or phase: calls, failures, mean and p95 duration")
     p.add_argument("job", metavar="JOB")
@@ -99,7 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--failed", action="store_true", help="with --calls: only calls that failed or never finished"
     )
-    p.set_defaults(handler=_run(_tools))
+    p.set_defaults(handler=with_client(_tools))
 
 
 def _status_arg(text: str) -> str:
@@ -108,18 +107,6 @@ def _status_arg(text: str) -> str:
         return name
     raise argparse.ArgumentTypeError(f"unknown status {text!r} (one of {', '.join(_STATUS_NAMES)}, active)")
 
-
-def _run(fn):
-    def handler(args: argparse.Namespace) -> int:
-        connection = Connection.from_args(args)
-
-        async def go() -> int:
-            async with connection.open() as client:
-                return await fn(client, args)
-
-        return run_async(go())
-
-    return handler
 
 
 # -- helpers -----------------------------------------------------------------------------------
