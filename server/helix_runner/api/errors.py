@@ -53,27 +53,24 @@ async def abort(context: grpc.aio.ServicerContext, error: RunnerError) -> None:
     await context.abort_with_status(to_status(error))
 
 
-def retry_info(call_error: grpc.RpcError) -> error_details_pb2.RetryInfo | None:
-    """Client-side helper: the RetryInfo detail of a failed call, if it has one."""
+def _detail(call_error: grpc.RpcError, message_class):
+    """The first detail of a failed call's rich status that is a ``message_class``, if any."""
     status = rpc_status.from_call(call_error)
     if status is None:
         return None
     for detail in status.details:
-        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
+        if detail.Is(message_class.DESCRIPTOR):
+            info = message_class()
             detail.Unpack(info)
             return info
     return None
+
+
+def retry_info(call_error: grpc.RpcError) -> error_details_pb2.RetryInfo | None:
+    """Client-side helper: the RetryInfo detail of a failed call, if it has one."""
+    return _detail(call_error, error_details_pb2.RetryInfo)
 
 
 def error_info(call_error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """Client-side helper: the ErrorInfo detail of a failed call, if it has one."""
-    status = rpc_status.from_call(call_error)
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    return None
+    return _detail(call_error, error_details_pb2.ErrorInfo)
