@@ -7,6 +7,7 @@ continuation prompt, and checks what the CLI sent the (scripted) Messages API an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -122,7 +123,7 @@ def test_resume_after_a_crash_keeps_the_interrupted_call_and_carries_no_cost(
         [
             Reply.tool_use(
                 "Bash",
-                {"command": f"echo started > {marker} && sleep 60", "description": "A slow step"},
+                {"command": f"echo $$ > {marker} && sleep 60", "description": "A slow step"},
                 usage=Usage(input_tokens=900, output_tokens=40),
             ),
             Reply.text("never reached"),
@@ -148,6 +149,11 @@ def test_resume_after_a_crash_keeps_the_interrupted_call_and_carries_no_cost(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # a crash: no chance to write a result or save state
         stdout, _ = proc.communicate(timeout=30)
+        # The CLI runs each Bash command in a session of its own, so killing its group leaves the
+        # tool running (a server phase's containment would end it; this test runs the CLI bare).
+        if marker.exists() and (tool := marker.read_text().strip()).isdigit():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(int(tool)), signal.SIGKILL)
     first = CliRun.from_output([], proc.returncode, stdout, b"", 0.0, False)
     assert first.results == []
     session = first.of_type("system", "init")[0]["session_id"]
