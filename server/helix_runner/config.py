@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -168,6 +169,29 @@ class ServerConfig:
     # What happens to a GIT_WORKTREE phase's worktree when the request does not say: KEEP, REMOVE
     # or REMOVE_ON_SUCCESS (kept for a look when the phase did not succeed).
     worktree_retention: str = "REMOVE_ON_SUCCESS"
+    # --- TLS on the gRPC port (docs/scale-out.md "Security between replicas"); PEM files, re-read
+    # when they change on disk. cert + key: TLS; with a client CA: mutual TLS (clients must present
+    # a certificate that CA issued). The same cert and key are the replica's client identity when
+    # it forwards control to another replica, verified against the client CA (or the system roots).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    # The name forwarded calls expect in the owner's certificate (default: the host of its address);
+    # for a certificate shared by every replica that names a Service, not each pod's IP.
+    tls_server_name: str = ""
+    # A plaintext port serving only grpc.health.v1.Health (None: off), for probes that cannot speak
+    # TLS (the kubelet's gRPC probes); it answers the same liveness/readiness as the API port.
+    health_port: int | None = None
+
+    @property
+    def tls(self) -> bool:
+        """Whether the gRPC port serves TLS."""
+        return self.tls_cert_file is not None
+
+    @property
+    def mutual_tls(self) -> bool:
+        """Whether every client must present a certificate the client CA issued."""
+        return self.tls_client_ca_file is not None
 
     @property
     def is_loopback(self) -> bool:
@@ -325,6 +349,12 @@ _CONVERTERS: dict[str, Any] = {
     "metrics_max_projects": int,
     "tracing": lambda v: str(v).lower(),
     "worktree_retention": lambda v: str(v).upper(),
+    # TLS (grouped with the fields above)
+    "tls_cert_file": lambda v: Path(v).expanduser() if v else None,
+    "tls_key_file": lambda v: Path(v).expanduser() if v else None,
+    "tls_client_ca_file": lambda v: Path(v).expanduser() if v else None,
+    "tls_server_name": lambda v: str(v).strip(),
+    "health_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -387,10 +417,11 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError(f"log level {config.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if config.log_format not in LOG_FORMATS:
         raise ConfigError(f"log format {config.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
-    if not config.is_loopback and config.auth_token_file is None:
+    _validate_tls(config)
+    if not config.is_loopback and config.auth_token_file is None and not config.mutual_tls:
         raise ConfigError(
-            f"refusing to listen on non-loopback address {config.host} without --auth-token-file: "
-            "this service runs an agent that executes commands"
+            f"refusing to listen on non-loopback address {config.host} without --auth-token-file or mutual "
+            "TLS (--tls-client-ca-file): this service runs an agent that executes commands"
         )
     if config.web_port is not None and not 0 <= config.web_port <= 65535:
         raise ConfigError(f"web port {config.web_port} is out of range 0-65535")
@@ -459,6 +490,57 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"database_url: {exc}") from None
     return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
                    database_url=database_url)
+
+
+def _validate_tls(config: ServerConfig) -> None:
+    """The TLS files exist, are readable and parse as PEM (the cert with its key); one line otherwise.
+
+    Parsed with the standard ``ssl`` module, as OpenSSL-family code will read them (grpc uses
+    BoringSSL); a key protected by a passphrase is refused, since grpc cannot use it.
+    """
+    if (config.tls_cert_file is None) != (config.tls_key_file is None):
+        raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
+    if config.tls_client_ca_file is not None and config.tls_cert_file is None:
+        raise ConfigError("tls_client_ca_file (mutual TLS) needs tls_cert_file and tls_key_file")
+    if config.health_port is not None and not 0 <= config.health_port <= 65535:
+        raise ConfigError(f"health_port {config.health_port} is out of range 0-65535")
+    if config.tls_server_name and not re.fullmatch(r"[A-Za-z0-9.-]{1,253}", config.tls_server_name):
+        raise ConfigError("tls_server_name must be a host name (letters, digits, '.', '-')")
+    if config.tls_cert_file is None:
+        return
+    for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        path = getattr(config, name)
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {name} {path}: {exc.strerror}") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(config.tls_cert_file, config.tls_key_file, password=_no_passphrase)
+    except (ssl.SSLError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"tls_cert_file {config.tls_cert_file} and tls_key_file {config.tls_key_file} are not a PEM "
+            f"certificate and its unencrypted private key: {_ssl_reason(exc)}"
+        ) from None
+    if config.tls_client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=config.tls_client_ca_file)
+        except ssl.SSLError as exc:
+            raise ConfigError(f"tls_client_ca_file {config.tls_client_ca_file} holds no PEM CA certificate: "
+                              f"{_ssl_reason(exc)}") from None
+
+
+def _no_passphrase() -> bytes:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key's passphrase.
+    raise ValueError("the key is encrypted (grpc needs an unencrypted key)")
+
+
+def _ssl_reason(exc: Exception) -> str:
+    reason = getattr(exc, "reason", None)
+    return (reason or str(exc) or type(exc).__name__).lower().replace("_", " ")
 
 
 def retry_defaults(config: ServerConfig) -> RetryPolicy:

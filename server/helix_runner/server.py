@@ -25,6 +25,7 @@ from helix_runner.api.forwarding import OwnerForwarder
 from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
 from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
+from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
@@ -72,6 +73,8 @@ class RunningServer:
     takeover_task: asyncio.Task | None = None
     listener: EventListener | None = None  # a shared database: other replicas' live events
     forwarder: OwnerForwarder | None = None  # a shared database: control forwarded to phases' owners
+    health_server: grpc.aio.Server | None = None  # the plaintext health-only port (health_port)
+    health_port: int | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -88,6 +91,8 @@ class RunningServer:
         if self.web is not None:
             await self.web.stop(1.0)
         await self.server.stop(1.0)
+        if self.health_server is not None:
+            await self.health_server.stop(None)
         self.manager.writer.flush()
         if self.listener is not None:
             await self.listener.stop()
@@ -255,7 +260,13 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if listener is not None:
         manager.follower = functools.partial(follow_phase_events, store, listener)
     queries = PhaseQueries(store, manager.get_live)
-    forwarder = None if listener is None else OwnerForwarder(token)
+    try:
+        tls_files = _tls_files(config)
+    except StartupError:
+        await _close(store, listener)
+        raise
+    forwarding_tls = None if tls_files is None else ForwardingCredentials(tls_files, config.tls_server_name)
+    forwarder = None if listener is None else OwnerForwarder(token, forwarding_tls)
     servicer = RunnerServicer(manager, queries, forwarder)
     add_runner_service(servicer, server)
 
@@ -273,9 +284,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             await _close(store, listener)
             raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
                                f"{exc.strerror or exc} (is the port already in use?)") from None
-    address = f"{config.host}:{config.port}" if ":" not in config.host else f"[{config.host}]:{config.port}"
+    address = _listen_address(config.host, config.port)
     try:
-        port = server.add_insecure_port(address)
+        if tls_files is None:
+            port = server.add_insecure_port(address)
+        else:  # TLS, or mutual TLS with a client CA; files re-read on change (api/tls.py)
+            port = server.add_secure_port(address, tls_files.server_credentials())
     except RuntimeError as exc:
         if web_socket is not None:
             web_socket.close()
@@ -286,6 +300,22 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             web_socket.close()
         await _close(store, listener)
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    health_server, health_port = None, None
+    if config.health_port is not None:
+        health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_address = _listen_address(config.host, config.health_port)
+        try:
+            health_port = health_server.add_insecure_port(health_address)
+        except RuntimeError:
+            health_port = 0
+        if health_port == 0:
+            await server.stop(None)
+            if web_socket is not None:
+                web_socket.close()
+            await _close(store, listener)
+            raise StartupError(f"cannot serve health checks on {health_address}: the port is already in use "
+                               "or the address is invalid")
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
     except OSError as exc:
@@ -297,9 +327,13 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             creds.offline_api.stop()
         if creds.key_broker is not None:
             await creds.key_broker.stop()
+        if health_server is not None:
+            await health_server.stop(None)
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
     await server.start()
+    if health_server is not None:
+        await health_server.start()
     if forwarder is not None:  # other replicas forward control of this one's phases here
         store.advertise(config.advertise_address or _bound_address(config.host, port))
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
@@ -311,7 +345,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         "serving",
         extra={"fields": {"address": f"{config.host}:{port}", "data_dir": str(config.data_dir),
                           "workspace_roots": [str(r) for r in config.workspace_roots],
-                          "auth": token is not None}},
+                          "auth": token is not None, "tls": _tls_mode(config), "health_port": health_port}},
     )
     policy = RetentionPolicy(config.retention_days * 86400, config.recordings_max_bytes,
                              config.retention_interval_seconds)
@@ -325,7 +359,26 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
-                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder)
+                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder,
+                         health_server, health_port)
+
+
+def _listen_address(host: str, port: int) -> str:
+    return f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+
+
+def _tls_files(config: ServerConfig) -> CertificateFiles | None:
+    """The gRPC port's TLS files (None: plaintext); the config checked them, this reads them."""
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    try:
+        return CertificateFiles(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file)
+    except (OSError, ValueError) as exc:  # changed since the config was validated
+        raise StartupError(f"cannot load the TLS certificate {config.tls_cert_file}: {exc}") from None
+
+
+def _tls_mode(config: ServerConfig) -> str:
+    return "mutual" if config.mutual_tls else "on" if config.tls else "off"
 
 
 def _bound_address(host: str, port: int) -> str:

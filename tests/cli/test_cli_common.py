@@ -118,3 +118,37 @@ async def test_tls_with_a_ca_file(runner_factory, tmp_path):
         assert plain.code == 3 and len(plain.err.splitlines()) == 1
         untrusted = await helix(proxy.address, "jobs", "--tls", "--call-timeout", "5")
         assert untrusted.code == 3 and "TLS handshake failed" in untrusted.err
+
+
+def test_client_certificate_flags_and_environment(tmp_path):
+    for name, text in (("ca.pem", "roots"), ("cert.pem", "cert"), ("key.pem", "key")):
+        (tmp_path / name).write_text(text)
+    flags = args(ca_file=str(tmp_path / "ca.pem"), tls_cert=str(tmp_path / "cert.pem"),
+                 tls_key=str(tmp_path / "key.pem"), tls_server_name="helix-runner.svc")
+    connection = Connection.from_args(flags, {})
+    assert connection.tls and (connection.root_certificates, connection.certificate_chain,
+                               connection.private_key, connection.server_name) == (
+        b"roots", b"cert", b"key", "helix-runner.svc")
+    env = {"HELIX_RUNNER_TLS_CA": str(tmp_path / "ca.pem"), "HELIX_RUNNER_TLS_CERT": str(tmp_path / "cert.pem"),
+           "HELIX_RUNNER_TLS_KEY": str(tmp_path / "key.pem")}
+    assert Connection.from_args(args(), env) == Connection(
+        "127.0.0.1:50051", None, True, b"roots", 15.0, b"cert", b"key", None)
+    with pytest.raises(CliError, match="--tls-cert and --tls-key go together"):
+        Connection.from_args(args(tls_cert=str(tmp_path / "cert.pem")), {})
+
+
+async def test_mutual_tls_with_a_client_certificate(runner_factory, tmp_path):
+    from support.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "pki")
+    server = ca.issue("server", dns=("localhost",), ips=("127.0.0.1",))
+    client = ca.issue("client", dns=("cli",), server=False)
+    config = {"tls_cert_file": str(server.cert_file), "tls_key_file": str(server.key_file),
+              "tls_client_ca_file": str(ca.ca_file)}
+    async with runner_factory(None, **config) as runner:
+        address = f"127.0.0.1:{runner.server.port}"
+        tls = ("--tls-ca", str(ca.ca_file))
+        ok = await helix(address, "jobs", *tls, "--tls-cert", str(client.cert_file), "--tls-key", str(client.key_file))
+        assert ok.code == 0 and ok.out == "no jobs\n", ok.err
+        no_cert = await helix(address, "jobs", *tls, "--call-timeout", "5")
+        assert no_cert.code == 3 and len(no_cert.err.splitlines()) == 1, no_cert.err

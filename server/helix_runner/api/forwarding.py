@@ -6,6 +6,11 @@ registered address and sends it the same request with the caller's bearer token 
 deadline, and returns the owner's answer or the owner's error status unchanged. An owner that
 cannot be reached is UNAVAILABLE with reason ``OWNER_UNREACHABLE``. A forwarded call carries
 ``x-helix-forwarded`` so the owner answers it itself: a request is forwarded at most once.
+
+With TLS configured the call goes over TLS, the replica presenting its own certificate as its
+client identity (the owner requires one under mutual TLS) and verifying the owner's against the
+client CA (api/tls.py); the bearer token is sent as well, so a replica is authenticated the same
+way a client is, by whatever the owner requires.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import grpc
 from grpc_status import rpc_status
 
 from helix.runner.v1 import runner_service_pb2
+from helix_runner.api.tls import ForwardingCredentials
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.service import RemoteOwner
 
@@ -61,9 +67,12 @@ def owner_unreachable(message: str, metadata: dict[str, str]) -> RunnerError:
 class OwnerForwarder:
     """Sends a control RPC to the replica that runs the phase; one channel per owner address."""
 
-    def __init__(self, token: str | None):
+    def __init__(self, token: str | None, tls: ForwardingCredentials | None = None):
         self.token = token
+        self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._generation = tls.generation if tls is not None else None
+        self._stale: list[grpc.aio.Channel] = []  # channels of a rotated identity, closed at close()
 
     def route(
         self, owner: RemoteOwner | None, job_id: str, phase_id: str
@@ -97,9 +106,7 @@ class OwnerForwarder:
         time_remaining: float | None,
     ) -> Any:
         """The owner's response to ``request``; its error as ``OwnerStatus``, or OWNER_UNREACHABLE."""
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+        channel = self._channel(address)
         call = channel.unary_unary(
             f"/{_SERVICE.full_name}/{method}",
             request_serializer=lambda m: m.SerializeToString(),
@@ -132,7 +139,21 @@ class OwnerForwarder:
                 {**owner_metadata, "address": address, "code": exc.code().name},
             ) from None
 
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        """The channel to ``address``; all are re-made when the TLS files changed (a new identity)."""
+        if self.tls is not None and self.tls.generation != self._generation:
+            # Calls in flight keep their channel; it is closed with the forwarder.
+            self._stale.extend(self._channels.values())
+            self._channels.clear()
+            self._generation = self.tls.generation
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address) if self.tls is None else self.tls.channel(address)
+            self._channels[address] = channel
+        return channel
+
     async def close(self) -> None:
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._stale]:
             await channel.close()
         self._channels.clear()
+        self._stale.clear()

@@ -2,7 +2,8 @@
 
 Every client verb is a thin use of the public API through the repository's Python client
 (``helix_runner_client``), so it works the same against a remote server: ``--server host:port``,
-a bearer token from ``--token-file`` or the environment, TLS with ``--tls`` / ``--ca-file``.
+a bearer token from ``--token-file`` or the environment, TLS with ``--tls`` / ``--tls-ca``, and a
+client certificate (``--tls-cert`` / ``--tls-key``) for a server that requires mutual TLS.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ environment:
   HELIX_RUNNER_TOKEN_FILE  file holding the bearer token (like --token-file)
   HELIX_RUNNER_TOKEN       the bearer token itself (when no token file is given)
   HELIX_RUNNER_TLS         1: connect with TLS (like --tls)
-  HELIX_RUNNER_CA_FILE     PEM root certificates for TLS (like --ca-file)
+  HELIX_RUNNER_TLS_CA      PEM root certificates for TLS (like --tls-ca; also HELIX_RUNNER_CA_FILE)
+  HELIX_RUNNER_TLS_CERT    PEM client certificate for mutual TLS (like --tls-cert)
+  HELIX_RUNNER_TLS_KEY     its PEM private key (like --tls-key)
+  HELIX_RUNNER_TLS_SERVER_NAME  the name in the server's certificate (like --tls-server-name)
   NO_COLOR / FORCE_COLOR   turn colour off / on regardless of the terminal"""
 
 
@@ -59,7 +63,7 @@ class CliError(Exception):
 
 
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
-    """``--server``, ``--token-file``, ``--tls``, ``--ca-file`` and the unary call deadline."""
+    """``--server``, ``--token-file``, the TLS flags and the unary call deadline."""
     group = parser.add_argument_group("connection")
     group.add_argument(
         "--server",
@@ -79,7 +83,25 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         help="connect with TLS (env HELIX_RUNNER_TLS=1); verified against the system's roots",
     )
     group.add_argument(
-        "--ca-file", metavar="PEM", help="root certificates to verify the server with (implies --tls)"
+        "--tls-ca",
+        "--ca-file",
+        dest="ca_file",
+        metavar="PEM",
+        help="root certificates to verify the server with (implies --tls; env HELIX_RUNNER_TLS_CA)",
+    )
+    group.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="client certificate for a server with mutual TLS (implies --tls; env HELIX_RUNNER_TLS_CERT)",
+    )
+    group.add_argument(
+        "--tls-key", metavar="PEM", help="the private key of --tls-cert (env HELIX_RUNNER_TLS_KEY)"
+    )
+    group.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="the name in the server's certificate when it is not the host dialled "
+        "(an IP, a port-forward; env HELIX_RUNNER_TLS_SERVER_NAME)",
     )
     group.add_argument(
         "--call-timeout",
@@ -99,6 +121,9 @@ class Connection:
     tls: bool = False
     root_certificates: bytes | None = None
     call_timeout: float = 15.0
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
+    server_name: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Connection:
@@ -112,25 +137,41 @@ class Connection:
                 raise CliError(f"the token file {token_file} is empty")
         else:
             token = env.get("HELIX_RUNNER_TOKEN", "").strip() or None
-        ca_file = args.ca_file or env.get("HELIX_RUNNER_CA_FILE")
+        ca_file = args.ca_file or env.get("HELIX_RUNNER_TLS_CA") or env.get("HELIX_RUNNER_CA_FILE")
+        cert_file = getattr(args, "tls_cert", None) or env.get("HELIX_RUNNER_TLS_CERT")
+        key_file = getattr(args, "tls_key", None) or env.get("HELIX_RUNNER_TLS_KEY")
+        if bool(cert_file) != bool(key_file):
+            raise CliError("--tls-cert and --tls-key go together (a client certificate and its key)")
+        server_name = getattr(args, "tls_server_name", None) or env.get("HELIX_RUNNER_TLS_SERVER_NAME") or None
         tls = (
-            bool(args.tls) or bool(ca_file) or env.get("HELIX_RUNNER_TLS", "").lower() in ("1", "true", "yes")
+            bool(args.tls)
+            or bool(ca_file)
+            or bool(cert_file)
+            or bool(server_name)
+            or env.get("HELIX_RUNNER_TLS", "").lower() in ("1", "true", "yes")
         )
         roots = _read_file(ca_file, "CA file") if ca_file else None
+        cert = _read_file(cert_file, "client certificate") if cert_file else None
+        key = _read_file(key_file, "client key") if key_file else None
         timeout = getattr(args, "call_timeout", 15.0)
         if timeout <= 0:
             raise CliError("--call-timeout must be positive")
-        return cls(target, token, tls, roots, timeout)
+        return cls(target, token, tls, roots, timeout, cert, key, server_name)
 
     @contextlib.asynccontextmanager
     async def open(self) -> AsyncIterator[RunnerClient]:
         """A client over a new channel (TLS when asked), closed on exit."""
         import grpc
-        from helix_runner_client import RunnerClient
+        from helix_runner_client import RunnerClient, secure_channel
 
         if self.tls:
-            credentials = grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
-            channel = grpc.aio.secure_channel(self.target, credentials)
+            channel = secure_channel(
+                self.target,
+                root_certificates=self.root_certificates,
+                certificate_chain=self.certificate_chain,
+                private_key=self.private_key,
+                server_name=self.server_name,
+            )
         else:
             channel = grpc.aio.insecure_channel(self.target)
         try:
@@ -173,6 +214,9 @@ def _transport_detail(message: str) -> str:
     for needle, short in (
         ("connection refused", "connection refused"),
         ("ssl", "TLS handshake failed (does the server use TLS?)"),
+        ("tls handshake", "TLS handshake failed (wrong CA, server name or client certificate?)"),
+        ("socket closed", "the connection was closed (does the server use TLS, or require a client "
+         "certificate?)"),
         ("dns resolution failed", "the host name does not resolve"),
         ("deadline", "timed out connecting"),
     ):

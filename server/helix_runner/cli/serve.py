@@ -51,6 +51,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--advertise-address", help="with PostgreSQL: host:port other replicas forward control RPCs to (default: the bound one)"
     )
+    # TLS on the gRPC port (docs/scale-out.md "Security between replicas"); files re-read on change
+    p.add_argument("--tls-cert-file", help="PEM certificate (chain) of the gRPC port: serve TLS (with --tls-key-file)")
+    p.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file (unencrypted)")
+    p.add_argument(
+        "--tls-client-ca-file",
+        help="PEM CA: mutual TLS, every client must present a certificate it issued (allows a non-loopback "
+        "listen without --auth-token-file)",
+    )
+    p.add_argument(
+        "--tls-server-name", help="name forwarded calls expect in another replica's certificate (default: its host)"
+    )
+    p.add_argument(
+        "--health-port", type=int, help="plaintext port serving only grpc.health.v1 (for probes without TLS)"
+    )
     # telemetry (README "Observability")
     p.add_argument("--metrics-host", help="address of the Prometheus /metrics endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics (default: no endpoint; 0 picks a free one)")

@@ -14,7 +14,7 @@ Every failed call raises :class:`RunnerError`, which carries the decoded ``googl
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._client import PhaseStream, RunnerClient, RunnerServiceAsyncStub, event_kind
+from ._client import PhaseStream, RunnerClient, RunnerServiceAsyncStub, event_kind, secure_channel
 from ._errors import ERROR_DOMAIN, RunnerError, error_info_from_metadata
 from ._proto.google import rpc as google_rpc
 from ._proto.helix.runner import v1 as pb
@@ -39,4 +39,5 @@ __all__ = [
     "event_kind",
     "google_rpc",
     "pb",
+    "secure_channel",
 ]

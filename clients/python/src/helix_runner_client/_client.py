@@ -137,11 +137,35 @@ class PhaseStream(Generic[_Response]):
             self.cancel()
 
 
+def secure_channel(
+    target: str,
+    *,
+    root_certificates: bytes | None = None,
+    certificate_chain: bytes | None = None,
+    private_key: bytes | None = None,
+    server_name: str | None = None,
+) -> grpc.aio.Channel:
+    """A TLS ``grpc.aio`` channel for ``RunnerClient(channel=...)``; arguments are PEM bytes.
+
+    ``root_certificates`` verifies the server (default: grpc's roots); ``certificate_chain`` and
+    ``private_key`` are this client's certificate for a server that requires mutual TLS;
+    ``server_name`` is the name expected in the server's certificate when it differs from the
+    target's host (an IP address, a port-forward to ``127.0.0.1``).
+    """
+    if (certificate_chain is None) != (private_key is None):
+        raise ValueError("certificate_chain and private_key go together")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=root_certificates, private_key=private_key, certificate_chain=certificate_chain
+    )
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
 class RunnerClient:
     """An async RunnerService client.
 
-    ``RunnerClient("host:port")`` opens an insecure channel (use ``channel=`` for TLS or custom
-    options); ``token=`` sends ``authorization: Bearer <token>`` with every call. Close it with
+    ``RunnerClient("host:port")`` opens an insecure channel (use ``channel=secure_channel(...)`` for
+    TLS or mutual TLS, or any channel with custom options); ``token=`` sends ``authorization: Bearer <token>`` with every call. Close it with
     ``await client.close()`` or use ``async with``. :attr:`stub` is the raw stub for every RPC;
     the methods below wrap the common ones and raise :class:`RunnerError`.
     """
