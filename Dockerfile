@@ -76,6 +76,6 @@ USER 10001:10001
 EXPOSE 50051
 
 # No HEALTHCHECK: Kubernetes ignores it and probes the gRPC health service natively
-# (deploy/k8s/statefulset.yaml), and the image has no gRPC health client to run one with.
+# (deploy/k8s/base/statefulset.yaml), and the image has no gRPC health client to run one with.
 ENTRYPOINT ["/usr/bin/tini", "--", "helix-runner"]
 CMD ["serve"]

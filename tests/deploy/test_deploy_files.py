@@ -21,6 +21,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
+BASE = K8S / "base"  # one replica on SQLite; K8S's kustomization is just this base
+REPLICAS = K8S / "replicas"  # the overlay: N replicas on PostgreSQL with mutual TLS
 DOCKERFILE = ROOT / "Dockerfile"
 # Not resolved: in a venv, sys.executable is the venv's bin/python symlink, and that bin dir
 # holds the dev extra's hadolint, yamllint and kubernetes-validate.
@@ -28,7 +30,16 @@ BIN = Path(sys.executable).parent
 
 # Oldest release with lifecycle.preStop.sleep on by default (beta), and the one where it is GA.
 KUBERNETES_VERSIONS = ("1.30.0", "1.34.0")
-MANIFESTS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+MANIFESTS = sorted(p for p in BASE.glob("*.yaml") if p.name != "kustomization.yaml")
+# The overlay's complete manifests; its *-patch.yaml files are partial objects, validated rendered,
+# and certificate.example.yaml is cert-manager's CRDs (no schema here), like monitoring/.
+REPLICA_PATCHES = sorted(REPLICAS.glob("*-patch.yaml"))
+REPLICA_MANIFESTS = sorted(
+    p
+    for p in REPLICAS.glob("*.yaml")
+    if p.name not in ("kustomization.yaml", "certificate.example.yaml") and p not in REPLICA_PATCHES
+)
+HEALTH_PORT = 50052
 
 PORT = 50051
 METRICS_PORT = 9464
@@ -49,7 +60,7 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def load(name: str, folder: Path = K8S) -> list[dict]:
+def load(name: str, folder: Path = BASE) -> list[dict]:
     return [doc for doc in yaml.safe_load_all((folder / name).read_text()) if doc]
 
 
@@ -107,7 +118,7 @@ def test_kubernetes_validate() -> None:
     # fields (typos would otherwise be silently dropped by the API server). A kind without a
     # schema only warns and exits 0, so any output at all counts as a failure.
     versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
-    files = [str(p.relative_to(ROOT)) for p in MANIFESTS]
+    files = [str(p.relative_to(ROOT)) for p in MANIFESTS + REPLICA_MANIFESTS]
     result = run(tool("kubernetes-validate"), "--strict", "--quiet", *versions, *files)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
@@ -116,13 +127,19 @@ def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
     (kustomization,) = load("kustomization.yaml")
     expected = {p.name for p in MANIFESTS} - {"secret.example.yaml"}
     assert set(kustomization["resources"]) == expected
+    (top,) = load("kustomization.yaml", K8S)
+    assert top["resources"] == ["base"]
+    (overlay,) = load("kustomization.yaml", REPLICAS)
+    assert overlay["resources"] == ["../base"] + [p.name for p in REPLICA_MANIFESTS if "example" not in p.name]
+    assert sorted(p["path"] for p in overlay["patches"]) == [p.name for p in REPLICA_PATCHES]
 
 
 @pytest.mark.skipif(
     shutil.which("kubectl") is None, reason="kubectl (for its built-in kustomize) not installed"
 )
-def test_kustomize_build_validates(tmp_path: Path) -> None:
-    built = run("kubectl", "kustomize", str(K8S.relative_to(ROOT)))
+@pytest.mark.parametrize("folder", [K8S, REPLICAS], ids=["one-replica", "replicas"])
+def test_kustomize_build_validates(tmp_path: Path, folder: Path) -> None:
+    built = run("kubectl", "kustomize", str(folder.relative_to(ROOT)))
     assert built.returncode == 0, built.stderr
     # A file, not stdin: kubernetes-validate reads "-" once and fails on the second -k version.
     rendered = tmp_path / "rendered.yaml"
@@ -354,3 +371,118 @@ def test_dashboard_is_a_grafana_dashboard_with_a_datasource_variable() -> None:
     for panel in board["panels"]:
         assert panel["datasource"]["uid"] == "${datasource}"
         assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+
+
+# --- replicas/: N replicas on PostgreSQL with mutual TLS ---------------------------------------
+
+
+def replica_patch() -> dict:
+    (patch,) = load("statefulset-patch.yaml", REPLICAS)
+    return patch
+
+
+def replica_container() -> dict:
+    (c,) = replica_patch()["spec"]["template"]["spec"]["containers"]
+    assert c["name"] == container()["name"]  # the patch merges into the base's container
+    return c
+
+
+def replica_env() -> dict[str, dict]:
+    return {e["name"]: e for e in replica_container()["env"]}
+
+
+def test_replicas_are_named_by_their_pod_and_reachable_at_its_ip() -> None:
+    assert replica_patch()["spec"]["replicas"] > 1
+    env = replica_env()
+    assert env["HELIX_RUNNER_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # $(POD_IP) is expanded only from variables defined earlier in the list.
+    names = [e["name"] for e in replica_container()["env"]]
+    assert names.index("POD_IP") < names.index("HELIX_RUNNER_ADVERTISE_ADDRESS")
+    assert env["HELIX_RUNNER_ADVERTISE_ADDRESS"]["value"] == f"$(POD_IP):{PORT}"
+    assert env["HELIX_RUNNER_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "helix-runner-postgres",
+        "key": "database-url",
+    }
+    (secret,) = load("secret.example.yaml", REPLICAS)
+    assert secret["metadata"]["name"] == "helix-runner-postgres"
+    assert secret["stringData"]["database-url"].startswith("postgresql://")
+
+
+def test_replica_tls_files_come_from_the_certificate_secret() -> None:
+    env = {name: e.get("value") for name, e in replica_env().items()}
+    (mount,) = [m for m in replica_container()["volumeMounts"] if m["name"] == "tls"]
+    assert mount["readOnly"] is True and "subPath" not in mount  # a renewed Secret reaches the pod
+    (volume,) = replica_patch()["spec"]["template"]["spec"]["volumes"]
+    assert volume["name"] == "tls"
+    keys = {item["path"]: item["key"] for item in volume["secret"]["items"]}
+    files = {
+        "HELIX_RUNNER_TLS_CERT_FILE": "tls.crt",
+        "HELIX_RUNNER_TLS_KEY_FILE": "tls.key",
+        "HELIX_RUNNER_TLS_CLIENT_CA_FILE": "ca.crt",
+    }
+    for name, key in files.items():
+        path = Path(env[name])
+        assert str(path.parent) == mount["mountPath"] and keys[path.name] == key
+    # The certificate (cert-manager example) is that Secret, for the name forwarding expects,
+    # usable as server and as client identity.
+    certs = {d["metadata"]["name"]: d for d in load("certificate.example.yaml", REPLICAS) if d["kind"] == "Certificate"}
+    replica_cert = next(c for c in certs.values() if c["spec"]["secretName"] == volume["secret"]["secretName"])
+    assert env["HELIX_RUNNER_TLS_SERVER_NAME"] in replica_cert["spec"]["dnsNames"]
+    assert {"server auth", "client auth"} <= set(replica_cert["spec"]["usages"])
+
+
+def test_replica_env_configures_a_valid_server(tmp_path: Path) -> None:
+    # Every HELIX_RUNNER_* name is a config key, and the values load (with real PEM files in place
+    # of the Secret's, since mutual TLS lets the server listen on 0.0.0.0 and the files are checked).
+    from support.certs import CertificateAuthority
+
+    from helix_runner.config import KEYS, load_config
+
+    env = {name: e.get("value") for name, e in replica_env().items() if name.startswith("HELIX_RUNNER_")}
+    assert {n.removeprefix("HELIX_RUNNER_").lower() for n in env} <= set(KEYS)
+    ca = CertificateAuthority(tmp_path / "pki")
+    issued = ca.issue("replica", dns=(env["HELIX_RUNNER_TLS_SERVER_NAME"],))
+    environ = {
+        **{k: v for k, v in env.items() if v is not None},
+        "HELIX_RUNNER_TLS_CERT_FILE": str(issued.cert_file),
+        "HELIX_RUNNER_TLS_KEY_FILE": str(issued.key_file),
+        "HELIX_RUNNER_TLS_CLIENT_CA_FILE": str(ca.ca_file),
+        "HELIX_RUNNER_ADVERTISE_ADDRESS": f"10.1.2.3:{PORT}",
+        "HELIX_RUNNER_REPLICA_ID": "helix-runner-0",
+        "HELIX_RUNNER_DATABASE_URL": "postgresql://helix@db.example/helix",
+        "HELIX_RUNNER_HOST": docker_env()["HELIX_RUNNER_HOST"],
+        "HELIX_RUNNER_WORKSPACE_ROOTS": str(tmp_path),
+    }
+    config = load_config(environ=environ)
+    assert config.mutual_tls and config.health_port == HEALTH_PORT and not config.is_loopback
+
+
+def test_replica_probes_use_the_plaintext_health_port() -> None:
+    # The kubelet's gRPC probes cannot speak TLS: they go to the health-only port.
+    c = replica_container()
+    assert int(replica_env()["HELIX_RUNNER_HEALTH_PORT"]["value"]) == HEALTH_PORT
+    assert c["ports"] == [{"name": "health", "containerPort": HEALTH_PORT}]
+    assert {name: c[name]["grpc"] for name in ("startupProbe", "livenessProbe", "readinessProbe")} == {
+        "startupProbe": {"port": HEALTH_PORT, "service": "liveness"},
+        "livenessProbe": {"port": HEALTH_PORT, "service": "liveness"},
+        "readinessProbe": {"port": HEALTH_PORT, "service": "readiness"},
+    }
+    (policy,) = load("networkpolicy-patch.yaml", REPLICAS)
+    ports = sorted(p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"])
+    assert ports == sorted([PORT, METRICS_PORT, HEALTH_PORT])
+    # TLS on the API port: the Services must not announce HTTP/2 cleartext.
+    for service in load("service-patch.yaml", REPLICAS):
+        assert service["spec"]["ports"] == [{"port": PORT, "appProtocol": None}]
+
+
+def test_replicas_drain_within_the_grace_period_one_at_a_time() -> None:
+    grace = replica_patch()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace == statefulset()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    env = {e["name"]: e.get("value") for e in container()["env"]}
+    pre_stop = container()["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pre_stop + int(env["HELIX_RUNNER_DRAIN_GRACE_SECONDS"]) + CHILD_TEARDOWN_MIN_SECONDS <= grace
+    (pdb,) = load("poddisruptionbudget.yaml", REPLICAS)
+    assert pdb["spec"]["maxUnavailable"] == 1 < replica_patch()["spec"]["replicas"]
+    pod_labels = statefulset()["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
