@@ -283,3 +283,20 @@ async def test_control_is_forwarded_between_replicas_over_mutual_tls(
                     result = response.result
         assert result is not None and result.status == res.PHASE_STATUS_SUCCEEDED, result
 
+
+
+def test_the_files_are_reread_only_when_their_content_changes(pki):
+    from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
+
+    server_cert = pki["server"]
+    files = CertificateFiles(server_cert.cert_file, server_cert.key_file, pki["ca"].ca_file)
+    forwarding = ForwardingCredentials(files)
+    assert forwarding.generation == 0
+    os.utime(server_cert.cert_file, ns=(1, 1))  # touched, same content: nothing to reload
+    assert not files.refresh() and forwarding.generation == 0
+    fresh = pki["ca"].issue("renewed", **SERVER_NAMES)
+    os.replace(fresh.cert_file, server_cert.cert_file)  # half-way: the key is still the old one
+    assert not files.refresh() and files.current.private_key == server_cert.key
+    os.replace(fresh.key_file, server_cert.key_file)
+    assert forwarding.generation == 1  # the forwarder re-makes its channels with the renewed identity
+    assert files.current.certificate_chain == server_cert.cert

@@ -71,7 +71,7 @@ class OwnerForwarder:
         self.token = token
         self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._generation = tls.generation if tls is not None else None
+        self._generation = tls.generation if tls is not None else 0
         self._stale: list[grpc.aio.Channel] = []  # channels of a rotated identity, closed at close()
 
     def route(

@@ -52,6 +52,7 @@ class CertificateFiles:
         if self._current is None:
             raise ValueError(f"{cert_file} and {key_file} are not a certificate and its key")
         self._refused: tuple | None = None  # the signature of a set already logged as refused
+        self.version = 0  # +1 each time the content (not just the files' times) changes
 
     @property
     def mutual(self) -> bool:
@@ -81,10 +82,13 @@ class CertificateFiles:
             if fresh is None:
                 self._log_refused(signature, "the certificate and key on disk do not match or do not parse")
                 return False
-            if fresh == self._current:
-                return False
+            same = (fresh.certificate_chain, fresh.private_key, fresh.client_ca) == (
+                self._current.certificate_chain, self._current.private_key, self._current.client_ca)
             self._current = fresh
             self._refused = None
+            if same:  # touched, not changed: grpc keeps its configuration
+                return False
+            self.version += 1
         log.info("TLS certificate reloaded", extra={"fields": {"cert_file": str(self.cert_file)}})
         return True
 
@@ -166,8 +170,9 @@ class ForwardingCredentials:
         self.server_name = server_name
 
     @property
-    def generation(self) -> tuple:
-        return self.files.current.signature
+    def generation(self) -> int:
+        self.files.refresh()
+        return self.files.version
 
     def channel(self, address: str) -> grpc.aio.Channel:
         current = self.files.current
