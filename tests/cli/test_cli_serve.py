@@ -86,3 +86,14 @@ def test_data_dir_that_is_a_file(tmp_path):
 
 def test_refuses_non_loopback_without_token(tmp_path):
     _assert_one_line_error(_serve("--host", "0.0.0.0", "--workspace-root", str(tmp_path)), "auth-token-file")
+
+
+def test_unusable_tls_files_are_one_line(tmp_path):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not a certificate\n")
+    key = tmp_path / "key.pem"
+    key.write_text("not a key\n")
+    result = _serve("--tls-cert-file", str(cert), "--tls-key-file", str(key), "--workspace-root", str(tmp_path))
+    _assert_one_line_error(result, f"tls_cert_file {cert}")
+    missing = _serve("--tls-cert-file", str(cert), "--tls-key-file", str(tmp_path / "nope.pem"))
+    _assert_one_line_error(missing, "cannot read tls_key_file")
