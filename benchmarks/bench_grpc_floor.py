@@ -94,6 +94,7 @@ async def client(cfg: dict, port: int) -> dict:
         for i in range(channels)
     ]
     lat: list[int] = []
+    messages = [0]
     cpu0 = time.process_time()
 
     async def read(k: int) -> None:
@@ -102,6 +103,7 @@ async def client(cfg: dict, port: int) -> dict:
         )
         async for raw in call:  # the stamps of every message joined in it
             now = time.time_ns()
+            messages[0] += 1
             lat.extend(now - struct.unpack_from("<q", raw, off)[0] for off in range(0, len(raw), 208))
 
     tasks = [asyncio.create_task(read(k)) for k in range(watchers)]
@@ -117,6 +119,7 @@ async def client(cfg: dict, port: int) -> dict:
         "p99": pick(99),
         "max": lat[-1] / 1e6 if lat else 0.0,
         "client_cpu_s": time.process_time() - cpu0,
+        "messages": messages[0],
     }
 
 
@@ -149,10 +152,10 @@ def main() -> None:
         f"{args.channels or args.watchers} client connections, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
     )
     print(
-        f"  delivered {out['n']}, latency p50 {out['p50']:.2f} ms, p99 {out['p99']:.2f} ms, max {out['max']:.2f} ms"
+        f"  delivered {out['n']} events in {out['messages']} messages, latency p50 {out['p50']:.2f} ms, p99 {out['p99']:.2f} ms, max {out['max']:.2f} ms"
     )
     print(
-        f"  server CPU {srv['server_cpu_s']:.2f} s = {per:.1f} µs per delivered message; "
+        f"  server CPU {srv['server_cpu_s']:.2f} s = {per:.1f} µs per delivered event; "
         f"client CPU {out['client_cpu_s']:.2f} s = {out['client_cpu_s'] / max(1, out['n']) * 1e6:.1f} µs"
     )
 
