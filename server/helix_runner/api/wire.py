@@ -18,7 +18,6 @@ _EVENTS_TAG = b"\x0a"  # field 1, wire type 2
 _RESULT_TAG = b"\x12"  # field 2, wire type 2
 
 
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
