@@ -645,9 +645,20 @@ def client_main(cfg: dict) -> None:
 class Server(ServerProcess):
     """The server under test, with room for many phases."""
 
-    def __init__(self, tmp: Path, fake: Path, workdir: Path, profile_out: Path | None):
-        super().__init__(tmp, "control", fake, workdir, profile_out=profile_out,
+    def __init__(self, tmp: Path, fake: Path, workdir: Path, profile_out: Path | None, name: str = "control",
+                 server_src: str | None = None):
+        super().__init__(tmp, name, fake, workdir, profile_out=profile_out, server_src=server_src,
                          env_extra={"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300"})
+
+
+def export_baseline(ref: str, tmp: Path) -> str:
+    """The server package of git ``ref`` in a directory of its own (put first on the server's PYTHONPATH)."""
+    target = tmp / "baseline"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", ref, "server"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return str(target / "server")
 
 
 def run_client(cfg: dict, limit: float) -> dict:
@@ -731,6 +742,32 @@ def analyse_control(name: str, out: dict, calls: dict) -> dict:
     return a
 
 
+def fanout_summary(fanouts: list[dict]) -> list[dict]:
+    """Per (server, W, rate): median, min and max over the rounds of the fan-out figures."""
+    groups: dict[tuple[str, int, float], list[dict]] = {}
+    for f in fanouts:
+        groups.setdefault((f["server"], f["watchers"], f["rate"]), []).append(f)
+
+    def spread(values: list[float]) -> dict:
+        values = sorted(v for v in values if v == v)
+        if not values:
+            return {"median": NAN, "min": NAN, "max": NAN}
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        return {"median": median, "min": values[0], "max": values[-1], "all": values}
+
+    out = []
+    for (label, w, rate), runs in groups.items():
+        out.append({"server": label, "watchers": w, "rate": rate, "runs": len(runs),
+                    "p50": spread([g(f["latency"], "p50") for f in runs]),
+                    "p99": spread([g(f["latency"], "p99") for f in runs]),
+                    "us_per_delivery": spread([f["server_cpu_s"] / f["delivered"] * 1e6 if f["delivered"] else NAN
+                                               for f in runs]),
+                    "ev_per_msg": spread([f["received"] / f["messages"] if f["messages"] else NAN for f in runs]),
+                    "identical": all(f.get("ok", False) for f in runs)})
+    return out
+
+
 def wait_idle(limit_s: float, busy_below: float = 0.35) -> str:
     """Waits (at most limit_s) for a 1 s window in which the machine is less than busy_below busy."""
     deadline = time.monotonic() + limit_s
@@ -767,7 +804,15 @@ def main() -> None:
                     help="before each scenario wait up to S s for a quiet second (machine < 35%% busy)")
     ap.add_argument("--profile", action="store_true", help="run the server under cProfile (event-loop thread CPU time); print its top functions")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server log, data, timestamps)")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="fan-out also against the server code of this git ref (e.g. merge-base: the commit this "
+                         "branch started from), a second server, runs alternating with this tree's")
+    ap.add_argument("--repeat", type=int, default=1, help="fan-out runs per rate and server (medians and spread)")
+    ap.add_argument("--json", metavar="FILE", help="write the fan-out figures as JSON (run_all.py reads them)")
     args = ap.parse_args()
+    if args.baseline == "merge-base":
+        args.baseline = subprocess.run(["git", "-C", str(REPO_ROOT), "merge-base", "HEAD", "main"], check=True,
+                                       capture_output=True, text=True).stdout.strip()[:12]
     if args.client:
         client_main(json.loads(args.client))
         return
@@ -800,6 +845,7 @@ def run(args: argparse.Namespace, tmp: Path, samples: int, seconds: float, rates
     load0 = os.getloadavg()
     mach0 = machine_cpu()
     server = Server(tmp, fake, workdir, profile_out)
+    servers = [("after", server)]
     base_cfg = {"address": server.address, "workdir": str(workdir), "timeout": 180.0, "server_pid": server.pid}
     control: list[dict] = []
     fanouts: list[dict] = []
@@ -826,20 +872,28 @@ def run(args: argparse.Namespace, tmp: Path, samples: int, seconds: float, rates
             control[-1]["gap_ms"] = gap
             print(f"  {name}: {control[-1]['n']} samples in {time.monotonic() - t0:.1f} s, "
                   f"phase {out['status']}", flush=True)
+        if args.baseline and "fanout" not in skip:
+            servers.append((f"before {args.baseline}", Server(tmp, fake, workdir, None, "before",
+                                                              export_baseline(args.baseline, tmp))))
         for rate in rates:
             lines = max(1, int(round(rate * seconds)))
             for w in ([0] if "baseline" not in skip else []) + ([args.watchers] if "fanout" not in skip else []):
-                name = f"fanout W={w} {rate:g}/s"
-                if args.wait_idle:
-                    quiet[name] = wait_idle(args.wait_idle)
-                cfg = {**base_cfg, "scenario": "fanout", "job_id": f"jc-fanout-{w}-{rate:g}", "watchers": w,
-                       "channels": max(1, min(channels, w)), "lines": lines, "rate": rate,
-                       "go_file": str(tmp / f"go-{w}-{rate:g}")}
-                t0 = time.monotonic()
-                fanouts.append(run_client(cfg, 300.0))
-                print(f"  {name}: {time.monotonic() - t0:.1f} s", flush=True)
+                for rnd in range(args.repeat):
+                    # Each round alternates which server goes first, so neither always runs after the other.
+                    for label, srv in (servers if rnd % 2 == 0 else servers[::-1]):
+                        name = f"fanout W={w} {rate:g}/s"
+                        if args.wait_idle:
+                            quiet[name] = wait_idle(args.wait_idle)
+                        tag = f"{w}-{rate:g}-{srv.data.name}-{rnd}"
+                        cfg = {**base_cfg, "address": srv.address, "server_pid": srv.pid, "scenario": "fanout",
+                               "job_id": f"jc-fanout-{tag}", "watchers": w, "channels": max(1, min(channels, w)),
+                               "lines": lines, "rate": rate, "go_file": str(tmp / f"go-{tag}")}
+                        t0 = time.monotonic()
+                        fanouts.append({**run_client(cfg, 300.0), "server": label})
+                        print(f"  {name} ({label}): {time.monotonic() - t0:.1f} s", flush=True)
     finally:
-        server.stop()
+        for _, srv in servers:
+            srv.stop()
     mach1 = machine_cpu()
     load1 = os.getloadavg()
 
@@ -885,23 +939,24 @@ def run(args: argparse.Namespace, tmp: Path, samples: int, seconds: float, rates
                     "calls whose hook was written before PausePhase returned (in flight, still caught); missed = "
                     "calls written after PausePhase returned that ran unheld (must be 0). answered = the phase "
                     "status PausePhase returned.")
-    base_by_rate = {f["rate"]: f for f in fanouts if f["watchers"] == 0}
+    base_by_rate = {(f["server"], f["rate"]): f for f in fanouts if f["watchers"] == 0}
     if fanouts:
         rows = []
         for f in fanouts:
-            lat, w, base = f["latency"], f["watchers"], base_by_rate.get(f["rate"])
+            lat, w, base = f["latency"], f["watchers"], base_by_rate.get((f["server"], f["rate"]))
             per_ev = f["server_cpu_s"] / f["delivered"] * 1e6 if f["delivered"] else NAN
             marginal = ((f["server_cpu_s"] - base["server_cpu_s"]) / (f["window_events"] * w) * 1e6
                         if base and w and f["window_events"] else NAN)
             ok = f["identical"] == f["streams"] and f["gap_free"] and f["counters_ok"] and f["last_seq_ok"] \
                 and f["statuses"] == {"PHASE_STATUS_SUCCEEDED": f["streams"]} and not f["n_errors"]
-            rows.append([w, f"{f['lines']}@{f['rate']:g}/s", f["window_events"], f["delivered"], fmt(g(lat, "p50")),
+            f["ok"] = ok
+            rows.append([f["server"], w, f"{f['lines']}@{f['rate']:g}/s", f["window_events"], f["delivered"], fmt(g(lat, "p50")),
                          fmt(g(lat, "p99")), fmt(g(lat, "p999")), fmt(g(lat, "max")), fmt(g(f["lat_in"], "p50")),
                          fmt(g(f["lat_in"], "p99")), fmt(f["server_cpu_s"]), fmt(per_ev, 1), fmt(marginal, 1),
                          fmt(f["received"] / f["messages"], 1) if f["messages"] else "-", "yes" if ok else "NO"])
         print_table("Fan-out: one phase, W WatchPhase streams + the RunPhase caller (client in its own process), "
                     "latency ms",
-                    ["W", "lines", "events", "delivered", "p50", "p99", "p99.9", "max", "in p50", "in p99",
+                    ["server", "W", "lines", "events", "delivered", "p50", "p99", "p99.9", "max", "in p50", "in p99",
                      "srv CPU s", "µs/deliv", "µs/deliv marg", "ev/msg", "identical"], rows,
                     "latency = client receive - the child's write time, over every text event x watcher (W=0: the "
                     "RunPhase caller); in = child\nwrite -> server read (receive_time). events = the phase's "
@@ -911,6 +966,17 @@ def run(args: argparse.Namespace, tmp: Path, samples: int, seconds: float, rates
                     "watcher costs per event. ev/msg =\nevents per response message (the server batches when a "
                     "watcher is behind). identical = all W + 1 streams carried the same\nbytes, sequences 1..N "
                     "gap-free, counters 1..lines in order, all ended SUCCEEDED with the same last_sequence.")
+        summary = fanout_summary(fanouts)
+        if args.repeat > 1 or len(servers) > 1:
+            print_table("Fan-out over the rounds: median [min-max] per server (runs alternate between servers)",
+                        ["server", "W", "rate", "runs", "p50 ms", "p99 ms", "µs/deliv", "ev/msg", "all identical"],
+                        [[x["server"], x["watchers"], f"{x['rate']:g}/s", x["runs"],
+                          f"{x['p50']['median']:.2f} [{x['p50']['min']:.2f}-{x['p50']['max']:.2f}]",
+                          f"{x['p99']['median']:.2f} [{x['p99']['min']:.2f}-{x['p99']['max']:.2f}]",
+                          f"{x['us_per_delivery']['median']:.1f}", f"{x['ev_per_msg']['median']:.1f}",
+                          "yes" if x["identical"] else "NO"] for x in summary])
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
         for f in fanouts:
             if f["n_errors"] or f["statuses"] != {"PHASE_STATUS_SUCCEEDED": f["streams"]}:
                 print(f"  W={f['watchers']}: statuses {f['statuses']}, {f['n_errors']} errors {f['errors']}")
@@ -931,7 +997,7 @@ def run(args: argparse.Namespace, tmp: Path, samples: int, seconds: float, rates
                      quiet.get(a["name"], "")])
     for f in fanouts:
         c = f["ctx"]
-        rows.append([f"fanout W={f['watchers']} {f['rate']:g}/s", f"{c['wall_s']:.1f}", f"{c['server_cpu_s']:.2f}",
+        rows.append([f"fanout W={f['watchers']} {f['rate']:g}/s {f['server'].split()[0]}", f"{c['wall_s']:.1f}", f"{c['server_cpu_s']:.2f}",
                      f"{c['server_loop_cpu_s']:.2f}",
                      f"{100 * c['server_cpu_s'] / c['wall_s']:.0f}%", f"{c['server_wait_s']:.2f}",
                      f"{c['client_cpu_s']:.2f}", f"{c['client_wait_s']:.2f}",

@@ -519,3 +519,15 @@ def test_phase_result_lists_its_attempts():
     assert (a1.start_time.seconds, a1.end_time.seconds, a1.first_sequence, a1.last_sequence) == (1, 3, 1, 9)
     assert (a2.resumed_session_id, a2.first_sequence, a2.exit_code) == ("s1", 10, 0)
     assert not a2.HasField("api_error_status") and not a2.HasField("end_time") and not a2.HasField("cost")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(min_value=-(2**62), max_value=2**62),
+                 st.sampled_from([0, 1, -1, 999_999_999, 1_000_000_000, -1_000_000_001])))
+def test_receive_time_is_the_timestamp_from_nanoseconds_would_give(ns):
+    # Events build their timestamps with the constructor (faster); the value must not change.
+    from google.protobuf import timestamp_pb2
+
+    expected = timestamp_pb2.Timestamp()
+    expected.FromNanoseconds(ns)
+    assert m._timestamp_ns(ns) == expected

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
-from helix_runner.api.wire import MAX_RESPONSE_BYTES, event_responses, result_response
+from helix_runner.api.wire import MAX_RESPONSE_BYTES, event_responses, frame_events, result_response
+from helix_runner.phases.event_log import BATCH_BYTES
 
 
 def event(sequence: int, text: str = "") -> bytes:
@@ -76,3 +77,20 @@ def test_the_result_response_carries_only_the_result(message_type):
     )
     message = message_type.FromString(result_response(result.SerializeToString()))
     assert message.result == result and list(message.events) == []
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=20_000), min_size=0, max_size=30), st.integers(min_value=0))
+def test_framing_concatenates_so_batches_join_into_one_message(sizes, cut):
+    # The event log frames each batch once and joins a watcher's queued batches: that is only the
+    # same message if framing a + b equals framing a, then framing b.
+    bodies = [event(i + 1, "a" * n) for i, n in enumerate(sizes)]
+    cut = cut % (len(bodies) + 1)
+    joined = frame_events(bodies[:cut]) + frame_events(bodies[cut:])
+    assert joined == frame_events(bodies) == b"".join(event_responses(bodies)) if bodies else joined == b""
+    for message_type in (pb.RunPhaseResponse, pb.WatchPhaseResponse):
+        assert list(message_type.FromString(joined).events) == [ev.StreamEvent.FromString(b) for b in bodies]
+
+
+def test_a_joined_batch_fits_a_response():
+    assert BATCH_BYTES <= MAX_RESPONSE_BYTES

@@ -128,9 +128,10 @@ async def test_group_commit_persists_before_offering_and_batches_phases(store):
     # One loop turn later both phases are committed and only then offered.
     assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
     assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
-    assert list(delivered.events) == expected(3)
+    # Both batches were queued before the subscriber ran: they come as one delivery.
+    assert list(delivered.events) == expected(4)
     a.close(b"R")
-    assert await drain(sub) == (expected(4, after=3), b"R")
+    assert await drain(sub) == ([], b"R")
     with pytest.raises(ValueError, match="gap"):
         b.publish(rows(4, 1))
 
@@ -170,7 +171,8 @@ async def test_one_transaction_for_every_phase_in_a_loop_turn_committed_before_a
     assert sum(s.startswith("BEGIN") for s in statements) == 1
     assert sum(s == "COMMIT" for s in statements) == 1
     assert seen_on_offer == {"p": [6, 6, 6], "q": [6, 6, 6], "r": [6, 6, 6]}
-    assert {phase: list(d.events) for phase, d in delivered.items()} == {p: expected(2) for p in logs}
+    # The three batches were all queued before the subscribers ran: one delivery each.
+    assert {phase: list(d.events) for phase, d in delivered.items()} == {p: expected(6) for p in logs}
     other.close()
     for sub in subs.values():
         await sub.aclose()
@@ -221,3 +223,93 @@ async def test_a_refused_phase_ends_its_watchers_and_the_others_are_committed_an
     assert await drain(kept_sub) == (expected(4), b"R")
     assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
     assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
+
+
+# -- encode once: each live batch framed once, a watcher behind gets one message ---------------------
+
+
+def stream_event_rows(first: int, count: int, text: str = "") -> list[EventRow]:
+    """Rows whose bodies are real StreamEvent encodings, as the record codec stores them."""
+    from helix.runner.v1 import events_pb2 as ev
+
+    out = []
+    for seq in range(first, first + count):
+        message = ev.StreamEvent(sequence=seq, job_id="j", phase_id="p")
+        message.assistant_text.text = text or f"line {seq}"
+        out.append(EventRow(seq, seq, "assistant_text", message.SerializeToString()))
+    return out
+
+
+class CountingFramer:
+    """The codec's framing, counting how often it runs."""
+
+    def __init__(self):
+        from helix_runner.api.proto_records import ProtoRecordEncoder
+
+        self.codec, self.calls = ProtoRecordEncoder(), 0
+
+    def __call__(self, bodies):
+        self.calls += 1
+        return self.codec.frame_events(bodies)
+
+
+async def test_each_live_batch_is_framed_once_and_the_same_bytes_go_to_every_subscriber(store):
+    framer = CountingFramer()
+    log = PhaseEventLog(store, "j", "p", frame=framer)
+    subs = [log.subscribe(0) for _ in range(3)]
+    firsts = [asyncio.ensure_future(anext(s)) for s in subs]
+    await asyncio.sleep(0)  # registered, nothing in history
+    log.publish(stream_event_rows(1, 4))
+    deliveries = await asyncio.wait_for(asyncio.gather(*firsts), 5)
+    assert framer.calls == 1
+    assert deliveries[0].message is deliveries[1].message is deliveries[2].message
+    assert deliveries[0].message == framer.codec.frame_events([r.body for r in stream_event_rows(1, 4)])
+    for s in subs:
+        await s.aclose()
+
+
+async def test_a_subscriber_behind_gets_its_queued_batches_as_one_message_equal_to_the_one_by_one_events(store):
+    from helix.runner.v1 import runner_service_pb2 as pb
+
+    framer = CountingFramer()
+    log = PhaseEventLog(store, "j", "p", frame=framer)
+    behind = log.subscribe(0)
+    first = asyncio.ensure_future(anext(behind))
+    await asyncio.sleep(0)
+    published = []
+    for start in range(1, 31, 3):  # ten batches while the subscriber does not run
+        batch = stream_event_rows(start, 3)
+        published.extend(batch)
+        log.publish(batch)
+    delivery = await asyncio.wait_for(first, 5)
+    assert (delivery.first_sequence, delivery.last_sequence) == (1, 30)
+    assert framer.calls == 10  # once per batch, none for joining them
+    one_by_one = [pb.WatchPhaseResponse.FromString(framer.codec.frame_events([r.body])).events[0] for r in published]
+    assert list(pb.WatchPhaseResponse.FromString(delivery.message).events) == one_by_one
+    assert list(pb.RunPhaseResponse.FromString(delivery.message).events) == one_by_one
+    assert list(delivery.events) == [r.body for r in published]
+    log.close(b"R")
+    assert await drain(behind) == ([], b"R")
+
+
+async def test_joining_stops_at_the_byte_cap_and_a_larger_batch_goes_unframed(store):
+    from helix_runner.phases.event_log import BATCH_BYTES
+
+    log = PhaseEventLog(store, "j", "p", frame=CountingFramer())
+    behind = log.subscribe(0)
+    first = asyncio.ensure_future(anext(behind))
+    await asyncio.sleep(0)
+    for start in range(1, 11):  # ten batches of ~60 KB: at most four fit one message
+        log.publish(stream_event_rows(start, 1, "x" * 60_000))
+    big = stream_event_rows(11, 1, "y" * (BATCH_BYTES + 1))
+    log.publish(big)  # above the cap: framed by the transport, which splits at its own limit
+    log.close(b"R")
+    deliveries = [await asyncio.wait_for(first, 5)]
+    async with asyncio.timeout(5):
+        async for d in behind:
+            deliveries.append(d)
+    *events, result = deliveries
+    assert result.result == b"R"
+    assert all(d.message is not None and len(d.message) <= BATCH_BYTES for d in events[:-1])
+    assert [d.last_sequence - d.first_sequence + 1 for d in events[:-1]] == [4, 4, 2]
+    assert events[-1].message is None and list(events[-1].events) == [big[0].body]

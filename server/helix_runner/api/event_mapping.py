@@ -44,6 +44,9 @@ def _set_duration_ms(field: duration_pb2.Duration, ms: int) -> None:
     _set_duration_ns(field, ms * 1_000_000)
 
 
+_Timestamp = timestamp_pb2.Timestamp
+
+
 def _duration_ns(ns: int) -> duration_pb2.Duration:
     value = duration_pb2.Duration()
     _set_duration_ns(value, ns)
@@ -51,9 +54,11 @@ def _duration_ns(ns: int) -> duration_pb2.Duration:
 
 
 def _timestamp_ns(ns: int) -> timestamp_pb2.Timestamp:
-    value = timestamp_pb2.Timestamp()
-    value.FromNanoseconds(ns)
-    return value
+    # The constructor, not Timestamp.FromNanoseconds (Python code in protobuf's well-known types):
+    # ~1.8 µs of the ~6 µs it took to encode an event (every event has a receive_time). Same value:
+    # FromNanoseconds also floors the seconds and keeps nanos in [0, 1e9).
+    seconds, nanos = divmod(ns, 1_000_000_000)
+    return _Timestamp(seconds=seconds, nanos=nanos)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from google.protobuf.message import DecodeError
 
 from helix.runner.v1 import resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.artifact_mapping import artifacts_to_proto
+from helix_runner.api.wire import frame_events
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
 from helix_runner.domain.phase_outcome import ResourceFault
@@ -27,6 +30,9 @@ class ProtoRecordEncoder:
 
     def encode_event(self, job_id: str, phase_id: str, event: Event) -> bytes:
         return m.event_to_proto(event, job_id=job_id, phase_id=phase_id).SerializeToString()
+
+    def frame_events(self, bodies: Sequence[bytes]) -> bytes:
+        return frame_events(bodies)
 
     def encode_cost(self, cost: PhaseCostSnapshot) -> bytes:
         return m.phase_cost_to_proto(cost).SerializeToString()

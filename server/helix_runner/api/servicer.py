@@ -176,6 +176,9 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
                     state["completed"] = True
                     yield result_response(delivery.result)
                     return
+                if delivery.message is not None:  # framed once at publish, the same bytes for every stream
+                    yield delivery.message
+                    continue
                 for message in event_responses(delivery.events):
                     yield message
         finally:
@@ -191,6 +194,9 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
                 if delivery.result:
                     yield result_response(delivery.result)
                 return
+            if delivery.message is not None:
+                yield delivery.message
+                continue
             for message in event_responses(delivery.events):
                 yield message
 

@@ -2,7 +2,9 @@
 
 Both messages are ``repeated StreamEvent events = 1; PhaseResult result = 2;``, so a response is
 the events' stored encodings, each behind the field-1 tag and its length. Events are encoded once
-when published; no watcher decodes or re-encodes them (it matters with hundreds of watchers).
+when published; no watcher decodes or re-encodes them (it matters with hundreds of watchers). A
+live batch is framed once too (``frame_events``, via ``ProtoRecordEncoder.frame_events``) and the
+same message bytes go to every subscriber; ``event_responses`` frames what was not (history pages).
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ def _varint(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+def frame_events(bodies: Sequence[bytes]) -> bytes:
+    """One response message carrying these events (no size limit: callers bound the batch).
+
+    Framing is concatenable: ``frame_events(a + b) == frame_events(a) + frame_events(b)``, because
+    a message is its fields in order and ``events`` is a repeated field; so framed batches join into
+    one message without re-framing (``phases.event_log`` relies on this).
+    """
+    varint = _varint
+    return b"".join([piece for body in bodies for piece in (_EVENTS_TAG, varint(len(body)), body)])
 
 
 def event_responses(bodies: Sequence[bytes]) -> Iterator[bytes]:

@@ -6,6 +6,12 @@ subscriber: each has a bounded queue, and one that falls behind is dropped from 
 and catches up from the store by cursor, then rejoins. History then live has no gap and no
 duplicate at the seam because a subscriber registers before it reads history up to the
 sequence published at registration time.
+
+Encode once: the bytes written to the store (encoded by the record codec) are the bytes every
+subscriber receives; with a ``frame`` function (the codec's ``frame_events``) each published batch
+is also framed once as one stream message, shared by every subscriber. A subscriber that is behind
+gets everything queued for it, up to ``BATCH_BYTES``, as one delivery: the framed batches joined
+(framing is concatenable), so catching up costs one message, not one per batch.
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ from helix_runner.store.protocol import EventRow, FencedError, Store
 
 HISTORY_PAGE = 500
 DEFAULT_QUEUE_EVENTS = 8192
+# At most this many bytes of queued batches are joined into one delivery for a watcher behind (a
+# single batch above it goes alone, as it came). Below the API's response limit (api.wire).
+BATCH_BYTES = 256 * 1024
+
+# Frames encoded events as one stream message; must be concatenable (``RecordEncoder.frame_events``).
+Framer = Callable[[Sequence[bytes]], bytes]
 
 
 class EventWriter:
@@ -65,37 +77,90 @@ class EventWriter:
             self.on_fenced(job, phase)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Delivery:
-    """What a subscriber receives: encoded events in order, or (last) the encoded result."""
+    """What a subscriber receives: encoded events in order, or (last) the encoded result.
+
+    ``message`` is the events framed as one stream message when the log has a framer (built once
+    per published batch and shared by every subscriber); None: the transport frames ``events``.
+    """
 
     events: tuple[bytes, ...] = ()
     first_sequence: int = 0
     last_sequence: int = 0
     result: bytes | None = None
+    message: bytes | None = None
+
+
+def _framed(frame: Framer | None, bodies: tuple[bytes, ...]) -> bytes | None:
+    """The events as one message, or None: no framer, or above BATCH_BYTES (the transport splits it)."""
+    if frame is None:
+        return None
+    message = frame(bodies)
+    return message if len(message) <= BATCH_BYTES else None
+
+
+class _Batch:
+    """One published batch as queued for every subscriber (shared, never copied per subscriber)."""
+
+    __slots__ = ("first", "bodies", "message", "nbytes")
+
+    def __init__(self, first: int, bodies: tuple[bytes, ...], message: bytes | None) -> None:
+        self.first = first
+        self.bodies = bodies
+        self.message = message
+        self.nbytes = len(message) if message is not None else sum(map(len, bodies))
 
 
 class _Subscriber:
     __slots__ = ("queue", "size", "limit", "wakeup", "lagged")
 
     def __init__(self, limit: int) -> None:
-        self.queue: deque[tuple[int, tuple[bytes, ...]]] = deque()
+        self.queue: deque[_Batch] = deque()
         self.size = 0
         self.limit = limit
         self.wakeup = asyncio.Event()
         self.lagged = False
 
-    def offer(self, first_sequence: int, bodies: tuple[bytes, ...]) -> bool:
-        if self.size + len(bodies) > self.limit:
+    def offer(self, batch: _Batch) -> bool:
+        if self.size + len(batch.bodies) > self.limit:
             self.lagged = True
             self.queue.clear()
             self.size = 0
             self.wakeup.set()
             return False
-        self.queue.append((first_sequence, bodies))
-        self.size += len(bodies)
+        self.queue.append(batch)
+        self.size += len(batch.bodies)
         self.wakeup.set()
         return True
+
+    def take(self, cursor: int, frame: Framer | None) -> Delivery | None:
+        """Everything queued after ``cursor`` as one delivery (up to ``BATCH_BYTES``); None if nothing is."""
+        queue = self.queue
+        while queue:
+            batch = queue.popleft()
+            self.size -= len(batch.bodies)
+            skip = cursor - batch.first + 1
+            if skip < len(batch.bodies):
+                break
+        else:
+            return None
+        if skip > 0:  # overlaps what history gave (not expected: queued batches follow the registration)
+            batch = _Batch(batch.first + skip, batch.bodies[skip:], _framed(frame, batch.bodies[skip:]))
+        first, bodies, message, nbytes = batch.first, batch.bodies, batch.message, batch.nbytes
+        if queue:
+            # Behind: join the batches queued meanwhile (they continue the sequence) into one message.
+            messages, joined = [message], list(bodies)
+            while queue and nbytes + queue[0].nbytes <= BATCH_BYTES and (queue[0].message is None) is (message is None):
+                nxt = queue.popleft()
+                self.size -= len(nxt.bodies)
+                nbytes += nxt.nbytes
+                messages.append(nxt.message)
+                joined.extend(nxt.bodies)
+            if len(messages) > 1:
+                bodies = tuple(joined)
+                message = b"".join(messages) if message is not None else None
+        return Delivery(bodies, first, first + len(bodies) - 1, message=message)
 
 
 class PhaseEventLog:
@@ -105,9 +170,11 @@ class PhaseEventLog:
     lagged_total = 0
 
     def __init__(self, store: Store, job_id: str, phase_id: str, *, last_sequence: int = 0,
-                 queue_events: int = DEFAULT_QUEUE_EVENTS, writer: EventWriter | None = None):
+                 queue_events: int = DEFAULT_QUEUE_EVENTS, writer: EventWriter | None = None,
+                 frame: Framer | None = None):
         self.store = store
         self.writer = writer
+        self.frame = frame
         # Highest sequence handed to publish() (gap checks) and highest one committed (what
         # subscribers may read from the store and what they have been offered).
         self.submitted_sequence = last_sequence
@@ -161,10 +228,13 @@ class PhaseEventLog:
         if self.fenced:
             return
         self.last_sequence = rows[-1].sequence
+        if not self._subscribers:
+            return
         bodies = tuple(r.body for r in rows)
-        first = rows[0].sequence
+        # Framed once for all subscribers; a batch above BATCH_BYTES is left to the transport to split.
+        batch = _Batch(rows[0].sequence, bodies, _framed(self.frame, bodies))
         for sub in list(self._subscribers):
-            if not sub.offer(first, bodies):
+            if not sub.offer(batch):
                 self._subscribers.discard(sub)
                 self.lag_count += 1
                 PhaseEventLog.lagged_total += 1
@@ -197,14 +267,9 @@ class PhaseEventLog:
                     cursor = delivery.last_sequence
                     yield delivery
                 while True:
-                    while sub.queue:
-                        first, bodies = sub.queue.popleft()
-                        sub.size -= len(bodies)
-                        skip = max(0, cursor - first + 1)
-                        if skip < len(bodies):
-                            kept = bodies[skip:]
-                            cursor = first + len(bodies) - 1
-                            yield Delivery(kept, first + skip, cursor)
+                    while (delivery := sub.take(cursor, self.frame)) is not None:
+                        cursor = delivery.last_sequence
+                        yield delivery
                     if sub.lagged:
                         break  # re-read from the store from our cursor, then rejoin live delivery
                     if self.closed:

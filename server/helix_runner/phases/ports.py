@@ -7,6 +7,7 @@ encodes with the protobuf contract, so stored events are sent to watchers withou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
@@ -23,6 +24,13 @@ class RecordEncoder(Protocol):
         """The payload kind of an event (the contract's oneof field name)."""
 
     def encode_event(self, job_id: str, phase_id: str, event: Event) -> bytes: ...
+
+    def frame_events(self, bodies: Sequence[bytes]) -> bytes:
+        """One stream message carrying these encoded events, in order.
+
+        Must be concatenable (framing ``a + b`` gives framing ``a`` followed by framing ``b``), so
+        the event log frames each published batch once and joins batches for a watcher behind.
+        """
 
     def encode_result(self, result: PhaseResult) -> bytes: ...
 

@@ -230,7 +230,8 @@ class PhaseService:
                               {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
         try:
             await workspace.create()  # after the phase row: its ids are ours, so is the branch
-            events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer)
+            events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
+                                   frame=self.codec.frame_events)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
             # A write refused by the fence (another replica took the phase over) stops the run.
             run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
