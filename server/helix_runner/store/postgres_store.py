@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
+from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
 from helix_runner.store.postgres_cluster import (
     DEFAULT_LEASE_SECONDS,
     FencedError,
@@ -654,6 +655,7 @@ class PostgresStore:
                 )
                 pointers.append(EventPointer(row.job_id, row.phase_id, seq))
             notify(cur, pointers)
+            drop_dead_entries(cur)  # cluster admission: a gone replica holds no slot (postgres_admission.py)
             prune_expired_replicas(cur, _ACTIVE)
         self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
         for row in rows:
@@ -662,6 +664,17 @@ class PostgresStore:
                 extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name}},
             )
         return rows
+
+    # -- cluster admission (postgres_admission.py; docs/scale-out.md "Cluster admission") ------
+
+    @property
+    def admission_ledger(self) -> PostgresAdmissionLedger:
+        """The cluster-wide admission queue and limits, kept in this database."""
+        ledger = self.__dict__.get("_admission_ledger")
+        if ledger is None:
+            ledger = self.__dict__["_admission_ledger"] = PostgresAdmissionLedger(
+                self._pool, lambda: self.replica.replica_id)
+        return ledger
 
 
 def _describe(exc: BaseException) -> str:
