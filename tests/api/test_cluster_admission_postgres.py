@@ -1,0 +1,111 @@
+"""Cluster admission end to end: two real servers on one PostgreSQL, limits that hold for both.
+
+Replica A runs a real-CLI phase held at a breakpoint; with a cluster limit of one running phase,
+a phase started on replica B waits QUEUED (seen from both replicas), a third is refused with
+QUEUE_FULL and a RetryInfo, and B's phase starts once A's finishes (docs/scale-out.md, "Cluster
+admission"). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import grpc
+import pytest
+from support.runner_server import start_runner
+from test_replicas_postgres import Stream, breakpoint_hit
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.errors import error_info, retry_info
+from helix_runner.offline import Reply
+
+pytestmark = pytest.mark.real_cli
+
+CLUSTER = {"cluster_max_running_phases": 1, "cluster_max_queued_phases": 1}
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(tmp_path, api, postgres_url, **config):
+    async with contextlib.AsyncExitStack() as stack:
+        pair = []
+        for name in ("a", "b"):
+            root = tmp_path / name
+            root.mkdir()
+            harness = start_runner(root, api, database_url=postgres_url, replica_id=f"replica-{name}", **config)
+            pair.append(await anext(harness))
+            stack.push_async_callback(harness.aclose)
+        yield pair
+
+
+def queued(e) -> bool:
+    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_QUEUED
+
+
+def attempt_started(e) -> bool:
+    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED
+
+
+async def phase_status(stub, job_id: str) -> int:
+    job = await stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=10)
+    return job.job.phases[0].status
+
+
+async def test_a_phase_waits_for_a_cluster_slot_on_another_replica_and_starts_when_it_frees(
+    claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
+):
+    api = scripted_api([
+        Reply.tool_use("Bash", {"command": "echo on a"}),
+        Reply.text("A is done."),
+        Reply.text("B is done."),
+    ])
+    async with two_replicas(tmp_path, api, postgres_url, **CLUSTER) as (a, b):
+        on_a = {"job_id": "job-a", "phase_id": "p1"}
+        run_a = Stream(a.stub.RunPhase(pb.RunPhaseRequest(
+            **on_a, prompt="go", working_dir=str(a.workdir),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]),
+        ), timeout=120))
+        hit = await run_a.wait_for(breakpoint_hit)  # A holds the cluster's one slot
+
+        on_b = {"job_id": "job-b", "phase_id": "p1"}
+        run_b = Stream(b.stub.RunPhase(pb.RunPhaseRequest(**on_b, prompt="go", working_dir=str(b.workdir)),
+                                       timeout=120))
+        waiting = await run_b.wait_for(queued)
+        assert waiting.control.queue.reason == res.QUEUE_REASON_SERVER_LIMIT
+        assert "across the cluster: 1; the cluster's limit is 1" in waiting.control.message
+        # QUEUED is the phase's status on both replicas, and its event is in its stream on both.
+        assert await phase_status(b.stub, "job-b") == res.PHASE_STATUS_QUEUED
+        assert await phase_status(a.stub, "job-b") == res.PHASE_STATUS_QUEUED
+        watch_from_a = Stream(a.stub.WatchPhase(pb.WatchPhaseRequest(**on_b), timeout=120))
+        assert (await watch_from_a.wait_for(queued)).sequence == waiting.sequence
+        assert postgres_cluster.execute(
+            postgres_url, "SELECT job_id, replica_id, state FROM admission_ledger ORDER BY seq") == [
+            ("job-a", "replica-a", "running"), ("job-b", "replica-b", "queued")]
+
+        # The cluster's queue (one waiting phase) is full: refused on either replica, with a hint.
+        for stub in (a.stub, b.stub):
+            call = stub.RunPhase(pb.RunPhaseRequest(job_id="job-c", phase_id="p1", prompt="go",
+                                                    working_dir=str(a.workdir if stub is a.stub else b.workdir)),
+                                 timeout=30)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                async for _ in call:
+                    pass
+            info = error_info(refused.value)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert info.reason == "QUEUE_FULL" and info.metadata["scope"] == "cluster"
+            hint = retry_info(refused.value)
+            assert hint is not None and hint.retry_delay.ToMilliseconds() == int(info.metadata["retry_after_ms"])
+
+        assert not any(attempt_started(e) for e in run_b.events)  # still waiting for A's slot
+        await a.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **on_a, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        _, result_a = await run_a.finish()
+        assert result_a.status == res.PHASE_STATUS_SUCCEEDED, result_a.reason
+
+        events_b, result_b = await run_b.finish()  # B was woken when A's slot freed
+        assert result_b.status == res.PHASE_STATUS_SUCCEEDED, result_b.reason
+        kinds = [e.control.kind for e in events_b if e.HasField("control")]
+        assert kinds.index(ev.CONTROL_EVENT_KIND_QUEUED) < kinds.index(ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED)
+        assert await watch_from_a.finish() == (events_b, result_b)
+        assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
