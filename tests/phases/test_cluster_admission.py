@@ -173,3 +173,13 @@ def test_admission_for_keeps_the_local_queue_without_a_ledger_or_cluster_limits(
     clustered = admission_for(stores[0], LOCAL, cluster_limits(config))
     assert isinstance(clustered, ClusterAdmission)
     assert ledger_rows(stores[0]) == []  # a previous process's entries under this id are gone
+
+
+def test_a_rate_limit_hold_on_one_replica_holds_the_credential_on_the_other(stores):
+    a, b = queues(stores, ClusterLimits(max_running=5))
+    a.hold("server", a.clock() + 60, "the API answered 429")
+    b.submit(("j", "x"), "p", "server")
+    assert b.pump() == []  # the pass learns the hold: nothing on that credential starts
+    status = b.status(("j", "x"))
+    assert status.reason is QueueReason.RATE_LIMITED and "the API answered 429" in status.detail
+    assert status.not_before is not None and status.not_before > b.clock() + 50

@@ -203,3 +203,18 @@ def test_concurrent_passes_never_grant_more_than_the_limit(replicas):
     assert not errors and not any(t.is_alive() for t in threads)
     assert 1 <= peak[0] <= 3
     assert ledgers[0].entries() == []
+
+
+def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(replicas, postgres_cluster, postgres_url):
+    a, b = replicas(2)
+    held = enqueue(b, "held")  # credential "cred"
+    b.enqueue("j", "other", "p", "other-cred", retry=False, limits=ClusterLimits())
+    a.hold("cred", 60, "rate limited (429)")
+    a.hold("cred", 1, "a shorter hold does not shorten it")
+    got = b.admit([held, c("other")], local_room=8, local_project_room=None, limits=ClusterLimits(max_running=5))
+    assert got.granted == (("j", "other"),)
+    left, why = got.holds["cred"]
+    assert 50 < left <= 60 and why == "rate limited (429)"
+    postgres_cluster.execute(postgres_url, "UPDATE admission_holds SET until = now() - interval '1 second'")
+    got = b.admit([held], local_room=8, local_project_room=None, limits=ClusterLimits(max_running=5))
+    assert got.granted == (("j", "held"),) and got.holds == {}

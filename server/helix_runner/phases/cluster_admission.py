@@ -128,6 +128,14 @@ class ClusterQueue(AdmissionQueue):
         super().release(ticket)
         self._ledger_release(ticket.key)
 
+    def hold(self, credential: str, until: float, why: str) -> None:
+        """Holds ``credential`` here and, through the ledger, on every other replica."""
+        super().hold(credential, until, why)
+        try:
+            self.ledger.hold(credential, until - self.clock(), why)
+        except StoreError:
+            log.warning("sharing a rate-limit hold failed; it holds on this replica only", exc_info=True)
+
     def _ledger_release(self, key: Hashable) -> None:
         try:
             self.ledger.release(*key)  # type: ignore[misc]
@@ -171,6 +179,8 @@ class ClusterQueue(AdmissionQueue):
                                  for t in candidates}
             return []
         self.last_pass = result
+        for credential, (left, why) in result.holds.items():  # another replica's holds apply here too
+            AdmissionQueue.hold(self, credential, now + left, why)
         granted = set(result.granted)
         admitted = []
         for ticket in candidates:

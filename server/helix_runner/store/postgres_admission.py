@@ -100,9 +100,14 @@ class PostgresAdmissionLedger:
                 "SELECT project_id, count(*) FROM admission_ledger WHERE state = 'running' GROUP BY project_id"
             ).fetchall())
             queued = cur.execute("SELECT count(*) FROM admission_ledger WHERE state = 'queued'").fetchone()[0]
+            cur.execute("DELETE FROM admission_holds WHERE until <= now()")
+            holds = {credential: (float(left), why) for credential, left, why in cur.execute(
+                "SELECT credential, extract(epoch FROM until - now()), why FROM admission_holds"
+            ).fetchall()}
             ready = cur.execute(
                 "SELECT job_id, phase_id, replica_id, project_id, seq FROM admission_ledger "
-                "WHERE state = 'queued' AND ready_until > now() ORDER BY retry DESC, seq"
+                "WHERE state = 'queued' AND ready_until > now() AND credential <> ALL(%s) ORDER BY retry DESC, seq",
+                (list(holds),),
             ).fetchall()
             lanes: dict[str, list[tuple]] = {}
             for row in ready:
@@ -157,7 +162,8 @@ class PostgresAdmissionLedger:
                 lanes[project].pop(0)
                 if not lanes[project]:
                     del lanes[project]
-            return AdmissionPass(tuple(granted), waiting_for, running, running_by_project, queued - len(granted))
+            return AdmissionPass(tuple(granted), waiting_for, running, running_by_project, queued - len(granted),
+                                 holds)
 
         return self._transaction(work)
 
@@ -173,6 +179,17 @@ class PostgresAdmissionLedger:
             return gone is not None
 
         return self._transaction(work)
+
+    def hold(self, credential: str, seconds: float, why: str) -> None:
+        def work(cur: psycopg.Cursor) -> None:
+            cur.execute(
+                "INSERT INTO admission_holds (credential, until, why) "
+                "VALUES (%s, now() + make_interval(secs => %s), %s) ON CONFLICT (credential) DO UPDATE SET "
+                "until = excluded.until, why = excluded.why WHERE admission_holds.until < excluded.until",
+                (credential, max(0.0, seconds), why[:1024]),
+            )
+
+        self._transaction(work)
 
     def clear(self) -> int:
         def work(cur: psycopg.Cursor) -> int:

@@ -11,7 +11,7 @@ not events.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
@@ -308,6 +308,8 @@ class AdmissionPass:
     running: int
     running_by_project: dict[str, int]
     queued: int
+    holds: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Rate-limit holds in force cluster-wide: credential → (seconds left, why)."""
 
 
 class LedgerFullError(StoreError):
@@ -334,11 +336,20 @@ class AdmissionLedger(Protocol):
 
     def admit(self, candidates: Sequence[AdmissionCandidate], *, local_room: int,
               local_project_room: dict[str, int] | None, limits: ClusterLimits) -> AdmissionPass:
-        """Marks ``candidates`` ready, then grants slots in the cluster's fair order while they last."""
+        """Marks ``candidates`` ready, then grants slots in the cluster's fair order while they last.
+
+        ``local_room``: how many more this replica may start; ``local_project_room``: per candidate
+        project, when this replica has a per-project limit (None: it has none). Entries whose
+        credential is held (``hold``) are passed over.
+        """
         ...
 
     def release(self, job_id: str, phase_id: str) -> bool:
         """Deletes an entry (queued or running) and wakes the other replicas; False if there was none."""
+        ...
+
+    def hold(self, credential: str, seconds: float, why: str) -> None:
+        """Holds new starts on ``credential`` on every replica for ``seconds`` (a longer hold wins)."""
         ...
 
     def clear(self) -> int:

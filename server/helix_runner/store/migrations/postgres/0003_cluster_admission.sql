@@ -32,3 +32,10 @@ CREATE TABLE admission_turns (
     last_served bigint NOT NULL
 );
 CREATE SEQUENCE admission_turn;
+-- Rate-limit holds per API credential (phases/admission.py ``hold``), shared: a credential one
+-- replica saw rate limited holds new starts on it on every replica until ``until``.
+CREATE TABLE admission_holds (
+    credential text PRIMARY KEY,
+    until timestamptz NOT NULL,
+    why text NOT NULL
+);
