@@ -8,6 +8,7 @@ admission"). Every wait is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import grpc
@@ -109,3 +110,47 @@ async def test_a_phase_waits_for_a_cluster_slot_on_another_replica_and_starts_wh
         assert kinds.index(ev.CONTROL_EVENT_KIND_QUEUED) < kinds.index(ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED)
         assert await watch_from_a.finish() == (events_b, result_b)
         assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
+
+
+async def test_cancelling_a_queued_phase_from_either_side_leaves_no_ledger_entry(
+    claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
+):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo on a"}), Reply.text("A is done.")])
+    config = {"cluster_max_running_phases": 1}
+    async with two_replicas(tmp_path, api, postgres_url, **config) as (a, b):
+        on_a = {"job_id": "job-a", "phase_id": "p1"}
+        run_a = Stream(a.stub.RunPhase(pb.RunPhaseRequest(
+            **on_a, prompt="go", working_dir=str(a.workdir),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]),
+        ), timeout=120))
+        hit = await run_a.wait_for(breakpoint_hit)
+
+        def ledger():
+            return postgres_cluster.execute(postgres_url, "SELECT job_id, state FROM admission_ledger ORDER BY seq")
+
+        # 1. The client goes away while its phase waits (on_disconnect CANCEL, the default).
+        call = b.stub.RunPhase(pb.RunPhaseRequest(job_id="job-gone", phase_id="p1", prompt="go",
+                                                  working_dir=str(b.workdir)), timeout=120)
+        gone = Stream(call)
+        await gone.wait_for(queued)
+        assert ledger() == [("job-a", "running"), ("job-gone", "queued")]
+        call.cancel()
+        async with asyncio.timeout(30):
+            while await phase_status(a.stub, "job-gone") != res.PHASE_STATUS_CANCELLED:
+                await asyncio.sleep(0.1)
+        assert ledger() == [("job-a", "running")]
+
+        # 2. CancelPhase sent to A for a phase queued on B: forwarded to B, which ends it.
+        run_b = Stream(b.stub.RunPhase(pb.RunPhaseRequest(job_id="job-b", phase_id="p1", prompt="go",
+                                                          working_dir=str(b.workdir)), timeout=120))
+        await run_b.wait_for(queued)
+        await a.stub.CancelPhase(pb.CancelPhaseRequest(job_id="job-b", phase_id="p1"), timeout=10)
+        _, result_b = await run_b.finish()
+        assert result_b.status == res.PHASE_STATUS_CANCELLED
+        assert ledger() == [("job-a", "running")]
+
+        await a.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **on_a, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        _, result_a = await run_a.finish()
+        assert result_a.status == res.PHASE_STATUS_SUCCEEDED, result_a.reason
+        assert ledger() == []
