@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from helix_runner.config import load_config
+from helix_runner.config import ConfigError, load_config
 from helix_runner.domain.events import QueueReason
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, TicketState
@@ -183,3 +183,12 @@ def test_a_rate_limit_hold_on_one_replica_holds_the_credential_on_the_other(stor
     status = b.status(("j", "x"))
     assert status.reason is QueueReason.RATE_LIMITED and "the API answered 429" in status.detail
     assert status.not_before is not None and status.not_before > b.clock() + 50
+
+
+@pytest.mark.parametrize("name", ["cluster_max_running_phases", "cluster_max_running_phases_per_project",
+                                  "cluster_max_queued_phases"])
+def test_a_negative_cluster_limit_is_refused_at_start(name, tmp_path):
+    with pytest.raises(ConfigError, match=name):
+        load_config(flags={"data_dir": str(tmp_path), name: -1}, environ={})
+    env = {f"HELIX_RUNNER_{name.upper()}": "2"}
+    assert getattr(load_config(flags={"data_dir": str(tmp_path)}, environ=env), name) == 2
