@@ -192,3 +192,12 @@ def test_a_negative_cluster_limit_is_refused_at_start(name, tmp_path):
         load_config(flags={"data_dir": str(tmp_path), name: -1}, environ={})
     env = {f"HELIX_RUNNER_{name.upper()}": "2"}
     assert getattr(load_config(flags={"data_dir": str(tmp_path)}, environ=env), name) == 2
+
+
+def test_an_entry_missing_from_the_ledger_is_entered_again_and_then_admitted(stores, postgres_cluster, postgres_url):
+    (a,) = queues(stores[:1], ClusterLimits(max_running=1))
+    ticket = a.submit(("j", "x"), "p")
+    postgres_cluster.execute(postgres_url, "DELETE FROM admission_ledger")  # e.g. a failed enqueue
+    assert a.pump() == [] and a.last_pass.missing == (("j", "x"),)
+    assert ledger_rows(stores[0]) == [("x", "queued")]
+    assert a.pump() == [ticket]

@@ -45,6 +45,7 @@ from helix_runner.store.protocol import (
 log = logging.getLogger(__name__)
 
 POLL_MIN_S = 0.5
+NO_LIMITS = ClusterLimits()  # an enqueue that is never refused
 POLL_MAX_S = 4.0
 
 
@@ -105,6 +106,9 @@ class ClusterQueue(AdmissionQueue):
             super().cancel(key)
             self._refuse(exc.scope, exc.limit, exc.waiting, "the cluster's admission queue is full")
         except StoreError:
+            if retry:  # a retry is never refused: it waits here, entered again by the next pass
+                log.warning("entering a retry into cluster admission failed; retrying", exc_info=True)
+                return ticket
             super().cancel(key)
             log.warning("cluster admission unavailable", exc_info=True)
             raise RunnerError(ErrorKind.UNAVAILABLE, "ADMISSION_UNAVAILABLE",
@@ -181,6 +185,12 @@ class ClusterQueue(AdmissionQueue):
         self.last_pass = result
         for credential, (left, why) in result.holds.items():  # another replica's holds apply here too
             AdmissionQueue.hold(self, credential, now + left, why)
+        for key in result.missing:  # in this queue already: entered again, never refused
+            ticket = self._tickets[key]
+            try:
+                self.ledger.enqueue(*key, ticket.project, ticket.credential, retry=ticket.retry, limits=NO_LIMITS)
+            except StoreError:
+                log.warning("entering a phase into cluster admission failed; retrying", exc_info=True)
         granted = set(result.granted)
         admitted = []
         for ticket in candidates:

@@ -96,6 +96,10 @@ class PostgresAdmissionLedger:
                 "WHERE l.replica_id = %s AND l.state = 'queued'",
                 ([c.job_id for c in candidates], [c.phase_id for c in candidates], READY_SECONDS, me),
             )
+            present = {(j, p) for j, p in cur.execute(
+                "SELECT job_id, phase_id FROM admission_ledger WHERE replica_id = %s AND state = 'queued'", (me,)
+            ).fetchall()}
+            missing = tuple((c.job_id, c.phase_id) for c in candidates if (c.job_id, c.phase_id) not in present)
             running_by_project: dict[str, int] = dict(cur.execute(
                 "SELECT project_id, count(*) FROM admission_ledger WHERE state = 'running' GROUP BY project_id"
             ).fetchall())
@@ -163,7 +167,7 @@ class PostgresAdmissionLedger:
                 if not lanes[project]:
                     del lanes[project]
             return AdmissionPass(tuple(granted), waiting_for, running, running_by_project, queued - len(granted),
-                                 holds)
+                                 holds, missing)
 
         return self._transaction(work)
 

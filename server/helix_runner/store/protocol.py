@@ -310,6 +310,8 @@ class AdmissionPass:
     queued: int
     holds: dict[str, tuple[float, str]] = field(default_factory=dict)
     """Rate-limit holds in force cluster-wide: credential → (seconds left, why)."""
+    missing: tuple[tuple[str, str], ...] = ()
+    """Candidates without an entry (their enqueue failed, or a sweep dropped them): enqueue them again."""
 
 
 class LedgerFullError(StoreError):
