@@ -128,9 +128,9 @@ async def test_a_freed_slot_wakes_the_other_replica_by_notify(stores, postgres_u
     listener = await asyncio.wait_for(EventListener(postgres_url).start(), 10)
     woken = asyncio.Event()
 
-    def wake():
+    def wake(payload: str):
         woken.set()
-        b.kick()
+        b.wake(payload)
 
     listener.on_admission_change(wake)
     try:

@@ -11,7 +11,7 @@ ledger grants that replica a slot; the ledger keeps the cluster fair between pro
 also a ledger row (a full cluster queue refuses with QUEUE_FULL, scope ``cluster``); an admission
 pass offers the entries this replica could start now and admits those the ledger grants; a
 released or cancelled entry leaves the ledger. ``ClusterAdmission`` re-runs the pass when another
-replica frees a slot (LISTEN/NOTIFY, ``EventListener.on_admission_change``) and, as a fallback
+replica frees a slot (LISTEN/NOTIFY, ``EventListener.on_admission_change`` → ``wake``) and, as a fallback
 for a lost notification, on a timer that backs off from 0.5 s to 4 s while entries wait for the
 cluster. Design and why nothing is forwarded: docs/scale-out.md, "Cluster admission".
 """
@@ -251,6 +251,24 @@ class ClusterAdmission(AsyncAdmission):
         super().__init__(queue, **kwargs)
         self._poll: asyncio.TimerHandle | None = None
         self._poll_delay = POLL_MIN_S
+        self._wake_pending = False
+
+    def wake(self, payload: str = "") -> None:
+        """A NOTIFY from the ledger (``EventListener.on_admission_change``): run one pass soon.
+
+        Its own releases (it ran a pass already) and other replicas' turns are ignored; wake-ups
+        arriving together make one pass.
+        """
+        me = self.queue.ledger.replica_id
+        if payload == f"released:{me}" or (payload.startswith("turn:") and payload != f"turn:{me}"):
+            return
+        if not self._wake_pending and not self._closed:
+            self._wake_pending = True
+            asyncio.get_running_loop().call_soon(self._woken)
+
+    def _woken(self) -> None:
+        self._wake_pending = False
+        self.kick()
 
     def kick(self) -> None:
         self._poll_delay = POLL_MIN_S

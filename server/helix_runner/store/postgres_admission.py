@@ -11,7 +11,8 @@ Fairness is the local queue's (phases/admission.py) across the cluster: among th
 their replica could start now but for the cluster's limits ("ready"), the project served least
 recently goes next (``admission_turns``), retries first, then first come first served. A replica
 grants only its own entries; when another replica's entry is next it stops and NOTIFYs
-``helix_admission`` so that replica runs its own pass (store/postgres_notify.py delivers it).
+``helix_admission`` (payload ``turn:<replica>``) so that replica runs its own pass; a release
+sends ``released:<replica>`` (store/postgres_notify.py delivers both).
 Design and why the phase stays on the replica that received it: docs/scale-out.md.
 """
 
@@ -139,7 +140,7 @@ class PostgresAdmissionLedger:
                 job_id, phase_id, replica, _, _ = lanes[project][0]
                 if replica != me:
                     waiting_for = "turn"
-                    cur.execute("SELECT pg_notify(%s, %s)", (ADMISSION_CHANNEL, replica))
+                    cur.execute("SELECT pg_notify(%s, %s)", (ADMISSION_CHANNEL, f"turn:{replica}"))
                     break
                 if room <= 0:
                     break
@@ -179,7 +180,7 @@ class PostgresAdmissionLedger:
             ).fetchone()
             if gone is not None:
                 # Some replica may start a phase now (a slot, or another's turn, freed up).
-                cur.execute("SELECT pg_notify(%s, '')", (ADMISSION_CHANNEL,))
+                cur.execute("SELECT pg_notify(%s, %s)", (ADMISSION_CHANNEL, f"released:{self.replica_id}"))
             return gone is not None
 
         return self._transaction(work)
@@ -199,7 +200,7 @@ class PostgresAdmissionLedger:
         def work(cur: psycopg.Cursor) -> int:
             n = cur.execute("DELETE FROM admission_ledger WHERE replica_id = %s", (self.replica_id,)).rowcount
             if n:
-                cur.execute("SELECT pg_notify(%s, '')", (ADMISSION_CHANNEL,))
+                cur.execute("SELECT pg_notify(%s, %s)", (ADMISSION_CHANNEL, f"released:{self.replica_id}"))
             return n
 
         return self._transaction(work)

@@ -79,7 +79,7 @@ class EventListener:
         self._task: asyncio.Task | None = None
         self._listening = asyncio.Event()
         # Cluster admission wake-ups (postgres_admission.ADMISSION_CHANNEL): called on the loop.
-        self._admission_callbacks: list[Callable[[], None]] = []
+        self._admission_callbacks: list[Callable[[str], None]] = []
 
     async def start(self) -> EventListener:
         self._task = asyncio.create_task(self._run(), name="postgres-listen")
@@ -102,7 +102,7 @@ class EventListener:
                     self._wake_all()  # anything sent while we were not listening: re-read by cursor
                     async for note in conn.notifies():
                         if note.channel == ADMISSION_CHANNEL:
-                            self._admission_changed()
+                            self._admission_changed(note.payload)
                             continue
                         pointer = EventPointer.parse(note.payload)
                         if pointer is not None:
@@ -114,15 +114,16 @@ class EventListener:
                 self._wake_all()
                 await asyncio.sleep(self.reconnect_delay)
 
-    def on_admission_change(self, callback: Callable[[], None]) -> None:
-        """Calls ``callback`` (on the loop) when another replica freed a cluster admission slot or
-        woke this one to take its turn; also after a reconnect (a wake-up may have been lost)."""
+    def on_admission_change(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(payload)`` (on the loop) when a replica freed a cluster admission slot
+        (``released:<replica>``) or woke one to take its turn (``turn:<replica>``); with "" after a
+        reconnect (a wake-up may have been lost)."""
         self._admission_callbacks.append(callback)
 
-    def _admission_changed(self) -> None:
+    def _admission_changed(self, payload: str = "") -> None:
         for callback in list(self._admission_callbacks):
             try:
-                callback()
+                callback(payload)
             except Exception:
                 log.exception("cluster admission wake-up failed")
 
