@@ -26,13 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.postgres import PostgresCluster  # noqa: E402
+from support.postgres import PostgresCluster
 
-from helix_runner.phases.admission import AdmissionLimits  # noqa: E402
-from helix_runner.phases.cluster_admission import ClusterAdmission, ClusterQueue  # noqa: E402
-from helix_runner.store.postgres_notify import EventListener  # noqa: E402
-from helix_runner.store.postgres_store import PostgresStore  # noqa: E402
-from helix_runner.store.protocol import AdmissionCandidate, ClusterLimits  # noqa: E402
+from helix_runner.phases.admission import AdmissionLimits
+from helix_runner.phases.cluster_admission import ClusterAdmission, ClusterQueue
+from helix_runner.store.postgres_notify import EventListener
+from helix_runner.store.postgres_store import PostgresStore
+from helix_runner.store.protocol import AdmissionCandidate, ClusterLimits
 
 LOCAL = AdmissionLimits(max_running=64, max_starting=4)  # the defaults' start limit
 
