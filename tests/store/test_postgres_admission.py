@@ -218,3 +218,36 @@ def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(rep
     postgres_cluster.execute(postgres_url, "UPDATE admission_holds SET until = now() - interval '1 second'")
     got = b.admit([held], local_room=8, local_project_room=None, limits=ClusterLimits(max_running=5))
     assert got.granted == (("j", "held"),) and got.holds == {}
+
+
+def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(replicas):
+    a, b = replicas(2)
+    limits = ClusterLimits(max_running=3)
+    fill = [enqueue(b, f"r{i}", "p0") for i in range(3)]
+    assert len(b.admit(fill, local_room=3, local_project_room=None, limits=limits).granted) == 3
+    mine = [enqueue(a, "a1", "p1"), enqueue(a, "a2", "p2")]  # older than B's entry, two projects
+    theirs = [enqueue(b, "b1", "p3")]
+    assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).waiting_for == "server"
+    assert a.admit(mine, local_room=2, local_project_room=None, limits=limits).waiting_for == "server"
+    b.release("j", "r0")
+    b.release("j", "r1")
+    # A has room for one now: it takes a1, cannot take a2, and passes the turn to B's b1.
+    got = a.admit(mine, local_room=1, local_project_room=None, limits=limits)
+    assert got.granted == (("j", "a1"),) and got.waiting_for == "turn"
+    # a2 is no longer marked ready, so B's pass does not stop at it.
+    assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)
+
+
+def test_a_local_project_limit_passes_over_only_this_replicas_entries(replicas):
+    a, b = replicas(2)
+    limits = ClusterLimits(max_running=1)
+    assert b.admit([enqueue(b, "r0", "p0")], local_room=1, local_project_room=None, limits=limits).granted
+    mine = [enqueue(a, "a1", "p")]  # older than B's entry of the same project
+    theirs = [enqueue(b, "b1", "p")]
+    b.admit(theirs, local_room=1, local_project_room=None, limits=limits)
+    a.admit(mine, local_room=1, local_project_room={"p": 1}, limits=limits)
+    b.release("j", "r0")
+    # A's own limit for project p is reached: its a1 is passed over, B's b1 of that project is next.
+    got = a.admit(mine, local_room=1, local_project_room={"p": 0}, limits=limits)
+    assert got.granted == () and got.waiting_for == "turn"
+    assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)

@@ -124,7 +124,17 @@ class PostgresAdmissionLedger:
             project_room = dict(local_project_room) if local_project_room is not None else None
             running = sum(running_by_project.values())
             granted: list[tuple[str, str]] = []
+            unready: list[tuple[str, str]] = []
             waiting_for = ""
+
+            def pass_over_mine(project: str | None) -> None:
+                """This replica cannot start these after all: out of this pass, and not ready for others'."""
+                for p in [project] if project is not None else list(lanes):
+                    unready.extend((r[0], r[1]) for r in lanes[p] if r[2] == me)
+                    lanes[p] = [r for r in lanes[p] if r[2] != me]
+                    if not lanes[p]:
+                        del lanes[p]
+
             while lanes:
                 if limits.max_running and running >= limits.max_running:
                     waiting_for = "server"
@@ -143,9 +153,10 @@ class PostgresAdmissionLedger:
                     cur.execute("SELECT pg_notify(%s, %s)", (ADMISSION_CHANNEL, f"turn:{replica}"))
                     break
                 if room <= 0:
-                    break
+                    pass_over_mine(None)  # no room left here: the next entry may be another replica's
+                    continue
                 if project_room is not None and project_room.get(project, 0) <= 0:
-                    del lanes[project]  # this replica's own limit for the project: not ready after all
+                    pass_over_mine(project)  # this replica's own limit for the project
                     continue
                 cur.execute(
                     "UPDATE admission_ledger SET state = 'running', admitted_at = now(), ready_until = NULL "
@@ -167,6 +178,12 @@ class PostgresAdmissionLedger:
                 lanes[project].pop(0)
                 if not lanes[project]:
                     del lanes[project]
+            if unready:
+                cur.execute(
+                    "UPDATE admission_ledger SET ready_until = NULL WHERE (job_id, phase_id) IN "
+                    "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+                    ([j for j, _ in unready], [p for _, p in unready]),
+                )
             return AdmissionPass(tuple(granted), waiting_for, running, running_by_project, queued - len(granted),
                                  holds, missing)
 
