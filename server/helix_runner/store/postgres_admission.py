@@ -91,10 +91,13 @@ class PostgresAdmissionLedger:
         def work(cur: psycopg.Cursor) -> AdmissionPass:
             _drop_dead(cur)
             # This replica's ready set is exactly this pass's candidates.
+            # (Only rows that are candidates or were marked: a long queue is not rewritten on every pass.)
             cur.execute(
+                "WITH c AS (SELECT * FROM unnest(%s::text[], %s::text[]) AS c(job_id, phase_id)) "
                 "UPDATE admission_ledger l SET ready_until = CASE WHEN (l.job_id, l.phase_id) IN "
-                "(SELECT * FROM unnest(%s::text[], %s::text[])) THEN now() + make_interval(secs => %s) END "
-                "WHERE l.replica_id = %s AND l.state = 'queued'",
+                "(SELECT job_id, phase_id FROM c) THEN now() + make_interval(secs => %s) END "
+                "WHERE l.replica_id = %s AND l.state = 'queued' AND (l.ready_until IS NOT NULL OR "
+                "(l.job_id, l.phase_id) IN (SELECT job_id, phase_id FROM c))",
                 ([c.job_id for c in candidates], [c.phase_id for c in candidates], READY_SECONDS, me),
             )
             present = {(j, p) for j, p in cur.execute(
