@@ -201,3 +201,16 @@ def test_an_entry_missing_from_the_ledger_is_entered_again_and_then_admitted(sto
     assert a.pump() == [] and a.last_pass.missing == (("j", "x"),)
     assert ledger_rows(stores[0]) == [("x", "queued")]
     assert a.pump() == [ticket]
+
+
+def test_a_retry_is_never_refused_by_a_full_cluster_queue_and_goes_first(stores):
+    a, b = queues(stores, ClusterLimits(max_running=1, max_queued=1))
+    running = a.submit(("j", "run"), "p")
+    a.pump()
+    b.submit(("j", "new"), "p")
+    b.pump()
+    again = a.submit(("j", "again"), "p", attempt=2, retry=True)  # the queue is full: still accepted
+    a.pump()
+    a.release(running)
+    assert b.pump() == []  # the retry is ahead of B's older new phase
+    assert a.pump() == [again]
