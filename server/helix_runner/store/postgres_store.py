@@ -11,6 +11,7 @@ phase's history is fenced (``postgres_cluster``), and appends NOTIFY other repli
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -667,14 +668,10 @@ class PostgresStore:
 
     # -- cluster admission (postgres_admission.py; docs/scale-out.md "Cluster admission") ------
 
-    @property
+    @functools.cached_property
     def admission_ledger(self) -> PostgresAdmissionLedger:
         """The cluster-wide admission queue and limits, kept in this database."""
-        ledger = self.__dict__.get("_admission_ledger")
-        if ledger is None:
-            ledger = self.__dict__["_admission_ledger"] = PostgresAdmissionLedger(
-                self._pool, lambda: self.replica.replica_id)
-        return ledger
+        return PostgresAdmissionLedger(self._pool, lambda: self.replica.replica_id)
 
 
 def _describe(exc: BaseException) -> str:
