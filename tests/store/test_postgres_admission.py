@@ -251,3 +251,12 @@ def test_a_local_project_limit_passes_over_only_this_replicas_entries(replicas):
     got = a.admit(mine, local_room=1, local_project_room={"p": 0}, limits=limits)
     assert got.granted == () and got.waiting_for == "turn"
     assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)
+
+
+def test_a_duplicate_phase_on_another_replica_does_not_take_over_the_entry(replicas):
+    a, b = replicas(2)
+    limits = ClusterLimits(max_running=1)
+    assert a.admit([enqueue(a, "x")], local_room=1, local_project_room=None, limits=limits).granted
+    enqueue(b, "x")  # the same phase sent to B (refused ALREADY_EXISTS right after)
+    assert not b.release("j", "x")  # B's cleanup frees nothing
+    assert [(e[2], e[4]) for e in a.entries()] == [(a.replica_id, "running")]

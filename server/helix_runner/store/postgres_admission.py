@@ -78,7 +78,10 @@ class PostgresAdmissionLedger:
                 "VALUES (%s, %s, %s, %s, %s, 'queued', %s) ON CONFLICT (job_id, phase_id) DO UPDATE SET "
                 "replica_id = excluded.replica_id, state = 'queued', retry = excluded.retry, "
                 "enqueued_at = now(), admitted_at = NULL, ready_until = NULL, seq = nextval("
-                "pg_get_serial_sequence('admission_ledger', 'seq'))",
+                "pg_get_serial_sequence('admission_ledger', 'seq')) "
+                # Another replica's row for the same phase is left alone: that request is about to be
+                # refused ALREADY_EXISTS, and its release must not free the other replica's slot.
+                "WHERE admission_ledger.replica_id = excluded.replica_id",
                 (job_id, phase_id, self.replica_id, project, credential, retry),
             )
 
