@@ -8,11 +8,14 @@ admission"). Every wait is bounded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sys
+import textwrap
 
 import grpc
 import pytest
-from support.runner_server import start_runner
+from support.runner_server import collect, start_runner
 from test_replicas_postgres import Stream, breakpoint_hit
 
 from helix.runner.v1 import events_pb2 as ev
@@ -20,8 +23,6 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info, retry_info
 from helix_runner.offline import Reply
-
-pytestmark = pytest.mark.real_cli
 
 CLUSTER = {"cluster_max_running_phases": 1, "cluster_max_queued_phases": 1}
 
@@ -52,6 +53,7 @@ async def phase_status(stub, job_id: str) -> int:
     return job.job.phases[0].status
 
 
+@pytest.mark.real_cli
 async def test_a_phase_waits_for_a_cluster_slot_on_another_replica_and_starts_when_it_frees(
     claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
 ):
@@ -111,6 +113,7 @@ async def test_a_phase_waits_for_a_cluster_slot_on_another_replica_and_starts_wh
         assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
 
 
+@pytest.mark.real_cli
 async def test_cancelling_a_queued_phase_from_either_side_leaves_no_ledger_entry(
     claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
 ):
@@ -153,3 +156,44 @@ async def test_cancelling_a_queued_phase_from_either_side_leaves_no_ledger_entry
         _, result_a = await run_a.finish()
         assert result_a.status == res.PHASE_STATUS_SUCCEEDED, result_a.reason
         assert ledger() == []
+
+
+# A CLI stand-in that answers at once (init, then a successful result): the 30-phase test below is
+# about admission, not the CLI; the same lines as tests/api/test_run_phase_retries.py's FAST_CLI.
+FAST_CLI = """
+    import sys
+    sys.stdin.readline(); sys.stdin.readline()
+    print('{"type":"system","subtype":"init","cwd":"/w","session_id":"s-1","tools":[],"model":"claude-sonnet-4-5",'
+          '"permissionMode":"default","claude_code_version":"2.1.330","uuid":"u1"}', flush=True)
+    print('{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"ok",'
+          '"session_id":"s-1","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0},'
+          '"permission_denials":[],"uuid":"u3"}', flush=True)
+"""
+
+
+async def test_30_phases_on_two_replicas_never_exceed_the_cluster_limit(postgres_url, postgres_cluster, tmp_path):
+    claude = tmp_path / "fake-claude"
+    claude.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAST_CLI))
+    claude.chmod(0o755)
+    config = {"claude_path": str(claude), "max_running_phases": 4, "cluster_max_running_phases": 3}
+    async with two_replicas(tmp_path, None, postgres_url, **config) as (a, b):
+        async def one(n: int):
+            replica = (a, b)[n % 2]
+            project = "x" if n % 3 else "y"
+            request = pb.RunPhaseRequest(job_id=f"job-{n:02d}", phase_id="p1", project_id=project, prompt="hi",
+                                         working_dir=str(replica.workdir))
+            return await collect(replica.stub.RunPhase(request, timeout=300))
+
+        outcomes = await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(30))), 300)
+    assert all(result.status == res.PHASE_STATUS_SUCCEEDED for _, result in outcomes), [
+        r.reason for _, r in outcomes if r.status != res.PHASE_STATUS_SUCCEEDED]
+    assert sum(1 for events, _ in outcomes if any(queued(e) for e in events)) >= 20  # most had to wait
+    # Each attempt's span lies inside its hold on the cluster slot (taken before, released after).
+    spans = [(r.attempts[0].start_time.ToNanoseconds(), r.attempts[0].end_time.ToNanoseconds()) for _, r in outcomes]
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert 1 <= peak <= 3, peak
+    assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
