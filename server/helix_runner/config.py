@@ -114,6 +114,12 @@ class ServerConfig:
     max_starting_phases: int = 4
     max_queued_phases: int = 1000
     max_queued_phases_per_project: int = 0
+    # Cluster admission (docs/scale-out.md "Cluster admission"; PostgreSQL only, ignored on SQLite):
+    # limits that hold for all replicas on one database together, kept in it; 0 = none. With all
+    # three 0 each replica admits on its own limits alone.
+    cluster_max_running_phases: int = 0
+    cluster_max_running_phases_per_project: int = 0
+    cluster_max_queued_phases: int = 0
     # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
     # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
     retry_max_attempts: int = 3
@@ -317,6 +323,9 @@ _CONVERTERS: dict[str, Any] = {
     "max_starting_phases": int,
     "max_queued_phases": int,
     "max_queued_phases_per_project": int,
+    "cluster_max_running_phases": int,
+    "cluster_max_running_phases_per_project": int,
+    "cluster_max_queued_phases": int,
     "retry_max_attempts": int,
     "retry_initial_backoff_seconds": float,
     "retry_backoff_multiplier": float,
@@ -443,7 +452,8 @@ def validate(config: ServerConfig) -> ServerConfig:
     for name in ("max_starting_phases", "max_queued_phases"):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
-    for name in ("max_running_phases", "max_running_phases_per_project", "max_queued_phases_per_project"):
+    for name in ("max_running_phases", "max_running_phases_per_project", "max_queued_phases_per_project",
+                 "cluster_max_running_phases", "cluster_max_running_phases_per_project", "cluster_max_queued_phases"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} must not be negative (0: no separate limit)")
     try:

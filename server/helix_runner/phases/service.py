@@ -31,8 +31,9 @@ from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, QueueStatus, Ticket
+from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
+from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.ports import RecordEncoder
@@ -104,7 +105,9 @@ class PhaseService:
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
         self.retry_defaults: RetryPolicy = retry_defaults(config)
-        self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change)
+        # On a shared database with cluster limits, the cluster's ledger decides too (cluster_admission.py).
+        self.admission: AsyncAdmission = admission_for(store, admission_limits(config), cluster_limits(config),
+                                                       on_change=self._on_queue_change)
         # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
         self.follower: Follower | None = None
 

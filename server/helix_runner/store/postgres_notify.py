@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
 
+from helix_runner.store.postgres_admission import ADMISSION_CHANNEL
 from helix_runner.store.protocol import ACTIVE_STATUSES, EventRow, PhaseRow
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ class EventListener:
         self._waiters: dict[tuple[str, str], set[_Waiter]] = {}
         self._task: asyncio.Task | None = None
         self._listening = asyncio.Event()
+        # Cluster admission wake-ups (postgres_admission.ADMISSION_CHANNEL): called on the loop.
+        self._admission_callbacks: list[Callable[[str], None]] = []
 
     async def start(self) -> EventListener:
         self._task = asyncio.create_task(self._run(), name="postgres-listen")
@@ -94,9 +97,13 @@ class EventListener:
             try:
                 async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {ADMISSION_CHANNEL}")
                     self._listening.set()
                     self._wake_all()  # anything sent while we were not listening: re-read by cursor
                     async for note in conn.notifies():
+                        if note.channel == ADMISSION_CHANNEL:
+                            self._admission_changed(note.payload)
+                            continue
                         pointer = EventPointer.parse(note.payload)
                         if pointer is not None:
                             self._deliver(pointer)
@@ -107,12 +114,26 @@ class EventListener:
                 self._wake_all()
                 await asyncio.sleep(self.reconnect_delay)
 
+    def on_admission_change(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(payload)`` (on the loop) when a replica freed a cluster admission slot
+        (``released:<replica>``) or woke one to take its turn (``turn:<replica>``); with "" after a
+        reconnect (a wake-up may have been lost)."""
+        self._admission_callbacks.append(callback)
+
+    def _admission_changed(self, payload: str = "") -> None:
+        for callback in list(self._admission_callbacks):
+            try:
+                callback(payload)
+            except Exception:
+                log.exception("cluster admission wake-up failed")
+
     def _deliver(self, pointer: EventPointer) -> None:
         for waiter in self._waiters.get((pointer.job_id, pointer.phase_id), ()):
             waiter.latest = max(waiter.latest, pointer.sequence)
             waiter.wakeup.set()
 
     def _wake_all(self) -> None:
+        self._admission_changed()
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.wakeup.set()

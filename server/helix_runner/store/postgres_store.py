@@ -11,6 +11,7 @@ phase's history is fenced (``postgres_cluster``), and appends NOTIFY other repli
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
+from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
 from helix_runner.store.postgres_cluster import (
     DEFAULT_LEASE_SECONDS,
     FencedError,
@@ -654,6 +656,7 @@ class PostgresStore:
                 )
                 pointers.append(EventPointer(row.job_id, row.phase_id, seq))
             notify(cur, pointers)
+            drop_dead_entries(cur)  # cluster admission: a gone replica holds no slot (postgres_admission.py)
             prune_expired_replicas(cur, _ACTIVE)
         self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
         for row in rows:
@@ -662,6 +665,13 @@ class PostgresStore:
                 extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name}},
             )
         return rows
+
+    # -- cluster admission (postgres_admission.py; docs/scale-out.md "Cluster admission") ------
+
+    @functools.cached_property
+    def admission_ledger(self) -> PostgresAdmissionLedger:
+        """The cluster-wide admission queue and limits, kept in this database."""
+        return PostgresAdmissionLedger(self._pool, lambda: self.replica.replica_id)
 
 
 def _describe(exc: BaseException) -> str:
