@@ -56,6 +56,12 @@ class JobRow:
     status: PhaseStatus
     create_time_ns: int
     update_time_ns: int
+    # Bumped in the same transaction as every write that changes what the job's view shows: the
+    # job row, a phase row (insert_phase, update_phase, a takeover's sweep), a phase's events
+    # (append_events: last_sequence) and its per-model costs (replace_model_costs). Tool calls and
+    # recordings are not part of the view. The read model caches views under (create_time_ns,
+    # view_version) (phases/queries.py), so a view is never served after a write to it commits.
+    view_version: int = 0
 
 
 @dataclass

@@ -57,7 +57,8 @@ __all__ = [
 
 # Version 1: the unversioned schema (a `meta` table said so). Version 2: blob columns named for
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
-SCHEMA_VERSION = 2
+# Version 3: jobs.view_version, bumped by every write that changes a job's view (read-model cache).
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -65,7 +66,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     project_id TEXT NOT NULL,
     status TEXT NOT NULL,
     create_time_ns INTEGER NOT NULL,
-    update_time_ns INTEGER NOT NULL
+    update_time_ns INTEGER NOT NULL,
+    view_version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs (project_id, create_time_ns DESC, job_id DESC);
 CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (create_time_ns DESC, job_id DESC);
@@ -148,6 +150,9 @@ _DURATION_INDEX = (
 # ``backfill_tool_call_durations`` fills them in and drops this index when done.
 _BACKFILL_INDEX = "tool_calls_duration_backfill"
 
+# Version 3 (PostgreSQL: migration 0004_job_view_version.sql).
+_ADD_VIEW_VERSION = "ALTER TABLE jobs ADD COLUMN view_version INTEGER NOT NULL DEFAULT 0"
+
 # Each step takes the schema from version N to N + 1 (index N - 1); statements, not a script, so
 # that the step and the new user_version commit together.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -162,6 +167,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         f"WHERE duration_ns IS NULL AND status IN ({_FINISHED})",
         "DROP TABLE meta",  # held only schema_version, now PRAGMA user_version
     ),
+    (_ADD_VIEW_VERSION,),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
@@ -174,7 +180,7 @@ _SELECT_PHASES = (
     f"SELECT {','.join(_PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
     "WHERE e.job_id = phases.job_id AND e.phase_id = phases.phase_id) FROM phases"
 )
-_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
+_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
 
 
 
@@ -324,7 +330,7 @@ class SqliteStore:
             if row is not None:
                 return row, False
             self._db.execute(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?)",
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,0)",
                 (job_id, project_id, PhaseStatus.PENDING.name, now_ns, now_ns),
             )
             return JobRow(job_id, project_id, PhaseStatus.PENDING, now_ns, now_ns), True
@@ -379,7 +385,8 @@ class SqliteStore:
                     [phase_value(c, getattr(row, c)) for c in _PHASE_COLUMNS],
                 )
                 tx.execute(
-                    "UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ?",
+                    "UPDATE jobs SET status = ?, update_time_ns = ?, view_version = view_version + 1 "
+                    "WHERE job_id = ?",
                     (status, row.create_time_ns, row.job_id),
                 )
         except sqlite3.IntegrityError:
@@ -406,8 +413,12 @@ class SqliteStore:
                     "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)",
                     (stored["status"], now_ns, job_id, phase_id, job_id),
                 )
+                _bump_view_versions(tx, [job_id])  # also when it is not the latest phase
             else:
-                tx.execute("UPDATE jobs SET update_time_ns = ? WHERE job_id = ?", (now_ns, job_id))
+                tx.execute(
+                    "UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?",
+                    (now_ns, job_id),
+                )
 
     def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
         with self._lock:
@@ -452,6 +463,7 @@ class SqliteStore:
                 "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
                 rows,
             )
+            _bump_view_versions(tx, {job_id for job_id, _, events in batches if events})  # last_sequence
 
     def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
         with self._lock:
@@ -601,6 +613,7 @@ class SqliteStore:
                 "INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
             )
+            _bump_view_versions(tx, [job_id])
 
     def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
@@ -692,6 +705,18 @@ class SqliteStore:
             self._db.execute(
                 "UPDATE phases SET recording_dir = '' WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
             )
+
+
+def _bump_view_versions(tx: sqlite3.Connection, job_ids: Iterable[str]) -> None:
+    """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
+
+    Every write that changes what a job's view shows (``PhaseQueries``: the job row, its phases'
+    columns and last sequence, its per-model costs) calls this, so a view cached under a version
+    is never returned after such a write commits (``Store``, "view_version").
+    """
+    ids = sorted(job_ids)
+    if ids:
+        tx.execute(f"UPDATE jobs SET view_version = view_version + 1 WHERE job_id IN ({','.join('?' * len(ids))})", ids)
 
 
 def _scope(
