@@ -254,7 +254,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
     if listener is not None:
         manager.follower = functools.partial(follow_phase_events, store, listener)
-    queries = PhaseQueries(store, manager.get_live)
+    queries = PhaseQueries(store, manager.get_live, view_cache_jobs=config.read_cache_jobs)
     forwarder = None if listener is None else OwnerForwarder(token)
     servicer = RunnerServicer(manager, queries, forwarder)
     add_runner_service(servicer, server)
