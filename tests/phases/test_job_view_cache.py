@@ -102,6 +102,7 @@ def test_a_cached_page_takes_one_query_on_sqlite(tmp_path):
         assert len(statements) == 1  # the jobs, with their versions
         statements.clear()
         store.append_events([("j05", "p0", [EventRow(1, 1, "k", b"e")])])
+        assert not any("UPDATE jobs" in s for s in statements)  # nothing written to the job row
         statements.clear()
         page = queries.list_jobs(None, [], 20, None)
         assert len(statements) == 3 and next(j for j in page.jobs if j.job_id == "j05").phases[0].last_sequence == 1

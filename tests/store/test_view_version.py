@@ -1,5 +1,6 @@
-"""``jobs.view_version`` on both stores: every write that changes a job's view bumps it, in the same
-transaction, and nothing else does; the read model's job-view cache is keyed by it (phases/queries).
+"""``JobRow.view_version`` and ``sequence_sum`` on both stores: every write that changes a job's view
+moves one of them (the version in the same transaction; the sum of last sequences with each appended
+event), and nothing else does; the read model's job-view cache is keyed by them (phases/queries).
 
 Runs against SQLite and PostgreSQL, opened by database URL as the server does (as the store
 contract suite). "Another handle" is another process on the same SQLite file, or another replica.
@@ -44,7 +45,13 @@ def version(store, job: str) -> int:
     return store.get_job(job).view_version
 
 
-def test_every_write_that_changes_a_job_view_bumps_its_version_and_only_its_own(store):
+def mark(store, job: str) -> tuple[int, int]:
+    """What the read model's cache compares (besides the creation time)."""
+    row = store.get_job(job)
+    return row.view_version, row.sequence_sum
+
+
+def test_every_write_that_changes_a_job_view_moves_its_mark_and_only_its_own(store):
     store.get_or_create_job("j", "p", 1)
     store.get_or_create_job("other", "p", 2)
     store.insert_phase(phase("other", "o"))
@@ -57,18 +64,24 @@ def test_every_write_that_changes_a_job_view_bumps_its_version_and_only_its_own(
         "update_phase status of an earlier phase": lambda: store.update_phase("j", "a", 4, status=S.SUCCEEDED),
         "update_phase other columns": lambda: store.update_phase("j", "a", 5, cost_pb=b"\x08\x01", model="m"),
         "append_events": lambda: store.append_events([("j", "b", [EventRow(1, 1, "k", b"e1")])]),
+        "append_events (another phase)": lambda: store.append_events([("j", "a", [EventRow(1, 1, "k", b"e1")])]),
+        "append_events (more)": lambda: store.append_events([("j", "b", [EventRow(2, 2, "k", b"e2")])]),
         "replace_model_costs": lambda: store.replace_model_costs("j", "b", "p", [cost()]),
         "replace_model_costs (to none)": lambda: store.replace_model_costs("j", "b", "p", []),
     }
-    other = version(store, "other")
+    other = mark(store, "other")
     for name, write in writes.items():
-        before = version(store, "j")
+        before = mark(store, "j")
         write()
-        assert version(store, "j") > before, name
-    assert version(store, "other") == other  # untouched by writes to "j"
-    # Listing reads the version with the row.
-    assert {r.job_id: r.view_version for r in store.list_jobs(None, [], 10)} == {
-        "j": version(store, "j"),
+        after = mark(store, "j")
+        assert after != before and after[0] >= before[0] and after[1] >= before[1], name
+        if name.startswith("append_events"):
+            assert after[0] == before[0], "appending events writes nothing to the job row"
+    assert mark(store, "other") == other  # untouched by writes to "j"
+    assert mark(store, "j")[1] == 2 + 1  # phase b's last sequence + phase a's
+    # Listing reads both with the row.
+    assert {r.job_id: (r.view_version, r.sequence_sum) for r in store.list_jobs(None, [], 10)} == {
+        "j": mark(store, "j"),
         "other": other,
     }
 
@@ -76,18 +89,18 @@ def test_every_write_that_changes_a_job_view_bumps_its_version_and_only_its_own(
 def test_writes_outside_the_view_leave_the_version(store):
     store.get_or_create_job("j", "p", 1)
     store.insert_phase(phase("j", "a"))
-    before = version(store, "j")
+    before = mark(store, "j")
     store.upsert_tool_calls("j", "a", [ToolCallRow("t", "Bash", ToolCallStatus.RUNNING, 1, b"call")])
     store.mark_tool_calls_unfinished("j", "a")
     store.forget_recording("j", "a")
-    assert version(store, "j") == before
+    assert mark(store, "j") == before
 
 
-def test_one_group_commit_bumps_every_job_it_wrote(store):
+def test_one_group_commit_moves_every_job_it_wrote(store):
     for job in ("j1", "j2", "j3"):
         store.get_or_create_job(job, "p", 1)
         store.insert_phase(phase(job, "a"))
-    before = {job: version(store, job) for job in ("j1", "j2", "j3")}
+    before = {job: store.get_job(job).sequence_sum for job in ("j1", "j2", "j3")}
     store.append_events(
         [
             ("j2", "a", [EventRow(1, 1, "k", b"1"), EventRow(2, 2, "k", b"2")]),
@@ -95,19 +108,21 @@ def test_one_group_commit_bumps_every_job_it_wrote(store):
             ("j3", "a", []),  # nothing to write
         ]
     )
-    after = {job: version(store, job) for job in ("j1", "j2", "j3")}
-    assert after["j1"] > before["j1"] and after["j2"] > before["j2"] and after["j3"] == before["j3"]
+    after = {job: store.get_job(job).sequence_sum for job in ("j1", "j2", "j3")}
+    assert after == {"j1": before["j1"] + 1, "j2": before["j2"] + 2, "j3": before["j3"]}
 
 
-def test_another_handle_sees_the_bump_of_a_committed_write(database_url, store):
-    """The version is in the database, not in one process: another server or replica sees it."""
+def test_another_handle_sees_the_mark_of_a_committed_write(database_url, store):
+    """Both are in the database, not in one process: another server or replica sees them."""
     store.get_or_create_job("j", "p", 1)
     store.insert_phase(phase("j", "a"))
     other = open_store(database_url)
     try:
-        before = version(other, "j")
+        before = mark(other, "j")
         store.append_events([("j", "a", [EventRow(1, 1, "k", b"e1")])])
-        assert version(other, "j") > before
+        assert mark(other, "j") == (before[0], before[1] + 1)
+        store.update_phase("j", "a", 2, status=S.SUCCEEDED)
+        assert mark(other, "j") == (before[0] + 1, before[1] + 1)
         assert other.phases_of_jobs(["j"])[0].last_sequence == 1
     finally:
         other.close()

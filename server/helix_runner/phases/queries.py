@@ -8,10 +8,10 @@ tool-call statistics are computed by the store over every matching call (``Store
 instead of by reading the calls out.
 
 Job views are cached (``JobViewCache``): a page reads the job rows, which carry each job's
-``view_version``, and rebuilds only the jobs whose version moved since their view was built; a
-page of finished jobs is one query. The store bumps the version in the same transaction as every
-write that changes a view (``JobRow.view_version``), in the database, so this holds with other
-processes or replicas writing too. A job with a phase running in this server is never cached: its
+``view_version`` and ``sequence_sum``, and rebuilds only the jobs where either moved since their
+view was built; a page of unchanged jobs is one query. The store bumps the version in the same
+transaction as every write that changes a view, and every appended event raises the sum
+(``JobRow``); both are in the database, so this holds with other processes or replicas writing too. A job with a phase running in this server is never cached: its
 live figures come from the run at each call.
 """
 
@@ -69,31 +69,31 @@ def phase_not_found(job_id: str, phase_id: str) -> RunnerError:
 
 class JobViewCache:
     """Job views by job id, least recently used out first; an entry holds while its job row's
-    (create_time_ns, view_version) is what it was built from.
+    (create_time_ns, view_version, sequence_sum) is what it was built from.
 
     The creation time is in the key so that a job deleted by retention and created again under the
     same id (its version starting over) never matches the old view. A view may be built from data
     newer than its version (its job row was read first): then the next read sees a newer version and
-    rebuilds, so a view is never older than its version says.
+    rebuilds, so a view is never older than its key says.
     """
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self._entries: OrderedDict[str, tuple[int, int, JobView]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[tuple[int, int, int], JobView]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def get(self, job: JobRow) -> JobView | None:
         entry = self._entries.get(job.job_id)
-        if entry is None or entry[0] != job.create_time_ns or entry[1] != job.view_version:
+        if entry is None or entry[0] != (job.create_time_ns, job.view_version, job.sequence_sum):
             self.misses += 1
             return None
         self._entries.move_to_end(job.job_id)
         self.hits += 1
-        return entry[2]
+        return entry[1]
 
     def put(self, job: JobRow, view: JobView) -> None:
-        self._entries[job.job_id] = (job.create_time_ns, job.view_version, view)
+        self._entries[job.job_id] = ((job.create_time_ns, job.view_version, job.sequence_sum), view)
         self._entries.move_to_end(job.job_id)
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)

@@ -68,6 +68,11 @@ _SELECT_PHASES = (
 _ACTIVE = [s.name for s in ACTIVE_STATUSES]
 _FINISHED = [s.name for s in FINISHED_TOOL_STATUSES]
 _JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
+# A job row with its sequence_sum (JobRow): one MAX seek per phase (the events primary key).
+_SELECT_JOBS = (
+    f"SELECT {_JOB_COLUMNS}, (SELECT COALESCE(SUM((SELECT MAX(e.sequence) FROM events e WHERE "
+    "e.job_id = p.job_id AND e.phase_id = p.phase_id)), 0)::bigint FROM phases p WHERE p.job_id = jobs.job_id) FROM jobs"
+)
 # Finished calls migration 2 found without a duration (backfill_tool_call_durations drops it when done).
 _BACKFILL_INDEX = "tool_calls_duration_backfill"
 
@@ -99,10 +104,10 @@ def _scope(
 def _bump_view_versions(cur: psycopg.Cursor, job_ids: Iterable[str]) -> None:
     """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
 
-    As in ``SqliteStore``: every write that changes what a job's view shows calls this, so a view
-    cached by any replica under the old version is not served once the write commits. Several jobs
-    are locked in job-id order first, so two replicas' group commits over the same jobs cannot
-    deadlock on the job rows.
+    As in ``SqliteStore``: every write that changes what a job's view shows (appended events
+    aside: ``JobRow.sequence_sum``) calls this, so a view cached by any replica under the old
+    version is not served once the write commits. Several jobs (a takeover's sweep) are locked in
+    job-id order first, so two transactions over the same jobs cannot deadlock on the job rows.
     """
     ids = sorted(job_ids)
     if len(ids) == 1:
@@ -225,7 +230,7 @@ class PostgresStore:
 
     @staticmethod
     def _job(conn: psycopg.Connection, job_id: str) -> JobRow | None:
-        r = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
+        r = conn.execute(f"{_SELECT_JOBS} WHERE job_id = %s", (job_id,)).fetchone()
         return job_row(r) if r else None
 
     def list_jobs(
@@ -246,7 +251,7 @@ class PostgresStore:
         if after is not None:
             where.append("(create_time_ns, job_id) < (%s, %s)")
             args.extend([after[0], after[1]])
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        sql = _SELECT_JOBS
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT %s"
@@ -381,7 +386,6 @@ class PostgresStore:
                     "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::bytea[])",
                     cols,
                 )
-                _bump_view_versions(cur, {j for j, _ in last})  # their last_sequence changed
                 notify(cur, [EventPointer(j, p, s) for (j, p), s in last.items()])
         if refused:
             raise FencedError(refused)

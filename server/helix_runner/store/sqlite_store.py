@@ -181,6 +181,11 @@ _SELECT_PHASES = (
     "WHERE e.job_id = phases.job_id AND e.phase_id = phases.phase_id) FROM phases"
 )
 _JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
+# A job row with its sequence_sum (JobRow): one MAX seek per phase (the events primary key).
+_SELECT_JOBS = (
+    f"SELECT {_JOB_COLUMNS}, (SELECT COALESCE(SUM((SELECT MAX(e.sequence) FROM events e WHERE "
+    "e.job_id = p.job_id AND e.phase_id = p.phase_id)), 0) FROM phases p WHERE p.job_id = jobs.job_id) FROM jobs"
+)
 
 
 
@@ -340,7 +345,7 @@ class SqliteStore:
             return self._job(job_id)
 
     def _job(self, job_id: str) -> JobRow | None:
-        r = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        r = self._db.execute(f"{_SELECT_JOBS} WHERE job_id = ?", (job_id,)).fetchone()
         return job_row(r) if r else None
 
     def list_jobs(
@@ -361,7 +366,7 @@ class SqliteStore:
         if after is not None:
             where.append("(create_time_ns < ? OR (create_time_ns = ? AND job_id < ?))")
             args.extend([after[0], after[0], after[1]])
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        sql = _SELECT_JOBS
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT ?"
@@ -463,7 +468,6 @@ class SqliteStore:
                 "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
                 rows,
             )
-            _bump_view_versions(tx, {job_id for job_id, _, events in batches if events})  # last_sequence
 
     def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
         with self._lock:
@@ -711,8 +715,9 @@ def _bump_view_versions(tx: sqlite3.Connection, job_ids: Iterable[str]) -> None:
     """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
 
     Every write that changes what a job's view shows (``PhaseQueries``: the job row, its phases'
-    columns and last sequence, its per-model costs) calls this, so a view cached under a version
-    is never returned after such a write commits (``Store``, "view_version").
+    columns, its per-model costs) calls this, so a view cached under a version is never returned
+    after such a write commits (``JobRow.view_version``). Appended events change only the phases'
+    last sequences, which ``JobRow.sequence_sum`` follows without a write.
     """
     ids = sorted(job_ids)
     if ids:
