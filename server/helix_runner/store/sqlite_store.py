@@ -57,7 +57,8 @@ __all__ = [
 
 # Version 1: the unversioned schema (a `meta` table said so). Version 2: blob columns named for
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
-# Version 3: jobs.view_version, bumped by every write that changes a job's view (read-model cache).
+# Version 3: jobs.view_version, bumped by every write that changes a job's view but appended events
+# (the read model's job-view cache; JobRow).
 SCHEMA_VERSION = 3
 
 _SCHEMA = """
