@@ -223,3 +223,26 @@ def test_responses_join_each_jobs_encoding_made_once(stores):
     assert again.jobs[0].memo["job_pb"] is encoded  # encoded once per cached view
     job = runner_service_pb2.GetJobResponse.FromString(get_job_response(queries.job("j1")))
     assert job == runner_service_pb2.GetJobResponse(job=job_to_proto(page.jobs[1]))
+
+
+def test_the_cache_holds_a_bounded_number_of_bytes_and_no_huge_job(stores):
+    from helix_runner.phases.queries import JobViewCache
+
+    reader, _ = stores
+    for i in range(20):
+        add_job(reader, f"j{i:02}", t=i)
+    add_job(reader, "big", t=99)
+    reader.update_phase("big", "p0", 99, status_reason="x" * 100_000)  # far larger than the rest
+    queries = PhaseQueries(reader, no_live)
+    queries.job("j00")
+    one = queries.view_cache.bytes  # every small job holds as much
+    queries.view_cache = cache = JobViewCache(capacity=100, max_bytes=17 * one)
+    for i in range(20):
+        queries.job(f"j{i:02}")
+    assert len(cache) == 17 and cache.bytes == 17 * one  # the three least recently used went
+    assert queries.job("j19") is queries.job("j19") and cache.misses == 20
+    queries.job("j00")
+    assert cache.misses == 21  # had gone
+    big = queries.job("big")
+    assert big.phases[0].status_reason == "x" * 100_000
+    assert queries.job("big") is not big and len(cache) == 17  # too big to keep: built on each read

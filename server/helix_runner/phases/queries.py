@@ -44,8 +44,11 @@ if TYPE_CHECKING:
     from helix_runner.phases.run import PhaseRun
     from helix_runner.phases.service import LivePhase
 
-# Job views the read model keeps (ListJobs / GetJob) unless told otherwise (config read_cache_jobs).
+# Job views the read model keeps (ListJobs / GetJob) unless told otherwise (config read_cache_jobs),
+# and the bytes they may hold in all (estimated: their stored text and blobs, twice, for the API's
+# encoding kept with each; a job with long prompts or many phases counts for what it holds).
 DEFAULT_VIEW_CACHE_JOBS = 4096
+VIEW_CACHE_BYTES = 64 * 1024 * 1024
 # InspectPhase shows this many of the latest events.
 RECENT_EVENTS = 50
 # ListToolCalls(only_failed): calls that failed or never finished.
@@ -77,9 +80,11 @@ class JobViewCache:
     rebuilds, so a view is never older than its key says.
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, max_bytes: int = VIEW_CACHE_BYTES):
         self.capacity = capacity
-        self._entries: OrderedDict[str, tuple[tuple[int, int, int], JobView]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, tuple[tuple[int, int, int], JobView, int]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -93,10 +98,16 @@ class JobViewCache:
         return entry[1]
 
     def put(self, job: JobRow, view: JobView) -> None:
-        self._entries[job.job_id] = ((job.create_time_ns, job.view_version, job.sequence_sum), view)
-        self._entries.move_to_end(job.job_id)
-        if len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        size = _estimated_size(view)
+        old = self._entries.pop(job.job_id, None)
+        if old is not None:
+            self.bytes -= old[2]
+        if size > self.max_bytes // 16:
+            return  # one huge job would push out many others: built on each read instead
+        self._entries[job.job_id] = ((job.create_time_ns, job.view_version, job.sequence_sum), view, size)
+        self.bytes += size
+        while len(self._entries) > self.capacity or self.bytes > self.max_bytes:
+            self.bytes -= self._entries.popitem(last=False)[1][2]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -289,6 +300,16 @@ class PhaseQueries:
             sums = self._store.phase_cost_sums(project_id=project)
             models = self._store.model_cost_sums(project_id=project)
         return _totals(sums, [row for _, row in models])
+
+
+def _estimated_size(view: JobView) -> int:
+    """Bytes a cached view holds, roughly: its phases' text and blobs and a fixed part, twice (its
+    encoding is kept with it)."""
+    size = 512 + 128 * len(view.cost.models)
+    for p in view.phases:
+        size += 256 + len(p.prompt) + len(p.working_dir) + len(p.status_reason)
+        size += len(p.result_pb or b"") + len(p.cost_pb or b"") + len(p.tool_stats_pb or b"")
+    return 2 * size
 
 
 def _phase_sums(phases: Iterable[PhaseRow]) -> PhaseCostSums:
