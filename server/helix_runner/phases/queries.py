@@ -11,8 +11,9 @@ Job views are cached (``JobViewCache``): a page reads the job rows, which carry 
 ``view_version`` and ``sequence_sum``, and rebuilds only the jobs where either moved since their
 view was built; a page of unchanged jobs is one query. The store bumps the version in the same
 transaction as every write that changes a view, and every appended event raises the sum
-(``JobRow``); both are in the database, so this holds with other processes or replicas writing too. A job with a phase running in this server is never cached: its
-live figures come from the run at each call.
+(``JobRow``); both are in the database, so this holds with other processes or replicas writing
+too. A job with a phase running in this server is never cached: its live figures come from the
+run at each call. The API keeps each cached view's encoding with it (``JobView.memo``).
 """
 
 from __future__ import annotations
