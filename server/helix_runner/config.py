@@ -132,6 +132,9 @@ class ServerConfig:
     # How long a process may linger after its final result and stdout EOF before it is killed.
     exit_grace_seconds: float = 10.0
     max_line_bytes: int = 64 * 1024 * 1024
+    # Job views the read model keeps for GetJob / ListJobs, each valid until its job is written
+    # (phases/queries.py JobViewCache); 0 turns the cache off.
+    read_cache_jobs: int = 4096
     inherit_env: tuple[str, ...] = DEFAULT_INHERIT_ENV
     request_env_allowlist: tuple[str, ...] = DEFAULT_REQUEST_ENV_ALLOWLIST
     # Prepended to the child's PATH (e.g. a project virtualenv's bin) so tools like pytest resolve.
@@ -335,6 +338,7 @@ _CONVERTERS: dict[str, Any] = {
     "default_idle_timeout_seconds": float,
     "exit_grace_seconds": float,
     "max_line_bytes": int,
+    "read_cache_jobs": int,
     "inherit_env": _as_str_tuple,
     "request_env_allowlist": _as_str_tuple,
     "path_prefix": _as_path_tuple,
@@ -468,6 +472,8 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError(f"tracing {config.tracing!r} is not one of {', '.join(TRACING_MODES)}")
     if config.max_line_bytes < 1024 * 1024:
         raise ConfigError("max_line_bytes must be at least 1 MiB")
+    if config.read_cache_jobs < 0:
+        raise ConfigError("read_cache_jobs must not be negative (0: no cache)")
     if config.containment not in CONTAINMENT_SETTINGS:
         raise ConfigError(f"containment {config.containment!r} is not one of {', '.join(CONTAINMENT_SETTINGS)}")
     if not _CGROUP_PARENT.match(config.cgroup_parent) or ".." in config.cgroup_parent.split("/"):

@@ -262,7 +262,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         manager.follower = functools.partial(follow_phase_events, store, listener)
         if (wake := getattr(manager.admission, "wake", None)) is not None:  # cluster admission is on
             listener.on_admission_change(wake)  # another replica freed a cluster slot, or it is our turn
-    queries = PhaseQueries(store, manager.get_live)
+    queries = PhaseQueries(store, manager.get_live, view_cache_jobs=config.read_cache_jobs)
     try:
         tls_files = _tls_files(config)
     except StartupError:

@@ -227,9 +227,9 @@ def test_migrations_apply_once_and_refuse_a_newer_schema(postgres_url, postgres_
         s.close()
     versions = postgres_cluster.execute(postgres_url, "SELECT version FROM schema_migrations ORDER BY version")
     assert versions == [(m.version,) for m in known_migrations()]
-    extra = [*known_migrations(), Migration(len(known_migrations()) + 1, "later", "CREATE TABLE later (x int)")]
+    extra = [*known_migrations(), Migration(known_migrations()[-1].version + 1, "later", "CREATE TABLE later (x int)")]
     with psycopg.connect(postgres_url) as conn:
-        assert migrate(conn, extra) == len(extra)
+        assert migrate(conn, extra) == extra[-1].version
     with pytest.raises(StoreError, match="newer than this server knows"):
         PostgresStore(postgres_url, heartbeat=False)
 
@@ -253,7 +253,7 @@ def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once(postg
                      "('j', 'a', 't2', 'Bash', 'RUNNING', 5, 'running'), ('j', 'a', 't3', 'Bash', 'FAILED', 7, 'bad')")
     store = PostgresStore(postgres_url, heartbeat=False)
     try:
-        assert (store.schema_version, store.migrated_from) == (len(known_migrations()), 1)
+        assert (store.schema_version, store.migrated_from) == (known_migrations()[-1].version, 1)
         row = store.get_phase("j", "a")
         assert (row.status, row.result_pb) == (S.SUCCEEDED, b"\x0a\x01")
         columns = {r[0] for r in postgres_cluster.execute(

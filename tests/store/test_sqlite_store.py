@@ -160,7 +160,8 @@ def test_a_version_1_database_is_migrated_in_place_and_keeps_its_data(tmp_path):
         assert row.status is PhaseStatus.SUCCEEDED and row.computed_usd == 0.25
         columns = {r[1] for r in store._db.execute("PRAGMA table_info(phases)")}
         assert "options_json" not in columns and "result_json" not in columns
-        assert store._db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert store._db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert store.get_job("j").view_version == 0  # version 3 added it to existing jobs
         assert not store._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
 
         # Finished calls get their duration from their body, once; a body without one stays without.

@@ -7,8 +7,9 @@ A handler ends a failed call with ``context.abort_with_status(status)`` (``api.e
 the shim turns that rich status into a ``ConnectError`` with the same code, message and the one
 ``google.rpc.ErrorInfo`` detail, so both transports report errors identically.
 
-The streaming handlers yield pre-encoded response bytes (``api.wire``); the binary codec passes
-them through untouched, the JSON codec decodes them once to render JSON.
+The streaming handlers yield pre-encoded response bytes (``api.wire``), and some unary ones
+(GetJob, ListJobs) return them; the binary codec passes them through untouched, the JSON codec
+decodes them once to render JSON.
 """
 
 from __future__ import annotations
@@ -131,17 +132,18 @@ class ConnectRunnerService:
         self._servicer = servicer
         for method in SERVICE.methods:
             handler = getattr(servicer, method.name)
+            response_class = getattr(runner_service_pb2, method.output_type.name)
             if method.server_streaming:
-                response_class = getattr(runner_service_pb2, method.output_type.name)
                 setattr(self, _snake(method.name), self._streaming(method.name, handler, response_class))
             else:
-                setattr(self, _snake(method.name), self._unary(method.name, handler))
+                setattr(self, _snake(method.name), self._unary(method.name, handler, response_class))
 
     @staticmethod
-    def _unary(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
-        async def call(request: Message, ctx: RequestContext) -> Message:
+    def _unary(name: str, handler: Callable[..., Any], response_class: type[Message]) -> Callable[..., Any]:
+        async def call(request: Message, ctx: RequestContext) -> Message | _Encoded:
             try:
-                return await handler(request, _ContextShim())
+                response = await handler(request, _ContextShim())
+                return _Encoded(response, response_class) if type(response) is bytes else response
             except _Aborted as exc:
                 raise connect_error(exc.status) from None
             except ConnectError:

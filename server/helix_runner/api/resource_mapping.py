@@ -12,6 +12,7 @@ from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.proto_records import containment_to_proto
+from helix_runner.api.wire import embedded
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, StoredToolCall
 
@@ -122,12 +123,6 @@ def job_to_proto(view: JobView) -> resources_pb2.Job:
     return msg
 
 
-def jobs_to_proto(views: Iterable[JobView], into) -> None:
-    """Appends Job messages for ``views`` to a repeated Job field (e.g. ListJobsResponse.jobs)."""
-    for view in views:
-        _fill_job(into.add(), view)
-
-
 def _fill_job(msg: resources_pb2.Job, view: JobView) -> None:
     msg.job_id = view.job_id
     msg.project_id = view.project_id
@@ -138,6 +133,36 @@ def _fill_job(msg: resources_pb2.Job, view: JobView) -> None:
     for phase in view.phases:
         _fill_phase(phases.add(), phase)
     _fill_cost_totals(msg.cost, view.cost)
+
+
+def job_bytes(view: JobView) -> bytes:
+    """The encoded Job of a view, made once per view and kept in its ``memo``.
+
+    The read model serves a finished job's view from its cache until the job changes, so a page of
+    such jobs costs no message building at all (phases/queries.py JobViewCache).
+    """
+    data = view.memo.get("job_pb")
+    if data is None:
+        data = view.memo["job_pb"] = job_to_proto(view).SerializeToString()
+    return data
+
+
+# GetJobResponse.job = 1; ListJobsResponse.jobs = 1, next_page_token = 2 (runner_service.proto):
+# length-delimited fields, so a response is its jobs' encodings behind their tags (as api.wire).
+_JOB_TAG, _NEXT_PAGE_TOKEN_TAG = b"\x0a", b"\x12"
+
+
+def get_job_response(view: JobView) -> bytes:
+    """An encoded GetJobResponse."""
+    return embedded(_JOB_TAG, job_bytes(view))
+
+
+def list_jobs_response(views: Iterable[JobView], next_page_token: str) -> bytes:
+    """An encoded ListJobsResponse: the jobs' cached encodings joined, without building messages."""
+    parts = [embedded(_JOB_TAG, job_bytes(v)) for v in views]
+    if next_page_token:
+        parts.append(embedded(_NEXT_PAGE_TOKEN_TAG, next_page_token.encode()))
+    return b"".join(parts)
 
 
 def tool_call_to_proto(stored: StoredToolCall) -> resources_pb2.ToolCall:

@@ -6,8 +6,8 @@ so no handler computes anything or reads the store. Only this package imports ge
 enforced by ``add_runner_service``): the request's enum fields are checked first, a
 ``RunnerError`` becomes a rich status, and any other exception is logged with its traceback and
 answered INTERNAL with a generic message, so no exception text reaches a caller. The two
-streaming RPCs send pre-encoded bytes (see ``wire``), so they are registered with a pass-through
-serializer.
+streaming RPCs, GetJob and ListJobs send pre-encoded bytes (see ``wire``, ``resource_mapping.job_bytes``),
+so responses that are bytes pass the serializer untouched.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from helix_runner.api.request_mapping import (
 from helix_runner.api.resource_mapping import (
     breakpoint_to_proto,
     cost_totals_to_proto,
+    get_job_response,
     inspection_to_proto,
-    job_to_proto,
-    jobs_to_proto,
+    list_jobs_response,
     phase_to_proto,
     tool_call_to_proto,
 )
@@ -204,7 +204,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def GetJob(self, request, context):
-        return runner_service_pb2.GetJobResponse(job=job_to_proto(self.queries.job(request.job_id)))
+        return get_job_response(self.queries.job(request.job_id))
 
     @_unary
     async def ListJobs(self, request, context):
@@ -213,10 +213,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         after = read_token(request.page_token, query, (int, str))
         page = self.queries.list_jobs(request.project_id, statuses, page_size(request.page_size, 50, 500),
                                       tuple(after) if after else None)
-        response = runner_service_pb2.ListJobsResponse(
-            next_page_token=make_token(query, list(page.next_after)) if page.next_after else "")
-        jobs_to_proto(page.jobs, response.jobs)
-        return response
+        return list_jobs_response(page.jobs, make_token(query, list(page.next_after)) if page.next_after else "")
 
     @_unary
     async def ListToolCalls(self, request, context):
@@ -364,6 +361,16 @@ def _pass_through(message: bytes | Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
+def _unary_serializer(response_cls: type) -> Callable[[Any], bytes]:
+    """A unary response's serializer: a message is encoded, pre-encoded bytes pass as they are."""
+    serialize = response_cls.SerializeToString
+
+    def serializer(response: Any) -> bytes:
+        return response if type(response) is bytes else serialize(response)
+
+    return serializer
+
+
 def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> None:
     """Registers the service; the streaming methods may yield pre-encoded response bytes.
 
@@ -379,6 +386,6 @@ def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> Non
         else:
             response_cls = getattr(runner_service_pb2, method.output_type.name)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                behaviour, response_serializer=response_cls.SerializeToString)
+                behaviour, response_serializer=_unary_serializer(response_cls))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
     server.add_registered_method_handlers(_SERVICE.full_name, handlers)

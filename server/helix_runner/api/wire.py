@@ -56,6 +56,11 @@ def event_responses(bodies: Sequence[bytes]) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
+def embedded(tag: bytes, data: bytes) -> bytes:
+    """One length-delimited field (an embedded message, bytes or a string) of a message: tag, length, data."""
+    return tag + _varint(len(data)) + data
+
+
 def result_response(result: bytes) -> bytes:
     """The last response message: the encoded PhaseResult."""
     return _RESULT_TAG + _varint(len(result)) + result

@@ -3,14 +3,22 @@
 It sits between the API and the store, so the API never reads the store or a running phase's
 internals: a phase running in this server contributes a ``RunSnapshot`` (``PhaseRun.snapshot``),
 everything else comes from the store. Each answer takes a fixed number of store queries,
-whatever its size: a page of jobs is three (jobs, their phases, their per-model costs), and
+whatever its size: a page of jobs is at most three (jobs, their phases, their per-model costs), and
 tool-call statistics are computed by the store over every matching call (``Store.tool_call_stats``)
 instead of by reading the calls out.
+
+Job views are cached (``JobViewCache``): a page reads the job rows, which carry each job's
+``view_version`` and ``sequence_sum``, and rebuilds only the jobs where either moved since their
+view was built; a page of unchanged jobs is one query. The store bumps the version in the same
+transaction as every write that changes a view, and every appended event raises the sum
+(``JobRow``); both are in the database, so this holds with other processes or replicas writing
+too. A job with a phase running in this server is never cached: its live figures come from the
+run at each call. The API keeps each cached view's encoding with it (``JobView.memo``).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -37,6 +45,11 @@ if TYPE_CHECKING:
     from helix_runner.phases.run import PhaseRun
     from helix_runner.phases.service import LivePhase
 
+# Job views the read model keeps (ListJobs / GetJob) unless told otherwise (config read_cache_jobs),
+# and the bytes they may hold in all (estimated: their stored text and blobs, twice, for the API's
+# encoding kept with each; a job with long prompts or many phases counts for what it holds).
+DEFAULT_VIEW_CACHE_JOBS = 4096
+VIEW_CACHE_BYTES = 64 * 1024 * 1024
 # InspectPhase shows this many of the latest events.
 RECENT_EVENTS = 50
 # ListToolCalls(only_failed): calls that failed or never finished.
@@ -58,18 +71,69 @@ def phase_not_found(job_id: str, phase_id: str) -> RunnerError:
     )
 
 
+class JobViewCache:
+    """Job views by job id, least recently used out first; an entry holds while its job row's
+    (create_time_ns, view_version, sequence_sum) is what it was built from.
+
+    The creation time is in the key so that a job deleted by retention and created again under the
+    same id (its version starting over) never matches the old view. A view may be built from data
+    newer than its version (its job row was read first): then the next read sees a newer version and
+    rebuilds, so a view is never older than its key says.
+    """
+
+    def __init__(self, capacity: int, max_bytes: int = VIEW_CACHE_BYTES):
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, tuple[tuple[int, int, int], JobView, int]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, job: JobRow) -> JobView | None:
+        entry = self._entries.get(job.job_id)
+        if entry is None or entry[0] != (job.create_time_ns, job.view_version, job.sequence_sum):
+            self.misses += 1
+            return None
+        self._entries.move_to_end(job.job_id)
+        self.hits += 1
+        return entry[1]
+
+    def put(self, job: JobRow, view: JobView) -> None:
+        size = _estimated_size(view)
+        old = self._entries.pop(job.job_id, None)
+        if old is not None:
+            self.bytes -= old[2]
+        if size > self.max_bytes // 16:
+            return  # one huge job would push out many others: built on each read instead
+        self._entries[job.job_id] = ((job.create_time_ns, job.view_version, job.sequence_sum), view, size)
+        self.bytes += size
+        while len(self._entries) > self.capacity or self.bytes > self.max_bytes:
+            self.bytes -= self._entries.popitem(last=False)[1][2]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class PhaseQueries:
     """Answers the API's questions from a ``Store`` and the phases running in this server."""
 
-    def __init__(self, store: Store, live: Callable[[str, str], LivePhase | None]):
-        """``live`` finds a phase running in this server (``PhaseService.get_live``)."""
+    def __init__(
+        self,
+        store: Store,
+        live: Callable[[str, str], LivePhase | None],
+        *,
+        view_cache_jobs: int = DEFAULT_VIEW_CACHE_JOBS,
+    ):
+        """``live`` finds a phase running in this server (``PhaseService.get_live``);
+        ``view_cache_jobs`` job views are kept (0: none, every answer is built from the store)."""
         self._store = store
         self._live = live
+        self.view_cache = JobViewCache(view_cache_jobs) if view_cache_jobs > 0 else None
 
     # -- jobs -------------------------------------------------------------------------------
 
     def job(self, job_id: str) -> JobView:
-        """One job with its phases and cost totals; NOT_FOUND if there is none."""
+        """One job with its phases and cost totals; NOT_FOUND if there is none. One query when cached."""
         row = self._store.get_job(job_id)
         if row is None:
             raise job_not_found(job_id)
@@ -82,7 +146,7 @@ class PhaseQueries:
         limit: int,
         after: tuple[int, str] | None,
     ) -> JobPage:
-        """A page of jobs, newest first, in three store queries whatever ``limit`` is."""
+        """A page of jobs, newest first, in at most three store queries whatever ``limit`` is."""
         rows = self._store.list_jobs(project_id or None, statuses, limit + 1, after)
         more = len(rows) > limit
         rows = rows[:limit]
@@ -90,6 +154,30 @@ class PhaseQueries:
         return JobPage(tuple(self._job_views(rows)), next_after)
 
     def _job_views(self, jobs: list[JobRow]) -> list[JobView]:
+        """Views of these jobs: cached ones whose version still holds, the others built in two queries."""
+        cache = self.view_cache
+        if cache is None:
+            return self._build_views(jobs)
+        views: list[JobView | None] = []
+        stale: list[int] = []
+        for job in jobs:
+            view = cache.get(job)
+            if view is not None and self._runs_here(view):
+                view = None  # a phase started here since: its live figures are wanted
+            if view is None:
+                stale.append(len(views))
+            views.append(view)
+        if stale:
+            for i, view in zip(stale, self._build_views([jobs[i] for i in stale]), strict=True):
+                views[i] = view
+                if all(p.live is None for p in view.phases):
+                    cache.put(jobs[i], view)
+        return views  # type: ignore[return-value]  # every slot is filled
+
+    def _runs_here(self, view: JobView) -> bool:
+        return any(self._running(p.job_id, p.phase_id) is not None for p in view.phases)
+
+    def _build_views(self, jobs: list[JobRow]) -> list[JobView]:
         ids = [j.job_id for j in jobs]
         phases: dict[str, list[PhaseRow]] = defaultdict(list)
         for row in self._store.phases_of_jobs(ids):
@@ -213,6 +301,16 @@ class PhaseQueries:
             sums = self._store.phase_cost_sums(project_id=project)
             models = self._store.model_cost_sums(project_id=project)
         return _totals(sums, [row for _, row in models])
+
+
+def _estimated_size(view: JobView) -> int:
+    """Bytes a cached view holds, roughly: its phases' text and blobs and a fixed part, twice (its
+    encoding is kept with it)."""
+    size = 512 + 128 * len(view.cost.models)
+    for p in view.phases:
+        size += 256 + len(p.prompt) + len(p.working_dir) + len(p.status_reason)
+        size += len(p.result_pb or b"") + len(p.cost_pb or b"") + len(p.tool_stats_pb or b"")
+    return 2 * size
 
 
 def _phase_sums(phases: Iterable[PhaseRow]) -> PhaseCostSums:

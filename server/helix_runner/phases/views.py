@@ -7,7 +7,7 @@ the store or a running phase's internals. What the store keeps encoded stays enc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
@@ -118,6 +118,10 @@ class JobView:
     update_time_ns: int
     phases: tuple[PhaseView, ...]
     cost: CostTotals
+    # Scratch for the API layer: it keeps the view's wire encoding here, so a view the read model
+    # serves from its cache (phases/queries.py JobViewCache) is encoded once, not on every request.
+    # A view never changes, so neither does its encoding. Not part of the value.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,12 @@ _SELECT_PHASES = (
 # Statuses are stored by their enum names (as in SqliteStore), so both databases read alike.
 _ACTIVE = [s.name for s in ACTIVE_STATUSES]
 _FINISHED = [s.name for s in FINISHED_TOOL_STATUSES]
-_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
+_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
+# A job row with its sequence_sum (JobRow): one MAX seek per phase (the events primary key).
+_SELECT_JOBS = (
+    f"SELECT {_JOB_COLUMNS}, (SELECT COALESCE(SUM((SELECT MAX(e.sequence) FROM events e WHERE "
+    "e.job_id = p.job_id AND e.phase_id = p.phase_id)), 0)::bigint FROM phases p WHERE p.job_id = jobs.job_id) FROM jobs"
+)
 # Finished calls migration 2 found without a duration (backfill_tool_call_durations drops it when done).
 _BACKFILL_INDEX = "tool_calls_duration_backfill"
 
@@ -96,6 +101,25 @@ def _scope(
     if project_id is not None:
         return ["project_id = %s"], [project_id]
     return [], []
+
+
+def _bump_view_versions(cur: psycopg.Cursor, job_ids: Iterable[str]) -> None:
+    """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
+
+    As in ``SqliteStore``: every write that changes what a job's view shows (appended events
+    aside: ``JobRow.sequence_sum``) calls this, so a view cached by any replica under the old
+    version is not served once the write commits. Several jobs (a takeover's sweep) are locked in
+    job-id order first, so two transactions over the same jobs cannot deadlock on the job rows.
+    """
+    ids = sorted(job_ids)
+    if len(ids) == 1:
+        cur.execute("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = %s", (ids[0],))
+    elif ids:
+        cur.execute(
+            "UPDATE jobs SET view_version = view_version + 1 WHERE job_id IN "
+            "(SELECT job_id FROM jobs WHERE job_id = ANY(%s) ORDER BY job_id FOR NO KEY UPDATE)",
+            (ids,),
+        )
 
 
 class PostgresStore:
@@ -194,7 +218,7 @@ class PostgresStore:
         """Returns the job, creating it on first use; the bool says whether it was created."""
         with self._pool.connection() as conn:
             created = conn.execute(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (%s,%s,'PENDING',%s,%s) ON CONFLICT (job_id) DO NOTHING "
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (%s,%s,'PENDING',%s,%s,0) ON CONFLICT (job_id) DO NOTHING "
                 f"RETURNING {_JOB_COLUMNS}",
                 (job_id, project_id, now_ns, now_ns),
             ).fetchone()
@@ -208,7 +232,7 @@ class PostgresStore:
 
     @staticmethod
     def _job(conn: psycopg.Connection, job_id: str) -> JobRow | None:
-        r = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
+        r = conn.execute(f"{_SELECT_JOBS} WHERE job_id = %s", (job_id,)).fetchone()
         return job_row(r) if r else None
 
     def list_jobs(
@@ -229,7 +253,7 @@ class PostgresStore:
         if after is not None:
             where.append("(create_time_ns, job_id) < (%s, %s)")
             args.extend([after[0], after[1]])
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        sql = _SELECT_JOBS
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT %s"
@@ -261,7 +285,8 @@ class PostgresStore:
                     [*values, count + 1, self.replica.replica_id],
                 ).fetchone()
                 conn.execute(
-                    "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s",
+                    "UPDATE jobs SET status = %s, update_time_ns = %s, view_version = view_version + 1 "
+                    "WHERE job_id = %s",
                     (row.status.name, row.create_time_ns, row.job_id),
                 )
         except pg_errors.UniqueViolation:
@@ -291,8 +316,12 @@ class PostgresStore:
                     "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
                     (values["status"], now_ns, job_id, phase_id, job_id),
                 )
+                _bump_view_versions(cur, [job_id])  # also when it is not the latest phase
             else:
-                cur.execute("UPDATE jobs SET update_time_ns = %s WHERE job_id = %s", (now_ns, job_id))
+                cur.execute(
+                    "UPDATE jobs SET update_time_ns = %s, view_version = view_version + 1 WHERE job_id = %s",
+                    (now_ns, job_id),
+                )
             if exists and ("status" in values or "result_pb" in values):
                 # Wakes followers on other replicas: a phase's end is news even without a new event.
                 self._notify_current(cur, job_id, phase_id)
@@ -501,6 +530,7 @@ class PostgresStore:
                     "INSERT INTO model_costs VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                     [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
                 )
+            _bump_view_versions(cur, [job_id])
 
     def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
@@ -655,6 +685,7 @@ class PostgresStore:
                     (PhaseStatus.INTERRUPTED.name, now, row.job_id, row.phase_id, row.job_id),
                 )
                 pointers.append(EventPointer(row.job_id, row.phase_id, seq))
+            _bump_view_versions(cur, {r.job_id for r in rows})
             notify(cur, pointers)
             drop_dead_entries(cur)  # cluster admission: a gone replica holds no slot (postgres_admission.py)
             prune_expired_replicas(cur, _ACTIVE)

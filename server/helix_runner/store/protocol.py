@@ -56,6 +56,16 @@ class JobRow:
     status: PhaseStatus
     create_time_ns: int
     update_time_ns: int
+    # Bumped in the same transaction as every write that changes what the job's view shows, but
+    # for appended events: the job row, a phase row (insert_phase, update_phase, a takeover's
+    # sweep) and its per-model costs (replace_model_costs). Tool calls and recordings are not part
+    # of the view.
+    view_version: int = 0
+    # The sum of its phases' last sequences, read with the row by get_job and list_jobs: every
+    # appended event raises it (a phase's sequences only grow), so events need no write here. The
+    # read model caches views under (create_time_ns, view_version, sequence_sum) (phases/queries.py):
+    # a view is never served after a write to it commits, in this process or any other.
+    sequence_sum: int = 0
 
 
 @dataclass

@@ -22,8 +22,8 @@ def phase_row(r: Sequence) -> PhaseRow:
 
 
 def job_row(r: Sequence) -> JobRow:
-    """A job read back: job_id, project_id, status, create_time_ns, update_time_ns."""
-    return JobRow(r[0], r[1], PhaseStatus[r[2]], r[3], r[4])
+    """A job read back: job_id, project_id, status, create_time_ns, update_time_ns, view_version[, sequence_sum]."""
+    return JobRow(r[0], r[1], PhaseStatus[r[2]], r[3], r[4], r[5], r[6] if len(r) > 6 else 0)
 
 
 def tool_call_row(r: Sequence) -> ToolCallRow:

@@ -57,7 +57,9 @@ __all__ = [
 
 # Version 1: the unversioned schema (a `meta` table said so). Version 2: blob columns named for
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
-SCHEMA_VERSION = 2
+# Version 3: jobs.view_version, bumped by every write that changes a job's view but appended events
+# (the read model's job-view cache; JobRow).
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -65,7 +67,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     project_id TEXT NOT NULL,
     status TEXT NOT NULL,
     create_time_ns INTEGER NOT NULL,
-    update_time_ns INTEGER NOT NULL
+    update_time_ns INTEGER NOT NULL,
+    view_version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs (project_id, create_time_ns DESC, job_id DESC);
 CREATE INDEX IF NOT EXISTS jobs_by_time ON jobs (create_time_ns DESC, job_id DESC);
@@ -148,6 +151,9 @@ _DURATION_INDEX = (
 # ``backfill_tool_call_durations`` fills them in and drops this index when done.
 _BACKFILL_INDEX = "tool_calls_duration_backfill"
 
+# Version 3 (PostgreSQL: migration 0004_job_view_version.sql).
+_ADD_VIEW_VERSION = "ALTER TABLE jobs ADD COLUMN view_version INTEGER NOT NULL DEFAULT 0"
+
 # Each step takes the schema from version N to N + 1 (index N - 1); statements, not a script, so
 # that the step and the new user_version commit together.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -162,6 +168,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         f"WHERE duration_ns IS NULL AND status IN ({_FINISHED})",
         "DROP TABLE meta",  # held only schema_version, now PRAGMA user_version
     ),
+    (_ADD_VIEW_VERSION,),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
@@ -174,7 +181,12 @@ _SELECT_PHASES = (
     f"SELECT {','.join(_PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
     "WHERE e.job_id = phases.job_id AND e.phase_id = phases.phase_id) FROM phases"
 )
-_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns"
+_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
+# A job row with its sequence_sum (JobRow): one MAX seek per phase (the events primary key).
+_SELECT_JOBS = (
+    f"SELECT {_JOB_COLUMNS}, (SELECT COALESCE(SUM((SELECT MAX(e.sequence) FROM events e WHERE "
+    "e.job_id = p.job_id AND e.phase_id = p.phase_id)), 0) FROM phases p WHERE p.job_id = jobs.job_id) FROM jobs"
+)
 
 
 
@@ -324,7 +336,7 @@ class SqliteStore:
             if row is not None:
                 return row, False
             self._db.execute(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?)",
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,0)",
                 (job_id, project_id, PhaseStatus.PENDING.name, now_ns, now_ns),
             )
             return JobRow(job_id, project_id, PhaseStatus.PENDING, now_ns, now_ns), True
@@ -334,7 +346,7 @@ class SqliteStore:
             return self._job(job_id)
 
     def _job(self, job_id: str) -> JobRow | None:
-        r = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        r = self._db.execute(f"{_SELECT_JOBS} WHERE job_id = ?", (job_id,)).fetchone()
         return job_row(r) if r else None
 
     def list_jobs(
@@ -355,7 +367,7 @@ class SqliteStore:
         if after is not None:
             where.append("(create_time_ns < ? OR (create_time_ns = ? AND job_id < ?))")
             args.extend([after[0], after[0], after[1]])
-        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        sql = _SELECT_JOBS
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT ?"
@@ -379,7 +391,8 @@ class SqliteStore:
                     [phase_value(c, getattr(row, c)) for c in _PHASE_COLUMNS],
                 )
                 tx.execute(
-                    "UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ?",
+                    "UPDATE jobs SET status = ?, update_time_ns = ?, view_version = view_version + 1 "
+                    "WHERE job_id = ?",
                     (status, row.create_time_ns, row.job_id),
                 )
         except sqlite3.IntegrityError:
@@ -406,8 +419,12 @@ class SqliteStore:
                     "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)",
                     (stored["status"], now_ns, job_id, phase_id, job_id),
                 )
+                _bump_view_versions(tx, [job_id])  # also when it is not the latest phase
             else:
-                tx.execute("UPDATE jobs SET update_time_ns = ? WHERE job_id = ?", (now_ns, job_id))
+                tx.execute(
+                    "UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?",
+                    (now_ns, job_id),
+                )
 
     def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
         with self._lock:
@@ -601,6 +618,7 @@ class SqliteStore:
                 "INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
             )
+            _bump_view_versions(tx, [job_id])
 
     def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
@@ -692,6 +710,19 @@ class SqliteStore:
             self._db.execute(
                 "UPDATE phases SET recording_dir = '' WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
             )
+
+
+def _bump_view_versions(tx: sqlite3.Connection, job_ids: Iterable[str]) -> None:
+    """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
+
+    Every write that changes what a job's view shows (``PhaseQueries``: the job row, its phases'
+    columns, its per-model costs) calls this, so a view cached under a version is never returned
+    after such a write commits (``JobRow.view_version``). Appended events change only the phases'
+    last sequences, which ``JobRow.sequence_sum`` follows without a write.
+    """
+    ids = sorted(job_ids)
+    if ids:
+        tx.execute(f"UPDATE jobs SET view_version = view_version + 1 WHERE job_id IN ({','.join('?' * len(ids))})", ids)
 
 
 def _scope(
