@@ -45,6 +45,8 @@ MAX_JSON_OPTION_BYTES = 100 * 1024
 SETTING_SOURCES = ("user", "project", "local")
 # MCP server and agent names: what the CLI shows in its init line and tool names (mcp__<name>__...).
 CONFIG_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# The `$schema` values of draft 07 (with or without the trailing '#'): the only draft the CLI accepts.
+DRAFT_07_URIS = ("http://json-schema.org/draft-07/schema", "https://json-schema.org/draft-07/schema")
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,8 @@ class PhaseSpec:
     agents: str = ""
     settings: str = ""
     setting_sources: str | None = None  # None: the CLI's default sources
+    # `--json-schema`: a JSON Schema (object) for the final answer; "" for free text.
+    json_schema: str = ""
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -250,7 +254,31 @@ def _check_json_options(spec: PhaseSpec) -> None:
                 raise invalid_field("options.agents", f"agent {key!r} needs string 'description' and 'prompt'")
     if spec.settings:
         json_object("settings", spec.settings)
+    if spec.json_schema:
+        _check_json_schema(json_object("json_schema", spec.json_schema))
     if spec.setting_sources:
         sources = spec.setting_sources.split(",")
         if not all(s in SETTING_SOURCES for s in sources) or len(set(sources)) != len(sources):
             raise invalid_field("options.setting_sources", f"must be comma-separated from {', '.join(SETTING_SOURCES)}")
+
+
+def _check_json_schema(schema: dict) -> None:
+    """INVALID_ARGUMENT unless ``schema`` is a valid draft-07 JSON Schema.
+
+    CLI 2.1.330 validates with Ajv's default meta-schema, draft 07: it refuses any other
+    ``$schema`` ("no schema with key or ref", exit 1) and an invalid schema ("--json-schema is not
+    a valid JSON Schema"), but only after it started (docs/claude-cli-protocol.md §2.5); checking
+    here refuses both before anything runs.
+    """
+    import jsonschema  # imported here: only phases with a schema pay for it
+
+    declared = schema.get("$schema")
+    if declared is not None and (not isinstance(declared, str) or declared.rstrip("#") not in DRAFT_07_URIS):
+        raise invalid_field("options.json_schema", "must be a draft-07 JSON Schema (the CLI's validator "
+                                                   "knows no other $schema)")
+    try:
+        jsonschema.Draft7Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the root"
+        raise invalid_field("options.json_schema", f"is not a valid JSON Schema (at {where[:200]}: "
+                                                   f"{e.message[:200]})") from None

@@ -379,7 +379,7 @@ class PhaseRun:
         self.control.close("the attempt ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
-        outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results), self._writes_lost)
+        outcome = decide_outcome(exit_, _last_result(last, self.spec), len(self.stream.results), self._writes_lost)
         self._persist_tools(self.stream.tools.calls)
         end = end_attempt(plan, exit_, outcome, self._watch, retries=self.retries, earlier=self.attempts,
                           cost=self.stream.attempt_cost, session_id=self.stream.session_id or "",
@@ -432,6 +432,8 @@ class PhaseRun:
             terminal_reason=last.terminal_reason if last else "",
             num_turns=last.num_turns if last else 0,
             result_text=last.result_text if last else "",
+            structured_output=last.structured_output if last else "",
+            structured_output_truncated=last.structured_output_truncated if last else False,
             errors=last.errors if last else (),
             exit_code=exit_.exit_code,
             exit_signal=exit_.exit_signal,
@@ -603,10 +605,11 @@ class PhaseRun:
         return {"job_id": self.job_id, "phase_id": self.phase_id}
 
 
-def _last_result(result: TurnResult | None) -> LastResult | None:
+def _last_result(result: TurnResult | None, spec: PhaseSpec) -> LastResult | None:
     if result is None:
         return None
     return LastResult(
         subtype=result.subtype, is_error=result.is_error, api_error_status=result.api_error_status,
         terminal_reason=result.terminal_reason, errors=tuple(result.errors), result_text=result.result_text,
+        structured_output_expected=bool(spec.json_schema), has_structured_output=bool(result.structured_output),
     )

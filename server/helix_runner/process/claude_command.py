@@ -88,6 +88,8 @@ def run_option_args(spec: PhaseSpec) -> list[str]:
         args.append(f"--agents={spec.agents}")
     if spec.setting_sources is not None:
         args.append(f"--setting-sources={spec.setting_sources}")
+    if spec.json_schema:
+        args.append(f"--json-schema={spec.json_schema}")
     return args
 
 

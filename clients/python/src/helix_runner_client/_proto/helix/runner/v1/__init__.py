@@ -1109,6 +1109,7 @@ class PhaseStatus(betterproto2.Enum):
       - structured tool result JSON:    16 KiB  (ToolCall.structured_result_json)
       - assistant text / thinking:     256 KiB  per event
       - turn result text:               64 KiB  (TurnResult.result_text, PhaseResult.result_text)
+      - structured output JSON:         64 KiB  (PhaseResult.structured_output)
       - stderr: 4 KiB per StderrOutput event; 16 KiB tail in PhaseDiagnostics.stderr_tail
       - raw JSON of unknown lines:      64 KiB  (only when the run asked for it)
       - prompt: 1 MiB; injected message: 256 KiB; breakpoint regex: 4 KiB (larger: INVALID_ARGUMENT)
@@ -3787,6 +3788,16 @@ class PhaseOptions(betterproto2.Message):
     `project`, `local`; empty for none. Unset: the CLI's default (all).
     """
 
+    json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
+    """
+    `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB) the phase's final answer must
+    conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
+    schema and validates each call; the conforming object lands in `PhaseResult.structured_output`.
+    A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
+    is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
+    without ever calling the tool.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
@@ -3944,6 +3955,19 @@ class PhaseResult(betterproto2.Message):
     How the CLI authenticated to the API, from its init line's `apiKeySource` (e.g. `none`,
     `apiKeyHelper`, `ANTHROPIC_API_KEY`, `/login managed key`); of the last attempt that sent an
     init line; empty when none did.
+    """
+
+    structured_output: "str" = betterproto2.field(27, betterproto2.TYPE_STRING)
+    """
+    The object the phase produced for `PhaseOptions.json_schema` (the last turn result's
+    `structured_output`), as compact JSON, at most 64 KiB; empty when the phase did not ask for one
+    or none was produced.
+    """
+
+    structured_output_truncated: "bool" = betterproto2.field(28, betterproto2.TYPE_BOOL)
+    """
+    Whether structured_output was cut at the bound (it is then not valid JSON; the full object is
+    in the phase's recording and in `result_text` up to its own bound).
     """
 
 
