@@ -91,7 +91,8 @@ class PhaseSpec:
     no_session_persistence: bool = False
     bare: bool = False
     # JSON objects as text (validated; see _check_json_options). mcp_config and settings may hold
-    # secrets: they reach only the CLI's argv, never logs or the result (claude_command.redact_argv).
+    # secrets: they reach the CLI only as private files (process.secret_files), never logs or the
+    # result (claude_command.redact_argv).
     mcp_config: str = ""
     strict_mcp_config: bool = False
     agents: str = ""

@@ -69,6 +69,7 @@ from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
+from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.store.protocol import EventRow, ModelCostRow, Store, ToolCallRow
 from helix_runner.telemetry import PhaseTelemetry
@@ -96,6 +97,8 @@ class LaunchPlan:
     workspace: PhaseWorkspace | None = None
     # The argv of a later attempt (its spec resumes a session, with what is left of the budget).
     argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
+    # Where the secret-bearing JSON options go as files instead of argv (process.secret_files).
+    secret_files: SecretArgFiles | None = None
 
 
 class PhaseRun:
@@ -127,8 +130,9 @@ class PhaseRun:
         self.stream = PhaseStream(plan.stream_options, price_table=prices)
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
+        self._argv_record = redact_argv(plan.argv)  # the inline form: names, never the values
         self.supervisor = ProcessSupervisor(
-            plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
+            self._exec_argv(plan.argv), cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
             on_spawn=self._record_pid, scope=plan.scope,
         )
         self.control = PhaseController(self, list(breakpoints))
@@ -339,6 +343,8 @@ class PhaseRun:
                     await asyncio.wait_for(self._stopped.wait(), 0.1)
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
+            self._argv_record = redact_argv(argv)
+            argv = self._exec_argv(argv)
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
             self.supervisor = ProcessSupervisor(
                 argv, cwd=self.plan.cwd, env=dict(self.plan.env), sink=self, limits=limits,
@@ -401,8 +407,14 @@ class PhaseRun:
     def _stop_or_interrupted(self) -> tuple[EndCause, str]:
         return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
 
+    def _exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` with the secret-bearing JSON values moved into the run's private files."""
+        return self.plan.secret_files.externalize(argv) if self.plan.secret_files else list(argv)
+
     def _finish(self, exit_: ProcessExit, end: AttemptEnd | None) -> PhaseResult:
         self._revoke_key()
+        if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
+            self.plan.secret_files.remove()
         self.control.close("the phase ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
@@ -452,7 +464,7 @@ class PhaseRun:
                 parse_error_count=self.stream.parse_error_count,
                 unfinished_tool_calls=tools.unfinished_count,
                 stdout_bytes=self.stream.stdout_bytes,
-                argv=redact_argv(self.supervisor.argv),
+                argv=self._argv_record,
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),

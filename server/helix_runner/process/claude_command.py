@@ -23,7 +23,8 @@ def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None
     ``settings`` is the server's own ``--settings`` JSON (the key helper); the CLI ranks it above
     the workspace's and the user's settings files, so a workspace cannot replace it, and it is
     merged over the caller's ``settings`` so a caller cannot replace it either. The argv holds
-    secrets (MCP env, settings): record only ``redact_argv(argv)``.
+    secrets (MCP env, settings): record only ``redact_argv(argv)``, and spawn the CLI with
+    ``SecretArgFiles.externalize(argv)`` (process/secret_files.py), which moves them into files.
     """
     argv = [claude_path, *BASE_ARGS]
     merged = merge_settings(spec.settings, settings)

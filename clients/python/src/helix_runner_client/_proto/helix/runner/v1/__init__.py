@@ -3760,6 +3760,9 @@ class PhaseOptions(betterproto2.Message):
     `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
     none). It may hold secrets (server `env`, headers): the server never logs, stores or records
     it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
+    The CLI gets it (like `settings` and `agents`) as the path of a 0600 file in a private
+    directory under the server's data dir, removed when the phase ends, never in its command
+    line (which every user of the host can read in /proc).
     """
 
     strict_mcp_config: "bool" = betterproto2.field(33, betterproto2.TYPE_BOOL)
