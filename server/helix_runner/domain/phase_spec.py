@@ -201,9 +201,10 @@ def _check_run_options(spec: PhaseSpec) -> None:
     if spec.session_id and spec.resume_session_id and not spec.fork_session:
         raise invalid_field("options.session_id", "with resume_session_id it needs fork_session")
     if spec.bare:
-        # Verified with CLI 2.1.330 through the server (no hook_callback control request arrived): under
-        # --bare the PreToolUse hook registered over the stdin protocol never fires, so pause and
-        # breakpoints could not hold a tool call; refused rather than silently losing job control.
+        # Verified with CLI 2.1.330 (docs/claude-cli-protocol.md §3.6): under --bare neither the
+        # PreToolUse hook registered over the stdin protocol nor settings hooks fire, and can_use_tool
+        # comes only for calls the CLI asks about, so pause and breakpoints could not hold every tool
+        # call; refused rather than silently losing job control.
         raise invalid_field("options.bare", "is not supported: under --bare (CLI 2.1.330) the CLI skips the "
                                             "server's PreToolUse hook, so pause and breakpoints could not hold "
                                             "tool calls")

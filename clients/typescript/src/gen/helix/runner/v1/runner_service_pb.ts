@@ -251,8 +251,9 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
    * `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
    * hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
    * Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
-   * hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
-   * tool call.
+   * hook the server registers over the stdin protocol (and settings hooks), and `can_use_tool`
+   * reaches the server only for calls the CLI asks about, so pause and breakpoints could not hold
+   * every tool call (docs/claude-cli-protocol.md §3.6).
    *
    * @generated from field: bool bare = 31;
    */

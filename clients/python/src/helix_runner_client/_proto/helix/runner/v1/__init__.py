@@ -3751,8 +3751,9 @@ class PhaseOptions(betterproto2.Message):
     `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
     hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
     Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
-    hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
-    tool call.
+    hook the server registers over the stdin protocol (and settings hooks), and `can_use_tool`
+    reaches the server only for calls the CLI asks about, so pause and breakpoints could not hold
+    every tool call (docs/claude-cli-protocol.md §3.6).
     """
 
     mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
