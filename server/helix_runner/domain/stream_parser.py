@@ -821,9 +821,9 @@ class StreamParser:
         )
         result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
         # `structured_output` (with --json-schema; docs/claude-cli-protocol.md §2.5): the object the
-        # StructuredOutput tool accepted. Absent (not null) when none was produced.
+        # StructuredOutput tool accepted; absent when none was produced (null counts as absent).
         structured, structured_cut = "", False
-        if "structured_output" in obj:
+        if obj.get("structured_output") is not None:
             structured, _, structured_cut = _compact_json(obj["structured_output"], STRUCTURED_OUTPUT_MAX_BYTES)
         since = obj.get("model_usage_since_last_result")
         result = TurnResult(
