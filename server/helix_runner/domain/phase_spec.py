@@ -200,14 +200,15 @@ def _check_run_options(spec: PhaseSpec) -> None:
         raise invalid_field("options.session_id", "must be a UUID")
     if spec.session_id and spec.resume_session_id and not spec.fork_session:
         raise invalid_field("options.session_id", "with resume_session_id it needs fork_session")
-    if spec.bare:
+    if spec.bare and spec.permission_mode != "bypassPermissions":
         # Verified with CLI 2.1.330 (docs/claude-cli-protocol.md §3.6): under --bare neither the
-        # PreToolUse hook registered over the stdin protocol nor settings hooks fire, and can_use_tool
-        # comes only for calls the CLI asks about, so pause and breakpoints could not hold every tool
-        # call; refused rather than silently losing job control.
-        raise invalid_field("options.bare", "is not supported: under --bare (CLI 2.1.330) the CLI skips the "
-                                            "server's PreToolUse hook, so pause and breakpoints could not hold "
-                                            "tool calls")
+        # PreToolUse hook registered over the stdin protocol nor settings hooks fire. The server holds
+        # calls instead through an ask rule for every tool (can_use_tool), which hides what the CLI
+        # would have decided itself; only under bypassPermissions is that known (allow), so other
+        # modes are refused rather than run with pause and breakpoints silently lost.
+        raise invalid_field("options.bare", "needs permission_mode bypassPermissions: under --bare (CLI 2.1.330) "
+                                            "the CLI skips the server's PreToolUse hook, and the permission prompt "
+                                            "that replaces it can only stand in for bypassPermissions")
     if spec.fork_session and not spec.resume_session_id:
         raise invalid_field("options.fork_session", "needs resume_session_id")
 
@@ -255,7 +256,12 @@ def _check_json_options(spec: PhaseSpec) -> None:
             if not isinstance(agent.get("description"), str) or not isinstance(agent.get("prompt"), str):
                 raise invalid_field("options.agents", f"agent {key!r} needs string 'description' and 'prompt'")
     if spec.settings:
-        json_object("settings", spec.settings)
+        settings = json_object("settings", spec.settings)
+        permissions = settings.get("permissions")
+        if spec.bare and isinstance(permissions, dict) and "ask" in permissions:
+            # The server's own ask rule gates every call under --bare; the CLI would not tell a
+            # caller's ask from it (both come from --settings).
+            raise invalid_field("options.settings", "permissions.ask cannot be combined with bare")
     if spec.json_schema:
         _check_json_schema(json_object("json_schema", spec.json_schema))
     if spec.setting_sources:

@@ -136,6 +136,7 @@ class PhaseRun:
             on_spawn=self._record_pid, scope=plan.scope,
         )
         self.control = PhaseController(self, list(breakpoints))
+        self.control.gate_every_call = spec.bare
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
@@ -351,6 +352,7 @@ class PhaseRun:
                 keep_stdin_open=True, on_spawn=self._record_pid, scope=scope,
             )
             self.control = PhaseController(self, old.breakpoints)
+            self.control.gate_every_call = self.spec.bare
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             self.telemetry.start_attempt(attempt_ns)

@@ -250,10 +250,12 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
   /**
    * `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
    * hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
-   * Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
-   * hook the server registers over the stdin protocol (and settings hooks), and `can_use_tool`
-   * reaches the server only for calls the CLI asks about, so pause and breakpoints could not hold
-   * every tool call (docs/claude-cli-protocol.md §3.6).
+   * With CLI 2.1.330 `--bare` also skips the PreToolUse hook the server registers over the stdin
+   * protocol, so the server adds an ask rule for every tool and holds calls at the CLI's
+   * permission prompt instead; it then answers every call it does not hold with "allow", which is
+   * right only under bypassPermissions: `bare` needs `permission_mode` bypassPermissions (else
+   * INVALID_ARGUMENT), and `settings` with its own `permissions.ask` is refused with it
+   * (docs/claude-cli-protocol.md §3.6).
    *
    * @generated from field: bool bare = 31;
    */
@@ -1646,7 +1648,8 @@ export type SetPhasePermissionModeRequest = Message<"helix.runner.v1.SetPhasePer
   /**
    * The new mode (UNSPECIFIED is INVALID_ARGUMENT). BYPASS_PERMISSIONS is INVALID_ARGUMENT
    * unless the server's `allow_bypass_permissions` is on, as in RunPhase. Tool calls still pass the server's
-   * PreToolUse hook, so breakpoints and pause keep holding them in every mode.
+   * PreToolUse hook, so breakpoints and pause keep holding them in every mode. A `bare` phase
+   * accepts only BYPASS_PERMISSIONS (FAILED_PRECONDITION otherwise; see PhaseOptions.bare).
    *
    * @generated from field: helix.runner.v1.PermissionMode mode = 3;
    */
