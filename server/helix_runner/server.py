@@ -36,7 +36,7 @@ from helix_runner.phases.queries import PhaseQueries
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.phases.service import PhaseService
 from helix_runner.phases.takeover import Takeover
-from helix_runner.process import git_worktree
+from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.process.key_broker import KeyBroker, KeySource
@@ -256,6 +256,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
+    secret_files.sweep(config.data_dir)  # the private option files of phases a previous process ran
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
     if listener is not None:

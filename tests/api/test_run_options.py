@@ -58,7 +58,7 @@ async def test_session_id_effort_and_tools_reach_the_cli_and_a_breakpoint_holds(
 
 @pytest.mark.parametrize(("options", "field"), [
     ({"effort": "extreme"}, "options.effort"),
-    ({"bare": True}, "options.bare"),  # the CLI skips our PreToolUse hook under --bare (see phase_spec)
+    ({"bare": True}, "options.bare"),  # only with bypassPermissions (see phase_spec, test_bare_mode)
     ({"session_id": "not-a-uuid"}, "options.session_id"),
     ({"fork_session": True}, "options.fork_session"),
     ({"tools": "Bash,--rm"}, "options.tools"),

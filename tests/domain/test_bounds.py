@@ -23,6 +23,7 @@ HEADER = {
     "structured tool result JSON": "STRUCTURED_RESULT_MAX_BYTES",
     "assistant text / thinking": "ASSISTANT_TEXT_MAX_BYTES",
     "turn result text": "RESULT_TEXT_MAX_BYTES",
+    "structured output JSON": "STRUCTURED_OUTPUT_MAX_BYTES",
     "stderr": "STDERR_LINE_MAX_BYTES",
     "tail": "STDERR_TAIL_MAX_BYTES",
     "raw JSON of unknown lines": "RAW_UNKNOWN_MAX_BYTES",

@@ -119,3 +119,23 @@ def test_a_session_the_cli_could_not_save_fails_an_otherwise_successful_phase():
     cancelled = decide_outcome(exit_(EndCause.CANCELLED, detail="stop"), OK, writes_lost=SessionWritesLost("ENOSPC"))
     assert (cancelled.status, cancelled.reason, cancelled.fault) == (PhaseStatus.CANCELLED, "stop",
                                                                      ResourceFault.DISK_FULL)
+
+
+def test_structured_output_asked_for_but_never_produced_fails_the_phase():
+    asked = LastResult(subtype="success", is_error=False, terminal_reason="completed", structured_output_expected=True)
+    out = decide_outcome(exit_(), asked)
+    assert out.status is PhaseStatus.FAILED and "never called the StructuredOutput tool" in out.reason
+    produced = LastResult(subtype="success", is_error=False, structured_output_expected=True,
+                          has_structured_output=True)
+    assert decide_outcome(exit_(), produced).status is PhaseStatus.SUCCEEDED
+    assert decide_outcome(exit_(), OK).status is PhaseStatus.SUCCEEDED  # not asked: no object needed
+
+
+def test_structured_output_retries_exhausted_says_so():
+    gave_up = LastResult(subtype="error_max_structured_output_retries", is_error=True,
+                         terminal_reason="structured_output_retry_exhausted",
+                         errors=("Failed to provide valid structured output after 5 attempts",))
+    out = decide_outcome(exit_(code=1), gave_up)
+    assert out.status is PhaseStatus.FAILED
+    assert out.reason.startswith("structured output failed: no object matching options.json_schema")
+    assert "after 5 attempts" in out.reason

@@ -79,3 +79,13 @@ def test_a_worktree_spec_with_a_base_ref_is_valid():
     spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir="/w",
                             workspace="GIT_WORKTREE", base_ref="origin/main~2", worktree_retention="KEEP")
     assert spec.base_ref == "origin/main~2"
+
+
+@pytest.mark.parametrize("schema", [
+    '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}',
+    '{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}',
+    '{"$schema": "https://json-schema.org/draft-07/schema", "type": "object"}',
+])
+def test_a_draft_07_json_schema_is_accepted_and_passed_as_one_argument(schema):
+    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="hi", working_dir="/w", json_schema=schema)
+    assert f"--json-schema={schema}" in build_argv("claude", spec)

@@ -871,3 +871,19 @@ def test_tool_progress():
         "elapsed_time_seconds": 12.5,
     }
     assert payloads(line) == [ToolProgress("toolu_1", "Bash", 12.5)]
+
+
+def _result_line(**extra):
+    return {"type": "result", "subtype": "success", "is_error": False, "num_turns": 2, "result": "{}",
+            "session_id": "s", **extra}
+
+
+def test_structured_output_is_kept_as_bounded_compact_json():
+    # CLI 2.1.330 with --json-schema (docs/claude-cli-protocol.md §2.5.1).
+    (result,) = payloads(_result_line(structured_output={"name": "x", "n": [1, 2]}))
+    assert (result.structured_output, result.structured_output_truncated) == ('{"name":"x","n":[1,2]}', False)
+    for absent in ({}, {"structured_output": None}):
+        (result,) = payloads(_result_line(**absent))
+        assert (result.structured_output, result.structured_output_truncated) == ("", False)
+    (result,) = payloads(_result_line(structured_output={"big": "x" * (70 * 1024)}))
+    assert result.structured_output_truncated and len(result.structured_output.encode()) <= 64 * 1024

@@ -61,3 +61,22 @@ def test_redaction_covers_the_two_argument_form_and_non_json_values():
         ["claude", "--settings", '{"k": "v"}', "--mcp-config", "/path/with secret.json", "-p"]
     )
     assert record == ("claude", "--settings", '{"k":"***"}', "--mcp-config", "<redacted 22 bytes>", "-p")
+
+
+def test_bare_adds_an_ask_rule_for_every_tool_over_the_caller_s_permissions():
+    argv = build_argv("claude", spec(bare=True, permission_mode="bypassPermissions",
+                                     settings='{"permissions": {"deny": ["Bash(rm:*)"]}, "model": "x"}'),
+                      settings=SERVER_SETTINGS)
+    assert "--bare" in argv
+    assert settings_of(argv) == {"permissions": {"deny": ["Bash(rm:*)"], "ask": ["*"]}, "model": "x",
+                                 "apiKeyHelper": "/srv/helper --token abc"}
+    assert settings_of(build_argv("claude", spec(bare=True, permission_mode="bypassPermissions"))) == {
+        "permissions": {"ask": ["*"]}}
+
+
+def test_a_hook_answer_becomes_a_permission_answer():
+    from helix_runner.process.control_protocol import allow_hook, deny_hook, edit_hook, permission_answer
+
+    assert permission_answer(allow_hook(), {"a": 1}) == {"behavior": "allow", "updatedInput": {"a": 1}}
+    assert permission_answer(edit_hook({"a": 2}), {"a": 1}) == {"behavior": "allow", "updatedInput": {"a": 2}}
+    assert permission_answer(deny_hook("no"), {"a": 1}) == {"behavior": "deny", "message": "no"}

@@ -97,6 +97,8 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         result_count=r.result_count,
         session_id=r.session_id,
         auth_source=r.auth_source,
+        structured_output=r.structured_output,
+        structured_output_truncated=r.structured_output_truncated,
         tool_stats=[m.tool_stats_to_proto(s) for s in r.tool_stats],
         last_sequence=r.last_sequence,
         resource_fault=_RESOURCE_FAULTS[r.resource_fault],

@@ -47,4 +47,5 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "agents": o.agents,
         "settings": o.settings,
         "setting_sources": o.setting_sources if o.HasField("setting_sources") else None,
+        "json_schema": o.json_schema,
     }

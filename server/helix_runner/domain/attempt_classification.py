@@ -30,7 +30,7 @@ from helix_runner.domain.events import (
     RateLimit,
     TurnResult,
 )
-from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_outcome import STRUCTURED_OUTPUT_MISSING, EndCause
 from helix_runner.domain.phase_status import PhaseStatus
 
 # `startup_failure_reason` values whose description in CLI 2.1.330's own schema says "retrying may
@@ -146,6 +146,8 @@ def classify_attempt(facts: AttemptFacts) -> AttemptVerdict:
     if facts.result_subtype:  # the attempt wrote a final result
         if facts.status is PhaseStatus.FAILED and (facts.is_error or facts.result_subtype != "success"):
             return _classify_error_result(facts)
+        if facts.reason.startswith(STRUCTURED_OUTPUT_MISSING):
+            return _verdict(AttemptEndKind.STRUCTURED_OUTPUT, "the model never produced the structured output")
         # A successful last result, yet the phase failed: the CLI exited non-zero or did not exit.
         return _verdict(
             AttemptEndKind.EXECUTION_ERROR, _with_detail("the CLI misbehaved at its end", facts.reason)

@@ -19,6 +19,7 @@ TOOL_RESULT_PREVIEW_MAX_BYTES = 4 * KiB  # ToolCallFinished.content_preview, Too
 STRUCTURED_RESULT_MAX_BYTES = 16 * KiB  # the CLI's structured tool_use_result as compact JSON
 ASSISTANT_TEXT_MAX_BYTES = 256 * KiB  # per AssistantText / Thinking event
 RESULT_TEXT_MAX_BYTES = 64 * KiB  # TurnResult.result_text, PhaseResult.result_text
+STRUCTURED_OUTPUT_MAX_BYTES = 64 * KiB  # PhaseResult.structured_output (compact JSON)
 USER_TEXT_MAX_BYTES = 64 * KiB  # UserMessage.text
 PARTIAL_TEXT_MAX_BYTES = 64 * KiB  # PartialDelta.text
 RAW_UNKNOWN_MAX_BYTES = 64 * KiB  # Unknown.raw_json (only when the run asked for it)

@@ -393,6 +393,10 @@ class TurnResult(_Payload):
     # previous result. On a process's first result, ``model_usage`` minus this is what the CLI restored
     # from the session it resumed (see domain/attempt_cost.py).
     usage_since_last_result: tuple[ModelUsage, ...] | None = None
+    # ``structured_output`` (with --json-schema) as compact JSON, cut at STRUCTURED_OUTPUT_MAX_BYTES;
+    # "" when the line has none.
+    structured_output: str = ""
+    structured_output_truncated: bool = False
 
 
 class ControlResponse(_CarriesCliObject):

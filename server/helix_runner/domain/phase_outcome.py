@@ -64,6 +64,9 @@ class LastResult:
     terminal_reason: str = ""
     errors: tuple[str, ...] = ()
     result_text: str = ""
+    # With --json-schema: the phase asked for a structured object, and whether the line carries one.
+    structured_output_expected: bool = False
+    has_structured_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,10 @@ def _decide(process: ProcessExit, last_result: LastResult | None, result_count: 
         return Outcome(PhaseStatus.INCOMPLETE, f"the output ended without a final result ({exit_text})")
     if last_result.is_error or last_result.subtype != "success":
         return Outcome(PhaseStatus.FAILED, _result_failure(last_result, exit_text))
+    if last_result.structured_output_expected and not last_result.has_structured_output:
+        # CLI 2.1.330 nudges the model once to call StructuredOutput, then ends with a plain
+        # `success` without `structured_output` (docs/claude-cli-protocol.md §2.5).
+        return Outcome(PhaseStatus.FAILED, f"{STRUCTURED_OUTPUT_MISSING}; the CLI {exit_text}")
     if cause is EndCause.NO_EXIT_AFTER_EOF:
         return Outcome(
             PhaseStatus.FAILED,
@@ -161,8 +168,22 @@ CREDENTIALS_HINT = (
 )
 
 
+# The reason of a phase that asked for structured output and got none (attempt_classification
+# files it as STRUCTURED_OUTPUT by this prefix).
+STRUCTURED_OUTPUT_MISSING = (
+    "structured output failed: the phase asked for an object matching options.json_schema but the model "
+    "never called the StructuredOutput tool"
+)
+
+# The CLI's result subtype when the model's StructuredOutput calls kept failing the schema (its
+# retry limit, 5 calls in CLI 2.1.330; docs/claude-cli-protocol.md §2.5).
+STRUCTURED_OUTPUT_FAILED = "error_max_structured_output_retries"
+
+
 def _result_failure(result: LastResult, exit_text: str) -> str:
     what = f"the last turn ended with {result.subtype}"
+    if result.subtype == STRUCTURED_OUTPUT_FAILED:
+        what = f"structured output failed: no object matching options.json_schema ({result.subtype})"
     if result.is_error:
         what += " and is_error"
     if result.api_error_status is not None:

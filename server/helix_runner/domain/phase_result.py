@@ -109,3 +109,6 @@ class PhaseResult:
     artifacts: PhaseArtifacts | None = None
     # How the CLI authenticated (its init line's `apiKeySource`, last one seen); "" when no init line came.
     auth_source: str = ""
+    # The object produced for ``PhaseSpec.json_schema`` (compact JSON, bounded); "" when none.
+    structured_output: str = ""
+    structured_output_truncated: bool = False

@@ -45,6 +45,8 @@ MAX_JSON_OPTION_BYTES = 100 * 1024
 SETTING_SOURCES = ("user", "project", "local")
 # MCP server and agent names: what the CLI shows in its init line and tool names (mcp__<name>__...).
 CONFIG_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# The `$schema` values of draft 07 (with or without the trailing '#'): the only draft the CLI accepts.
+DRAFT_07_URIS = ("http://json-schema.org/draft-07/schema", "https://json-schema.org/draft-07/schema")
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,15 @@ class PhaseSpec:
     no_session_persistence: bool = False
     bare: bool = False
     # JSON objects as text (validated; see _check_json_options). mcp_config and settings may hold
-    # secrets: they reach only the CLI's argv, never logs or the result (claude_command.redact_argv).
+    # secrets: they reach the CLI only as private files (process.secret_files), never logs or the
+    # result (claude_command.redact_argv).
     mcp_config: str = ""
     strict_mcp_config: bool = False
     agents: str = ""
     settings: str = ""
     setting_sources: str | None = None  # None: the CLI's default sources
+    # `--json-schema`: a JSON Schema (object) for the final answer; "" for free text.
+    json_schema: str = ""
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -195,13 +200,15 @@ def _check_run_options(spec: PhaseSpec) -> None:
         raise invalid_field("options.session_id", "must be a UUID")
     if spec.session_id and spec.resume_session_id and not spec.fork_session:
         raise invalid_field("options.session_id", "with resume_session_id it needs fork_session")
-    if spec.bare:
-        # Verified with CLI 2.1.330 through the server (no hook_callback control request arrived): under
-        # --bare the PreToolUse hook registered over the stdin protocol never fires, so pause and
-        # breakpoints could not hold a tool call; refused rather than silently losing job control.
-        raise invalid_field("options.bare", "is not supported: under --bare (CLI 2.1.330) the CLI skips the "
-                                            "server's PreToolUse hook, so pause and breakpoints could not hold "
-                                            "tool calls")
+    if spec.bare and spec.permission_mode != "bypassPermissions":
+        # Verified with CLI 2.1.330 (docs/claude-cli-protocol.md §3.6): under --bare neither the
+        # PreToolUse hook registered over the stdin protocol nor settings hooks fire. The server holds
+        # calls instead through an ask rule for every tool (can_use_tool), which hides what the CLI
+        # would have decided itself; only under bypassPermissions is that known (allow), so other
+        # modes are refused rather than run with pause and breakpoints silently lost.
+        raise invalid_field("options.bare", "needs permission_mode bypassPermissions: under --bare (CLI 2.1.330) "
+                                            "the CLI skips the server's PreToolUse hook, and the permission prompt "
+                                            "that replaces it can only stand in for bypassPermissions")
     if spec.fork_session and not spec.resume_session_id:
         raise invalid_field("options.fork_session", "needs resume_session_id")
 
@@ -249,8 +256,37 @@ def _check_json_options(spec: PhaseSpec) -> None:
             if not isinstance(agent.get("description"), str) or not isinstance(agent.get("prompt"), str):
                 raise invalid_field("options.agents", f"agent {key!r} needs string 'description' and 'prompt'")
     if spec.settings:
-        json_object("settings", spec.settings)
+        settings = json_object("settings", spec.settings)
+        permissions = settings.get("permissions")
+        if spec.bare and isinstance(permissions, dict) and "ask" in permissions:
+            # The server's own ask rule gates every call under --bare; the CLI would not tell a
+            # caller's ask from it (both come from --settings).
+            raise invalid_field("options.settings", "permissions.ask cannot be combined with bare")
+    if spec.json_schema:
+        _check_json_schema(json_object("json_schema", spec.json_schema))
     if spec.setting_sources:
         sources = spec.setting_sources.split(",")
         if not all(s in SETTING_SOURCES for s in sources) or len(set(sources)) != len(sources):
             raise invalid_field("options.setting_sources", f"must be comma-separated from {', '.join(SETTING_SOURCES)}")
+
+
+def _check_json_schema(schema: dict) -> None:
+    """INVALID_ARGUMENT unless ``schema`` is a valid draft-07 JSON Schema.
+
+    CLI 2.1.330 validates with Ajv's default meta-schema, draft 07: it refuses any other
+    ``$schema`` ("no schema with key or ref", exit 1) and an invalid schema ("--json-schema is not
+    a valid JSON Schema"), but only after it started (docs/claude-cli-protocol.md §2.5); checking
+    here refuses both before anything runs.
+    """
+    import jsonschema  # imported here: only phases with a schema pay for it
+
+    declared = schema.get("$schema")
+    if declared is not None and (not isinstance(declared, str) or declared.rstrip("#") not in DRAFT_07_URIS):
+        raise invalid_field("options.json_schema", "must be a draft-07 JSON Schema (the CLI's validator "
+                                                   "knows no other $schema)")
+    try:
+        jsonschema.Draft7Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the root"
+        raise invalid_field("options.json_schema", f"is not a valid JSON Schema (at {where[:200]}: "
+                                                   f"{e.message[:200]})") from None

@@ -42,6 +42,7 @@ from helix_runner.domain.bounds import (
     RAW_UNKNOWN_MAX_BYTES,
     RESULT_TEXT_MAX_BYTES,
     SHORT_TEXT_MAX_BYTES,
+    STRUCTURED_OUTPUT_MAX_BYTES,
     STRUCTURED_RESULT_MAX_BYTES,
     TOOL_INPUT_MAX_BYTES,
     TOOL_RESULT_PREVIEW_MAX_BYTES,
@@ -819,6 +820,11 @@ class StreamParser:
             for e in obj.get("errors") or ()
         )
         result_text, _, result_cut = bound_text(_str(obj.get("result")), RESULT_TEXT_MAX_BYTES)
+        # `structured_output` (with --json-schema; docs/claude-cli-protocol.md §2.5): the object the
+        # StructuredOutput tool accepted; absent when none was produced (null counts as absent).
+        structured, structured_cut = "", False
+        if obj.get("structured_output") is not None:
+            structured, _, structured_cut = _compact_json(obj["structured_output"], STRUCTURED_OUTPUT_MAX_BYTES)
         since = obj.get("model_usage_since_last_result")
         result = TurnResult(
             subtype=_str(obj.get("subtype")),
@@ -828,6 +834,8 @@ class StreamParser:
             num_turns=_int0(obj.get("num_turns")),
             result_text=result_text,
             result_truncated=result_cut,
+            structured_output=structured,
+            structured_output_truncated=structured_cut,
             duration_ms=_int(obj.get("duration_ms")),
             api_duration_ms=_int(obj.get("duration_api_ms")),
             total_cost_usd=_float(obj.get("total_cost_usd")),

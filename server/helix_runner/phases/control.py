@@ -57,6 +57,7 @@ from helix_runner.process.control_protocol import (
     allow_hook,
     deny_hook,
     edit_hook,
+    permission_answer,
     user_line,
 )
 
@@ -124,6 +125,9 @@ class PhaseController:
         self._delegated_in_flight: set[str] = set()
         self._settle: asyncio.TimerHandle | None = None
         self.stdin_closed = False
+        # Under --bare no PreToolUse hook fires: every call comes as `can_use_tool` (the server's ask
+        # rule, claude_command.BARE_ASK_RULES, under bypassPermissions) and is decided here.
+        self.gate_every_call = False
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -215,6 +219,10 @@ class PhaseController:
         try:
             if req.subtype == "hook_callback" and req.request.get("callback_id") == PRE_TOOL_USE_CALLBACK:
                 response = await self._decide_tool_call(req)
+            elif req.subtype == "can_use_tool" and self.gate_every_call:
+                tool_input = req.request.get("input")
+                tool_input = tool_input if isinstance(tool_input, dict) else {}
+                response = permission_answer(await self._decide_tool_call(req, tool_input), tool_input)
             elif req.subtype == "can_use_tool":
                 # Same policy as plain `-p`: what the phase's permissions do not allow is denied.
                 response = {"behavior": "deny",
@@ -234,9 +242,10 @@ class PhaseController:
             log.exception("answering a CLI control request failed")
             await self.channel.answer_error(req.request_id, "the runner failed to decide")
 
-    async def _decide_tool_call(self, req: ControlRequest) -> dict[str, Any]:
-        hook_input = req.request.get("input") or {}
-        tool_input = hook_input.get("tool_input", {})
+    async def _decide_tool_call(self, req: ControlRequest, tool_input: Any = None) -> dict[str, Any]:
+        """The PreToolUse answer for a call: hold it (breakpoint, pause) or let it run."""
+        if tool_input is None:
+            tool_input = (req.request.get("input") or {}).get("tool_input", {})
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
         bp = await self._breakpoint_hit(req.tool_name, input_json, self.host.cost_usd)
         if bp is not None:
@@ -474,6 +483,10 @@ class PhaseController:
         """``set_permission_mode``; returns the mode the CLI says is in effect (headless CLIs echo it)."""
         if mode not in PERMISSION_MODES:
             raise invalid_field("mode", f"unknown permission mode {mode!r}")
+        if self.gate_every_call and mode != "bypassPermissions":
+            # The controller allows every call it does not hold, which only bypassPermissions means.
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "INVALID_FIELD",
+                              "mode: a bare phase runs under bypassPermissions only", {"field": "mode"})
         self._require_input("set the permission mode")
         answer = await self.channel.request("set_permission_mode", {"mode": mode}, wait_s=CONTROL_WAIT_SECONDS)
         effective = answer.get("mode") if isinstance(answer, dict) else None

@@ -69,6 +69,7 @@ from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
+from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.store.protocol import EventRow, ModelCostRow, Store, ToolCallRow
 from helix_runner.telemetry import PhaseTelemetry
@@ -96,6 +97,8 @@ class LaunchPlan:
     workspace: PhaseWorkspace | None = None
     # The argv of a later attempt (its spec resumes a session, with what is left of the budget).
     argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
+    # Where the secret-bearing JSON options go as files instead of argv (process.secret_files).
+    secret_files: SecretArgFiles | None = None
 
 
 class PhaseRun:
@@ -127,11 +130,13 @@ class PhaseRun:
         self.stream = PhaseStream(plan.stream_options, price_table=prices)
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
+        self._argv_record = redact_argv(plan.argv)  # the inline form: names, never the values
         self.supervisor = ProcessSupervisor(
-            plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
+            self._exec_argv(plan.argv), cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
             on_spawn=self._record_pid, scope=plan.scope,
         )
         self.control = PhaseController(self, list(breakpoints))
+        self.control.gate_every_call = spec.bare
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
@@ -339,12 +344,15 @@ class PhaseRun:
                     await asyncio.wait_for(self._stopped.wait(), 0.1)
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
+            self._argv_record = redact_argv(argv)
+            argv = self._exec_argv(argv)
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
             self.supervisor = ProcessSupervisor(
                 argv, cwd=self.plan.cwd, env=dict(self.plan.env), sink=self, limits=limits,
                 keep_stdin_open=True, on_spawn=self._record_pid, scope=scope,
             )
             self.control = PhaseController(self, old.breakpoints)
+            self.control.gate_every_call = self.spec.bare
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             self.telemetry.start_attempt(attempt_ns)
@@ -379,7 +387,7 @@ class PhaseRun:
         self.control.close("the attempt ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
-        outcome = decide_outcome(exit_, _last_result(last), len(self.stream.results), self._writes_lost)
+        outcome = decide_outcome(exit_, _last_result(last, self.spec), len(self.stream.results), self._writes_lost)
         self._persist_tools(self.stream.tools.calls)
         end = end_attempt(plan, exit_, outcome, self._watch, retries=self.retries, earlier=self.attempts,
                           cost=self.stream.attempt_cost, session_id=self.stream.session_id or "",
@@ -401,8 +409,14 @@ class PhaseRun:
     def _stop_or_interrupted(self) -> tuple[EndCause, str]:
         return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
 
+    def _exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` with the secret-bearing JSON values moved into the run's private files."""
+        return self.plan.secret_files.externalize(argv) if self.plan.secret_files else list(argv)
+
     def _finish(self, exit_: ProcessExit, end: AttemptEnd | None) -> PhaseResult:
         self._revoke_key()
+        if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
+            self.plan.secret_files.remove()
         self.control.close("the phase ended")
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
@@ -432,6 +446,8 @@ class PhaseRun:
             terminal_reason=last.terminal_reason if last else "",
             num_turns=last.num_turns if last else 0,
             result_text=last.result_text if last else "",
+            structured_output=last.structured_output if last else "",
+            structured_output_truncated=last.structured_output_truncated if last else False,
             errors=last.errors if last else (),
             exit_code=exit_.exit_code,
             exit_signal=exit_.exit_signal,
@@ -450,7 +466,7 @@ class PhaseRun:
                 parse_error_count=self.stream.parse_error_count,
                 unfinished_tool_calls=tools.unfinished_count,
                 stdout_bytes=self.stream.stdout_bytes,
-                argv=redact_argv(self.supervisor.argv),
+                argv=self._argv_record,
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
@@ -603,10 +619,11 @@ class PhaseRun:
         return {"job_id": self.job_id, "phase_id": self.phase_id}
 
 
-def _last_result(result: TurnResult | None) -> LastResult | None:
+def _last_result(result: TurnResult | None, spec: PhaseSpec) -> LastResult | None:
     if result is None:
         return None
     return LastResult(
         subtype=result.subtype, is_error=result.is_error, api_error_status=result.api_error_status,
         terminal_reason=result.terminal_reason, errors=tuple(result.errors), result_text=result.result_text,
+        structured_output_expected=bool(spec.json_schema), has_structured_output=bool(result.structured_output),
     )

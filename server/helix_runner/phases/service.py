@@ -46,6 +46,7 @@ from helix_runner.process.containment import MODE_NAMES, Containment, LeftoverRu
 from helix_runner.process.git_worktree import workspace_for
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
+from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.workspace import resolve_working_dir
 from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
@@ -195,6 +196,7 @@ class PhaseService:
             workspace=workspace,
             argv_for=lambda attempt_spec: build_argv(
                 str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
+            secret_files=SecretArgFiles(self.config.data_dir, run_id),
         )
 
         # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
@@ -242,6 +244,8 @@ class PhaseService:
                            retries=retries)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
+            if plan.secret_files is not None:
+                plan.secret_files.remove()
             self._fail_unstarted(spec.job_id, spec.phase_id, now)
             raise
         live = LivePhase(run, events)

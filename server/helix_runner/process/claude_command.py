@@ -23,10 +23,11 @@ def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None
     ``settings`` is the server's own ``--settings`` JSON (the key helper); the CLI ranks it above
     the workspace's and the user's settings files, so a workspace cannot replace it, and it is
     merged over the caller's ``settings`` so a caller cannot replace it either. The argv holds
-    secrets (MCP env, settings): record only ``redact_argv(argv)``.
+    secrets (MCP env, settings): record only ``redact_argv(argv)``, and spawn the CLI with
+    ``SecretArgFiles.externalize(argv)`` (process/secret_files.py), which moves them into files.
     """
     argv = [claude_path, *BASE_ARGS]
-    merged = merge_settings(spec.settings, settings)
+    merged = merge_settings(spec.settings, settings, bare=spec.bare)
     if merged:
         argv.append(f"--settings={merged}")
     if spec.model:
@@ -88,17 +89,30 @@ def run_option_args(spec: PhaseSpec) -> list[str]:
         args.append(f"--agents={spec.agents}")
     if spec.setting_sources is not None:
         args.append(f"--setting-sources={spec.setting_sources}")
+    if spec.json_schema:
+        args.append(f"--json-schema={spec.json_schema}")
     return args
 
 
-def merge_settings(caller: str, server: str | None) -> str:
+# Under --bare the CLI runs no PreToolUse hook (docs/claude-cli-protocol.md §3.6); an ask rule
+# matching every tool makes it send a `can_use_tool` request for each call instead (even an
+# allowed or read-only one, even under bypassPermissions), which the controller holds or allows.
+BARE_ASK_RULES = ("*",)
+
+
+def merge_settings(caller: str, server: str | None, *, bare: bool = False) -> str:
     """The one ``--settings`` JSON: the caller's object with the server's keys over it (its
-    ``apiKeyHelper`` wins), or "" when neither has any."""
-    if not caller:
+    ``apiKeyHelper`` wins), with ``permissions.ask`` gating every tool under ``bare``; or "" when
+    there is nothing to set."""
+    if not caller and not bare:
         return server or ""
-    merged = orjson.loads(caller)  # validated as a JSON object by PhaseSpec
+    merged = orjson.loads(caller) if caller else {}  # validated as a JSON object by PhaseSpec
     if server:
         merged.update(orjson.loads(server))
+    if bare:
+        permissions = merged.get("permissions")
+        merged["permissions"] = {**(permissions if isinstance(permissions, dict) else {}),
+                                 "ask": list(BARE_ASK_RULES)}
     return orjson.dumps(merged).decode()
 
 

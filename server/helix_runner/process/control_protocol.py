@@ -90,6 +90,16 @@ def edit_hook(new_input: dict[str, Any]) -> dict[str, Any]:
                                    "updatedInput": new_input}}
 
 
+def permission_answer(hook_answer: dict[str, Any], tool_input: dict[str, Any]) -> dict[str, Any]:
+    """A PreToolUse hook answer (``allow_hook``, ``deny_hook``, ``edit_hook``) as the answer to a
+    ``can_use_tool`` request (PY types.py ``PermissionResultAllow``/``Deny``): under --bare the
+    permission prompt stands in for the hook (docs/claude-cli-protocol.md §3.6)."""
+    specific = hook_answer.get("hookSpecificOutput") or {}
+    if specific.get("permissionDecision") == "deny":
+        return {"behavior": "deny", "message": specific.get("permissionDecisionReason") or "denied"}
+    return {"behavior": "allow", "updatedInput": specific.get("updatedInput", tool_input)}
+
+
 class ControlChannel:
     """Sends control requests, matches their responses, and answers the CLI's own requests."""
 

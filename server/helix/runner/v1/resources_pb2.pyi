@@ -419,7 +419,7 @@ class PhaseDiagnostics(_message.Message):
     def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
-    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts", "auth_source")
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts", "auth_source", "structured_output", "structured_output_truncated")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -446,6 +446,8 @@ class PhaseResult(_message.Message):
     RESOURCE_FAULT_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     AUTH_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     status: PhaseStatus
@@ -472,7 +474,9 @@ class PhaseResult(_message.Message):
     resource_fault: ResourceFault
     artifacts: PhaseArtifacts
     auth_source: str
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ..., artifacts: _Optional[_Union[PhaseArtifacts, _Mapping]] = ..., auth_source: _Optional[str] = ...) -> None: ...
+    structured_output: str
+    structured_output_truncated: bool
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ..., artifacts: _Optional[_Union[PhaseArtifacts, _Mapping]] = ..., auth_source: _Optional[str] = ..., structured_output: _Optional[str] = ..., structured_output_truncated: _Optional[bool] = ...) -> None: ...
 
 class PhaseArtifacts(_message.Message):
     __slots__ = ("git_available", "unavailable_reason", "base_commit", "final_commit", "branch", "worktree_path", "worktree_kept", "changed_files", "diff", "diff_truncated", "diff_bytes")

@@ -1109,6 +1109,7 @@ class PhaseStatus(betterproto2.Enum):
       - structured tool result JSON:    16 KiB  (ToolCall.structured_result_json)
       - assistant text / thinking:     256 KiB  per event
       - turn result text:               64 KiB  (TurnResult.result_text, PhaseResult.result_text)
+      - structured output JSON:         64 KiB  (PhaseResult.structured_output)
       - stderr: 4 KiB per StderrOutput event; 16 KiB tail in PhaseDiagnostics.stderr_tail
       - raw JSON of unknown lines:      64 KiB  (only when the run asked for it)
       - prompt: 1 MiB; injected message: 256 KiB; breakpoint regex: 4 KiB (larger: INVALID_ARGUMENT)
@@ -3749,9 +3750,12 @@ class PhaseOptions(betterproto2.Message):
     """
     `--bare`: the CLI's minimal mode for scripted use (it skips settings- and plugin-defined
     hooks, LSP, plugin sync, auto-memory, CLAUDE.md discovery and keychain/OAuth reads).
-    Currently refused (INVALID_ARGUMENT): with CLI 2.1.330 `--bare` also skips the PreToolUse
-    hook the server registers over the stdin protocol, so pause and breakpoints could not hold a
-    tool call.
+    With CLI 2.1.330 `--bare` also skips the PreToolUse hook the server registers over the stdin
+    protocol, so the server adds an ask rule for every tool and holds calls at the CLI's
+    permission prompt instead; it then answers every call it does not hold with "allow", which is
+    right only under bypassPermissions: `bare` needs `permission_mode` bypassPermissions (else
+    INVALID_ARGUMENT), and `settings` with its own `permissions.ask` is refused with it
+    (docs/claude-cli-protocol.md §3.6).
     """
 
     mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
@@ -3759,6 +3763,9 @@ class PhaseOptions(betterproto2.Message):
     `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
     none). It may hold secrets (server `env`, headers): the server never logs, stores or records
     it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
+    The CLI gets it (like `settings` and `agents`) as the path of a 0600 file in a private
+    directory under the server's data dir, removed when the phase ends, never in its command
+    line (which every user of the host can read in /proc).
     """
 
     strict_mcp_config: "bool" = betterproto2.field(33, betterproto2.TYPE_BOOL)
@@ -3785,6 +3792,16 @@ class PhaseOptions(betterproto2.Message):
     """
     `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
     `project`, `local`; empty for none. Unset: the CLI's default (all).
+    """
+
+    json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
+    """
+    `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB) the phase's final answer must
+    conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
+    schema and validates each call; the conforming object lands in `PhaseResult.structured_output`.
+    A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
+    is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
+    without ever calling the tool.
     """
 
 
@@ -3944,6 +3961,19 @@ class PhaseResult(betterproto2.Message):
     How the CLI authenticated to the API, from its init line's `apiKeySource` (e.g. `none`,
     `apiKeyHelper`, `ANTHROPIC_API_KEY`, `/login managed key`); of the last attempt that sent an
     init line; empty when none did.
+    """
+
+    structured_output: "str" = betterproto2.field(27, betterproto2.TYPE_STRING)
+    """
+    The object the phase produced for `PhaseOptions.json_schema` (the last turn result's
+    `structured_output`), as compact JSON, at most 64 KiB; empty when the phase did not ask for one
+    or none was produced.
+    """
+
+    structured_output_truncated: "bool" = betterproto2.field(28, betterproto2.TYPE_BOOL)
+    """
+    Whether structured_output was cut at the bound (it is then not valid JSON; the full object is
+    in the phase's recording and in `result_text` up to its own bound).
     """
 
 
@@ -4463,7 +4493,8 @@ class SetPhasePermissionModeRequest(betterproto2.Message):
     """
     The new mode (UNSPECIFIED is INVALID_ARGUMENT). BYPASS_PERMISSIONS is INVALID_ARGUMENT
     unless the server's `allow_bypass_permissions` is on, as in RunPhase. Tool calls still pass the server's
-    PreToolUse hook, so breakpoints and pause keep holding them in every mode.
+    PreToolUse hook, so breakpoints and pause keep holding them in every mode. A `bare` phase
+    accepts only BYPASS_PERMISSIONS (FAILED_PRECONDITION otherwise; see PhaseOptions.bare).
     """
 
 

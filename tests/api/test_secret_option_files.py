@@ -1,0 +1,153 @@
+"""MCP config and settings reach the CLI as private files, never in its command line (/proc/<pid>/cmdline).
+
+``/proc/<pid>/cmdline`` is readable by every user of the host; the server writes the secret-bearing
+JSON options to 0600 files in a 0700 directory under its data dir and passes their paths
+(process/secret_files.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.offline import Reply
+from helix_runner.process.secret_files import SecretArgFiles, sweep
+
+# A minimal stdio MCP server (newline-delimited JSON-RPC): it answers the handshake with no tools and
+# writes the DB_PASSWORD it was started with to the file named by its first argument.
+MCP_SERVER = r'''
+import json, os, sys
+with open(sys.argv[1], "w") as f:
+    f.write(os.environ.get("DB_PASSWORD", ""))
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "db", "version": "1"}}
+    elif msg.get("method") == "tools/list":
+        result = {"tools": []}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+'''
+
+
+def cmdlines() -> dict[int, bytes]:
+    """Every process's command line that this user can read."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+    return out
+
+
+@pytest.mark.real_cli
+async def test_mcp_config_and_settings_secrets_are_absent_from_the_cli_s_cmdline_while_it_runs(
+        claude_binary, scripted_api, runner_factory, tmp_path):
+    secret = "mcp-secret-" + secrets.token_hex(12)
+    settings_secret = "settings-secret-" + secrets.token_hex(12)
+    server = tmp_path / "mcp_server.py"
+    server.write_text(MCP_SERVER)
+    seen = tmp_path / "mcp-saw-password"
+    mcp = {"mcpServers": {"db": {"type": "stdio", "command": sys.executable, "args": [str(server), str(seen)],
+                                 "env": {"DB_PASSWORD": secret}}}}
+    settings = {"env": {"SOME_TOKEN": settings_secret}}
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo ran > out.txt"}), Reply.text("done")])
+    async with runner_factory(api) as runner:
+        secrets_root = runner.data_dir / "phase-secrets"
+        call = runner.stub.RunPhase(pb.RunPhaseRequest(
+            job_id="j", phase_id="p", prompt="go", working_dir=str(runner.workdir),
+            options=pb.PhaseOptions(mcp_config=json.dumps(mcp), strict_mcp_config=True, settings=json.dumps(settings),
+                                    allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])),
+            timeout=90)
+        events, result, checked = [], None, False
+        async for response in call:
+            if response.HasField("result"):
+                result = response.result
+                continue
+            events.extend(response.events)
+            for e in response.events:
+                if not (e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT):
+                    continue
+                # The CLI is running, held at the breakpoint: look at every command line on the host.
+                lines = cmdlines()
+                # The CLI and the phase shim that started it (same argv), found by this test's data dir.
+                ours = [c for c in lines.values() if b"--mcp-config=" + bytes(secrets_root) in c]
+                assert ours, "the running CLI must be found by its command line"
+                argv = ours[-1].split(b"\0")
+                paths = {a.split(b"=", 1)[0].decode(): Path(a.split(b"=", 1)[1].decode())
+                         for a in argv if a.startswith((b"--mcp-config=", b"--settings="))}
+                assert set(paths) == {"--mcp-config", "--settings"}
+                for needle in (secret, settings_secret):
+                    assert not any(needle.encode() in c for c in lines.values())
+                # The values are in private files outside the workspace, under the data dir.
+                for path in paths.values():
+                    assert path.parent.parent == secrets_root
+                    assert not path.is_relative_to(runner.workdir)
+                    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+                    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+                assert json.loads(paths["--mcp-config"].read_text()) == mcp
+                assert json.loads(paths["--settings"].read_text())["env"] == settings["env"]
+                checked = True
+                await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+                    job_id="j", phase_id="p", tool_use_id=e.control.tool_use_id, approve=pb.ApproveDecision()),
+                    timeout=10)
+        assert checked, "the breakpoint never held the call"
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        # The phase ended: its files are gone.
+        assert secrets_root.is_dir() and list(secrets_root.iterdir()) == []
+    init = next(e.session_init for e in events if e.HasField("session_init"))
+    assert list(init.mcp_servers) == ["db:connected"], init.mcp_servers  # the CLI read the file and started it
+    assert seen.read_text() == secret  # the MCP server got its env from the file
+    # The record still names what was passed, never the values or the file paths' contents.
+    argv = list(result.diagnostics.argv)
+    assert '--mcp-config={"mcpServers":{"db":"***"}}' in argv
+    assert any(a.startswith("--settings={") and settings_secret not in a for a in argv)
+
+
+def test_files_are_private_reused_across_attempts_and_removed(tmp_path):
+    files = SecretArgFiles(tmp_path, "run-1")
+    argv = ["claude", "--settings={\"a\": 1}", "--mcp-config={\"mcpServers\": {}}", "--model", "x",
+            "--agents={\"r\": {}}", "--json-schema={\"type\": \"object\"}"]
+    first = files.externalize(argv)
+    assert first[3:5] == ["--model", "x"] and first[6] == argv[6]  # other flags untouched
+    written = [Path(a.split("=", 1)[1]) for a in first[1:3] + [first[5]]]
+    assert [p.read_text() for p in written] == ['{"a": 1}', '{"mcpServers": {}}', '{"r": {}}']
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in written)
+    assert stat.S_IMODE((tmp_path / "phase-secrets").stat().st_mode) == 0o700
+    assert files.externalize(argv) == first  # a later attempt with the same values reuses the files
+    files.remove()
+    assert not (tmp_path / "phase-secrets" / "run-1").exists()
+
+
+def test_nothing_is_written_without_secret_options(tmp_path):
+    files = SecretArgFiles(tmp_path, "run-1")
+    assert files.externalize(["claude", "-p", "--settings", "/etc/x.json"]) == ["claude", "-p", "--settings",
+                                                                               "/etc/x.json"]
+    assert not (tmp_path / "phase-secrets").exists()
+
+
+async def test_a_restarted_server_removes_what_a_crashed_one_left(runner_factory, tmp_path):
+    left = tmp_path / "data" / "phase-secrets" / "dead-run"
+    left.mkdir(parents=True)
+    (left / "mcp-config-1.json").write_text('{"mcpServers": {"db": {"env": {"K": "v"}}}}')
+    async with runner_factory(None, claude_path="/nonexistent/claude"):
+        assert not left.exists()
+    assert sweep(tmp_path / "nowhere") == 0
+    os.makedirs(tmp_path / "d" / "phase-secrets" / "x")
+    assert sweep(tmp_path / "d") == 1 and list((tmp_path / "d" / "phase-secrets").iterdir()) == []
