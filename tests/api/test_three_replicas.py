@@ -240,7 +240,9 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
         run = Stream(a.stub.RunPhase(request, timeout=120))
         await run.wait_for(lambda e: e.HasField("tool_call_started"))
         async with asyncio.timeout(30):  # the tool's shell has started `sleep 300`
-            while not (marker.exists() and marker.read_text().strip().isdigit()):
+            while True:
+                if marker.exists() and marker.read_text().strip().isdigit():
+                    break
                 await asyncio.sleep(0.05)
         tool = int(marker.read_text())
         scope = a.scope_processes()  # the shim, the CLI, the tool's shell and its sleep
