@@ -183,7 +183,9 @@ async def test_a_phase_on_a_is_listed_by_b_watched_from_c_and_controlled_through
         # C watches it live from the start; then approval through C, pause and resume through B.
         watch = Stream(c.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
         await watch.wait_for(control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT))
-        resolve = pb.ResolveToolCallRequest(**ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision())
+        resolve = pb.ResolveToolCallRequest(
+            **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
+        )
         approved = await c.stub.ResolveToolCall(resolve, timeout=10)
         assert approved.tool_call.tool_use_id == hit.control.tool_use_id
         paused = await b.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10)
@@ -229,7 +231,9 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
     script = tmp_path / "script.json"
     Script(
         [
-            Reply.tool_use("Bash", {"command": f"echo $$ > {marker} && sleep 300", "description": "A long step"}),
+            Reply.tool_use(
+                "Bash", {"command": f"echo $$ > {marker} && sleep 300", "description": "A long step"}
+            ),
             Reply.text("never reached"),
         ]
     ).save(script)
@@ -287,14 +291,18 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
             listed.CopyFrom(job.phases[0].result)
             listed.ClearField("cost")
             assert listed == result, replica.name
-            calls = (await replica.stub.ListToolCalls(pb.ListToolCallsRequest(job_id="job-k"), timeout=10)).tool_calls
-            assert [(t.name, t.status) for t in calls] == [("Bash", res.TOOL_CALL_STATUS_UNFINISHED)], replica.name
+            calls = (
+                await replica.stub.ListToolCalls(pb.ListToolCallsRequest(job_id="job-k"), timeout=10)
+            ).tool_calls
+            assert [(t.name, t.status) for t in calls] == [("Bash", res.TOOL_CALL_STATUS_UNFINISHED)], (
+                replica.name
+            )
 
 
 # A fake CLI for the scale test: the init line, LINES assistant texts "i=<k>" paced STEP seconds
 # apart, a success result; then it waits for stdin EOF as the real one does. Control requests
 # (the server's `initialize`) get a success answer.
-FAKE_CLI = r'''#!{python} -IS
+FAKE_CLI = r"""#!{python} -IS
 import json, os, sys, time
 N = int(os.environ.get("HELIX_TEST_LINES", "20"))
 STEP = float(os.environ.get("HELIX_TEST_STEP", "0.005"))
@@ -326,7 +334,7 @@ out({{"type": "result", "subtype": "success", "is_error": False, "duration_ms": 
 for line in sys.stdin:
     if line.strip():
         answer(json.loads(line))
-'''
+"""
 
 PHASES = 100
 LINES = 20
@@ -334,7 +342,9 @@ LINES = 20
 
 async def test_a_hundred_phases_over_three_replicas_lose_and_reorder_nothing(postgres_url, tmp_path):
     fake = tmp_path / "fake-claude"
-    fake.write_text(FAKE_CLI.format(python=os.path.realpath(getattr(sys, "_base_executable", sys.executable))))
+    fake.write_text(
+        FAKE_CLI.format(python=os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    )
     fake.chmod(0o755)
     async with cluster(tmp_path, postgres_url, "--claude-path", str(fake),
                        env={"HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1"}) as replicas:  # fmt: skip
@@ -362,7 +372,12 @@ async def test_a_hundred_phases_over_three_replicas_lose_and_reorder_nothing(pos
             assert watched == (events, result), i  # the same from the replica that does not run it
         # Every status right wherever it is asked: each job from the replica that neither ran nor watched it.
         for i in range(PHASES):
-            job = (await replicas[(i + 2) % 3].stub.GetJob(pb.GetJobRequest(job_id=f"job-{i:03d}"), timeout=10)).job
-            assert job.status == res.PHASE_STATUS_SUCCEEDED and job.phases[0].status == res.PHASE_STATUS_SUCCEEDED, i
+            job = (
+                await replicas[(i + 2) % 3].stub.GetJob(pb.GetJobRequest(job_id=f"job-{i:03d}"), timeout=10)
+            ).job
+            assert (
+                job.status == res.PHASE_STATUS_SUCCEEDED
+                and job.phases[0].status == res.PHASE_STATUS_SUCCEEDED
+            ), i
         listed = (await replicas[0].stub.ListJobs(pb.ListJobsRequest(page_size=200), timeout=10)).jobs
         assert len(listed) == PHASES
