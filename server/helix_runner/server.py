@@ -226,7 +226,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             # Idle watch streams behind proxies need keepalive pings to stay up.
             ("grpc.keepalive_time_ms", 60_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
-            ("grpc.so_reuseport", 0),
+            # Off unless configured: a second server on a busy port must fail, not share it silently.
+            ("grpc.so_reuseport", 1 if config.reuse_port else 0),
         ],
     )
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
@@ -286,6 +287,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             web_socket.close()
         await _close(store, listener)
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    own_port = port
+    if config.reuse_port and forwarder is not None and not config.advertise_address:
+        # The shared port reaches any process on it; forwarded control must reach this one.
+        own_port = server.add_insecure_port(f"{config.host}:0" if ":" not in config.host else f"[{config.host}]:0")
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
     except OSError as exc:
@@ -301,7 +306,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                            f"{exc.strerror or exc}") from None
     await server.start()
     if forwarder is not None:  # other replicas forward control of this one's phases here
-        store.advertise(config.advertise_address or _bound_address(config.host, port))
+        store.advertise(config.advertise_address or _bound_address(config.host, own_port))
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import psycopg
 import pytest
 from support.processes import alive, serve_env, serving_port, wait_gone
 from support.runner_server import collect
@@ -381,3 +383,72 @@ async def test_a_hundred_phases_over_three_replicas_lose_and_reorder_nothing(pos
             ), i
         listed = (await replicas[0].stub.ListJobs(pb.ListJobsRequest(page_size=200), timeout=10)).jobs
         assert len(listed) == PHASES
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_processes_sharing_one_port_forward_control_to_the_owner(postgres_url, tmp_path):
+    """reuse_port: three processes on one port; each advertises a port of its own for forwarding."""
+    fake = tmp_path / "fake-claude"
+    fake.write_text(
+        FAKE_CLI.format(python=os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    )
+    fake.chmod(0o755)
+    shared, workdir = free_port(), tmp_path / "shared-work"
+    workdir.mkdir()
+    args = [
+        "--claude-path",
+        str(fake),
+        "--port",
+        str(shared),
+        "--reuse-port",
+        "--workspace-root",
+        str(workdir),
+    ]
+    async with cluster(
+        tmp_path, postgres_url, *args, env={"HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1"}
+    ) as replicas:
+        assert {r.port for r in replicas} == {shared}
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            rows = await (await db.execute("SELECT address FROM replicas")).fetchall()
+        addresses = {address for (address,) in rows}
+        assert len(addresses) == 3 and f"127.0.0.1:{shared}" not in addresses
+
+        # Each call on a fresh connection (a channel of its own: grpc shares connections between
+        # channels by default) lands on whichever process the kernel picks.
+        def connect():
+            return grpc.aio.insecure_channel(
+                f"127.0.0.1:{shared}", options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+
+        async def on_shared_port(method: str, request):
+            async with connect() as channel:
+                return await getattr(pb_grpc.RunnerServiceStub(channel), method)(request, timeout=10)
+
+        runs = []
+        for i in range(9):
+            ids = {"job_id": f"shared-{i}", "phase_id": "p1"}
+            request = pb.RunPhaseRequest(
+                **ids, prompt="go", working_dir=str(workdir),
+                options=pb.PhaseOptions(env={"HELIX_TEST_LINES": "400", "HELIX_TEST_STEP": "0.05"}),
+            )  # fmt: skip
+            channel = connect()
+            run = Stream(pb_grpc.RunnerServiceStub(channel).RunPhase(request, timeout=60))
+            await run.wait_for(lambda e: e.HasField("assistant_text"))
+            runs.append((ids, channel, run))
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+            owners = await (await db.execute("SELECT DISTINCT owner_id FROM phases")).fetchall()
+        assert len(owners) > 1  # 9 connections, 3 processes: all on one is (1/3)**8
+        for ids, _, _ in runs:  # control reaches the owner whichever process takes the call
+            for _ in range(3):
+                listed = await on_shared_port("ListBreakpoints", pb.ListBreakpointsRequest(**ids))
+                assert list(listed.breakpoints) == []
+            await on_shared_port("CancelPhase", pb.CancelPhaseRequest(**ids))
+        for ids, channel, run in runs:
+            _, result = await run.finish(30)
+            await channel.close()
+            assert result.status == res.PHASE_STATUS_CANCELLED, (ids, result.reason)
