@@ -226,10 +226,15 @@ def replicas(ctx: Context) -> Result:
 
 
 # P8 (scale-out issue): set here rather than in the list above, which other goals edit.
-GOALS[[g.id for g in GOALS].index("P8")] = Goal(
+_P8 = Goal(
     "P8", "events/s, 2 server processes on one PostgreSQL vs 1 (bench_replicas)", "not possible yet", ">= 1.7x",
     replicas,
 )  # fmt: skip
+_IDS = [g.id for g in GOALS]
+if "P8" in _IDS:
+    GOALS[_IDS.index("P8")] = _P8
+else:
+    GOALS.insert(_IDS.index("RP-lat") if "RP-lat" in _IDS else len(GOALS), _P8)
 
 
 def main() -> int:
