@@ -149,19 +149,20 @@ async def watch_main(cfg: dict) -> dict:
 # Driver.
 
 
-def postgres_cpu() -> float:
-    """CPU seconds of the PostgreSQL processes (the benchmark's cluster is the only one here): live
-    ones, plus what the postmaster reaped from backends that exited."""
-    total = 0.0
+def postgres_cpu(postmaster: int) -> float:
+    """CPU seconds of the benchmark's PostgreSQL: the postmaster, its live children (backends and
+    workers; other clusters on the machine are not counted) and what it reaped from exited ones."""
+    own, reaped = proc_cpu(postmaster)
+    total = own + reaped
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() != "postgres":
-                    continue
-            total += sum(proc_cpu(int(pid)))
-        except OSError:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == postmaster:
+                total += proc_cpu(int(pid))[0]
+        except (OSError, ValueError, IndexError):
             continue
     return total
 
@@ -185,7 +186,7 @@ def run_clients(cfgs: list[dict], flag: str, timeout: float) -> list[dict]:
     return outs
 
 
-def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path) -> dict:
+def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, postmaster: int) -> dict:
     """K phases over ``servers`` from two client processes; events/s, latency, CPU."""
     addresses = [s.address for s in servers]
     half = args.k // 2
@@ -196,9 +197,9 @@ def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path) -> d
          "tag": tag, "workdir": str(workdir), "timeout": args.timeout},
     ]  # fmt: skip
     cpu0 = {s.pid: proc_cpu(s.pid) for s in servers}
-    pg0, m0, c0 = postgres_cpu(), machine_cpu(), children_cpu()
+    pg0, m0, c0 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     outs = run_clients(cfgs, "--client", args.timeout + 30)
-    pg1, m1, c1 = postgres_cpu(), machine_cpu(), children_cpu()
+    pg1, m1, c1 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     cpu1 = {s.pid: proc_cpu(s.pid) for s in servers}
     wall = (max(o["t1"] for o in outs) - min(o["t0"] for o in outs)) / 1e9
     events = sum(o["events"] for o in outs)
@@ -232,6 +233,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, help="rounds, each N=1 and N=2 (default 5; quick 2)")
     ap.add_argument("--watchers", type=int, default=10, help="watchers on the owner and on the other replica")
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--sqlite", action="store_true",
+                    help="also run one server on SQLite in each round (is the PostgreSQL store the bound?)")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
     ap.add_argument("--client", help=argparse.SUPPRESS)
@@ -259,22 +262,32 @@ def main() -> int:
         url = cluster.create_database("bench")
         env = {"HELIX_RUNNER_DATABASE_URL": url, "HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300",
                "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120", "HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1"}  # fmt: skip
+        postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
         for name in ("a", "b"):
             servers.append(ServerProcess(tmp, name, fake, workdir,
                                          env_extra={**env, "HELIX_RUNNER_REPLICA_ID": f"bench-{name}"}))  # fmt: skip
+        sqlite = None
+        if args.sqlite:  # the same server on its embedded store, same limits
+            sqlite = ServerProcess(tmp, "sqlite", fake, workdir,
+                                   env_extra={k: v for k, v in env.items() if "DATABASE_URL" not in k})  # fmt: skip
+            servers.append(sqlite)
         print(f"# PostgreSQL {cluster.bindir.parent.name} at {cluster.socket_dir}; servers "
               f"{', '.join(s.address for s in servers)}; {os.cpu_count()} CPUs; K={args.k}, "
               f"{args.lines} lines per phase, {args.rounds} rounds", flush=True)  # fmt: skip
-        load_round(servers[:1], "warm-a", argparse.Namespace(**{**vars(args), "k": 4}), workdir)  # warm-up
-        load_round(servers[1:], "warm-b", argparse.Namespace(**{**vars(args), "k": 4}), workdir)
+        warm = argparse.Namespace(**{**vars(args), "k": 4})
+        for s in servers:
+            load_round([s], f"warm-{s.pid}", warm, workdir, postmaster)
         rounds: list[dict] = []
         for r in range(args.rounds):
             order = [1, 2] if r % 2 == 0 else [2, 1]
+            if sqlite is not None:
+                order.insert(1, 0)  # 0: one server on SQLite, between the other two
             pair = {}
             for n in order:
-                pair[n] = load_round(servers[:n], f"r{r}-n{n}", args, workdir)
+                chosen = [sqlite] if n == 0 else servers[:n]
+                pair[n] = load_round(chosen, f"r{r}-n{n}", args, workdir, postmaster)
                 got = pair[n]
-                print(f"# round {r + 1} N={n}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
+                print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
                       f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
                       f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
                       f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
@@ -296,7 +309,8 @@ def main() -> int:
           "(median (min-max); CPU in cores)\n")  # fmt: skip
     print(f"{'servers':>8} {'events/s':>20} {'live p50 ms':>12} {'live p99 ms':>12} {'server CPU':>11} "
           f"{'phases CPU':>11} {'clients CPU':>12} {'PostgreSQL CPU':>15} {'machine busy':>13}")  # fmt: skip
-    for n, runs in ((1, one), (2, two)):
+    table = [("1", one), ("2", two)] + ([("1 SQLite", [p[0] for p in rounds])] if args.sqlite else [])
+    for n, runs in table:
         print(f"{n:>8} {spread([x['events_per_s'] for x in runs]):>20} "
               f"{statistics.median(x['p50_ms'] for x in runs):>12.1f} "
               f"{statistics.median(x['p99_ms'] for x in runs):>12.1f} "
