@@ -86,7 +86,9 @@ async def client_main(cfg: dict) -> dict:
             bad.append(f"{idx}: {exc.code().name}: {exc.details()}")
             return
         if counters != list(range(1, n + 1)) or status != "PHASE_STATUS_SUCCEEDED":
-            bad.append(f"{idx}: {len(counters)} of {n} lines in order={counters == sorted(counters)}, {status}")
+            bad.append(
+                f"{idx}: {len(counters)} of {n} lines in order={counters == sorted(counters)}, {status}"
+            )
 
     t0 = time.time_ns()
     await asyncio.gather(*(one(cfg["first"] + i) for i in range(cfg["k"])))
@@ -233,8 +235,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, help="rounds, each N=1 and N=2 (default 5; quick 2)")
     ap.add_argument("--watchers", type=int, default=10, help="watchers on the owner and on the other replica")
     ap.add_argument("--timeout", type=float, default=240.0)
-    ap.add_argument("--sqlite", action="store_true",
-                    help="also run one server on SQLite in each round (is the PostgreSQL store the bound?)")
+    ap.add_argument(
+        "--sqlite",
+        action="store_true",
+        help="also run one server on SQLite in each round (is the PostgreSQL store the bound?)",
+    )
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
     ap.add_argument("--client", help=argparse.SUPPRESS)
@@ -319,8 +324,10 @@ def main() -> int:
               f"{statistics.median(x['client_cpu'] for x in runs):>12.2f} "
               f"{statistics.median(x['pg_cpu'] for x in runs):>15.2f} "
               f"{statistics.median(x['machine_busy'] for x in runs):>13.2f}")  # fmt: skip
-    print(f"\nratio N=2 / N=1 (per round, median): {statistics.median(ratios):.2f}x "
-          f"(range {min(ratios):.2f}-{max(ratios):.2f}); goal >= 1.7x; lost/reordered/failed phases: {bad}")
+    print(
+        f"\nratio N=2 / N=1 (per round, median): {statistics.median(ratios):.2f}x "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f}); goal >= 1.7x; lost/reordered/failed phases: {bad}"
+    )
     if bad:
         print("examples:", [b for x in one + two for b in x["bad_examples"]][:3])
     o, t = watch["owner"], watch["other"]
@@ -328,7 +335,9 @@ def main() -> int:
     print(f"{'watcher on':>22} {'n':>6} {'p50':>8} {'p90':>8} {'p99':>8}")
     for label, x in (("A (owner, in-process)", o), ("B (NOTIFY + read)", t)):
         print(f"{label:>22} {x['n']:>6} {x['p50']:>8.2f} {x['p90']:>8.2f} {x['p99']:>8.2f}")
-    print(f"\nadded latency of the NOTIFY hop: p50 +{t['p50'] - o['p50']:.2f} ms, p99 +{t['p99'] - o['p99']:.2f} ms")
+    print(
+        f"\nadded latency of the NOTIFY hop: p50 +{t['p50'] - o['p50']:.2f} ms, p99 +{t['p99'] - o['p99']:.2f} ms"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({
             "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "goal": 1.7},
