@@ -281,6 +281,29 @@ GOALS: list[Goal] = [
 ]  # fmt: skip
 
 
+def replicas(ctx: Context) -> Result:
+    """P8: bench_replicas.py, events/s with 2 server processes vs 1 on one PostgreSQL (per-round ratios)."""
+    summary = ctx.out_dir / "replicas.json"
+    args = ["--json", str(summary)] + (["--quick"] if ctx.quick else [])
+    ctx.run("bench_replicas.py", args, 400 if ctx.quick else 900)
+    s = json.loads(summary.read_text())
+    r = s["ratio"]
+    figure = f"{r['median']:.2f}x (range {r['min']:.2f}-{r['max']:.2f}), NOTIFY hop p50 +{s['watch']['other']['p50'] - s['watch']['owner']['p50']:.1f} ms"
+    return Result(figure, r["median"] >= r["goal"] and s["bad"] == 0, f"{s['k']} phases x {s['lines']} lines")
+
+
+# P8 (scale-out issue): set here rather than in the list above, which other goals edit.
+_P8 = Goal(
+    "P8", "events/s, 2 server processes on one PostgreSQL vs 1 (bench_replicas)", "not possible yet", ">= 1.7x",
+    replicas,
+)  # fmt: skip
+_IDS = [g.id for g in GOALS]
+if "P8" in _IDS:
+    GOALS[_IDS.index("P8")] = _P8
+else:
+    GOALS.insert(_IDS.index("RP-lat") if "RP-lat" in _IDS else len(GOALS), _P8)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="every benchmark in its short mode (< 5 min)")

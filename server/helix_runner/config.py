@@ -98,6 +98,11 @@ class ServerConfig:
     # With PostgreSQL: host:port other replicas forward this one's control RPCs to (empty: the
     # address it bound, host:port).
     advertise_address: str = ""
+    # N server processes on one host sharing one port (SO_REUSEPORT; the kernel spreads
+    # connections over them). Each process then also listens on a port of its own, which it
+    # advertises for forwarded control RPCs (docs/scale-out.md, "N processes on one host"). Off: a
+    # busy port stops the start.
+    reuse_port: bool = False
     workspace_roots: tuple[Path, ...] = ()
     claude_path: str | None = None
     auth_token_file: Path | None = None
@@ -314,6 +319,7 @@ _CONVERTERS: dict[str, Any] = {
     "database_url": lambda v: str(v).strip(),
     "replica_id": lambda v: str(v).strip(),
     "advertise_address": lambda v: str(v).strip(),
+    "reuse_port": _as_bool,
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
     "auth_token_file": lambda v: Path(v).expanduser() if v else None,

@@ -232,7 +232,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             # Idle watch streams behind proxies need keepalive pings to stay up.
             ("grpc.keepalive_time_ms", 60_000),
             ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
-            ("grpc.so_reuseport", 0),
+            # Off unless configured: a second server on a busy port must fail, not share it silently.
+            ("grpc.so_reuseport", 1 if config.reuse_port else 0),
         ],
     )
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
@@ -320,6 +321,13 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             await _close(store, listener)
             raise StartupError(f"cannot serve health checks on {health_address}: the port is already in use "
                                "or the address is invalid")
+    own_port = port
+    if config.reuse_port and forwarder is not None and not config.advertise_address:
+        # The shared port reaches any process on it; forwarded control must reach this one, over
+        # the same credentials as the shared port.
+        own_address = _listen_address(config.host, 0)
+        own_port = (server.add_insecure_port(own_address) if tls_files is None
+                    else server.add_secure_port(own_address, tls_files.server_credentials()))
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
     except OSError as exc:
@@ -339,7 +347,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if health_server is not None:
         await health_server.start()
     if forwarder is not None:  # other replicas forward control of this one's phases here
-        store.advertise(config.advertise_address or _bound_address(config.host, port))
+        store.advertise(config.advertise_address or _bound_address(config.host, own_port))
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket)

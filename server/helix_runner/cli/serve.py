@@ -65,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--health-port", type=int, help="plaintext port serving only grpc.health.v1 (for probes without TLS)"
     )
+    p.add_argument(
+        "--reuse-port", action="store_true", default=None,
+        help="share --port with other server processes on this host (SO_REUSEPORT; see docs/scale-out.md)",
+    )
     # telemetry (README "Observability")
     p.add_argument("--metrics-host", help="address of the Prometheus /metrics endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics (default: no endpoint; 0 picks a free one)")

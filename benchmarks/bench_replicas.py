@@ -1,0 +1,356 @@
+"""P8: events/s with N server processes on one PostgreSQL vs one process, and the NOTIFY hop.
+
+Usage (from the repository root):
+    .venv/bin/python benchmarks/bench_replicas.py            # full: 200 phases x 1000 lines, 5 rounds
+    .venv/bin/python benchmarks/bench_replicas.py --quick    # 200 phases x 200 lines, 2 rounds
+    .venv/bin/python benchmarks/bench_replicas.py --json out.json --keep
+
+A throwaway PostgreSQL cluster (tests/support/postgres.py: Unix socket, fsync off) and servers
+A and B (`helix-runner serve`, the fake `claude` of bench_run_phase.py, which writes its lines as
+fast as it can) on one database. Each round runs the same load twice, back to back, in an order
+that alternates between rounds: K concurrent RunPhase streams on A alone, then spread evenly over
+A and B. The load comes from two client processes in both cases (each streams K/2 phases), so
+the client side has the same parallelism and only the server side changes. Events/s = events the
+clients received / (last result - first call). The ratio N=2 / N=1 is taken per round; its
+median and range are printed. Every phase is checked: counters 1..n in order, sequences gap-free,
+result SUCCEEDED. CPU per round: each server, all PostgreSQL backends, and the machine.
+
+Watch fan-out: one phase on A writes a line every 20 ms; W watchers on A (the owner: in-process
+fan-out) and W on B (the other replica: the event goes through the database, NOTIFY, then a read)
+stamp each line on arrival; latency = arrival - the child's write time (same host clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # support.postgres: the throwaway cluster of the tests
+
+from bench_run_phase import machine_cpu, parse_text, pct, proc_cpu, write_fake_claude  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
+
+# ------------------------------------------------------------------------------------------------
+# Client process (--client CFG): K concurrent RunPhase streams spread over the given addresses.
+
+
+async def client_main(cfg: dict) -> dict:
+    import grpc
+
+    from helix.runner.v1 import resources_pb2 as res
+    from helix.runner.v1 import runner_service_pb2 as pb
+    from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+
+    stubs = []
+    for address in cfg["addresses"]:
+        channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
+        await asyncio.wait_for(channel.channel_ready(), 20)
+        stubs.append(pb_grpc.RunnerServiceStub(channel))
+    n = cfg["lines"]
+    env = {"HELIX_BENCH_LINES": str(n), "HELIX_BENCH_RATE": "0"}
+    latencies: list[int] = []
+    bad: list[str] = []
+    events = 0
+
+    async def one(idx: int) -> None:
+        nonlocal events
+        stub = stubs[idx % len(stubs)]
+        request = pb.RunPhaseRequest(job_id=f"{cfg['tag']}-{idx}", phase_id="p", prompt="bench",
+                                     working_dir=cfg["workdir"], options=pb.PhaseOptions(env=env))  # fmt: skip
+        last_seq, counters, status = 0, [], None
+        try:
+            async for resp in stub.RunPhase(request, timeout=cfg["timeout"]):
+                now = time.time_ns()
+                for ev in resp.events:
+                    if ev.sequence != last_seq + 1:
+                        bad.append(f"{idx}: sequence {ev.sequence} after {last_seq}")
+                    last_seq = ev.sequence
+                    if ev.HasField("assistant_text"):
+                        i, t_write = parse_text(ev.assistant_text.text)
+                        counters.append(i)
+                        latencies.append(now - t_write)
+                events += len(resp.events)
+                if resp.HasField("result"):
+                    status = res.PhaseStatus.Name(resp.result.status)
+        except grpc.aio.AioRpcError as exc:
+            bad.append(f"{idx}: {exc.code().name}: {exc.details()}")
+            return
+        if counters != list(range(1, n + 1)) or status != "PHASE_STATUS_SUCCEEDED":
+            bad.append(
+                f"{idx}: {len(counters)} of {n} lines in order={counters == sorted(counters)}, {status}"
+            )
+
+    t0 = time.time_ns()
+    await asyncio.gather(*(one(cfg["first"] + i) for i in range(cfg["k"])))
+    t1 = time.time_ns()
+    lat = sorted(x / 1e6 for x in latencies)
+    return {"t0": t0, "t1": t1, "events": events, "bad": bad[:5], "bad_count": len(bad),
+            "p50": pct(lat, 50), "p99": pct(lat, 99)}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Watch client (--watch CFG): one paced phase on the owner, W watchers on the owner and W elsewhere.
+
+
+async def watch_main(cfg: dict) -> dict:
+    import grpc
+
+    from helix.runner.v1 import runner_service_pb2 as pb
+    from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+
+    owner = pb_grpc.RunnerServiceStub(grpc.aio.insecure_channel(cfg["owner"]))
+    other = pb_grpc.RunnerServiceStub(grpc.aio.insecure_channel(cfg["other"]))
+    n, rate, w = cfg["lines"], cfg["rate"], cfg["watchers"]
+    ids = {"job_id": cfg["tag"], "phase_id": "p"}
+    request = pb.RunPhaseRequest(**ids, prompt="bench", working_dir=cfg["workdir"],
+                                 options=pb.PhaseOptions(env={"HELIX_BENCH_LINES": str(n),
+                                                              "HELIX_BENCH_RATE": repr(rate)}))  # fmt: skip
+    started = asyncio.Event()
+    joined_ns = [0]
+    lat: dict[str, list[float]] = {"owner": [], "other": []}
+
+    async def run() -> None:
+        async for resp in owner.RunPhase(request, timeout=cfg["timeout"]):
+            if resp.events:
+                started.set()
+
+    async def watch(stub, where: str) -> None:
+        async for resp in stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=cfg["timeout"]):
+            now = time.time_ns()
+            for ev in resp.events:
+                if ev.HasField("assistant_text"):
+                    _, t_write = parse_text(ev.assistant_text.text)
+                    if t_write > joined_ns[0] > 0:  # written after every watcher was following
+                        lat[where].append((now - t_write) / 1e6)
+
+    runner = asyncio.create_task(run())
+    await asyncio.wait_for(started.wait(), 30)
+    watchers = [asyncio.create_task(watch(owner, "owner")) for _ in range(w)]
+    watchers += [asyncio.create_task(watch(other, "other")) for _ in range(w)]
+    await asyncio.sleep(1.0)  # every watcher past its history read
+    joined_ns[0] = time.time_ns()
+    await asyncio.gather(runner, *watchers)
+    out = {}
+    for where, values in lat.items():
+        v = sorted(values)
+        out[where] = {"n": len(v), "p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Driver.
+
+
+def postgres_cpu(postmaster: int) -> float:
+    """CPU seconds of the benchmark's PostgreSQL: the postmaster, its live children (backends and
+    workers; other clusters on the machine are not counted) and what it reaped from exited ones."""
+    own, reaped = proc_cpu(postmaster)
+    total = own + reaped
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == postmaster:
+                total += proc_cpu(int(pid))[0]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def children_cpu() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the client processes, once reaped
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_clients(cfgs: list[dict], flag: str, timeout: float) -> list[dict]:
+    procs = [subprocess.Popen([sys.executable, __file__, flag, json.dumps(c)], stdout=subprocess.PIPE, text=True)
+             for c in cfgs]  # fmt: skip
+    outs = []
+    for p in procs:
+        stdout, _ = p.communicate(timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"client exited {p.returncode}")
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    return outs
+
+
+def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, postmaster: int) -> dict:
+    """K phases over ``servers`` from two client processes; events/s, latency, CPU."""
+    addresses = [s.address for s in servers]
+    half = args.k // 2
+    cfgs = [
+        {"addresses": addresses, "k": half, "first": 0, "lines": args.lines, "tag": tag,
+         "workdir": str(workdir), "timeout": args.timeout},
+        {"addresses": addresses[1:] + addresses[:1], "k": args.k - half, "first": half, "lines": args.lines,
+         "tag": tag, "workdir": str(workdir), "timeout": args.timeout},
+    ]  # fmt: skip
+    cpu0 = {s.pid: proc_cpu(s.pid) for s in servers}
+    pg0, m0, c0 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
+    outs = run_clients(cfgs, "--client", args.timeout + 30)
+    pg1, m1, c1 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
+    cpu1 = {s.pid: proc_cpu(s.pid) for s in servers}
+    wall = (max(o["t1"] for o in outs) - min(o["t0"] for o in outs)) / 1e9
+    events = sum(o["events"] for o in outs)
+    return {
+        "servers": len(servers),
+        "events": events,
+        "wall_s": wall,
+        "events_per_s": events / wall,
+        "p50_ms": statistics.median(o["p50"] for o in outs),
+        "p99_ms": max(o["p99"] for o in outs),
+        "bad": sum(o["bad_count"] for o in outs),
+        "bad_examples": [b for o in outs for b in o["bad"]][:3],
+        "server_cpu": [(cpu1[s.pid][0] - cpu0[s.pid][0]) / wall for s in servers],
+        # The phases' shims and fake CLIs, reaped by the servers.
+        "phase_cpu": sum(cpu1[s.pid][1] - cpu0[s.pid][1] for s in servers) / wall,
+        "client_cpu": (c1 - c0) / wall,
+        "pg_cpu": (pg1 - pg0) / wall,
+        "machine_busy": (m1[0] - m0[0]) / max(1e-9, m1[1] - m0[1]) * (os.cpu_count() or 1),
+    }
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="200 phases x 200 lines, 2 rounds, short watch run")
+    ap.add_argument("--k", type=int, default=200, help="concurrent phases per run (default 200)")
+    ap.add_argument("--lines", type=int, help="assistant lines per phase (default 1000; quick 200)")
+    ap.add_argument("--rounds", type=int, help="rounds, each N=1 and N=2 (default 5; quick 2)")
+    ap.add_argument("--watchers", type=int, default=10, help="watchers on the owner and on the other replica")
+    ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument(
+        "--sqlite",
+        action="store_true",
+        help="also run one server on SQLite in each round (is the PostgreSQL store the bound?)",
+    )
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
+    ap.add_argument("--client", help=argparse.SUPPRESS)
+    ap.add_argument("--watch", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.client:
+        print(json.dumps(asyncio.run(client_main(json.loads(args.client)))))
+        return 0
+    if args.watch:
+        print(json.dumps(asyncio.run(watch_main(json.loads(args.watch)))))
+        return 0
+    args.lines = args.lines or (200 if args.quick else 1000)
+    args.rounds = args.rounds or (2 if args.quick else 5)
+    watch_lines = 100 if args.quick else 500
+
+    from support.postgres import PostgresCluster
+
+    tmp = Path(tempfile.mkdtemp(prefix="helix-bench-replicas-"))
+    workdir = tmp / "work"
+    workdir.mkdir()
+    fake = write_fake_claude(tmp)
+    cluster = PostgresCluster().start()
+    servers: list[ServerProcess] = []
+    try:
+        url = cluster.create_database("bench")
+        env = {"HELIX_RUNNER_DATABASE_URL": url, "HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300",
+               "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120", "HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1"}  # fmt: skip
+        postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+        for name in ("a", "b"):
+            servers.append(ServerProcess(tmp, name, fake, workdir,
+                                         env_extra={**env, "HELIX_RUNNER_REPLICA_ID": f"bench-{name}"}))  # fmt: skip
+        sqlite = None
+        if args.sqlite:  # the same server on its embedded store, same limits
+            sqlite = ServerProcess(tmp, "sqlite", fake, workdir,
+                                   env_extra={k: v for k, v in env.items() if "DATABASE_URL" not in k})  # fmt: skip
+            servers.append(sqlite)
+        print(f"# PostgreSQL {cluster.bindir.parent.name} at {cluster.socket_dir}; servers "
+              f"{', '.join(s.address for s in servers)}; {os.cpu_count()} CPUs; K={args.k}, "
+              f"{args.lines} lines per phase, {args.rounds} rounds", flush=True)  # fmt: skip
+        warm = argparse.Namespace(**{**vars(args), "k": 4})
+        for s in servers:
+            load_round([s], f"warm-{s.pid}", warm, workdir, postmaster)
+        rounds: list[dict] = []
+        for r in range(args.rounds):
+            order = [1, 2] if r % 2 == 0 else [2, 1]
+            if sqlite is not None:
+                order.insert(1, 0)  # 0: one server on SQLite, between the other two
+            pair = {}
+            for n in order:
+                chosen = [sqlite] if n == 0 else servers[:n]
+                pair[n] = load_round(chosen, f"r{r}-n{n}", args, workdir, postmaster)
+                got = pair[n]
+                print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
+                      f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
+                      f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
+                      f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
+            rounds.append(pair)
+
+        watch = run_clients([{"owner": servers[0].address, "other": servers[1].address, "lines": watch_lines,
+                              "rate": 50.0, "watchers": args.watchers, "tag": "watch", "workdir": str(workdir),
+                              "timeout": args.timeout}], "--watch", args.timeout + 30)[0]  # fmt: skip
+    finally:
+        for s in servers:
+            s.stop()
+        cluster.stop()
+
+    one = [p[1] for p in rounds]
+    two = [p[2] for p in rounds]
+    ratios = [p[2]["events_per_s"] / p[1]["events_per_s"] for p in rounds]
+    bad = sum(x["bad"] for x in one + two)
+    print(f"\n## Events/s, K={args.k} phases x {args.lines} lines, {args.rounds} rounds "
+          "(median (min-max); CPU in cores)\n")  # fmt: skip
+    print(f"{'servers':>8} {'events/s':>20} {'live p50 ms':>12} {'live p99 ms':>12} {'server CPU':>11} "
+          f"{'phases CPU':>11} {'clients CPU':>12} {'PostgreSQL CPU':>15} {'machine busy':>13}")  # fmt: skip
+    table = [("1", one), ("2", two)] + ([("1 SQLite", [p[0] for p in rounds])] if args.sqlite else [])
+    for n, runs in table:
+        print(f"{n:>8} {spread([x['events_per_s'] for x in runs]):>20} "
+              f"{statistics.median(x['p50_ms'] for x in runs):>12.1f} "
+              f"{statistics.median(x['p99_ms'] for x in runs):>12.1f} "
+              f"{statistics.median(sum(x['server_cpu']) for x in runs):>11.2f} "
+              f"{statistics.median(x['phase_cpu'] for x in runs):>11.2f} "
+              f"{statistics.median(x['client_cpu'] for x in runs):>12.2f} "
+              f"{statistics.median(x['pg_cpu'] for x in runs):>15.2f} "
+              f"{statistics.median(x['machine_busy'] for x in runs):>13.2f}")  # fmt: skip
+    print(
+        f"\nratio N=2 / N=1 (per round, median): {statistics.median(ratios):.2f}x "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f}); goal >= 1.7x; lost/reordered/failed phases: {bad}"
+    )
+    if bad:
+        print("examples:", [b for x in one + two for b in x["bad_examples"]][:3])
+    o, t = watch["owner"], watch["other"]
+    print(f"\n## Watch fan-out, one phase at 50 lines/s on A, {args.watchers} watchers on A and on B (ms)\n")
+    print(f"{'watcher on':>22} {'n':>6} {'p50':>8} {'p90':>8} {'p99':>8}")
+    for label, x in (("A (owner, in-process)", o), ("B (NOTIFY + read)", t)):
+        print(f"{label:>22} {x['n']:>6} {x['p50']:>8.2f} {x['p90']:>8.2f} {x['p99']:>8.2f}")
+    print(
+        f"\nadded latency of the NOTIFY hop: p50 +{t['p50'] - o['p50']:.2f} ms, p99 +{t['p99'] - o['p99']:.2f} ms"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "goal": 1.7},
+            "rounds": rounds, "bad": bad, "watch": watch, "k": args.k, "lines": args.lines,
+        }, indent=2) + "\n")  # fmt: skip
+    if args.keep:
+        print(f"\n# kept {tmp}")
+    else:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
