@@ -14,11 +14,18 @@ from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import EventRow, PhaseRow
 
 
+# What the dead replica recorded before it stopped: its running cost and one ended attempt (a retry).
+COST = res.PhaseCost(reported_usd=0.25, computed_usd=0.5)
+ATTEMPTS = res.Phase(attempts=[res.Attempt(number=1, status=res.PHASE_STATUS_FAILED, retryable=True,
+                                           session_id="sess")])
+
+
 def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: str = "x") -> None:
     dead = PostgresStore(url, heartbeat=False)
     dead.get_or_create_job(job, "p", 1)
     dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
-                               create_time_ns=1, start_time_ns=2, session_id="sess"))
+                               create_time_ns=1, start_time_ns=2, session_id="sess",
+                               cost_pb=COST.SerializeToString(), attempts_pb=ATTEMPTS.SerializeToString()))
     dead.append_events([(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])])
     # Its process (and heartbeat) stopped without a clean close: the lease runs out on its own.
     cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
@@ -40,6 +47,8 @@ def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postgres_cl
         result = res.PhaseResult.FromString(row.result_pb)
         assert (result.status, result.reason, result.last_sequence) == (res.PHASE_STATUS_INTERRUPTED, REASON, 2)
         assert row.status is PhaseStatus.INTERRUPTED and row.status_reason == REASON
+        # The result keeps what the dead replica recorded: its cost and its ended attempts.
+        assert result.cost == COST and list(result.attempts) == list(ATTEMPTS.attempts)
     finally:
         survivor.close()
 
@@ -54,6 +63,9 @@ async def test_a_server_on_postgres_takes_over_at_start_and_answers_from_the_dat
         events, result = await collect(runner.stub.WatchPhase(pb.WatchPhaseRequest(job_id="j", phase_id="x"),
                                                               timeout=10))
         assert [e.sequence for e in events] == [1, 2] and result.status == res.PHASE_STATUS_INTERRUPTED
+        # WatchPhase's result and GetJob's agree, cost and attempts included.
+        assert result == job.phases[0].result and result.cost == COST
+        assert list(job.phases[0].attempts) == list(ATTEMPTS.attempts)
         (replica,) = runner.server.store.live_replicas()
         assert replica.replica_id == runner.server.store.replica_id
     # A clean stop ends the lease at once: nobody has to wait for it to run out.

@@ -162,6 +162,7 @@ def test_a_version_1_database_is_migrated_in_place_and_keeps_its_data(tmp_path):
         assert "options_json" not in columns and "result_json" not in columns
         assert store._db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert store.get_job("j").view_version == 0  # version 3 added it to existing jobs
+        assert row.attempts_pb is None  # version 4 added the column; old phases recorded none
         assert not store._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
 
         # Finished calls get their duration from their body, once; a body without one stays without.

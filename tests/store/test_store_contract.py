@@ -134,11 +134,23 @@ def test_phase_columns_round_trip(store):
                    start_time_ns=6, session_id="s", model="m", working_dir="/w", prompt="hi",
                    on_disconnect="CONTINUE", result_pb=b"\x00r", cost_pb=b"c\x00", tool_stats_pb=b"\xfft",
                    recording_dir="/r", reported_usd=None, computed_usd=0.5, computed_only=1, pid=123,
-                   pid_start_ticks=2**40)
+                   pid_start_ticks=2**40, attempts_pb=b"\x00a")
     store.insert_phase(row)
     got = store.get_phase("j", "a")
     assert got == PhaseRow(**{**row.__dict__, "ordinal": 1, "last_sequence": 0})
     assert got.status is S.RUNNING
+
+
+def test_attempts_are_written_with_a_status_change_and_survive_a_reopen(store, opener):
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(phase("j", "a", status=S.RUNNING))
+    assert store.get_phase("j", "a").attempts_pb is None
+    store.update_phase("j", "a", 2, status=S.QUEUED, status_reason="retry", attempts_pb=b"\x01one")
+    store.update_phase("j", "a", 3, status=S.RUNNING)  # another change leaves them
+    # A restarted server (recovery) or another replica (takeover, reads) sees them.
+    (found,) = opener().active_phases()
+    assert (found.status, found.attempts_pb) == (S.RUNNING, b"\x01one")
+    assert [p.attempts_pb for p in opener().phases_of_jobs(["j"])] == [b"\x01one"]
 
 
 def test_list_jobs_pages_newest_first_and_filters(store):

@@ -13,7 +13,7 @@ from helix_runner.api.wire import frame_events
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
 from helix_runner.domain.phase_outcome import ResourceFault
-from helix_runner.domain.phase_result import ContainmentReport, PhaseResult
+from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
 
@@ -44,8 +44,19 @@ class ProtoRecordEncoder:
         # A Phase carrying only tool_stats: a container for the list (decoded by tool_stats_from_bytes).
         return resources_pb2.Phase(tool_stats=[m.tool_stats_to_proto(s) for s in stats]).SerializeToString()
 
-    def encode_result(self, result: PhaseResult) -> bytes:
-        return result_to_proto(result).SerializeToString()
+    def encode_result(self, result: PhaseResult, *, cost_pb: bytes | None = None,
+                      attempts_pb: bytes | None = None) -> bytes:
+        msg = result_to_proto(result)
+        if cost_pb and result.cost is None:
+            msg.cost.ParseFromString(cost_pb)
+        if attempts_pb and not result.attempts:
+            # An encoded Phase holding only attempts (encode_attempts): merging appends them.
+            msg.attempts.extend(resources_pb2.Phase.FromString(attempts_pb).attempts)
+        return msg.SerializeToString()
+
+    def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:
+        # A Phase carrying only attempts, as encode_tool_stats does for statistics.
+        return resources_pb2.Phase(attempts=[m.attempt_to_proto(a) for a in attempts]).SerializeToString()
 
 
 def tool_stats_from_bytes(data: bytes | None) -> list[resources_pb2.ToolStats]:

@@ -92,7 +92,10 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
         msg.attempts.extend(msg.result.attempts)
         msg.auth_source = msg.result.auth_source
         if view.cost_pb and not msg.result.HasField("cost"):
-            msg.result.cost.CopyFrom(msg.cost)
+            msg.result.cost.CopyFrom(msg.cost)  # results recovered before they carried the cost
+    elif view.attempts_pb:
+        # Running (or waiting for its next attempt) on another replica: the attempts it recorded so far.
+        msg.MergeFromString(view.attempts_pb)
 
 
 def cost_totals_to_proto(totals: CostTotals) -> resources_pb2.CostTotals:

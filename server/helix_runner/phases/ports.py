@@ -12,7 +12,7 @@ from typing import Protocol
 
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event, Payload
-from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_result import Attempt, PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
@@ -32,7 +32,14 @@ class RecordEncoder(Protocol):
         the event log frames each published batch once and joins batches for a watcher behind.
         """
 
-    def encode_result(self, result: PhaseResult) -> bytes: ...
+    def encode_result(self, result: PhaseResult, *, cost_pb: bytes | None = None,
+                      attempts_pb: bytes | None = None) -> bytes:
+        """The encoded result; ``cost_pb`` / ``attempts_pb`` (a phase row's stored cost and ended
+        attempts) fill a result that has none of its own: one built from the row by recovery or a
+        takeover, whose process is gone with its figures (phases/service.py, phases/takeover.py)."""
+
+    def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:
+        """A phase's ended attempts as stored in ``PhaseRow.attempts_pb``."""
 
     def encode_cost(self, cost: PhaseCostSnapshot) -> bytes: ...
 

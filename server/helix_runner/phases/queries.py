@@ -236,6 +236,7 @@ class PhaseQueries:
             row.cost_pb,
             row.tool_stats_pb,
             snapshot,
+            row.attempts_pb,
         )
 
     async def inspect(self, job_id: str, phase_id: str, include_context_usage: bool = False) -> Inspection:
@@ -310,6 +311,7 @@ def _estimated_size(view: JobView) -> int:
     for p in view.phases:
         size += 256 + len(p.prompt) + len(p.working_dir) + len(p.status_reason)
         size += len(p.result_pb or b"") + len(p.cost_pb or b"") + len(p.tool_stats_pb or b"")
+        size += len(p.attempts_pb or b"")
     return 2 * size
 
 

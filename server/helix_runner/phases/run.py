@@ -265,7 +265,8 @@ class PhaseRun:
                 self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
                                           resumed=bool(self._watch.init_session_id))
                 self.emit(retry_scheduled_event(end.attempt, end.decision, policy))
-                self.set_status(PhaseStatus.QUEUED, end.decision.reason)
+                # With the ended attempts: a recovered or swept phase still lists them (PhaseRow.attempts_pb).
+                self.set_status(PhaseStatus.QUEUED, end.decision.reason, attempts_pb=self.codec.encode_attempts(self.attempts))
                 plan = next_plan(self.spec, self.plan.prompt_line, policy, end.decision, self._watch.init_session_id)
                 self._watch = AttemptWatch()
                 if self.retries.admission is not None:

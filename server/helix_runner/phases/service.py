@@ -409,7 +409,10 @@ class PhaseService:
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
                                  end_time_ns=now, last_sequence=seq)
             self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
-                                    status_reason=reason, end_time_ns=now, result_pb=self.codec.encode_result(result))
+                                    status_reason=reason, end_time_ns=now,
+                                    # The cost and attempts it recorded before the server stopped.
+                                    result_pb=self.codec.encode_result(result, cost_pb=row.cost_pb,
+                                                                       attempts_pb=row.attempts_pb))
             log.warning("phase interrupted by a previous shutdown",
                         extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name,
                                           "processes_ended": left}})

@@ -55,7 +55,8 @@ class Takeover:
         return EventRow(sequence, now, self.codec.event_kind(event), encoded), {
             "status_reason": REASON,
             "end_time_ns": now,
-            "result_pb": self.codec.encode_result(result),
+            # The cost and attempts the dead replica recorded: what GetJob shows, WatchPhase's result carries.
+            "result_pb": self.codec.encode_result(result, cost_pb=row.cost_pb, attempts_pb=row.attempts_pb),
         }
 
     def sweep(self) -> list[PhaseRow]:

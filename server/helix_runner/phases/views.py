@@ -92,6 +92,9 @@ class PhaseView:
     tool_stats_pb: bytes | None
     # Set while the phase runs in this server: then its cost, statistics and current tool come from here.
     live: RunSnapshot | None = None
+    # Encoded Phase holding only the ended attempts (PhaseRow.attempts_pb): what a phase running on
+    # another replica, or waiting for its next attempt there, has recorded so far.
+    attempts_pb: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,9 @@ class PhaseRow:
     computed_only: int = 0
     pid: int | None = None
     pid_start_ticks: int | None = None
+    # Encoded Phase holding only its ended attempts (Attempt records), written when each attempt
+    # ends, so a phase recovered after a crash or swept after its replica died keeps them.
+    attempts_pb: bytes | None = None
     # Derived on read (the phase's highest event sequence); never written.
     last_sequence: int = 0
 

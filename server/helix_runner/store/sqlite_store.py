@@ -58,8 +58,9 @@ __all__ = [
 # Version 1: the unversioned schema (a `meta` table said so). Version 2: blob columns named for
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
 # Version 3: jobs.view_version, bumped by every write that changes a job's view but appended events
-# (the read model's job-view cache; JobRow).
-SCHEMA_VERSION = 3
+# (the read model's job-view cache; JobRow). Version 4: phases.attempts_pb, the phase's ended
+# attempts (store/protocol.py PhaseRow), so recovery and reads keep them after a crash.
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -96,6 +97,7 @@ CREATE TABLE IF NOT EXISTS phases (
     computed_only INTEGER NOT NULL DEFAULT 0,
     pid INTEGER,
     pid_start_ticks INTEGER,
+    attempts_pb BLOB,
     PRIMARY KEY (job_id, phase_id)
 );
 CREATE INDEX IF NOT EXISTS phases_by_status ON phases (status);
@@ -153,6 +155,8 @@ _BACKFILL_INDEX = "tool_calls_duration_backfill"
 
 # Version 3 (PostgreSQL: migration 0004_job_view_version.sql).
 _ADD_VIEW_VERSION = "ALTER TABLE jobs ADD COLUMN view_version INTEGER NOT NULL DEFAULT 0"
+# Version 4 (PostgreSQL: migration 0005_phase_attempts.sql).
+_ADD_ATTEMPTS = "ALTER TABLE phases ADD COLUMN attempts_pb BLOB"
 
 # Each step takes the schema from version N to N + 1 (index N - 1); statements, not a script, so
 # that the step and the new user_version commit together.
@@ -169,6 +173,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TABLE meta",  # held only schema_version, now PRAGMA user_version
     ),
     (_ADD_VIEW_VERSION,),
+    (_ADD_ATTEMPTS,),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
