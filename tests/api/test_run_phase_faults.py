@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from support.processes import alive, serving_port, start_serve
 
 from helix.runner.v1 import resources_pb2 as res
@@ -197,6 +198,61 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
             child = int((tmp_path / "child.pid").read_text())
             assert "outlived the server" in phase.status_reason or "leftover" in phase.status_reason
             assert not alive(child)
+    finally:
+        proc2.send_signal(signal.SIGTERM)
+        proc2.wait(30)
+
+
+async def test_server_killed_mid_run_after_a_retry_keeps_the_attempts_after_restart(tmp_path):
+    """Attempt 1 crashes, attempt 2 runs when the server is killed: the restarted server's GetJob and
+    WatchPhase result still list attempt 1 (the phases.attempts_pb column), with the cost recorded."""
+    claude = fake_claude(tmp_path, f"""
+        import os, sys, time
+        sys.stdin.readline()
+        print({INIT!r}, flush=True)
+        if "--resume" not in sys.argv:
+            os.kill(os.getpid(), 9)  # attempt 1: a crash, retried
+        print({TOOL_USE!r}, flush=True)
+        time.sleep(120)
+    """)
+    (tmp_path / "work").mkdir()
+    retry = pb.RetryPolicy(max_attempts=3, initial_backoff=Duration(nanos=10_000_000),
+                           max_backoff=Duration(nanos=50_000_000))
+    log1 = tmp_path / "serve1.log"
+    proc = start_serve(tmp_path, log1, "--claude-path", claude)
+    try:
+        port = await asyncio.to_thread(serving_port, log1, proc)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.RunnerServiceStub(channel)
+            call = stub.RunPhase(pb.RunPhaseRequest(job_id="crash", phase_id="p", prompt="x",
+                                                    working_dir=str(tmp_path / "work"),
+                                                    options=pb.PhaseOptions(retry=retry)), timeout=30)
+            seen = []
+            async for response in call:
+                seen.extend(response.events)
+                if any(e.HasField("tool_call_started") for e in seen):
+                    break
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log2 = tmp_path / "serve2.log"
+    proc2 = start_serve(tmp_path, log2, "--claude-path", claude)
+    try:
+        port = await asyncio.to_thread(serving_port, log2, proc2)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.RunnerServiceStub(channel)
+            (phase,) = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job.phases
+            assert phase.status == res.PHASE_STATUS_INTERRUPTED
+            assert [(a.number, a.end_kind, a.retryable) for a in phase.attempts] == [
+                (1, res.ATTEMPT_END_KIND_CRASHED, True)]
+            assert list(phase.result.attempts) == list(phase.attempts)
+            watched = None
+            async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
+                if response.HasField("result"):
+                    watched = response.result
+            assert watched == phase.result  # attempts and cost alike
     finally:
         proc2.send_signal(signal.SIGTERM)
         proc2.wait(30)
