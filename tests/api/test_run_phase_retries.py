@@ -132,6 +132,10 @@ async def test_a_crash_every_attempt_ends_incomplete_with_each_attempt_listed(tm
     claude = fake_claude(tmp_path, CRASHING)
     async with runner_factory(None, claude_path=claude) as runner:
         events, result = await runner.run_phase("hi", retry=retry(3), deadline=60)
+        # A finished phase's inspection lists every attempt of its result.
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(job_id="job-1", phase_id="p1"),
+                                                     timeout=10)).inspection
+        assert list(inspection.attempts) == list(result.attempts)
     assert result.status == res.PHASE_STATUS_INCOMPLETE
     assert "all 3 attempts are used up" in result.reason
     assert [(a.number, a.end_kind, a.exit_signal) for a in result.attempts] == [
@@ -163,6 +167,10 @@ async def test_a_cancel_during_the_backoff_ends_cancelled_at_once(tmp_path, runn
         (phase,) = job.phases
         assert phase.status == res.PHASE_STATUS_QUEUED and phase.queue.reason == res.QUEUE_REASON_RETRY_BACKOFF
         assert [a.end_kind for a in phase.attempts] == [res.ATTEMPT_END_KIND_CRASHED]
+        # InspectPhase lists them too while the phase lives (PhaseInspection.attempts).
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(job_id="job-1", phase_id="p1"),
+                                                     timeout=10)).inspection
+        assert list(inspection.attempts) == list(phase.attempts)
         cancelled_at = time.monotonic()
         await runner.stub.CancelPhase(pb.CancelPhaseRequest(job_id="job-1", phase_id="p1"), timeout=10)
         rest, result = await collect(call)

@@ -192,6 +192,8 @@ def breakpoint_to_proto(bp: Breakpoint) -> resources_pb2.Breakpoint:
 def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection:
     view = inspection.phase
     msg = resources_pb2.PhaseInspection(phase=phase_to_proto(view))
+    # The phase's attempts as its Phase lists them: live ones here, its result's, or those stored.
+    msg.attempts.extend(msg.phase.attempts)
     for recent in inspection.recent_events:
         event = events_pb2.StreamEvent.FromString(recent.body)
         ref = msg.recent_events.add(

@@ -3557,6 +3557,14 @@ class PhaseInspection(betterproto2.Message):
     figures once it has ended).
     """
 
+    attempts: "list[Attempt]" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The phase's attempts, oldest first (as `phase.attempts`): one per CLI process started for
+    it, each with its outcome, exit code and cost. While the phase runs, the ended attempts; once
+    it has ended, every attempt of its result (also for a phase recovered after a crash or taken
+    over from a stopped replica).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseInspection", PhaseInspection)
 
