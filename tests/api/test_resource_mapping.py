@@ -14,7 +14,7 @@ from helix_runner.api.resource_mapping import (
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
-from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_result import Attempt, PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
@@ -91,6 +91,30 @@ def test_a_stored_phase_shows_its_encoded_cost_statistics_and_result():
         msg.result.reason == "done" and msg.result.cost == msg.cost
     )  # the phase's cost fills a result without one
     assert not msg.HasField("current_tool")
+
+
+ATTEMPT = Attempt(number=1, status=PhaseStatus.FAILED, retryable=True, exit_code=1, cost=COST)
+
+
+def test_a_phase_running_elsewhere_shows_its_stored_attempts_and_so_does_its_inspection():
+    # Not live here, no result yet (another replica runs it): the attempts column answers.
+    stored = view(status=PhaseStatus.QUEUED, attempts_pb=CODEC.encode_attempts([ATTEMPT]))
+    msg = phase_to_proto(stored)
+    assert [(a.number, a.exit_code, a.cost.reported_usd) for a in msg.attempts] == [(1, 1, 0.5)]
+    inspection = inspection_to_proto(Inspection(stored, (), None))
+    assert list(inspection.attempts) == list(msg.attempts)
+
+
+def test_a_result_built_from_a_phase_row_takes_the_stored_cost_and_attempts():
+    # Recovery and takeover build the result from the row: the process and its figures are gone.
+    bare = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.INTERRUPTED, reason="gone")
+    encoded = CODEC.encode_result(bare, cost_pb=CODEC.encode_cost(COST),
+                                  attempts_pb=CODEC.encode_attempts([ATTEMPT]))
+    result = resources_pb2.PhaseResult.FromString(encoded)
+    assert result.cost.reported_usd == 0.5 and [a.number for a in result.attempts] == [1]
+    msg = phase_to_proto(view(result_pb=encoded, attempts_pb=CODEC.encode_attempts([ATTEMPT, ATTEMPT])))
+    assert len(msg.attempts) == 1  # the result's list wins over the column once the phase ended
+    assert CODEC.encode_result(bare) == CODEC.encode_result(bare, cost_pb=None, attempts_pb=b"")
 
 
 def test_a_running_phase_shows_its_live_figures():

@@ -13,7 +13,6 @@ from helix_runner.phases.takeover import REASON, Takeover
 from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import EventRow, PhaseRow
 
-
 # What the dead replica recorded before it stopped: its running cost and one ended attempt (a retry).
 COST = res.PhaseCost(reported_usd=0.25, computed_usd=0.5)
 ATTEMPTS = res.Phase(attempts=[res.Attempt(number=1, status=res.PHASE_STATUS_FAILED, retryable=True,
