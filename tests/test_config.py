@@ -123,6 +123,9 @@ def test_database_url_defaults_to_sqlite_in_the_data_dir_and_accepts_postgresql(
         ({"replica_id": "no spaces please"}, "replica_id"),
         ({"advertise_address": "runner-0.runner"}, "advertise_address must be host:port"),
         ({"advertise_address": "http://runner-0:50051"}, "advertise_address must be host:port"),
+        ({"replica_lease_seconds": 0.5}, "replica_lease_seconds must be 1 to 22.5"),
+        ({"replica_lease_seconds": 30}, "documented 30 s (lease + sweep interval"),
+        ({"replica_lease_seconds": "soon"}, "invalid value for replica_lease_seconds"),
     ],
 )
 def test_bad_database_settings_are_one_line_errors_without_the_password(tmp_path, flags, message):
@@ -147,3 +150,18 @@ def test_retry_and_admission_keys_build_the_policy_and_refuse_bad_values():
         load_config(flags={"retry_max_attempts": 11}, environ={})
     with pytest.raises(ConfigError, match="max_starting_phases"):
         load_config(flags={"max_starting_phases": 0}, environ={})
+
+
+def test_the_replica_lease_comes_from_file_env_or_flag_and_keeps_the_takeover_bound(tmp_path):
+    from helix_runner.store.protocol import TAKEOVER_BOUND_SECONDS, sweep_interval_seconds
+
+    roots = {"workspace_roots": [str(tmp_path)]}
+    assert load_config(flags=roots, environ={}).replica_lease_seconds == 15.0
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text("replica_lease_seconds = 6\n")
+    assert load_config(flags=roots, environ={}, config_file=cfg_file).replica_lease_seconds == 6.0
+    env = {"HELIX_RUNNER_REPLICA_LEASE_SECONDS": "3"}
+    assert load_config(flags=roots, environ=env, config_file=cfg_file).replica_lease_seconds == 3.0
+    cfg = load_config(flags={**roots, "replica_lease_seconds": 22.5}, environ=env, config_file=cfg_file)
+    # The longest lease still keeps a dead replica's phases within the documented bound.
+    assert cfg.replica_lease_seconds + sweep_interval_seconds(cfg.replica_lease_seconds) == TAKEOVER_BOUND_SECONDS

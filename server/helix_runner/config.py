@@ -26,6 +26,12 @@ from helix_runner.domain.pricing import ModelPrice
 from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.errors import RunnerError
 from helix_runner.store.database_url import DatabaseUrl, default_database_url, parse_database_url
+from helix_runner.store.protocol import (
+    DEFAULT_LEASE_SECONDS,
+    MAX_LEASE_SECONDS,
+    MIN_LEASE_SECONDS,
+    TAKEOVER_BOUND_SECONDS,
+)
 
 ENV_PREFIX = "HELIX_RUNNER_"
 
@@ -98,6 +104,10 @@ class ServerConfig:
     # With PostgreSQL: host:port other replicas forward this one's control RPCs to (empty: the
     # address it bound, host:port).
     advertise_address: str = ""
+    # With PostgreSQL: seconds a replica's lease lasts without a heartbeat (renewed every third of
+    # it); other replicas sweep every third of it too, so a dead replica's phases are INTERRUPTED
+    # within lease + lease / 3 of its last heartbeat (docs/scale-out.md, "Dead-replica takeover").
+    replica_lease_seconds: float = DEFAULT_LEASE_SECONDS
     # N server processes on one host sharing one port (SO_REUSEPORT; the kernel spreads
     # connections over them). Each process then also listens on a port of its own, which it
     # advertises for forwarded control RPCs (docs/scale-out.md, "N processes on one host"). Off: a
@@ -319,6 +329,7 @@ _CONVERTERS: dict[str, Any] = {
     "database_url": lambda v: str(v).strip(),
     "replica_id": lambda v: str(v).strip(),
     "advertise_address": lambda v: str(v).strip(),
+    "replica_lease_seconds": float,
     "reuse_port": _as_bool,
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
@@ -502,6 +513,12 @@ def validate(config: ServerConfig) -> ServerConfig:
         resolved_roots.append(real)
     if config.advertise_address and not _ADVERTISE.match(config.advertise_address):
         raise ConfigError("advertise_address must be host:port (e.g. runner-0.runner:50051 or [::1]:50051)")
+    if not MIN_LEASE_SECONDS <= config.replica_lease_seconds <= MAX_LEASE_SECONDS:
+        raise ConfigError(
+            f"replica_lease_seconds must be {MIN_LEASE_SECONDS:g} to {MAX_LEASE_SECONDS:g}: shorter, a busy "
+            "database can cost a live replica its phases; longer, a dead replica's phases are found "
+            f"later than the documented {TAKEOVER_BOUND_SECONDS:g} s (lease + sweep interval, a third of it)"
+        )
     if config.replica_id and not _REPLICA_ID.match(config.replica_id):
         raise ConfigError("replica_id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
     database_url = ""

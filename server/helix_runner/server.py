@@ -42,6 +42,7 @@ from helix_runner.process.containment import MODE_NAMES, Containment, Containmen
 from helix_runner.process.key_broker import KeyBroker, KeySource
 from helix_runner.store.factory import open_store
 from helix_runner.store.postgres_notify import EventListener, follow_phase_events
+from helix_runner.store.protocol import sweep_interval_seconds
 from helix_runner.store.sqlite_store import SqliteStore, StoreError
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
@@ -210,7 +211,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except OSError as exc:
         raise StartupError(f"data directory {config.data_dir} is not writable: {exc.strerror}") from None
     try:
-        store = open_store(config.database, replica_id=config.replica_id or None)
+        store = open_store(config.database, replica_id=config.replica_id or None,
+                           lease_seconds=config.replica_lease_seconds)
     except StoreError as exc:  # carries a one-line message
         raise StartupError(str(exc)) from None
     if store.migrated_from:
@@ -252,7 +254,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if isinstance(store, SqliteStore):
         recovered = await manager.recover()
     else:  # a shared database: only the phases of replicas that are gone (takeover.py)
-        takeover = Takeover(store, manager.codec, interval_seconds=store.replica.lease_seconds / 3)
+        takeover = Takeover(store, manager.codec, interval_seconds=sweep_interval_seconds(store.replica.lease_seconds))
         recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})

@@ -49,6 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--replica-id", help="with PostgreSQL: this replica's stable name (default: a new id per start)")
     p.add_argument(
+        "--replica-lease-seconds", type=float,
+        help="with PostgreSQL: this replica's lease (default 15; 1 to 22.5); a dead replica's phases are "
+        "INTERRUPTED within 4/3 of it",
+    )
+    p.add_argument(
         "--advertise-address", help="with PostgreSQL: host:port other replicas forward control RPCs to (default: the bound one)"
     )
     # TLS on the gRPC port (docs/scale-out.md "Security between replicas"); files re-read on change

@@ -23,13 +23,13 @@ from datetime import datetime
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from helix_runner.store.protocol import FencedError
+from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError
 
-__all__ = ["FencedError"]  # defined with the protocol (the application handles it); imported from here too
+# Defined with the protocol (the application handles them; the config reads the lease); imported from here too.
+__all__ = ["DEFAULT_LEASE_SECONDS", "FencedError"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEASE_SECONDS = 15.0
 # Expired registry rows are kept this long (for "who owned this phase" answers), then pruned.
 PRUNE_AFTER_SECONDS = 3600
 

@@ -18,6 +18,23 @@ from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 
+# Replica leases on a shared database (store/postgres_cluster.py; docs/scale-out.md, "Dead-replica
+# takeover"): a replica renews its lease every third of it, and the others sweep every third of it,
+# so a dead replica's phases are INTERRUPTED at most lease + lease / 3 after its last heartbeat. The
+# issue's bound is 30 s, so the longest lease is 22.5 s; under 1 s a slow database (or a paused
+# process) would cost live replicas their phases. Here, not there: a SQLite-only server's config
+# reads them without loading the PostgreSQL driver.
+DEFAULT_LEASE_SECONDS = 15.0
+MIN_LEASE_SECONDS = 1.0
+TAKEOVER_BOUND_SECONDS = 30.0
+MAX_LEASE_SECONDS = TAKEOVER_BOUND_SECONDS * 3 / 4
+
+
+def sweep_interval_seconds(lease_seconds: float) -> float:
+    """How often replicas sweep for the phases of dead ones: every third of a lease."""
+    return lease_seconds / 3
+
+
 # Statuses from which a phase can still change; anything else is final.
 ACTIVE_STATUSES: tuple[PhaseStatus, ...] = tuple(
     s for s in PhaseStatus if s is not PhaseStatus.UNSPECIFIED and s not in FINAL_STATUSES
