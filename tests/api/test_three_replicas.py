@@ -34,7 +34,7 @@ from helix_runner.offline import Reply, Script
 from helix_runner.phases.takeover import REASON as TAKEOVER_REASON
 from helix_runner.process.containment import MARKER_NAME, instance_id
 from helix_runner.process.procfs import marked
-from helix_runner.store.postgres_cluster import DEFAULT_LEASE_SECONDS
+from helix_runner.store.protocol import sweep_interval_seconds
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.slow]
 
@@ -221,8 +221,10 @@ async def test_a_phase_on_a_is_listed_by_b_watched_from_c_and_controlled_through
 
 # The documented bound (docs/scale-out.md, "Dead-replica takeover"): the owner's lease runs out at
 # most one lease after its last heartbeat (at most the kill), and a survivor sweeps every third of
-# a lease. The wait allows scheduling slack on a loaded 2-core machine on top.
-TAKEOVER_BOUND_S = DEFAULT_LEASE_SECONDS + DEFAULT_LEASE_SECONDS / 3
+# a lease. A short lease (`--replica-lease-seconds`) keeps the test from waiting the default 20 s.
+# The wait allows scheduling slack on a loaded 2-core machine on top.
+LEASE_S = 3.0
+TAKEOVER_BOUND_S = LEASE_S + sweep_interval_seconds(LEASE_S)
 TAKEOVER_SLACK_S = 10.0
 
 
@@ -239,7 +241,8 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
             Reply.text("never reached"),
         ]
     ).save(script)
-    async with cluster(tmp_path, postgres_url, "--offline-script", str(script)) as (a, b, c):
+    async with cluster(tmp_path, postgres_url, "--offline-script", str(script),
+                       "--replica-lease-seconds", str(LEASE_S)) as (a, b, c):
         ids = {"job_id": "job-k", "phase_id": "p1"}
         request = pb.RunPhaseRequest(**ids, prompt="go", working_dir=str(a.workdir),
                                      options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
@@ -285,14 +288,13 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
         assert events[: len(run.events)] == run.events and len(events) == len(run.events) + 1
         assert events[-1].status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
         assert result.last_sequence == events[-1].sequence and result.reason == TAKEOVER_REASON
+        assert result.HasField("cost") and result.cost.computed_usd > 0  # the turn before the kill
         for replica in (b, c):
             job = (await replica.stub.GetJob(pb.GetJobRequest(job_id="job-k"), timeout=10)).job
             assert job.status == res.PHASE_STATUS_INTERRUPTED, replica.name
-            # GetJob fills a result without a cost with the phase's cost so far (resource_mapping.py).
-            listed = type(result)()
-            listed.CopyFrom(job.phases[0].result)
-            listed.ClearField("cost")
-            assert listed == result, replica.name
+            # The sweep's result carries the cost the dead owner recorded, so WatchPhase's result
+            # and GetJob's are the same message, cost included (phases/takeover.py).
+            assert job.phases[0].result == result, replica.name
             calls = (
                 await replica.stub.ListToolCalls(pb.ListToolCallsRequest(job_id="job-k"), timeout=10)
             ).tool_calls
