@@ -18,6 +18,7 @@ from helix_runner.domain.phase_result import Attempt, PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
+from helix_runner.phases.attempts import interrupted_attempt
 from helix_runner.phases.views import (
     ContextUsage,
     CostTotals,
@@ -115,6 +116,21 @@ def test_a_result_built_from_a_phase_row_takes_the_stored_cost_and_attempts():
     msg = phase_to_proto(view(result_pb=encoded, attempts_pb=CODEC.encode_attempts([ATTEMPT, ATTEMPT])))
     assert len(msg.attempts) == 1  # the result's list wins over the column once the phase ended
     assert CODEC.encode_result(bare) == CODEC.encode_result(bare, cost_pb=None, attempts_pb=b"")
+
+
+def test_the_attempt_running_at_a_crash_is_listed_after_the_stored_ones_and_a_waiting_phase_has_none():
+    bare = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.INTERRUPTED, reason="gone")
+    for status in (PhaseStatus.PENDING, PhaseStatus.QUEUED):  # waiting: no process ran
+        assert interrupted_attempt(status, "gone", session_id="s", end_time_ns=9, last_sequence=4) is None
+    for status in (PhaseStatus.RUNNING, PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL):
+        running = interrupted_attempt(status, "gone", session_id="s", end_time_ns=9, last_sequence=4)
+        result = resources_pb2.PhaseResult.FromString(
+            CODEC.encode_result(bare, attempts_pb=CODEC.encode_attempts([ATTEMPT]), interrupted=running))
+        assert [(a.number, a.status, a.end_kind, a.session_id, a.last_sequence) for a in result.attempts] == [
+            (1, resources_pb2.PHASE_STATUS_FAILED, resources_pb2.ATTEMPT_END_KIND_UNSPECIFIED, "", 0),
+            (2, resources_pb2.PHASE_STATUS_INTERRUPTED, resources_pb2.ATTEMPT_END_KIND_SERVER_SHUTDOWN, "s", 4)]
+        alone = resources_pb2.PhaseResult.FromString(CODEC.encode_result(bare, interrupted=running))
+        assert [a.number for a in alone.attempts] == [1]  # the first attempt ran when it died
 
 
 def test_a_running_phase_shows_its_live_figures():

@@ -184,6 +184,8 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
             assert phase.status == res.PHASE_STATUS_INTERRUPTED
             assert "server stopped" in phase.status_reason
             assert phase.result.status == res.PHASE_STATUS_INTERRUPTED
+            # The one attempt, running when the server died, is listed as ended by the shutdown.
+            assert [(a.number, a.end_kind) for a in phase.attempts] == [(1, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN)]
             events = []
             async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
                 events.extend(response.events)
@@ -205,7 +207,8 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
 
 async def test_server_killed_mid_run_after_a_retry_keeps_the_attempts_after_restart(tmp_path):
     """Attempt 1 crashes, attempt 2 runs when the server is killed: the restarted server's GetJob and
-    WatchPhase result still list attempt 1 (the phases.attempts_pb column), with the cost recorded."""
+    WatchPhase result still list attempt 1 (the phases.attempts_pb column) and attempt 2 as ended by
+    the shutdown, with the cost recorded."""
     claude = fake_claude(tmp_path, f"""
         import os, sys, time
         sys.stdin.readline()
@@ -245,8 +248,10 @@ async def test_server_killed_mid_run_after_a_retry_keeps_the_attempts_after_rest
             stub = pb_grpc.RunnerServiceStub(channel)
             (phase,) = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job.phases
             assert phase.status == res.PHASE_STATUS_INTERRUPTED
-            assert [(a.number, a.end_kind, a.retryable) for a in phase.attempts] == [
-                (1, res.ATTEMPT_END_KIND_CRASHED, True)]
+            assert [(a.number, a.status, a.end_kind, a.retryable) for a in phase.attempts] == [
+                (1, res.PHASE_STATUS_INCOMPLETE, res.ATTEMPT_END_KIND_CRASHED, True),
+                (2, res.PHASE_STATUS_INTERRUPTED, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN, False)]
+            assert phase.attempts[1].reason == phase.status_reason and phase.attempts[1].session_id == "s-1"
             assert list(phase.result.attempts) == list(phase.attempts)
             watched = None
             async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):

@@ -45,13 +45,17 @@ class ProtoRecordEncoder:
         return resources_pb2.Phase(tool_stats=[m.tool_stats_to_proto(s) for s in stats]).SerializeToString()
 
     def encode_result(self, result: PhaseResult, *, cost_pb: bytes | None = None,
-                      attempts_pb: bytes | None = None) -> bytes:
+                      attempts_pb: bytes | None = None, interrupted: Attempt | None = None) -> bytes:
         msg = result_to_proto(result)
         if cost_pb and result.cost is None:
             msg.cost.ParseFromString(cost_pb)
         if attempts_pb and not result.attempts:
-            # An encoded Phase holding only attempts (encode_attempts): merging appends them.
+            # An encoded Phase holding only attempts (encode_attempts).
             msg.attempts.extend(resources_pb2.Phase.FromString(attempts_pb).attempts)
+        if interrupted is not None:
+            running = m.attempt_to_proto(interrupted)
+            running.number = len(msg.attempts) + 1
+            msg.attempts.append(running)
         return msg.SerializeToString()
 
     def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:

@@ -20,6 +20,7 @@ from helix_runner.domain.events import AttemptEndKind, ControlEvent, ControlEven
 from helix_runner.domain.phase_outcome import EndCause, Outcome, ProcessExit
 from helix_runner.domain.phase_result import Attempt
 from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.retry_policy import NO_RETRIES, RetryDecision, RetryPolicy, decide_retry
 from helix_runner.process.claude_command import prompt_line
 
@@ -154,6 +155,25 @@ def final_reason(end: AttemptEnd) -> str:
     if end.verdict.retryable and not end.decision.retry:
         reason = f"{reason} ({end.decision.reason})"
     return reason
+
+
+# A phase in one of these had an attempt's process running (PENDING and QUEUED: none was).
+_ATTEMPT_RUNNING = frozenset({PhaseStatus.RUNNING, PhaseStatus.PAUSING, PhaseStatus.PAUSED,
+                              PhaseStatus.AWAITING_APPROVAL})
+
+
+def interrupted_attempt(status: PhaseStatus, reason: str, *, session_id: str, end_time_ns: int,
+                        last_sequence: int) -> Attempt | None:
+    """The attempt a phase was running when its server or replica died, as recovery and a takeover
+    record it from the phase row (``status``: the row's); None when the phase was waiting.
+
+    Numbered 0: ``RecordEncoder.encode_result`` numbers it after the ended attempts the row holds.
+    Its start, exit and own cost died with the process (the phase's cost so far is the result's).
+    """
+    if status not in _ATTEMPT_RUNNING:
+        return None
+    return Attempt(number=0, status=PhaseStatus.INTERRUPTED, reason=reason, end_kind=AttemptEndKind.SERVER_SHUTDOWN,
+                   session_id=session_id, end_time_ns=end_time_ns, last_sequence=last_sequence)
 
 
 def ended_while_queued(cause: EndCause, why: str, start_ns: int) -> ProcessExit:

@@ -33,10 +33,11 @@ class RecordEncoder(Protocol):
         """
 
     def encode_result(self, result: PhaseResult, *, cost_pb: bytes | None = None,
-                      attempts_pb: bytes | None = None) -> bytes:
+                      attempts_pb: bytes | None = None, interrupted: Attempt | None = None) -> bytes:
         """The encoded result; ``cost_pb`` / ``attempts_pb`` (a phase row's stored cost and ended
         attempts) fill a result that has none of its own: one built from the row by recovery or a
-        takeover, whose process is gone with its figures (phases/service.py, phases/takeover.py)."""
+        takeover, whose process is gone with its figures (phases/service.py, phases/takeover.py).
+        ``interrupted``: the attempt that process was running, listed (and numbered) after them."""
 
     def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:
         """A phase's ended attempts as stored in ``PhaseRow.attempts_pb``."""

@@ -32,7 +32,7 @@ from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
-from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
+from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupted_attempt
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.fencing import FencedPhaseStore
@@ -411,8 +411,10 @@ class PhaseService:
             self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
                                     status_reason=reason, end_time_ns=now,
                                     # The cost and attempts it recorded before the server stopped.
-                                    result_pb=self.codec.encode_result(result, cost_pb=row.cost_pb,
-                                                                       attempts_pb=row.attempts_pb))
+                                    result_pb=self.codec.encode_result(
+                                        result, cost_pb=row.cost_pb, attempts_pb=row.attempts_pb,
+                                        interrupted=interrupted_attempt(row.status, reason, session_id=row.session_id,
+                                                                        end_time_ns=now, last_sequence=seq - 1)))
             log.warning("phase interrupted by a previous shutdown",
                         extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name,
                                           "processes_ended": left}})

@@ -17,6 +17,7 @@ from typing import Protocol
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_result import PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.phases.attempts import interrupted_attempt
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.store.protocol import EventRow, PhaseRow, StoreError
 
@@ -56,7 +57,10 @@ class Takeover:
             "status_reason": REASON,
             "end_time_ns": now,
             # The cost and attempts the dead replica recorded: what GetJob shows, WatchPhase's result carries.
-            "result_pb": self.codec.encode_result(result, cost_pb=row.cost_pb, attempts_pb=row.attempts_pb),
+            "result_pb": self.codec.encode_result(
+                result, cost_pb=row.cost_pb, attempts_pb=row.attempts_pb,
+                interrupted=interrupted_attempt(row.status, REASON, session_id=row.session_id, end_time_ns=now,
+                                                last_sequence=sequence - 1)),
         }
 
     def sweep(self) -> list[PhaseRow]:
