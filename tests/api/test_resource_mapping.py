@@ -109,8 +109,9 @@ def test_a_phase_running_elsewhere_shows_its_stored_attempts_and_so_does_its_ins
 def test_a_result_built_from_a_phase_row_takes_the_stored_cost_and_attempts():
     # Recovery and takeover build the result from the row: the process and its figures are gone.
     bare = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.INTERRUPTED, reason="gone")
-    encoded = CODEC.encode_result(bare, cost_pb=CODEC.encode_cost(COST),
-                                  attempts_pb=CODEC.encode_attempts([ATTEMPT]))
+    encoded = CODEC.encode_result(
+        bare, cost_pb=CODEC.encode_cost(COST), attempts_pb=CODEC.encode_attempts([ATTEMPT])
+    )
     result = resources_pb2.PhaseResult.FromString(encoded)
     assert result.cost.reported_usd == 0.5 and [a.number for a in result.attempts] == [1]
     msg = phase_to_proto(view(result_pb=encoded, attempts_pb=CODEC.encode_attempts([ATTEMPT, ATTEMPT])))
@@ -125,10 +126,18 @@ def test_the_attempt_running_at_a_crash_is_listed_after_the_stored_ones_and_a_wa
     for status in (PhaseStatus.RUNNING, PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL):
         running = interrupted_attempt(status, "gone", session_id="s", end_time_ns=9, last_sequence=4)
         result = resources_pb2.PhaseResult.FromString(
-            CODEC.encode_result(bare, attempts_pb=CODEC.encode_attempts([ATTEMPT]), interrupted=running))
+            CODEC.encode_result(bare, attempts_pb=CODEC.encode_attempts([ATTEMPT]), interrupted=running)
+        )
         assert [(a.number, a.status, a.end_kind, a.session_id, a.last_sequence) for a in result.attempts] == [
             (1, resources_pb2.PHASE_STATUS_FAILED, resources_pb2.ATTEMPT_END_KIND_UNSPECIFIED, "", 0),
-            (2, resources_pb2.PHASE_STATUS_INTERRUPTED, resources_pb2.ATTEMPT_END_KIND_SERVER_SHUTDOWN, "s", 4)]
+            (
+                2,
+                resources_pb2.PHASE_STATUS_INTERRUPTED,
+                resources_pb2.ATTEMPT_END_KIND_SERVER_SHUTDOWN,
+                "s",
+                4,
+            ),
+        ]
         alone = resources_pb2.PhaseResult.FromString(CODEC.encode_result(bare, interrupted=running))
         assert [a.number for a in alone.attempts] == [1]  # the first attempt ran when it died
 

@@ -241,8 +241,9 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
             Reply.text("never reached"),
         ]
     ).save(script)
-    async with cluster(tmp_path, postgres_url, "--offline-script", str(script),
-                       "--replica-lease-seconds", str(LEASE_S)) as (a, b, c):
+    async with cluster(
+        tmp_path, postgres_url, "--offline-script", str(script), "--replica-lease-seconds", str(LEASE_S)
+    ) as (a, b, c):
         ids = {"job_id": "job-k", "phase_id": "p1"}
         request = pb.RunPhaseRequest(**ids, prompt="go", working_dir=str(a.workdir),
                                      options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
@@ -290,7 +291,9 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
         assert result.last_sequence == events[-1].sequence and result.reason == TAKEOVER_REASON
         assert result.HasField("cost") and result.cost.computed_usd > 0  # the turn before the kill
         # Its one attempt ran when the owner died: listed, ended by the shutdown (phases/attempts.py).
-        assert [(a.number, a.end_kind) for a in result.attempts] == [(1, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN)]
+        assert [(a.number, a.end_kind) for a in result.attempts] == [
+            (1, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN)
+        ]
         for replica in (b, c):
             job = (await replica.stub.GetJob(pb.GetJobRequest(job_id="job-k"), timeout=10)).job
             assert job.status == res.PHASE_STATUS_INTERRUPTED, replica.name

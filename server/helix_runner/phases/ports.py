@@ -32,8 +32,14 @@ class RecordEncoder(Protocol):
         the event log frames each published batch once and joins batches for a watcher behind.
         """
 
-    def encode_result(self, result: PhaseResult, *, cost_pb: bytes | None = None,
-                      attempts_pb: bytes | None = None, interrupted: Attempt | None = None) -> bytes:
+    def encode_result(
+        self,
+        result: PhaseResult,
+        *,
+        cost_pb: bytes | None = None,
+        attempts_pb: bytes | None = None,
+        interrupted: Attempt | None = None,
+    ) -> bytes:
         """The encoded result; ``cost_pb`` / ``attempts_pb`` (a phase row's stored cost and ended
         attempts) fill a result that has none of its own: one built from the row by recovery or a
         takeover, whose process is gone with its figures (phases/service.py, phases/takeover.py).

@@ -58,9 +58,13 @@ class Takeover:
             "end_time_ns": now,
             # The cost and attempts the dead replica recorded: what GetJob shows, WatchPhase's result carries.
             "result_pb": self.codec.encode_result(
-                result, cost_pb=row.cost_pb, attempts_pb=row.attempts_pb,
-                interrupted=interrupted_attempt(row.status, REASON, session_id=row.session_id, end_time_ns=now,
-                                                last_sequence=sequence - 1)),
+                result,
+                cost_pb=row.cost_pb,
+                attempts_pb=row.attempts_pb,
+                interrupted=interrupted_attempt(
+                    row.status, REASON, session_id=row.session_id, end_time_ns=now, last_sequence=sequence - 1
+                ),
+            ),
         }
 
     def sweep(self) -> list[PhaseRow]:

@@ -7,8 +7,13 @@ from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS
 from helix_runner.store.sqlite_store import SqliteStore
 
 
-def open_store(url: DatabaseUrl | str, *, replica_id: str | None = None, replica_address: str = "",
-               lease_seconds: float = DEFAULT_LEASE_SECONDS):
+def open_store(
+    url: DatabaseUrl | str,
+    *,
+    replica_id: str | None = None,
+    replica_address: str = "",
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+):
     """A ``SqliteStore`` or a ``PostgresStore`` registered as a replica (``replica_id``: a stable
     name, else a new one per start; ``replica_address``: where control RPCs reach it;
     ``lease_seconds``: its lease, ``replica_lease_seconds`` in the config).
