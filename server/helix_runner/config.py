@@ -113,6 +113,12 @@ class ServerConfig:
     max_starting_phases: int = 4
     max_queued_phases: int = 1000
     max_queued_phases_per_project: int = 0
+    # Starting phases fast and smoothly (benchmarks/README.md, P3 and P6): refuse new phases
+    # (RESOURCE_EXHAUSTED QUEUE_FULL, scope event_loop) while the event loop runs more than this
+    # late (ms; 0 = never); start the CLI's shim from a worker thread (false: on the event loop, the
+    # old way, kept as a baseline).
+    admission_max_loop_lag_ms: float = 0.0
+    spawn_off_loop: bool = True
     # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
     # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
     retry_max_attempts: int = 3
@@ -293,6 +299,8 @@ _CONVERTERS: dict[str, Any] = {
     "max_starting_phases": int,
     "max_queued_phases": int,
     "max_queued_phases_per_project": int,
+    "admission_max_loop_lag_ms": float,
+    "spawn_off_loop": _as_bool,
     "retry_max_attempts": int,
     "retry_initial_backoff_seconds": float,
     "retry_backoff_multiplier": float,
@@ -412,6 +420,8 @@ def validate(config: ServerConfig) -> ServerConfig:
     for name in ("max_starting_phases", "max_queued_phases"):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
+    if config.admission_max_loop_lag_ms < 0:
+        raise ConfigError("admission_max_loop_lag_ms must not be negative (0: no limit)")
     for name in ("max_running_phases", "max_running_phases_per_project", "max_queued_phases_per_project"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} must not be negative (0: no separate limit)")

@@ -96,6 +96,8 @@ class LaunchPlan:
     workspace: PhaseWorkspace | None = None
     # The argv of a later attempt (its spec resumes a session, with what is left of the budget).
     argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
+    # Start the shim from a worker thread (runner.spawner); False: on the event loop (a baseline).
+    spawn_off_loop: bool = True
 
 
 class PhaseRun:
@@ -129,7 +131,7 @@ class PhaseRun:
         self.result: PhaseResult | None = None
         self.supervisor = ProcessSupervisor(
             plan.argv, cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
-            on_spawn=self._record_pid, scope=plan.scope,
+            on_spawn=self._record_pid, scope=plan.scope, spawn_off_loop=plan.spawn_off_loop,
         )
         self.control = PhaseController(self, list(breakpoints))
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -343,6 +345,7 @@ class PhaseRun:
             self.supervisor = ProcessSupervisor(
                 argv, cwd=self.plan.cwd, env=dict(self.plan.env), sink=self, limits=limits,
                 keep_stdin_open=True, on_spawn=self._record_pid, scope=scope,
+                spawn_off_loop=self.plan.spawn_off_loop,
             )
             self.control = PhaseController(self, old.breakpoints)
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits

@@ -104,7 +104,8 @@ class PhaseService:
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
         self.retry_defaults: RetryPolicy = retry_defaults(config)
-        self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change)
+        self.admission = AsyncAdmission(AdmissionQueue(admission_limits(config)), on_change=self._on_queue_change,
+                                        gate=loop_lag_gate(config, self.telemetry))
         # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
         self.follower: Follower | None = None
 
@@ -190,6 +191,7 @@ class PhaseService:
             ),
             key_broker=self.key_broker,
             workspace=workspace,
+            spawn_off_loop=self.config.spawn_off_loop,
             argv_for=lambda attempt_spec: build_argv(
                 str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
         )
@@ -453,6 +455,13 @@ class PhaseService:
             yield Delivery((row.body,), row.sequence, row.sequence)
         row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")
+
+
+def loop_lag_gate(config: ServerConfig, telemetry: Telemetry):
+    """Admission's overload check (``admission_max_loop_lag_ms``; 0: none), telemetry.loop_lag."""
+    if not config.admission_max_loop_lag_ms:
+        return None
+    return functools.partial(telemetry.loop_lag.check, config.admission_max_loop_lag_ms / 1000)
 
 
 def admission_limits(config: ServerConfig) -> AdmissionLimits:

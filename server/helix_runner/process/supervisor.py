@@ -30,6 +30,7 @@ from typing import Protocol
 
 from helix_runner.domain.phase_outcome import EndCause, ProcessExit
 from helix_runner.process.containment import ContainmentError, PhaseScope, ScopeStats, subreaper_scope
+from helix_runner.process.spawner import ChildProcess, finish_spawn, spawn_in_thread, spawn_on_loop
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class ProcessSupervisor:
         keep_stdin_open: bool = False,
         on_spawn: Callable[[int], None] | None = None,
         scope: PhaseScope | None = None,
+        spawn_off_loop: bool = True,
     ):
         self.argv = list(argv)
         self.cwd = cwd
@@ -95,7 +97,10 @@ class ProcessSupervisor:
         self._keep_stdin_open = keep_stdin_open
         self._on_spawn = on_spawn
         self.scope = scope if scope is not None else subreaper_scope()
-        self._proc: asyncio.subprocess.Process | None = None
+        # How the shim starts: from a worker thread (the default), or on the loop (the old way,
+        # the benchmarks' baseline); runner.spawner.
+        self._spawn = spawn_in_thread if spawn_off_loop else spawn_on_loop
+        self._proc: ChildProcess | None = None
         self._child_pid: int | None = None
         self.final_stats: ScopeStats | None = None
         self._stop_cause: EndCause | None = None
@@ -176,30 +181,25 @@ class ProcessSupervisor:
                 end_ns=time.time_ns(),
             )
 
-        try:
-            scope.create()
-        except ContainmentError as exc:
-            return spawn_failed(f"cannot contain the phase: {exc}")
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *scope.command(self.argv, write_fd),
-                cwd=self.cwd,
-                env=self.env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=(write_fd,),
-            )
-        except OSError as exc:
+        spawn = self._spawn(scope, self.argv, self.cwd, self.env)
+        spawned, error, cancelled = await finish_spawn(asyncio.ensure_future(spawn))
+        if spawned is None:
+            scope.close()
+            if cancelled:
+                raise asyncio.CancelledError
+            if isinstance(error, ContainmentError):
+                return spawn_failed(f"cannot contain the phase: {error}")
+            if isinstance(error, OSError):
+                return spawn_failed(f"cannot start the phase shim: {error.strerror or error}")
+            raise error  # type: ignore[misc]
+        proc, read_fd = spawned.proc, spawned.status_fd
+        self._proc = proc
+        if cancelled:  # cancelled while the shim was being started: end it, leave nothing behind
+            shim_exit = asyncio.create_task(_wait_exit(proc), name="shim-exit")
+            await self._end_scope(proc, shim_exit)
             os.close(read_fd)
             scope.close()
-            return spawn_failed(f"cannot start the phase shim: {exc.strerror or exc}")
-        finally:
-            os.close(write_fd)
-        proc = self._proc
-        scope.attach(proc.pid)
+            raise asyncio.CancelledError
         if self._on_spawn is not None:
             self._on_spawn(proc.pid)
         shim_exit = asyncio.create_task(_wait_exit(proc), name="shim-exit")
@@ -342,14 +342,14 @@ class ProcessSupervisor:
         if not self._keep_stdin_open:
             await self.close_stdin()
 
-    async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read_stdout(self, proc: ChildProcess) -> None:
         assert proc.stdout is not None
         while chunk := await proc.stdout.read(STDOUT_CHUNK):
             self._clock.last_activity = time.monotonic()
             self._stdout_bytes += len(chunk)
             self.sink.on_stdout(chunk)
 
-    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read_stderr(self, proc: ChildProcess) -> None:
         assert proc.stderr is not None
         pending = bytearray()
         dropping = False
@@ -384,7 +384,7 @@ class ProcessSupervisor:
 
     async def _terminate(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: ChildProcess,
         wait_task: asyncio.Task,
         shim_exit: asyncio.Task,
         graceful: bool,
@@ -400,7 +400,7 @@ class ProcessSupervisor:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(wait_task), 5.0)
 
-    async def _end_scope(self, proc: asyncio.subprocess.Process, shim_exit: asyncio.Task) -> None:
+    async def _end_scope(self, proc: ChildProcess, shim_exit: asyncio.Task) -> None:
         """Kills whatever is left in the scope; the shim then exits (or is killed)."""
         killed = await self.scope.kill()
         if killed:
@@ -428,7 +428,7 @@ class ProcessSupervisor:
             return False
 
 
-async def _wait_exit(proc: asyncio.subprocess.Process) -> int:
+async def _wait_exit(proc: ChildProcess) -> int:
     """Resolves when the child exits, even while a grandchild still holds its pipes.
 
     ``Process.wait()`` only returns once every pipe is closed (CPython 3.11), which would hide
