@@ -192,6 +192,31 @@ def job_control_fanout(ctx: Context) -> Result:
     return Result(f"{cols[12]} µs/delivery marginal at {cols[1]}, identical {cols[-1]}", None)
 
 
+def start_storm(ctx: Context) -> Result:
+    """P3: bench_start_storm.py, whole-run p99 minus the wake-up p99 of the same run, spawn off the loop
+    (the default) next to on the loop (the code before)."""
+    summary = ctx.out_dir / "start_storm.json"
+    args = ["--quick"] if ctx.quick else ["--rounds", "3"]
+    ctx.run("bench_start_storm.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
+    s = json.loads(summary.read_text())
+    off, on = s["off-loop"], s["on-loop"]
+    figure = (f"p99 {off['p99']:.1f} ms = wake-up p99 + {off['excess']:.1f} ms "
+              f"(on the loop: p99 {on['p99']:.1f}, + {on['excess']:.1f})")
+    return Result(figure, off["excess"] <= 3.0)
+
+
+def first_event(ctx: Context) -> Result:
+    """P6: bench_first_event.py, medians over rounds; no warm start yet, so the 2x part is not met."""
+    summary = ctx.out_dir / "first_event.json"
+    args = ["--quick"] if ctx.quick else ["--rounds", "10"]
+    ctx.run("bench_first_event.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
+    s = json.loads(summary.read_text())
+    helix, cli, sdk, over = (s[k]["median"] for k in ("helix init", "cli", "sdk", "overhead"))
+    figure = (f"RunPhase->init {helix:.0f} ms, CLI alone {cli:.0f} ms (overhead {over:.0f} ms), "
+              f"SDK {sdk:.0f} ms ({sdk / helix:.2f}x)")
+    return Result(figure, over <= 5.0 and sdk / helix >= 2.0, "no warm start")
+
+
 # --------------------------------------------------------------------------------------------------
 # The table. P2-P8: fill in measure/today/goal from the issue and attach a measure function.
 
@@ -203,7 +228,13 @@ GOALS: list[Goal] = [
         ">= 2x / >= 0.6x",
         stream_engine,
     ),
-    *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in range(2, 9)),
+    Goal("P2", "(as stated in the issue)", "", ""),
+    Goal("P3", "live latency p99 over the whole run, 50 phases starting together (bench_start_storm)",
+         "29.5-102 ms", "<= wake-up p99 + 3 ms", start_storm),
+    *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in (4, 5)),
+    Goal("P6", "time to first event: RunPhase -> init vs CLI alone vs SDK query() (bench_first_event)",
+         "not measured", "overhead <= 5 ms; warm start >= 2x the SDK", first_event),
+    *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in (7, 8)),
     # Figures the existing benchmarks measure, with their README goals (not yet assigned to a P goal).
     Goal("RP-lat", "RunPhase latency at 50 phases, steady p99 (bench_run_phase)", "", "< 5 ms", run_phase_latency),
     Goal("RP-loss", "events lost/reordered at 200 phases (bench_run_phase)", "", "none", run_phase_loss),
