@@ -27,7 +27,7 @@ import bench_run_phase as brp
 MODES = {"off-loop": "true", "on-loop": "false"}
 
 
-def server_class(spawn_off_loop: str, max_starting: int | None) -> type:
+def server_class(spawn_off_loop: str, max_starting: int | None, rnd: int) -> type:
     env = {"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300", "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120",
            "HELIX_RUNNER_SPAWN_OFF_LOOP": spawn_off_loop}
     if max_starting is not None:
@@ -35,7 +35,7 @@ def server_class(spawn_off_loop: str, max_starting: int | None) -> type:
 
     class ModeServer(brp.ServerProcess):
         def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, profile_out: Path | None = None):
-            super().__init__(tmp, f"{name}-{spawn_off_loop}", fake, workdir, profile_out=profile_out,
+            super().__init__(tmp, f"{name}-{spawn_off_loop}-{rnd}", fake, workdir, profile_out=profile_out,
                              env_extra=env)
 
     return ModeServer
@@ -69,7 +69,7 @@ def main() -> int:
         for rnd in range(rounds):
             order = list(MODES) if rnd % 2 == 0 else list(reversed(MODES))
             for mode in order:
-                brp.Server = server_class(MODES[mode], args.max_starting)
+                brp.Server = server_class(MODES[mode], args.max_starting, rnd)
                 r = brp.latency_scenario(tmp, fake, workdir, args.k, lines, args.rate)
                 h = r.get("hiccup") or {}
                 results[mode].append({
