@@ -119,6 +119,10 @@ class ServerConfig:
     # old way, kept as a baseline).
     admission_max_loop_lag_ms: float = 0.0
     spawn_off_loop: bool = True
+    # Warm starts (opt-in; runner.warm_pool): {size, working_dir, options}: `size` CLI processes
+    # started ahead as a RunPhase with this working_dir and these PhaseOptions (PhaseSpec field
+    # names, e.g. model, allowed_tools, env) would be; a phase that matches exactly starts on one.
+    warm_pool: Mapping[str, Any] = field(default_factory=dict)
     # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
     # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
     retry_max_attempts: int = 3
@@ -240,6 +244,21 @@ def _as_str_tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(p) for p in value)
 
 
+def _warm_pool(value: Any) -> dict[str, Any]:
+    """The warm-pool declaration (a TOML table, or JSON text from the environment)."""
+    table = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(table, Mapping) or not set(table) <= {"size", "working_dir", "options"}:
+        raise ValueError("must be a table with size, working_dir and options")
+    size = table.get("size", 0)
+    if not isinstance(size, int) or not 0 <= size <= 32:
+        raise ValueError("size must be 0 to 32")
+    if size and not table.get("working_dir"):
+        raise ValueError("needs a working_dir")
+    if not isinstance(table.get("options", {}), Mapping):
+        raise ValueError("options must be a table of phase options")
+    return dict(table)
+
+
 def _price_overrides(value: Any) -> dict[str, ModelPrice]:
     """Parses the override table (a TOML table, or JSON text from the environment)."""
     table = json.loads(value) if isinstance(value, str) else value
@@ -301,6 +320,7 @@ _CONVERTERS: dict[str, Any] = {
     "max_queued_phases_per_project": int,
     "admission_max_loop_lag_ms": float,
     "spawn_off_loop": _as_bool,
+    "warm_pool": lambda v: _warm_pool(v),
     "retry_max_attempts": int,
     "retry_initial_backoff_seconds": float,
     "retry_backoff_multiplier": float,

@@ -28,6 +28,7 @@ from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
+from helix_runner.errors import RunnerError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.queries import PhaseQueries
@@ -249,6 +250,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
+    try:  # after recovery, which ends whatever a previous server's pool left
+        manager.start_warm_pool()
+    except RunnerError as exc:  # the server still serves; every phase then starts cold
+        log.error("warm pool not started", extra={"fields": {"error": exc.message}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})

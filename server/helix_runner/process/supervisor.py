@@ -101,6 +101,10 @@ class ProcessSupervisor:
         # the benchmarks' baseline); runner.spawner.
         self._spawn = spawn_in_thread if spawn_off_loop else spawn_on_loop
         self._proc: ChildProcess | None = None
+        # The started shim, its status pipe and its exit task, between the start and run()'s loop.
+        self._started: tuple[ChildProcess, _ShimStatus, asyncio.Task] | None = None
+        # Whether the process was started ahead and adopted by a phase (a warm start).
+        self.warm = False
         self._child_pid: int | None = None
         self.final_stats: ScopeStats | None = None
         self._stop_cause: EndCause | None = None
@@ -116,6 +120,10 @@ class ProcessSupervisor:
     def set_stdin_lines(self, lines: Sequence[bytes]) -> None:
         """The lines written to stdin right after the spawn (before ``run()``)."""
         self._stdin_lines = list(lines)
+
+    @property
+    def stdin_lines(self) -> list[bytes]:
+        return list(self._stdin_lines)
 
     @property
     def pid(self) -> int | None:
@@ -165,22 +173,40 @@ class ProcessSupervisor:
                 proc.stdin.close()
                 await proc.stdin.wait_closed()
 
-    async def run(self) -> ProcessExit:
-        """Runs the child to its end; never raises for child behaviour, always empties its scope."""
-        start_ns = time.time_ns()
+    async def prestart(self) -> str | None:
+        """Starts the shim and the CLI ahead of ``run()`` (a warm start, runner.warm_pool): None once
+        the CLI is up and waits for its stdin, else why it did not start (the scope is then empty).
+
+        ``on_spawn`` is not called here but when ``run()`` adopts the process.
+        """
+        return await self._start(notify=False)
+
+    def adopt(self, *, sink: ProcessSink, limits: ProcessLimits, on_spawn: Callable[[int], None] | None) -> None:
+        """Hands a prestarted process to a phase: where its output goes, its bounds, its spawn hook."""
+        self.sink, self.limits, self._on_spawn = sink, limits, on_spawn
+        self.warm = True
+
+    async def discard(self) -> None:
+        """Ends a prestarted process that will not run (pool drain): everything in its scope."""
+        started, self._started = self._started, None
+        if started is None:
+            return
+        proc, status, shim_exit = started
+        await self._end_scope(proc, shim_exit)
+        status.close()
+        self.scope.close()
+
+    @property
+    def prestarted_alive(self) -> bool:
+        """Whether a prestarted CLI still waits (neither it nor its shim has exited)."""
+        return self._started is not None and self._proc is not None and self._proc.returncode is None \
+            and not self._started[2].done() and self.scope.shim_pid is not None
+
+    async def _start(self, *, notify: bool) -> str | None:
+        """Spawns the shim (off the loop) and waits for the CLI's start; None on success (state kept
+        in ``_started``), else why not, with the scope emptied. Raises CancelledError having ended
+        whatever it started."""
         scope = self.scope
-
-        def spawn_failed(detail: str) -> ProcessExit:
-            return ProcessExit(
-                cause=EndCause.SPAWN_FAILED,
-                exit_code=None,
-                exit_signal=None,
-                stdout_eof=False,
-                detail=detail,
-                start_ns=start_ns,
-                end_ns=time.time_ns(),
-            )
-
         spawn = self._spawn(scope, self.argv, self.cwd, self.env)
         spawned, error, cancelled = await finish_spawn(asyncio.ensure_future(spawn))
         if spawned is None:
@@ -188,9 +214,9 @@ class ProcessSupervisor:
             if cancelled:
                 raise asyncio.CancelledError
             if isinstance(error, ContainmentError):
-                return spawn_failed(f"cannot contain the phase: {error}")
+                return f"cannot contain the phase: {error}"
             if isinstance(error, OSError):
-                return spawn_failed(f"cannot start the phase shim: {error.strerror or error}")
+                return f"cannot start the phase shim: {error.strerror or error}"
             raise error  # type: ignore[misc]
         proc, read_fd = spawned.proc, spawned.status_fd
         self._proc = proc
@@ -200,7 +226,7 @@ class ProcessSupervisor:
             os.close(read_fd)
             scope.close()
             raise asyncio.CancelledError
-        if self._on_spawn is not None:
+        if notify and self._on_spawn is not None:
             self._on_spawn(proc.pid)
         shim_exit = asyncio.create_task(_wait_exit(proc), name="shim-exit")
         status = await _ShimStatus.open(read_fd)
@@ -215,8 +241,34 @@ class ProcessSupervisor:
             await self._end_scope(proc, shim_exit)
             status.close()
             scope.close()
-            return spawn_failed(started)
+            return started
         self._child_pid = started
+        self._started = (proc, status, shim_exit)
+        return None
+
+    async def run(self) -> ProcessExit:
+        """Runs the child to its end; never raises for child behaviour, always empties its scope.
+
+        A prestarted child (``prestart``) is adopted as it is; else the shim is spawned now.
+        """
+        start_ns = time.time_ns()
+        scope = self.scope
+        if self._started is None:
+            failed = await self._start(notify=True)
+            if failed is not None:
+                return ProcessExit(
+                    cause=EndCause.SPAWN_FAILED,
+                    exit_code=None,
+                    exit_signal=None,
+                    stdout_eof=False,
+                    detail=failed,
+                    start_ns=start_ns,
+                    end_ns=time.time_ns(),
+                )
+        elif self._on_spawn is not None:
+            self._on_spawn(self._started[0].pid)
+        proc, status, shim_exit = self._started  # type: ignore[misc]
+        self._started = None
         self._clock = _Clock()
         out_task = asyncio.create_task(self._read_stdout(proc), name="stdout")
         err_task = asyncio.create_task(self._read_stderr(proc), name="stderr")
