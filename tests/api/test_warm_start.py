@@ -63,7 +63,7 @@ async def test_a_matching_phase_starts_warm_and_others_cold(claude_binary, scrip
         instance = manager.containment.instance
     # drain ended the waiting process and everything in its scope
     deadline = time.monotonic() + 10
-    while alive(refill) and time.monotonic() < deadline:
+    while alive(refill) and time.monotonic() < deadline:  # noqa: ASYNC110 - another process
         await asyncio.sleep(0.05)
     assert not alive(refill)
     assert procfs.marked(f"{MARKER_NAME}={instance}.warm-".encode()) == []
