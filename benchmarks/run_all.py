@@ -206,15 +206,16 @@ def start_storm(ctx: Context) -> Result:
 
 
 def first_event(ctx: Context) -> Result:
-    """P6: bench_first_event.py, medians over rounds; no warm start yet, so the 2x part is not met."""
+    """P6: bench_first_event.py, medians over rounds: the cold overhead over the CLI alone, and the
+    SDK's time to its first message over a warm-started RunPhase's."""
     summary = ctx.out_dir / "first_event.json"
     args = ["--quick"] if ctx.quick else ["--rounds", "10"]
     ctx.run("bench_first_event.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
     s = json.loads(summary.read_text())
-    helix, cli, sdk, over = (s[k]["median"] for k in ("helix init", "cli", "sdk", "overhead"))
-    figure = (f"RunPhase->init {helix:.0f} ms, CLI alone {cli:.0f} ms (overhead {over:.0f} ms), "
-              f"SDK {sdk:.0f} ms ({sdk / helix:.2f}x)")
-    return Result(figure, over <= 5.0 and sdk / helix >= 2.0, "no warm start")
+    cold, warm, cli, sdk, over = (s[k]["median"] for k in ("helix init", "warm init", "cli", "sdk", "overhead"))
+    figure = (f"RunPhase->init cold {cold:.0f} ms (CLI alone {cli:.0f}, overhead {over:.0f}), "
+              f"warm {warm:.0f} ms; SDK {sdk:.0f} ms = {sdk / warm:.1f}x warm")
+    return Result(figure, over <= 5.0 and sdk / warm >= 2.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ GOALS: list[Goal] = [
          "29.5-102 ms", "<= wake-up p99 + 3 ms", start_storm),
     *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in (4, 5)),
     Goal("P6", "time to first event: RunPhase -> init vs CLI alone vs SDK query() (bench_first_event)",
-         "not measured", "overhead <= 5 ms; warm start >= 2x the SDK", first_event),
+         "not measured", "overhead <= 5 ms; warm start >= 2x faster than the SDK", first_event),
     *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in (7, 8)),
     # Figures the existing benchmarks measure, with their README goals (not yet assigned to a P goal).
     Goal("RP-lat", "RunPhase latency at 50 phases, steady p99 (bench_run_phase)", "", "< 5 ms", run_phase_latency),
