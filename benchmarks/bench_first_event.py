@@ -56,8 +56,13 @@ def cli_env(base_url: str, home: Path) -> dict[str, str]:
     return offline_env(base_url, home=home)
 
 
-def cli_first_line(claude: str, env: dict[str, str], workdir: Path) -> float:
-    """Popen -> first stdout line (ms), the prompt written right after the spawn, as the server does."""
+INITIALIZE = (b'{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize","hooks":'
+              b'{"PreToolUse":[{"hookCallbackIds":["helix_pre_tool_use"],"timeout":86400}]}}}\n')
+
+
+def cli_first_line(claude: str, env: dict[str, str], workdir: Path, initialize: bool = False) -> float:
+    """Popen -> the init line (ms), the prompt written right after the spawn, as the server does;
+    ``initialize``: after the server's ``initialize`` control request (its hook registration)."""
     from helix_runner.process.claude_command import BASE_ARGS, prompt_line
 
     t0 = time.perf_counter()
@@ -66,9 +71,11 @@ def cli_first_line(claude: str, env: dict[str, str], workdir: Path) -> float:
     watchdog = threading.Timer(120, proc.kill)  # bounded, whatever the CLI does
     watchdog.start()
     try:
-        proc.stdin.write(prompt_line(PROMPT) + b"\n")
+        proc.stdin.write((INITIALIZE if initialize else b"") + prompt_line(PROMPT) + b"\n")
         proc.stdin.flush()
         first = proc.stdout.readline()
+        if initialize and b'"control_response"' in first:
+            first = proc.stdout.readline()
         elapsed = (time.perf_counter() - t0) * 1000
         if not first.startswith(b'{"type":"system","subtype":"init"'):
             raise RuntimeError(f"unexpected first line: {first[:200]!r}")
@@ -164,16 +171,18 @@ def main() -> int:
                              env_extra={"HELIX_RUNNER_API_KEY_HELPER": "false", "HELIX_RUNNER_WARM_POOL": pool})
         print(f"# bench_first_event: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
               f"{rounds} rounds (+1 warm-up), claude {claude}", flush=True)
-        runs: dict[str, list[float]] = {"cli": [], "sdk": [], "helix first": [], "helix init": [],
+        runs: dict[str, list[float]] = {"cli": [], "cli+initialize": [], "sdk": [], "helix first": [], "helix init": [],
                                         "warm first": [], "warm init": []}
         overhead: list[float] = []
         for rnd in range(rounds + 1):
-            order = ["cli", "sdk", "helix", "warm"]
-            order = order[rnd % 4:] + order[:rnd % 4]
+            order = ["cli", "sdk", "helix", "warm", "cli+initialize"]
+            order = order[rnd % 5:] + order[:rnd % 5]
             got: dict[str, float] = {}
             for who in order:
                 if who == "cli":
                     got["cli"] = cli_first_line(claude, env, workdir)
+                elif who == "cli+initialize":
+                    got["cli+initialize"] = cli_first_line(claude, env, workdir, initialize=True)
                 elif who == "sdk":
                     got["sdk"] = sdk_first_message(claude, env, workdir)
                 elif who == "helix":
@@ -202,6 +211,7 @@ def main() -> int:
     print(f"{'path':<48} {'median':>8} {'q1':>8} {'q3':>8}")
     labels = {
         "cli": "CLI alone: spawn -> first line (init)",
+        "cli+initialize": "CLI alone after the server's initialize request",
         "sdk": "SDK query() -> first message (init)",
         "helix first": "RunPhase call -> first event at the client",
         "helix init": "RunPhase call -> session_init event at the client",
