@@ -135,3 +135,14 @@ def test_the_baseline_still_spawns_on_the_loop():
     # spawn_off_loop = false (the benchmarks' baseline) keeps the old path.
     assert ProcessSupervisor(["x"], cwd=Path("."), env={}, sink=Sink(), limits=ProcessLimits(),
                              spawn_off_loop=False)._spawn is spawner.spawn_on_loop
+
+
+async def test_the_threads_that_fork_shims_outlive_them(containment, tmp_path):
+    # The shim's parent-death signal fires when the thread that forked it ends: the spawner's
+    # workers must stay (a ThreadPoolExecutor's do until shutdown, and nothing shuts this one down).
+    sup = _supervisor(containment, tmp_path, "import time; print('up', flush=True); time.sleep(1.5)\n")
+    task = asyncio.create_task(sup.run())
+    result = await asyncio.wait_for(task, 60)
+    assert result.cause is EndCause.EXITED and result.exit_code == 0  # not ended early by the shim
+    threads = spawner._executor()._threads
+    assert threads and all(t.is_alive() for t in threads)

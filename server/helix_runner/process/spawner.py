@@ -35,6 +35,9 @@ from helix_runner.process.containment import PhaseScope
 
 # Spawns run in their own pool, not the loop's default executor (which other work shares); four
 # matches the default admission limit of phases starting at once (``max_starting_phases``).
+# The shim's parent-death signal (PR_SET_PDEATHSIG) fires when the *thread* that forked it ends,
+# not the process: a ThreadPoolExecutor's workers never exit before the executor shuts down, and
+# this one is a module global that is never shut down, so they live as long as the server.
 _POOL_SIZE = 4
 _pool: ThreadPoolExecutor | None = None
 
