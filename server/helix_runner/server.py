@@ -250,10 +250,6 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
-    try:  # after recovery, which ends whatever a previous server's pool left
-        manager.start_warm_pool()
-    except RunnerError as exc:  # the server still serves; every phase then starts cold
-        log.error("warm pool not started", extra={"fields": {"error": exc.message}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
@@ -325,6 +321,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         sweeper = RetentionSweeper(store, config.recordings_dir, policy)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
+    try:  # once nothing can fail the start any more (its processes end at drain)
+        manager.start_warm_pool()
+    except RunnerError as exc:  # the server still serves; every phase then starts cold
+        log.error("warm pool not started", extra={"fields": {"error": exc.message}})
     if web is not None:
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.

@@ -266,7 +266,11 @@ class ProcessSupervisor:
                     end_ns=time.time_ns(),
                 )
         elif self._on_spawn is not None:
-            self._on_spawn(self._started[0].pid)
+            try:
+                self._on_spawn(self._started[0].pid)
+            except BaseException:
+                await self.discard()  # the adopted process must not outlive a phase that failed here
+                raise
         proc, status, shim_exit = self._started  # type: ignore[misc]
         self._started = None
         self._clock = _Clock()
