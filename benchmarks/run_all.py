@@ -242,8 +242,45 @@ def read_model(ctx: Context) -> Result:
     return Result(figure, on["ratio"]["median"] >= 0.5)
 
 
+def start_storm(ctx: Context) -> Result:
+    """P3: bench_start_storm.py, whole-run p99 minus the wake-up p99 of the same run, spawn off the loop
+    (the default) next to on the loop (the code before)."""
+    summary = ctx.out_dir / "start_storm.json"
+    args = ["--quick"] if ctx.quick else ["--rounds", "3"]
+    ctx.run("bench_start_storm.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
+    s = json.loads(summary.read_text())
+    off, on = s["off-loop"], s["on-loop"]
+    figure = (f"p99 {off['p99']:.1f} ms = wake-up p99 + {off['excess']:.1f} ms "
+              f"(on the loop: p99 {on['p99']:.1f}, + {on['excess']:.1f})")
+    return Result(figure, off["excess"] <= 3.0)
+
+
+def first_event(ctx: Context) -> Result:
+    """P6: bench_first_event.py, medians over rounds: the cold overhead over the CLI alone, and the
+    SDK's time to its first message over a warm-started RunPhase's."""
+    summary = ctx.out_dir / "first_event.json"
+    args = ["--quick"] if ctx.quick else ["--rounds", "10"]
+    ctx.run("bench_first_event.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
+    s = json.loads(summary.read_text())
+    cold, warm, cli, sdk, over = (s[k]["median"] for k in ("helix init", "warm init", "cli", "sdk", "overhead"))
+    figure = (f"RunPhase->init cold {cold:.0f} ms (CLI alone {cli:.0f}, overhead {over:.0f}), "
+              f"warm {warm:.0f} ms; SDK {sdk:.0f} ms = {sdk / warm:.1f}x warm")
+    return Result(figure, over <= 5.0 and sdk / warm >= 2.0)
+
+
+def replicas(ctx: Context) -> Result:
+    """P8: bench_replicas.py, events/s with 2 server processes vs 1 on one PostgreSQL (per-round ratios)."""
+    summary = ctx.out_dir / "replicas.json"
+    args = ["--json", str(summary)] + (["--quick"] if ctx.quick else [])
+    ctx.run("bench_replicas.py", args, 400 if ctx.quick else 900)
+    s = json.loads(summary.read_text())
+    r = s["ratio"]
+    figure = f"{r['median']:.2f}x (range {r['min']:.2f}-{r['max']:.2f}), NOTIFY hop p50 +{s['watch']['other']['p50'] - s['watch']['owner']['p50']:.1f} ms"
+    return Result(figure, r["median"] >= r["goal"] and s["bad"] == 0, f"{s['k']} phases x {s['lines']} lines")
+
+
 # --------------------------------------------------------------------------------------------------
-# The table. P2-P8: fill in measure/today/goal from the issue and attach a measure function.
+# The table: the issue's goals P1-P8 (the issue has no P4), each with its measure function.
 
 GOALS: list[Goal] = [
     Goal(
@@ -260,7 +297,8 @@ GOALS: list[Goal] = [
         ">= 1.5x",
         p2_throughput,
     ),
-    *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in (3, 4)),
+    Goal("P3", "live latency p99 over the whole run, 50 phases starting together (bench_start_storm)",
+         "29.5-102 ms", "<= wake-up p99 + 3 ms", start_storm),
     Goal(
         "P5",
         "one phase, 200 watchers at 50 events/s: delivery p99 (bench_job_control fan-out)",
@@ -268,9 +306,11 @@ GOALS: list[Goal] = [
         "<= 20 ms",
         p5_fanout,
     ),
-    *(Goal(f"P{n}", "(as stated in the issue)", "", "") for n in (6,)),
+    Goal("P6", "time to first event: RunPhase -> init vs CLI alone vs SDK query() (bench_first_event)",
+         "not measured", "overhead <= 5 ms; warm start >= 2x faster than the SDK", first_event),
     Goal("P7", "ListJobs (20 jobs a page) vs GetJob req/s, 10 callers (bench_read_model)", "0.18x", ">= 0.5x", read_model),
-    Goal("P8", "(as stated in the issue)", "", ""),
+    Goal("P8", "events/s, 2 server processes on one PostgreSQL vs 1 (bench_replicas)", "not possible yet", ">= 1.7x",
+         replicas),
     # Figures the existing benchmarks measure, with their README goals (not yet assigned to a P goal).
     Goal("RP-lat", "RunPhase latency at 50 phases, steady p99 (bench_run_phase)", "", "< 5 ms", run_phase_latency),
     Goal("RP-loss", "events lost/reordered at 200 phases (bench_run_phase)", "", "none", run_phase_loss),
@@ -279,29 +319,6 @@ GOALS: list[Goal] = [
     Goal("JC-rtt", "control RPC -> effect at the child (bench_job_control)", "", "", job_control_rtt),
     Goal("JC-fan", "fan-out to 200 watchers, server CPU per delivery (bench_job_control)", "", "", job_control_fanout),
 ]  # fmt: skip
-
-
-def replicas(ctx: Context) -> Result:
-    """P8: bench_replicas.py, events/s with 2 server processes vs 1 on one PostgreSQL (per-round ratios)."""
-    summary = ctx.out_dir / "replicas.json"
-    args = ["--json", str(summary)] + (["--quick"] if ctx.quick else [])
-    ctx.run("bench_replicas.py", args, 400 if ctx.quick else 900)
-    s = json.loads(summary.read_text())
-    r = s["ratio"]
-    figure = f"{r['median']:.2f}x (range {r['min']:.2f}-{r['max']:.2f}), NOTIFY hop p50 +{s['watch']['other']['p50'] - s['watch']['owner']['p50']:.1f} ms"
-    return Result(figure, r["median"] >= r["goal"] and s["bad"] == 0, f"{s['k']} phases x {s['lines']} lines")
-
-
-# P8 (scale-out issue): set here rather than in the list above, which other goals edit.
-_P8 = Goal(
-    "P8", "events/s, 2 server processes on one PostgreSQL vs 1 (bench_replicas)", "not possible yet", ">= 1.7x",
-    replicas,
-)  # fmt: skip
-_IDS = [g.id for g in GOALS]
-if "P8" in _IDS:
-    GOALS[_IDS.index("P8")] = _P8
-else:
-    GOALS.insert(_IDS.index("RP-lat") if "RP-lat" in _IDS else len(GOALS), _P8)
 
 
 def main() -> int:

@@ -38,14 +38,15 @@ class ServerProcess:
     """One ``helix-runner serve`` with its own data dir; its JSON logs go to a file."""
 
     def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, *, profile_out: Path | None = None,
-                 env_extra: dict[str, str] | None = None, server_src: str | None = None):
+                 env_extra: dict[str, str] | None = None, server_src: str | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.data = tmp / f"data-{name}"
         self.log_path = tmp / f"server-{name}.log"
         env = dict(os.environ, **(env_extra or {}))
         if server_src:  # benchmark another copy of the server (e.g. an exported commit)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (server_src, env.get("PYTHONPATH")) if p)
         args = ["serve", "--port", "0", "--data-dir", str(self.data), "--workspace-root", str(workdir),
-                "--claude-path", str(fake), "--log-format", "json"]
+                "--claude-path", str(fake), "--log-format", "json", *extra_args]
         if profile_out is not None:
             cmd = [str(VENV_BIN / "python"), "-c", PROFILE_WRAPPER, str(profile_out), *args]
         else:

@@ -135,6 +135,16 @@ class ServerConfig:
     cluster_max_running_phases: int = 0
     cluster_max_running_phases_per_project: int = 0
     cluster_max_queued_phases: int = 0
+    # Starting phases fast and smoothly (benchmarks/README.md, P3 and P6): refuse new phases
+    # (RESOURCE_EXHAUSTED QUEUE_FULL, scope event_loop) while the event loop runs more than this
+    # late (ms; 0 = never); start the CLI's shim from a worker thread (false: on the event loop, the
+    # old way, kept as a baseline).
+    admission_max_loop_lag_ms: float = 0.0
+    spawn_off_loop: bool = True
+    # Warm starts (opt-in; runner.warm_pool): {size, working_dir, options}: `size` CLI processes
+    # started ahead as a RunPhase with this working_dir and these PhaseOptions (PhaseSpec field
+    # names, e.g. model, allowed_tools, env) would be; a phase that matches exactly starts on one.
+    warm_pool: Mapping[str, Any] = field(default_factory=dict)
     # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
     # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
     retry_max_attempts: int = 3
@@ -282,6 +292,21 @@ def _as_str_tuple(value: Any) -> tuple[str, ...]:
     return tuple(str(p) for p in value)
 
 
+def _warm_pool(value: Any) -> dict[str, Any]:
+    """The warm-pool declaration (a TOML table, or JSON text from the environment)."""
+    table = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(table, Mapping) or not set(table) <= {"size", "working_dir", "options"}:
+        raise ValueError("must be a table with size, working_dir and options")
+    size = table.get("size", 0)
+    if not isinstance(size, int) or not 0 <= size <= 32:
+        raise ValueError("size must be 0 to 32")
+    if size and not table.get("working_dir"):
+        raise ValueError("needs a working_dir")
+    if not isinstance(table.get("options", {}), Mapping):
+        raise ValueError("options must be a table of phase options")
+    return dict(table)
+
+
 def _price_overrides(value: Any) -> dict[str, ModelPrice]:
     """Parses the override table (a TOML table, or JSON text from the environment)."""
     table = json.loads(value) if isinstance(value, str) else value
@@ -346,6 +371,9 @@ _CONVERTERS: dict[str, Any] = {
     "cluster_max_running_phases": int,
     "cluster_max_running_phases_per_project": int,
     "cluster_max_queued_phases": int,
+    "admission_max_loop_lag_ms": float,
+    "spawn_off_loop": _as_bool,
+    "warm_pool": lambda v: _warm_pool(v),
     "retry_max_attempts": int,
     "retry_initial_backoff_seconds": float,
     "retry_backoff_multiplier": float,
@@ -473,6 +501,8 @@ def validate(config: ServerConfig) -> ServerConfig:
     for name in ("max_starting_phases", "max_queued_phases"):
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1")
+    if config.admission_max_loop_lag_ms < 0:
+        raise ConfigError("admission_max_loop_lag_ms must not be negative (0: no limit)")
     for name in ("max_running_phases", "max_running_phases_per_project", "max_queued_phases_per_project",
                  "cluster_max_running_phases", "cluster_max_running_phases_per_project", "cluster_max_queued_phases"):
         if getattr(config, name) < 0:

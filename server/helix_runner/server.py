@@ -30,6 +30,7 @@ from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
 from helix_runner.domain import pricing
+from helix_runner.errors import RunnerError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.queries import PhaseQueries
@@ -372,6 +373,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         sweeper = RetentionSweeper(store, config.recordings_dir, policy)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
+    try:  # once nothing can fail the start any more (its processes end at drain)
+        manager.start_warm_pool()
+    except RunnerError as exc:  # the server still serves; every phase then starts cold
+        log.error("warm pool not started", extra={"fields": {"error": exc.message}})
     if web is not None:
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.

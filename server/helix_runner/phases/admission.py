@@ -494,9 +494,13 @@ class AsyncAdmission:
         queue: AdmissionQueue,
         *,
         on_change: Callable[[Ticket, QueueStatus], None] | None = None,
+        gate: Callable[[], None] | None = None,
     ) -> None:
         self.queue = queue
         self._on_change = on_change
+        # Raises RESOURCE_EXHAUSTED when the server is too loaded to take a new phase (the event
+        # loop's lag, telemetry.loop_lag); retries of admitted phases pass, as for a full queue.
+        self._gate = gate
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -536,6 +540,8 @@ class AsyncAdmission:
         """
         if self._closed:
             raise AdmissionClosedError("admission is closed")
+        if self._gate is not None and not retry:
+            self._gate()
         ticket = self.queue.submit(
             key, project, credential, attempt=attempt, not_before=not_before, retry=retry
         )

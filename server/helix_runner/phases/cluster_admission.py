@@ -59,7 +59,8 @@ def cluster_limits(config: ServerConfig) -> ClusterLimits:
 
 
 def admission_for(store: object, local: AdmissionLimits, cluster: ClusterLimits, *,
-                  on_change: Callable[[Ticket, QueueStatus], None] | None = None) -> AsyncAdmission:
+                  on_change: Callable[[Ticket, QueueStatus], None] | None = None,
+                  gate: Callable[[], None] | None = None) -> AsyncAdmission:
     """The server's admission: cluster-wide when the store is shared and cluster limits are set.
 
     A store without a ledger (SQLite: one process) keeps the local queue alone, as before. The
@@ -68,12 +69,12 @@ def admission_for(store: object, local: AdmissionLimits, cluster: ClusterLimits,
     """
     ledger: AdmissionLedger | None = getattr(store, "admission_ledger", None)
     if ledger is None or not cluster.enabled:
-        return AsyncAdmission(AdmissionQueue(local), on_change=on_change)
+        return AsyncAdmission(AdmissionQueue(local), on_change=on_change, gate=gate)
     cleared = ledger.clear()
     if cleared:
         log.warning("released cluster admission entries a previous process left",
                     extra={"fields": {"count": cleared}})
-    return ClusterAdmission(ClusterQueue(local, ledger, cluster), on_change=on_change)
+    return ClusterAdmission(ClusterQueue(local, ledger, cluster), on_change=on_change, gate=gate)
 
 
 class ClusterQueue(AdmissionQueue):

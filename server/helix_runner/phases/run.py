@@ -71,6 +71,7 @@ from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
+from helix_runner.process.warm_pool import SpawnSignature
 from helix_runner.store.protocol import EventRow, ModelCostRow, Store, ToolCallRow
 from helix_runner.telemetry import PhaseTelemetry
 
@@ -99,6 +100,10 @@ class LaunchPlan:
     argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
     # Where the secret-bearing JSON options go as files instead of argv (process.secret_files).
     secret_files: SecretArgFiles | None = None
+    # Start the shim from a worker thread (runner.spawner); False: on the event loop (a baseline).
+    spawn_off_loop: bool = True
+    # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (runner.warm_pool).
+    take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
 
 
 class PhaseRun:
@@ -133,7 +138,7 @@ class PhaseRun:
         self._argv_record = redact_argv(plan.argv)  # the inline form: names, never the values
         self.supervisor = ProcessSupervisor(
             self._exec_argv(plan.argv), cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
-            on_spawn=self._record_pid, scope=plan.scope,
+            on_spawn=self._record_pid, scope=plan.scope, spawn_off_loop=plan.spawn_off_loop,
         )
         self.control = PhaseController(self, list(breakpoints))
         self.control.gate_every_call = spec.bare
@@ -351,6 +356,7 @@ class PhaseRun:
             self.supervisor = ProcessSupervisor(
                 argv, cwd=self.plan.cwd, env=dict(self.plan.env), sink=self, limits=limits,
                 keep_stdin_open=True, on_spawn=self._record_pid, scope=scope,
+                spawn_off_loop=self.plan.spawn_off_loop,
             )
             self.control = PhaseController(self, old.breakpoints)
             self.control.gate_every_call = self.spec.bare
@@ -359,13 +365,16 @@ class PhaseRun:
             self.telemetry.start_attempt(attempt_ns)
         else:
             self.telemetry.on_start(attempt_ns)  # telemetry: attempt span; then the CLI joins its trace
-        self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
+            self._take_warm()
+        if not self.supervisor.warm:  # a warm process's environment was fixed when it started
+            self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self._ticket_starting = self._ticket is not None
         try:
             columns = {"start_time_ns": phase_start_ns} if plan.number == 1 else {}
-            self.set_status(PhaseStatus.RUNNING, "the claude process is starting", **columns)
+            self.set_status(PhaseStatus.RUNNING, "a prestarted claude process takes the phase (warm start)"
+                            if self.supervisor.warm else "the claude process is starting", **columns)
             if self.control.pause_requested:
                 self.control._settle_status()
             if self._stop is not None:
@@ -380,6 +389,19 @@ class PhaseRun:
             log.exception("phase supervision failed", extra={"fields": self._log_fields()})
             return ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", attempt_ns,
                                time.time_ns())
+
+    def _take_warm(self) -> None:
+        """The first attempt runs on a prestarted CLI when the warm pool has one of its exact signature."""
+        take, cold = self.plan.take_warm, self.supervisor
+        if take is None:
+            return
+        warm = take(SpawnSignature.of(cold.argv, cold.cwd, cold.env, self.plan.scope.limits))
+        if warm is None:
+            return
+        warm.adopt(sink=self, limits=cold.limits, on_spawn=self._record_pid)
+        warm.set_stdin_lines(cold.stdin_lines)  # initialize (with the hook) and the prompt
+        self.supervisor = warm
+        log.info("phase starts warm", extra={"fields": {**self._log_fields(), "shim_pid": warm.scope.shim_pid}})
 
     def _end_attempt(self, plan: AttemptPlan, exit_: ProcessExit, deadline_s: float | None) -> AttemptEnd:
         """The attempt's process is gone: close its control, classify it, record it, free its slot."""
@@ -603,7 +625,7 @@ class PhaseRun:
             paused=control.pause_requested or control.hard_paused, hard_paused=control.hard_paused,
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
-            turn_count=stream.result_count, containment=self.plan.scope.report(),
+            turn_count=stream.result_count, containment=self.supervisor.scope.report(),
             attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
         )
 

@@ -48,6 +48,7 @@ from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits
+from helix_runner.process.warm_pool import SpawnSignature, WarmPool
 from helix_runner.process.workspace import resolve_working_dir
 from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
 from helix_runner.telemetry import Telemetry
@@ -93,6 +94,7 @@ class PhaseService:
         self.store = store
         self.codec = codec
         self.server_env = dict(os.environ if server_env is None else server_env)
+        self._inherited_env: dict[str, str] | None = None  # the allowlisted part of server_env (_child_env)
         self.env_overrides = dict(env_overrides or {})
         # Server variables the child never gets (credentials; see server.child_credentials).
         self.env_withhold = env_withhold
@@ -108,9 +110,12 @@ class PhaseService:
         self.retry_defaults: RetryPolicy = retry_defaults(config)
         # On a shared database with cluster limits, the cluster's ledger decides too (cluster_admission.py).
         self.admission: AsyncAdmission = admission_for(store, admission_limits(config), cluster_limits(config),
-                                                       on_change=self._on_queue_change)
+                                                       on_change=self._on_queue_change,
+                                                       gate=loop_lag_gate(config, self.telemetry))
         # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
         self.follower: Follower | None = None
+        # Prestarted CLI processes for one declared spawn signature (opt-in; start_warm_pool).
+        self.warm_pool: WarmPool | None = None
 
     # -- admission -------------------------------------------------------------------------
 
@@ -144,14 +149,7 @@ class PhaseService:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               "options.permission_mode: bypassPermissions is disabled on this server",
                               {"field": "options.permission_mode"})
-        env = compose_child_env(
-            self.server_env, inherit=self.config.inherit_env, path_prefix=self.config.path_prefix,
-            request_env=spec.env, request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
-            withhold=self.env_withhold,
-        )
-        # Every known startup failure writes a result line with `startup_failure_reason` (instead of
-        # stderr alone), which tells a transient refusal from a permanent one (docs/retries-and-admission.md §1).
-        env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
+        env = self._child_env(spec)
         missing = missing_commands(self.config.required_commands, env)
         if missing:
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
@@ -174,8 +172,7 @@ class PhaseService:
             default_retention=self.config.worktree_retention, recording_dir=recording_dir,
             resolve_dir=resolve_working_dir)
         plan = LaunchPlan(
-            argv=tuple(build_argv(str(claude.path), spec,
-                                  settings=self.key_broker.cli_settings() if self.key_broker else None)),
+            argv=self._argv(str(claude.path), spec),
             cwd=workspace.cwd,
             env=env,
             prompt_line=prompt_line(spec.prompt),
@@ -194,6 +191,8 @@ class PhaseService:
             ),
             key_broker=self.key_broker,
             workspace=workspace,
+            spawn_off_loop=self.config.spawn_off_loop,
+            take_warm=self._take_warm if self.warm_pool is not None else None,
             argv_for=lambda attempt_spec: build_argv(
                 str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
             secret_files=SecretArgFiles(self.config.data_dir, run_id),
@@ -271,6 +270,53 @@ class PhaseService:
                              start_time_ns=start_ns, end_time_ns=now)
         self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
                                 end_time_ns=now, result_pb=self.codec.encode_result(result))
+
+    def _child_env(self, spec: PhaseSpec) -> dict[str, str]:
+        """The CLI's environment for a phase (composed, never inherited wholesale)."""
+        if self._inherited_env is None:
+            # The server's part depends on nothing of the phase: filtered once, not per phase (matching
+            # every server variable against every pattern took ~2 ms of the loop per phase start).
+            self._inherited_env = compose_child_env(
+                self.server_env, inherit=self.config.inherit_env, path_prefix=self.config.path_prefix,
+                request_env={}, request_allowlist=(), withhold=self.env_withhold,
+            )
+        env = compose_child_env(
+            self._inherited_env, inherit=("*",), path_prefix=(), request_env=spec.env,
+            request_allowlist=self.config.request_env_allowlist, overrides=self.env_overrides,
+        )
+        # Every known startup failure writes a result line with `startup_failure_reason` (instead of
+        # stderr alone), which tells a transient refusal from a permanent one (docs/retries-and-admission.md §1).
+        env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
+        return env
+
+    def _argv(self, claude_path: str, spec: PhaseSpec) -> tuple[str, ...]:
+        return tuple(build_argv(claude_path, spec, settings=self.key_broker.cli_settings() if self.key_broker else None))
+
+    def start_warm_pool(self) -> None:
+        """Starts the opt-in pool of prestarted CLI processes (``warm_pool``; runner.warm_pool).
+
+        Its signature is what a RunPhase request with the declared working directory and options
+        would be spawned with, computed by the same code; RunnerError when the declaration is invalid.
+        """
+        declared = self.config.warm_pool
+        if not declared or not declared.get("size"):
+            return
+        try:
+            spec = PhaseSpec.create(job_id="warm-pool", phase_id="warm", project_id="", prompt="(warm pool)",
+                                    working_dir=str(declared["working_dir"]), **dict(declared.get("options") or {}))
+        except TypeError as exc:  # an option that is no PhaseSpec field
+            raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"options: {exc}") from None
+        cwd = resolve_working_dir(spec.working_dir, self.config.workspace_roots)
+        limits = self._limits(spec)
+        claude = self.locate_claude()
+        signature = SpawnSignature.of(self._argv(str(claude.path), spec), cwd, self._child_env(spec), limits)
+        self.warm_pool = WarmPool(self.containment, signature, limits, int(declared["size"]),
+                                  spawn_off_loop=self.config.spawn_off_loop)
+        self.warm_pool.start()
+        log.info("warm pool started", extra={"fields": {"size": declared["size"], "working_dir": str(cwd)}})
+
+    def _take_warm(self, signature: SpawnSignature):
+        return self.warm_pool.take(signature) if self.warm_pool is not None else None
 
     def _limits(self, spec: PhaseSpec) -> ResourceLimits:
         """The phase's limits: its own (FAILED_PRECONDITION if this server cannot enforce them), else
@@ -364,6 +410,8 @@ class PhaseService:
         """Stops admitting phases, gives running ones ``grace`` seconds, then interrupts them."""
         self.draining = True
         self.admission.close()  # waiting phases end INTERRUPTED now; running ones get the grace
+        if self.warm_pool is not None:  # no prestarted CLI outlives the server
+            await self.warm_pool.close()
         running = [lp for lp in self.live.values() if lp.task is not None]
         if not running:
             return
@@ -466,6 +514,13 @@ class PhaseService:
             yield Delivery((row.body,), row.sequence, row.sequence)
         row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")
+
+
+def loop_lag_gate(config: ServerConfig, telemetry: Telemetry):
+    """Admission's overload check (``admission_max_loop_lag_ms``; 0: none), telemetry.loop_lag."""
+    if not config.admission_max_loop_lag_ms:
+        return None
+    return functools.partial(telemetry.loop_lag.check, config.admission_max_loop_lag_ms / 1000)
 
 
 def admission_limits(config: ServerConfig) -> AdmissionLimits:

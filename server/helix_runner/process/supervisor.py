@@ -30,6 +30,7 @@ from typing import Protocol
 
 from helix_runner.domain.phase_outcome import EndCause, ProcessExit
 from helix_runner.process.containment import ContainmentError, PhaseScope, ScopeStats, subreaper_scope
+from helix_runner.process.spawner import ChildProcess, finish_spawn, spawn_in_thread, spawn_on_loop
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class ProcessSupervisor:
         keep_stdin_open: bool = False,
         on_spawn: Callable[[int], None] | None = None,
         scope: PhaseScope | None = None,
+        spawn_off_loop: bool = True,
     ):
         self.argv = list(argv)
         self.cwd = cwd
@@ -95,7 +97,14 @@ class ProcessSupervisor:
         self._keep_stdin_open = keep_stdin_open
         self._on_spawn = on_spawn
         self.scope = scope if scope is not None else subreaper_scope()
-        self._proc: asyncio.subprocess.Process | None = None
+        # How the shim starts: from a worker thread (the default), or on the loop (the old way,
+        # the benchmarks' baseline); runner.spawner.
+        self._spawn = spawn_in_thread if spawn_off_loop else spawn_on_loop
+        self._proc: ChildProcess | None = None
+        # The started shim, its status pipe and its exit task, between the start and run()'s loop.
+        self._started: tuple[ChildProcess, _ShimStatus, asyncio.Task] | None = None
+        # Whether the process was started ahead and adopted by a phase (a warm start).
+        self.warm = False
         self._child_pid: int | None = None
         self.final_stats: ScopeStats | None = None
         self._stop_cause: EndCause | None = None
@@ -111,6 +120,10 @@ class ProcessSupervisor:
     def set_stdin_lines(self, lines: Sequence[bytes]) -> None:
         """The lines written to stdin right after the spawn (before ``run()``)."""
         self._stdin_lines = list(lines)
+
+    @property
+    def stdin_lines(self) -> list[bytes]:
+        return list(self._stdin_lines)
 
     @property
     def pid(self) -> int | None:
@@ -160,47 +173,60 @@ class ProcessSupervisor:
                 proc.stdin.close()
                 await proc.stdin.wait_closed()
 
-    async def run(self) -> ProcessExit:
-        """Runs the child to its end; never raises for child behaviour, always empties its scope."""
-        start_ns = time.time_ns()
+    async def prestart(self) -> str | None:
+        """Starts the shim and the CLI ahead of ``run()`` (a warm start, runner.warm_pool): None once
+        the CLI is up and waits for its stdin, else why it did not start (the scope is then empty).
+
+        ``on_spawn`` is not called here but when ``run()`` adopts the process.
+        """
+        return await self._start(notify=False)
+
+    def adopt(self, *, sink: ProcessSink, limits: ProcessLimits, on_spawn: Callable[[int], None] | None) -> None:
+        """Hands a prestarted process to a phase: where its output goes, its bounds, its spawn hook."""
+        self.sink, self.limits, self._on_spawn = sink, limits, on_spawn
+        self.warm = True
+
+    async def discard(self) -> None:
+        """Ends a prestarted process that will not run (pool drain): everything in its scope."""
+        started, self._started = self._started, None
+        if started is None:
+            return
+        proc, status, shim_exit = started
+        await self._end_scope(proc, shim_exit)
+        status.close()
+        self.scope.close()
+
+    @property
+    def prestarted_alive(self) -> bool:
+        """Whether a prestarted CLI still waits (neither it nor its shim has exited)."""
+        return self._started is not None and self._proc is not None and self._proc.returncode is None \
+            and not self._started[2].done() and self.scope.shim_pid is not None
+
+    async def _start(self, *, notify: bool) -> str | None:
+        """Spawns the shim (off the loop) and waits for the CLI's start; None on success (state kept
+        in ``_started``), else why not, with the scope emptied. Raises CancelledError having ended
+        whatever it started."""
         scope = self.scope
-
-        def spawn_failed(detail: str) -> ProcessExit:
-            return ProcessExit(
-                cause=EndCause.SPAWN_FAILED,
-                exit_code=None,
-                exit_signal=None,
-                stdout_eof=False,
-                detail=detail,
-                start_ns=start_ns,
-                end_ns=time.time_ns(),
-            )
-
-        try:
-            scope.create()
-        except ContainmentError as exc:
-            return spawn_failed(f"cannot contain the phase: {exc}")
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *scope.command(self.argv, write_fd),
-                cwd=self.cwd,
-                env=self.env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                pass_fds=(write_fd,),
-            )
-        except OSError as exc:
+        spawn = self._spawn(scope, self.argv, self.cwd, self.env)
+        spawned, error, cancelled = await finish_spawn(asyncio.ensure_future(spawn))
+        if spawned is None:
+            scope.close()
+            if cancelled:
+                raise asyncio.CancelledError
+            if isinstance(error, ContainmentError):
+                return f"cannot contain the phase: {error}"
+            if isinstance(error, OSError):
+                return f"cannot start the phase shim: {error.strerror or error}"
+            raise error  # type: ignore[misc]
+        proc, read_fd = spawned.proc, spawned.status_fd
+        self._proc = proc
+        if cancelled:  # cancelled while the shim was being started: end it, leave nothing behind
+            shim_exit = asyncio.create_task(_wait_exit(proc), name="shim-exit")
+            await self._end_scope(proc, shim_exit)
             os.close(read_fd)
             scope.close()
-            return spawn_failed(f"cannot start the phase shim: {exc.strerror or exc}")
-        finally:
-            os.close(write_fd)
-        proc = self._proc
-        scope.attach(proc.pid)
-        if self._on_spawn is not None:
+            raise asyncio.CancelledError
+        if notify and self._on_spawn is not None:
             self._on_spawn(proc.pid)
         shim_exit = asyncio.create_task(_wait_exit(proc), name="shim-exit")
         status = await _ShimStatus.open(read_fd)
@@ -215,8 +241,38 @@ class ProcessSupervisor:
             await self._end_scope(proc, shim_exit)
             status.close()
             scope.close()
-            return spawn_failed(started)
+            return started
         self._child_pid = started
+        self._started = (proc, status, shim_exit)
+        return None
+
+    async def run(self) -> ProcessExit:
+        """Runs the child to its end; never raises for child behaviour, always empties its scope.
+
+        A prestarted child (``prestart``) is adopted as it is; else the shim is spawned now.
+        """
+        start_ns = time.time_ns()
+        scope = self.scope
+        if self._started is None:
+            failed = await self._start(notify=True)
+            if failed is not None:
+                return ProcessExit(
+                    cause=EndCause.SPAWN_FAILED,
+                    exit_code=None,
+                    exit_signal=None,
+                    stdout_eof=False,
+                    detail=failed,
+                    start_ns=start_ns,
+                    end_ns=time.time_ns(),
+                )
+        elif self._on_spawn is not None:
+            try:
+                self._on_spawn(self._started[0].pid)
+            except BaseException:
+                await self.discard()  # the adopted process must not outlive a phase that failed here
+                raise
+        proc, status, shim_exit = self._started  # type: ignore[misc]
+        self._started = None
         self._clock = _Clock()
         out_task = asyncio.create_task(self._read_stdout(proc), name="stdout")
         err_task = asyncio.create_task(self._read_stderr(proc), name="stderr")
@@ -342,14 +398,14 @@ class ProcessSupervisor:
         if not self._keep_stdin_open:
             await self.close_stdin()
 
-    async def _read_stdout(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read_stdout(self, proc: ChildProcess) -> None:
         assert proc.stdout is not None
         while chunk := await proc.stdout.read(STDOUT_CHUNK):
             self._clock.last_activity = time.monotonic()
             self._stdout_bytes += len(chunk)
             self.sink.on_stdout(chunk)
 
-    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read_stderr(self, proc: ChildProcess) -> None:
         assert proc.stderr is not None
         pending = bytearray()
         dropping = False
@@ -384,7 +440,7 @@ class ProcessSupervisor:
 
     async def _terminate(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: ChildProcess,
         wait_task: asyncio.Task,
         shim_exit: asyncio.Task,
         graceful: bool,
@@ -400,7 +456,7 @@ class ProcessSupervisor:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(wait_task), 5.0)
 
-    async def _end_scope(self, proc: asyncio.subprocess.Process, shim_exit: asyncio.Task) -> None:
+    async def _end_scope(self, proc: ChildProcess, shim_exit: asyncio.Task) -> None:
         """Kills whatever is left in the scope; the shim then exits (or is killed)."""
         killed = await self.scope.kill()
         if killed:
@@ -428,7 +484,7 @@ class ProcessSupervisor:
             return False
 
 
-async def _wait_exit(proc: asyncio.subprocess.Process) -> int:
+async def _wait_exit(proc: ChildProcess) -> int:
     """Resolves when the child exits, even while a grandchild still holds its pipes.
 
     ``Process.wait()`` only returns once every pipe is closed (CPython 3.11), which would hide

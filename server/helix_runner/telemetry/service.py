@@ -23,13 +23,13 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from helix_runner.errors import RunnerError
 from helix_runner.telemetry.grpc_interceptor import TelemetryInterceptor
+from helix_runner.telemetry.loop_lag import LoopLagMonitor
 from helix_runner.telemetry.metrics import DEFAULT_MAX_PROJECTS, Metrics
 from helix_runner.telemetry.phase import PhaseTelemetry
 from helix_runner.telemetry.tracing import INSTRUMENTATION_NAME, provider_from_env, tracing_wanted
 
 log = logging.getLogger(__name__)
 
-LOOP_LAG_INTERVAL_SECONDS = 0.5
 
 
 def _version() -> str:
@@ -76,7 +76,8 @@ class Telemetry:
             tracer_provider.get_tracer(INSTRUMENTATION_NAME, _version()) if tracer_provider else None
         )
         self._http: Any = None
-        self._lag_task: asyncio.Task | None = None
+        # The event-loop lag probe: the histogram's samples, and the recent lag admission reads.
+        self.loop_lag = LoopLagMonitor(observe=self.metrics.event_loop_lag.observe)
         self._owns_provider = False
 
     @classmethod
@@ -156,30 +157,17 @@ class Telemetry:
                     }
                 },
             )
-        self._lag_task = asyncio.create_task(self._probe_loop_lag(), name="telemetry:loop-lag")
+        self.loop_lag.start()
 
     async def stop(self) -> None:
         """Stops the probe and the endpoint, and flushes spans still queued for export."""
-        if self._lag_task is not None:
-            self._lag_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lag_task
-            self._lag_task = None
+        await self.loop_lag.stop()
         if self._http is not None:
             http, self._http = self._http, None
             await asyncio.get_running_loop().run_in_executor(None, _shutdown_http, http)
         if self.tracer_provider is not None:
             flush = self.tracer_provider.shutdown if self._owns_provider else self.tracer_provider.force_flush
             await asyncio.get_running_loop().run_in_executor(None, flush)
-
-    async def _probe_loop_lag(self) -> None:
-        """Sleeps a fixed interval and records how much later than asked the loop woke it."""
-        loop = asyncio.get_running_loop()
-        histogram = self.metrics.event_loop_lag
-        while True:
-            asked = loop.time()
-            await asyncio.sleep(LOOP_LAG_INTERVAL_SECONDS)
-            histogram.observe(max(0.0, loop.time() - asked - LOOP_LAG_INTERVAL_SECONDS))
 
 
 def _shutdown_http(http: Any) -> None:

@@ -1,0 +1,146 @@
+"""Warm starts (opt-in, ``warm_pool`` in the config): CLI processes started ahead for one declared
+spawn signature, so a matching phase starts without the CLI's start-up (about 0.5-1 s here).
+
+In stream-json input mode the CLI starts, then waits for its first stdin line before it writes
+anything or touches the network. Checked against the bundled CLI 2.1.330 with the scripted API:
+4 s without input made no ``connect()`` call (``strace -f -e trace=connect``), wrote nothing to
+stdout and sent the stand-in no request; given the prompt then, it wrote ``system/init`` 65 ms
+later instead of 0.5-1 s after a cold spawn (benchmarks/README.md, "Time to first event").
+
+* A process serves exactly one phase: ``take`` removes it from the pool, and a replacement is
+  started in the background (from the spawner's worker thread, so the loop does not stall).
+* Only an exact match is served: the same argv (binary and options), working directory,
+  environment and resource limits as the phase would be spawned with (``SpawnSignature``); any
+  other phase spawns cold. What is fixed at exec cannot be changed afterwards: a warm process has
+  no per-phase ``TRACEPARENT`` (its spans do not join the RPC's trace).
+* Every pool process runs in its own containment scope (shim, cgroup, marker) like a phase; the
+  phase adopts that scope. ``close`` (drain, shutdown) ends every process still waiting, and a
+  crashed server's recovery finds them as any phase's (the instance's cgroups and marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from helix_runner.process.cgroups import ResourceLimits
+from helix_runner.process.containment import Containment
+from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
+
+log = logging.getLogger(__name__)
+
+# How long to wait before starting again after a pool process failed to start.
+RETRY_AFTER_FAILURE_S = 5.0
+
+
+@dataclass(frozen=True)
+class SpawnSignature:
+    """Everything fixed when the CLI is exec'd; a phase may use a warm process only on equality."""
+
+    argv: tuple[str, ...]
+    cwd: str
+    env: frozenset[tuple[str, str]]
+    memory_bytes: int | None
+    cpu_millicores: int | None
+
+    @classmethod
+    def of(cls, argv: Sequence[str], cwd: Path, env: Mapping[str, str], limits: ResourceLimits) -> SpawnSignature:
+        return cls(tuple(argv), str(cwd), frozenset(env.items()), limits.memory_bytes, limits.cpu_millicores)
+
+
+class _NoSink:
+    """Where a pool process's output would go before a phase adopts it (it writes none)."""
+
+    def on_stdout(self, chunk: bytes) -> None:  # pragma: no cover - the CLI writes nothing before input
+        pass
+
+    def on_stderr_line(self, line: bytes, truncated: bool) -> None:  # pragma: no cover
+        pass
+
+
+class WarmPool:
+    """Keeps up to ``size`` CLI processes of one signature started and waiting for a phase."""
+
+    def __init__(self, containment: Containment, signature: SpawnSignature, limits: ResourceLimits, size: int, *,
+                 spawn_off_loop: bool = True) -> None:
+        self.containment = containment
+        self.signature = signature
+        self.limits = limits
+        self.size = size
+        self._spawn_off_loop = spawn_off_loop
+        self._ready: list[ProcessSupervisor] = []
+        self._starting: set[asyncio.Task] = set()
+        self._closed = False
+        self.taken = 0  # how many phases started warm (telemetry, tests)
+
+    def start(self) -> None:
+        """Fills the pool in the background."""
+        self._fill()
+
+    @property
+    def ready_pids(self) -> list[int]:
+        """The shim pids of the processes waiting now."""
+        return [s.scope.shim_pid for s in self._ready if s.scope.shim_pid is not None]
+
+    def take(self, signature: SpawnSignature) -> ProcessSupervisor | None:
+        """A started process for a phase of this signature, never handed out twice; None: spawn cold."""
+        if self._closed or signature != self.signature:
+            return None
+        while self._ready:
+            sup = self._ready.pop(0)
+            if sup.prestarted_alive:
+                self.taken += 1
+                self._fill()
+                return sup
+            self._reap(sup)  # it died while it waited: end what is left, try the next
+        self._fill()
+        return None
+
+    async def close(self) -> None:
+        """Ends every waiting process and stops refilling (drain, shutdown)."""
+        self._closed = True
+        for task in list(self._starting):
+            task.cancel()
+        await asyncio.gather(*self._starting, return_exceptions=True)
+        ready, self._ready = self._ready, []
+        await asyncio.gather(*(s.discard() for s in ready), return_exceptions=True)
+
+    def _fill(self) -> None:
+        if self._closed:
+            return
+        for _ in range(self.size - len(self._ready) - len(self._starting)):
+            task = asyncio.create_task(self._start_one(), name="warm-pool:start")
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    def _reap(self, sup: ProcessSupervisor) -> None:
+        task = asyncio.create_task(sup.discard(), name="warm-pool:discard")
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
+
+    async def _start_one(self) -> None:
+        sig = self.signature
+        scope = self.containment.scope(f"warm-{uuid.uuid4().hex}", self.limits)
+        sup = ProcessSupervisor(sig.argv, cwd=Path(sig.cwd), env=dict(sig.env), sink=_NoSink(), limits=ProcessLimits(),
+                                keep_stdin_open=True, scope=scope, spawn_off_loop=self._spawn_off_loop)
+        try:
+            failed = await sup.prestart()
+        except asyncio.CancelledError:
+            return  # prestart ended what it had started
+        if failed is not None:
+            log.warning("warm pool: a CLI process did not start", extra={"fields": {"error": failed}})
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(RETRY_AFTER_FAILURE_S)
+            if not self._closed:
+                self._starting.discard(asyncio.current_task())  # type: ignore[arg-type]
+                self._fill()
+            return
+        if self._closed:
+            await sup.discard()
+            return
+        self._ready.append(sup)
