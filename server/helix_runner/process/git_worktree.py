@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,6 +36,19 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 
 log = logging.getLogger(__name__)
+
+# git guards a repository's refs, config and worktree list with lock files and fails at once,
+# rather than waiting, when another git command holds one; so this process runs the commands that
+# change a repository's worktrees and branches (`worktree add/remove`, `branch -D`) one at a time
+# per repository, and two phases of one repository starting or ending together cannot fail each other.
+_repo_locks: dict[str, threading.Lock] = {}
+_repo_locks_guard = threading.Lock()
+
+
+def _repo_lock(repo: Path) -> threading.Lock:
+    with _repo_locks_guard:
+        return _repo_locks.setdefault(str(repo), threading.Lock())
+
 
 GIT_TIMEOUT = 120.0
 RETENTIONS = ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
@@ -145,8 +159,9 @@ class PhaseWorkspace:
             self._write_manifest("creating")
             try:
                 self.worktree_path.parent.mkdir(parents=True, exist_ok=True)
-                git(self.toplevel, "worktree", "add", "--quiet", "-b", self.branch, str(self.worktree_path),
-                    self.base_commit)
+                with _repo_lock(self.toplevel):
+                    git(self.toplevel, "worktree", "add", "--quiet", "-b", self.branch, str(self.worktree_path),
+                        self.base_commit)
             except (GitError, OSError) as exc:
                 _settle(self.manifest_path, PhaseStatus.FAILED, half_made=True)
                 raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
@@ -284,13 +299,14 @@ def _settle(manifest: Path, status: PhaseStatus, *, half_made: bool = False) -> 
         body["state"] = "kept"
         manifest.write_text(json.dumps(body))
         return "kept"
-    _remove(repo, path, root)
-    if half_made and body.get("base") and repo.is_dir():
-        # A branch made by an interrupted `worktree add` holds nothing of the phase's yet.
-        with contextlib.suppress(GitError):
-            tip = git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{body['branch']}", check=False)
-            if tip.decode().strip() == body["base"]:
-                git(repo, "branch", "-D", body["branch"])
+    with _repo_lock(repo):
+        _remove(repo, path, root)
+        if half_made and body.get("base") and repo.is_dir():
+            # A branch made by an interrupted `worktree add` holds nothing of the phase's yet.
+            with contextlib.suppress(GitError):
+                tip = git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{body['branch']}", check=False)
+                if tip.decode().strip() == body["base"]:
+                    git(repo, "branch", "-D", body["branch"])
     manifest.unlink(missing_ok=True)
     return "removed"
 
