@@ -125,6 +125,10 @@ class ServerConfig:
     cluster_max_running_phases: int = 0
     cluster_max_running_phases_per_project: int = 0
     cluster_max_queued_phases: int = 0
+    # Placement by free slots (docs/scale-out.md, same section; PostgreSQL only): a RunPhase this
+    # replica would queue for its own max_running_phases goes to the live replica with the most
+    # room, which runs and streams it through this one. Off: a phase always waits where it landed.
+    place_on_free_replica: bool = True
     # The default retry policy of phases whose request leaves PhaseOptions.retry unset (§2);
     # retry_max_attempts 1 turns retries off. An empty continuation prompt means the built-in one.
     retry_max_attempts: int = 3
@@ -335,6 +339,7 @@ _CONVERTERS: dict[str, Any] = {
     "cluster_max_running_phases": int,
     "cluster_max_running_phases_per_project": int,
     "cluster_max_queued_phases": int,
+    "place_on_free_replica": _as_bool,
     "retry_max_attempts": int,
     "retry_initial_backoff_seconds": float,
     "retry_backoff_multiplier": float,

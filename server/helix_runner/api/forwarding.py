@@ -112,9 +112,7 @@ class OwnerForwarder:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=_RESPONSE_TYPES[method].FromString,
         )
-        metadata = [(FORWARDED_HEADER, "1")]
-        if self.token is not None:
-            metadata.append(("authorization", f"Bearer {self.token}"))
+        metadata = self.call_metadata()
         timeout = DEFAULT_DEADLINE_SECONDS if time_remaining is None else max(0.0, time_remaining)
         try:
             return await call(request, metadata=metadata, timeout=timeout)
@@ -138,6 +136,17 @@ class OwnerForwarder:
                 f"{exc.code().name}",
                 {**owner_metadata, "address": address, "code": exc.code().name},
             ) from None
+
+    def call_metadata(self) -> list[tuple[str, str]]:
+        """A forwarded call's metadata: the header that stops a second forward, and the bearer token."""
+        metadata = [(FORWARDED_HEADER, "1")]
+        if self.token is not None:
+            metadata.append(("authorization", f"Bearer {self.token}"))
+        return metadata
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The shared channel to another replica (TLS as configured); also used by api/placement.py."""
+        return self._channel(address)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         """The channel to ``address``; all are re-made when the TLS files changed (a new identity)."""
