@@ -1,0 +1,125 @@
+"""Placement by free slots end to end: two real servers on one PostgreSQL, the real CLI.
+
+Replica A (max_running_phases 1) runs a phase held at a breakpoint; a second RunPhase sent to A is
+placed on B, which has room: B owns and runs it while A's is still held, and the stream the client
+reads through A is the one a WatchPhase on B shows. With B full too, a RunPhase queues on A as
+before; a client cancelling a placed RunPhase cancels the phase on B; a placement whose target
+cannot be reached falls back to queueing on A (docs/scale-out.md, "Placement by free slots").
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from support.runner_server import collect
+from test_cluster_admission_postgres import queued, two_replicas
+from test_replicas_postgres import Stream, breakpoint_hit
+
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.offline import Reply
+
+pytestmark = pytest.mark.real_cli
+
+FULL_AT_ONE = {"max_running_phases": 1}
+
+
+def held_request(replica, job_id: str) -> pb.RunPhaseRequest:
+    """A phase that stops at its first Bash call until approved (or cancelled)."""
+    return pb.RunPhaseRequest(
+        job_id=job_id, phase_id="p1", prompt="go", working_dir=str(replica.workdir),
+        options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)]))
+
+
+def owner(postgres_cluster, postgres_url, job_id: str):
+    return postgres_cluster.execute(postgres_url, "SELECT owner_id FROM phases WHERE job_id = %s", (job_id,))[0][0]
+
+
+async def test_a_phase_the_full_replica_receives_runs_on_the_replica_with_room(
+    claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
+):
+    api = scripted_api([
+        Reply.tool_use("Bash", {"command": "echo on a"}),
+        Reply.text("Placed and done."),
+        Reply.text("A is done."),
+    ])
+    # Both replicas may use the test's whole directory: a placed phase runs in A's working dir on B.
+    async with two_replicas(tmp_path, api, postgres_url, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
+        on_a = {"job_id": "job-a", "phase_id": "p1"}
+        run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
+        hit = await run_a.wait_for(breakpoint_hit)  # A's one slot is taken
+        rooms = {r.replica_id: (r.max_running, r.active, r.live) for r in a.server.store.replica_capacity()}
+        assert rooms == {"replica-a": (1, 1, True), "replica-b": (1, 0, True)}
+
+        placed = {"job_id": "job-p", "phase_id": "p1"}
+        events, result = await collect(a.stub.RunPhase(pb.RunPhaseRequest(
+            **placed, prompt="go", working_dir=str(a.workdir)), timeout=60))
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert result.result_text == "Placed and done."
+        assert not any(queued(e) for e in events)  # it never waited
+        assert run_a.result is None  # ... while A's phase is still held at its breakpoint
+        assert owner(postgres_cluster, postgres_url, "job-p") == "replica-b"
+        recording = postgres_cluster.execute(
+            postgres_url, "SELECT recording_dir FROM phases WHERE job_id = 'job-p'")[0][0]
+        assert recording.startswith(str(b.data_dir))  # B ran its CLI
+        # The stream relayed through A is the phase's stream as its owner serves it.
+        assert await collect(b.stub.WatchPhase(pb.WatchPhaseRequest(**placed), timeout=30)) == (events, result)
+        assert await collect(a.stub.WatchPhase(pb.WatchPhaseRequest(**placed), timeout=30)) == (events, result)
+
+        await a.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **on_a, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        _, result_a = await run_a.finish()
+        assert result_a.status == res.PHASE_STATUS_SUCCEEDED, result_a.reason
+        assert owner(postgres_cluster, postgres_url, "job-a") == "replica-a"
+
+
+async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller_cancels_the_placed_phase(
+    claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
+):
+    api = scripted_api([
+        Reply.tool_use("Bash", {"command": "echo on a"}),
+        Reply.tool_use("Bash", {"command": "echo placed on b"}),
+    ])
+    async with two_replicas(tmp_path, api, postgres_url, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
+        run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
+        await run_a.wait_for(breakpoint_hit)
+
+        # 1. Placed on B and held there: B is full now too.
+        x_call = a.stub.RunPhase(held_request(a, "job-x"), timeout=120)
+        run_x = Stream(x_call)
+        await run_x.wait_for(breakpoint_hit)
+        assert owner(postgres_cluster, postgres_url, "job-x") == "replica-b"
+        assert b.server.manager.get_live("job-x", "p1") is not None
+
+        # 2. Every replica full: the phase waits on the replica that received it, for its own limit.
+        run_y = Stream(a.stub.RunPhase(pb.RunPhaseRequest(job_id="job-y", phase_id="p1", prompt="go",
+                                                          working_dir=str(a.workdir)), timeout=120))
+        waiting = await run_y.wait_for(queued)
+        assert waiting.control.queue.reason == res.QUEUE_REASON_SERVER_LIMIT
+        assert "the server's limit is 1" in waiting.control.message
+        assert owner(postgres_cluster, postgres_url, "job-y") == "replica-a"
+
+        # 3. The client leaves the placed RunPhase (on_disconnect CANCEL): B cancels the phase.
+        follow = Stream(b.stub.WatchPhase(pb.WatchPhaseRequest(job_id="job-x", phase_id="p1"), timeout=60))
+        x_call.cancel()
+        _, ended = await follow.finish()
+        assert ended.status == res.PHASE_STATUS_CANCELLED
+        async with asyncio.timeout(10):  # no orphan: B's run of it is over
+            while b.server.manager.get_live("job-x", "p1") is not None:
+                await asyncio.sleep(0.05)
+
+        # 4. B has room again but cannot be reached: the phase queues on A (the refusal is logged).
+        postgres_cluster.execute(postgres_url, "UPDATE replicas SET address = '127.0.0.1:1' "
+                                               "WHERE replica_id = 'replica-b'")
+        run_z = Stream(a.stub.RunPhase(pb.RunPhaseRequest(job_id="job-z", phase_id="p1", prompt="go",
+                                                          working_dir=str(a.workdir)), timeout=120))
+        await run_z.wait_for(queued)
+        assert owner(postgres_cluster, postgres_url, "job-z") == "replica-a"
+
+        for job_id in ("job-z", "job-y", "job-a"):
+            await a.stub.CancelPhase(pb.CancelPhaseRequest(job_id=job_id, phase_id="p1"), timeout=30)
+        for stream in (run_z, run_y, run_a):
+            _, result = await stream.finish()
+            assert result.status == res.PHASE_STATUS_CANCELLED
