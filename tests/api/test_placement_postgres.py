@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
+from support.certs import CertificateAuthority
 from support.runner_server import collect
 from test_cluster_admission_postgres import queued, two_replicas
 from test_replicas_postgres import Stream, breakpoint_hit
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.offline import Reply
 
 pytestmark = pytest.mark.real_cli
@@ -91,7 +94,8 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
         run_x = Stream(x_call)
         await run_x.wait_for(breakpoint_hit)
         assert owner(postgres_cluster, postgres_url, "job-x") == "replica-b"
-        assert b.server.manager.get_live("job-x", "p1") is not None
+        live_on_b = b.server.manager.get_live("job-x", "p1")
+        assert live_on_b is not None
 
         # 2. Every replica full: the phase waits on the replica that received it, for its own limit.
         run_y = Stream(a.stub.RunPhase(pb.RunPhaseRequest(job_id="job-y", phase_id="p1", prompt="go",
@@ -106,9 +110,8 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
         x_call.cancel()
         _, ended = await follow.finish()
         assert ended.status == res.PHASE_STATUS_CANCELLED
-        async with asyncio.timeout(10):  # no orphan: B's run of it is over
-            while b.server.manager.get_live("job-x", "p1") is not None:
-                await asyncio.sleep(0.05)
+        await asyncio.wait_for(live_on_b.done.wait(), 10)  # no orphan: B's run of it is over
+        assert b.server.manager.get_live("job-x", "p1") is None
 
         # 4. B has room again but cannot be reached: the phase queues on A (the refusal is logged).
         postgres_cluster.execute(postgres_url, "UPDATE replicas SET address = '127.0.0.1:1' "
@@ -123,3 +126,37 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
         for stream in (run_z, run_y, run_a):
             _, result = await stream.finish()
             assert result.status == res.PHASE_STATUS_CANCELLED
+
+
+async def test_a_placed_run_phase_goes_over_mutual_tls_with_the_bearer_token(
+    claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
+):
+    # As tests/api/test_tls.py's forwarding test: one replica certificate naming a Service, mutual
+    # TLS, and a bearer token every call (a placed one too) must carry.
+    ca = CertificateAuthority(tmp_path / "pki")
+    replica_cert = ca.issue("replica", dns=("helix-runner.test",))
+    client = ca.issue("client", dns=("a-client",), server=False)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-for-replicas\n")
+    config = {
+        "tls_cert_file": str(replica_cert.cert_file), "tls_key_file": str(replica_cert.key_file),
+        "tls_client_ca_file": str(ca.ca_file), "tls_server_name": "helix-runner.test",
+        "auth_token_file": str(token_file), "workspace_roots": [str(tmp_path)], **FULL_AT_ONE,
+    }
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo on a"}), Reply.text("Placed over TLS.")])
+    credentials = grpc.composite_channel_credentials(
+        grpc.ssl_channel_credentials(ca.ca, client.key, client.cert),
+        grpc.access_token_call_credentials("s3cret-token-for-replicas"))
+    async with two_replicas(tmp_path, api, postgres_url, **config) as (a, b), grpc.aio.secure_channel(
+        f"127.0.0.1:{a.server.port}", credentials, options=[("grpc.ssl_target_name_override", "helix-runner.test")],
+    ) as channel:
+        stub = pb_grpc.RunnerServiceStub(channel)
+        run_a = Stream(stub.RunPhase(held_request(a, "job-a"), timeout=120))
+        await run_a.wait_for(breakpoint_hit)
+        _, result = await collect(stub.RunPhase(pb.RunPhaseRequest(
+            job_id="job-p", phase_id="p1", prompt="go", working_dir=str(a.workdir)), timeout=60))
+        assert result.status == res.PHASE_STATUS_SUCCEEDED and result.result_text == "Placed over TLS."
+        assert owner(postgres_cluster, postgres_url, "job-p") == "replica-b"
+        await stub.CancelPhase(pb.CancelPhaseRequest(job_id="job-a", phase_id="p1"), timeout=30)
+        _, result_a = await run_a.finish()
+        assert result_a.status == res.PHASE_STATUS_CANCELLED
