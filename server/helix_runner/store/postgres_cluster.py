@@ -306,16 +306,16 @@ class ReplicaMembership:
     def replica_capacity(self, active_statuses: Sequence[str]) -> list[ReplicaCapacity]:
         """Every registered replica with an address: its published limit, its active phases, its lease.
 
-        One query: the count per owner reads the partial index ``phases_active_by_owner``
-        (migration 0006), whose predicate is this status list; it is spelled out in the SQL (not
-        a parameter) so the planner can match it. The names are enum names, never input.
+        One query; the active phases are counted once for all owners (through ``phases_by_status``:
+        benchmarks/bench_placement.py, about 0.5 ms with 20 000 finished phases).
         """
-        statuses = ", ".join(f"'{s}'" for s in active_statuses)
         with self.pool.connection() as conn:
             rows = conn.execute(
-                "SELECT r.replica_id, r.address, r.max_running_phases, "
-                f"(SELECT count(*) FROM phases p WHERE p.owner_id = r.replica_id AND p.status IN ({statuses})), "
-                "r.lease_expires_at > now() FROM replicas r WHERE r.address <> '' ORDER BY r.replica_id"
+                "SELECT r.replica_id, r.address, r.max_running_phases, COALESCE(c.n, 0), r.lease_expires_at > now() "
+                "FROM replicas r LEFT JOIN (SELECT owner_id, count(*) AS n FROM phases "
+                "WHERE status = ANY(%s) AND owner_id IS NOT NULL GROUP BY owner_id) c ON c.owner_id = r.replica_id "
+                "WHERE r.address <> '' ORDER BY r.replica_id",
+                (list(active_statuses),),
             ).fetchall()
         return [ReplicaCapacity(*r) for r in rows]
 
