@@ -87,7 +87,16 @@ class RunningServer:
                 self.store.advertise_capacity(0)
             except Exception:  # the database's error; drain goes on (a placement here is refused: DRAINING)
                 log.warning("withdrawing this replica's capacity failed; placements here fall back", exc_info=True)
-        await self.manager.drain(grace)
+        if self.forwarder is None:
+            await self.manager.drain(grace)
+        else:  # phases placed on other replicas through this one get the same grace to end there
+            async def relays_done() -> None:
+                try:
+                    await asyncio.wait_for(self.forwarder.relays_done(), grace)
+                except TimeoutError:
+                    pass  # cut when the server stops; their owners apply on_disconnect
+
+            await asyncio.gather(self.manager.drain(grace), relays_done())
         for task in (self.retention_task, self.takeover_task):
             if task is not None:
                 task.cancel()

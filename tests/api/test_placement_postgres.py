@@ -160,3 +160,33 @@ async def test_a_placed_run_phase_goes_over_mutual_tls_with_the_bearer_token(
         await stub.CancelPhase(pb.CancelPhaseRequest(job_id="job-a", phase_id="p1"), timeout=30)
         _, result_a = await run_a.finish()
         assert result_a.status == res.PHASE_STATUS_CANCELLED
+
+
+async def test_a_draining_replica_lets_the_phases_it_placed_finish_within_its_grace(
+    claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
+):
+    api = scripted_api([
+        Reply.tool_use("Bash", {"command": "echo on a"}),
+        Reply.tool_use("Bash", {"command": "echo placed on b"}),
+        Reply.text("Placed and done after A's drain began."),
+    ])
+    async with two_replicas(tmp_path, api, postgres_url, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
+        run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
+        await run_a.wait_for(breakpoint_hit)
+        run_p = Stream(a.stub.RunPhase(held_request(a, "job-p"), timeout=120))
+        hit = await run_p.wait_for(breakpoint_hit)  # placed on B, held there
+        assert owner(postgres_cluster, postgres_url, "job-p") == "replica-b"
+        await a.stub.CancelPhase(pb.CancelPhaseRequest(job_id="job-a", phase_id="p1"), timeout=30)
+        await run_a.finish()  # A runs nothing of its own now: only the relay keeps its drain waiting
+
+        drain = asyncio.create_task(a.server.drain(20.0))
+        await asyncio.sleep(2.0)  # past the 1 s a stopping server gives open calls
+        rooms = {r.replica_id: r.max_running for r in b.server.store.replica_capacity()}
+        assert rooms["replica-a"] == 0  # a draining replica takes no placed phases
+        assert not drain.done()
+        await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            job_id="job-p", phase_id="p1", tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()),
+            timeout=10)
+        _, result = await run_p.finish()  # relayed through the draining A to the end
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        await asyncio.wait_for(drain, 20)

@@ -77,6 +77,7 @@ async def place_run_phase(
                                     fields)
         return None
     log.info("phase placed on another replica (this one is full)", extra={"fields": {**fields, "free": target.free}})
+    forwarder.track_relay(call)  # a drain of this replica lets the relay finish (server.drain)
     return _relay(call, first, target, fields)
 
 

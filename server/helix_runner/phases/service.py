@@ -360,7 +360,12 @@ class PhaseService:
         capacity = getattr(self.store, "replica_capacity", None)
         if capacity is None or self.draining or not would_queue_here(self.admission.queue):
             return None
-        return choose_replica(capacity(), self.store.replica_id)
+        try:
+            replicas = capacity()
+        except Exception:  # the database's error: nothing is placed, the phase is admitted here
+            log.warning("reading the replicas' capacity failed; the phase is admitted here", exc_info=True)
+            return None
+        return choose_replica(replicas, self.store.replica_id)
 
     def phase_recorded(self, job_id: str, phase_id: str) -> bool:
         """Whether the phase has a row (a replica that refused a placed RunPhase may have written it)."""
