@@ -11,11 +11,14 @@ Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
+import textwrap
 
 import grpc
 import pytest
 from support.certs import CertificateAuthority
-from support.runner_server import collect
+from support.runner_server import collect, start_runner
 from test_cluster_admission_postgres import queued, two_replicas
 from test_replicas_postgres import Stream, breakpoint_hit
 
@@ -23,8 +26,6 @@ from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.offline import Reply
-
-pytestmark = pytest.mark.real_cli
 
 FULL_AT_ONE = {"max_running_phases": 1}
 
@@ -40,6 +41,7 @@ def owner(postgres_cluster, postgres_url, job_id: str):
     return postgres_cluster.execute(postgres_url, "SELECT owner_id FROM phases WHERE job_id = %s", (job_id,))[0][0]
 
 
+@pytest.mark.real_cli
 async def test_a_phase_the_full_replica_receives_runs_on_the_replica_with_room(
     claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
 ):
@@ -78,6 +80,7 @@ async def test_a_phase_the_full_replica_receives_runs_on_the_replica_with_room(
         assert owner(postgres_cluster, postgres_url, "job-a") == "replica-a"
 
 
+@pytest.mark.real_cli
 async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller_cancels_the_placed_phase(
     claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
 ):
@@ -128,6 +131,7 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
             assert result.status == res.PHASE_STATUS_CANCELLED
 
 
+@pytest.mark.real_cli
 async def test_a_placed_run_phase_goes_over_mutual_tls_with_the_bearer_token(
     claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
 ):
@@ -162,6 +166,7 @@ async def test_a_placed_run_phase_goes_over_mutual_tls_with_the_bearer_token(
         assert result_a.status == res.PHASE_STATUS_CANCELLED
 
 
+@pytest.mark.real_cli
 async def test_a_draining_replica_lets_the_phases_it_placed_finish_within_its_grace(
     claude_binary, scripted_api, postgres_url, postgres_cluster, tmp_path
 ):
@@ -190,3 +195,49 @@ async def test_a_draining_replica_lets_the_phases_it_placed_finish_within_its_gr
         _, result = await run_p.finish()  # relayed through the draining A to the end
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
         await asyncio.wait_for(drain, 20)
+
+
+# A CLI stand-in that starts and then stays running (init, then nothing until it is killed): the
+# burst test below is about placement, not the CLI; like test_cluster_admission_postgres.FAST_CLI.
+STAYING_CLI = """
+    import sys, time
+    sys.stdin.readline(); sys.stdin.readline()
+    print('{"type":"system","subtype":"init","cwd":"/w","session_id":"s-1","tools":[],"model":"claude-sonnet-4-5",'
+          '"permissionMode":"default","claude_code_version":"2.1.330","uuid":"u1"}', flush=True)
+    time.sleep(600)
+"""
+
+
+async def test_a_burst_reaching_a_full_replica_fills_the_free_slots_elsewhere_and_no_more(
+    postgres_url, postgres_cluster, tmp_path
+):
+    claude = tmp_path / "staying-claude"
+    claude.write_text(f"#!{sys.executable}\n" + textwrap.dedent(STAYING_CLI))
+    claude.chmod(0o755)
+    config = {"claude_path": str(claude), "workspace_roots": [str(tmp_path)]}
+    async with contextlib.AsyncExitStack() as stack:
+        pair = []
+        for name, limit in (("a", 1), ("b", 2)):
+            (tmp_path / name).mkdir()
+            harness = start_runner(tmp_path / name, None, database_url=postgres_url, replica_id=f"replica-{name}",
+                                   max_running_phases=limit, **config)
+            pair.append(await anext(harness))
+            stack.push_async_callback(harness.aclose)
+        a, b = pair
+
+        def request(job_id: str) -> pb.RunPhaseRequest:
+            return pb.RunPhaseRequest(job_id=job_id, phase_id="p1", prompt="stay", working_dir=str(a.workdir))
+
+        first = Stream(a.stub.RunPhase(request("job-0"), timeout=120))
+        await first.wait_for(lambda e: e.HasField("status_changed")
+                             and e.status_changed.to_status == res.PHASE_STATUS_RUNNING)
+        # Six at once: each reads the registry before any is written on B; B has two free slots.
+        burst = [Stream(a.stub.RunPhase(request(f"job-{n}"), timeout=120)) for n in range(1, 7)]
+        for stream in burst:
+            await stream.wait_for(lambda e: e.HasField("status_changed"))
+        owners = dict(postgres_cluster.execute(
+            postgres_url, "SELECT owner_id, count(*) FROM phases GROUP BY owner_id"))
+        assert owners == {"replica-a": 5, "replica-b": 2}
+        on_b = [s for n, s in enumerate(burst, start=1) if owner(postgres_cluster, postgres_url, f"job-{n}") ==
+                "replica-b"]
+        assert all(not any(queued(e) for e in s.events) for s in on_b)  # both run on B at once

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue
-from helix_runner.phases.placement import PlacementTarget, choose_replica, would_queue_here
+from helix_runner.phases.placement import Placements, PlacementTarget, choose_replica, would_queue_here
 
 
 @dataclass(frozen=True)
@@ -55,3 +55,17 @@ def test_this_replica_is_full_when_its_running_and_waiting_phases_fill_its_limit
     assert would_queue_here(queue)  # one running, one waiting: a third would queue
     queue.pump()
     assert queue.running == 2 and would_queue_here(queue)
+
+
+def test_placements_in_flight_take_their_targets_slots_until_answered():
+    rooms = [Room("a", 4, 2), Room("b", 3, 0)]
+    placements = Placements()
+    first = choose_replica(rooms, "me", placements.pending)
+    assert first == PlacementTarget("b", "b:50051", 3)
+    with placements.placing(first), placements.placing(first):
+        # b: 3 - 2 in flight = 1 free; a: 2 free now
+        assert choose_replica(rooms, "me", placements.pending) == PlacementTarget("a", "a:50051", 2)
+        with placements.placing(PlacementTarget("a", "a:50051", 2)), placements.placing(
+                PlacementTarget("a", "a:50051", 1)):
+            assert choose_replica(rooms, "me", placements.pending) == PlacementTarget("b", "b:50051", 1)
+    assert placements.pending == {}  # answered (or refused): counted by the registry, not here

@@ -158,8 +158,9 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             target = self.manager.placement_target()
             if target is not None:  # this replica would queue it for its own limit; another has room
                 request.phase_id = request.phase_id or self.manager.new_phase_id()
-                placed = await place_run_phase(self.forwarder, request, target, context, functools.partial(
-                    self.manager.phase_recorded, request.job_id, request.phase_id))
+                with self.manager.placements.placing(target):  # until the target answered
+                    placed = await place_run_phase(self.forwarder, request, target, context, functools.partial(
+                        self.manager.phase_recorded, request.job_id, request.phase_id))
                 if placed is not None:  # else the target refused and wrote nothing: admitted here
                     async with contextlib.aclosing(placed) as messages:
                         async for message in messages:

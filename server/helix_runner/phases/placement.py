@@ -11,7 +11,9 @@ limits: docs/scale-out.md, "Cluster admission" → "Placement by free slots".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,25 +58,52 @@ def would_queue_here(queue: AdmissionQueue) -> bool:
     return queue.running + queue.queued >= queue.limits.max_running
 
 
-def choose_replica(replicas: Iterable[ReplicaRoom], me: str) -> PlacementTarget | None:
+def choose_replica(
+    replicas: Iterable[ReplicaRoom], me: str, pending: Mapping[str, int] | None = None
+) -> PlacementTarget | None:
     """The other live replica with the most free slots, or None when none has any.
 
     Excluded: this replica, replicas whose lease ran out, replicas without an address or that
-    publish no capacity (0: not advertised yet, an older server, or draining). Ties go to the
-    replica with fewer active phases, then by id (a stable choice).
+    publish no capacity (0: not advertised yet, an older server, or draining). ``pending`` counts
+    the phases this replica is placing on each replica right now (sent, not yet written there, so
+    not in its count): they take its slots too. Ties go to the replica with fewer active phases,
+    then by id (a stable choice).
     """
-    best: ReplicaRoom | None = None
+    pending = pending or {}
+    best: tuple[tuple[int, int, str], ReplicaRoom, int] | None = None
     for replica in replicas:
         if replica.replica_id == me or not replica.live or not replica.address or replica.max_running <= 0:
             continue
-        if replica.max_running - replica.active <= 0:
+        active = replica.active + pending.get(replica.replica_id, 0)
+        free = replica.max_running - active
+        if free <= 0:
             continue
-        if best is None or _rank(replica) < _rank(best):
-            best = replica
+        rank = (-free, active, replica.replica_id)
+        if best is None or rank < best[0]:
+            best = (rank, replica, free)
     if best is None:
         return None
-    return PlacementTarget(best.replica_id, best.address, best.max_running - best.active)
+    _, replica, free = best
+    return PlacementTarget(replica.replica_id, replica.address, free)
 
 
-def _rank(replica: ReplicaRoom) -> tuple[int, int, str]:
-    return (-(replica.max_running - replica.active), replica.active, replica.replica_id)
+class Placements:
+    """The phases this replica is placing right now, per target (``choose_replica``'s ``pending``).
+
+    A burst of RunPhases reaching a full replica reads the registry before any of them is written
+    on the target; without this count they would all go to the one replica with room.
+    """
+
+    def __init__(self) -> None:
+        self.pending: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def placing(self, target: PlacementTarget) -> Iterator[None]:
+        """Counts one placement on ``target`` until the target has answered (written the phase or refused)."""
+        self.pending[target.replica_id] += 1
+        try:
+            yield
+        finally:
+            self.pending[target.replica_id] -= 1
+            if not self.pending[target.replica_id]:
+                del self.pending[target.replica_id]

@@ -36,7 +36,7 @@ from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.fencing import FencedPhaseStore
-from helix_runner.phases.placement import PlacementTarget, choose_replica, would_queue_here
+from helix_runner.phases.placement import Placements, PlacementTarget, choose_replica, would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.cgroups import ResourceLimits
@@ -112,6 +112,8 @@ class PhaseService:
                                                        on_change=self._on_queue_change)
         # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
         self.follower: Follower | None = None
+        # Placement by free slots: the RunPhases being sent to other replicas right now (placement.py).
+        self.placements = Placements()
 
     # -- admission -------------------------------------------------------------------------
 
@@ -365,7 +367,7 @@ class PhaseService:
         except Exception:  # the database's error: nothing is placed, the phase is admitted here
             log.warning("reading the replicas' capacity failed; the phase is admitted here", exc_info=True)
             return None
-        return choose_replica(replicas, self.store.replica_id)
+        return choose_replica(replicas, self.store.replica_id, self.placements.pending)
 
     def phase_recorded(self, job_id: str, phase_id: str) -> bool:
         """Whether the phase has a row (a replica that refused a placed RunPhase may have written it)."""
