@@ -135,6 +135,10 @@ class ServerConfig:
     cluster_max_running_phases: int = 0
     cluster_max_running_phases_per_project: int = 0
     cluster_max_queued_phases: int = 0
+    # Placement by free slots (docs/scale-out.md, same section; PostgreSQL only): a RunPhase this
+    # replica would queue for its own max_running_phases goes to the live replica with the most
+    # room, which runs and streams it through this one. Off: a phase always waits where it landed.
+    place_on_free_replica: bool = True
     # Starting phases fast and smoothly (benchmarks/README.md, P3 and P6): refuse new phases
     # (RESOURCE_EXHAUSTED QUEUE_FULL, scope event_loop) while the event loop runs more than this
     # late (ms; 0 = never); start the CLI's shim from a worker thread (false: on the event loop, the
@@ -371,6 +375,7 @@ _CONVERTERS: dict[str, Any] = {
     "cluster_max_running_phases": int,
     "cluster_max_running_phases_per_project": int,
     "cluster_max_queued_phases": int,
+    "place_on_free_replica": _as_bool,
     "admission_max_loop_lag_ms": float,
     "spawn_off_loop": _as_bool,
     "warm_pool": lambda v: _warm_pool(v),

@@ -84,7 +84,21 @@ class RunningServer:
         for name in (READINESS, SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
-        await self.manager.drain(grace)
+        if self.forwarder is not None:  # no more phases placed here (docs/scale-out.md, placement)
+            try:
+                self.store.advertise_capacity(0)
+            except Exception:  # the database's error; drain goes on (a placement here is refused: DRAINING)
+                log.warning("withdrawing this replica's capacity failed; placements here fall back", exc_info=True)
+        if self.forwarder is None:
+            await self.manager.drain(grace)
+        else:  # phases placed on other replicas through this one get the same grace to end there
+            async def relays_done() -> None:
+                try:
+                    await asyncio.wait_for(self.forwarder.relays_done(), grace)
+                except TimeoutError:
+                    pass  # cut when the server stops; their owners apply on_disconnect
+
+            await asyncio.gather(self.manager.drain(grace), relays_done())
         for task in (self.retention_task, self.takeover_task):
             if task is not None:
                 task.cancel()
@@ -351,6 +365,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         await health_server.start()
     if forwarder is not None:  # other replicas forward control of this one's phases here
         store.advertise(config.advertise_address or _bound_address(config.host, own_port))
+        # Placement by free slots: how many phases this replica takes (api/placement.py).
+        store.advertise_capacity(manager.admission.queue.limits.max_running)
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket)

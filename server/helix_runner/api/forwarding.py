@@ -15,6 +15,7 @@ way a client is, by whatever the owner requires.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -73,6 +74,10 @@ class OwnerForwarder:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._generation = tls.generation if tls is not None else 0
         self._stale: list[grpc.aio.Channel] = []  # channels of a rotated identity, closed at close()
+        # Placed RunPhase calls being relayed (api/placement.py): a drain lets them finish first.
+        self._relays: set[Any] = set()
+        self._relays_idle = asyncio.Event()
+        self._relays_idle.set()
 
     def route(
         self, owner: RemoteOwner | None, job_id: str, phase_id: str
@@ -112,9 +117,7 @@ class OwnerForwarder:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=_RESPONSE_TYPES[method].FromString,
         )
-        metadata = [(FORWARDED_HEADER, "1")]
-        if self.token is not None:
-            metadata.append(("authorization", f"Bearer {self.token}"))
+        metadata = self.call_metadata()
         timeout = DEFAULT_DEADLINE_SECONDS if time_remaining is None else max(0.0, time_remaining)
         try:
             return await call(request, metadata=metadata, timeout=timeout)
@@ -138,6 +141,33 @@ class OwnerForwarder:
                 f"{exc.code().name}",
                 {**owner_metadata, "address": address, "code": exc.code().name},
             ) from None
+
+    def track_relay(self, call: Any) -> None:
+        """Counts a relayed RunPhase call until it is done (``relays_done``)."""
+        self._relays.add(call)
+        self._relays_idle.clear()
+
+        def done(_: object) -> None:
+            self._relays.discard(call)
+            if not self._relays:
+                self._relays_idle.set()
+
+        call.add_done_callback(done)
+
+    async def relays_done(self) -> None:
+        """Returns once no relayed RunPhase is open (the caller bounds the wait: drain's grace)."""
+        await self._relays_idle.wait()
+
+    def call_metadata(self) -> list[tuple[str, str]]:
+        """A forwarded call's metadata: the header that stops a second forward, and the bearer token."""
+        metadata = [(FORWARDED_HEADER, "1")]
+        if self.token is not None:
+            metadata.append(("authorization", f"Bearer {self.token}"))
+        return metadata
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The shared channel to another replica (TLS as configured); also used by api/placement.py."""
+        return self._channel(address)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         """The channel to ``address``; all are re-made when the TLS files changed (a new identity)."""

@@ -27,6 +27,7 @@ from helix_runner.api.errors import abort
 from helix_runner.api.forwarding import FORWARDED_HEADER, FORWARDED_METHODS, OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.phase_diff import read_diff_page
+from helix_runner.api.placement import place_run_phase
 from helix_runner.api.request_mapping import (
     HARD_PAUSE,
     INTERRUPT_FIRST,
@@ -121,6 +122,8 @@ def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
                     yield message
         except RunnerError as exc:
             await abort(context, exc)
+        except OwnerStatus as exc:  # a placed RunPhase: the replica running it answered with an error
+            await context.abort_with_status(exc.status)
         except grpc.aio.AbortError:
             raise
         except Exception:
@@ -151,6 +154,18 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_stream
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
+        if self.forwarder is not None and self.manager.config.place_on_free_replica and not _forwarded(context):
+            target = self.manager.placement_target()
+            if target is not None:  # this replica would queue it for its own limit; another has room
+                request.phase_id = request.phase_id or self.manager.new_phase_id()
+                with self.manager.placements.placing(target):  # until the target answered
+                    placed = await place_run_phase(self.forwarder, request, target, context, functools.partial(
+                        self.manager.phase_recorded, request.job_id, request.phase_id))
+                if placed is not None:  # else the target refused and wrote nothing: admitted here
+                    async with contextlib.aclosing(placed) as messages:
+                        async for message in messages:
+                            yield message
+                    return
         spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
         retry = retry_policy_from_options(request.options, self.manager.retry_defaults)
         live = await self.manager.start(spec, breakpoints_from_request(request), retry)

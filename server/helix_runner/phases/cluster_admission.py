@@ -3,9 +3,10 @@
 On a shared database (PostgreSQL) with cluster limits configured (``cluster_max_running_phases``,
 ``cluster_max_running_phases_per_project``, ``cluster_max_queued_phases``), an attempt starts only
 when both agree: this replica's own queue (``phases/admission.py``, the machine's limits, unchanged)
-and the cluster's ledger in the database (``store/postgres_admission.py``). A phase stays on the
-replica that received its ``RunPhase`` (its stream is served there) and waits QUEUED until the
-ledger grants that replica a slot; the ledger keeps the cluster fair between projects.
+and the cluster's ledger in the database (``store/postgres_admission.py``). A phase waits on the
+replica that owns it (the one that received its ``RunPhase``, or the one that replica placed it
+on when it was full: ``phases/placement.py``) QUEUED until the ledger grants that replica a slot;
+the ledger keeps the cluster fair between projects.
 
 ``ClusterQueue`` is the local ``AdmissionQueue`` with the ledger in its decisions: every entry is
 also a ledger row (a full cluster queue refuses with QUEUE_FULL, scope ``cluster``); an admission
@@ -13,7 +14,7 @@ pass offers the entries this replica could start now and admits those the ledger
 released or cancelled entry leaves the ledger. ``ClusterAdmission`` re-runs the pass when another
 replica frees a slot (LISTEN/NOTIFY, ``EventListener.on_admission_change`` → ``wake``) and, as a fallback
 for a lost notification, on a timer that backs off from 0.5 s to 4 s while entries wait for the
-cluster. Design and why nothing is forwarded: docs/scale-out.md, "Cluster admission".
+cluster. Design: docs/scale-out.md, "Cluster admission" (and "Placement by free slots").
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupte
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.fencing import FencedPhaseStore
+from helix_runner.phases.placement import Placements, PlacementTarget, choose_replica, would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.cgroups import ResourceLimits
@@ -116,6 +117,8 @@ class PhaseService:
         self.follower: Follower | None = None
         # Prestarted CLI processes for one declared spawn signature (opt-in; start_warm_pool).
         self.warm_pool: WarmPool | None = None
+        # Placement by free slots: the RunPhases being sent to other replicas right now (placement.py).
+        self.placements = Placements()
 
     # -- admission -------------------------------------------------------------------------
 
@@ -395,6 +398,26 @@ class PhaseService:
         if row is None or row.status not in ACTIVE_STATUSES:
             return None
         return RemoteOwner(owner.replica_id, owner.address, owner.live)
+
+    def placement_target(self) -> PlacementTarget | None:
+        """Another replica to run a new phase on, when this one would queue it for its own limit.
+
+        None when this replica has room, is draining, the store is not shared, or no other live
+        replica has a free slot (docs/scale-out.md, "Placement by free slots").
+        """
+        capacity = getattr(self.store, "replica_capacity", None)
+        if capacity is None or self.draining or not would_queue_here(self.admission.queue):
+            return None
+        try:
+            replicas = capacity()
+        except Exception:  # the database's error: nothing is placed, the phase is admitted here
+            log.warning("reading the replicas' capacity failed; the phase is admitted here", exc_info=True)
+            return None
+        return choose_replica(replicas, self.store.replica_id, self.placements.pending)
+
+    def phase_recorded(self, job_id: str, phase_id: str) -> bool:
+        """Whether the phase has a row (a replica that refused a placed RunPhase may have written it)."""
+        return self.store.get_phase(job_id, phase_id) is not None
 
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
         live = self.get_live(job_id, phase_id)

@@ -45,6 +45,21 @@ class ReplicaRow:
 
 
 @dataclass(frozen=True)
+class ReplicaCapacity:
+    """A registered replica's room for new phases (placement by free slots, ``replica_capacity``)."""
+
+    replica_id: str
+    address: str
+    max_running: int  # its local max_running_phases; 0 = it takes no placed phases
+    active: int  # phases it owns that are not final (running, starting, queued, paused, ...)
+    live: bool  # its lease is current
+
+    @property
+    def free(self) -> int:
+        return self.max_running - self.active
+
+
+@dataclass(frozen=True)
 class PhaseOwner:
     """Who runs a phase: where to forward its control RPCs, and whether that replica is alive."""
 
@@ -82,6 +97,8 @@ class ReplicaMembership:
         # registers a new id.
         self.stable = replica_id is not None
         self._replica_id = replica_id or new_replica_id()
+        # Published for placement (advertise_capacity); kept so a re-registration publishes it again.
+        self.max_running = 0
         # Fences of the active phases a previous incarnation under this stable id left behind.
         self._adopted: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
@@ -116,11 +133,11 @@ class ReplicaMembership:
 
     def _register(self, conn: psycopg.Connection) -> None:
         conn.execute(
-            "INSERT INTO replicas (replica_id, address, lease_expires_at) "
-            "VALUES (%s, %s, now() + make_interval(secs => %s)) ON CONFLICT (replica_id) DO UPDATE SET "
+            "INSERT INTO replicas (replica_id, address, lease_expires_at, max_running_phases) "
+            "VALUES (%s, %s, now() + make_interval(secs => %s), %s) ON CONFLICT (replica_id) DO UPDATE SET "
             "address = excluded.address, started_at = now(), heartbeat_at = now(), "
-            "lease_expires_at = excluded.lease_expires_at",
-            (self._replica_id, self.address, self.lease_seconds),
+            "lease_expires_at = excluded.lease_expires_at, max_running_phases = excluded.max_running_phases",
+            (self._replica_id, self.address, self.lease_seconds, self.max_running),
         )
 
     def advertise(self, address: str) -> None:
@@ -128,6 +145,14 @@ class ReplicaMembership:
         self.address = address
         with self.pool.connection() as conn:
             conn.execute("UPDATE replicas SET address = %s WHERE replica_id = %s", (address, self._replica_id))
+
+    def advertise_capacity(self, max_running: int) -> None:
+        """Publishes how many phases this replica runs at most, for placement (0: place nothing here)."""
+        self.max_running = max_running
+        with self.pool.connection() as conn:
+            conn.execute(
+                "UPDATE replicas SET max_running_phases = %s WHERE replica_id = %s", (max_running, self._replica_id)
+            )
 
     def adopted(self) -> dict[tuple[str, str], int]:
         """(job, phase) -> fence of the phases adopted at registration and not yet swept."""
@@ -277,6 +302,22 @@ class ReplicaMembership:
                 "WHERE lease_expires_at > now() ORDER BY replica_id"
             ).fetchall()
         return [ReplicaRow(*r) for r in rows]
+
+    def replica_capacity(self, active_statuses: Sequence[str]) -> list[ReplicaCapacity]:
+        """Every registered replica with an address: its published limit, its active phases, its lease.
+
+        One query; the active phases are counted once for all owners (through ``phases_by_status``:
+        benchmarks/bench_placement.py, about 0.5 ms with 20 000 finished phases).
+        """
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT r.replica_id, r.address, r.max_running_phases, COALESCE(c.n, 0), r.lease_expires_at > now() "
+                "FROM replicas r LEFT JOIN (SELECT owner_id, count(*) AS n FROM phases "
+                "WHERE status = ANY(%s) AND owner_id IS NOT NULL GROUP BY owner_id) c ON c.owner_id = r.replica_id "
+                "WHERE r.address <> '' ORDER BY r.replica_id",
+                (list(active_statuses),),
+            ).fetchall()
+        return [ReplicaCapacity(*r) for r in rows]
 
     def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
         """The phase's owner (for forwarding control RPCs); None if there is no such phase."""

@@ -29,6 +29,7 @@ from helix_runner.store.postgres_cluster import (
     DEFAULT_LEASE_SECONDS,
     FencedError,
     PhaseOwner,
+    ReplicaCapacity,
     ReplicaMembership,
     ReplicaRow,
     prune_expired_replicas,
@@ -626,6 +627,14 @@ class PostgresStore:
 
     def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
         return self.replica.phase_owner(job_id, phase_id)
+
+    def advertise_capacity(self, max_running: int) -> None:
+        """This replica's local limit in the registry, for placement by free slots (0: place nothing here)."""
+        self.replica.advertise_capacity(max_running)
+
+    def replica_capacity(self) -> list[ReplicaCapacity]:
+        """Registered replicas with an address: their room for new phases (docs/scale-out.md, placement)."""
+        return self.replica.replica_capacity(_ACTIVE)
 
     def release_phase(self, job_id: str, phase_id: str) -> None:
         """Forgets the fence of a phase whose run is over here."""
