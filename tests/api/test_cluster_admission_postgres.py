@@ -171,6 +171,7 @@ FAST_CLI = """
 """
 
 
+@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
 async def test_30_phases_on_two_replicas_never_exceed_the_cluster_limit(postgres_url, postgres_cluster, tmp_path):
     claude = tmp_path / "fake-claude"
     claude.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAST_CLI))

@@ -208,6 +208,7 @@ STAYING_CLI = """
 """
 
 
+@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
 async def test_a_burst_reaching_a_full_replica_fills_the_free_slots_elsewhere_and_no_more(
     postgres_url, postgres_cluster, tmp_path
 ):

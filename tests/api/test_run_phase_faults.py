@@ -146,6 +146,7 @@ async def test_preflight_names_missing_commands(tmp_path, runner_factory):
     assert "pytest-nowhere-xyz" in caught.value.details()
 
 
+@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
 async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
     claude = fake_claude(tmp_path, f"""
         import sys, time
@@ -205,6 +206,7 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
         proc2.wait(30)
 
 
+@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
 async def test_server_killed_mid_run_after_a_retry_keeps_the_attempts_after_restart(tmp_path):
     """Attempt 1 crashes, attempt 2 runs when the server is killed: the restarted server's GetJob and
     WatchPhase result still list attempt 1 (the phases.attempts_pb column) and attempt 2 as ended by

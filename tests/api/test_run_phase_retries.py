@@ -240,6 +240,7 @@ FAST_CLI = f"""
 """
 
 
+@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
 async def test_70_phases_queue_within_the_limits_and_take_turns_between_projects(tmp_path, runner_factory):
     claude = fake_claude(tmp_path, FAST_CLI)
     async with runner_factory(None, claude_path=claude, max_running_phases=4, max_starting_phases=2) as runner:
