@@ -81,9 +81,7 @@ def committed(path, phase: str) -> list[int]:
 
 
 async def wait_for_thread(event: threading.Event) -> None:
-    async with asyncio.timeout(5):
-        while not event.is_set():
-            await asyncio.sleep(0.005)
+    assert await asyncio.to_thread(event.wait, 5)
 
 
 async def test_the_loop_runs_while_a_commit_is_in_flight_and_watchers_see_nothing_before_it_returns(store, tmp_path):
@@ -155,7 +153,7 @@ async def test_stop_commits_the_batch_in_flight_and_the_pending_one_and_runs_the
     writer = EventWriter(gated, threaded=threaded)
     logs = {phase: PhaseEventLog(gated, "j", phase, writer=writer) for phase in PHASES}
     subs = {phase: log.subscribe(0) for phase, log in logs.items()}
-    for phase, log in logs.items():
+    for log in logs.values():
         log.publish(rows(1, 2))
     if threaded:
         gated.gate.clear()
@@ -184,8 +182,10 @@ async def test_a_store_error_drops_its_batch_reports_it_to_the_loop_and_later_ba
                                                                                              threaded):
     loop = asyncio.get_running_loop()
     reported: list[BaseException] = []
+    was_reported = asyncio.Event()
     previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: reported.append(context.get("exception")))
+    loop.set_exception_handler(lambda _loop, context: (reported.append(context.get("exception")),
+                                                       was_reported.set()))
     try:
         gated = GatedStore(store)
         gated.fail_next = StoreError("disk full")
@@ -194,9 +194,7 @@ async def test_a_store_error_drops_its_batch_reports_it_to_the_loop_and_later_ba
         sub = log.subscribe(0)
         first = asyncio.ensure_future(anext(sub))
         log.publish(rows(1, 2))
-        async with asyncio.timeout(5):
-            while not reported:
-                await asyncio.sleep(0.005)
+        await asyncio.wait_for(was_reported.wait(), 5)
         assert [type(e) for e in reported] == [StoreError]  # as an exception in a loop callback
         assert not first.done() and log.last_sequence == 0  # never offered: not in the store
         log.publish(rows(3, 2))  # the writer goes on with the next batch
