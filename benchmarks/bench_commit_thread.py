@@ -24,21 +24,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_run_phase as brp  # noqa: E402
+import bench_run_phase as brp
 
 SWITCH = "HELIX_RUNNER_COMMIT_THREAD"
 
 
-def one(tmp: Path, fake: Path, workdir: Path, args: argparse.Namespace, threaded: bool) -> dict:
+def one(tmp: Path, fake: Path, workdir: Path, args: argparse.Namespace, threaded: bool, cluster=None) -> dict:
     os.environ[SWITCH] = "1" if threaded else "0"
     out: dict = {}
+
+    def fresh_database() -> None:  # each server gets its own (bench_run_phase reuses job ids)
+        if cluster is not None:
+            os.environ["HELIX_RUNNER_DATABASE_URL"] = cluster.create_database("bench")
+
     if args.tput_lines:
+        fresh_database()
         grpc_runs, sdk_runs = brp.throughput_rounds(tmp, fake, workdir, args.tput_lines, 1)
         g, s = brp.rates(grpc_runs[0], args.tput_lines)[0], brp.rates(sdk_runs[0], args.tput_lines)[0]
         ok = grpc_runs[0]["lost"] == 0 and grpc_runs[0]["reordered"] == 0
         out.update(p2=g / s, grpc_ev_s=g, sdk_ev_s=s, srv_us_ev=grpc_runs[0]["server_cpu_s"] / args.tput_lines * 1e6,
                    tput_ok=ok)
     if args.k:
+        fresh_database()
         lines = max(1, round(args.rate * args.seconds))
         r = brp.latency_scenario(tmp, fake, workdir, args.k, lines, args.rate)
         out.update(
@@ -65,13 +72,20 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=50, help="phases of the latency run (0: skip it)")
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--postgres", action="store_true", help="servers on a throwaway PostgreSQL (tests/support)")
     args = ap.parse_args()
+    cluster = None
+    if args.postgres:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from support.postgres import PostgresCluster
+
+        cluster = PostgresCluster().start()
     tmp = Path(tempfile.mkdtemp(prefix="helix-bench-commit-"))
     workdir = tmp / "ws"
     workdir.mkdir()
     fake = brp.write_fake_claude(tmp)
     print(f"# server under test: {brp.server_version(None)}")
-    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.pairs} pairs; P2 "
+    print(f"# store: {'PostgreSQL (fsync off)' if cluster else 'SQLite'}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.pairs} pairs; P2 "
           f"{args.tput_lines} lines; latency K={args.k} at {args.rate:g} lines/s for {args.seconds:g} s")
     started = time.monotonic()
     results: dict[bool, list[dict]] = {True: [], False: []}
@@ -80,13 +94,17 @@ def main() -> int:
             for threaded in ((True, False) if pair % 2 == 0 else (False, True)):
                 run_dir = tmp / f"pair{pair}-{'on' if threaded else 'off'}"  # a fresh data dir per server
                 run_dir.mkdir()
-                r = one(run_dir, fake, workdir, args, threaded)
+                r = one(run_dir, fake, workdir, args, threaded, cluster)
                 results[threaded].append(r)
                 print(f"# pair {pair} thread={'on' if threaded else 'off'}: "
                       + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
                       flush=True)
     finally:
         os.environ.pop(SWITCH, None)
+        os.environ.pop("HELIX_RUNNER_DATABASE_URL", None)
+        if cluster is not None:
+            cluster.stop()
+            cluster.remove()
         shutil.rmtree(tmp, ignore_errors=True)
     cols = [("p2", "P2 ratio"), ("grpc_ev_s", "gRPC ev/s"), ("sdk_ev_s", "SDK ev/s"), ("srv_us_ev", "srv us/ev"),
             ("p99", f"K={args.k} p99 ms"), ("st_p99", "steady p99"), ("lat_max", "max ms"),
