@@ -94,7 +94,7 @@ class RunningServer:
         await self.server.stop(1.0)
         if self.health_server is not None:
             await self.health_server.stop(None)
-        self.manager.writer.close()  # commits what is left, stops the writer thread
+        self.manager.writer.flush()
         if self.listener is not None:
             await self.listener.stop()
         if self.forwarder is not None:

@@ -17,9 +17,7 @@ gets everything queued for it, up to ``BATCH_BYTES``, as one delivery: the frame
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
@@ -36,9 +34,6 @@ BATCH_BYTES = 256 * 1024
 # Frames encoded events as one stream message; must be concatenable (``RecordEncoder.frame_events``).
 Framer = Callable[[Sequence[bytes]], bytes]
 
-# One submitted append: job, phase, rows (none for a close marker), the callback once committed.
-_Entry = tuple[str, str, Sequence[EventRow], Callable[[], None]]
-
 
 class EventWriter:
     """Group commit: event appends of every phase in one loop turn go into one transaction.
@@ -46,25 +41,12 @@ class EventWriter:
     A transaction per stdout chunk cost each event far more than parsing it under load; batching
     per event-loop turn keeps persist-before-publish while paying one commit for all phases.
     Callbacks run in submission order once their rows are committed.
-
-    With ``threaded`` (the default; ``HELIX_RUNNER_COMMIT_THREAD=0`` turns it off) the commit runs
-    on one dedicated thread, so the loop is not blocked while the database works (issue 17: the
-    loop spent about half its time waiting in psycopg on PostgreSQL). One thread and one batch in
-    flight at a time keep commit order equal to submission order; appends made while a batch is
-    being committed form the next batch. Callbacks still run on the loop, after their commit
-    returned, so a watcher never sees an event that is not committed.
     """
 
-    def __init__(self, store: Store, *, threaded: bool | None = None):
+    def __init__(self, store: Store):
         self.store = store
-        if threaded is None:
-            threaded = os.environ.get("HELIX_RUNNER_COMMIT_THREAD", "1") != "0"
-        self.threaded = threaded
-        self._pending: list[_Entry] = []
+        self._pending: list[tuple[str, str, Sequence[EventRow], Callable[[], None]]] = []
         self._scheduled = False
-        # The batch the writer thread is committing (threaded mode): its entries and its outcome.
-        self._inflight: tuple[list[_Entry], concurrent.futures.Future[set[tuple[str, str]]]] | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.commit_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext  # telemetry hook
         # A shared database refused some phases' appends (another replica took them over): told
         # once per refused phase per flush, so their runs can be stopped (PhaseService.on_fenced).
@@ -72,81 +54,27 @@ class EventWriter:
 
     def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None]) -> None:
         self._pending.append((job_id, phase_id, rows, on_durable))
-        if not self._scheduled and self._inflight is None:
+        if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start)
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def _start(self) -> None:
-        """Commits what this loop turn submitted: on the writer thread, or here when not threaded."""
+    def flush(self) -> None:
+        """Commits everything pending, then runs its callbacks (also called at shutdown)."""
         self._scheduled = False
-        if not self.threaded:
-            self.flush()
-            return
-        if self._inflight is not None or not self._pending:
-            return  # the running commit's completion starts the next batch
         pending, self._pending = self._pending, []
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="event-writer")
-        future = self._executor.submit(self._commit, pending)
-        self._inflight = (pending, future)
-        loop = asyncio.get_running_loop()
-
-        def done(f: concurrent.futures.Future[set[tuple[str, str]]]) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing is left to tell
-                loop.call_soon_threadsafe(self._committed, f)
-
-        future.add_done_callback(done)
-
-    def _committed(self, future: concurrent.futures.Future[set[tuple[str, str]]]) -> None:
-        """On the loop once the writer thread returned: the batch's callbacks, then the next batch."""
-        if self._inflight is None or self._inflight[1] is not future:
-            return  # flush() completed this batch already
-        pending, self._inflight = self._inflight[0], None
-        try:
-            self._complete(pending, future.result())
-        finally:
-            if self._pending:
-                self._start()
-
-    def _commit(self, pending: list[_Entry]) -> set[tuple[str, str]]:
-        """Appends the batch in one transaction; returns the phases the store refused (FencedError)."""
+        if not pending:
+            return
+        refused: set[tuple[str, str]] = set()
         try:
             with self.commit_timer():
                 self.store.append_events([(job, phase, rows) for job, phase, rows, _ in pending if rows])
         except FencedError as exc:  # the other phases' rows are committed (store/protocol.py)
-            return set(exc.refused)
-        return set()
-
-    def _complete(self, pending: list[_Entry], refused: set[tuple[str, str]]) -> None:
+            refused = set(exc.refused)
         for job, phase, _, on_durable in pending:
             if (job, phase) not in refused:
                 on_durable()  # a refused phase's rows are not in the store: never offered to watchers
         for job, phase in sorted(refused):
             self.on_fenced(job, phase)
-
-    def flush(self) -> None:
-        """Commits everything submitted and runs its callbacks before returning (also called at shutdown).
-
-        Blocks the caller until the batch in flight (if any) and the pending one are committed: a
-        phase's result is written only after all its events (phases/run.py), and nothing is lost at stop.
-        """
-        self._scheduled = False
-        pending, self._pending = self._pending, []
-        try:
-            if self._inflight is not None:
-                committing, future = self._inflight
-                self._inflight = None
-                self._complete(committing, future.result())
-        finally:  # as without the thread, a store error drops its batch's callbacks and propagates
-            if pending:
-                self._complete(pending, self._commit(pending))
-
-    def close(self) -> None:
-        """Commits what is pending and stops the writer thread."""
-        self.flush()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
 
 
 @dataclass(frozen=True, slots=True)
