@@ -395,7 +395,8 @@ class PhaseRun:
         take, cold = self.plan.take_warm, self.supervisor
         if take is None:
             return
-        warm = take(SpawnSignature.of(cold.argv, cold.cwd, cold.env, self.plan.scope.limits))
+        # Matched on the inline argv: the cold one carries this run's own secret-file paths.
+        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, cold.env, self.plan.scope.limits))
         if warm is None:
             return
         warm.adopt(sink=self, limits=cold.limits, on_spawn=self._record_pid)

@@ -314,7 +314,8 @@ class PhaseService:
         claude = self.locate_claude()
         signature = SpawnSignature.of(self._argv(str(claude.path), spec), cwd, self._child_env(spec), limits)
         self.warm_pool = WarmPool(self.containment, signature, limits, int(declared["size"]),
-                                  spawn_off_loop=self.config.spawn_off_loop)
+                                  spawn_off_loop=self.config.spawn_off_loop,
+                                  secret_files=SecretArgFiles(self.config.data_dir, "warm-pool"))
         self.warm_pool.start()
         log.info("warm pool started", extra={"fields": {"size": declared["size"], "working_dir": str(cwd)}})
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.containment import Containment
+from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,11 @@ class WarmPool:
     """Keeps up to ``size`` CLI processes of one signature started and waiting for a phase."""
 
     def __init__(self, containment: Containment, signature: SpawnSignature, limits: ResourceLimits, size: int, *,
-                 spawn_off_loop: bool = True) -> None:
+                 spawn_off_loop: bool = True, secret_files: SecretArgFiles | None = None) -> None:
         self.containment = containment
+        # The signature holds the inline argv (what a request is matched on); the processes get the
+        # secret-bearing JSON options as files, as a cold phase does (process.secret_files).
+        self.secret_files = secret_files
         self.signature = signature
         self.limits = limits
         self.size = size
@@ -109,6 +113,8 @@ class WarmPool:
         await asyncio.gather(*self._starting, return_exceptions=True)
         ready, self._ready = self._ready, []
         await asyncio.gather(*(s.discard() for s in ready), return_exceptions=True)
+        if self.secret_files is not None:  # the phases that took a process have ended by now (drain)
+            self.secret_files.remove()
 
     def _fill(self) -> None:
         if self._closed:
@@ -126,7 +132,8 @@ class WarmPool:
     async def _start_one(self) -> None:
         sig = self.signature
         scope = self.containment.scope(f"warm-{uuid.uuid4().hex}", self.limits)
-        sup = ProcessSupervisor(sig.argv, cwd=Path(sig.cwd), env=dict(sig.env), sink=_NoSink(), limits=ProcessLimits(),
+        argv = self.secret_files.externalize(sig.argv) if self.secret_files else list(sig.argv)
+        sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=dict(sig.env), sink=_NoSink(), limits=ProcessLimits(),
                                 keep_stdin_open=True, scope=scope, spawn_off_loop=self._spawn_off_loop)
         try:
             failed = await sup.prestart()
