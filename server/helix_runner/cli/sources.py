@@ -79,6 +79,11 @@ class LiveEvents:
                 self.result = stream.result
                 return
             except RunnerError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Our own cancellation (Ctrl-C: asyncio.run cancels the main task) can surface
+                    # from the client library as a CANCELLED status; re-attaching would swallow it.
+                    raise asyncio.CancelledError from None
                 # A server that cannot be reached at all is reported at once, not retried for 30 s.
                 never_connected = not self.events_seen and self.reconnects == 0
                 if not _retryable(exc) or (never_connected and exc.code == grpc.StatusCode.UNAVAILABLE):
