@@ -208,12 +208,18 @@ def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=serve_env(tmp_path),
+                env={**serve_env(tmp_path), "PYTHONFAULTHANDLER": "1"},
             )
             try:
                 _Lines(watch.stdout).wait_for(f'→ Bash  {{"command":"{LONG}"}}')
                 watch.send_signal(signal.SIGINT)
-                assert watch.wait(timeout=30) == 130
+                try:
+                    watch.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # say where it hangs: faulthandler dumps every thread
+                    watch.send_signal(signal.SIGABRT)
+                    watch.wait(10)
+                    raise AssertionError("watch ignored Ctrl-C; its stacks:\n" + watch.stderr.read()) from None
+                assert watch.returncode == 130
                 assert watch.stderr.read().splitlines() == [
                     "helix-runner: stopped watching (the phase goes on)"
                 ]
