@@ -134,6 +134,13 @@ def test_an_unreachable_server_is_one_line(tmp_path):
     ]
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal delivers it: a command started in the background of a non-interactive
+    shell (a CI runner's `cmd &`) inherits SIGINT *ignored*, and Python then never raises
+    KeyboardInterrupt; the children here get the default disposition, as from a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Lines:
     """A child's stdout read line by line in a thread, with bounded waits."""
 
@@ -200,6 +207,7 @@ def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
             text=True,
             env=serve_env(tmp_path),
             start_new_session=True,
+            preexec_fn=_default_sigint,
         )
         try:
             _Lines(run.stdout).wait_for(f'→ Bash  {{"command":"{LONG}"}}')
@@ -209,6 +217,7 @@ def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
                 stderr=subprocess.PIPE,
                 text=True,
                 env={**serve_env(tmp_path), "PYTHONFAULTHANDLER": "1"},
+                preexec_fn=_default_sigint,
             )
             try:
                 _Lines(watch.stdout).wait_for(f'→ Bash  {{"command":"{LONG}"}}')
