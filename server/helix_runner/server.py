@@ -9,6 +9,7 @@ get a draining pod killed early (docs/grpc-python-service.md §3.5).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -253,14 +254,21 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
             ("grpc.so_reuseport", 1 if config.reuse_port else 0),
         ],
     )
+    # What a start that fails half-way must undo, newest first; emptied once nothing can fail.
+    undo = contextlib.AsyncExitStack()
+    undo.push_async_callback(_close, store, listener)
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     try:
         containment = _detect_containment(config)
         creds = await child_credentials(config, server_env)
     except StartupError:
-        await _close(store, listener)
+        await undo.aclose()
         raise
+    if creds.offline_api is not None:
+        undo.callback(creds.offline_api.stop)
+    if creds.key_broker is not None:
+        undo.push_async_callback(creds.key_broker.stop)
     manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry)
@@ -285,7 +293,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     try:
         tls_files = _tls_files(config)
     except StartupError:
-        await _close(store, listener)
+        await undo.aclose()
         raise
     forwarding_tls = None if tls_files is None else ForwardingCredentials(tls_files, config.tls_server_name)
     forwarder = None if listener is None else OwnerForwarder(token, forwarding_tls)
@@ -303,25 +311,26 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         try:  # bound before the gRPC port: a failure here leaves nothing half-started
             web_socket = bind_web(config.web_host, config.web_port)
         except OSError as exc:
-            await _close(store, listener)
+            await undo.aclose()
             raise StartupError(f"cannot serve the dashboard on {config.web_host}:{config.web_port}: "
                                f"{exc.strerror or exc} (is the port already in use?)") from None
+        undo.callback(web_socket.close)
+    # TLS, or mutual TLS with a client CA, on every gRPC port; files re-read on change (api/tls.py).
+    credentials = None if tls_files is None else tls_files.server_credentials()
+
+    def add_port(at: str) -> int:
+        return server.add_insecure_port(at) if credentials is None else server.add_secure_port(at, credentials)
+
     address = _listen_address(config.host, config.port)
     try:
-        if tls_files is None:
-            port = server.add_insecure_port(address)
-        else:  # TLS, or mutual TLS with a client CA; files re-read on change (api/tls.py)
-            port = server.add_secure_port(address, tls_files.server_credentials())
+        port = add_port(address)
     except RuntimeError as exc:
-        if web_socket is not None:
-            web_socket.close()
-        await _close(store, listener)
+        await undo.aclose()
         raise StartupError(f"cannot listen on {address}: {exc} (is the port already in use?)") from None
     if port == 0:
-        if web_socket is not None:
-            web_socket.close()
-        await _close(store, listener)
+        await undo.aclose()
         raise StartupError(f"cannot listen on {address}: the port is already in use or the address is invalid")
+    undo.push_async_callback(server.stop, None)
     health_server, health_port = None, None
     if config.health_port is not None:
         health_server = grpc.aio.server()
@@ -332,34 +341,22 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         except RuntimeError:
             health_port = 0
         if health_port == 0:
-            await server.stop(None)
-            if web_socket is not None:
-                web_socket.close()
-            await _close(store, listener)
+            await undo.aclose()
             raise StartupError(f"cannot serve health checks on {health_address}: the port is already in use "
                                "or the address is invalid")
+        undo.push_async_callback(health_server.stop, None)
     own_port = port
     if config.reuse_port and forwarder is not None and not config.advertise_address:
         # The shared port reaches any process on it; forwarded control must reach this one, over
         # the same credentials as the shared port.
-        own_address = _listen_address(config.host, 0)
-        own_port = (server.add_insecure_port(own_address) if tls_files is None
-                    else server.add_secure_port(own_address, tls_files.server_credentials()))
+        own_port = add_port(_listen_address(config.host, 0))
     try:  # telemetry: /metrics and the event-loop lag probe
         await telemetry.start()
     except OSError as exc:
-        await server.stop(None)
-        if web_socket is not None:
-            web_socket.close()
-        await _close(store, listener)
-        if creds.offline_api is not None:
-            creds.offline_api.stop()
-        if creds.key_broker is not None:
-            await creds.key_broker.stop()
-        if health_server is not None:
-            await health_server.stop(None)
+        await undo.aclose()
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
+    undo.pop_all()  # from here on the running server owns all of it (its drain stops it)
     await server.start()
     if health_server is not None:
         await health_server.start()
