@@ -65,6 +65,14 @@ def owner_unreachable(message: str, metadata: dict[str, str]) -> RunnerError:
     return RunnerError(ErrorKind.UNAVAILABLE, "OWNER_UNREACHABLE", message, metadata)
 
 
+def owner_status(exc: grpc.aio.AioRpcError) -> OwnerStatus | None:
+    """The other replica's own rich status, to relay unchanged; None when it never answered."""
+    status = rpc_status.from_call(exc)
+    if status is not None and status.details:
+        return OwnerStatus(rpc_status.to_status(status))
+    return None
+
+
 class OwnerForwarder:
     """Sends a control RPC to the replica that runs the phase; one channel per owner address."""
 
@@ -111,8 +119,7 @@ class OwnerForwarder:
         time_remaining: float | None,
     ) -> Any:
         """The owner's response to ``request``; its error as ``OwnerStatus``, or OWNER_UNREACHABLE."""
-        channel = self._channel(address)
-        call = channel.unary_unary(
+        call = self.channel(address).unary_unary(
             f"/{_SERVICE.full_name}/{method}",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=_RESPONSE_TYPES[method].FromString,
@@ -122,9 +129,8 @@ class OwnerForwarder:
         try:
             return await call(request, metadata=metadata, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
-            status = rpc_status.from_call(exc)
-            if status is not None and status.details:  # the owner answered: its rich status, unchanged
-                raise OwnerStatus(rpc_status.to_status(status)) from None
+            if (answered := owner_status(exc)) is not None:  # the owner answered: its status, unchanged
+                raise answered from None
             log.warning(
                 "cannot reach a phase's owner",
                 extra={
@@ -166,11 +172,8 @@ class OwnerForwarder:
         return metadata
 
     def channel(self, address: str) -> grpc.aio.Channel:
-        """The shared channel to another replica (TLS as configured); also used by api/placement.py."""
-        return self._channel(address)
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        """The channel to ``address``; all are re-made when the TLS files changed (a new identity)."""
+        """The shared channel to another replica (TLS as configured; also api/placement.py); all are
+        re-made when the TLS files changed (a new identity)."""
         if self.tls is not None and self.tls.generation != self._generation:
             # Calls in flight keep their channel; it is closed with the forwarder.
             self._stale.extend(self._channels.values())

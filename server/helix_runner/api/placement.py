@@ -24,10 +24,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
-from grpc_status import rpc_status
 
 from helix.runner.v1 import runner_service_pb2
-from helix_runner.api.forwarding import OwnerForwarder, OwnerStatus, owner_unreachable
+from helix_runner.api.forwarding import OwnerForwarder, owner_status, owner_unreachable
 from helix_runner.phases.placement import PlacementTarget
 
 log = logging.getLogger(__name__)
@@ -98,9 +97,8 @@ async def _relay(call: Any, first: bytes, target: PlacementTarget, fields: dict[
 
 def _relayed_error(exc: grpc.aio.AioRpcError, target: PlacementTarget, fields: dict[str, str]) -> Exception:
     """The target's rich status unchanged (``OwnerStatus``); without one, OWNER_UNREACHABLE."""
-    status = rpc_status.from_call(exc)
-    if status is not None and status.details:
-        return OwnerStatus(rpc_status.to_status(status))
+    if (answered := owner_status(exc)) is not None:
+        return answered
     log.warning("the replica running a placed phase stopped answering",
                 extra={"fields": {**fields, "code": exc.code().name}})
     return owner_unreachable(
