@@ -135,13 +135,7 @@ class PhaseRun:
         self.stream = PhaseStream(plan.stream_options, price_table=prices)
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
-        self._argv_record = redact_argv(plan.argv)  # the inline form: names, never the values
-        self.supervisor = ProcessSupervisor(
-            self._exec_argv(plan.argv), cwd=plan.cwd, env=plan.env, sink=self, limits=plan.limits, keep_stdin_open=True,
-            on_spawn=self._record_pid, scope=plan.scope, spawn_off_loop=plan.spawn_off_loop,
-        )
-        self.control = PhaseController(self, list(breakpoints))
-        self.control.gate_every_call = spec.bare
+        self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope, list(breakpoints))
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
@@ -350,16 +344,8 @@ class PhaseRun:
                     await asyncio.wait_for(self._stopped.wait(), 0.1)
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
-            self._argv_record = redact_argv(argv)
-            argv = self._exec_argv(argv)
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
-            self.supervisor = ProcessSupervisor(
-                argv, cwd=self.plan.cwd, env=dict(self.plan.env), sink=self, limits=limits,
-                keep_stdin_open=True, on_spawn=self._record_pid, scope=scope,
-                spawn_off_loop=self.plan.spawn_off_loop,
-            )
-            self.control = PhaseController(self, old.breakpoints)
-            self.control.gate_every_call = self.spec.bare
+            self._open_attempt(argv, dict(self.plan.env), limits, scope, old.breakpoints)
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             self.telemetry.start_attempt(attempt_ns)
@@ -432,6 +418,17 @@ class PhaseRun:
 
     def _stop_or_interrupted(self) -> tuple[EndCause, str]:
         return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
+
+    def _open_attempt(self, argv: Sequence[str], env: dict[str, str], limits: ProcessLimits, scope: PhaseScope,
+                      breakpoints: list[Breakpoint]) -> None:
+        """An attempt's supervisor (its CLI not started yet) and control channel."""
+        self._argv_record = redact_argv(argv)  # the inline form: names, never the values
+        self.supervisor = ProcessSupervisor(
+            self._exec_argv(argv), cwd=self.plan.cwd, env=env, sink=self, limits=limits, keep_stdin_open=True,
+            on_spawn=self._record_pid, scope=scope, spawn_off_loop=self.plan.spawn_off_loop,
+        )
+        self.control = PhaseController(self, breakpoints)
+        self.control.gate_every_call = self.spec.bare
 
     def _exec_argv(self, argv: Sequence[str]) -> list[str]:
         """``argv`` with the secret-bearing JSON values moved into the run's private files."""
