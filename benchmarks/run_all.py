@@ -18,6 +18,7 @@ one to a P goal by moving its function there.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PYTHON = REPO_ROOT / ".venv" / "bin" / "python"
@@ -84,6 +86,13 @@ class Context:
             self._runs[key] = done.stdout
         return self._runs[key]
 
+    def run_json(self, script: str, args: list[str], timeout: float) -> Any:
+        """``run`` with ``--json FILE`` appended; the figures the benchmark wrote there (one file per args)."""
+        digest = hashlib.sha1("\0".join(args).encode()).hexdigest()[:8]
+        summary = self.out_dir / f"{Path(script).stem}-{digest}.json"
+        self.run(script, [*args, "--json", str(summary)], timeout)
+        return json.loads(summary.read_text())
+
 
 @dataclass
 class Goal:
@@ -100,10 +109,8 @@ class Goal:
 
 def stream_engine(ctx: Context) -> Result:
     """P1: bench_stream_engine.py, CPU clock (steadier on a shared machine), medians and IQR."""
-    summary = ctx.out_dir / "stream_engine.json"
     seconds = "4" if ctx.quick else "10"
-    ctx.run("bench_stream_engine.py", ["--seconds", seconds, "--clock", "cpu", "--json", str(summary)], 300)
-    s = json.loads(summary.read_text())
+    s = ctx.run_json("bench_stream_engine.py", ["--seconds", seconds, "--clock", "cpu"], 300)
     sdk, bare = s["vs_sdk"], s["vs_bare"]
     figure = (
         f"{sdk['median']:.2f}x (IQR {sdk['q1']:.2f}-{sdk['q3']:.2f}) / "
@@ -184,15 +191,14 @@ P5_BASELINE = "32e1aeb"
 
 def p5_fanout(ctx: Context) -> Result:
     """P5: one phase, 200 watchers at 50 events/s, delivery p99 (bench_job_control fan-out, medians of rounds)."""
-    summary = ctx.out_dir / "fanout.json"
-    args = ["--skip", "resolve,step,pause,pause-b2b,baseline", "--rates", "50", "--json", str(summary)]
+    args = ["--skip", "resolve,step,pause,pause-b2b,baseline", "--rates", "50"]
     args += (
         ["--seconds", "4", "--repeat", "2"]
         if ctx.quick
         else ["--seconds", "10", "--repeat", "3", "--baseline", P5_BASELINE]
     )
-    ctx.run("bench_job_control.py", args, 300 if ctx.quick else 600)
-    rows = {x["server"].split()[0]: x for x in json.loads(summary.read_text()) if x["watchers"] == 200}
+    figures = ctx.run_json("bench_job_control.py", args, 300 if ctx.quick else 600)
+    rows = {x["server"].split()[0]: x for x in figures if x["watchers"] == 200}
     now, before = rows["after"], rows.get("before")
     p99 = now["p99"]
     figure = f"p99 {p99['median']:.1f} ms [{p99['min']:.1f}-{p99['max']:.1f}], {now['runs']} runs"
@@ -228,11 +234,9 @@ def job_control_fanout(ctx: Context) -> Result:
 
 def read_model(ctx: Context) -> Result:
     """P7: bench_read_model.py, read cache off and on side by side; ListJobs/GetJob req/s, median (range)."""
-    summary = ctx.out_dir / "read_model.json"
     rounds, seconds = ("3", "2") if ctx.quick else ("5", "3")
-    args = ["--rounds", rounds, "--seconds", seconds, "--tool-calls", "0", "--json", str(summary)]
-    ctx.run("bench_read_model.py", args, 300 if ctx.quick else 600)
-    servers = json.loads(summary.read_text())["servers"]
+    args = ["--rounds", rounds, "--seconds", seconds, "--tool-calls", "0"]
+    servers = ctx.run_json("bench_read_model.py", args, 300 if ctx.quick else 600)["servers"]
     on, off = servers["cache on"], servers["cache off"]
     figure = (
         f"{on['ratio']['median']:.2f}x (range {on['ratio']['min']:.2f}-{on['ratio']['max']:.2f}), "
@@ -245,10 +249,8 @@ def read_model(ctx: Context) -> Result:
 def start_storm(ctx: Context) -> Result:
     """P3: bench_start_storm.py, whole-run p99 minus the wake-up p99 of the same run, spawn off the loop
     (the default) next to on the loop (the code before)."""
-    summary = ctx.out_dir / "start_storm.json"
     args = ["--quick"] if ctx.quick else ["--rounds", "3"]
-    ctx.run("bench_start_storm.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
-    s = json.loads(summary.read_text())
+    s = ctx.run_json("bench_start_storm.py", args, 400 if ctx.quick else 900)
     off, on = s["off-loop"], s["on-loop"]
     figure = (f"p99 {off['p99']:.1f} ms = wake-up p99 + {off['excess']:.1f} ms "
               f"(on the loop: p99 {on['p99']:.1f}, + {on['excess']:.1f})")
@@ -258,10 +260,8 @@ def start_storm(ctx: Context) -> Result:
 def first_event(ctx: Context) -> Result:
     """P6: bench_first_event.py, medians over rounds: the cold overhead over the CLI alone, and the
     SDK's time to its first message over a warm-started RunPhase's."""
-    summary = ctx.out_dir / "first_event.json"
     args = ["--quick"] if ctx.quick else ["--rounds", "10"]
-    ctx.run("bench_first_event.py", [*args, "--json", str(summary)], 400 if ctx.quick else 900)
-    s = json.loads(summary.read_text())
+    s = ctx.run_json("bench_first_event.py", args, 400 if ctx.quick else 900)
     cold, warm, cli, sdk, over = (s[k]["median"] for k in ("helix init", "warm init", "cli", "sdk", "overhead"))
     figure = (f"RunPhase->init cold {cold:.0f} ms (CLI alone {cli:.0f}, overhead {over:.0f}), "
               f"warm {warm:.0f} ms; SDK {sdk:.0f} ms = {sdk / warm:.1f}x warm")
@@ -270,10 +270,7 @@ def first_event(ctx: Context) -> Result:
 
 def replicas(ctx: Context) -> Result:
     """P8: bench_replicas.py, events/s with 2 server processes vs 1 on one PostgreSQL (per-round ratios)."""
-    summary = ctx.out_dir / "replicas.json"
-    args = ["--json", str(summary)] + (["--quick"] if ctx.quick else [])
-    ctx.run("bench_replicas.py", args, 400 if ctx.quick else 900)
-    s = json.loads(summary.read_text())
+    s = ctx.run_json("bench_replicas.py", ["--quick"] if ctx.quick else [], 400 if ctx.quick else 900)
     r = s["ratio"]
     figure = f"{r['median']:.2f}x (range {r['min']:.2f}-{r['max']:.2f}), NOTIFY hop p50 +{s['watch']['other']['p50'] - s['watch']['owner']['p50']:.1f} ms"
     return Result(figure, r["median"] >= r["goal"] and s["bad"] == 0, f"{s['k']} phases x {s['lines']} lines")
