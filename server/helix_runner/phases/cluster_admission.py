@@ -126,13 +126,10 @@ class ClusterQueue(AdmissionQueue):
         return True
 
     def release(self, ticket: Ticket) -> None:
-        if ticket.state is TicketState.QUEUED:
-            self.cancel(ticket.key)
-            return
-        if ticket.state not in (TicketState.STARTING, TicketState.RUNNING):
-            return
-        super().release(ticket)
-        self._ledger_release(ticket.key)
+        held_a_slot = ticket.state in (TicketState.STARTING, TicketState.RUNNING)
+        super().release(ticket)  # a queued ticket is cancelled: our cancel releases its ledger row
+        if held_a_slot:
+            self._ledger_release(ticket.key)
 
     def hold(self, credential: str, until: float, why: str) -> None:
         """Holds ``credential`` here and, through the ledger, on every other replica."""
