@@ -72,3 +72,11 @@ def postgres_cluster():
 def postgres_url(postgres_cluster) -> str:
     """The URL of a new, empty database in the session's cluster."""
     return postgres_cluster.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path) -> str:
+    """A new, empty database of each store: the tests using it run once against each."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'db.sqlite3'}"
+    return request.getfixturevalue("postgres_url")

@@ -24,13 +24,6 @@ from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow
 S = PhaseStatus
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'db.sqlite3'}"
-    return request.getfixturevalue("postgres_url")
-
-
 @pytest.fixture
 def stores(database_url):
     """Two handles on one database: the reader's, and a writer's (another process or replica)."""

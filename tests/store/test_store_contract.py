@@ -44,13 +44,6 @@ def events(first: int, count: int, kind: str = "k") -> list[EventRow]:
     return [EventRow(s, 1000 + s, kind, f"e{s}".encode()) for s in range(first, first + count)]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'db.sqlite3'}"
-    return request.getfixturevalue("postgres_url")
-
-
 @pytest.fixture
 def opener(database_url):
     """``opener()`` opens another handle on the test's database (a restarted server, another replica)."""

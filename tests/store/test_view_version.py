@@ -19,13 +19,6 @@ from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCa
 S = PhaseStatus
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'db.sqlite3'}"
-    return request.getfixturevalue("postgres_url")
-
-
 @pytest.fixture
 def store(database_url):
     s = open_store(database_url)
