@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.processes import alive, wait_gone
+from support.processes import CollectingSink, alive, wait_gone
 
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import ContainmentMode
@@ -53,17 +53,6 @@ def containment(request):
         if h.own_dir is not None:
             with contextlib.suppress(OSError):
                 (h.own_dir / PARENT).rmdir()
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.stdout = bytearray()
-
-    def on_stdout(self, chunk: bytes) -> None:
-        self.stdout += chunk
-
-    def on_stderr_line(self, line: bytes, truncated: bool) -> None:
-        pass
 
 
 def _fake_cli(tmp_path: Path, body: str) -> list[str]:
@@ -122,7 +111,7 @@ async def test_nothing_the_cli_started_outlives_it(containment, tmp_path):
         [*_fake_cli(tmp_path, ESCAPES + "print('done', flush=True)\n"), str(pids)],
         cwd=tmp_path,
         env=dict(os.environ),
-        sink=Sink(),
+        sink=CollectingSink(),
         limits=ProcessLimits(exit_grace=1),
         scope=scope,
     )
@@ -146,7 +135,7 @@ async def test_hard_pause_stops_every_process_until_resumed(containment, tmp_pat
         [*_fake_cli(tmp_path, ESCAPES + "import time\ntime.sleep(60)\n"), str(pids)],
         cwd=tmp_path,
         env=dict(os.environ),
-        sink=Sink(),
+        sink=CollectingSink(),
         limits=ProcessLimits(),
         scope=scope,
     )
@@ -184,7 +173,7 @@ async def test_an_oom_kill_ends_the_phase(containment, tmp_path):
         _fake_cli(tmp_path, hog),
         cwd=tmp_path,
         env=dict(os.environ),
-        sink=Sink(),
+        sink=CollectingSink(),
         limits=ProcessLimits(),
         scope=scope,
     )

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.processes import alive
+from support.processes import CollectingSink, alive
 
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.process import procfs, spawner
@@ -43,17 +43,6 @@ def containment(request):
                 (h.own_dir / PARENT).rmdir()
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.stdout = bytearray()
-
-    def on_stdout(self, chunk: bytes) -> None:
-        self.stdout += chunk
-
-    def on_stderr_line(self, line: bytes, truncated: bool) -> None:
-        pass
-
-
 class SlowPopen(subprocess.Popen):
     """A fork/exec that takes SLOW_S (as on a loaded machine with many phases starting)."""
 
@@ -68,7 +57,7 @@ class SlowPopen(subprocess.Popen):
 def _supervisor(containment, tmp_path: Path, body: str, **kwargs) -> ProcessSupervisor:
     script = tmp_path / "child.py"
     script.write_text(body)
-    return ProcessSupervisor([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ), sink=Sink(),
+    return ProcessSupervisor([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ), sink=CollectingSink(),
                              limits=ProcessLimits(timeout=30, exit_grace=1, kill_grace=1),
                              scope=containment.scope(uuid.uuid4().hex), **kwargs)
 
@@ -124,7 +113,7 @@ async def test_a_phase_cancelled_while_its_shim_starts_leaves_nothing(containmen
 
 
 async def test_a_missing_binary_is_a_spawn_failure_off_the_loop(containment, tmp_path):
-    sup = ProcessSupervisor([str(tmp_path / "no-such-claude")], cwd=tmp_path, env=dict(os.environ), sink=Sink(),
+    sup = ProcessSupervisor([str(tmp_path / "no-such-claude")], cwd=tmp_path, env=dict(os.environ), sink=CollectingSink(),
                             limits=ProcessLimits(timeout=10), scope=containment.scope(uuid.uuid4().hex))
     result = await asyncio.wait_for(sup.run(), 30)
     assert result.cause is EndCause.SPAWN_FAILED and "no-such-claude" in result.detail
@@ -133,7 +122,7 @@ async def test_a_missing_binary_is_a_spawn_failure_off_the_loop(containment, tmp
 
 def test_the_baseline_still_spawns_on_the_loop():
     # spawn_off_loop = false (the benchmarks' baseline) keeps the old path.
-    assert ProcessSupervisor(["x"], cwd=Path("."), env={}, sink=Sink(), limits=ProcessLimits(),
+    assert ProcessSupervisor(["x"], cwd=Path("."), env={}, sink=CollectingSink(), limits=ProcessLimits(),
                              spawn_off_loop=False)._spawn is spawner.spawn_on_loop
 
 

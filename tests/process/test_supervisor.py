@@ -13,24 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support.processes import alive
+from support.processes import CollectingSink, alive
 
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.stdout = bytearray()
-        self.chunks = 0
-        self.stderr: list[tuple[bytes, bool]] = []
-
-    def on_stdout(self, chunk: bytes) -> None:
-        self.stdout += chunk
-        self.chunks += 1
-
-    def on_stderr_line(self, line: bytes, truncated: bool) -> None:
-        self.stderr.append((line, truncated))
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
@@ -44,7 +30,7 @@ FAST = ProcessLimits(timeout=20, idle_timeout=10, exit_grace=1, kill_grace=1)
 
 async def _run(tmp_path, body, *, limits=FAST,
                stdin_lines=(), keep_stdin_open=False):
-    sink = Collect()
+    sink = CollectingSink()
     sup = ProcessSupervisor(_script(tmp_path, body), cwd=tmp_path, env=dict(os.environ), sink=sink, limits=limits,
                             stdin_lines=stdin_lines, keep_stdin_open=keep_stdin_open)
     return sup, sink
@@ -200,7 +186,7 @@ async def test_long_stderr_line_is_bounded(tmp_path):
 
 
 async def test_missing_binary_is_reported_not_raised(tmp_path):
-    sup = ProcessSupervisor([str(tmp_path / "nope")], cwd=tmp_path, env={}, sink=Collect(), limits=ProcessLimits())
+    sup = ProcessSupervisor([str(tmp_path / "nope")], cwd=tmp_path, env={}, sink=CollectingSink(), limits=ProcessLimits())
     result = await sup.run()
     assert result.cause is EndCause.SPAWN_FAILED
     assert "cannot start" in result.detail

@@ -64,3 +64,19 @@ def wait_gone(pids: list[int], limit_s: float = 5.0) -> list[int]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.02)
+
+
+class CollectingSink:
+    """A ``ProcessSupervisor`` sink that keeps what the child wrote: stdout bytes and stderr lines."""
+
+    def __init__(self) -> None:
+        self.stdout = bytearray()
+        self.chunks = 0
+        self.stderr: list[tuple[bytes, bool]] = []
+
+    def on_stdout(self, chunk: bytes) -> None:
+        self.stdout += chunk
+        self.chunks += 1
+
+    def on_stderr_line(self, line: bytes, truncated: bool) -> None:
+        self.stderr.append((line, truncated))
