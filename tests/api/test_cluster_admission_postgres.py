@@ -16,7 +16,7 @@ import textwrap
 import grpc
 import pytest
 from support.runner_server import collect, start_runner
-from test_replicas_postgres import Stream, breakpoint_hit
+from support.streams import Stream, breakpoint_hit
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res

@@ -19,8 +19,8 @@ import grpc
 import pytest
 from support.certs import CertificateAuthority
 from support.runner_server import collect, start_runner
+from support.streams import Stream, breakpoint_hit
 from test_cluster_admission_postgres import queued, two_replicas
-from test_replicas_postgres import Stream, breakpoint_hit
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb

@@ -14,6 +14,7 @@ import grpc
 import psycopg
 import pytest
 from support.runner_server import collect, start_runner
+from support.streams import Stream, breakpoint_hit
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -80,41 +81,6 @@ async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
         assert costs.totals.phase_count == 1 and costs.totals.tokens.input_tokens >= 300
         assert watched_events == events and watched_result == result
         assert on_b == on_a  # B answers exactly as the replica that ran the phase
-
-
-class Stream:
-    """A RunPhase/WatchPhase call read in the background, with a bounded wait for an event."""
-
-    def __init__(self, call):
-        self.events: list = []
-        self.result = None
-        self._changed = asyncio.Condition()
-        self._task = asyncio.create_task(self._read(call))
-
-    async def _read(self, call):
-        async for response in call:
-            async with self._changed:
-                self.events.extend(response.events)
-                if response.HasField("result"):
-                    self.result = response.result
-                self._changed.notify_all()
-
-    async def wait_for(self, predicate, limit: float = 30.0):
-        async with asyncio.timeout(limit), self._changed:
-            while True:
-                for e in self.events:
-                    if predicate(e):
-                        return e
-                assert self.result is None and not self._task.done(), "the stream ended first"
-                await self._changed.wait()
-
-    async def finish(self, limit: float = 60.0):
-        await asyncio.wait_for(self._task, limit)
-        return self.events, self.result
-
-
-def breakpoint_hit(e) -> bool:
-    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT
 
 
 async def test_a_replica_watches_a_phase_another_replica_runs_live_to_its_result(

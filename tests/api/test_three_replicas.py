@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from support.processes import alive, serve_env, serving_port, wait_gone
 from support.runner_server import collect
+from support.streams import Stream
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -110,41 +111,10 @@ async def cluster(tmp_path: Path, database_url: str, *args: str, env: dict[str, 
                     os.kill(pid, signal.SIGKILL)
 
 
-class Stream:
-    """A RunPhase/WatchPhase call read in the background; an RPC error ends it (kept in ``error``)."""
-
-    def __init__(self, call):
-        self.events: list = []
-        self.result = None
-        self.error: grpc.aio.AioRpcError | None = None
-        self._changed = asyncio.Condition()
-        self._task = asyncio.create_task(self._read(call))
-
-    async def _read(self, call):
-        try:
-            async for response in call:
-                async with self._changed:
-                    self.events.extend(response.events)
-                    if response.HasField("result"):
-                        self.result = response.result
-                    self._changed.notify_all()
-        except grpc.aio.AioRpcError as exc:
-            self.error = exc
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def wait_for(self, predicate, limit: float = 60.0):
-        async with asyncio.timeout(limit), self._changed:
-            while True:
-                for e in self.events:
-                    if predicate(e):
-                        return e
-                assert not self._task.done(), f"the stream ended first ({self.error})"
-                await self._changed.wait()
-
-    async def finish(self, limit: float = 60.0):
-        await asyncio.wait_for(asyncio.shield(self._task), limit)
-        return self.events, self.result
+def follow(call) -> Stream:
+    """Waits up to 60 s for an event (phases here cross three processes); an RPC error is kept in
+    ``error`` (the kill test expects the owner's stream to break)."""
+    return Stream(call, wait_limit=60.0, keep_error=True)
 
 
 def control(kind):
@@ -173,7 +143,7 @@ async def test_a_phase_on_a_is_listed_by_b_watched_from_c_and_controlled_through
     ).save(script)
     async with cluster(tmp_path, postgres_url, "--offline-script", str(script)) as (a, b, c):
         ids = {"job_id": "job-3", "phase_id": "p1"}
-        run = Stream(a.stub.RunPhase(held_request(ids, a.workdir), timeout=120))
+        run = follow(a.stub.RunPhase(held_request(ids, a.workdir), timeout=120))
         hit = await run.wait_for(control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT))
 
         # B never saw the phase: it lists it from the database, still running (held).
@@ -183,7 +153,7 @@ async def test_a_phase_on_a_is_listed_by_b_watched_from_c_and_controlled_through
         assert [j.job_id for j in jobs] == ["job-3"]
 
         # C watches it live from the start; then approval through C, pause and resume through B.
-        watch = Stream(c.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
+        watch = follow(c.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
         await watch.wait_for(control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT))
         resolve = pb.ResolveToolCallRequest(
             **ids, tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()
@@ -247,7 +217,7 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
         ids = {"job_id": "job-k", "phase_id": "p1"}
         request = pb.RunPhaseRequest(**ids, prompt="go", working_dir=str(a.workdir),
                                      options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
-        run = Stream(a.stub.RunPhase(request, timeout=120))
+        run = follow(a.stub.RunPhase(request, timeout=120))
         await run.wait_for(lambda e: e.HasField("tool_call_started"))
         async with asyncio.timeout(30):  # the tool's shell has started `sleep 300`
             while True:
@@ -257,7 +227,7 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
         tool = int(marker.read_text())
         scope = a.scope_processes()  # the shim, the CLI, the tool's shell and its sleep
         assert tool in scope and len(scope) >= 3, scope
-        watch = Stream(c.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
+        watch = follow(c.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
         await watch.wait_for(lambda e: e.HasField("tool_call_started"))
 
         os.kill(a.proc.pid, signal.SIGKILL)  # the server process only: its children are not signalled
@@ -365,9 +335,9 @@ async def test_a_hundred_phases_over_three_replicas_lose_and_reorder_nothing(pos
                 **ids, prompt="go", working_dir=str(owner.workdir),
                 options=pb.PhaseOptions(env={"HELIX_TEST_LINES": str(LINES)}),
             )  # fmt: skip
-            run = Stream(owner.stub.RunPhase(request, timeout=150))
+            run = follow(owner.stub.RunPhase(request, timeout=150))
             await run.wait_for(lambda e: True, 150)  # the phase exists: watch it from another replica
-            watch = Stream(watcher.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=150))
+            watch = follow(watcher.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=150))
             return i, await run.finish(150), await watch.finish(150), run.error, watch.error
 
         outcomes = await asyncio.gather(*(one(i) for i in range(PHASES)))
@@ -444,7 +414,7 @@ async def test_processes_sharing_one_port_forward_control_to_the_owner(postgres_
                 options=pb.PhaseOptions(env={"HELIX_TEST_LINES": "400", "HELIX_TEST_STEP": "0.05"}),
             )  # fmt: skip
             channel = connect()
-            run = Stream(pb_grpc.RunnerServiceStub(channel).RunPhase(request, timeout=60))
+            run = follow(pb_grpc.RunnerServiceStub(channel).RunPhase(request, timeout=60))
             await run.wait_for(lambda e: e.HasField("assistant_text"))
             runs.append((ids, channel, run))
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
