@@ -206,3 +206,22 @@ def test_create_leaves_nothing_behind_when_a_limit_cannot_be_applied(roles):
 def test_members_of_a_missing_cgroup_is_empty(tmp_path):
     cg = PhaseCgroup(Role(2, tmp_path), "nope")
     assert cg.members() == [] and cg.oom_kills() == 0 and cg.memory_peak() is None
+
+
+def test_create_survives_a_sibling_pruning_the_shared_base(tmp_path, monkeypatch):
+    """Another phase ending removes the (then empty) server directory between our ``ensure`` and
+    our ``mkdir`` (seen in CI: two phases of one server, one ending as the next started)."""
+    role = Role(2, tmp_path / "srv-x")
+    ensure = Role.ensure
+    pruned: list[bool] = []
+
+    def ensure_then_sibling_prunes(self: Role) -> None:
+        ensure(self)
+        if not pruned:
+            pruned.append(True)
+            self.prune()
+
+    monkeypatch.setattr(Role, "ensure", ensure_then_sibling_prunes)
+    cg = PhaseCgroup(role, "phase-a")
+    cg.create()
+    assert cg.core_dir.is_dir() and pruned

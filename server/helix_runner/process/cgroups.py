@@ -234,12 +234,21 @@ class PhaseCgroup:
         """Makes the directories and applies the limits; CgroupError (and nothing left behind) if it cannot."""
         made: list[Path] = []
         try:
-            for role in (self.core, self.memory, self.cpu):
-                if role is not None:
-                    role.ensure()
-            for d in self.dirs:
-                d.mkdir()
-                made.append(d)
+            for attempt in range(3):
+                for role in (self.core, self.memory, self.cpu):
+                    if role is not None:
+                        role.ensure()
+                try:
+                    for d in self.dirs:
+                        if d not in made:
+                            d.mkdir()
+                            made.append(d)
+                    break
+                except FileNotFoundError:
+                    # Another phase of this server ended meanwhile and pruned the then-empty
+                    # ``base`` (Role.prune); make it again, unless that keeps happening.
+                    if attempt == 2:
+                        raise
             self._apply_limits()
         except OSError as exc:
             for d in reversed(made):
