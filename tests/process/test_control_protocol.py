@@ -7,6 +7,7 @@ The shapes are compared with what the real CLI accepted in corpus capture localc
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 
 import orjson
@@ -173,3 +174,25 @@ async def test_answers_use_the_success_and_error_envelopes():
         "response": {"subtype": "error", "request_id": "cli-req-2", "error": "no such callback"},
     }
     assert not await ControlChannel(FakeStdin(accepting=False).send).answer("x", allow_hook())
+
+
+@pytest.mark.parametrize("ending", ["process gone", "refused"])
+async def test_an_initialize_nobody_awaits_leaves_no_unretrieved_error(ending):
+    """The initialize answer is not awaited; a CLI that exits (or refuses) must not make the loop
+    log 'Future exception was never retrieved' (seen for every fake-CLI phase in CI)."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        channel = ControlChannel(FakeStdin().send)
+        request_id, _ = channel.initialize_line()
+        if ending == "refused":
+            channel.on_response(request_id, False, {}, "no")
+        channel.fail_all("the attempt ended")
+        del channel
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c["message"] for c in reported] == []

@@ -100,6 +100,11 @@ def permission_answer(hook_answer: dict[str, Any], tool_input: dict[str, Any]) -
     return {"behavior": "allow", "updatedInput": specific.get("updatedInput", tool_input)}
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class ControlChannel:
     """Sends control requests, matches their responses, and answers the CLI's own requests."""
 
@@ -116,7 +121,9 @@ class ControlChannel:
         """The ``initialize`` request registering one PreToolUse callback with no matcher, so it fires
         before every tool call, read-only and pre-allowed ones included (localcli-23)."""
         request_id = self.next_id()
-        self._expect(request_id, "initialize")
+        # Nothing awaits this answer (the CLI's first lines follow it anyway); mark a failure as
+        # seen so a CLI that exits first does not leave "Future exception was never retrieved".
+        self._expect(request_id, "initialize").add_done_callback(_retrieve)
         hooks = {"PreToolUse": [{"hookCallbackIds": [PRE_TOOL_USE_CALLBACK], "timeout": HOLD_TIMEOUT_SECONDS}]}
         return request_id, _line({"type": "control_request", "request_id": request_id,
                                   "request": {"subtype": "initialize", "hooks": hooks}})
