@@ -29,6 +29,9 @@ async def test_the_structured_object_comes_back_in_the_result(claude_binary, scr
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     assert json.loads(result.structured_output) == {"name": "widgets", "count": 3}
     assert not result.structured_output_truncated
+    # The streamed turn result carries it too, for a client that reads events, not the result.
+    (turn,) = [e.turn_result for e in events if e.HasField("turn_result")]
+    assert (turn.structured_output, turn.structured_output_truncated) == (result.structured_output, False)
     argv = list(result.diagnostics.argv)
     assert f"--json-schema={json.dumps(SCHEMA)}" in argv
     init = next(e.session_init for e in events if e.HasField("session_init"))

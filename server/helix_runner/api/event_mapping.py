@@ -363,6 +363,8 @@ def _turn_result(p: d.TurnResult, m: ev.TurnResult) -> None:
     m.result_index = _i32(p.result_index)
     m.stop_reason = p.stop_reason
     m.startup_failure_reason = p.startup_failure_reason
+    m.structured_output = p.structured_output
+    m.structured_output_truncated = p.structured_output_truncated
 
 
 def _control_response(p: d.ControlResponse, m: ev.ControlResponse) -> None:

@@ -430,7 +430,7 @@ class ModelUsage(_message.Message):
     def __init__(self, model: _Optional[str] = ..., tokens: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class TurnResult(_message.Message):
-    __slots__ = ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "result_truncated", "duration", "api_duration", "total_cost_usd", "usage", "model_usage", "permission_denials", "errors", "result_index", "stop_reason", "startup_failure_reason")
+    __slots__ = ("subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "result_truncated", "duration", "api_duration", "total_cost_usd", "usage", "model_usage", "permission_denials", "errors", "result_index", "stop_reason", "startup_failure_reason", "structured_output", "structured_output_truncated")
     SUBTYPE_FIELD_NUMBER: _ClassVar[int]
     IS_ERROR_FIELD_NUMBER: _ClassVar[int]
     API_ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +448,8 @@ class TurnResult(_message.Message):
     RESULT_INDEX_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     STARTUP_FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     subtype: str
     is_error: bool
     api_error_status: int
@@ -465,7 +467,9 @@ class TurnResult(_message.Message):
     result_index: int
     stop_reason: str
     startup_failure_reason: str
-    def __init__(self, subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., result_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., api_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., model_usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[_resources_pb2.PermissionDenial, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., result_index: _Optional[int] = ..., stop_reason: _Optional[str] = ..., startup_failure_reason: _Optional[str] = ...) -> None: ...
+    structured_output: str
+    structured_output_truncated: bool
+    def __init__(self, subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., result_truncated: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., api_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total_cost_usd: _Optional[float] = ..., usage: _Optional[_Union[_resources_pb2.TokenUsage, _Mapping]] = ..., model_usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[_resources_pb2.PermissionDenial, _Mapping]]] = ..., errors: _Optional[_Iterable[str]] = ..., result_index: _Optional[int] = ..., stop_reason: _Optional[str] = ..., startup_failure_reason: _Optional[str] = ..., structured_output: _Optional[str] = ..., structured_output_truncated: _Optional[bool] = ...) -> None: ...
 
 class ControlResponse(_message.Message):
     __slots__ = ("request_id", "request_subtype", "success", "error", "error_code")

@@ -1109,7 +1109,7 @@ class PhaseStatus(betterproto2.Enum):
       - structured tool result JSON:    16 KiB  (ToolCall.structured_result_json)
       - assistant text / thinking:     256 KiB  per event
       - turn result text:               64 KiB  (TurnResult.result_text, PhaseResult.result_text)
-      - structured output JSON:         64 KiB  (PhaseResult.structured_output)
+      - structured output JSON:         64 KiB  (TurnResult.structured_output, PhaseResult.structured_output)
       - stderr: 4 KiB per StderrOutput event; 16 KiB tail in PhaseDiagnostics.stderr_tail
       - raw JSON of unknown lines:      64 KiB  (only when the run asked for it)
       - prompt: 1 MiB; injected message: 256 KiB; breakpoint regex: 4 KiB (larger: INVALID_ARGUMENT)
@@ -5454,6 +5454,18 @@ class TurnResult(betterproto2.Message):
     `startup_failure_reason`: why the CLI refused to start (e.g. `config_file_invalid`,
     `org_config_required_unavailable`); set only on the zeroed `error_during_execution` result it
     writes before exiting on a known startup failure. Empty otherwise.
+    """
+
+    structured_output: "str" = betterproto2.field(18, betterproto2.TYPE_STRING)
+    """
+    `structured_output` (with `PhaseOptions.json_schema`): the object the model gave the CLI's
+    StructuredOutput tool, as compact JSON, at most 64 KiB; empty when the turn has none. The same
+    value PhaseResult.structured_output carries for the phase's last turn.
+    """
+
+    structured_output_truncated: "bool" = betterproto2.field(19, betterproto2.TYPE_BOOL)
+    """
+    Whether structured_output was cut at the bound (it is then not valid JSON).
     """
 
 
