@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
+import urllib.request
 
 import grpc
 import pytest
@@ -300,3 +302,29 @@ def test_the_files_are_reread_only_when_their_content_changes(pki):
     os.replace(fresh.key_file, server_cert.key_file)
     assert forwarding.generation == 1  # the forwarder re-makes its channels with the renewed identity
     assert files.current.certificate_chain == server_cert.cert
+
+
+def _https_get(url: str, ca_file) -> int | Exception:
+    """GET ``url`` over a fresh HTTPS connection trusting ``ca_file``: the status, or the error."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=5) as response:
+            return response.status
+    except (OSError, ssl.SSLError) as exc:
+        return exc
+
+
+async def test_the_dashboard_serves_https_with_the_same_certificate_and_its_rotation(tmp_path, pki):
+    async with server(tmp_path, pki, mutual=True, web_port=0) as runner:
+        url = runner.server.web.url
+        assert url.startswith("https://127.0.0.1:")
+        assert await asyncio.to_thread(_https_get, url, pki["ca"].ca_file) == 200
+        plain = await asyncio.to_thread(_https_get, url.replace("https://", "http://"), pki["ca"].ca_file)
+        assert isinstance(plain, Exception)  # no plaintext HTTP on a TLS port
+        # No client certificate needed (browsers): the API behind it keeps the token rule.
+        fresh = pki["other"].issue("server-rotated", **SERVER_NAMES)
+        os.replace(fresh.cert_file, pki["server"].cert_file)
+        os.replace(fresh.key_file, pki["server"].key_file)
+        untrusted = await asyncio.to_thread(_https_get, url, pki["ca"].ca_file)
+        assert isinstance(untrusted, Exception) and "CERTIFICATE_VERIFY_FAILED" in str(untrusted)
+        assert await asyncio.to_thread(_https_get, url, pki["other"].ca_file) == 200

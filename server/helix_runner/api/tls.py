@@ -109,6 +109,38 @@ class CertificateFiles:
             return None
         return self._server_configuration(self._current) if changed else None
 
+    def https_context(self) -> ssl.SSLContext:
+        """A server context for the dashboard's HTTPS port that serves the newest certificate.
+
+        Python's ``ssl`` has no certificate fetcher; its ``sni_callback`` runs on every ClientHello
+        (with or without a server name) before the certificate is chosen, and may switch the
+        connection to another context, so each new connection gets the files' current pair. No
+        client certificate is asked for: browsers rarely hold one; the bearer token guards the API.
+        """
+        listening = self._https_context(self._current)
+        newest = [self.version, listening]
+
+        def on_client_hello(connection: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext) -> None:
+            try:
+                self.refresh()
+                current, version = self._current, self.version
+                if version != newest[0]:
+                    newest[:] = [version, self._https_context(current)]
+                connection.context = newest[1]
+            except Exception:  # an exception here would fail the handshake; keep serving the last set
+                log.exception("TLS certificate reload failed; the previous certificate stays in use")
+
+        listening.sni_callback = on_client_hello
+        return listening
+
+    @staticmethod
+    def _https_context(current: CertificateSet) -> ssl.SSLContext:
+        context = _server_context(current.certificate_chain, current.private_key)
+        if context is None:  # a set is taken only when its pair loads (_read)
+            raise ValueError("the certificate and key are not a pair")
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
     @staticmethod
     def _server_configuration(current: CertificateSet) -> grpc.ServerCertificateConfiguration:
         return grpc.ssl_server_certificate_configuration(
@@ -138,19 +170,25 @@ class CertificateFiles:
                         extra={"fields": {"cert_file": str(self.cert_file), "key_file": str(self.key_file)}})
 
 
-def _pair_matches(cert: bytes, key: bytes) -> bool:
-    """Whether ``cert`` is a PEM certificate (chain) and ``key`` its unencrypted private key."""
+def _server_context(cert: bytes, key: bytes) -> ssl.SSLContext | None:
+    """A TLS server context holding ``cert`` and its unencrypted ``key``; None if they are not a pair."""
     # ssl loads a chain only from files: a private temporary directory, removed at once.
     with tempfile.TemporaryDirectory(prefix="helix-tls-") as tmp:
         cert_path, key_path = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
         cert_path.write_bytes(cert)
         key_path.touch(mode=0o600)
         key_path.write_bytes(key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # TLS 1.2 at least (Python's default)
         try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path, password=_no_passphrase)
+            context.load_cert_chain(cert_path, key_path, password=_no_passphrase)
         except (ssl.SSLError, ValueError, TypeError):
-            return False
-    return True
+            return None
+    return context
+
+
+def _pair_matches(cert: bytes, key: bytes) -> bool:
+    """Whether ``cert`` is a PEM certificate (chain) and ``key`` its unencrypted private key."""
+    return _server_context(cert, key) is not None
 
 
 def _no_passphrase() -> bytes:

@@ -4,7 +4,8 @@ One ASGI application on the gRPC server's event loop (uvicorn, HTTP/1.1): reques
 ``/helix.runner.v1.RunnerService/`` go to the Connect application (``connect_app``), everything
 else is one of the page's built files (``web_assets/``, built from ``web/`` by
 ``scripts/build-web``). The port follows the gRPC port's rules: loopback by default, and off
-loopback only with the bearer token (``config.validate``). Without a token, requests must name a
+loopback only with the bearer token (``config.validate``); HTTPS with the gRPC port's certificate
+when that one has TLS. Without a token, requests must name a
 loopback host, so a web page elsewhere cannot reach the API through DNS rebinding.
 """
 
@@ -24,6 +25,7 @@ import uvicorn
 
 from helix_runner.api.connect_app import build_connect_app
 from helix_runner.api.servicer import RunnerServicer
+from helix_runner.api.tls import CertificateFiles
 
 log = logging.getLogger(__name__)
 
@@ -195,11 +197,11 @@ def bind_web(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _url(host: str, port: int) -> str:
+def _url(host: str, port: int, scheme: str = "http") -> str:
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"
-    return f"http://{shown}:{port}/"
+    return f"{scheme}://{shown}:{port}/"
 
 
 async def start_web(
@@ -210,9 +212,11 @@ async def start_web(
     token: str | None,
     sock: socket.socket | None = None,
     shutdown_grace: float = 2.0,
+    tls: CertificateFiles | None = None,
 ) -> WebServer:
     """Serves the dashboard on the running loop, on ``sock`` (from ``bind_web``) or on ``host:port``
-    (0: a free port). The socket is closed if it cannot start."""
+    (0: a free port); over HTTPS with ``tls`` (the gRPC port's certificate, reloaded the same way).
+    The socket is closed if it cannot start."""
     sock = bind_web(host, port) if sock is None else sock
     app = WebApp(servicer, token, extra_hosts=(host,))
     config = uvicorn.Config(
@@ -225,6 +229,7 @@ async def start_web(
         server_header=False,
         proxy_headers=False,
         timeout_graceful_shutdown=shutdown_grace,
+        ssl_context_factory=None if tls is None else (lambda _config, _default: tls.https_context()),
     )
     # uvicorn's own start/stop lines are not about the service; its warnings and errors are.
     logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -242,4 +247,4 @@ async def start_web(
         sock.close()
         raise
     bound = sock.getsockname()[1]
-    return WebServer(server, task, bound, _url(host, bound))
+    return WebServer(server, task, bound, _url(host, bound, "http" if tls is None else "https"))
