@@ -9,14 +9,13 @@ admission"). Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import textwrap
 
 import grpc
 import pytest
-from support.runner_server import collect, start_runner
-from support.streams import Stream, breakpoint_hit
+from support.runner_server import collect, replica_pair
+from support.streams import Stream, breakpoint_hit, queued
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -25,23 +24,6 @@ from helix_runner.api.errors import error_info, retry_info
 from helix_runner.offline import Reply
 
 CLUSTER = {"cluster_max_running_phases": 1, "cluster_max_queued_phases": 1}
-
-
-@contextlib.asynccontextmanager
-async def two_replicas(tmp_path, api, postgres_url, **config):
-    async with contextlib.AsyncExitStack() as stack:
-        pair = []
-        for name in ("a", "b"):
-            root = tmp_path / name
-            root.mkdir()
-            harness = start_runner(root, api, database_url=postgres_url, replica_id=f"replica-{name}", **config)
-            pair.append(await anext(harness))
-            stack.push_async_callback(harness.aclose)
-        yield pair
-
-
-def queued(e) -> bool:
-    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_QUEUED
 
 
 def attempt_started(e) -> bool:
@@ -62,7 +44,7 @@ async def test_a_phase_waits_for_a_cluster_slot_on_another_replica_and_starts_wh
         Reply.text("A is done."),
         Reply.text("B is done."),
     ])
-    async with two_replicas(tmp_path, api, postgres_url, **CLUSTER) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, api, **CLUSTER) as (a, b):
         on_a = {"job_id": "job-a", "phase_id": "p1"}
         run_a = Stream(a.stub.RunPhase(pb.RunPhaseRequest(
             **on_a, prompt="go", working_dir=str(a.workdir),
@@ -119,7 +101,7 @@ async def test_cancelling_a_queued_phase_from_either_side_leaves_no_ledger_entry
 ):
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo on a"}), Reply.text("A is done.")])
     config = {"cluster_max_running_phases": 1}
-    async with two_replicas(tmp_path, api, postgres_url, **config) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, api, **config) as (a, b):
         on_a = {"job_id": "job-a", "phase_id": "p1"}
         run_a = Stream(a.stub.RunPhase(pb.RunPhaseRequest(
             **on_a, prompt="go", working_dir=str(a.workdir),
@@ -177,7 +159,7 @@ async def test_30_phases_on_two_replicas_never_exceed_the_cluster_limit(postgres
     claude.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAST_CLI))
     claude.chmod(0o755)
     config = {"claude_path": str(claude), "max_running_phases": 4, "cluster_max_running_phases": 3}
-    async with two_replicas(tmp_path, None, postgres_url, **config) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, None, None, **config) as (a, b):
         async def one(n: int):
             replica = (a, b)[n % 2]
             project = "x" if n % 3 else "y"

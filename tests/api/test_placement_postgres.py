@@ -18,9 +18,8 @@ import textwrap
 import grpc
 import pytest
 from support.certs import CertificateAuthority
-from support.runner_server import collect, start_runner
-from support.streams import Stream, breakpoint_hit
-from test_cluster_admission_postgres import queued, two_replicas
+from support.runner_server import collect, replica_pair, start_runner
+from support.streams import Stream, breakpoint_hit, queued
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
@@ -51,7 +50,7 @@ async def test_a_phase_the_full_replica_receives_runs_on_the_replica_with_room(
         Reply.text("A is done."),
     ])
     # Both replicas may use the test's whole directory: a placed phase runs in A's working dir on B.
-    async with two_replicas(tmp_path, api, postgres_url, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, api, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
         on_a = {"job_id": "job-a", "phase_id": "p1"}
         run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
         hit = await run_a.wait_for(breakpoint_hit)  # A's one slot is taken
@@ -88,7 +87,7 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
         Reply.tool_use("Bash", {"command": "echo on a"}),
         Reply.tool_use("Bash", {"command": "echo placed on b"}),
     ])
-    async with two_replicas(tmp_path, api, postgres_url, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, api, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
         run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
         await run_a.wait_for(breakpoint_hit)
 
@@ -151,7 +150,7 @@ async def test_a_placed_run_phase_goes_over_mutual_tls_with_the_bearer_token(
     credentials = grpc.composite_channel_credentials(
         grpc.ssl_channel_credentials(ca.ca, client.key, client.cert),
         grpc.access_token_call_credentials("s3cret-token-for-replicas"))
-    async with two_replicas(tmp_path, api, postgres_url, **config) as (a, b), grpc.aio.secure_channel(
+    async with replica_pair(tmp_path, postgres_url, api, api, **config) as (a, b), grpc.aio.secure_channel(
         f"127.0.0.1:{a.server.port}", credentials, options=[("grpc.ssl_target_name_override", "helix-runner.test")],
     ) as channel:
         stub = pb_grpc.RunnerServiceStub(channel)
@@ -175,7 +174,7 @@ async def test_a_draining_replica_lets_the_phases_it_placed_finish_within_its_gr
         Reply.tool_use("Bash", {"command": "echo placed on b"}),
         Reply.text("Placed and done after A's drain began."),
     ])
-    async with two_replicas(tmp_path, api, postgres_url, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, api, workspace_roots=[str(tmp_path)], **FULL_AT_ONE) as (a, b):
         run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
         await run_a.wait_for(breakpoint_hit)
         run_p = Stream(a.stub.RunPhase(held_request(a, "job-p"), timeout=120))

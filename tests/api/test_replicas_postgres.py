@@ -7,13 +7,12 @@ answers every read about it from the shared database, the same as A does (docs/s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 
 import grpc
 import psycopg
 import pytest
-from support.runner_server import collect, start_runner
+from support.runner_server import collect, replica_pair
 from support.streams import Stream, breakpoint_hit
 
 from helix.runner.v1 import events_pb2 as ev
@@ -27,26 +26,6 @@ from helix_runner.phases.takeover import Takeover
 pytestmark = pytest.mark.real_cli
 
 
-@contextlib.asynccontextmanager
-async def replicas(tmp_path, api, postgres_url, **config):
-    """Replica A (runs phases, talks to ``api``) and replica B, each with its own data dir, one database."""
-    async with contextlib.AsyncExitStack() as stack:
-        pair = []
-        for name in ("a", "b"):
-            root = tmp_path / name
-            root.mkdir()
-            harness = start_runner(
-                root,
-                api if name == "a" else None,
-                database_url=postgres_url,
-                replica_id=f"replica-{name}",
-                **config,
-            )
-            pair.append(await anext(harness))
-            stack.push_async_callback(harness.aclose)
-        yield pair
-
-
 async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
     claude_binary, scripted_api, postgres_url, tmp_path
 ):
@@ -56,7 +35,7 @@ async def test_a_phase_run_on_one_replica_is_answered_for_by_another(
             Reply.text("Done.", usage=Usage(input_tokens=300, output_tokens=20)),
         ]
     )
-    async with replicas(tmp_path, api, postgres_url) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, None) as (a, b):
         events, result = await a.run_phase(
             "run a command", job_id="job-r", phase_id="p1", allowed_tools=["Bash"]
         )
@@ -87,7 +66,7 @@ async def test_a_replica_watches_a_phase_another_replica_runs_live_to_its_result
     claude_binary, scripted_api, postgres_url, tmp_path
 ):
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo approved"}), Reply.text("Finished.")])
-    async with replicas(tmp_path, api, postgres_url) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, None) as (a, b):
         ids = {"job_id": "job-w", "phase_id": "p1"}
         request = pb.RunPhaseRequest(
             **ids,
@@ -143,7 +122,7 @@ async def test_control_of_a_phase_on_another_replica_is_forwarded_to_its_owner(
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-token-for-replicas\n")
     auth = [("authorization", "Bearer s3cret-token-for-replicas")]
-    async with replicas(tmp_path, api, postgres_url, auth_token_file=str(token_file)) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, None, auth_token_file=str(token_file)) as (a, b):
         ids = {"job_id": "job-c", "phase_id": "p1"}
         request = pb.RunPhaseRequest(
             **ids,
@@ -238,7 +217,7 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
     api = scripted_api(
         [Reply.tool_use("Bash", {"command": "touch after.txt"}), Reply.text("Not to be seen.")]
     )
-    async with replicas(tmp_path, api, postgres_url) as (a, b):
+    async with replica_pair(tmp_path, postgres_url, api, None) as (a, b):
         ids = {"job_id": "job-f", "phase_id": "p1"}
         request = pb.RunPhaseRequest(
             **ids,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -78,3 +79,20 @@ async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: 
     finally:
         await channel.close()
         await server.drain(2.0)
+
+
+@contextlib.asynccontextmanager
+async def replica_pair(
+    tmp_path: Path, database_url: str, api_a: ScriptedApi | None, api_b: ScriptedApi | None, **config: Any
+) -> AsyncIterator[tuple[RunnerHarness, RunnerHarness]]:
+    """In-process replicas ``replica-a`` and ``replica-b`` on one database, each in its own directory
+    under ``tmp_path`` (its workspace and data dir), talking to its own scripted API (None: none)."""
+    async with contextlib.AsyncExitStack() as stack:
+        pair = []
+        for name, api in (("a", api_a), ("b", api_b)):
+            root = tmp_path / name
+            root.mkdir()
+            harness = start_runner(root, api, database_url=database_url, replica_id=f"replica-{name}", **config)
+            pair.append(await anext(harness))
+            stack.push_async_callback(harness.aclose)
+        yield pair[0], pair[1]

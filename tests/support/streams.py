@@ -58,3 +58,7 @@ class Stream:
 
 def breakpoint_hit(e) -> bool:
     return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT
+
+
+def queued(e) -> bool:
+    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_QUEUED
