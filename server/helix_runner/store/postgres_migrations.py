@@ -31,11 +31,8 @@ class Migration:
 
 
 def known_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
-    """The migrations shipped with this code, in version order (versions must be 1, 2, 3, ...).
-
-    A gap is allowed while branches that each add a migration are merged (0004 may land before
-    0003): pending migrations are applied in version order, so they must not depend on a missing one.
-    """
+    """The migrations shipped with this code, in version order: exactly 1, 2, 3, ... with no gap, so a
+    missing file (a bad merge, a partial copy) stops the server instead of skipping a schema step."""
     found = []
     for path in sorted(directory.glob("*.sql")):
         match = _NAME.match(path.name)
@@ -43,8 +40,8 @@ def known_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
             raise StoreError(f"migration file {path.name} is not named NNNN_name.sql")
         found.append(Migration(int(match.group(1)), match.group(2), path.read_text(encoding="utf-8")))
     versions = [m.version for m in found]
-    if versions != sorted(set(versions)) or versions[:1] not in ([], [1]):
-        raise StoreError(f"migrations in {directory} are not numbered 1, 2, ... (each once)")
+    if versions != list(range(1, len(versions) + 1)):
+        raise StoreError(f"migrations in {directory} are not numbered 1, 2, ... (each once, no gap): {versions}")
     return found
 
 
