@@ -52,9 +52,6 @@ DOMAIN_ONLY = {
         "TurnResult",
         "usage_since_last_result",
     ): "model_usage_since_last_result, to take a resumed session's carried-in usage out of the cost",
-    ("TurnResult", "structured_output"): "with --json-schema; on the wire in PhaseResult.structured_output only "
-                                         "(events.proto has no field number assigned for it)",
-    ("TurnResult", "structured_output_truncated"): "with structured_output (see there)",
     ("ControlResponse", "response"): "the CLI's answer, for the control layer; not on the wire",
     ("ControlRequest", "request"): "the CLI's whole request, for the control layer that answers it",
     ("Event", "payload"): "the StreamEvent oneof, one field per payload class (checked below)",
