@@ -48,12 +48,12 @@ async def test_a_group_commit_waiting_on_the_database_leaves_the_event_loop_runn
         commit = asyncio.create_task(store.append_events([("j", "x", [EventRow(1, 1, "k", b"e1")])]))
         async with asyncio.timeout(30), await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as watch:
             # The commit is in flight: its session waits on the lock.
-            while (await (await watch.execute(
+            while (await (await watch.execute(  # noqa: ASYNC110 - polls the database, no event to await
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
             )).fetchone())[0] == 0:
                 await asyncio.sleep(0.01)
             during = ticks
-            while ticks < during + 20:  # other tasks run while the commit waits on the database
+            while ticks < during + 20:  # noqa: ASYNC110 - the ticker's progress is what is tested
                 await asyncio.sleep(0.005)
             assert not commit.done()  # the row is still held: this was all during the commit
         release.set()
