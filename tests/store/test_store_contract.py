@@ -328,8 +328,6 @@ async def test_retention_queries(store):
     await store.forget_recording("new", "c")
     assert (await store.get_job("new")).update_time_ns == 1000  # not activity
     assert await store.finished_recordings() == [("old", "a", "/rec/old-a")]
-    assert await store.referenced_recordings(["/rec/old-a", "/rec/new-c", "/rec/none"]) == {"/rec/old-a"}
-    assert await store.referenced_recordings([]) == set()
     assert await store.delete_jobs(["old"]) == 1 and await store.delete_jobs([]) == 0
     assert await store.get_job("old") is None and await store.read_events("old", "a", 0, 10) == []
     assert await store.list_tool_calls("old", None, None, [], 10) == [] and await store.model_cost_sums(job_ids=["old"]) == []

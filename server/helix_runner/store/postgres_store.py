@@ -655,16 +655,6 @@ class PostgresStore:
                 "UPDATE phases SET recording_dir = '' WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
             )
 
-    async def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
-        """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
-        if not recording_dirs:
-            return set()
-        async with self._connection() as conn:
-            rows = await _fetchall(
-                conn, "SELECT recording_dir FROM phases WHERE recording_dir = ANY(%s)", (list(recording_dirs),)
-            )
-        return {r[0] for r in rows}
-
     # -- replicas ----------------------------------------------------------------------------
 
     def renew_lease(self) -> bool:
