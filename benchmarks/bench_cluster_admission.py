@@ -145,8 +145,8 @@ async def main() -> None:
             show("no listener (bounded poll)", await hand_off(a, b, url, min(args.handoffs, 8), notify=False))
             await spread(a, b, url, args.phases, args.limit)
         finally:
-            await a.close()
-            await b.close()
+            a.close()
+            b.close()
     finally:
         cluster.stop()
         cluster.remove()

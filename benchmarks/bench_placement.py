@@ -59,8 +59,6 @@ def show(name: str, samples_s: list[float]) -> None:
 
 def capacity_query(url: str, cluster: PostgresCluster, finished: int, active: int, rounds: int) -> None:
     stores = [PostgresStore(url, replica_id=f"bench-{i}", heartbeat=False) for i in range(3)]
-    loop = asyncio.new_event_loop()  # the store's queries are async
-    run = loop.run_until_complete
     try:
         for s in stores:
             s.advertise(f"127.0.0.1:{50000 + len(s.replica_id)}")
@@ -77,7 +75,7 @@ def capacity_query(url: str, cluster: PostgresCluster, finished: int, active: in
         samples = []
         for _ in range(rounds):
             t = time.perf_counter()
-            rows = run(stores[0].replica_capacity())
+            rows = stores[0].replica_capacity()
             samples.append(time.perf_counter() - t)
         assert sum(r.active for r in rows) == active, rows
         print(f"1. replica_capacity, 3 replicas, {active} active and {finished} finished phases")
@@ -89,8 +87,7 @@ def capacity_query(url: str, cluster: PostgresCluster, finished: int, active: in
         cluster.execute(url, "DELETE FROM jobs WHERE job_id = 'bench'")
     finally:
         for s in stores:
-            run(s.close())
-        loop.close()
+            s.close()
 
 
 async def relay(url: str, root: Path, rounds: int) -> None:
@@ -123,7 +120,7 @@ async def relay(url: str, root: Path, rounds: int) -> None:
         for i in range(rounds):  # interleaved, so both see the same machine
             results["direct"].append(await one(b.stub, f"direct-{i}"))
             results["placed"].append(await one(a.stub, f"placed-{i}"))
-        placed_on_b = [r for r in await b.server.store.replica_capacity() if r.replica_id == "replica-b"]
+        placed_on_b = [r for r in b.server.store.replica_capacity() if r.replica_id == "replica-b"]
         print(f"2. RunPhase of a fast fake CLI, {rounds} rounds; replica A full (max_running_phases 1)")
         for kind, rows in results.items():
             show(f"{kind}: first message", [f for f, _ in rows])

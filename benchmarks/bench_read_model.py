@@ -256,21 +256,18 @@ def handler_profile(db: Path, jobs: int) -> None:
         if db.with_name(db.name + suffix).exists():
             shutil.copy(db.with_name(db.name + suffix), copy.with_name(copy.name + suffix))
     store = SqliteStore(copy)
-    # The store and the read model are async; one loop runs each call (its overhead is in every figure).
-    loop = asyncio.new_event_loop()
-    run = loop.run_until_complete
     try:
         off = PhaseQueries(store, lambda j, p: None, view_cache_jobs=0)
         on = PhaseQueries(store, lambda j, p: None)
-        ids = [r.job_id for r in run(store.list_jobs(PROJECT, [], jobs))]
+        ids = [r.job_id for r in store.list_jobs(PROJECT, [], jobs)]
         parts = {
-            "store.list_jobs (the page's rows)": lambda: run(store.list_jobs(PROJECT, [], jobs + 1)),
-            "store.phases_of_jobs (page)": lambda: run(store.phases_of_jobs(ids)),
-            "store.model_cost_sums (page)": lambda: run(store.model_cost_sums(job_ids=ids)),
-            "ListJobs handler, cache off": lambda: list_jobs_response(run(off.list_jobs(PROJECT, [], jobs, None)).jobs, ""),
-            "ListJobs handler, cache on": lambda: list_jobs_response(run(on.list_jobs(PROJECT, [], jobs, None)).jobs, ""),
-            "GetJob handler, cache off": lambda: get_job_response(run(off.job("bench-000"))),
-            "GetJob handler, cache on": lambda: get_job_response(run(on.job("bench-000"))),
+            "store.list_jobs (the page's rows)": lambda: store.list_jobs(PROJECT, [], jobs + 1),
+            "store.phases_of_jobs (page)": lambda: store.phases_of_jobs(ids),
+            "store.model_cost_sums (page)": lambda: store.model_cost_sums(job_ids=ids),
+            "ListJobs handler, cache off": lambda: list_jobs_response(off.list_jobs(PROJECT, [], jobs, None).jobs, ""),
+            "ListJobs handler, cache on": lambda: list_jobs_response(on.list_jobs(PROJECT, [], jobs, None).jobs, ""),
+            "GetJob handler, cache off": lambda: get_job_response(off.job("bench-000")),
+            "GetJob handler, cache on": lambda: get_job_response(on.job("bench-000")),
         }  # fmt: skip
         print("\nin process, no gRPC (µs per call, best of 5):")
         for label, call in parts.items():
@@ -278,11 +275,10 @@ def handler_profile(db: Path, jobs: int) -> None:
                 call()
             best = min(timeit.repeat(call, number=200, repeat=5)) / 200 * 1e6
             print(f"  {label:<36} {best:8.1f}")
-        page = len(list_jobs_response(run(on.list_jobs(PROJECT, [], jobs, None)).jobs, ""))
-        print(f"  ListJobs response: {page} bytes; GetJob: {len(get_job_response(run(on.job('bench-000'))))} bytes")
+        page = len(list_jobs_response(on.list_jobs(PROJECT, [], jobs, None).jobs, ""))
+        print(f"  ListJobs response: {page} bytes; GetJob: {len(get_job_response(on.job('bench-000')))} bytes")
     finally:
-        run(store.close())
-        loop.close()
+        store.close()
 
 
 def main() -> None:

@@ -111,12 +111,12 @@ class RunningServer:
         await self.server.stop(1.0)
         if self.health_server is not None:
             await self.health_server.stop(None)
-        await self.manager.writer.flush()
+        self.manager.writer.flush()
         if self.listener is not None:
             await self.listener.stop()
         if self.forwarder is not None:
             await self.forwarder.close()
-        await self.store.close()
+        self.store.close()
         if self.offline_api is not None:
             self.offline_api.stop()
         if self.key_broker is not None:
@@ -278,7 +278,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         recovered = await manager.recover()
     else:  # a shared database: only the phases of replicas that are gone (takeover.py)
         takeover = Takeover(store, manager.codec, interval_seconds=sweep_interval_seconds(store.replica.lease_seconds))
-        recovered = await takeover.sweep()
+        recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
@@ -431,7 +431,7 @@ async def _start_listener(store) -> EventListener:
         return await asyncio.wait_for(listener.start(), 10.0)
     except TimeoutError:
         await listener.stop()
-        await store.close()
+        store.close()
         raise StartupError("cannot LISTEN for events on the PostgreSQL database (no connection within 10 s)") from None
 
 
@@ -451,4 +451,4 @@ async def _close(store, listener: EventListener | None) -> None:
     """A start that failed half-way: the LISTEN connection, then the store."""
     if listener is not None:
         await listener.stop()
-    await store.close()
+    store.close()

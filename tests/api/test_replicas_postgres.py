@@ -235,10 +235,10 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
         a.server.store.replica.stop_heartbeat()
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
             await db.execute("UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'replica-a'")
-        await Takeover(b.server.store, b.server.manager.codec, interval_seconds=5).sweep()
-        taken = await b.server.store.get_phase("job-f", "p1")
+        Takeover(b.server.store, b.server.manager.codec, interval_seconds=5).sweep()
+        taken = b.server.store.get_phase("job-f", "p1")
         assert taken.status is PhaseStatus.INTERRUPTED and taken.result_pb is not None
-        history = await b.server.store.read_events("job-f", "p1", 0, 1000)
+        history = b.server.store.read_events("job-f", "p1", 0, 1000)
 
         # A revives and carries on: its next write is refused, so it stops the process and ends its watchers.
         await a.stub.ResolveToolCall(
@@ -254,8 +254,8 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
         assert result.status == res.PHASE_STATUS_INTERRUPTED
         assert [e.SerializeToString() for e in events] == [r.body for r in history[: len(events)]]
         assert (
-            await b.server.store.read_events("job-f", "p1", 0, 1000) == history
+            b.server.store.read_events("job-f", "p1", 0, 1000) == history
         )  # nothing appended after the sweep
-        assert (await b.server.store.get_phase("job-f", "p1")).result_pb == taken.result_pb
+        assert b.server.store.get_phase("job-f", "p1").result_pb == taken.result_pb
         watched = await collect(b.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=30))
         assert watched[1] == result and len(watched[0]) == len(history)

@@ -97,7 +97,7 @@ async def stub(tmp_path: Path):
             yield pb_grpc.RunnerServiceStub(channel), server
     finally:
         await server.server.stop(0)
-        await server.store.close()
+        server.store.close()
 
 
 async def call(stub, method, request):
@@ -215,7 +215,7 @@ async def test_a_rejected_run_phase_leaves_nothing_behind(stub, tmp_path, breakp
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_info(error).metadata["field"] == field
     # Nothing was persisted: no job, no PENDING phase, so a corrected retry may reuse the ids.
-    assert await server.store.get_job("j") is None and await server.store.get_phase("j", "p") is None
+    assert server.store.get_job("j") is None and server.store.get_phase("j", "p") is None
     assert not server.manager.live
 
 
@@ -248,7 +248,7 @@ async def test_a_phase_that_cannot_be_set_up_is_failed_not_left_pending(tmp_path
             assert phase.result.status == res.PHASE_STATUS_FAILED
     finally:
         await server.server.stop(0)
-        await server.store.close()
+        server.store.close()
 
 
 @pytest.mark.parametrize("method", ["GetJob", "WatchPhase"])
@@ -269,6 +269,6 @@ async def test_a_malformed_request_is_invalid_argument(tmp_path, method, body):
                     await channel.unary_unary(path)(body, timeout=10)
     finally:
         await server.server.stop(0)
-        await server.store.close()
+        server.store.close()
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_info(caught.value).metadata["field"] == "request"

@@ -210,7 +210,7 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
         else:
             phase.call.cancel()
             await until(lambda: runner.server.manager.get_live("cancel", "p") is None)
-            row = await runner.server.manager.require_phase("cancel", "p")
+            row = runner.server.manager.require_phase("cancel", "p")
             result = res.PhaseResult.FromString(row.result_pb)
     assert result.status == res.PHASE_STATUS_CANCELLED, result.reason
     assert_contained_and_gone(result, runner.data_dir, setting, tool, cli, shim)

@@ -39,13 +39,13 @@ async def test_a_phase_runs_on_postgres_and_another_replica_answers_for_it(
 
             other = PostgresStore(postgres_url, heartbeat=False)  # another replica, same database
             try:
-                stored = await other.read_events("job-1", "p1", 0, 1000)
+                stored = other.read_events("job-1", "p1", 0, 1000)
                 assert [e.sequence for e in stored] == [e.sequence for e in events]
                 assert [e.body for e in stored] == [e.SerializeToString() for e in events]
-                row = await other.get_phase("job-1", "p1")
+                row = other.get_phase("job-1", "p1")
                 assert row.status is PhaseStatus.SUCCEEDED and row.result_pb is not None
-                assert (await other.phase_owner("job-1", "p1")).replica_id == runner.server.store.replica_id
+                assert other.phase_owner("job-1", "p1").replica_id == runner.server.store.replica_id
             finally:
-                await other.close()
+                other.close()
         pointers = [json.loads(n.payload) async for n in listen.notifies(timeout=1)]
     assert pointers and max(p["s"] for p in pointers if p["p"] == "p1") == len(events)

@@ -33,7 +33,7 @@ async def running(tmp_path):
         yield server
     finally:
         await server.server.stop(0)
-        await server.store.close()
+        server.store.close()
 
 
 async def _check(channel, service: str) -> int:
@@ -114,4 +114,4 @@ async def test_auth_token_required_except_for_health(tmp_path):
             assert caught.value.code() != grpc.StatusCode.UNAUTHENTICATED
     finally:
         await server.server.stop(0)
-        await server.store.close()
+        server.store.close()

@@ -47,7 +47,7 @@ async def test_a_matching_phase_starts_warm_and_others_cold(claude_binary, scrip
         events, result = await runner.run_phase("say hello", job_id="warm", model=MODEL, deadline=120)
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
         assert result.result_text == "hello from a warm start"
-        assert (await manager.store.get_phase("warm", "p1")).pid == warm_shim  # the prestarted shim ran it
+        assert manager.store.get_phase("warm", "p1").pid == warm_shim  # the prestarted shim ran it
         assert any("warm start" in r for r in _reasons(events))
         assert pool.taken == 1
         assert not alive(warm_shim)  # ended with its phase
@@ -57,7 +57,7 @@ async def test_a_matching_phase_starts_warm_and_others_cold(claude_binary, scrip
 
         events, result = await runner.run_phase("say hello", job_id="cold", model="claude-opus-4-1", deadline=120)
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
-        assert (await manager.store.get_phase("cold", "p1")).pid not in (warm_shim, refill)
+        assert manager.store.get_phase("cold", "p1").pid not in (warm_shim, refill)
         assert not any("warm start" in r for r in _reasons(events))
         assert pool.taken == 1 and pool.ready_pids == [refill]  # the other signature left it waiting
         instance = manager.containment.instance

@@ -28,11 +28,11 @@ LOCAL = AdmissionLimits(max_running=4, max_starting=4)
 
 
 @pytest.fixture
-async def stores(postgres_url):
+def stores(postgres_url):
     opened = [PostgresStore(postgres_url, heartbeat=False) for _ in range(2)]
     yield opened
     for store in opened:
-        await store.close()
+        store.close()
 
 
 def queues(stores, cluster: ClusterLimits, local: AdmissionLimits = LOCAL):

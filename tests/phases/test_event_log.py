@@ -14,13 +14,13 @@ from helix_runner.store.sqlite_store import EventRow, PhaseRow, SqliteStore
 
 
 @pytest.fixture
-async def store(tmp_path):
+def store(tmp_path):
     s = SqliteStore(tmp_path / "db.sqlite3")
-    await s.get_or_create_job("j", "proj", 1)
-    await s.insert_phase(PhaseRow(job_id="j", phase_id="p", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
+    s.get_or_create_job("j", "proj", 1)
+    s.insert_phase(PhaseRow(job_id="j", phase_id="p", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                             create_time_ns=1))
     yield s
-    await s.close()
+    s.close()
 
 
 def rows(first: int, count: int) -> list[EventRow]:
@@ -46,11 +46,8 @@ def expected(upto: int, after: int = 0) -> list[bytes]:
 async def test_persisted_before_delivery_and_gap_checked(store):
     log = PhaseEventLog(store, "j", "p")
     log.publish(rows(1, 3))
-    assert log.last_sequence == 0  # offered only once committed
-    await log.writer.flush()
-    assert log.last_sequence == 3
-    assert [r.sequence for r in await store.read_events("j", "p", 0, 10)] == [1, 2, 3]
-    assert (await store.get_phase("j", "p")).last_sequence == 3
+    assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3]
+    assert store.get_phase("j", "p").last_sequence == 3
     with pytest.raises(ValueError, match="gap"):
         log.publish(rows(5, 1))
 
@@ -58,7 +55,6 @@ async def test_persisted_before_delivery_and_gap_checked(store):
 async def test_history_then_live_has_no_gap_or_duplicate(store):
     log = PhaseEventLog(store, "j", "p")
     log.publish(rows(1, 10))
-    await log.writer.flush()
     sub = log.subscribe(4)
     first = await anext(sub)  # history page, read while the subscriber is registered
     log.publish(rows(11, 5))  # lands in the live queue
@@ -91,8 +87,7 @@ async def test_lagging_subscriber_recovers_from_store(store):
     sub = log.subscribe(0)
     log.publish(rows(1, 3))
     got = list((await anext(sub)).events)
-    log.publish(rows(4, 50))  # overflows its queue of 5 once committed
-    await log.writer.flush()
+    log.publish(rows(4, 50))  # overflows its queue of 5
     assert log.lag_count == 1
     log.publish(rows(54, 2))
     log.close(b"R")
@@ -109,7 +104,7 @@ async def test_subscribing_after_close_replays_everything(store):
 
 
 async def test_replay_of_a_finished_phase(store):
-    await store.append_events([("j", "p", rows(1, 1200))])
+    store.append_events([("j", "p", rows(1, 1200))])
     events, result = await drain(replay(store, "j", "p", 100, 1200, b"R"))
     assert events == expected(1200, after=100) and result == b"R"
 
@@ -117,7 +112,7 @@ async def test_replay_of_a_finished_phase(store):
 async def test_group_commit_persists_before_offering_and_batches_phases(store):
     from helix_runner.phases.event_log import EventWriter
 
-    await store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
+    store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                                 create_time_ns=1))
     writer = EventWriter(store)
     a = PhaseEventLog(store, "j", "p", writer=writer)
@@ -127,12 +122,12 @@ async def test_group_commit_persists_before_offering_and_batches_phases(store):
     a.publish(rows(1, 3))
     b.publish(rows(1, 2))
     a.publish(rows(4, 1))
-    assert await store.read_events("j", "p", 0, 10) == []  # nothing committed within the loop turn
+    assert store.read_events("j", "p", 0, 10) == []  # nothing committed within the loop turn
     assert not first.done() and a.last_sequence == 0
     delivered = await asyncio.wait_for(first, 5)
     # One loop turn later both phases are committed and only then offered.
-    assert [r.sequence for r in await store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
-    assert [r.sequence for r in await store.read_events("j", "q", 0, 10)] == [1, 2]
+    assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
+    assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
     # Both batches were queued before the subscriber ran: they come as one delivery.
     assert list(delivered.events) == expected(4)
     a.close(b"R")
@@ -148,7 +143,7 @@ async def test_one_transaction_for_every_phase_in_a_loop_turn_committed_before_a
     from helix_runner.phases.event_log import EventWriter
 
     for phase in ("q", "r"):
-        await store.insert_phase(PhaseRow(job_id="j", phase_id=phase, ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
+        store.insert_phase(PhaseRow(job_id="j", phase_id=phase, ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                                     create_time_ns=1))
     statements: list[str] = []
     store._db.set_trace_callback(statements.append)
@@ -189,8 +184,8 @@ class TakenOver:
     def __init__(self, store, refused):
         self.store, self.refused = store, set(refused)
 
-    async def append_events(self, batches):
-        await self.store.append_events([b for b in batches if (b[0], b[1]) not in self.refused])
+    def append_events(self, batches):
+        self.store.append_events([b for b in batches if (b[0], b[1]) not in self.refused])
         refused = [(job, phase) for job, phase, _ in batches if (job, phase) in self.refused]
         if refused:
             raise FencedError(refused)
@@ -202,7 +197,7 @@ class TakenOver:
 async def test_a_refused_phase_ends_its_watchers_and_the_others_are_committed_and_delivered(store):
     from helix_runner.phases.event_log import EventWriter
 
-    await store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
+    store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
                                 create_time_ns=1))
     shared = TakenOver(store, [])
     writer = EventWriter(shared)
@@ -222,12 +217,12 @@ async def test_a_refused_phase_ends_its_watchers_and_the_others_are_committed_an
     taken.close(b"this replica's result")  # the run ends here; must not reach the watchers
     assert await drain(taken_sub) == ([], b"the taker's result")
     assert fenced == [("j", "q")]
-    assert [r.sequence for r in await store.read_events("j", "q", 0, 10)] == [1, 2]
+    assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
     taken.publish(rows(5, 1))  # nothing more is written for it
     kept.close(b"R")
     assert await drain(kept_sub) == (expected(4), b"R")
-    assert [r.sequence for r in await store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
-    assert [r.sequence for r in await store.read_events("j", "q", 0, 10)] == [1, 2]
+    assert [r.sequence for r in store.read_events("j", "p", 0, 10)] == [1, 2, 3, 4]
+    assert [r.sequence for r in store.read_events("j", "q", 0, 10)] == [1, 2]
 
 
 # -- encode once: each live batch framed once, a watcher behind gets one message ---------------------
@@ -318,70 +313,3 @@ async def test_joining_stops_at_the_byte_cap_and_a_larger_batch_goes_unframed(st
     assert all(d.message is not None and len(d.message) <= BATCH_BYTES for d in events[:-1])
     assert [d.last_sequence - d.first_sequence + 1 for d in events[:-1]] == [4, 4, 2]
     assert events[-1].message is None and list(events[-1].events) == [big[0].body]
-
-
-# -- single flight: submissions during a commit go into the next one, in order -----------------------
-
-
-class GatedStore:
-    """Records each append_events call; each waits until the test opens its gate."""
-
-    def __init__(self, store):
-        self.store, self.calls, self.entered = store, [], asyncio.Event()
-        self.gate = asyncio.Event()
-
-    async def append_events(self, batches):
-        self.calls.append([(job, phase, [r.sequence for r in rows]) for job, phase, rows in batches])
-        self.entered.set()
-        await self.gate.wait()
-        await self.store.append_events(batches)
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
-
-
-async def test_submissions_during_an_in_flight_commit_go_into_the_next_transaction_and_call_back_in_order(store):
-    from helix_runner.phases.event_log import EventWriter
-
-    await store.insert_phase(PhaseRow(job_id="j", phase_id="q", ordinal=0, project_id="proj",
-                                      status=PhaseStatus.RUNNING, create_time_ns=1))
-    gated = GatedStore(store)
-    writer = EventWriter(gated)
-    durable: list[str] = []
-    writer.submit("j", "p", rows(1, 2), lambda: durable.append("p1-2"))
-    async with asyncio.timeout(5):
-        await gated.entered.wait()  # the first commit is in flight (waiting on the "database")
-    gated.entered.clear()
-    writer.submit("j", "q", rows(1, 1), lambda: durable.append("q1"))
-    writer.submit("j", "p", rows(3, 1), lambda: durable.append("p3"))
-    writer.submit("j", "p", (), lambda: durable.append("p closed"))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert gated.calls == [[("j", "p", [1, 2])]]  # single flight: no second commit meanwhile
-    assert durable == []  # nothing is called back before its rows are committed
-    flushed = asyncio.create_task(writer.flush())
-    gated.gate.set()
-    async with asyncio.timeout(5):
-        await flushed  # a flush waits for everything submitted before it
-    # Everything submitted during the first commit went into one second transaction, in order.
-    assert gated.calls == [[("j", "p", [1, 2])], [("j", "q", [1]), ("j", "p", [3])]]
-    assert writer.commits == 2
-    assert durable == ["p1-2", "q1", "p3", "p closed"]
-    assert [r.sequence for r in await store.read_events("j", "p", 0, 10)] == [1, 2, 3]
-
-
-async def test_a_phases_row_writes_keep_their_place_among_its_appends(store):
-    from helix_runner.phases.event_log import EventWriter
-
-    writer = EventWriter(store)
-    order: list[str] = []
-
-    async def status_write():
-        order.append(f"status written, events committed: {len(await store.read_events('j', 'p', 0, 10))}")
-
-    writer.submit("j", "p", rows(1, 1), lambda: order.append("e1 offered"))
-    writer.submit_write("j", "p", status_write)  # after e1 in this phase: e1 is committed first
-    writer.submit("j", "p", rows(2, 1), lambda: order.append("e2 offered"))
-    async with asyncio.timeout(5):
-        await writer.flush()
-    assert order == ["e1 offered", "status written, events committed: 1", "e2 offered"]

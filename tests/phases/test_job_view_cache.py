@@ -25,35 +25,35 @@ S = PhaseStatus
 
 
 @pytest.fixture
-async def stores(database_url):
+def stores(database_url):
     """Two handles on one database: the reader's, and a writer's (another process or replica)."""
     reader, writer = open_store(database_url), open_store(database_url)
     yield reader, writer
-    await reader.close()
-    await writer.close()
+    reader.close()
+    writer.close()
 
 
 def no_live(job_id: str, phase_id: str):
     return None
 
 
-async def add_job(store, job: str, phases: int = 1, t: int = 1, project: str = "p") -> None:
-    await store.get_or_create_job(job, project, t)
+def add_job(store, job: str, phases: int = 1, t: int = 1, project: str = "p") -> None:
+    store.get_or_create_job(job, project, t)
     for i in range(phases):
-        await store.insert_phase(
+        store.insert_phase(
             PhaseRow(job_id=job, phase_id=f"p{i}", ordinal=0, project_id=project, status=S.RUNNING, create_time_ns=t)
         )
-        await store.update_phase(job, f"p{i}", t, status=S.SUCCEEDED, result_pb=b"\x08\x06", computed_usd=0.5)
-        await store.replace_model_costs(job, f"p{i}", project, [cost("m1")])
+        store.update_phase(job, f"p{i}", t, status=S.SUCCEEDED, result_pb=b"\x08\x06", computed_usd=0.5)
+        store.replace_model_costs(job, f"p{i}", project, [cost("m1")])
 
 
 def cost(model: str, computed: float = 0.25) -> ModelCostRow:
     return ModelCostRow(model, 10, 20, 30, 40, 50, 1, 0.5, computed, PricingSource.PRICE_TABLE)
 
 
-async def fresh(store, job: str):
+def fresh(store, job: str):
     """The view as an uncached read model builds it now."""
-    return await PhaseQueries(store, no_live, view_cache_jobs=0).job(job)
+    return PhaseQueries(store, no_live, view_cache_jobs=0).job(job)
 
 
 def same(a, b) -> bool:
@@ -61,51 +61,51 @@ def same(a, b) -> bool:
     return job_to_proto(a) == job_to_proto(b)
 
 
-async def test_a_page_of_unchanged_jobs_is_served_from_the_cache(stores):
+def test_a_page_of_unchanged_jobs_is_served_from_the_cache(stores):
     reader, _ = stores
     for i in range(5):
-        await add_job(reader, f"j{i}", phases=2, t=10 + i)
+        add_job(reader, f"j{i}", phases=2, t=10 + i)
     queries = PhaseQueries(reader, no_live)
-    first = await queries.list_jobs(None, [], 10, None)
+    first = queries.list_jobs(None, [], 10, None)
     assert queries.view_cache.hits == 0 and len(queries.view_cache) == 5
-    again = await queries.list_jobs(None, [], 10, None)
+    again = queries.list_jobs(None, [], 10, None)
     assert queries.view_cache.hits == 5
     assert all(a is b for a, b in zip(first.jobs, again.jobs, strict=True))  # the same objects
-    assert await queries.job("j3") is first.jobs[1]
+    assert queries.job("j3") is first.jobs[1]
     # Uncached, the same answer.
     uncached = PhaseQueries(reader, no_live, view_cache_jobs=0)
     assert uncached.view_cache is None
-    assert [job_to_proto(j) for j in (await uncached.list_jobs(None, [], 10, None)).jobs] == [
+    assert [job_to_proto(j) for j in uncached.list_jobs(None, [], 10, None).jobs] == [
         job_to_proto(j) for j in again.jobs
     ]
 
 
-async def test_a_cached_page_takes_one_query_on_sqlite(tmp_path):
+def test_a_cached_page_takes_one_query_on_sqlite(tmp_path):
     store = open_store(f"sqlite://{tmp_path / 'db.sqlite3'}")
     try:
         for i in range(20):
-            await add_job(store, f"j{i:02}", t=i)
+            add_job(store, f"j{i:02}", t=i)
         queries = PhaseQueries(store, no_live)
         statements: list[str] = []
         store._db.set_trace_callback(statements.append)
-        await queries.list_jobs(None, [], 20, None)
+        queries.list_jobs(None, [], 20, None)
         assert len(statements) == 3  # jobs, their phases, their costs
         statements.clear()
-        await queries.list_jobs(None, [], 20, None)
+        queries.list_jobs(None, [], 20, None)
         assert len(statements) == 1  # the jobs, with their versions
         statements.clear()
-        await store.append_events([("j05", "p0", [EventRow(1, 1, "k", b"e")])])
+        store.append_events([("j05", "p0", [EventRow(1, 1, "k", b"e")])])
         assert not any("UPDATE jobs" in s for s in statements)  # nothing written to the job row
         statements.clear()
-        page = await queries.list_jobs(None, [], 20, None)
+        page = queries.list_jobs(None, [], 20, None)
         assert len(statements) == 3 and next(j for j in page.jobs if j.job_id == "j05").phases[0].last_sequence == 1
         assert queries.view_cache.hits == 20 + 19
     finally:
-        await store.close()
+        store.close()
 
 
-async def _insert_phase(w):
-    await w.insert_phase(PhaseRow(job_id="j", phase_id="new", ordinal=0, project_id="p", status=S.QUEUED, create_time_ns=9))
+def _insert_phase(w):
+    w.insert_phase(PhaseRow(job_id="j", phase_id="new", ordinal=0, project_id="p", status=S.QUEUED, create_time_ns=9))
 
 
 WRITES = {
@@ -122,34 +122,34 @@ WRITES = {
 
 
 @pytest.mark.parametrize("write", list(WRITES), ids=list(WRITES))
-async def test_a_write_through_another_handle_is_seen_by_the_next_read(stores, write):
+def test_a_write_through_another_handle_is_seen_by_the_next_read(stores, write):
     reader, writer = stores
-    await add_job(writer, "j", phases=2)  # the writer owns the phases (on PostgreSQL: runs them)
-    await add_job(writer, "other", t=2)
+    add_job(writer, "j", phases=2)  # the writer owns the phases (on PostgreSQL: runs them)
+    add_job(writer, "other", t=2)
     queries = PhaseQueries(reader, no_live)
-    before = await queries.job("j")
-    page_before = await queries.list_jobs("p", [], 10, None)
+    before = queries.job("j")
+    page_before = queries.list_jobs("p", [], 10, None)
     other = page_before.jobs[0]
-    assert await queries.job("j") is before  # cached
+    assert queries.job("j") is before  # cached
 
-    await WRITES[write](writer)
+    WRITES[write](writer)
 
-    after, expected = await queries.job("j"), await fresh(reader, "j")
+    after, expected = queries.job("j"), fresh(reader, "j")
     assert not same(after, before) and same(after, expected)
-    listed = {j.job_id: j for j in (await queries.list_jobs("p", [], 10, None)).jobs}
+    listed = {j.job_id: j for j in queries.list_jobs("p", [], 10, None).jobs}
     assert same(listed["j"], expected)
     assert listed["other"] is other  # the untouched job stays cached
 
 
-async def test_a_job_deleted_and_created_again_under_its_id_is_not_served_from_the_old_view(stores):
+def test_a_job_deleted_and_created_again_under_its_id_is_not_served_from_the_old_view(stores):
     reader, writer = stores
-    await add_job(writer, "j", phases=1, t=1)
+    add_job(writer, "j", phases=1, t=1)
     queries = PhaseQueries(reader, no_live)
-    old = await queries.job("j")
-    await writer.delete_jobs(["j"])
-    await add_job(writer, "j", phases=1, t=5, project="q")  # as many writes: the same view_version
-    assert (await writer.get_job("j")).view_version == (await reader.get_job("j")).view_version
-    new = await queries.job("j")
+    old = queries.job("j")
+    writer.delete_jobs(["j"])
+    add_job(writer, "j", phases=1, t=5, project="q")  # as many writes: the same view_version
+    assert writer.get_job("j").view_version == reader.get_job("j").view_version
+    new = queries.job("j")
     assert new.project_id == "q" and new.create_time_ns == 5 and not same(new, old)
 
 
@@ -165,45 +165,45 @@ def live_table(running: set[tuple[str, str]]):
     return live
 
 
-async def test_a_job_with_a_phase_running_here_is_never_served_from_the_cache(stores):
+def test_a_job_with_a_phase_running_here_is_never_served_from_the_cache(stores):
     reader, _ = stores
-    await add_job(reader, "j", phases=1)
+    add_job(reader, "j", phases=1)
     running: set[tuple[str, str]] = set()
     queries = PhaseQueries(reader, live_table(running))
-    cached = await queries.job("j")
-    assert await queries.job("j") is cached and cached.phases[0].live is None
+    cached = queries.job("j")
+    assert queries.job("j") is cached and cached.phases[0].live is None
 
     running.add(("j", "p0"))  # (e.g. a phase taken over, before its first write)
-    live = await queries.job("j")
+    live = queries.job("j")
     assert live is not cached and live.phases[0].live is not None and live.phases[0].last_sequence == 99
-    assert await queries.job("j") is not live  # built again on every read while it runs here
+    assert queries.job("j") is not live  # built again on every read while it runs here
 
     running.clear()
-    assert await queries.job("j") is cached  # the stored view still holds: no write since
+    assert queries.job("j") is cached  # the stored view still holds: no write since
 
 
-async def test_the_cache_keeps_at_most_its_capacity_least_recently_used_out(stores):
+def test_the_cache_keeps_at_most_its_capacity_least_recently_used_out(stores):
     reader, _ = stores
     for i in range(4):
-        await add_job(reader, f"j{i}", t=i)
+        add_job(reader, f"j{i}", t=i)
     queries = PhaseQueries(reader, no_live, view_cache_jobs=2)
-    first = await queries.job("j0")
-    await queries.job("j1")
-    assert await queries.job("j0") is first  # j0 is now the most recent
-    await queries.job("j2")  # evicts j1
+    first = queries.job("j0")
+    queries.job("j1")
+    assert queries.job("j0") is first  # j0 is now the most recent
+    queries.job("j2")  # evicts j1
     assert len(queries.view_cache) == 2
-    assert await queries.job("j0") is first
+    assert queries.job("j0") is first
     hits = queries.view_cache.hits
-    await queries.job("j1")
+    queries.job("j1")
     assert queries.view_cache.hits == hits  # was evicted: a miss
 
 
-async def test_responses_join_each_jobs_encoding_made_once(stores):
+def test_responses_join_each_jobs_encoding_made_once(stores):
     reader, _ = stores
     for i in range(3):
-        await add_job(reader, f"j{i}", phases=2, t=i)
+        add_job(reader, f"j{i}", phases=2, t=i)
     queries = PhaseQueries(reader, no_live)
-    page = await queries.list_jobs(None, [], 10, None)
+    page = queries.list_jobs(None, [], 10, None)
     data = list_jobs_response(page.jobs, "tok")
     expected = runner_service_pb2.ListJobsResponse(
         jobs=[job_to_proto(j) for j in page.jobs], next_page_token="tok"
@@ -211,31 +211,31 @@ async def test_responses_join_each_jobs_encoding_made_once(stores):
     assert runner_service_pb2.ListJobsResponse.FromString(data) == expected
     assert runner_service_pb2.ListJobsResponse.FromString(list_jobs_response(page.jobs, "")).next_page_token == ""
     encoded = page.jobs[0].memo["job_pb"]
-    again = await queries.list_jobs(None, [], 10, None)
+    again = queries.list_jobs(None, [], 10, None)
     list_jobs_response(again.jobs, "")
     assert again.jobs[0].memo["job_pb"] is encoded  # encoded once per cached view
-    job = runner_service_pb2.GetJobResponse.FromString(get_job_response(await queries.job("j1")))
+    job = runner_service_pb2.GetJobResponse.FromString(get_job_response(queries.job("j1")))
     assert job == runner_service_pb2.GetJobResponse(job=job_to_proto(page.jobs[1]))
 
 
-async def test_the_cache_holds_a_bounded_number_of_bytes_and_no_huge_job(stores):
+def test_the_cache_holds_a_bounded_number_of_bytes_and_no_huge_job(stores):
     from helix_runner.phases.queries import JobViewCache
 
     reader, _ = stores
     for i in range(20):
-        await add_job(reader, f"j{i:02}", t=i)
-    await add_job(reader, "big", t=99)
-    await reader.update_phase("big", "p0", 99, status_reason="x" * 100_000)  # far larger than the rest
+        add_job(reader, f"j{i:02}", t=i)
+    add_job(reader, "big", t=99)
+    reader.update_phase("big", "p0", 99, status_reason="x" * 100_000)  # far larger than the rest
     queries = PhaseQueries(reader, no_live)
-    await queries.job("j00")
+    queries.job("j00")
     one = queries.view_cache.bytes  # every small job holds as much
     queries.view_cache = cache = JobViewCache(capacity=100, max_bytes=17 * one)
     for i in range(20):
-        await queries.job(f"j{i:02}")
+        queries.job(f"j{i:02}")
     assert len(cache) == 17 and cache.bytes == 17 * one  # the three least recently used went
-    assert await queries.job("j19") is await queries.job("j19") and cache.misses == 20
-    await queries.job("j00")
+    assert queries.job("j19") is queries.job("j19") and cache.misses == 20
+    queries.job("j00")
     assert cache.misses == 21  # had gone
-    big = await queries.job("big")
+    big = queries.job("big")
     assert big.phases[0].status_reason == "x" * 100_000
-    assert await queries.job("big") is not big and len(cache) == 17  # too big to keep: built on each read
+    assert queries.job("big") is not big and len(cache) == 17  # too big to keep: built on each read

@@ -27,13 +27,13 @@ S = ToolCallStatus
 
 
 @pytest.fixture
-async def store(tmp_path):
+def store(tmp_path):
     s = SqliteStore(tmp_path / "db.sqlite3")
     yield s
-    await s.close()
+    s.close()
 
 
-async def add_phase(
+def add_phase(
     store,
     job: str,
     phase: str,
@@ -45,8 +45,8 @@ async def add_phase(
     computed: float = 0.0,
     computed_only: bool = False,
 ) -> None:
-    await store.get_or_create_job(job, project, t)
-    await store.insert_phase(
+    store.get_or_create_job(job, project, t)
+    store.insert_phase(
         PhaseRow(
             job_id=job,
             phase_id=phase,
@@ -56,7 +56,7 @@ async def add_phase(
             create_time_ns=t,
         )
     )
-    await store.update_phase(
+    store.update_phase(
         job,
         phase,
         t,
@@ -94,48 +94,48 @@ class Statements:
         self.sql: list[str] = []
         store._db.set_trace_callback(self.sql.append)
 
-    async def count(self, action) -> int:
+    def count(self, action) -> int:
         self.sql.clear()
-        await action()
+        action()
         return len(self.sql)
 
 
 # -- jobs ------------------------------------------------------------------------------------
 
 
-async def test_a_page_of_jobs_takes_the_same_three_queries_for_one_job_or_twenty(store):
+def test_a_page_of_jobs_takes_the_same_three_queries_for_one_job_or_twenty(store):
     for i in range(25):
         for p in range(3):
-            await add_phase(store, f"job-{i:02}", f"p{p}", t=100 + i, computed=0.1)
-            await store.replace_model_costs(f"job-{i:02}", f"p{p}", "proj", [cost_row("m1"), cost_row("m2")])
+            add_phase(store, f"job-{i:02}", f"p{p}", t=100 + i, computed=0.1)
+            store.replace_model_costs(f"job-{i:02}", f"p{p}", "proj", [cost_row("m1"), cost_row("m2")])
     queries = PhaseQueries(store, no_live)
     statements = Statements(store)
 
     counts = {
-        size: await statements.count(lambda size=size: queries.list_jobs(None, [], size, None))
+        size: statements.count(lambda size=size: queries.list_jobs(None, [], size, None))
         for size in (1, 5, 20)
     }
     assert counts == {1: 3, 5: 3, 20: 3}  # jobs, their phases, their per-model costs
-    assert await statements.count(lambda: queries.job("job-03")) == 3
-    page = await queries.list_jobs(None, [], 20, None)
+    assert statements.count(lambda: queries.job("job-03")) == 3
+    page = queries.list_jobs(None, [], 20, None)
     assert [j.job_id for j in page.jobs] == [f"job-{i:02}" for i in range(24, 4, -1)]
     assert all(len(j.phases) == 3 and j.cost.phase_count == 3 for j in page.jobs)
     assert page.next_after == (105, "job-05")
-    rest = await queries.list_jobs(None, [], 20, page.next_after)
+    rest = queries.list_jobs(None, [], 20, page.next_after)
     assert [j.job_id for j in rest.jobs] == [
         f"job-{i:02}" for i in range(4, -1, -1)
     ] and rest.next_after is None
 
 
-async def test_a_job_view_carries_its_phases_in_order_and_its_totals(store):
-    await add_phase(store, "j", "a", t=1, reported=1.0, computed=0.75)
-    await add_phase(store, "j", "b", t=2, status=PhaseStatus.FAILED, computed=0.5, computed_only=True)
-    await add_phase(store, "other", "a", t=3, reported=9.0, computed=9.0)
-    await store.replace_model_costs("j", "a", "proj", [cost_row("m1", reported=0.5, computed=0.25)])
-    await store.replace_model_costs("j", "b", "proj", [cost_row("m1", reported=None, computed=0.5)])
-    await store.replace_model_costs("other", "a", "proj", [cost_row("m1", computed=9.0)])
+def test_a_job_view_carries_its_phases_in_order_and_its_totals(store):
+    add_phase(store, "j", "a", t=1, reported=1.0, computed=0.75)
+    add_phase(store, "j", "b", t=2, status=PhaseStatus.FAILED, computed=0.5, computed_only=True)
+    add_phase(store, "other", "a", t=3, reported=9.0, computed=9.0)
+    store.replace_model_costs("j", "a", "proj", [cost_row("m1", reported=0.5, computed=0.25)])
+    store.replace_model_costs("j", "b", "proj", [cost_row("m1", reported=None, computed=0.5)])
+    store.replace_model_costs("other", "a", "proj", [cost_row("m1", computed=9.0)])
 
-    job = await PhaseQueries(store, no_live).job("j")
+    job = PhaseQueries(store, no_live).job("j")
 
     assert job.status is PhaseStatus.FAILED and [p.phase_id for p in job.phases] == ["a", "b"]
     assert job.phases[0].result_pb == b"\x08\x01" and job.phases[0].live is None
@@ -156,9 +156,9 @@ async def test_a_job_view_carries_its_phases_in_order_and_its_totals(store):
     assert cost.tokens == m1.tokens
 
 
-async def test_unknown_jobs_and_phases_are_not_found(store):
+def test_unknown_jobs_and_phases_are_not_found(store):
     queries = PhaseQueries(store, no_live)
-    await add_phase(store, "j", "a")
+    add_phase(store, "j", "a")
     for call in (
         lambda: queries.job("nope"),
         lambda: queries.phase("j", "nope"),
@@ -167,32 +167,32 @@ async def test_unknown_jobs_and_phases_are_not_found(store):
         lambda: queries.cost_totals(job_id="j", phase_id="nope"),
     ):
         with pytest.raises(RunnerError) as caught:
-            await call()
+            call()
         assert caught.value.kind is ErrorKind.NOT_FOUND
     with pytest.raises(RunnerError) as caught:
-        await queries.cost_totals(phase_id="a")
+        queries.cost_totals(phase_id="a")
     assert caught.value.kind is ErrorKind.INVALID_ARGUMENT and caught.value.metadata["field"] == "job_id"
 
 
 # -- costs -----------------------------------------------------------------------------------
 
 
-async def test_cost_totals_by_phase_job_and_project(store):
-    await add_phase(store, "j1", "a", project="alpha", reported=1.0, computed=1.5)
-    await add_phase(store, "j1", "b", project="alpha", computed=0.5, computed_only=True)
-    await add_phase(store, "j2", "a", project="alpha", reported=2.0, computed=2.5)
-    await add_phase(store, "j3", "a", project="beta", reported=4.0, computed=4.0)
-    await add_phase(store, "j4", "a", project="default", reported=8.0, computed=8.0)
-    await store.replace_model_costs(
+def test_cost_totals_by_phase_job_and_project(store):
+    add_phase(store, "j1", "a", project="alpha", reported=1.0, computed=1.5)
+    add_phase(store, "j1", "b", project="alpha", computed=0.5, computed_only=True)
+    add_phase(store, "j2", "a", project="alpha", reported=2.0, computed=2.5)
+    add_phase(store, "j3", "a", project="beta", reported=4.0, computed=4.0)
+    add_phase(store, "j4", "a", project="default", reported=8.0, computed=8.0)
+    store.replace_model_costs(
         "j1",
         "a",
         "alpha",
         [cost_row("opus", tokens=1, computed=1.0), cost_row("haiku", tokens=2, reported=None, computed=0.5)],
     )
-    await store.replace_model_costs(
+    store.replace_model_costs(
         "j1", "b", "alpha", [cost_row("opus", PricingSource.OVERRIDE, tokens=3, reported=None, computed=0.5)]
     )
-    await store.replace_model_costs(
+    store.replace_model_costs(
         "j2",
         "a",
         "alpha",
@@ -201,10 +201,10 @@ async def test_cost_totals_by_phase_job_and_project(store):
             cost_row("opus", tokens=5, reported=2.0, computed=2.5),
         ],
     )
-    await store.replace_model_costs("j3", "a", "beta", [cost_row("opus", tokens=100)])
+    store.replace_model_costs("j3", "a", "beta", [cost_row("opus", tokens=100)])
     queries = PhaseQueries(store, no_live)
 
-    phase = await queries.cost_totals(job_id="j1", phase_id="b")
+    phase = queries.cost_totals(job_id="j1", phase_id="b")
     assert (phase.phase_count, phase.reported_usd, phase.computed_usd, phase.computed_only_phase_count) == (
         1,
         0.0,
@@ -215,7 +215,7 @@ async def test_cost_totals_by_phase_job_and_project(store):
         ("opus", None, PricingSource.OVERRIDE)
     ]
 
-    job = await queries.cost_totals(job_id="j1")
+    job = queries.cost_totals(job_id="j1")
     assert (job.phase_count, job.reported_usd, job.computed_usd) == (2, 1.0, 2.0)
     assert [
         (m.model, m.tokens.input_tokens, m.reported_usd, m.computed_usd, m.pricing_source) for m in job.models
@@ -225,7 +225,7 @@ async def test_cost_totals_by_phase_job_and_project(store):
     ]
     assert job.tokens.output_tokens == 2 * (2 + 4) and job.unpriced_models == ()
 
-    project = await queries.cost_totals(project_id="alpha")
+    project = queries.cost_totals(project_id="alpha")
     assert (
         project.phase_count,
         project.reported_usd,
@@ -240,7 +240,7 @@ async def test_cost_totals_by_phase_job_and_project(store):
     assert project.unpriced_models == ("mystery",)
     assert project.tokens.input_tokens == 15
 
-    default = await queries.cost_totals()  # no project: the default one
+    default = queries.cost_totals()  # no project: the default one
     assert (default.phase_count, default.reported_usd, default.models) == (1, 8.0, ())
 
 
@@ -290,15 +290,15 @@ calls_strategy = st.lists(
     tool=st.sampled_from((None, *NAMES)),
     only_failed=st.booleans(),
 )
-async def test_statistics_equal_summarize_calls_on_the_same_calls(store, calls, phase, tool, only_failed):
+def test_statistics_equal_summarize_calls_on_the_same_calls(store, calls, phase, tool, only_failed):
     job = f"job-{next(_ids)}"  # one store for all examples; each example its own job
-    await add_phase(store, job, "a")
-    await add_phase(store, job, "b")
+    add_phase(store, job, "a")
+    add_phase(store, job, "b")
     rows = call_rows(calls)
     for phase_id in ("a", "b"):
-        await store.upsert_tool_calls(job, phase_id, [r for p, r in rows if p == phase_id])
+        store.upsert_tool_calls(job, phase_id, [r for p, r in rows if p == phase_id])
 
-    page = await PhaseQueries(store, no_live).list_tool_calls(job, phase, tool, only_failed, 1000, None)
+    page = PhaseQueries(store, no_live).list_tool_calls(job, phase, tool, only_failed, 1000, None)
 
     wanted = [
         (p, r)
@@ -313,14 +313,14 @@ async def test_statistics_equal_summarize_calls_on_the_same_calls(store, calls, 
     assert [(c.body, c.status) for c in page.calls] == [(r.body, r.status) for _, r in in_order]
 
 
-async def test_p95_is_the_nearest_rank_of_summarize_calls_for_every_count_up_to_60(store):
+def test_p95_is_the_nearest_rank_of_summarize_calls_for_every_count_up_to_60(store):
     queries = PhaseQueries(store, no_live)
     rng = random.Random(3)
     for n in range(1, 61):
         job = f"job-{n}"
-        await add_phase(store, job, "a")
+        add_phase(store, job, "a")
         durations = rng.sample(range(1, 10**6), n)  # distinct: each rank has its own value
-        await store.upsert_tool_calls(
+        store.upsert_tool_calls(
             job,
             "a",
             [
@@ -329,14 +329,14 @@ async def test_p95_is_the_nearest_rank_of_summarize_calls_for_every_count_up_to_
             ],
         )
         expected = summarize_calls(("Bash", S.SUCCEEDED, d) for d in durations)
-        assert list((await queries.list_tool_calls(job, None, None, False, 1, None)).stats) == expected, n
+        assert list(queries.list_tool_calls(job, None, None, False, 1, None).stats) == expected, n
 
 
-async def test_statistics_of_more_tools_than_one_statement_takes(store):
-    await add_phase(store, "j", "a")
+def test_statistics_of_more_tools_than_one_statement_takes(store):
+    add_phase(store, "j", "a")
     calls = [(f"mcp__srv__tool{i:03}", S.SUCCEEDED if i % 3 else S.FAILED, 1000 + i) for i in range(450)]
     calls += [(name, S.SUCCEEDED, 7) for name, *_ in calls[:50]]
-    await store.upsert_tool_calls(
+    store.upsert_tool_calls(
         "j",
         "a",
         [
@@ -344,22 +344,22 @@ async def test_statistics_of_more_tools_than_one_statement_takes(store):
             for i, (name, status, d) in enumerate(calls)
         ],
     )
-    page = await PhaseQueries(store, no_live).list_tool_calls("j", "a", None, False, 1, None)
+    page = PhaseQueries(store, no_live).list_tool_calls("j", "a", None, False, 1, None)
     assert list(page.stats) == summarize_calls(calls)
 
 
-async def test_p95_is_the_exact_nearest_rank_at_any_count(store):
+def test_p95_is_the_exact_nearest_rank_at_any_count(store):
     # summarize_calls switches to a 2 % histogram past 4,096 durations per tool; SQL stays exact.
-    await add_phase(store, "j", "a")
+    add_phase(store, "j", "a")
     rng = random.Random(7)
     n = 5011  # 0.95 n = 4760.45: the nearest rank is 4761, rounding would give 4760
     durations = [rng.randrange(1, 10**9) for _ in range(n)]
-    await store.upsert_tool_calls(
+    store.upsert_tool_calls(
         "j",
         "a",
         [ToolCallRow(f"t{i}", "Bash", S.SUCCEEDED, i, b"", duration_ns=d) for i, d in enumerate(durations)],
     )
-    (stats,) = (await PhaseQueries(store, no_live).list_tool_calls("j", None, None, False, 1, None)).stats
+    (stats,) = PhaseQueries(store, no_live).list_tool_calls("j", None, None, False, 1, None).stats
     assert stats.p95_duration_ns == sorted(durations)[math.ceil(0.95 * n) - 1]
     assert (stats.count, stats.total_duration_ns, stats.mean_duration_ns) == (
         n,
@@ -368,11 +368,11 @@ async def test_p95_is_the_exact_nearest_rank_at_any_count(store):
     )
 
 
-async def test_tool_calls_page_across_phases_in_start_order(store):
-    await add_phase(store, "j", "a", t=1)
-    await add_phase(store, "j", "b", t=2)
-    await store.upsert_tool_calls("j", "b", [ToolCallRow("x", "Bash", S.FAILED, 1, b"bx", duration_ns=5)])
-    await store.upsert_tool_calls(
+def test_tool_calls_page_across_phases_in_start_order(store):
+    add_phase(store, "j", "a", t=1)
+    add_phase(store, "j", "b", t=2)
+    store.upsert_tool_calls("j", "b", [ToolCallRow("x", "Bash", S.FAILED, 1, b"bx", duration_ns=5)])
+    store.upsert_tool_calls(
         "j",
         "a",
         [
@@ -385,7 +385,7 @@ async def test_tool_calls_page_across_phases_in_start_order(store):
 
     seen, after = [], None
     while True:
-        page = await queries.list_tool_calls("j", None, None, False, 2, after)
+        page = queries.list_tool_calls("j", None, None, False, 2, after)
         seen += [c.body for c in page.calls]
         assert [s.count for s in page.stats] == [1, 3]  # over every matching call, on every page
         if page.next_after is None:
@@ -393,8 +393,8 @@ async def test_tool_calls_page_across_phases_in_start_order(store):
         after = page.next_after
     assert seen == [b"a2", b"a1", b"a0", b"bx"]  # phase a (ordinal 1) first, each by start sequence
     # The job, the page, the tallies, every tool's p95 in one statement: the same for any number of calls.
-    assert await statements.count(lambda: queries.list_tool_calls("j", None, None, False, 2, None)) == 4
-    failed = await queries.list_tool_calls("j", None, None, True, 10, None)
+    assert statements.count(lambda: queries.list_tool_calls("j", None, None, False, 2, None)) == 4
+    failed = queries.list_tool_calls("j", None, None, True, 10, None)
     assert [c.body for c in failed.calls] == [b"bx"] and [s.name for s in failed.stats] == ["Bash"]
 
 
@@ -449,23 +449,23 @@ def live_table(runs: dict[tuple[str, str], FakeRun], done: bool = False):
     return lambda job_id, phase_id: table.get((job_id, phase_id))
 
 
-async def test_a_running_phase_shows_its_snapshot_and_a_finished_one_its_row(store):
-    await add_phase(store, "j", "a", status=PhaseStatus.RUNNING)
-    await store.append_events([("j", "a", [EventRow(1, 1, "k", b"e")])])
+def test_a_running_phase_shows_its_snapshot_and_a_finished_one_its_row(store):
+    add_phase(store, "j", "a", status=PhaseStatus.RUNNING)
+    store.append_events([("j", "a", [EventRow(1, 1, "k", b"e")])])
     run = FakeRun(snapshot())
 
-    view = await PhaseQueries(store, live_table({("j", "a"): run})).phase("j", "a")
+    view = PhaseQueries(store, live_table({("j", "a"): run})).phase("j", "a")
     assert view.live is run.snap and view.last_sequence == 42
 
-    ended = await PhaseQueries(store, live_table({("j", "a"): run}, done=True)).phase("j", "a")
+    ended = PhaseQueries(store, live_table({("j", "a"): run}, done=True)).phase("j", "a")
     assert ended.live is None and ended.last_sequence == 1  # a run that is done answers from the store
-    listed = await PhaseQueries(store, live_table({("j", "a"): run})).list_jobs(None, [], 10, None)
+    listed = PhaseQueries(store, live_table({("j", "a"): run})).list_jobs(None, [], 10, None)
     assert listed.jobs[0].phases[0].live is run.snap
 
 
 async def test_inspect_returns_the_latest_events_and_asks_a_running_phase_for_context_usage(store):
-    await add_phase(store, "j", "a", status=PhaseStatus.RUNNING)
-    await store.append_events([("j", "a", [EventRow(i, i, f"k{i}", bytes([i])) for i in range(1, 61)])])
+    add_phase(store, "j", "a", status=PhaseStatus.RUNNING)
+    store.append_events([("j", "a", [EventRow(i, i, f"k{i}", bytes([i])) for i in range(1, 61)])])
     usage = ContextUsage(1000, 200000, 0.5, "{}")
     run = FakeRun(snapshot(last_sequence=60), usage)
     queries = PhaseQueries(store, live_table({("j", "a"): run}))

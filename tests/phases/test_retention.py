@@ -18,20 +18,20 @@ NOW = 100 * DAY_NS
 
 
 @pytest.fixture
-async def store(tmp_path):
+def store(tmp_path):
     s = SqliteStore(tmp_path / "data" / "db.sqlite3")
     yield s
-    await s.close()
+    s.close()
 
 
-async def add_phase(store, recordings, job, phase, *, status, day, size=100):
+def add_phase(store, recordings, job, phase, *, status, day, size=100):
     """A phase of ``job`` last touched on ``day`` with events, a tool call, a cost row and a recording."""
     t = day * DAY_NS
-    await store.get_or_create_job(job, "proj", t)
+    store.get_or_create_job(job, "proj", t)
     rec = recordings / job / f"{phase}-rec"
     rec.mkdir(parents=True)
     (rec / "stdout.jsonl").write_bytes(b"x" * size)
-    await store.insert_phase(
+    store.insert_phase(
         PhaseRow(
             job_id=job,
             phase_id=phase,
@@ -42,13 +42,13 @@ async def add_phase(store, recordings, job, phase, *, status, day, size=100):
             recording_dir=str(rec),
         )
     )
-    await store.append_events([(job, phase, [EventRow(1, t, "k", b"e")])])
-    await store.upsert_tool_calls(job, phase, [ToolCallRow("tu", "Bash", ToolCallStatus.SUCCEEDED, 1, b"c")])
-    await store.replace_model_costs(
+    store.append_events([(job, phase, [EventRow(1, t, "k", b"e")])])
+    store.upsert_tool_calls(job, phase, [ToolCallRow("tu", "Bash", ToolCallStatus.SUCCEEDED, 1, b"c")])
+    store.replace_model_costs(
         job, phase, "proj", [ModelCostRow("m", 1, 1, 0, 0, 0, 0, None, 0.5, PricingSource.PRICE_TABLE)]
     )
     status = PhaseStatus[status]
-    await store.update_phase(job, phase, t, status=status, end_time_ns=t if status is not PhaseStatus.RUNNING else None)
+    store.update_phase(job, phase, t, status=status, end_time_ns=t if status is not PhaseStatus.RUNNING else None)
     return rec
 
 
@@ -56,58 +56,58 @@ def sweeper(store, recordings, **policy):
     return RetentionSweeper(store, recordings, RetentionPolicy(**policy), clock_ns=lambda: NOW)
 
 
-async def test_old_finished_jobs_go_with_all_their_rows_and_recordings(store, tmp_path):
+def test_old_finished_jobs_go_with_all_their_rows_and_recordings(store, tmp_path):
     recordings = tmp_path / "data" / "recordings"
-    old = await add_phase(store, recordings, "old", "p1", status="SUCCEEDED", day=10)
-    await add_phase(store, recordings, "old", "p2", status="FAILED", day=11)
-    running = await add_phase(store, recordings, "old-but-running", "p1", status="RUNNING", day=10)
-    new = await add_phase(store, recordings, "new", "p1", status="SUCCEEDED", day=95)
+    old = add_phase(store, recordings, "old", "p1", status="SUCCEEDED", day=10)
+    add_phase(store, recordings, "old", "p2", status="FAILED", day=11)
+    running = add_phase(store, recordings, "old-but-running", "p1", status="RUNNING", day=10)
+    new = add_phase(store, recordings, "new", "p1", status="SUCCEEDED", day=95)
 
-    report = await sweeper(store, recordings, max_age_s=30 * 86400).sweep()
+    report = sweeper(store, recordings, max_age_s=30 * 86400).sweep()
 
     assert (report.jobs_deleted, report.phases_deleted, report.recordings_deleted) == (1, 2, 2)
     assert report.bytes_freed == 200
-    assert await store.get_job("old") is None and await store.phases_of_jobs(["old"]) == []
-    assert await store.read_events("old", "p1", 0, 10) == [] and await store.model_cost_sums(job_ids=["old"]) == []
-    assert await store.list_tool_calls("old", None, None, [], 10) == []
+    assert store.get_job("old") is None and store.phases_of_jobs(["old"]) == []
+    assert store.read_events("old", "p1", 0, 10) == [] and store.model_cost_sums(job_ids=["old"]) == []
+    assert store.list_tool_calls("old", None, None, [], 10) == []
     assert not old.exists() and not old.parent.exists()
-    assert await store.get_job("old-but-running") is not None and running.exists()
-    assert await store.get_job("new") is not None and new.exists()
-    assert await store.read_events("new", "p1", 0, 10)
+    assert store.get_job("old-but-running") is not None and running.exists()
+    assert store.get_job("new") is not None and new.exists()
+    assert store.read_events("new", "p1", 0, 10)
 
 
-async def test_recordings_over_the_cap_go_oldest_first_and_their_phases_stay(store, tmp_path):
+def test_recordings_over_the_cap_go_oldest_first_and_their_phases_stay(store, tmp_path):
     recordings = tmp_path / "data" / "recordings"
-    oldest = await add_phase(store, recordings, "a", "p1", status="SUCCEEDED", day=1)
-    middle = await add_phase(store, recordings, "b", "p1", status="CANCELLED", day=2)
-    running = await add_phase(store, recordings, "c", "p1", status="RUNNING", day=0)
-    newest = await add_phase(store, recordings, "d", "p1", status="SUCCEEDED", day=3)
+    oldest = add_phase(store, recordings, "a", "p1", status="SUCCEEDED", day=1)
+    middle = add_phase(store, recordings, "b", "p1", status="CANCELLED", day=2)
+    running = add_phase(store, recordings, "c", "p1", status="RUNNING", day=0)
+    newest = add_phase(store, recordings, "d", "p1", status="SUCCEEDED", day=3)
 
-    report = await sweeper(store, recordings, recordings_max_bytes=250).sweep()
+    report = sweeper(store, recordings, recordings_max_bytes=250).sweep()
 
     assert (report.recordings_deleted, report.bytes_freed, report.recordings_bytes) == (2, 200, 200)
     assert not oldest.exists() and not middle.exists()
     assert running.exists() and newest.exists()  # a running phase's recording is never touched
-    assert (await store.get_phase("a", "p1")).recording_dir == "" and (await store.get_phase("a", "p1")).status is PhaseStatus.SUCCEEDED
-    assert (await store.get_job("a")).update_time_ns == 1 * DAY_NS  # forgetting a recording is not activity
-    assert (await sweeper(store, recordings, recordings_max_bytes=250).sweep()).recordings_deleted == 0
+    assert store.get_phase("a", "p1").recording_dir == "" and store.get_phase("a", "p1").status is PhaseStatus.SUCCEEDED
+    assert store.get_job("a").update_time_ns == 1 * DAY_NS  # forgetting a recording is not activity
+    assert sweeper(store, recordings, recordings_max_bytes=250).sweep().recordings_deleted == 0
 
 
-async def test_nothing_outside_the_recordings_directory_is_deleted(store, tmp_path):
+def test_nothing_outside_the_recordings_directory_is_deleted(store, tmp_path):
     recordings = tmp_path / "data" / "recordings"
-    await add_phase(store, recordings, "a", "p1", status="SUCCEEDED", day=1)
+    add_phase(store, recordings, "a", "p1", status="SUCCEEDED", day=1)
     outside = tmp_path / "precious"
     outside.mkdir()
     (outside / "f").write_text("keep")
-    await store.update_phase("a", "p1", DAY_NS, recording_dir=str(recordings / ".." / ".." / "precious"))
-    report = await sweeper(store, recordings, max_age_s=86400).sweep()
+    store.update_phase("a", "p1", DAY_NS, recording_dir=str(recordings / ".." / ".." / "precious"))
+    report = sweeper(store, recordings, max_age_s=86400).sweep()
     assert report.jobs_deleted == 1 and report.errors == 1
     assert (outside / "f").read_text() == "keep"
 
 
 async def test_the_sweeper_runs_in_the_background_and_logs_each_sweep(store, tmp_path, caplog):
     recordings = tmp_path / "data" / "recordings"
-    await add_phase(store, recordings, "old", "p1", status="SUCCEEDED", day=1)
+    add_phase(store, recordings, "old", "p1", status="SUCCEEDED", day=1)
     task = asyncio.create_task(sweeper(store, recordings, max_age_s=86400, interval_s=0.05).run())
     caplog.set_level(logging.INFO, logger="helix_runner.phases.retention")
     try:
@@ -118,4 +118,4 @@ async def test_the_sweeper_runs_in_the_background_and_logs_each_sweep(store, tmp
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     first = next(r for r in caplog.records if r.msg == "retention sweep")
-    assert first.fields["jobs_deleted"] == 1 and await store.get_job("old") is None
+    assert first.fields["jobs_deleted"] == 1 and store.get_job("old") is None

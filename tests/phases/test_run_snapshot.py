@@ -60,10 +60,10 @@ def tool_result(tool_use_id: str) -> bytes:
 
 
 @pytest.fixture
-async def store(tmp_path):
+def store(tmp_path):
     s = SqliteStore(tmp_path / "db.sqlite3")
-    await s.get_or_create_job("j", "proj", 1)
-    await s.insert_phase(
+    s.get_or_create_job("j", "proj", 1)
+    s.insert_phase(
         PhaseRow(
             job_id="j",
             phase_id="p",
@@ -74,7 +74,7 @@ async def store(tmp_path):
         )
     )
     yield s
-    await s.close()
+    s.close()
 
 
 def make_run(store: SqliteStore, tmp_path: Path, breakpoints: list[Breakpoint]) -> PhaseRun:
@@ -103,7 +103,6 @@ async def test_a_snapshot_holds_the_live_figures_and_the_store_gets_durations(st
         line({"type": "system", "subtype": "init", "session_id": SID, "model": "m", "tools": ["Bash"]})
     )
     run.on_stdout(tool_use("t1", "msg_1") + tool_result("t1") + tool_use("t2", "msg_2"))
-    await run.events.writer.flush()  # the run's rows and events are written by the event writer
 
     snap = run.snapshot()
 
@@ -117,7 +116,7 @@ async def test_a_snapshot_holds_the_live_figures_and_the_store_gets_durations(st
     assert run.tool_call("t1").status is ToolCallStatus.FAILED and run.tool_call("nope") is None
 
     # Each call's row carries its duration (the SQL statistics' input); a running call has none.
-    rows = {r.tool_use_id: r for r in await store.list_tool_calls("j", "p", None, [], 10)}
+    rows = {r.tool_use_id: r for r in store.list_tool_calls("j", "p", None, [], 10)}
     assert rows["t1"].duration_ns == run.tool_call("t1").duration_ns >= 0
     assert (rows["t2"].status, rows["t2"].duration_ns) == (ToolCallStatus.RUNNING, None)
     # The process never started, so the run never finished: close its recording files here.

@@ -48,7 +48,7 @@ class PlanOnlyContainment(NoLaunchContainment):
 
 
 @pytest.fixture
-async def service(tmp_path, workspace):
+def service(tmp_path, workspace):
     store = SqliteStore(tmp_path / "db.sqlite3")
     config = ServerConfig(
         data_dir=tmp_path / "data",
@@ -64,7 +64,7 @@ async def service(tmp_path, workspace):
         server_env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     yield svc
-    await store.close()
+    store.close()
 
 
 def spec(workspace, **values) -> PhaseSpec:
@@ -83,8 +83,8 @@ def spec(workspace, **values) -> PhaseSpec:
 async def refused(service: PhaseService, phase: PhaseSpec) -> RunnerError:
     with pytest.raises(RunnerError) as err:
         await asyncio.wait_for(service.start(phase), 10)
-    assert await service.store.get_phase(phase.job_id, phase.phase_id) is None  # nothing recorded
-    assert await service.store.get_job(phase.job_id) is None
+    assert service.store.get_phase(phase.job_id, phase.phase_id) is None  # nothing recorded
+    assert service.store.get_job(phase.job_id) is None
     assert all(job == "busy" for job, _ in service.live)  # no phase of ours became live
     return err.value
 
@@ -112,7 +112,7 @@ async def test_a_full_queue_is_refused_with_a_retry_hint(tmp_path, workspace):
         assert (err.kind, err.reason) == (ErrorKind.RESOURCE_EXHAUSTED, "QUEUE_FULL")
         assert float(err.metadata["retry_after_ms"]) > 0
     finally:
-        await store.close()
+        store.close()
 
 
 @pytest.mark.parametrize(

@@ -19,30 +19,30 @@ ATTEMPTS = res.Phase(attempts=[res.Attempt(number=1, status=res.PHASE_STATUS_FAI
                                            session_id="sess")])
 
 
-async def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: str = "x") -> None:
+def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: str = "x") -> None:
     dead = PostgresStore(url, heartbeat=False)
-    await dead.get_or_create_job(job, "p", 1)
-    await dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
+    dead.get_or_create_job(job, "p", 1)
+    dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
                                create_time_ns=1, start_time_ns=2, session_id="sess",
                                cost_pb=COST.SerializeToString(), attempts_pb=ATTEMPTS.SerializeToString()))
-    await dead.append_events([(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])])
+    dead.append_events([(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])])
     # Its process (and heartbeat) stopped without a clean close: the lease runs out on its own.
     cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
                     (dead.replica_id,))
     dead._pool.close()
 
 
-async def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postgres_cluster):
-    await running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
+def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postgres_cluster):
+    running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
     survivor = PostgresStore(postgres_url, heartbeat=False)
     try:
-        swept = await Takeover(survivor, ProtoRecordEncoder(), interval_seconds=1).sweep()
+        swept = Takeover(survivor, ProtoRecordEncoder(), interval_seconds=1).sweep()
         assert [(r.phase_id, r.status) for r in swept] == [("x", PhaseStatus.RUNNING)]
-        last = ev.StreamEvent.FromString((await survivor.read_events("j", "x", 1, 10))[0].body)
+        last = ev.StreamEvent.FromString(survivor.read_events("j", "x", 1, 10)[0].body)
         assert last.sequence == 2 and last.job_id == "j" and last.session_id == "sess"
         assert last.status_changed.from_status == res.PHASE_STATUS_RUNNING
         assert last.status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
-        row = await survivor.get_phase("j", "x")
+        row = survivor.get_phase("j", "x")
         result = res.PhaseResult.FromString(row.result_pb)
         assert (result.status, result.reason, result.last_sequence) == (res.PHASE_STATUS_INTERRUPTED, REASON, 2)
         assert row.status is PhaseStatus.INTERRUPTED and row.status_reason == REASON
@@ -53,12 +53,12 @@ async def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postg
         assert (running.number, running.status, running.end_kind, running.reason, running.last_sequence) == (
             2, res.PHASE_STATUS_INTERRUPTED, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN, REASON, 1)
     finally:
-        await survivor.close()
+        survivor.close()
 
 
 async def test_a_server_on_postgres_takes_over_at_start_and_answers_from_the_database(
         postgres_url, postgres_cluster, runner_factory):
-    await running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
+    running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
     async with runner_factory(None, database_url=postgres_url) as runner:
         job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="j"), timeout=10)).job
         assert job.status == res.PHASE_STATUS_INTERRUPTED

@@ -25,7 +25,7 @@ def interrupt(row, seq: int):
 
 
 @pytest.fixture
-async def replicas(postgres_url):
+def replicas(postgres_url):
     opened = []
 
     def make(n: int = 2):
@@ -35,7 +35,7 @@ async def replicas(postgres_url):
 
     yield make
     for store in opened:
-        await store.close()
+        store.close()
 
 
 def c(phase: str, project: str = "p") -> AdmissionCandidate:
@@ -51,7 +51,7 @@ def states(ledger) -> dict[str, str]:
     return {phase: state for _, phase, _, _, state in ledger.entries()}
 
 
-async def test_the_running_limit_holds_for_the_cluster_and_a_release_frees_a_slot(replicas):
+def test_the_running_limit_holds_for_the_cluster_and_a_release_frees_a_slot(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_running=2)
     on_a = [enqueue(a, "a1"), enqueue(a, "a2"), enqueue(a, "a3")]
@@ -72,7 +72,7 @@ async def test_the_running_limit_holds_for_the_cluster_and_a_release_frees_a_slo
     assert b.admit(on_b, local_room=8, local_project_room=None, limits=limits).granted == (("j", "b1"),)
 
 
-async def test_the_per_project_limit_and_the_local_room_both_hold(replicas):
+def test_the_per_project_limit_and_the_local_room_both_hold(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_running_per_project=1)
     x = [enqueue(a, "x1", "px"), enqueue(a, "x2", "px")]
@@ -87,7 +87,7 @@ async def test_the_per_project_limit_and_the_local_room_both_hold(replicas):
     assert a.admit(z, local_room=1, local_project_room={"pz": 1}, limits=limits).granted == (("j", "z1"),)
 
 
-async def test_projects_take_turns_across_replicas_oldest_first_within_a_project(replicas):
+def test_projects_take_turns_across_replicas_oldest_first_within_a_project(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_running=1)
     busy = [enqueue(a, f"p1-{i}", "p1") for i in range(1, 4)]  # p1 arrives first with a queue
@@ -108,7 +108,7 @@ async def test_projects_take_turns_across_replicas_oldest_first_within_a_project
     assert admit(a, busy[2:]).granted == (("j", "p1-3"),)
 
 
-async def test_retries_go_first_within_their_project(replicas):
+def test_retries_go_first_within_their_project(replicas):
     (a,) = replicas(1)
     limits = ClusterLimits(max_running=1)
     fresh = enqueue(a, "new")
@@ -117,7 +117,7 @@ async def test_retries_go_first_within_their_project(replicas):
     assert got.granted == (("j", "again"),)
 
 
-async def test_a_full_cluster_queue_refuses_new_phases_but_never_a_retry(replicas):
+def test_a_full_cluster_queue_refuses_new_phases_but_never_a_retry(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_queued=2)
     enqueue(a, "q1", limits=limits)
@@ -131,7 +131,7 @@ async def test_a_full_cluster_queue_refuses_new_phases_but_never_a_retry(replica
     assert set(states(a)) == {"q1", "q3", "r1"}
 
 
-async def test_release_deletes_only_the_callers_entry_and_clear_empties_a_replica(replicas):
+def test_release_deletes_only_the_callers_entry_and_clear_empties_a_replica(replicas):
     a, b = replicas(2)
     enqueue(a, "x")
     enqueue(b, "y")
@@ -142,7 +142,7 @@ async def test_release_deletes_only_the_callers_entry_and_clear_empties_a_replic
     assert a.entries() == []
 
 
-async def test_entries_of_a_dead_replica_hold_no_slot(replicas, postgres_cluster, postgres_url):
+def test_entries_of_a_dead_replica_hold_no_slot(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
     limits = ClusterLimits(max_running=1)
     b_entry = enqueue(b, "on-b")
@@ -155,20 +155,20 @@ async def test_entries_of_a_dead_replica_hold_no_slot(replicas, postgres_cluster
     assert [e[1] for e in a.entries()] == ["on-a"]
 
 
-async def test_the_dead_replica_sweep_releases_the_entries_too(replicas, postgres_cluster, postgres_url):
+def test_the_dead_replica_sweep_releases_the_entries_too(replicas, postgres_cluster, postgres_url):
     opened = [PostgresStore(postgres_url, heartbeat=False) for _ in range(2)]
     try:
         a, b = opened
         b.admission_ledger.enqueue("j", "x", "p", "", retry=False, limits=ClusterLimits())
         set_lease(postgres_cluster, postgres_url, b.replica_id, -1)
-        await a.sweep_expired_owners(interrupt)
+        a.sweep_expired_owners(interrupt)
         assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
     finally:
         for store in opened:
-            await store.close()
+            store.close()
 
 
-async def test_concurrent_passes_never_grant_more_than_the_limit(replicas):
+def test_concurrent_passes_never_grant_more_than_the_limit(replicas):
     ledgers = replicas(2)
     limits = ClusterLimits(max_running=3)
     per = 20
@@ -205,7 +205,7 @@ async def test_concurrent_passes_never_grant_more_than_the_limit(replicas):
     assert ledgers[0].entries() == []
 
 
-async def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(replicas, postgres_cluster, postgres_url):
+def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
     held = enqueue(b, "held")  # credential "cred"
     b.enqueue("j", "other", "p", "other-cred", retry=False, limits=ClusterLimits())
@@ -220,7 +220,7 @@ async def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_en
     assert got.granted == (("j", "held"),) and got.holds == {}
 
 
-async def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(replicas):
+def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_running=3)
     fill = [enqueue(b, f"r{i}", "p0") for i in range(3)]
@@ -238,7 +238,7 @@ async def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(r
     assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)
 
 
-async def test_a_local_project_limit_passes_over_only_this_replicas_entries(replicas):
+def test_a_local_project_limit_passes_over_only_this_replicas_entries(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_running=1)
     assert b.admit([enqueue(b, "r0", "p0")], local_room=1, local_project_room=None, limits=limits).granted
@@ -253,7 +253,7 @@ async def test_a_local_project_limit_passes_over_only_this_replicas_entries(repl
     assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)
 
 
-async def test_a_duplicate_phase_on_another_replica_does_not_take_over_the_entry(replicas):
+def test_a_duplicate_phase_on_another_replica_does_not_take_over_the_entry(replicas):
     a, b = replicas(2)
     limits = ClusterLimits(max_running=1)
     assert a.admit([enqueue(a, "x")], local_room=1, local_project_room=None, limits=limits).granted

@@ -7,7 +7,6 @@ by moving its lease into the past in the database (whose clock is the only one l
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pytest
@@ -32,7 +31,7 @@ def ev(seq: int, body: bytes = b"") -> EventRow:
 
 
 @pytest.fixture
-async def replicas(postgres_url):
+def replicas(postgres_url):
     """``replicas(n)``: n store handles (replicas) on one fresh database, without heartbeat threads."""
     opened = []
 
@@ -43,7 +42,7 @@ async def replicas(postgres_url):
 
     yield make
     for store in opened:
-        await store.close()
+        store.close()
 
 
 def set_lease(cluster, url: str, replica_id: str, seconds_from_now: float) -> None:
@@ -56,148 +55,151 @@ def interrupt(row: PhaseRow, seq: int):
         "status_reason": "its replica stopped renewing its lease", "end_time_ns": 99, "result_pb": b"result"}
 
 
-async def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, postgres_cluster, postgres_url):
+def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
-    await a.get_or_create_job("j", "p", 1)
-    await a.insert_phase(phase("j", "x"))
-    await a.append_events([("j", "x", [ev(1), ev(2)])])
-    await a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", T.RUNNING, 2, b"t")])
+    a.get_or_create_job("j", "p", 1)
+    a.insert_phase(phase("j", "x"))
+    a.append_events([("j", "x", [ev(1), ev(2)])])
+    a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", T.RUNNING, 2, b"t")])
 
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)  # A is paused past its lease
     with pytest.raises(FencedError):  # refused already before anyone took over
-        await a.append_events([("j", "x", [ev(3, b"stale")])])
-    swept = await b.sweep_expired_owners(interrupt)
+        a.append_events([("j", "x", [ev(3, b"stale")])])
+    swept = b.sweep_expired_owners(interrupt)
     assert [(r.phase_id, r.status, r.last_sequence) for r in swept] == [("x", S.RUNNING, 2)]
 
     set_lease(postgres_cluster, postgres_url, a.replica_id, 60)  # A revives, its lease live again
     with pytest.raises(FencedError) as refused:
-        await a.append_events([("j", "x", [ev(4, b"stale")])])
+        a.append_events([("j", "x", [ev(4, b"stale")])])
     assert refused.value.refused == [("j", "x")]
     for write in (lambda: a.update_phase("j", "x", 5, status=S.SUCCEEDED),
                   lambda: a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", T.SUCCEEDED, 2, b"late", duration_ns=1)]),
                   lambda: a.replace_model_costs("j", "x", "p", []),
                   lambda: a.mark_tool_calls_unfinished("j", "x")):
         with pytest.raises(FencedError):
-            await write()
+            write()
 
     # History is A's events, then the takeover's terminal event, and nothing of A's after it.
-    assert [(e.sequence, e.body) for e in await b.read_events("j", "x", 0, 10)] == [
+    assert [(e.sequence, e.body) for e in b.read_events("j", "x", 0, 10)] == [
         (1, b"e1"), (2, b"e2"), (3, b"interrupted:x")]
-    row = await b.get_phase("j", "x")
+    row = b.get_phase("j", "x")
     assert (row.status, row.status_reason, row.end_time_ns, row.result_pb) == (
         S.INTERRUPTED, "its replica stopped renewing its lease", 99, b"result")
-    assert (await b.get_job("j")).status is S.INTERRUPTED
-    assert [(c.status, c.body) for c in await b.list_tool_calls("j", "x", None, [], 10)] == [(T.UNFINISHED, b"t")]
-    assert (await b.phase_owner("j", "x")).replica_id is None
+    assert b.get_job("j").status is S.INTERRUPTED
+    assert [(c.status, c.body) for c in b.list_tool_calls("j", "x", None, [], 10)] == [(T.UNFINISHED, b"t")]
+    assert b.phase_owner("j", "x").replica_id is None
 
 
-async def test_a_restart_under_a_stable_id_fences_out_the_old_process(postgres_url):
+def test_a_restart_under_a_stable_id_fences_out_the_old_process(postgres_url):
     """Same replica id, live lease: only the fencing number tells the zombie from its successor."""
     old = PostgresStore(postgres_url, replica_id="helix-0", heartbeat=False)
     new = None
     try:
-        await old.get_or_create_job("j", "p", 1)
-        await old.insert_phase(phase("j", "x"))
-        await old.insert_phase(phase("j", "done", status=S.SUCCEEDED))
-        await old.append_events([("j", "x", [ev(1)])])
+        old.get_or_create_job("j", "p", 1)
+        old.insert_phase(phase("j", "x"))
+        old.insert_phase(phase("j", "done", status=S.SUCCEEDED))
+        old.append_events([("j", "x", [ev(1)])])
         new = PostgresStore(postgres_url, replica_id="helix-0", heartbeat=False)  # the restarted pod
         assert new.replica_id == old.replica_id and set(new.replica.adopted()) == {("j", "x")}
         with pytest.raises(FencedError):
-            await old.append_events([("j", "x", [ev(2, b"zombie")])])
+            old.append_events([("j", "x", [ev(2, b"zombie")])])
         with pytest.raises(FencedError):
-            await old.update_phase("j", "x", 2, status=S.SUCCEEDED)
+            old.update_phase("j", "x", 2, status=S.SUCCEEDED)
         # The successor records the adopted phase INTERRUPTED at once, with no lease to wait for.
-        assert [r.phase_id for r in await new.sweep_expired_owners(interrupt)] == ["x"]
-        assert await new.sweep_expired_owners(interrupt) == []
-        assert [e.body for e in await new.read_events("j", "x", 0, 10)] == [b"e1", b"interrupted:x"]
-        assert (await new.get_phase("j", "x")).status is S.INTERRUPTED and (await new.get_phase("j", "done")).status is S.SUCCEEDED
+        assert [r.phase_id for r in new.sweep_expired_owners(interrupt)] == ["x"]
+        assert new.sweep_expired_owners(interrupt) == []
+        assert [e.body for e in new.read_events("j", "x", 0, 10)] == [b"e1", b"interrupted:x"]
+        assert new.get_phase("j", "x").status is S.INTERRUPTED and new.get_phase("j", "done").status is S.SUCCEEDED
     finally:
-        await old.close()
+        old.close()
         if new is not None:
-            await new.close()
+            new.close()
 
 
-async def test_a_live_owners_phase_is_written_by_no_other_replica(replicas):
+def test_a_live_owners_phase_is_written_by_no_other_replica(replicas):
     a, b = replicas(2)
-    await a.get_or_create_job("j", "p", 1)
-    await a.insert_phase(phase("j", "x"))
+    a.get_or_create_job("j", "p", 1)
+    a.insert_phase(phase("j", "x"))
     with pytest.raises(FencedError):
-        await b.append_events([("j", "x", [ev(1)])])
+        b.append_events([("j", "x", [ev(1)])])
     with pytest.raises(FencedError):
-        await b.update_phase("j", "x", 2, status=S.INTERRUPTED)
-    assert await b.sweep_expired_owners(interrupt) == []  # a live owner is not swept
-    await a.append_events([("j", "x", [ev(1)])])
-    assert [e.sequence for e in await b.read_events("j", "x", 0, 10)] == [1]
-    owner = await b.phase_owner("j", "x")
+        b.update_phase("j", "x", 2, status=S.INTERRUPTED)
+    assert b.sweep_expired_owners(interrupt) == []  # a live owner is not swept
+    a.append_events([("j", "x", [ev(1)])])
+    assert [e.sequence for e in b.read_events("j", "x", 0, 10)] == [1]
+    owner = b.phase_owner("j", "x")
     assert (owner.replica_id, owner.live) == (a.replica_id, True)
 
 
-async def test_group_commit_keeps_owned_phases_and_names_refused_ones(replicas, postgres_cluster, postgres_url):
+def test_group_commit_keeps_owned_phases_and_names_refused_ones(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
-    await a.get_or_create_job("j", "p", 1)
-    await a.insert_phase(phase("j", "mine"))
-    await b.insert_phase(phase("j", "theirs"))
+    a.get_or_create_job("j", "p", 1)
+    a.insert_phase(phase("j", "mine"))
+    b.insert_phase(phase("j", "theirs"))
     with pytest.raises(FencedError) as refused:
-        await a.append_events([("j", "mine", [ev(1), ev(2)]), ("j", "theirs", [ev(1)]), ("j", "ghost", [ev(1)])])
+        a.append_events([("j", "mine", [ev(1), ev(2)]), ("j", "theirs", [ev(1)]), ("j", "ghost", [ev(1)])])
     assert sorted(refused.value.refused) == [("j", "ghost"), ("j", "theirs")]
-    assert [e.sequence for e in await a.read_events("j", "mine", 0, 10)] == [1, 2]
-    assert await a.read_events("j", "theirs", 0, 10) == []
+    assert [e.sequence for e in a.read_events("j", "mine", 0, 10)] == [1, 2]
+    assert a.read_events("j", "theirs", 0, 10) == []
 
 
-async def test_sweep_interrupts_only_expired_owners_once(replicas, postgres_cluster, postgres_url):
+def test_sweep_interrupts_only_expired_owners_once(replicas, postgres_cluster, postgres_url):
     a, b, c = replicas(3)
-    await a.get_or_create_job("j", "p", 1)
-    await a.insert_phase(phase("j", "dead-running"))
-    await a.insert_phase(phase("j", "dead-paused", status=S.PAUSED))
-    await a.insert_phase(phase("j", "dead-done", status=S.RUNNING))
-    await a.update_phase("j", "dead-done", 2, status=S.SUCCEEDED)
-    await b.insert_phase(phase("j", "alive"))
+    a.get_or_create_job("j", "p", 1)
+    a.insert_phase(phase("j", "dead-running"))
+    a.insert_phase(phase("j", "dead-paused", status=S.PAUSED))
+    a.insert_phase(phase("j", "dead-done", status=S.RUNNING))
+    a.update_phase("j", "dead-done", 2, status=S.SUCCEEDED)
+    b.insert_phase(phase("j", "alive"))
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
-    swept = await c.sweep_expired_owners(interrupt)
+    swept = c.sweep_expired_owners(interrupt)
     assert sorted(r.phase_id for r in swept) == ["dead-paused", "dead-running"]
-    assert await c.sweep_expired_owners(interrupt) == [] and await b.sweep_expired_owners(interrupt) == []
-    status = {p.phase_id: p.status for p in await c.phases_of_jobs(["j"])}
+    assert c.sweep_expired_owners(interrupt) == [] and b.sweep_expired_owners(interrupt) == []
+    status = {p.phase_id: p.status for p in c.phases_of_jobs(["j"])}
     assert status == {"dead-running": S.INTERRUPTED, "dead-paused": S.INTERRUPTED, "dead-done": S.SUCCEEDED,
                       "alive": S.RUNNING}
-    assert (await c.get_job("j")).status is S.RUNNING  # "alive" is the job's latest phase
+    assert c.get_job("j").status is S.RUNNING  # "alive" is the job's latest phase
     assert [r.replica_id for r in c.live_replicas()] == sorted([b.replica_id, c.replica_id])
 
 
-async def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_url):
+def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_url):
     a, *sweepers = replicas(4)
-    await a.get_or_create_job("j", "p", 1)
+    a.get_or_create_job("j", "p", 1)
     for i in range(20):
-        await a.insert_phase(phase("j", f"x{i}"))
-        await a.append_events([("j", f"x{i}", [ev(1)])])
+        a.insert_phase(phase("j", f"x{i}"))
+        a.append_events([("j", f"x{i}", [ev(1)])])
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
     results: list[list[PhaseRow]] = [[] for _ in sweepers]
 
-    async def sweep(i: int) -> None:
-        while rows := await sweepers[i].sweep_expired_owners(interrupt, limit=3):
+    def sweep(i: int) -> None:
+        while rows := sweepers[i].sweep_expired_owners(interrupt, limit=3):
             results[i].extend(rows)
 
-    async with asyncio.timeout(60):  # concurrent on the loop: each sweep awaits its own connection
-        await asyncio.gather(*(sweep(i) for i in range(len(sweepers))))
+    threads = [threading.Thread(target=sweep, args=(i,)) for i in range(len(sweepers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
     swept = [r.phase_id for rows in results for r in rows]
     assert sorted(swept) == sorted(f"x{i}" for i in range(20))  # each exactly once
     for i in range(20):
-        assert [e.sequence for e in await a.read_events("j", f"x{i}", 0, 10)] == [1, 2]
+        assert [e.sequence for e in a.read_events("j", f"x{i}", 0, 10)] == [1, 2]
 
 
-async def test_a_lapsed_lease_is_not_renewed_and_the_replica_registers_again(replicas, postgres_cluster, postgres_url):
+def test_a_lapsed_lease_is_not_renewed_and_the_replica_registers_again(replicas, postgres_cluster, postgres_url):
     a = replicas(1)
     before = a.replica_id
     assert a.renew_lease()
     set_lease(postgres_cluster, postgres_url, before, -1)
     assert not a.renew_lease()
-    await a.get_or_create_job("j", "p", 1)
-    await a.insert_phase(phase("j", "new"))  # taking a phase needs a live lease: a new registration
+    a.get_or_create_job("j", "p", 1)
+    a.insert_phase(phase("j", "new"))  # taking a phase needs a live lease: a new registration
     assert a.replica_id != before
-    await a.append_events([("j", "new", [ev(1)])])
-    assert (await a.phase_owner("j", "new")).replica_id == a.replica_id
+    a.append_events([("j", "new", [ev(1)])])
+    assert a.phase_owner("j", "new").replica_id == a.replica_id
 
 
-async def test_heartbeat_thread_renews_the_lease(postgres_url, postgres_cluster):
+def test_heartbeat_thread_renews_the_lease(postgres_url, postgres_cluster):
     store = PostgresStore(postgres_url, lease_seconds=0.6)  # renews every 0.2 s
     try:
         def expiry():
@@ -212,17 +214,17 @@ async def test_heartbeat_thread_renews_the_lease(postgres_url, postgres_cluster)
             renewed.wait(0.1)
         assert renewed.is_set()
     finally:
-        await store.close()
+        store.close()
     assert postgres_cluster.execute(postgres_url, "SELECT lease_expires_at <= now() FROM replicas "
                                     "WHERE replica_id = %s", (store.replica_id,)) == [(True,)]  # close ends it
 
 
-async def test_migrations_apply_once_and_refuse_a_newer_schema(postgres_url, postgres_cluster):
+def test_migrations_apply_once_and_refuse_a_newer_schema(postgres_url, postgres_cluster):
     import psycopg
 
     opened = [PostgresStore(postgres_url, heartbeat=False) for _ in range(2)]  # the second finds it applied
     for s in opened:
-        await s.close()
+        s.close()
     versions = postgres_cluster.execute(postgres_url, "SELECT version FROM schema_migrations ORDER BY version")
     assert versions == [(m.version,) for m in known_migrations()]
     extra = [*known_migrations(), Migration(known_migrations()[-1].version + 1, "later", "CREATE TABLE later (x int)")]
@@ -239,7 +241,7 @@ def test_an_unreachable_database_is_a_one_line_store_error(tmp_path):
     assert "hunter2" not in str(caught.value) and "\n" not in str(caught.value)
 
 
-async def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once(postgres_url, postgres_cluster):
+def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once(postgres_url, postgres_cluster):
     import psycopg
 
     with psycopg.connect(postgres_url) as conn:  # a database as the first PostgreSQL store left it
@@ -252,7 +254,7 @@ async def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once
     store = PostgresStore(postgres_url, heartbeat=False)
     try:
         assert (store.schema_version, store.migrated_from) == (known_migrations()[-1].version, 1)
-        row = await store.get_phase("j", "a")
+        row = store.get_phase("j", "a")
         assert (row.status, row.result_pb) == (S.SUCCEEDED, b"\x0a\x01")
         columns = {r[0] for r in postgres_cluster.execute(
             postgres_url, "SELECT column_name FROM information_schema.columns WHERE table_name = 'phases'")}
@@ -265,15 +267,15 @@ async def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once
 
         assert store.backfill_tool_call_durations(duration_of, batch=1) == 1
         assert sorted(decoded) == [b"bad", b"duration=40"]  # only finished calls are decoded
-        assert [(c.tool_use_id, c.duration_ns) for c in await store.list_tool_calls("j", None, None, [], 10)] == [
+        assert [(c.tool_use_id, c.duration_ns) for c in store.list_tool_calls("j", None, None, [], 10)] == [
             ("t1", 40), ("t2", None), ("t3", None)]
         assert [(s.name, s.count, s.total_duration_ns, s.p95_duration_ns)
-                for s in await store.tool_call_stats("j", None, None, [])] == [("Bash", 3, 40, 40)]
+                for s in store.tool_call_stats("j", None, None, [])] == [("Bash", 3, 40, 40)]
         assert store.backfill_tool_call_durations(duration_of) == 0 and len(decoded) == 2  # done for good
     finally:
-        await store.close()
+        store.close()
     again = PostgresStore(postgres_url, heartbeat=False)
     try:
         assert again.migrated_from is None  # reopening a current database migrates nothing
     finally:
-        await again.close()
+        again.close()

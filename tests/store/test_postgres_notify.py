@@ -19,13 +19,13 @@ def ev(seq: int) -> EventRow:
 
 
 @pytest.fixture
-async def owner(postgres_url):
+def owner(postgres_url):
     store = PostgresStore(postgres_url, heartbeat=False)
-    await store.get_or_create_job("j", "p", 1)
-    await store.insert_phase(PhaseRow(job_id="j", phase_id="x", ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(PhaseRow(job_id="j", phase_id="x", ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
                                 create_time_ns=1))
     yield store
-    await store.close()
+    store.close()
 
 
 @pytest.fixture
@@ -38,21 +38,21 @@ async def listener(postgres_url):
 async def test_a_commit_notifies_the_phase_and_its_last_sequence(owner, postgres_url):
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
         await conn.execute(f"LISTEN {CHANNEL}")
-        await owner.append_events([("j", "x", [ev(1), ev(2), ev(3)])])
+        owner.append_events([("j", "x", [ev(1), ev(2), ev(3)])])
         note = await anext(conn.notifies(timeout=10))
     assert json.loads(note.payload) == {"j": "j", "p": "x", "s": 3}
 
 
 async def test_a_waiter_wakes_with_the_pointer(owner, listener):
     with listener.subscribe("j", "x") as waiter, listener.subscribe("j", "other") as bystander:
-        await owner.append_events([("j", "x", [ev(1), ev(2)])])
+        owner.append_events([("j", "x", [ev(1), ev(2)])])
         await asyncio.wait_for(waiter.wakeup.wait(), 10)
         assert waiter.latest == 2
         assert not bystander.wakeup.is_set()
 
 
 async def test_follow_reads_history_then_live_without_gap_or_duplicate(owner, listener, postgres_url):
-    await owner.append_events([("j", "x", [ev(1), ev(2), ev(3)])])
+    owner.append_events([("j", "x", [ev(1), ev(2), ev(3)])])
     reader = PostgresStore(postgres_url, heartbeat=False)  # another replica serves the watcher
     seen: list[int] = []
     second_batch_read = asyncio.Event()
@@ -70,13 +70,13 @@ async def test_follow_reads_history_then_live_without_gap_or_duplicate(owner, li
             if seen == [2, 3]:
                 break
             await asyncio.sleep(0.05)
-        await owner.append_events([("j", "x", [ev(4), ev(5)])])
+        owner.append_events([("j", "x", [ev(4), ev(5)])])
         await asyncio.wait_for(second_batch_read.wait(), 10)
-        await owner.append_events([("j", "x", [ev(6)])])
-        await owner.update_phase("j", "x", 9, status=PhaseStatus.SUCCEEDED, result_pb=b"result")
+        owner.append_events([("j", "x", [ev(6)])])
+        owner.update_phase("j", "x", 9, status=PhaseStatus.SUCCEEDED, result_pb=b"result")
         await asyncio.wait_for(task, 10)  # ends by itself once the phase is final
     finally:
-        await reader.close()
+        reader.close()
     assert seen == [2, 3, 4, 5, 6]
 
 

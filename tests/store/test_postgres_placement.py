@@ -14,14 +14,14 @@ from helix_runner.store.protocol import PhaseRow
 
 
 @pytest.fixture
-async def stores(postgres_url):
+def stores(postgres_url):
     opened = [PostgresStore(postgres_url, replica_id=f"r-{n}", heartbeat=False) for n in "abc"]
     yield opened
     for store in opened:
-        await store.close()
+        store.close()
 
 
-async def test_capacity_is_the_published_limit_and_the_active_phases_each_replica_owns(
+def test_capacity_is_the_published_limit_and_the_active_phases_each_replica_owns(
     stores, postgres_cluster, postgres_url
 ):
     a, b, c = stores
@@ -30,18 +30,18 @@ async def test_capacity_is_the_published_limit_and_the_active_phases_each_replic
     b.advertise("b:1")
     b.advertise_capacity(2)  # c registered no address: never listed
     for store, n in ((a, 3), (b, 1)):
-        await store.get_or_create_job(f"job-{store.replica_id}", "p", 1)
+        store.get_or_create_job(f"job-{store.replica_id}", "p", 1)
         for i in range(n):
-            await store.insert_phase(PhaseRow(job_id=f"job-{store.replica_id}", phase_id=f"p{i}", ordinal=i,
+            store.insert_phase(PhaseRow(job_id=f"job-{store.replica_id}", phase_id=f"p{i}", ordinal=i,
                                         project_id="p", status=PhaseStatus.RUNNING, create_time_ns=1))
-    await a.update_phase("job-r-a", "p0", 2, status=PhaseStatus.SUCCEEDED, end_time_ns=2)  # final: not counted
-    await a.update_phase("job-r-a", "p1", 2, status=PhaseStatus.QUEUED)  # waiting: counted
+    a.update_phase("job-r-a", "p0", 2, status=PhaseStatus.SUCCEEDED, end_time_ns=2)  # final: not counted
+    a.update_phase("job-r-a", "p1", 2, status=PhaseStatus.QUEUED)  # waiting: counted
 
-    async def rooms():
-        return [(r.replica_id, r.address, r.max_running, r.active, r.live, r.free) for r in await c.replica_capacity()]
+    def rooms():
+        return [(r.replica_id, r.address, r.max_running, r.active, r.live, r.free) for r in c.replica_capacity()]
 
-    assert await rooms() == [("r-a", "a:1", 4, 2, True, 2), ("r-b", "b:1", 2, 1, True, 1)]
+    assert rooms() == [("r-a", "a:1", 4, 2, True, 2), ("r-b", "b:1", 2, 1, True, 1)]
 
     postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'r-b'")
     a.advertise_capacity(0)  # draining: takes no placed phases
-    assert await rooms() == [("r-a", "a:1", 0, 2, True, -2), ("r-b", "b:1", 2, 1, False, 1)]
+    assert rooms() == [("r-a", "a:1", 0, 2, True, -2), ("r-b", "b:1", 2, 1, False, 1)]

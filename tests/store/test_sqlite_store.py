@@ -29,53 +29,53 @@ def phase(
 
 
 @pytest.fixture
-async def store(tmp_path):
+def store(tmp_path):
     s = SqliteStore(tmp_path / "db.sqlite3")
     yield s
-    await s.close()
+    s.close()
 
 
-async def test_job_created_once_and_status_follows_latest_phase(store):
-    job, created = await store.get_or_create_job("j", "p", 10)
+def test_job_created_once_and_status_follows_latest_phase(store):
+    job, created = store.get_or_create_job("j", "p", 10)
     assert created and job.status is PhaseStatus.PENDING
-    assert (await store.get_or_create_job("j", "other", 20))[1] is False
-    await store.insert_phase(phase("j", "a"))
-    await store.insert_phase(phase("j", "b"))
-    assert [p.ordinal for p in await store.phases_of_jobs(["j"])] == [1, 2]
-    await store.update_phase("j", "a", 30, status=PhaseStatus.FAILED)  # not the latest: the job keeps b's status
-    assert (await store.get_job("j")).status is PhaseStatus.PENDING
-    await store.update_phase("j", "b", 40, status=PhaseStatus.SUCCEEDED)
-    assert (await store.get_job("j")).status is PhaseStatus.SUCCEEDED and (await store.get_job("j")).update_time_ns == 40
+    assert store.get_or_create_job("j", "other", 20)[1] is False
+    store.insert_phase(phase("j", "a"))
+    store.insert_phase(phase("j", "b"))
+    assert [p.ordinal for p in store.phases_of_jobs(["j"])] == [1, 2]
+    store.update_phase("j", "a", 30, status=PhaseStatus.FAILED)  # not the latest: the job keeps b's status
+    assert store.get_job("j").status is PhaseStatus.PENDING
+    store.update_phase("j", "b", 40, status=PhaseStatus.SUCCEEDED)
+    assert store.get_job("j").status is PhaseStatus.SUCCEEDED and store.get_job("j").update_time_ns == 40
     with pytest.raises(AlreadyExistsError):
-        await store.insert_phase(phase("j", "a"))
+        store.insert_phase(phase("j", "a"))
     with pytest.raises(ValueError):
-        await store.update_phase("j", "a", 50, nonsense=1)
+        store.update_phase("j", "a", 50, nonsense=1)
     with pytest.raises(TypeError):  # statuses are the domain enum, never a bare string
-        await store.update_phase("j", "a", 50, status="FAILED")
-    assert (await store.get_phase("j", "a")).status is PhaseStatus.FAILED
+        store.update_phase("j", "a", 50, status="FAILED")
+    assert store.get_phase("j", "a").status is PhaseStatus.FAILED
 
 
-async def test_list_jobs_pages_newest_first(store):
+def test_list_jobs_pages_newest_first(store):
     for i in range(7):
-        await store.get_or_create_job(f"j{i}", "even" if i % 2 == 0 else "odd", 100 + i // 2)  # ties on time
+        store.get_or_create_job(f"j{i}", "even" if i % 2 == 0 else "odd", 100 + i // 2)  # ties on time
     seen, after = [], None
     while True:
-        page = await store.list_jobs(None, [], 3, after)
+        page = store.list_jobs(None, [], 3, after)
         seen += [j.job_id for j in page]
         if len(page) < 3:
             break
         after = (page[-1].create_time_ns, page[-1].job_id)
     assert seen == ["j6", "j5", "j4", "j3", "j2", "j1", "j0"]
-    assert [j.job_id for j in await store.list_jobs("odd", [], 10)] == ["j5", "j3", "j1"]
+    assert [j.job_id for j in store.list_jobs("odd", [], 10)] == ["j5", "j3", "j1"]
 
 
-async def test_events_tool_calls_and_cost_scopes(store):
-    await store.get_or_create_job("j", "proj", 1)
-    await store.insert_phase(phase("j", "a", "proj"))
-    await store.append_events([("j", "a", [EventRow(1, 1, "k", b"x"), EventRow(2, 2, "k", b"y")])])
-    assert (await store.get_phase("j", "a")).last_sequence == 2
-    assert [e.body for e in await store.read_events("j", "a", 1, 10)] == [b"y"]
-    await store.upsert_tool_calls(
+def test_events_tool_calls_and_cost_scopes(store):
+    store.get_or_create_job("j", "proj", 1)
+    store.insert_phase(phase("j", "a", "proj"))
+    store.append_events([("j", "a", [EventRow(1, 1, "k", b"x"), EventRow(2, 2, "k", b"y")])])
+    assert store.get_phase("j", "a").last_sequence == 2
+    assert [e.body for e in store.read_events("j", "a", 1, 10)] == [b"y"]
+    store.upsert_tool_calls(
         "j",
         "a",
         [
@@ -83,38 +83,38 @@ async def test_events_tool_calls_and_cost_scopes(store):
             ToolCallRow("t2", "Read", ToolCallStatus.SUCCEEDED, 5, b"2", duration_ns=7),
         ],
     )
-    await store.upsert_tool_calls(
+    store.upsert_tool_calls(
         "j", "a", [ToolCallRow("t2", "Read", ToolCallStatus.FAILED, 5, b"2b", duration_ns=9)]
     )
-    assert await store.mark_tool_calls_unfinished("j", "a") == 1
-    calls = await store.list_tool_calls("j", None, None, [], 10)
+    assert store.mark_tool_calls_unfinished("j", "a") == 1
+    calls = store.list_tool_calls("j", None, None, [], 10)
     assert [(c.tool_use_id, c.status, c.duration_ns, c.phase_ordinal) for c in calls] == [
         ("t1", ToolCallStatus.UNFINISHED, None, 1),
         ("t2", ToolCallStatus.FAILED, 9, 1),
     ]
-    assert [c.tool_use_id for c in await store.list_tool_calls("j", "a", None, [], 10, after=(1, 3, "t1"))] == [
+    assert [c.tool_use_id for c in store.list_tool_calls("j", "a", None, [], 10, after=(1, 3, "t1"))] == [
         "t2"
     ]
     row = ModelCostRow("m", 10, 5, 0, 0, 0, 0, 0.5, 0.4, PricingSource.PRICE_TABLE)
-    await store.replace_model_costs("j", "a", "proj", [row])
-    await store.replace_model_costs("j", "a", "proj", [row])  # a snapshot replaces, never adds
-    assert await store.model_cost_sums(job_ids=["j"]) == [("j", row)]
+    store.replace_model_costs("j", "a", "proj", [row])
+    store.replace_model_costs("j", "a", "proj", [row])  # a snapshot replaces, never adds
+    assert store.model_cost_sums(job_ids=["j"]) == [("j", row)]
     assert (
-        await store.model_cost_sums(project_id="proj") == [("", row)]
-        and await store.model_cost_sums(project_id="x") == []
+        store.model_cost_sums(project_id="proj") == [("", row)]
+        and store.model_cost_sums(project_id="x") == []
     )
 
 
-async def test_committed_data_survives_reopen(tmp_path):
+def test_committed_data_survives_reopen(tmp_path):
     path = tmp_path / "db.sqlite3"
     s = SqliteStore(path)
-    await s.get_or_create_job("j", "p", 1)
-    await s.insert_phase(phase("j", "a", status=PhaseStatus.RUNNING))
-    await s.append_events([("j", "a", [EventRow(1, 1, "k", b"x")])])
+    s.get_or_create_job("j", "p", 1)
+    s.insert_phase(phase("j", "a", status=PhaseStatus.RUNNING))
+    s.append_events([("j", "a", [EventRow(1, 1, "k", b"x")])])
     # No close(): as after kill -9, only what was committed is there, and all of it.
     again = SqliteStore(path)
-    assert [p.phase_id for p in await again.active_phases()] == ["a"]
-    assert (await again.read_events("j", "a", 0, 10))[0].body == b"x"
+    assert [p.phase_id for p in again.active_phases()] == ["a"]
+    assert again.read_events("j", "a", 0, 10)[0].body == b"x"
 
 
 def test_unusable_path_is_a_store_error(tmp_path):
@@ -149,19 +149,19 @@ def write_v1_database(path: Path) -> None:
     db.close()
 
 
-async def test_a_version_1_database_is_migrated_in_place_and_keeps_its_data(tmp_path):
+def test_a_version_1_database_is_migrated_in_place_and_keeps_its_data(tmp_path):
     path = tmp_path / "db.sqlite3"
     write_v1_database(path)
     store = SqliteStore(path)
     try:
         assert store.migrated_from == 1
-        row = await store.get_phase("j", "a")
+        row = store.get_phase("j", "a")
         assert (row.result_pb, row.cost_pb, row.tool_stats_pb) == (b"\x0a\x01", b"\x0b\x02", b"\x0c\x03")
         assert row.status is PhaseStatus.SUCCEEDED and row.computed_usd == 0.25
         columns = {r[1] for r in store._db.execute("PRAGMA table_info(phases)")}
         assert "options_json" not in columns and "result_json" not in columns
         assert store._db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-        assert (await store.get_job("j")).view_version == 0  # version 3 added it to existing jobs
+        assert store.get_job("j").view_version == 0  # version 3 added it to existing jobs
         assert row.attempts_pb is None  # version 4 added the column; old phases recorded none
         assert not store._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
 
@@ -174,25 +174,25 @@ async def test_a_version_1_database_is_migrated_in_place_and_keeps_its_data(tmp_
 
         assert store.backfill_tool_call_durations(duration_of, batch=1) == 1
         assert sorted(decoded) == [b"bad", b"duration=40"]  # only finished calls are decoded
-        assert [(c.tool_use_id, c.duration_ns) for c in await store.list_tool_calls("j", None, None, [], 10)] == [
+        assert [(c.tool_use_id, c.duration_ns) for c in store.list_tool_calls("j", None, None, [], 10)] == [
             ("t1", 40),
             ("t2", None),
             ("t3", None),
         ]
         assert store.backfill_tool_call_durations(duration_of) == 0 and len(decoded) == 2  # done for good
     finally:
-        await store.close()
+        store.close()
     again = SqliteStore(path)  # reopening a current database migrates nothing
-    assert again.migrated_from is None and (await again.get_phase("j", "a")).result_pb == b"\x0a\x01"
-    await again.close()
+    assert again.migrated_from is None and again.get_phase("j", "a").result_pb == b"\x0a\x01"
+    again.close()
 
 
-async def test_a_new_database_is_created_at_the_current_version(tmp_path):
+def test_a_new_database_is_created_at_the_current_version(tmp_path):
     store = SqliteStore(tmp_path / "db.sqlite3")
     assert store.migrated_from is None
     assert store._db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert store.backfill_tool_call_durations(lambda body: pytest.fail("nothing to fill in")) == 0
-    await store.close()
+    store.close()
 
 
 def test_a_database_from_a_newer_server_is_refused_untouched(tmp_path):
@@ -205,18 +205,18 @@ def test_a_database_from_a_newer_server_is_refused_untouched(tmp_path):
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION + 1,)
 
 
-async def test_a_failed_write_rolls_back_whole_and_the_store_stays_usable(store):
-    await store.get_or_create_job("j", "p", 1)
-    await store.insert_phase(phase("j", "a"))
-    await store.insert_phase(phase("j", "b"))
-    await store.append_events([("j", "a", [EventRow(1, 1, "k", b"x")])])
+def test_a_failed_write_rolls_back_whole_and_the_store_stays_usable(store):
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(phase("j", "a"))
+    store.insert_phase(phase("j", "b"))
+    store.append_events([("j", "a", [EventRow(1, 1, "k", b"x")])])
     with pytest.raises(sqlite3.IntegrityError):  # b's events are fine, a's repeat sequence 1
-        await store.append_events(
+        store.append_events(
             [("j", "b", [EventRow(1, 1, "k", b"y")]), ("j", "a", [EventRow(1, 1, "k", b"z")])]
         )
-    assert await store.read_events("j", "b", 0, 10) == []
-    await store.append_events([("j", "b", [EventRow(1, 1, "k", b"y")])])  # no transaction was left open
-    assert [e.body for e in await store.read_events("j", "b", 0, 10)] == [b"y"]
+    assert store.read_events("j", "b", 0, 10) == []
+    store.append_events([("j", "b", [EventRow(1, 1, "k", b"y")])])  # no transaction was left open
+    assert [e.body for e in store.read_events("j", "b", 0, 10)] == [b"y"]
 
 
 def schema_of(db: sqlite3.Connection) -> dict:
@@ -234,12 +234,12 @@ def schema_of(db: sqlite3.Connection) -> dict:
     }
 
 
-async def test_a_migrated_database_has_the_schema_of_a_new_one(tmp_path):
+def test_a_migrated_database_has_the_schema_of_a_new_one(tmp_path):
     write_v1_database(tmp_path / "old.sqlite3")
     old, new = SqliteStore(tmp_path / "old.sqlite3"), SqliteStore(tmp_path / "new.sqlite3")
     try:
         old.backfill_tool_call_durations(lambda body: None)
         assert schema_of(old._db) == schema_of(new._db)
     finally:
-        await old.close()
-        await new.close()
+        old.close()
+        new.close()

@@ -20,10 +20,10 @@ S = PhaseStatus
 
 
 @pytest.fixture
-async def store(database_url):
+def store(database_url):
     s = open_store(database_url)
     yield s
-    await s.close()
+    s.close()
 
 
 def phase(job: str, pid: str, status: PhaseStatus = S.RUNNING) -> PhaseRow:
@@ -34,21 +34,21 @@ def cost(model: str = "m") -> ModelCostRow:
     return ModelCostRow(model, 1, 2, 3, 4, 5, 0, 0.5, 0.25, PricingSource.PRICE_TABLE)
 
 
-async def version(store, job: str) -> int:
-    return (await store.get_job(job)).view_version
+def version(store, job: str) -> int:
+    return store.get_job(job).view_version
 
 
-async def mark(store, job: str) -> tuple[int, int]:
+def mark(store, job: str) -> tuple[int, int]:
     """What the read model's cache compares (besides the creation time)."""
-    row = await store.get_job(job)
+    row = store.get_job(job)
     return row.view_version, row.sequence_sum
 
 
-async def test_every_write_that_changes_a_job_view_moves_its_mark_and_only_its_own(store):
-    await store.get_or_create_job("j", "p", 1)
-    await store.get_or_create_job("other", "p", 2)
-    await store.insert_phase(phase("other", "o"))
-    assert (await store.get_job("j")).view_version == 0
+def test_every_write_that_changes_a_job_view_moves_its_mark_and_only_its_own(store):
+    store.get_or_create_job("j", "p", 1)
+    store.get_or_create_job("other", "p", 2)
+    store.insert_phase(phase("other", "o"))
+    assert store.get_job("j").view_version == 0
     writes = {
         "insert_phase": lambda: store.insert_phase(phase("j", "a")),
         "insert_phase (a second)": lambda: store.insert_phase(phase("j", "b")),
@@ -62,74 +62,74 @@ async def test_every_write_that_changes_a_job_view_moves_its_mark_and_only_its_o
         "replace_model_costs": lambda: store.replace_model_costs("j", "b", "p", [cost()]),
         "replace_model_costs (to none)": lambda: store.replace_model_costs("j", "b", "p", []),
     }
-    other = await mark(store, "other")
+    other = mark(store, "other")
     for name, write in writes.items():
-        before = await mark(store, "j")
-        await write()
-        after = await mark(store, "j")
+        before = mark(store, "j")
+        write()
+        after = mark(store, "j")
         assert after != before and after[0] >= before[0] and after[1] >= before[1], name
         if name.startswith("append_events"):
             assert after[0] == before[0], "appending events writes nothing to the job row"
-    assert await mark(store, "other") == other  # untouched by writes to "j"
-    assert (await mark(store, "j"))[1] == 2 + 1  # phase b's last sequence + phase a's
+    assert mark(store, "other") == other  # untouched by writes to "j"
+    assert mark(store, "j")[1] == 2 + 1  # phase b's last sequence + phase a's
     # Listing reads both with the row.
-    assert {r.job_id: (r.view_version, r.sequence_sum) for r in await store.list_jobs(None, [], 10)} == {
-        "j": await mark(store, "j"),
+    assert {r.job_id: (r.view_version, r.sequence_sum) for r in store.list_jobs(None, [], 10)} == {
+        "j": mark(store, "j"),
         "other": other,
     }
 
 
-async def test_writes_outside_the_view_leave_the_version(store):
-    await store.get_or_create_job("j", "p", 1)
-    await store.insert_phase(phase("j", "a"))
-    before = await mark(store, "j")
-    await store.upsert_tool_calls("j", "a", [ToolCallRow("t", "Bash", ToolCallStatus.RUNNING, 1, b"call")])
-    await store.mark_tool_calls_unfinished("j", "a")
-    await store.forget_recording("j", "a")
-    assert await mark(store, "j") == before
+def test_writes_outside_the_view_leave_the_version(store):
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(phase("j", "a"))
+    before = mark(store, "j")
+    store.upsert_tool_calls("j", "a", [ToolCallRow("t", "Bash", ToolCallStatus.RUNNING, 1, b"call")])
+    store.mark_tool_calls_unfinished("j", "a")
+    store.forget_recording("j", "a")
+    assert mark(store, "j") == before
 
 
-async def test_one_group_commit_moves_every_job_it_wrote(store):
+def test_one_group_commit_moves_every_job_it_wrote(store):
     for job in ("j1", "j2", "j3"):
-        await store.get_or_create_job(job, "p", 1)
-        await store.insert_phase(phase(job, "a"))
-    before = {job: (await store.get_job(job)).sequence_sum for job in ("j1", "j2", "j3")}
-    await store.append_events(
+        store.get_or_create_job(job, "p", 1)
+        store.insert_phase(phase(job, "a"))
+    before = {job: store.get_job(job).sequence_sum for job in ("j1", "j2", "j3")}
+    store.append_events(
         [
             ("j2", "a", [EventRow(1, 1, "k", b"1"), EventRow(2, 2, "k", b"2")]),
             ("j1", "a", [EventRow(1, 1, "k", b"1")]),
             ("j3", "a", []),  # nothing to write
         ]
     )
-    after = {job: (await store.get_job(job)).sequence_sum for job in ("j1", "j2", "j3")}
+    after = {job: store.get_job(job).sequence_sum for job in ("j1", "j2", "j3")}
     assert after == {"j1": before["j1"] + 1, "j2": before["j2"] + 2, "j3": before["j3"]}
 
 
-async def test_another_handle_sees_the_mark_of_a_committed_write(database_url, store):
+def test_another_handle_sees_the_mark_of_a_committed_write(database_url, store):
     """Both are in the database, not in one process: another server or replica sees them."""
-    await store.get_or_create_job("j", "p", 1)
-    await store.insert_phase(phase("j", "a"))
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(phase("j", "a"))
     other = open_store(database_url)
     try:
-        before = await mark(other, "j")
-        await store.append_events([("j", "a", [EventRow(1, 1, "k", b"e1")])])
-        assert await mark(other, "j") == (before[0], before[1] + 1)
-        await store.update_phase("j", "a", 2, status=S.SUCCEEDED)
-        assert await mark(other, "j") == (before[0] + 1, before[1] + 1)
-        assert (await other.phases_of_jobs(["j"]))[0].last_sequence == 1
+        before = mark(other, "j")
+        store.append_events([("j", "a", [EventRow(1, 1, "k", b"e1")])])
+        assert mark(other, "j") == (before[0], before[1] + 1)
+        store.update_phase("j", "a", 2, status=S.SUCCEEDED)
+        assert mark(other, "j") == (before[0] + 1, before[1] + 1)
+        assert other.phases_of_jobs(["j"])[0].last_sequence == 1
     finally:
-        await other.close()
+        other.close()
 
 
-async def test_a_takeover_sweep_bumps_the_versions_of_the_jobs_it_interrupts(postgres_url, postgres_cluster):
+def test_a_takeover_sweep_bumps_the_versions_of_the_jobs_it_interrupts(postgres_url, postgres_cluster):
     from helix_runner.store.postgres_store import PostgresStore
 
     a, b = (PostgresStore(postgres_url, heartbeat=False) for _ in range(2))
     try:
         for job in ("j1", "j2"):
-            await a.get_or_create_job(job, "p", 1)
-            await a.insert_phase(phase(job, "x"))
-        before = {job: await version(b, job) for job in ("j1", "j2")}
+            a.get_or_create_job(job, "p", 1)
+            a.insert_phase(phase(job, "x"))
+        before = {job: version(b, job) for job in ("j1", "j2")}
         postgres_cluster.execute(
             postgres_url,
             "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
@@ -139,8 +139,8 @@ async def test_a_takeover_sweep_bumps_the_versions_of_the_jobs_it_interrupts(pos
         def interrupt(row, seq):
             return EventRow(seq, 9, "status", b"interrupted"), {"end_time_ns": 9}
 
-        assert len(await b.sweep_expired_owners(interrupt)) == 2
-        assert all([await version(b, job) > before[job] for job in ("j1", "j2")])
+        assert len(b.sweep_expired_owners(interrupt)) == 2
+        assert all(version(b, job) > before[job] for job in ("j1", "j2"))
     finally:
-        await a.close()
-        await b.close()
+        a.close()
+        b.close()

@@ -54,7 +54,7 @@ async def test_the_monitor_measures_a_blocked_loop_and_forgets_it_after_its_wind
 
 
 @pytest.fixture
-async def overloaded_service(tmp_path):
+def overloaded_service(tmp_path):
     workspace = tmp_path / "root"
     (workspace / "project").mkdir(parents=True)
     claude = tmp_path / "claude"
@@ -67,7 +67,7 @@ async def overloaded_service(tmp_path):
     service = PhaseService(config, store, ProtoRecordEncoder(), NoLaunchContainment(),
                            server_env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, telemetry=telemetry)
     yield service, telemetry.loop_lag, workspace
-    await store.close()
+    store.close()
 
 
 async def test_admission_refuses_new_phases_while_the_loop_is_late(overloaded_service):
@@ -81,7 +81,7 @@ async def test_admission_refuses_new_phases_while_the_loop_is_late(overloaded_se
     assert (e.kind, e.reason) == (ErrorKind.RESOURCE_EXHAUSTED, "QUEUE_FULL")
     assert e.metadata["scope"] == "event_loop" and e.metadata["loop_lag_ms"] == "250"
     assert e.retry_after_s and float(e.metadata["retry_after_ms"]) == e.retry_after_s * 1000
-    assert await service.store.get_phase("job", "phase") is None  # refused before anything was written
+    assert service.store.get_phase("job", "phase") is None  # refused before anything was written
     # A retry of an admitted phase is never refused for load (as for a full queue).
     ticket = service.admission.submit(("job", "other"), "default", retry=True)
     service.admission.release(ticket)
@@ -97,7 +97,7 @@ async def test_no_limit_no_refusal(tmp_path):
         ticket = service.admission.submit(("job", "phase"), "default")  # admitted despite a 5 s lag
         service.admission.release(ticket)
     finally:
-        await store.close()
+        store.close()
 
 
 def test_the_limit_is_configurable_and_checked(tmp_path):

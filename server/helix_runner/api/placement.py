@@ -20,7 +20,7 @@ that did write the phase answers for it: its error reaches the caller. Design: d
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -40,7 +40,7 @@ async def place_run_phase(
     request: Any,
     target: PlacementTarget,
     context: Any,
-    recorded: Callable[[], Awaitable[bool]],
+    recorded: Callable[[], bool],
 ) -> AsyncIterator[bytes] | None:
     """The target's RunPhase stream once it sent its first message; None if it refused and wrote nothing.
 
@@ -61,7 +61,7 @@ async def place_run_phase(
     try:
         first = await call.read()
     except grpc.aio.AioRpcError as exc:
-        if await recorded():  # the target took the phase: its answer is the phase's
+        if recorded():  # the target took the phase: its answer is the phase's
             raise _relayed_error(exc, target, fields) from None
         log.warning("placing a phase on another replica failed; it is admitted here",
                     extra={"fields": {**fields, "code": exc.code().name, "message": exc.details() or ""}})
@@ -71,7 +71,7 @@ async def place_run_phase(
         raise
     if first is grpc.aio.EOF:  # a RunPhase always ends with its result; a bare end is a broken target
         call.cancel()
-        if await recorded():
+        if recorded():
             raise owner_unreachable(f"replica {target.replica_id} ended the phase's stream without its result",
                                     fields)
         return None

@@ -90,7 +90,7 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
             request = _parse(handler.__name__, request)
             check_enums(request)
             if handler.__name__ in FORWARDED_METHODS and self.forwarder is not None:
-                route = await self._owner_route(request, context)
+                route = self._owner_route(request, context)
                 if route is not None:  # the phase runs on another replica: its answer
                     return await self.forwarder.forward(handler.__name__, request, *route, _time_remaining(context))
             return await handler(self, request, context)
@@ -143,11 +143,11 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         # A shared database: control of a phase another replica runs is forwarded to it.
         self.forwarder = forwarder
 
-    async def _owner_route(self, request, context) -> tuple[str, dict[str, str]] | None:
+    def _owner_route(self, request, context) -> tuple[str, dict[str, str]] | None:
         """Where to forward a control request: None if the phase runs here, is not running, or was forwarded."""
         if self.manager.get_live(request.job_id, request.phase_id) is not None or _forwarded(context):
             return None
-        owner = await self.manager.remote_owner(request.job_id, request.phase_id)
+        owner = self.manager.remote_owner(request.job_id, request.phase_id)
         return self.forwarder.route(owner, request.job_id, request.phase_id)
 
     # -- streams ---------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_stream
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
         if self.forwarder is not None and self.manager.config.place_on_free_replica and not _forwarded(context):
-            target = await self.manager.placement_target()
+            target = self.manager.placement_target()
             if target is not None:  # this replica would queue it for its own limit; another has room
                 request.phase_id = request.phase_id or self.manager.new_phase_id()
                 with self.manager.placements.placing(target):  # until the target answered
@@ -219,14 +219,14 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def GetJob(self, request, context):
-        return get_job_response(await self.queries.job(request.job_id))
+        return get_job_response(self.queries.job(request.job_id))
 
     @_unary
     async def ListJobs(self, request, context):
         statuses = statuses_from_request(request.statuses)
         query = {"project": request.project_id, "statuses": [s.name for s in statuses]}
         after = read_token(request.page_token, query, (int, str))
-        page = await self.queries.list_jobs(request.project_id, statuses, page_size(request.page_size, 50, 500),
+        page = self.queries.list_jobs(request.project_id, statuses, page_size(request.page_size, 50, 500),
                                       tuple(after) if after else None)
         return list_jobs_response(page.jobs, make_token(query, list(page.next_after)) if page.next_after else "")
 
@@ -235,7 +235,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         query = {"job": request.job_id, "phase": request.phase_id, "tool": request.tool_name,
                  "failed": request.only_failed}
         after = read_token(request.page_token, query, (int, int, str))
-        page = await self.queries.list_tool_calls(request.job_id, request.phase_id, request.tool_name, request.only_failed,
+        page = self.queries.list_tool_calls(request.job_id, request.phase_id, request.tool_name, request.only_failed,
                                             page_size(request.page_size, 100, 1000), tuple(after) if after else None)
         return runner_service_pb2.ListToolCallsResponse(
             tool_calls=[tool_call_to_proto(c) for c in page.calls],
@@ -244,12 +244,12 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def GetCostTotals(self, request, context):
-        totals = await self.queries.cost_totals(request.project_id, request.job_id, request.phase_id)
+        totals = self.queries.cost_totals(request.project_id, request.job_id, request.phase_id)
         return runner_service_pb2.GetCostTotalsResponse(totals=cost_totals_to_proto(totals))
 
     @_unary
     async def GetPhaseDiff(self, request, context):
-        return read_diff_page(await self.manager.require_phase(request.job_id, request.phase_id), request)
+        return read_diff_page(self.manager.require_phase(request.job_id, request.phase_id), request)
 
     @_unary
     async def InspectPhase(self, request, context):
@@ -258,48 +258,45 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     # -- job control -----------------------------------------------------------------------
 
-    async def _phase(self, job_id: str, phase_id: str) -> resources_pb2.Phase:
-        # A run's row writes go through the event writer (phases/event_log.py): once it has
-        # committed what was submitted so far, the answer shows what this control RPC changed.
-        await self.manager.writer.flush()
-        return phase_to_proto(await self.queries.phase(job_id, phase_id))
+    def _phase(self, job_id: str, phase_id: str) -> resources_pb2.Phase:
+        return phase_to_proto(self.queries.phase(job_id, phase_id))
 
     @_unary
     async def CancelPhase(self, request, context):
-        live = await self.manager.cancel(request.job_id, request.phase_id, cancel_reason(request))
+        live = self.manager.cancel(request.job_id, request.phase_id, cancel_reason(request))
         await live.done.wait()
-        return runner_service_pb2.CancelPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.CancelPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def PausePhase(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "pause")
+        live = self.manager.require_live(request.job_id, request.phase_id, "pause")
         await live.run.control.pause(hard=enum_value(HARD_PAUSE, request.mode, "mode"))
-        return runner_service_pb2.PausePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.PausePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def ResumePhase(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "resume")
+        live = self.manager.require_live(request.job_id, request.phase_id, "resume")
         await live.run.control.resume()
-        return runner_service_pb2.ResumePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.ResumePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StepPhase(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "step")
+        live = self.manager.require_live(request.job_id, request.phase_id, "step")
         live.run.control.step()
-        return runner_service_pb2.StepPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.StepPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def InterruptPhase(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "interrupt")
+        live = self.manager.require_live(request.job_id, request.phase_id, "interrupt")
         await live.run.control.interrupt()
-        return runner_service_pb2.InterruptPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.InterruptPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhaseModel(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "set the model")
+        live = self.manager.require_live(request.job_id, request.phase_id, "set the model")
         await live.run.control.set_model(request.model)
         live.run.model_switched(request.model)
-        return runner_service_pb2.SetPhaseModelResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.SetPhaseModelResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhasePermissionMode(self, request, context):
@@ -308,51 +305,51 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             raise invalid_field("mode", "is required")
         if mode == "bypassPermissions" and not self.manager.config.allow_bypass_permissions:
             raise invalid_field("mode", "bypassPermissions is disabled on this server")
-        live = await self.manager.require_live(request.job_id, request.phase_id, "set the permission mode")
+        live = self.manager.require_live(request.job_id, request.phase_id, "set the permission mode")
         effective = await live.run.control.set_permission_mode(mode)
         return runner_service_pb2.SetPhasePermissionModeResponse(
-            mode=effective, phase=await self._phase(request.job_id, request.phase_id))
+            mode=effective, phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StopTask(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "stop a task")
+        live = self.manager.require_live(request.job_id, request.phase_id, "stop a task")
         await live.run.control.stop_task(request.task_id)
-        return runner_service_pb2.StopTaskResponse(phase=await self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.StopTaskResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def GetTaskOutput(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "read a task's output")
+        live = self.manager.require_live(request.job_id, request.phase_id, "read a task's output")
         output, total, truncated = await live.run.control.task_output(request.task_id, request.max_bytes)
         return runner_service_pb2.GetTaskOutputResponse(output=output, total_bytes=total, truncated=truncated)
 
     @_unary
     async def InjectMessage(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "inject a message")
+        live = self.manager.require_live(request.job_id, request.phase_id, "inject a message")
         message_uuid, sequence = await live.run.control.inject(
             request.text, interrupt_first=enum_value(INTERRUPT_FIRST, request.mode, "mode"))
         return runner_service_pb2.InjectMessageResponse(message_uuid=message_uuid, sequence=sequence)
 
     @_unary
     async def AddBreakpoint(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "add a breakpoint")
+        live = self.manager.require_live(request.job_id, request.phase_id, "add a breakpoint")
         bp = live.run.control.add_breakpoint(breakpoint_from_proto(request.breakpoint))
         return runner_service_pb2.AddBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ListBreakpoints(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "list breakpoints")
+        live = self.manager.require_live(request.job_id, request.phase_id, "list breakpoints")
         return runner_service_pb2.ListBreakpointsResponse(
             breakpoints=[breakpoint_to_proto(bp) for bp in live.run.snapshot().breakpoints])
 
     @_unary
     async def RemoveBreakpoint(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "remove a breakpoint")
+        live = self.manager.require_live(request.job_id, request.phase_id, "remove a breakpoint")
         bp = live.run.control.remove_breakpoint(request.breakpoint_id)
         return runner_service_pb2.RemoveBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ResolveToolCall(self, request, context):
-        live = await self.manager.require_live(request.job_id, request.phase_id, "resolve a tool call")
+        live = self.manager.require_live(request.job_id, request.phase_id, "resolve a tool call")
         decision = request.WhichOneof("decision")
         if decision is None:
             raise invalid_field("decision", "one of approve, deny or edit is required")

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from helix_runner.store.protocol import EventRow, FencedError, Store
-
-log = logging.getLogger(__name__)
 
 HISTORY_PAGE = 500
 DEFAULT_QUEUE_EVENTS = 8192
@@ -39,133 +36,45 @@ Framer = Callable[[Sequence[bytes]], bytes]
 
 
 class EventWriter:
-    """Group commit: event appends of every phase go into one transaction, one commit at a time.
+    """Group commit: event appends of every phase in one loop turn go into one transaction.
 
     A transaction per stdout chunk cost each event far more than parsing it under load; batching
-    keeps persist-before-publish while paying one commit for all phases. The commit is awaited
-    (a shared database's round trip lets every other task run meanwhile) and single-flight: what
-    is submitted while one commit is in flight waits, accumulates, and goes into the next one, so
-    under load a commit carries everything of the previous commit's duration, and order holds.
+    per event-loop turn keeps persist-before-publish while paying one commit for all phases.
     Callbacks run in submission order once their rows are committed.
-
-    A phase run's row writes (``submit_write``: status, tool calls, costs) go through the same
-    queue, so each phase's writes and appends reach the database in the order it made them (its
-    status row before the event announcing it, every event before its result). A row write runs
-    before the pending appends of other phases, so it splits a group commit only when an append
-    of its own phase precedes it.
     """
 
     def __init__(self, store: Store):
         self.store = store
-        self._pending: list[_Pending] = []
-        self._task: asyncio.Task[None] | None = None
+        self._pending: list[tuple[str, str, Sequence[EventRow], Callable[[], None]]] = []
+        self._scheduled = False
         self.commit_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext  # telemetry hook
         # A shared database refused some phases' appends (another replica took them over): told
-        # once per refused phase per commit, so their runs can be stopped (PhaseService.on_fenced).
+        # once per refused phase per flush, so their runs can be stopped (PhaseService.on_fenced).
         self.on_fenced: Callable[[str, str], None] = lambda job_id, phase_id: None
-        self.commits = 0  # transactions of appends committed (tests and telemetry read it)
-        # Submissions so far, and how many of them a finished commit round handled (flush waits on these).
-        self._submitted = 0
-        self._handled = 0
-        self._round_done = asyncio.Event()
 
     def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None]) -> None:
-        """Queues ``rows`` for the next commit; ``on_durable`` runs once they are committed."""
-        self._pending.append(_Pending(job_id, phase_id, rows, on_durable))
-        self._start()
+        self._pending.append((job_id, phase_id, rows, on_durable))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def submit_write(self, job_id: str, phase_id: str, write: Callable[[], Awaitable[object]]) -> None:
-        """Queues a row write of this phase, run in order with its appends (errors are logged)."""
-        self._pending.append(_Pending(job_id, phase_id, (), None, write))
-        self._start()
-
-    def _start(self) -> None:
-        self._submitted += 1
-        if self._task is None:
-            # Runs from the next loop turn on: everything submitted in this turn is in its first commit.
-            self._task = asyncio.get_running_loop().create_task(self._drain(), name="event-writer")
-
-    async def flush(self) -> None:
-        """Returns once everything submitted before the call is committed (shutdown; a phase's end)."""
-        target = self._submitted
-        while self._handled < target:
-            # Waits for the round in flight to end (never cancels it: other phases wait for it too).
-            await self._round_done.wait()
-
-    async def _drain(self) -> None:
-        try:
-            while self._pending:
-                pending, self._pending = self._pending, []
-                try:
-                    await self._commit(pending)
-                finally:
-                    self._handled += len(pending)
-                    done, self._round_done = self._round_done, asyncio.Event()
-                    done.set()
-        finally:
-            self._task = None
-
-    async def _commit(self, pending: list[_Pending]) -> None:
-        """Runs row writes and group commits in an order that keeps each phase's order."""
-        writes: list[_Pending] = []
-        appends: list[_Pending] = []
-        in_group: set[tuple[str, str]] = set()
-        for item in pending:
-            if item.write is None:
-                appends.append(item)
-                in_group.add((item.job_id, item.phase_id))
-            elif (item.job_id, item.phase_id) in in_group:
-                await self._run_writes(writes)  # an append of its phase comes first: close the group
-                await self._append(appends)
-                writes, appends, in_group = [item], [], set()
-            else:
-                writes.append(item)
-        await self._run_writes(writes)
-        await self._append(appends)
-
-    @staticmethod
-    async def _run_writes(writes: list[_Pending]) -> None:
-        for item in writes:
-            try:
-                await item.write()  # type: ignore[misc]
-            except Exception:  # a failing write must not stop the other phases' commits
-                log.exception("a phase's store write failed",
-                              extra={"fields": {"job_id": item.job_id, "phase_id": item.phase_id}})
-
-    async def _append(self, appends: list[_Pending]) -> None:
-        if not appends:
+    def flush(self) -> None:
+        """Commits everything pending, then runs its callbacks (also called at shutdown)."""
+        self._scheduled = False
+        pending, self._pending = self._pending, []
+        if not pending:
             return
         refused: set[tuple[str, str]] = set()
         try:
             with self.commit_timer():
-                await self.store.append_events([(p.job_id, p.phase_id, p.rows) for p in appends if p.rows])
+                self.store.append_events([(job, phase, rows) for job, phase, rows, _ in pending if rows])
         except FencedError as exc:  # the other phases' rows are committed (store/protocol.py)
             refused = set(exc.refused)
-        except Exception:
-            # Nothing of this group is committed: nothing is offered (watchers catch up from the store).
-            log.exception("committing events failed", extra={"fields": {"phases": len({
-                (p.job_id, p.phase_id) for p in appends})}})
-            return
-        self.commits += 1
-        for p in appends:
-            if (p.job_id, p.phase_id) not in refused:  # a refused phase's rows are not in the store: never offered
-                try:
-                    p.on_durable()  # type: ignore[misc]
-                except Exception:
-                    log.exception("an event callback failed")
+        for job, phase, _, on_durable in pending:
+            if (job, phase) not in refused:
+                on_durable()  # a refused phase's rows are not in the store: never offered to watchers
         for job, phase in sorted(refused):
             self.on_fenced(job, phase)
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A submission: an append (rows, with the callback run once they are committed) or a row write."""
-
-    job_id: str
-    phase_id: str
-    rows: Sequence[EventRow]
-    on_durable: Callable[[], None] | None
-    write: Callable[[], Awaitable[object]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,8 +173,7 @@ class PhaseEventLog:
                  queue_events: int = DEFAULT_QUEUE_EVENTS, writer: EventWriter | None = None,
                  frame: Framer | None = None):
         self.store = store
-        # Without a shared writer (tests, tools) the log commits through a writer of its own.
-        self.writer = writer if writer is not None else EventWriter(store)
+        self.writer = writer
         self.frame = frame
         # Highest sequence handed to publish() (gap checks) and highest one committed (what
         # subscribers may read from the store and what they have been offered).
@@ -292,30 +200,29 @@ class PhaseEventLog:
         """Returns once the result is out (every event committed and offered)."""
         await self._closed.wait()
 
-    def fence(self, result: bytes | None = None) -> None:
+    def fence(self, result: bytes) -> None:
         """Another replica took the phase over: nothing more is written or offered; watchers get ``result``.
 
         ``result`` is the phase's result as the taker recorded it. Subscribers end after the
-        events that were committed while this replica still owned the phase. Without one (it is
-        still being read from the store) the log only stops offering; a second call with it ends
-        the subscribers.
+        events that were committed while this replica still owned the phase.
         """
+        if self.fenced:
+            return
         self.fenced = True
-        if result is not None and not self.closed:
-            self._close(result)
+        self._close(result)
 
     def publish(self, rows: Sequence[EventRow]) -> None:
-        """Persists the rows (sequences must continue the log), then offers them to subscribers.
-
-        Returns at once: the rows go into the writer's next commit and are offered when it
-        committed them (``await log.writer.flush()`` waits for that).
-        """
+        """Persists the rows (sequences must continue the log), then offers them to subscribers."""
         if not rows or self.fenced:
             return
         if rows[0].sequence != self.submitted_sequence + 1:
             raise ValueError(f"sequence gap: expected {self.submitted_sequence + 1}, got {rows[0].sequence}")
         self.submitted_sequence = rows[-1].sequence
-        self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows))
+        if self.writer is None:
+            self.store.append_events([(self.job_id, self.phase_id, rows)])
+            self._offer(rows)
+        else:
+            self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows))
 
     def _offer(self, rows: Sequence[EventRow]) -> None:
         if self.fenced:
@@ -335,8 +242,11 @@ class PhaseEventLog:
     def close(self, result: bytes) -> None:
         """Marks the log final; subscribers get the result after every event (once they are committed)."""
         if self.fenced:
-            return  # watchers get the taker's result
-        self.writer.submit(self.job_id, self.phase_id, (), lambda: self._close(result))
+            return  # watchers had the taker's result already
+        if self.writer is not None:
+            self.writer.submit(self.job_id, self.phase_id, (), lambda: self._close(result))
+        else:
+            self._close(result)
 
     def _close(self, result: bytes) -> None:
         self._result = result
@@ -380,7 +290,7 @@ class PhaseEventLog:
 async def _history(store: Store, job_id: str, phase_id: str, after: int, upto: int) -> AsyncIterator[Delivery]:
     cursor = after
     while cursor < upto:
-        rows = await store.read_events(job_id, phase_id, cursor, min(HISTORY_PAGE, upto - cursor))
+        rows = store.read_events(job_id, phase_id, cursor, min(HISTORY_PAGE, upto - cursor))
         if not rows:
             return
         yield Delivery(tuple(r.body for r in rows), rows[0].sequence, rows[-1].sequence)

@@ -10,7 +10,6 @@ ends its watchers, and the run finishes without touching the store again.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -21,10 +20,7 @@ log = logging.getLogger(__name__)
 
 
 class FencedPhaseStore:
-    """Delegates to the store; a ``FencedError`` from any call becomes ``on_fenced()`` and a ``None`` result.
-
-    The store's methods are coroutines: each is wrapped in one that awaits it.
-    """
+    """Delegates to the store; a ``FencedError`` from any call becomes ``on_fenced()`` and a ``None`` result."""
 
     def __init__(self, store: Any, on_fenced: Callable[[], None]):
         self._store = store
@@ -32,13 +28,13 @@ class FencedPhaseStore:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
-        if not inspect.iscoroutinefunction(attr):
+        if not callable(attr):
             return attr
 
         @functools.wraps(attr)
-        async def call(*args: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
             try:
-                return await attr(*args, **kwargs)
+                return attr(*args, **kwargs)
             except FencedError:
                 self._on_fenced()
                 return None

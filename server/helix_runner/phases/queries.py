@@ -132,14 +132,14 @@ class PhaseQueries:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    async def job(self, job_id: str) -> JobView:
+    def job(self, job_id: str) -> JobView:
         """One job with its phases and cost totals; NOT_FOUND if there is none. One query when cached."""
-        row = await self._store.get_job(job_id)
+        row = self._store.get_job(job_id)
         if row is None:
             raise job_not_found(job_id)
-        return (await self._job_views([row]))[0]
+        return self._job_views([row])[0]
 
-    async def list_jobs(
+    def list_jobs(
         self,
         project_id: str | None,
         statuses: Sequence[PhaseStatus],
@@ -147,17 +147,17 @@ class PhaseQueries:
         after: tuple[int, str] | None,
     ) -> JobPage:
         """A page of jobs, newest first, in at most three store queries whatever ``limit`` is."""
-        rows = await self._store.list_jobs(project_id or None, statuses, limit + 1, after)
+        rows = self._store.list_jobs(project_id or None, statuses, limit + 1, after)
         more = len(rows) > limit
         rows = rows[:limit]
         next_after = (rows[-1].create_time_ns, rows[-1].job_id) if more and rows else None
-        return JobPage(tuple(await self._job_views(rows)), next_after)
+        return JobPage(tuple(self._job_views(rows)), next_after)
 
-    async def _job_views(self, jobs: list[JobRow]) -> list[JobView]:
+    def _job_views(self, jobs: list[JobRow]) -> list[JobView]:
         """Views of these jobs: cached ones whose version still holds, the others built in two queries."""
         cache = self.view_cache
         if cache is None:
-            return await self._build_views(jobs)
+            return self._build_views(jobs)
         views: list[JobView | None] = []
         stale: list[int] = []
         for job in jobs:
@@ -168,7 +168,7 @@ class PhaseQueries:
                 stale.append(len(views))
             views.append(view)
         if stale:
-            for i, view in zip(stale, await self._build_views([jobs[i] for i in stale]), strict=True):
+            for i, view in zip(stale, self._build_views([jobs[i] for i in stale]), strict=True):
                 views[i] = view
                 if all(p.live is None for p in view.phases):
                     cache.put(jobs[i], view)
@@ -177,13 +177,13 @@ class PhaseQueries:
     def _runs_here(self, view: JobView) -> bool:
         return any(self._running(p.job_id, p.phase_id) is not None for p in view.phases)
 
-    async def _build_views(self, jobs: list[JobRow]) -> list[JobView]:
+    def _build_views(self, jobs: list[JobRow]) -> list[JobView]:
         ids = [j.job_id for j in jobs]
         phases: dict[str, list[PhaseRow]] = defaultdict(list)
-        for row in await self._store.phases_of_jobs(ids):
+        for row in self._store.phases_of_jobs(ids):
             phases[row.job_id].append(row)
         models: dict[str, list[ModelCostRow]] = defaultdict(list)
-        for job_id, row in await self._store.model_cost_sums(job_ids=ids) if ids else ():
+        for job_id, row in self._store.model_cost_sums(job_ids=ids) if ids else ():
             models[job_id].append(row)
         return [
             JobView(
@@ -200,12 +200,12 @@ class PhaseQueries:
 
     # -- phases -----------------------------------------------------------------------------
 
-    async def phase(self, job_id: str, phase_id: str) -> PhaseView:
+    def phase(self, job_id: str, phase_id: str) -> PhaseView:
         """One phase, with its live figures while it runs here; NOT_FOUND if there is none."""
-        return self._phase_view(await self._require_phase(job_id, phase_id))
+        return self._phase_view(self._require_phase(job_id, phase_id))
 
-    async def _require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
-        row = await self._store.get_phase(job_id, phase_id)
+    def _require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
+        row = self._store.get_phase(job_id, phase_id)
         if row is None:
             raise phase_not_found(job_id, phase_id)
         return row
@@ -241,8 +241,8 @@ class PhaseQueries:
 
     async def inspect(self, job_id: str, phase_id: str, include_context_usage: bool = False) -> Inspection:
         """The phase, its latest events and, if asked and it runs here, the CLI's context usage."""
-        view = await self.phase(job_id, phase_id)
-        tail = await self._store.read_events(
+        view = self.phase(job_id, phase_id)
+        tail = self._store.read_events(
             job_id, phase_id, max(0, view.last_sequence - RECENT_EVENTS), RECENT_EVENTS
         )
         usage = None
@@ -253,7 +253,7 @@ class PhaseQueries:
 
     # -- tool calls -------------------------------------------------------------------------
 
-    async def list_tool_calls(
+    def list_tool_calls(
         self,
         job_id: str,
         phase_id: str | None,
@@ -263,12 +263,12 @@ class PhaseQueries:
         after: tuple[int, int, str] | None,
     ) -> ToolCallPage:
         """A page of a job's (or one phase's) calls in start order, with statistics over all matching calls."""
-        if await self._store.get_job(job_id) is None:
+        if self._store.get_job(job_id) is None:
             raise job_not_found(job_id)
         if phase_id:
-            await self._require_phase(job_id, phase_id)
+            self._require_phase(job_id, phase_id)
         statuses = _NOT_SUCCEEDED if only_failed else ()
-        rows = await self._store.list_tool_calls(
+        rows = self._store.list_tool_calls(
             job_id, phase_id or None, tool_name or None, statuses, limit + 1, after
         )
         more = len(rows) > limit
@@ -277,7 +277,7 @@ class PhaseQueries:
         if more and rows:
             last = rows[-1]
             next_after = (last.phase_ordinal, last.start_sequence, last.tool_use_id)
-        stats = await self._store.tool_call_stats(job_id, phase_id or None, tool_name or None, statuses)
+        stats = self._store.tool_call_stats(job_id, phase_id or None, tool_name or None, statuses)
         return ToolCallPage(
             tuple(StoredToolCall(r.status, r.body) for r in rows),
             next_after,
@@ -286,21 +286,21 @@ class PhaseQueries:
 
     # -- costs ------------------------------------------------------------------------------
 
-    async def cost_totals(self, project_id: str = "", job_id: str = "", phase_id: str = "") -> CostTotals:
+    def cost_totals(self, project_id: str = "", job_id: str = "", phase_id: str = "") -> CostTotals:
         """Totals of one phase (job + phase), a job, or a project (the default project when empty)."""
         if phase_id and not job_id:
             raise invalid_field("job_id", "is required when phase_id is set")
         if job_id:
-            if await self._store.get_job(job_id) is None:
+            if self._store.get_job(job_id) is None:
                 raise job_not_found(job_id)
             if phase_id:
-                await self._require_phase(job_id, phase_id)
-            sums = await self._store.phase_cost_sums(job_id=job_id, phase_id=phase_id or None)
-            models = await self._store.model_cost_sums(job_ids=[job_id], phase_id=phase_id or None)
+                self._require_phase(job_id, phase_id)
+            sums = self._store.phase_cost_sums(job_id=job_id, phase_id=phase_id or None)
+            models = self._store.model_cost_sums(job_ids=[job_id], phase_id=phase_id or None)
         else:
             project = project_id or DEFAULT_PROJECT
-            sums = await self._store.phase_cost_sums(project_id=project)
-            models = await self._store.model_cost_sums(project_id=project)
+            sums = self._store.phase_cost_sums(project_id=project)
+            models = self._store.model_cost_sums(project_id=project)
         return _totals(sums, [row for _, row in models])
 
 

@@ -73,28 +73,28 @@ class RetentionSweeper:
         self.policy = policy
         self.clock_ns = clock_ns
 
-    async def sweep(self) -> SweepReport:
-        """One pass of both rules: store calls awaited, file system work in a worker thread."""
+    def sweep(self) -> SweepReport:
+        """One pass of both rules (blocking: run it in a thread)."""
         jobs = phases = recordings = freed = errors = 0
         if self.policy.max_age_s > 0:
             cutoff = self.clock_ns() - int(self.policy.max_age_s * 1e9)
-            while batch := await self.store.expired_jobs(cutoff, BATCH):
-                phases += await self.store.delete_jobs([job for job, _ in batch])
+            while batch := self.store.expired_jobs(cutoff, BATCH):
+                phases += self.store.delete_jobs([job for job, _ in batch])
                 jobs += len(batch)
                 for _, dirs in batch:
                     for d in dirs:
-                        size, ok = await asyncio.to_thread(self._remove, d)
+                        size, ok = self._remove(d)
                         freed += size
                         recordings += ok and size > 0
                         errors += not ok
-        total = await asyncio.to_thread(self._recordings_bytes)
+        total = self._recordings_bytes()
         if self.policy.recordings_max_bytes > 0 and total > self.policy.recordings_max_bytes:
-            for job_id, phase_id, d in await self.store.finished_recordings():
+            for job_id, phase_id, d in self.store.finished_recordings():
                 if total <= self.policy.recordings_max_bytes:
                     break
-                size, ok = await asyncio.to_thread(self._remove, d)
+                size, ok = self._remove(d)
                 if ok:
-                    await self.store.forget_recording(job_id, phase_id)
+                    self.store.forget_recording(job_id, phase_id)
                     recordings += 1
                     freed += size
                     total -= size
@@ -107,7 +107,7 @@ class RetentionSweeper:
         while True:
             started = time.monotonic()
             try:
-                report = await self.sweep()
+                report = await asyncio.to_thread(self.sweep)
             except Exception:
                 log.exception("retention sweep failed")
             else:

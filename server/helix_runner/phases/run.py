@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -284,7 +283,6 @@ class PhaseRun:
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
             self._artifacts = await self.plan.workspace.collect()
         self.result = self._finish(exit_, end)
-        await self.events.writer.flush()  # the result and everything before it are committed
         return self.result
 
     async def _admitted(self, plan: AttemptPlan) -> bool:
@@ -500,10 +498,12 @@ class PhaseRun:
         )
         self.telemetry.on_end(result)  # telemetry
         encoded = self.codec.encode_result(result)
-        # The result marks the phase final for watchers on other replicas (postgres_notify's follow
-        # loop): the writer commits it after every event of the phase (EventWriter keeps its order).
-        self._write(
-            self.store.update_phase, self.job_id, self.phase_id, time.time_ns(),
+        if self.events.writer is not None:
+            # The result marks the phase final for watchers on other replicas (postgres_notify's
+            # follow loop): every event must be committed before it is written.
+            self.events.writer.flush()
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(),
             result_pb=encoded, tool_stats_pb=self.codec.encode_tool_stats(list(result.tool_stats)),
         )
         self.events.close(encoded)
@@ -513,27 +513,18 @@ class PhaseRun:
 
     def _record_pid(self, pid: int) -> None:
         # The phase shim's pid: lets a restarted server find and end what it leaves (runner.containment).
-        self._write(self.store.update_phase, self.job_id, self.phase_id, time.time_ns(), pid=pid,
-                    pid_start_ticks=start_ticks(pid))
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), pid=pid, pid_start_ticks=start_ticks(pid))
         if self.plan.key_broker is not None:
             # Before the event loop runs again, so before the CLI's first key request can be answered.
             self._revoke_key = self.plan.key_broker.admit(pid, self.job_id, self.phase_id)
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _write(self, method: Callable[..., object], *args: object, **columns: object) -> None:
-        """Queues a write of the phase's rows, in order with its other writes and its events.
-
-        The event writer runs it (``EventWriter.submit_write``): the store is async, and the
-        callers (stream observers, the controller) are not. Arguments are taken now.
-        """
-        self.events.writer.submit_write(self.job_id, self.phase_id, functools.partial(method, *args, **columns))
-
     def set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
         """Records a status transition (store and event stream)."""
         previous, self.status = self.status, status
-        self._write(self.store.update_phase, self.job_id, self.phase_id, time.time_ns(), status=status,
-                    status_reason=reason, **columns)
+        self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), status=status,
+                                status_reason=reason, **columns)
         self._publish([self.stream.emit(PhaseStatusChanged(previous, status, reason))])
 
     def _publish(self, events: list[Event]) -> None:
@@ -589,12 +580,11 @@ class PhaseRun:
     def _note_session(self, session_id: str, model: str) -> None:
         if session_id != self._session_id or model != self._model:
             self._session_id, self._model = session_id, model
-            self._write(self.store.update_phase, self.job_id, self.phase_id, time.time_ns(), session_id=session_id,
-                        model=model)
+            self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), session_id=session_id, model=model)
 
     def _persist_tools(self, calls) -> None:
         codec, job, phase = self.codec, self.job_id, self.phase_id
-        self._write(self.store.upsert_tool_calls, job, phase, [
+        self.store.upsert_tool_calls(job, phase, [
             ToolCallRow(c.tool_use_id, c.name, c.status, c.start_sequence, codec.encode_tool_call(job, phase, c),
                         duration_ns=None if c.end_time_ns is None else max(c.end_time_ns - c.start_time_ns, 0))
             for c in calls
@@ -605,11 +595,11 @@ class PhaseRun:
             return
         self._cost_dirty = False
         cost = self.stream.cost
-        self._write(
-            self.store.update_phase, self.job_id, self.phase_id, time.time_ns(), cost_pb=self.codec.encode_cost(cost),
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(), cost_pb=self.codec.encode_cost(cost),
             reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
         )
-        self._write(self.store.replace_model_costs, self.job_id, self.phase_id, self.spec.project_id, [
+        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [
             ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
                          m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
                          m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source)

@@ -105,7 +105,6 @@ class PhaseService:
         self._claude: ClaudeBinary | None = None
         self.writer = EventWriter(store)
         self.writer.on_fenced = self.on_fenced
-        self._fence_tasks: set[asyncio.Task[None]] = set()  # on_fenced's result reads (kept referenced)
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
@@ -161,7 +160,7 @@ class PhaseService:
                               {"missing": ",".join(missing)})
         claude = self.locate_claude()
         limits = self._limits(spec)
-        existing = await self.store.get_job(spec.job_id)
+        existing = self.store.get_job(spec.job_id)
         project = spec.project_id or DEFAULT_PROJECT
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
@@ -221,13 +220,13 @@ class PhaseService:
                                  plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries) -> LivePhase:
         # Persisted from here on.
         now = time.time_ns()
-        job, _ = await self.store.get_or_create_job(spec.job_id, project, now)
+        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
         if job.project_id != project:  # another request created the job just now
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {job.project_id}",
                               {"field": "project_id", "job_id": spec.job_id})
         try:
-            await self.store.insert_phase(PhaseRow(
+            self.store.insert_phase(PhaseRow(
                 job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
                 status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
                 model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
@@ -249,7 +248,7 @@ class PhaseService:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             if plan.secret_files is not None:
                 plan.secret_files.remove()
-            await self._fail_unstarted(spec.job_id, spec.phase_id, now)
+            self._fail_unstarted(spec.job_id, spec.phase_id, now)
             raise
         live = LivePhase(run, events)
         self.live[(spec.job_id, spec.phase_id)] = live
@@ -265,14 +264,14 @@ class PhaseService:
         if live is not None and not live.done.is_set():
             live.run.on_queued(self.admission.queue.queue_state(status))
 
-    async def _fail_unstarted(self, job_id: str, phase_id: str, start_ns: int) -> None:
+    def _fail_unstarted(self, job_id: str, phase_id: str, start_ns: int) -> None:
         """Records a phase whose row was written but whose run could not be set up as FAILED."""
         log.exception("setting up a phase failed", extra={"fields": {"job_id": job_id, "phase_id": phase_id}})
         now = time.time_ns()
         reason = "the server could not set up the phase (details are in the server log)"
         result = PhaseResult(job_id=job_id, phase_id=phase_id, status=PhaseStatus.FAILED, reason=reason,
                              start_time_ns=start_ns, end_time_ns=now)
-        await self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
+        self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
                                 end_time_ns=now, result_pb=self.codec.encode_result(result))
 
     def _child_env(self, spec: PhaseSpec) -> dict[str, str]:
@@ -363,11 +362,11 @@ class PhaseService:
     def get_live(self, job_id: str, phase_id: str) -> LivePhase | None:
         return self.live.get((job_id, phase_id))
 
-    async def require_live(self, job_id: str, phase_id: str, operation: str) -> LivePhase:
+    def require_live(self, job_id: str, phase_id: str, operation: str) -> LivePhase:
         """The running phase; NOT_FOUND if unknown, FAILED_PRECONDITION if it is not running here."""
         live = self.get_live(job_id, phase_id)
         if live is None or live.done.is_set():
-            row = await self.require_phase(job_id, phase_id)
+            row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
                               f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
                               {"status": row.status.name, "operation": operation})
@@ -376,44 +375,32 @@ class PhaseService:
     def on_fenced(self, job_id: str, phase_id: str) -> None:
         """The database refused a write for this phase: another replica took it over (docs/scale-out.md).
 
-        Its history is the taker's now: the process is stopped, nothing more of it is offered at
-        once, and its watchers end with the result the taker recorded, read by a task (the store
-        is async; this is called from the event writer and from the run's fenced writes).
+        Its history is the taker's now: the process is stopped, nothing more of it is written,
+        and its watchers end with the result the taker recorded.
         """
         live = self.get_live(job_id, phase_id)
         if live is None or live.events.fenced:
             return
         log.warning("phase taken over by another replica; stopping its process here",
                     extra={"fields": {"job_id": job_id, "phase_id": phase_id}})
-        live.events.fence()
-        live.run.request_stop_with_reason(EndCause.INTERRUPTED, "another replica took this phase over")
-        task = asyncio.get_running_loop().create_task(self._end_fenced(live, job_id, phase_id))
-        self._fence_tasks.add(task)
-        task.add_done_callback(self._fence_tasks.discard)
-
-    async def _end_fenced(self, live: LivePhase, job_id: str, phase_id: str) -> None:
-        """Ends a fenced phase's watchers with the taker's result (empty if it cannot be read)."""
-        try:
-            row = await self.store.get_phase(job_id, phase_id)
-        except Exception:
-            log.warning("reading a taken-over phase's result failed", exc_info=True)
-            row = None
+        row = self.store.get_phase(job_id, phase_id)
         live.events.fence((row.result_pb if row is not None else None) or b"")
+        live.run.request_stop_with_reason(EndCause.INTERRUPTED, "another replica took this phase over")
 
-    async def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
+    def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
         """The other replica running this phase, or None (it runs here, has ended, or the store is not shared)."""
         phase_owner = getattr(self.store, "phase_owner", None)
         if phase_owner is None or self.get_live(job_id, phase_id) is not None:
             return None
-        owner = await phase_owner(job_id, phase_id)
+        owner = phase_owner(job_id, phase_id)
         if owner is None or owner.replica_id is None or owner.replica_id == self.store.replica_id:
             return None
-        row = await self.store.get_phase(job_id, phase_id)
+        row = self.store.get_phase(job_id, phase_id)
         if row is None or row.status not in ACTIVE_STATUSES:
             return None
         return RemoteOwner(owner.replica_id, owner.address, owner.live)
 
-    async def placement_target(self) -> PlacementTarget | None:
+    def placement_target(self) -> PlacementTarget | None:
         """Another replica to run a new phase on, when this one would queue it for its own limit.
 
         None when this replica has room, is draining, the store is not shared, or no other live
@@ -423,20 +410,20 @@ class PhaseService:
         if capacity is None or self.draining or not would_queue_here(self.admission.queue):
             return None
         try:
-            replicas = await capacity()
+            replicas = capacity()
         except Exception:  # the database's error: nothing is placed, the phase is admitted here
             log.warning("reading the replicas' capacity failed; the phase is admitted here", exc_info=True)
             return None
         return choose_replica(replicas, self.store.replica_id, self.placements.pending)
 
-    async def phase_recorded(self, job_id: str, phase_id: str) -> bool:
+    def phase_recorded(self, job_id: str, phase_id: str) -> bool:
         """Whether the phase has a row (a replica that refused a placed RunPhase may have written it)."""
-        return await self.store.get_phase(job_id, phase_id) is not None
+        return self.store.get_phase(job_id, phase_id) is not None
 
-    async def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
+    def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
         live = self.get_live(job_id, phase_id)
         if live is None:
-            row = await self.require_phase(job_id, phase_id)
+            row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
                               f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
                               {"status": row.status.name, "operation": "cancel"})
@@ -469,7 +456,7 @@ class PhaseService:
     async def recover(self) -> list[PhaseRow]:
         """Marks phases a previous server process left active as INTERRUPTED, with a reason and an
         event, after ending every process they left (their cgroups, shims and marked strays)."""
-        recovered = await self.store.active_phases()
+        recovered = self.store.active_phases()
         runs = [LeftoverRun(_run_id(row.recording_dir), row.pid, row.pid_start_ticks) for row in recovered]
         ended = await self.containment.recover(runs)
         now = time.time_ns()
@@ -485,15 +472,15 @@ class PhaseService:
             seq = row.last_sequence + 1
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                      reason))
-            await self.store.append_events([(row.job_id, row.phase_id, [
+            self.store.append_events([(row.job_id, row.phase_id, [
                 EventRow(seq, now, self.codec.event_kind(event), self.codec.encode_event(row.job_id, row.phase_id,
                                                                                           event))
             ])])
-            await self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
+            self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
                                  end_time_ns=now, last_sequence=seq)
-            await self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
+            self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
                                     status_reason=reason, end_time_ns=now,
                                     # The cost and attempts it recorded before the server stopped.
                                     result_pb=self.codec.encode_result(
@@ -510,14 +497,14 @@ class PhaseService:
 
     # -- queries ---------------------------------------------------------------------------
 
-    async def require_job(self, job_id: str) -> JobRow:
-        job = await self.store.get_job(job_id)
+    def require_job(self, job_id: str) -> JobRow:
+        job = self.store.get_job(job_id)
         if job is None:
             raise RunnerError(ErrorKind.NOT_FOUND, "JOB_NOT_FOUND", f"job {job_id} does not exist", {"job_id": job_id})
         return job
 
-    async def require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
-        row = await self.store.get_phase(job_id, phase_id)
+    def require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
+        row = self.store.get_phase(job_id, phase_id)
         if row is None:
             raise RunnerError(ErrorKind.NOT_FOUND, "PHASE_NOT_FOUND", f"phase {phase_id} of job {job_id} does not exist",
                               {"job_id": job_id, "phase_id": phase_id})
@@ -531,7 +518,7 @@ class PhaseService:
         live = self.get_live(job_id, phase_id)
         if live is not None:
             return live.events.subscribe(after_sequence)
-        row = await self.require_phase(job_id, phase_id)
+        row = self.require_phase(job_id, phase_id)
         if after_sequence > row.last_sequence:
             raise RunnerError(ErrorKind.OUT_OF_RANGE, "CURSOR_OUT_OF_RANGE",
                               f"after_sequence {after_sequence} is past the phase's last event {row.last_sequence}",
@@ -544,12 +531,12 @@ class PhaseService:
         """A phase running on another replica: its events from the database, then its result.
 
         The follower ends once the phase is final and every event is read; the owner writes the
-        result only after its last events are committed (``EventWriter`` keeps the run's order).
+        result only after its last events are committed (``PhaseRun`` flushes the writer first).
         """
         assert self.follower is not None
         async for row in self.follower(job_id, phase_id, after_sequence):
             yield Delivery((row.body,), row.sequence, row.sequence)
-        row = await self.store.get_phase(job_id, phase_id)
+        row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")
 
 

@@ -27,7 +27,7 @@ REASON = "the replica running the phase stopped (its lease ran out, or it restar
 
 
 class SweepingStore(Protocol):
-    async def sweep_expired_owners(self, interrupt, *, limit: int = 100) -> list[PhaseRow]: ...
+    def sweep_expired_owners(self, interrupt, *, limit: int = 100) -> list[PhaseRow]: ...
 
 
 class Takeover:
@@ -67,10 +67,10 @@ class Takeover:
             ),
         }
 
-    async def sweep(self) -> list[PhaseRow]:
+    def sweep(self) -> list[PhaseRow]:
         """One sweep until nothing is left to take; returns the phases it interrupted."""
         swept: list[PhaseRow] = []
-        while batch := await self.store.sweep_expired_owners(self._interrupt):
+        while batch := self.store.sweep_expired_owners(self._interrupt):
             swept.extend(batch)
         return swept
 
@@ -78,7 +78,7 @@ class Takeover:
         """Sweeps every ``interval_seconds`` until cancelled; a failing database is retried."""
         while True:
             try:
-                swept = await self.sweep()
+                swept = await asyncio.to_thread(self.sweep)
                 if swept:
                     log.warning(
                         "took over phases of a stopped replica", extra={"fields": {"count": len(swept)}}

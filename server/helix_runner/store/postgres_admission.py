@@ -236,21 +236,14 @@ class PostgresAdmissionLedger:
             ).fetchall()]
 
 
-_DROP_DEAD = f"DELETE FROM admission_ledger l WHERE NOT {_LIVE}"
-
-
 def _drop_dead(cur: psycopg.Cursor) -> int:
     """Deletes the entries of replicas whose lease ran out (they would otherwise hold slots)."""
-    return _dropped(cur.execute(_DROP_DEAD).rowcount)
-
-
-def _dropped(n: int) -> int:
+    n = cur.execute(f"DELETE FROM admission_ledger l WHERE NOT {_LIVE}").rowcount
     if n:
         log.warning("released cluster admission entries of replicas that are gone", extra={"fields": {"count": n}})
     return n
 
 
-async def drop_dead_entries(cur: psycopg.AsyncCursor) -> int:
-    """For the dead-replica sweep (postgres_store.sweep_expired_owners): the same, in its async transaction."""
-    await cur.execute(_DROP_DEAD)
-    return _dropped(cur.rowcount)
+def drop_dead_entries(cur: psycopg.Cursor) -> int:
+    """For the dead-replica sweep (postgres_store.sweep_expired_owners): the same, in its transaction."""
+    return _drop_dead(cur)

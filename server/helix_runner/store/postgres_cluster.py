@@ -1,12 +1,10 @@
 """Replicas on one PostgreSQL database: registry with heartbeat leases, phase fences, the sweep.
 
 A replica registers itself (id, address, lease on the database's clock) and renews the lease from
-a background thread, on the membership's own (synchronous) connection pool. The replica that inserts a phase owns it under a fencing number; every write
+a background thread. The replica that inserts a phase owns it under a fencing number; every write
 of that phase's history first locks the phase row (``FOR SHARE``) and goes ahead only if the
 fence is still the one this replica holds and its lease is live, so a replica that was paused
-past its lease and taken over can never write that phase again. The store's writes run on async
-connections (``postgres_store``): the fence checks they make have async twins (``*_async``) with
-the same SQL and the same decision (``_split_writable``). A replica whose lease ran out
+past its lease and taken over can never write that phase again. A replica whose lease ran out
 registers again under a new id. The sweep marks the active phases of expired owners INTERRUPTED
 under a new fence. The design, with the races it closes: docs/scale-out.md.
 """
@@ -34,40 +32,6 @@ log = logging.getLogger(__name__)
 
 # Expired registry rows are kept this long (for "who owned this phase" answers), then pruned.
 PRUNE_AFTER_SECONDS = 3600
-
-# Statements shared by the sync (registration, heartbeat) and async (the store's writes) paths.
-_REGISTER = (
-    "INSERT INTO replicas (replica_id, address, lease_expires_at, max_running_phases) "
-    "VALUES (%s, %s, now() + make_interval(secs => %s), %s) ON CONFLICT (replica_id) DO UPDATE SET "
-    "address = excluded.address, started_at = now(), heartbeat_at = now(), "
-    "lease_expires_at = excluded.lease_expires_at, max_running_phases = excluded.max_running_phases"
-)
-_RENEW = (
-    "UPDATE replicas SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %s) "
-    "WHERE replica_id = %s AND lease_expires_at > now()"
-)
-_LOCK_FOR_WRITE = (
-    "SELECT p.job_id, p.phase_id, p.fence, p.owner_id, COALESCE(r.lease_expires_at > now(), false) "
-    "FROM phases p LEFT JOIN replicas r ON r.replica_id = p.owner_id "
-    "WHERE (p.job_id, p.phase_id) IN (SELECT * FROM unnest(%s::text[], %s::text[])) "
-    "FOR SHARE OF p"
-)
-_PHASE_EXISTS = "SELECT 1 FROM phases WHERE job_id = %s AND phase_id = %s"
-_PRUNE = (
-    "DELETE FROM replicas r WHERE lease_expires_at < now() - make_interval(secs => %s) "
-    "AND NOT EXISTS (SELECT 1 FROM phases p WHERE p.owner_id = r.replica_id AND p.status = ANY(%s))"
-)
-REPLICA_CAPACITY = (
-    "SELECT r.replica_id, r.address, r.max_running_phases, COALESCE(c.n, 0), r.lease_expires_at > now() "
-    "FROM replicas r LEFT JOIN (SELECT owner_id, count(*) AS n FROM phases "
-    "WHERE status = ANY(%s) AND owner_id IS NOT NULL GROUP BY owner_id) c ON c.owner_id = r.replica_id "
-    "WHERE r.address <> '' ORDER BY r.replica_id"
-)
-PHASE_OWNER = (
-    "SELECT p.owner_id, COALESCE(r.address, ''), p.fence, COALESCE(r.lease_expires_at > now(), false) "
-    "FROM phases p LEFT JOIN replicas r ON r.replica_id = p.owner_id "
-    "WHERE p.job_id = %s AND p.phase_id = %s"
-)
 
 
 @dataclass(frozen=True)
@@ -168,10 +132,13 @@ class ReplicaMembership:
                         self._adopted[(job_id, phase_id)] = fence
 
     def _register(self, conn: psycopg.Connection) -> None:
-        conn.execute(_REGISTER, self._register_args())
-
-    def _register_args(self) -> tuple[object, ...]:
-        return (self._replica_id, self.address, self.lease_seconds, self.max_running)
+        conn.execute(
+            "INSERT INTO replicas (replica_id, address, lease_expires_at, max_running_phases) "
+            "VALUES (%s, %s, now() + make_interval(secs => %s), %s) ON CONFLICT (replica_id) DO UPDATE SET "
+            "address = excluded.address, started_at = now(), heartbeat_at = now(), "
+            "lease_expires_at = excluded.lease_expires_at, max_running_phases = excluded.max_running_phases",
+            (self._replica_id, self.address, self.lease_seconds, self.max_running),
+        )
 
     def advertise(self, address: str) -> None:
         """Records the address other replicas forward this one's control RPCs to (known once the port is bound)."""
@@ -203,7 +170,12 @@ class ReplicaMembership:
             return self._renew(conn)
 
     def _renew(self, conn: psycopg.Connection) -> bool:
-        return conn.execute(_RENEW, (self.lease_seconds, self._replica_id)).rowcount == 1
+        cur = conn.execute(
+            "UPDATE replicas SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %s) "
+            "WHERE replica_id = %s AND lease_expires_at > now()",
+            (self.lease_seconds, self._replica_id),
+        )
+        return cur.rowcount == 1
 
     def ensure_live(self, conn: psycopg.Connection) -> None:
         """Renews the lease, or registers again under a new id if it ran out (before taking a phase)."""
@@ -211,18 +183,7 @@ class ReplicaMembership:
             return
         self._reincarnate(conn)
 
-    async def ensure_live_async(self, conn: psycopg.AsyncConnection) -> None:
-        """``ensure_live`` on an async connection (the store's ``insert_phase``)."""
-        if (await conn.execute(_RENEW, (self.lease_seconds, self._replica_id))).rowcount == 1:
-            return
-        self._new_incarnation()
-        await conn.execute(_REGISTER, self._register_args())
-
     def _reincarnate(self, conn: psycopg.Connection) -> None:
-        self._new_incarnation()
-        self._register(conn)
-
-    def _new_incarnation(self) -> None:
         # The fences stay: under a new id they name an owner that is not us, so every write they
         # guard is refused until the phases are swept (a revived replica must not slip in
         # unfenced writes). Under a stable id the phases nobody swept meanwhile stay ours.
@@ -235,6 +196,7 @@ class ReplicaMembership:
             "replica lease ran out; registering again under a new id",
             extra={"fields": {"old_replica_id": old, "replica_id": self._replica_id, "phases_lost": lost}},
         )
+        self._register(conn)
 
     def expire(self) -> None:
         """Ends the lease now (clean shutdown), so other replicas may sweep at once."""
@@ -293,22 +255,13 @@ class ReplicaMembership:
         keys = list(dict.fromkeys(keys))
         if not keys:
             return set(), []
-        rows = cur.execute(_LOCK_FOR_WRITE, ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
-        return self._split_writable(keys, rows)
-
-    async def lock_for_write_async(
-        self, cur: psycopg.AsyncCursor, keys: Iterable[tuple[str, str]]
-    ) -> tuple[set[tuple[str, str]], list[tuple[str, str]]]:
-        """``lock_for_write`` in a transaction on an async connection (the store's writes)."""
-        keys = list(dict.fromkeys(keys))
-        if not keys:
-            return set(), []
-        await cur.execute(_LOCK_FOR_WRITE, ([k[0] for k in keys], [k[1] for k in keys]))
-        return self._split_writable(keys, await cur.fetchall())
-
-    def _split_writable(
-        self, keys: list[tuple[str, str]], rows: Sequence[tuple]
-    ) -> tuple[set[tuple[str, str]], list[tuple[str, str]]]:
+        rows = cur.execute(
+            "SELECT p.job_id, p.phase_id, p.fence, p.owner_id, COALESCE(r.lease_expires_at > now(), false) "
+            "FROM phases p LEFT JOIN replicas r ON r.replica_id = p.owner_id "
+            "WHERE (p.job_id, p.phase_id) IN (SELECT * FROM unnest(%s::text[], %s::text[])) "
+            "FOR SHARE OF p",
+            ([k[0] for k in keys], [k[1] for k in keys]),
+        ).fetchall()
         with self._lock:
             held = {k: self._fences.get(k) for k in keys}
             me = self._replica_id
@@ -332,23 +285,12 @@ class ReplicaMembership:
             return True
         if (
             missing_ok
-            and cur.execute(_PHASE_EXISTS, (job_id, phase_id)).fetchone()
+            and cur.execute(
+                "SELECT 1 FROM phases WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
+            ).fetchone()
             is None
         ):
             return False
-        raise FencedError(refused)
-
-    async def require_writable_async(
-        self, cur: psycopg.AsyncCursor, job_id: str, phase_id: str, *, missing_ok: bool = False
-    ) -> bool:
-        """``require_writable`` in a transaction on an async connection."""
-        writable, refused = await self.lock_for_write_async(cur, [(job_id, phase_id)])
-        if writable:
-            return True
-        if missing_ok:
-            await cur.execute(_PHASE_EXISTS, (job_id, phase_id))
-            if await cur.fetchone() is None:
-                return False
         raise FencedError(refused)
 
     # -- queries about the cluster ----------------------------------------------------------------
@@ -368,17 +310,31 @@ class ReplicaMembership:
         benchmarks/bench_placement.py, about 0.5 ms with 20 000 finished phases).
         """
         with self.pool.connection() as conn:
-            rows = conn.execute(REPLICA_CAPACITY, (list(active_statuses),)).fetchall()
+            rows = conn.execute(
+                "SELECT r.replica_id, r.address, r.max_running_phases, COALESCE(c.n, 0), r.lease_expires_at > now() "
+                "FROM replicas r LEFT JOIN (SELECT owner_id, count(*) AS n FROM phases "
+                "WHERE status = ANY(%s) AND owner_id IS NOT NULL GROUP BY owner_id) c ON c.owner_id = r.replica_id "
+                "WHERE r.address <> '' ORDER BY r.replica_id",
+                (list(active_statuses),),
+            ).fetchall()
         return [ReplicaCapacity(*r) for r in rows]
 
     def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
         """The phase's owner (for forwarding control RPCs); None if there is no such phase."""
         with self.pool.connection() as conn:
-            r = conn.execute(PHASE_OWNER, (job_id, phase_id)).fetchone()
+            r = conn.execute(
+                "SELECT p.owner_id, COALESCE(r.address, ''), p.fence, COALESCE(r.lease_expires_at > now(), false) "
+                "FROM phases p LEFT JOIN replicas r ON r.replica_id = p.owner_id "
+                "WHERE p.job_id = %s AND p.phase_id = %s",
+                (job_id, phase_id),
+            ).fetchone()
         return PhaseOwner(*r) if r else None
 
 
-async def prune_expired_replicas(cur: psycopg.AsyncCursor, active_statuses: Sequence[str]) -> int:
-    """Deletes registry rows expired long ago that own no active phase; returns how many (the sweep's transaction)."""
-    await cur.execute(_PRUNE, (PRUNE_AFTER_SECONDS, list(active_statuses)))
-    return cur.rowcount
+def prune_expired_replicas(cur: psycopg.Cursor, active_statuses: Sequence[str]) -> int:
+    """Deletes registry rows expired long ago that own no active phase; returns how many."""
+    return cur.execute(
+        "DELETE FROM replicas r WHERE lease_expires_at < now() - make_interval(secs => %s) "
+        "AND NOT EXISTS (SELECT 1 FROM phases p WHERE p.owner_id = r.replica_id AND p.status = ANY(%s))",
+        (PRUNE_AFTER_SECONDS, list(active_statuses)),
+    ).rowcount

@@ -48,10 +48,10 @@ class EventPointer:
             return None
 
 
-async def notify(cur: psycopg.AsyncCursor, pointers: Sequence[EventPointer]) -> None:
+def notify(cur: psycopg.Cursor, pointers: Sequence[EventPointer]) -> None:
     """Queues one notification per pointer; PostgreSQL sends them when the transaction commits."""
     if pointers:
-        await cur.execute(
+        cur.execute(
             "SELECT pg_notify(%s, x) FROM unnest(%s::text[]) AS x",
             (CHANNEL, [p.payload() for p in pointers]),
         )
@@ -177,14 +177,14 @@ async def follow_phase_events(
         while True:
             waiter.wakeup.clear()
             while True:
-                rows = await store.read_events(job_id, phase_id, cursor, HISTORY_PAGE)
+                rows = store.read_events(job_id, phase_id, cursor, HISTORY_PAGE)
                 for row in rows:
                     yield row
                 if not rows:
                     break
                 cursor = rows[-1].sequence
                 await asyncio.sleep(0)
-            phase = await store.get_phase(job_id, phase_id)
+            phase = store.get_phase(job_id, phase_id)
             if phase is None:
                 return
             if _finished(phase) and cursor >= phase.last_sequence:

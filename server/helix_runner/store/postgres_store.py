@@ -1,38 +1,32 @@
 """PostgreSQL persistence with the public methods and semantics of ``SqliteStore``, for many replicas.
 
 Plain data in, plain data out, like the SQLite store: the row types are shared and nested values
-arrive already encoded. Each ``Store`` method is one transaction on an async connection from a
-psycopg 3 ``AsyncConnectionPool``: a round trip awaits the database instead of blocking the event
-loop (every phase and watcher) for it (docs/scale-out.md, "Driver"). A small synchronous
-``ConnectionPool`` remains for what runs outside the loop or once at start: the schema migration,
-the replica registration and its heartbeat thread (``postgres_cluster``), the duration backfill
-and the cluster admission ledger (``postgres_admission``). What SQLite does not need: every write
-of a phase's history is fenced (``postgres_cluster``), and appends NOTIFY other replicas
+arrive already encoded. Each method is one transaction on a connection from a psycopg 3
+``ConnectionPool``: the interface is synchronous today (called from the event loop, with appends
+group-committed by ``event_log.EventWriter``), and psycopg's async pool takes over unchanged SQL
+when it becomes async (docs/scale-out.md, "Driver"). What SQLite does not need: every write of a
+phase's history is fenced (``postgres_cluster``), and appends NOTIFY other replicas
 (``postgres_notify``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 from enum import Enum
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
 from helix_runner.store.postgres_cluster import (
     DEFAULT_LEASE_SECONDS,
-    PHASE_OWNER,
-    REPLICA_CAPACITY,
     FencedError,
     PhaseOwner,
     ReplicaCapacity,
@@ -110,15 +104,7 @@ def _scope(
     return [], []
 
 
-async def _fetchone(conn: psycopg.AsyncConnection, sql: str, args: Sequence[object] = ()) -> tuple | None:
-    return await (await conn.execute(sql, args)).fetchone()
-
-
-async def _fetchall(conn: psycopg.AsyncConnection, sql: str, args: Sequence[object] = ()) -> list[tuple]:
-    return await (await conn.execute(sql, args)).fetchall()
-
-
-async def _bump_view_versions(cur: psycopg.AsyncCursor, job_ids: Iterable[str]) -> None:
+def _bump_view_versions(cur: psycopg.Cursor, job_ids: Iterable[str]) -> None:
     """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
 
     As in ``SqliteStore``: every write that changes what a job's view shows (appended events
@@ -128,9 +114,9 @@ async def _bump_view_versions(cur: psycopg.AsyncCursor, job_ids: Iterable[str]) 
     """
     ids = sorted(job_ids)
     if len(ids) == 1:
-        await cur.execute("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = %s", (ids[0],))
+        cur.execute("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = %s", (ids[0],))
     elif ids:
-        await cur.execute(
+        cur.execute(
             "UPDATE jobs SET view_version = view_version + 1 WHERE job_id IN "
             "(SELECT job_id FROM jobs WHERE job_id = ANY(%s) ORDER BY job_id FOR NO KEY UPDATE)",
             (ids,),
@@ -152,18 +138,7 @@ class PostgresStore:
         heartbeat: bool = True,
     ):
         self.conninfo = conninfo
-        # Registration, heartbeat thread, backfill, admission ledger (see the module docstring).
         self._pool = ConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=2,
-            open=False,
-            kwargs={"autocommit": False},
-            name="helix-store-sync",
-        )
-        # The Store methods. Opened on first use, inside the event loop that uses it (an async
-        # pool's workers belong to one loop); the sync pool above already proved the database reachable.
-        self._apool = AsyncConnectionPool(
             conninfo,
             min_size=1,
             max_size=max(2, pool_size),
@@ -171,8 +146,6 @@ class PostgresStore:
             kwargs={"autocommit": False},
             name="helix-store",
         )
-        self._connect_timeout = connect_timeout
-        self._apool_opening: asyncio.Lock | None = None
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
             with self._pool.connection() as conn:
@@ -191,29 +164,13 @@ class PostgresStore:
         if heartbeat:
             self.replica.start_heartbeat()
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self.replica.stop_heartbeat()
         try:
             self.replica.expire()
         except (psycopg.Error, PoolTimeout):
             pass  # the lease runs out by itself
-        await self._apool.close()
         self._pool.close()
-
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        """A connection of the async pool (opened on first use); the block is its transaction."""
-        if self._apool.closed:
-            if self._apool_opening is None:
-                self._apool_opening = asyncio.Lock()
-            async with self._apool_opening:
-                if self._apool.closed:
-                    try:
-                        await self._apool.open(wait=True, timeout=self._connect_timeout)
-                    except (psycopg.Error, PoolTimeout) as exc:
-                        raise StoreError(f"cannot open the PostgreSQL database: {_describe(exc)}") from None
-        async with self._apool.connection() as conn:
-            yield conn
 
     @property
     def replica_id(self) -> str:
@@ -258,29 +215,28 @@ class PostgresStore:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    async def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
+    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
         """Returns the job, creating it on first use; the bool says whether it was created."""
-        async with self._connection() as conn:
-            created = await _fetchone(
-                conn,
+        with self._pool.connection() as conn:
+            created = conn.execute(
                 f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (%s,%s,'PENDING',%s,%s,0) ON CONFLICT (job_id) DO NOTHING "
                 f"RETURNING {_JOB_COLUMNS}",
                 (job_id, project_id, now_ns, now_ns),
-            )
+            ).fetchone()
             if created:
                 return job_row(created), True
-            return await self._job(conn, job_id), False
+            return self._job(conn, job_id), False
 
-    async def get_job(self, job_id: str) -> JobRow | None:
-        async with self._connection() as conn:
-            return await self._job(conn, job_id)
+    def get_job(self, job_id: str) -> JobRow | None:
+        with self._pool.connection() as conn:
+            return self._job(conn, job_id)
 
     @staticmethod
-    async def _job(conn: psycopg.AsyncConnection, job_id: str) -> JobRow | None:
-        r = await _fetchone(conn, f"{_SELECT_JOBS} WHERE job_id = %s", (job_id,))
+    def _job(conn: psycopg.Connection, job_id: str) -> JobRow | None:
+        r = conn.execute(f"{_SELECT_JOBS} WHERE job_id = %s", (job_id,)).fetchone()
         return job_row(r) if r else None
 
-    async def list_jobs(
+    def list_jobs(
         self,
         project_id: str | None,
         statuses: Sequence[PhaseStatus],
@@ -303,29 +259,33 @@ class PostgresStore:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT %s"
         args.append(limit)
-        async with self._connection() as conn:
-            return [job_row(r) for r in await _fetchall(conn, sql, args)]
+        with self._pool.connection() as conn:
+            return [job_row(r) for r in conn.execute(sql, args).fetchall()]
 
     # -- phases -----------------------------------------------------------------------------
 
-    async def insert_phase(self, row: PhaseRow) -> PhaseRow:
+    def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a new phase owned by this replica (ordinal and fence assigned here); it becomes the job's latest."""
         cols = [c for c in _PHASE_COLUMNS if c != "ordinal"]
         values = [phase_value(c, getattr(row, c)) for c in cols]
         try:
-            async with self._connection() as conn, conn.transaction():
-                await self.replica.ensure_live_async(conn)
+            with self._pool.connection() as conn, conn.transaction():
+                self.replica.ensure_live(conn)
                 # The job row lock serialises ordinals across replicas adding phases to one job.
-                if await _fetchone(conn, "SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (row.job_id,)) is None:
+                if (
+                    conn.execute("SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE", (row.job_id,)).fetchone()
+                    is None
+                ):
                     raise StoreError(f"job {row.job_id} does not exist")
-                (count,) = await _fetchone(conn, "SELECT COUNT(*) FROM phases WHERE job_id = %s", (row.job_id,))
-                (fence,) = await _fetchone(
-                    conn,
+                (count,) = conn.execute(
+                    "SELECT COUNT(*) FROM phases WHERE job_id = %s", (row.job_id,)
+                ).fetchone()
+                (fence,) = conn.execute(
                     f"INSERT INTO phases ({','.join(cols)}, ordinal, owner_id, fence) "
                     f"VALUES ({','.join(['%s'] * len(cols))}, %s, %s, nextval('phase_fence')) RETURNING fence",
                     [*values, count + 1, self.replica.replica_id],
-                )
-                await conn.execute(
+                ).fetchone()
+                conn.execute(
                     "UPDATE jobs SET status = %s, update_time_ns = %s, view_version = view_version + 1 "
                     "WHERE job_id = %s",
                     (row.status.name, row.create_time_ns, row.job_id),
@@ -336,7 +296,7 @@ class PostgresStore:
         self.replica.hold(row.job_id, row.phase_id, fence)
         return row
 
-    async def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
         """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
         unknown = set(values) - set(_PHASE_COLUMNS)
         if unknown:
@@ -345,61 +305,62 @@ class PostgresStore:
             return
         values = {k: phase_value(k, v) for k, v in values.items()}
         sets = ",".join(f"{k} = %s" for k in values)
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            exists = await self.replica.require_writable_async(cur, job_id, phase_id, missing_ok=True)
-            await cur.execute(
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            exists = self.replica.require_writable(cur, job_id, phase_id, missing_ok=True)
+            cur.execute(
                 f"UPDATE phases SET {sets} WHERE job_id = %s AND phase_id = %s",
                 [*values.values(), job_id, phase_id],
             )
             if "status" in values:
-                await cur.execute(
+                cur.execute(
                     "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s AND %s = "
                     "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
                     (values["status"], now_ns, job_id, phase_id, job_id),
                 )
-                await _bump_view_versions(cur, [job_id])  # also when it is not the latest phase
+                _bump_view_versions(cur, [job_id])  # also when it is not the latest phase
             else:
-                await cur.execute(
+                cur.execute(
                     "UPDATE jobs SET update_time_ns = %s, view_version = view_version + 1 WHERE job_id = %s",
                     (now_ns, job_id),
                 )
             if exists and ("status" in values or "result_pb" in values):
                 # Wakes followers on other replicas: a phase's end is news even without a new event.
-                await self._notify_current(cur, job_id, phase_id)
+                self._notify_current(cur, job_id, phase_id)
 
     @staticmethod
-    async def _notify_current(cur: psycopg.AsyncCursor, job_id: str, phase_id: str) -> None:
-        await cur.execute(
+    def _notify_current(cur: psycopg.Cursor, job_id: str, phase_id: str) -> None:
+        (last,) = cur.execute(
             "SELECT COALESCE(MAX(sequence), 0) FROM events WHERE job_id = %s AND phase_id = %s",
             (job_id, phase_id),
-        )
-        (last,) = await cur.fetchone()
-        await notify(cur, [EventPointer(job_id, phase_id, last)])
+        ).fetchone()
+        notify(cur, [EventPointer(job_id, phase_id, last)])
 
-    async def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
-        async with self._connection() as conn:
-            r = await _fetchone(conn, f"{_SELECT_PHASES} WHERE p.job_id = %s AND p.phase_id = %s", (job_id, phase_id))
+    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
+        with self._pool.connection() as conn:
+            r = conn.execute(
+                f"{_SELECT_PHASES} WHERE p.job_id = %s AND p.phase_id = %s", (job_id, phase_id)
+            ).fetchone()
         return phase_row(r) if r else None
 
-    async def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
+    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
         """The phases of all these jobs in one query, by job then ordinal."""
         if not job_ids:
             return []
-        async with self._connection() as conn:
-            rows = await _fetchall(
-                conn, f"{_SELECT_PHASES} WHERE p.job_id = ANY(%s) ORDER BY p.job_id, p.ordinal", (list(job_ids),)
-            )
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"{_SELECT_PHASES} WHERE p.job_id = ANY(%s) ORDER BY p.job_id, p.ordinal", (list(job_ids),)
+            ).fetchall()
         return [phase_row(r) for r in rows]
 
-    async def active_phases(self) -> list[PhaseRow]:
+    def active_phases(self) -> list[PhaseRow]:
         """Phases whose status is not final, on every replica (for takeover: ``sweep_expired_owners``)."""
-        async with self._connection() as conn:
-            rows = await _fetchall(conn, f"{_SELECT_PHASES} WHERE p.status = ANY(%s)", (_ACTIVE,))
+        with self._pool.connection() as conn:
+            rows = conn.execute(f"{_SELECT_PHASES} WHERE p.status = ANY(%s)", (_ACTIVE,)).fetchall()
         return [phase_row(r) for r in rows]
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
         """Appends the events of one or more phases in one transaction (group commit), then notifies.
 
         Phases this replica may not write are left out and named by the ``FencedError`` raised
@@ -408,8 +369,8 @@ class PostgresStore:
         batches = [b for b in batches if b[2]]
         if not batches:
             return
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            writable, refused = await self.replica.lock_for_write_async(cur, [(j, p) for j, p, _ in batches])
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            writable, refused = self.replica.lock_for_write(cur, [(j, p) for j, p, _ in batches])
             cols: tuple[list, ...] = ([], [], [], [], [], [])
             last: dict[tuple[str, str], int] = {}
             for job_id, phase_id, events in batches:
@@ -423,37 +384,36 @@ class PostgresStore:
                 last[(job_id, phase_id)] = max(last.get((job_id, phase_id), 0), events[-1].sequence)
             if last:
                 # One statement for the whole group commit, whatever its size.
-                await cur.execute(
+                cur.execute(
                     "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
                     "SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::bytea[])",
                     cols,
                 )
-                await notify(cur, [EventPointer(j, p, s) for (j, p), s in last.items()])
+                notify(cur, [EventPointer(j, p, s) for (j, p), s in last.items()])
         if refused:
             raise FencedError(refused)
 
-    async def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
-        async with self._connection() as conn:
-            rows = await _fetchall(
-                conn,
+    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
                 "SELECT sequence, receive_time_ns, kind, body FROM events "
                 "WHERE job_id = %s AND phase_id = %s AND sequence > %s ORDER BY sequence LIMIT %s",
                 (job_id, phase_id, after_sequence, limit),
-            )
+            ).fetchall()
         return [EventRow(*r) for r in rows]
 
     # -- tool calls -------------------------------------------------------------------------
 
-    async def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
         rows = [
             (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
             for c in calls
         ]
         if not rows:
             return
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            await self.replica.require_writable_async(cur, job_id, phase_id)
-            await cur.executemany(
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            self.replica.require_writable(cur, job_id, phase_id)
+            cur.executemany(
                 "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body, "
                 "duration_ns) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (job_id, phase_id, tool_use_id) DO UPDATE "
                 "SET name = excluded.name, status = excluded.status, body = excluded.body, "
@@ -461,16 +421,16 @@ class PostgresStore:
                 rows,
             )
 
-    async def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
         """After a crash: calls still RUNNING or HELD will never finish; returns how many."""
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            if not await self.replica.require_writable_async(cur, job_id, phase_id, missing_ok=True):
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            if not self.replica.require_writable(cur, job_id, phase_id, missing_ok=True):
                 return 0
-            return await self._mark_unfinished(cur, job_id, phase_id)
+            return self._mark_unfinished(cur, job_id, phase_id)
 
     @staticmethod
-    async def _mark_unfinished(cur: psycopg.AsyncCursor, job_id: str, phase_id: str) -> int:
-        await cur.execute(
+    def _mark_unfinished(cur: psycopg.Cursor, job_id: str, phase_id: str) -> int:
+        return cur.execute(
             "UPDATE tool_calls SET status = %s WHERE job_id = %s AND phase_id = %s AND status = ANY(%s)",
             (
                 ToolCallStatus.UNFINISHED.name,
@@ -478,8 +438,7 @@ class PostgresStore:
                 phase_id,
                 [ToolCallStatus.RUNNING.name, ToolCallStatus.HELD.name],
             ),
-        )
-        return cur.rowcount
+        ).rowcount
 
     @staticmethod
     def _tool_call_filter(
@@ -497,7 +456,7 @@ class PostgresStore:
             args.append(_names(statuses))
         return where, args
 
-    async def list_tool_calls(
+    def list_tool_calls(
         self,
         job_id: str,
         phase_id: str | None,
@@ -518,11 +477,11 @@ class PostgresStore:
             + " ORDER BY p.ordinal, t.start_sequence, t.tool_use_id LIMIT %s"
         )
         args.append(limit)
-        async with self._connection() as conn:
-            rows = await _fetchall(conn, sql, args)
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, args).fetchall()
         return [tool_call_row(r) for r in rows]
 
-    async def tool_call_stats(
+    def tool_call_stats(
         self,
         job_id: str,
         phase_id: str | None,
@@ -551,8 +510,8 @@ class PostgresStore:
             "ORDER BY s.name"
         )
         params = [ToolCallStatus.FAILED.name, _FINISHED, _FINISHED, _FINISHED, *args, *args, _FINISHED]
-        async with self._connection() as conn:
-            rows = await _fetchall(conn, sql, params)
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, params).fetchall()
         return [
             ToolStats(name, calls, failures, calls - done, total, total // timed if timed else 0, p95)
             for name, calls, failures, done, total, timed, p95 in rows
@@ -560,21 +519,21 @@ class PostgresStore:
 
     # -- costs ------------------------------------------------------------------------------
 
-    async def replace_model_costs(
+    def replace_model_costs(
         self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]
     ) -> None:
         """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            await self.replica.require_writable_async(cur, job_id, phase_id)
-            await cur.execute("DELETE FROM model_costs WHERE job_id = %s AND phase_id = %s", (job_id, phase_id))
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            self.replica.require_writable(cur, job_id, phase_id)
+            cur.execute("DELETE FROM model_costs WHERE job_id = %s AND phase_id = %s", (job_id, phase_id))
             if rows:
-                await cur.executemany(
+                cur.executemany(
                     "INSERT INTO model_costs VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                     [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
                 )
-            await _bump_view_versions(cur, [job_id])
+            _bump_view_versions(cur, [job_id])
 
-    async def phase_cost_sums(
+    def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
     ) -> PhaseCostSums:
         where, args = _scope(project_id, [job_id] if job_id else [], phase_id)
@@ -584,11 +543,11 @@ class PostgresStore:
         )
         if where:
             sql += " WHERE " + " AND ".join(where)
-        async with self._connection() as conn:
-            count, reported, computed, computed_only = await _fetchone(conn, sql, args)
+        with self._pool.connection() as conn:
+            count, reported, computed, computed_only = conn.execute(sql, args).fetchone()
         return PhaseCostSums(count, float(reported), float(computed), computed_only)
 
-    async def model_cost_sums(
+    def model_cost_sums(
         self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
     ) -> list[tuple[str, ModelCostRow]]:
         where, args = _scope(project_id, job_ids, phase_id)
@@ -603,55 +562,53 @@ class PostgresStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" GROUP BY {group}model, pricing_source"
-        async with self._connection() as conn:
-            rows = await _fetchall(conn, sql, args)
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, args).fetchall()
         return [(r[0], model_cost_row(r[1:])) for r in rows]
 
     # -- retention ---------------------------------------------------------------------------
 
-    async def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
         """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
-        async with self._connection() as conn:
-            rows = await _fetchall(
-                conn,
+        with self._pool.connection() as conn:
+            rows = conn.execute(
                 "SELECT j.job_id, COALESCE((SELECT array_agg(p.recording_dir ORDER BY p.ordinal) FROM phases p "
                 "WHERE p.job_id = j.job_id AND p.recording_dir <> ''), '{}') FROM jobs j "
                 "WHERE j.update_time_ns < %s AND NOT EXISTS (SELECT 1 FROM phases p WHERE p.job_id = j.job_id "
                 "AND p.status = ANY(%s)) ORDER BY j.update_time_ns LIMIT %s",
                 (cutoff_ns, _ACTIVE, limit),
-            )
+            ).fetchall()
         return [(job, list(dirs)) for job, dirs in rows]
 
-    async def delete_jobs(self, job_ids: Sequence[str]) -> int:
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Deletes jobs with their phases, events, tool calls and costs, in one transaction; returns phases deleted."""
         if not job_ids:
             return 0
-        async with self._connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, conn.transaction():
             ids = list(job_ids)
             # Explicit deletes in dependency order (cheaper than row-by-row cascades on events).
             for table in ("events", "tool_calls", "model_costs"):
-                await conn.execute(f"DELETE FROM {table} WHERE job_id = ANY(%s)", (ids,))
-            phases = (await conn.execute("DELETE FROM phases WHERE job_id = ANY(%s)", (ids,))).rowcount
-            await conn.execute("DELETE FROM jobs WHERE job_id = ANY(%s)", (ids,))
+                conn.execute(f"DELETE FROM {table} WHERE job_id = ANY(%s)", (ids,))
+            phases = conn.execute("DELETE FROM phases WHERE job_id = ANY(%s)", (ids,)).rowcount
+            conn.execute("DELETE FROM jobs WHERE job_id = ANY(%s)", (ids,))
         return phases
 
-    async def finished_recordings(self) -> list[tuple[str, str, str]]:
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
         """(job_id, phase_id, recording_dir) of finished phases that still have a recording, oldest end first."""
-        async with self._connection() as conn:
+        with self._pool.connection() as conn:
             return [
                 tuple(r)
-                for r in await _fetchall(
-                    conn,
+                for r in conn.execute(
                     "SELECT job_id, phase_id, recording_dir FROM phases WHERE recording_dir <> '' "
                     "AND NOT (status = ANY(%s)) ORDER BY COALESCE(end_time_ns, create_time_ns), job_id, phase_id",
                     (_ACTIVE,),
-                )
+                ).fetchall()
             ]
 
-    async def forget_recording(self, job_id: str, phase_id: str) -> None:
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
         """Notes that a phase's recording was deleted (without counting as activity on its job)."""
-        async with self._connection() as conn:
-            await conn.execute(
+        with self._pool.connection() as conn:
+            conn.execute(
                 "UPDATE phases SET recording_dir = '' WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
             )
 
@@ -668,27 +625,22 @@ class PostgresStore:
         """This replica's gRPC address in the registry, for control RPCs forwarded to it."""
         self.replica.advertise(address)
 
-    async def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
-        """The phase's owner (for forwarding control RPCs); None if there is no such phase."""
-        async with self._connection() as conn:
-            r = await _fetchone(conn, PHASE_OWNER, (job_id, phase_id))
-        return PhaseOwner(*r) if r else None
+    def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
+        return self.replica.phase_owner(job_id, phase_id)
 
     def advertise_capacity(self, max_running: int) -> None:
         """This replica's local limit in the registry, for placement by free slots (0: place nothing here)."""
         self.replica.advertise_capacity(max_running)
 
-    async def replica_capacity(self) -> list[ReplicaCapacity]:
+    def replica_capacity(self) -> list[ReplicaCapacity]:
         """Registered replicas with an address: their room for new phases (docs/scale-out.md, placement)."""
-        async with self._connection() as conn:
-            rows = await _fetchall(conn, REPLICA_CAPACITY, (_ACTIVE,))
-        return [ReplicaCapacity(*r) for r in rows]
+        return self.replica.replica_capacity(_ACTIVE)
 
     def release_phase(self, job_id: str, phase_id: str) -> None:
         """Forgets the fence of a phase whose run is over here."""
         self.replica.release(job_id, phase_id)
 
-    async def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
         """Marks active phases whose owner's lease ran out INTERRUPTED; returns them as they were.
 
         Also the phases this replica adopted from its previous incarnation (a stable replica id):
@@ -702,15 +654,17 @@ class PostgresStore:
         """
         now = time.time_ns()
         adopted = list(self.replica.adopted().values())
-        async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            await cur.execute(
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            rows = [
+                phase_row(r)
+                for r in cur.execute(
                     f"{_SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
                     "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
                     "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
                     "ORDER BY p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
                     (_ACTIVE, self.replica.replica_id, adopted, limit),
-            )
-            rows = [phase_row(r) for r in await cur.fetchall()]
+                ).fetchall()
+            ]
             pointers = []
             for row in rows:
                 seq = row.last_sequence + 1
@@ -722,28 +676,28 @@ class PostgresStore:
                 if unknown:
                     raise ValueError(f"unknown phase columns: {sorted(unknown)}")
                 values = {k: phase_value(k, v) for k, v in values.items()}
-                await cur.execute(
+                cur.execute(
                     "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
                     "VALUES (%s,%s,%s,%s,%s,%s)",
                     (row.job_id, row.phase_id, event.sequence, event.receive_time_ns, event.kind, event.body),
                 )
-                await self._mark_unfinished(cur, row.job_id, row.phase_id)
+                self._mark_unfinished(cur, row.job_id, row.phase_id)
                 sets = ",".join(f"{k} = %s" for k in values)
-                await cur.execute(
+                cur.execute(
                     f"UPDATE phases SET {sets}, owner_id = NULL, fence = nextval('phase_fence') "
                     "WHERE job_id = %s AND phase_id = %s",
                     [*values.values(), row.job_id, row.phase_id],
                 )
-                await cur.execute(
+                cur.execute(
                     "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s AND %s = "
                     "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
                     (PhaseStatus.INTERRUPTED.name, now, row.job_id, row.phase_id, row.job_id),
                 )
                 pointers.append(EventPointer(row.job_id, row.phase_id, seq))
-            await _bump_view_versions(cur, {r.job_id for r in rows})
-            await notify(cur, pointers)
-            await drop_dead_entries(cur)  # cluster admission: a gone replica holds no slot (postgres_admission.py)
-            await prune_expired_replicas(cur, _ACTIVE)
+            _bump_view_versions(cur, {r.job_id for r in rows})
+            notify(cur, pointers)
+            drop_dead_entries(cur)  # cluster admission: a gone replica holds no slot (postgres_admission.py)
+            prune_expired_replicas(cur, _ACTIVE)
         self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
         for row in rows:
             log.warning(

@@ -1,6 +1,6 @@
 """What the application layer needs from persistence: the ``Store`` protocol and its row types.
 
-``SqliteStore`` is the embedded implementation, ``PostgresStore`` the shared one; an in-memory test
+``SqliteStore`` is the implementation the server ships; a PostgreSQL store or an in-memory test
 store fits wherever the application (``phase_manager``, ``phase_runner``, ``event_log``,
 ``retention``) and the read model (``phases/queries``) take a ``Store``. Rows are plain data:
 statuses are the domain enums, nested values (results, costs, events, tool calls) arrive already
@@ -168,23 +168,21 @@ class PhaseCostSums:
 class Store(Protocol):
     """Persistence of jobs, phases, events, tool calls and costs, as the application uses it.
 
-    Every method is a coroutine and atomic on its own; ``append_events`` has committed when it
-    returns (watchers are offered only committed events). Async because a shared database is a
-    network round trip per call: awaiting it lets every other phase and watcher run meanwhile
-    (docs/scale-out.md, "Driver"); ``SqliteStore`` runs its microsecond calls inline.
+    Every method is synchronous and atomic on its own; ``append_events`` commits before it
+    returns (watchers are offered only committed events).
     """
 
-    async def close(self) -> None: ...
+    def close(self) -> None: ...
 
     # -- jobs -------------------------------------------------------------------------------
 
-    async def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
+    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
         """The job, created (status PENDING) on first use; the bool says whether it was created."""
         ...
 
-    async def get_job(self, job_id: str) -> JobRow | None: ...
+    def get_job(self, job_id: str) -> JobRow | None: ...
 
-    async def list_jobs(
+    def list_jobs(
         self,
         project_id: str | None,
         statuses: Sequence[PhaseStatus],
@@ -196,41 +194,41 @@ class Store(Protocol):
 
     # -- phases -----------------------------------------------------------------------------
 
-    async def insert_phase(self, row: PhaseRow) -> PhaseRow:
+    def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a phase, assigning its ordinal; the job takes its status. AlreadyExistsError if it exists."""
         ...
 
-    async def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
         """Sets PhaseRow fields; a status change becomes the job's status when this is its latest phase."""
         ...
 
-    async def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None: ...
+    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None: ...
 
-    async def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
+    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
         """The phases of all these jobs in one query, by job then ordinal."""
         ...
 
-    async def active_phases(self) -> list[PhaseRow]:
+    def active_phases(self) -> list[PhaseRow]:
         """Phases in an ``ACTIVE_STATUSES`` status (after a crash: the ones to mark INTERRUPTED)."""
         ...
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
         """Appends (job_id, phase_id, events) batches of one or more phases in one transaction."""
         ...
 
-    async def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]: ...
+    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]: ...
 
     # -- tool calls -------------------------------------------------------------------------
 
-    async def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None: ...
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None: ...
 
-    async def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
         """After a crash: RUNNING or HELD calls become UNFINISHED; returns how many."""
         ...
 
-    async def list_tool_calls(
+    def list_tool_calls(
         self,
         job_id: str,
         phase_id: str | None,
@@ -242,7 +240,7 @@ class Store(Protocol):
         """Calls by (phase ordinal, start sequence, tool_use_id); ``after`` is the previous page's last key."""
         ...
 
-    async def tool_call_stats(
+    def tool_call_stats(
         self,
         job_id: str,
         phase_id: str | None,
@@ -259,19 +257,19 @@ class Store(Protocol):
 
     # -- costs ------------------------------------------------------------------------------
 
-    async def replace_model_costs(
+    def replace_model_costs(
         self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]
     ) -> None:
         """Replaces a phase's per-model cost rows (costs are snapshots, never added up)."""
         ...
 
-    async def phase_cost_sums(
+    def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
     ) -> PhaseCostSums:
         """The summed cost columns of a project's, a job's, or one phase's (job + phase) phases."""
         ...
 
-    async def model_cost_sums(
+    def model_cost_sums(
         self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
     ) -> list[tuple[str, ModelCostRow]]:
         """Per-model cost rows summed per (job, model, pricing source) over a scope.
@@ -284,19 +282,19 @@ class Store(Protocol):
 
     # -- retention --------------------------------------------------------------------------
 
-    async def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
         """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
         ...
 
-    async def delete_jobs(self, job_ids: Sequence[str]) -> int:
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Deletes jobs with everything they have, in one transaction; returns the phases deleted."""
         ...
 
-    async def finished_recordings(self) -> list[tuple[str, str, str]]:
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
         """(job_id, phase_id, recording_dir) of finished phases that still have one, oldest end first."""
         ...
 
-    async def forget_recording(self, job_id: str, phase_id: str) -> None:
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
         """Notes that a phase's recording was deleted (not activity on its job)."""
         ...
 

@@ -196,13 +196,7 @@ _SELECT_JOBS = (
 
 
 class SqliteStore:
-    """Thread-safe access to one SQLite database file (one connection, serialised by a lock).
-
-    The ``Store`` methods are coroutines that run their SQLite calls inline, on the event loop,
-    without awaiting anything: a call takes microseconds (docs/scale-out.md, "Driver": ``get_phase``
-    p50 0.01 ms, a 50-event group commit 0.26 ms), less than handing it to a thread and back
-    would cost. Being coroutines only lets the application await any store alike.
-    """
+    """Thread-safe access to one SQLite database file (one connection, serialised by a lock)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -328,7 +322,7 @@ class SqliteStore:
         finally:
             conn.close()
 
-    async def close(self) -> None:
+    def close(self) -> None:
         self._closing.set()
         self._checkpointer.join(timeout=5)
         with self._lock:
@@ -340,7 +334,7 @@ class SqliteStore:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    async def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
+    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
         """Returns the job, creating it on first use; the bool says whether it was created."""
         with self._lock:
             row = self._job(job_id)
@@ -352,7 +346,7 @@ class SqliteStore:
             )
             return JobRow(job_id, project_id, PhaseStatus.PENDING, now_ns, now_ns), True
 
-    async def get_job(self, job_id: str) -> JobRow | None:
+    def get_job(self, job_id: str) -> JobRow | None:
         with self._lock:
             return self._job(job_id)
 
@@ -360,7 +354,7 @@ class SqliteStore:
         r = self._db.execute(f"{_SELECT_JOBS} WHERE job_id = ?", (job_id,)).fetchone()
         return job_row(r) if r else None
 
-    async def list_jobs(
+    def list_jobs(
         self,
         project_id: str | None,
         statuses: Sequence[PhaseStatus],
@@ -388,7 +382,7 @@ class SqliteStore:
 
     # -- phases -----------------------------------------------------------------------------
 
-    async def insert_phase(self, row: PhaseRow) -> PhaseRow:
+    def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a new phase (its ordinal is assigned here) and makes it the job's latest."""
         status = phase_value("status", row.status)
         try:
@@ -410,7 +404,7 @@ class SqliteStore:
             raise AlreadyExistsError(f"phase {row.phase_id} already exists in job {row.job_id}") from None
         return row
 
-    async def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
         """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
         unknown = set(values) - set(_PHASE_COLUMNS)
         if unknown:
@@ -437,14 +431,14 @@ class SqliteStore:
                     (now_ns, job_id),
                 )
 
-    async def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
+    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
         with self._lock:
             r = self._db.execute(
                 f"{_SELECT_PHASES} WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
             ).fetchone()
         return phase_row(r) if r else None
 
-    async def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
+    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
         """The phases of all these jobs in one query, by job then ordinal."""
         if not job_ids:
             return []
@@ -455,7 +449,7 @@ class SqliteStore:
             ).fetchall()
         return [phase_row(r) for r in rows]
 
-    async def active_phases(self) -> list[PhaseRow]:
+    def active_phases(self) -> list[PhaseRow]:
         """Phases whose status is not final (after a crash: the ones to mark INTERRUPTED)."""
         marks = ",".join("?" * len(ACTIVE_STATUSES))
         with self._lock:
@@ -466,7 +460,7 @@ class SqliteStore:
 
     # -- events -----------------------------------------------------------------------------
 
-    async def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
         """Appends the events of one or more phases in one transaction (group commit)."""
         rows = [
             (job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body)
@@ -481,7 +475,7 @@ class SqliteStore:
                 rows,
             )
 
-    async def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
+    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT sequence, receive_time_ns, kind, body FROM events "
@@ -492,7 +486,7 @@ class SqliteStore:
 
     # -- tool calls -------------------------------------------------------------------------
 
-    async def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
         rows = [
             (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
             for c in calls
@@ -508,7 +502,7 @@ class SqliteStore:
                 rows,
             )
 
-    async def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
         """After a crash: calls still RUNNING or HELD will never finish; returns how many."""
         with self._lock:
             cur = self._db.execute(
@@ -539,7 +533,7 @@ class SqliteStore:
             args.extend(s.name for s in statuses)
         return where, args
 
-    async def list_tool_calls(
+    def list_tool_calls(
         self,
         job_id: str,
         phase_id: str | None,
@@ -567,7 +561,7 @@ class SqliteStore:
             rows = self._db.execute(sql, args).fetchall()
         return [tool_call_row(r) for r in rows]
 
-    async def tool_call_stats(
+    def tool_call_stats(
         self,
         job_id: str,
         phase_id: str | None,
@@ -619,7 +613,7 @@ class SqliteStore:
 
     # -- costs ------------------------------------------------------------------------------
 
-    async def replace_model_costs(
+    def replace_model_costs(
         self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]
     ) -> None:
         """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
@@ -631,7 +625,7 @@ class SqliteStore:
             )
             _bump_view_versions(tx, [job_id])
 
-    async def phase_cost_sums(
+    def phase_cost_sums(
         self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
     ) -> PhaseCostSums:
         where, args = _scope(project_id, [job_id] if job_id else [], phase_id)
@@ -645,7 +639,7 @@ class SqliteStore:
             count, reported, computed, computed_only = self._db.execute(sql, args).fetchone()
         return PhaseCostSums(count, float(reported), float(computed), computed_only)
 
-    async def model_cost_sums(
+    def model_cost_sums(
         self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
     ) -> list[tuple[str, ModelCostRow]]:
         where, args = _scope(project_id, job_ids, phase_id)
@@ -664,7 +658,7 @@ class SqliteStore:
 
     # -- retention ---------------------------------------------------------------------------
 
-    async def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
         """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
         marks = ",".join("?" * len(ACTIVE_STATUSES))
         with self._lock:
@@ -690,7 +684,7 @@ class SqliteStore:
                 for job in jobs
             ]
 
-    async def delete_jobs(self, job_ids: Sequence[str]) -> int:
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
         """Deletes jobs with their phases, events, tool calls and costs, in one transaction; returns phases deleted."""
         if not job_ids:
             return 0
@@ -702,7 +696,7 @@ class SqliteStore:
             tx.execute(f"DELETE FROM jobs WHERE job_id IN ({marks})", job_ids)
         return phases
 
-    async def finished_recordings(self) -> list[tuple[str, str, str]]:
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
         """(job_id, phase_id, recording_dir) of finished phases that still have a recording, oldest end first."""
         marks = ",".join("?" * len(ACTIVE_STATUSES))
         with self._lock:
@@ -715,7 +709,7 @@ class SqliteStore:
                 ).fetchall()
             ]
 
-    async def forget_recording(self, job_id: str, phase_id: str) -> None:
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
         """Notes that a phase's recording was deleted (without counting as activity on its job)."""
         with self._lock:
             self._db.execute(
