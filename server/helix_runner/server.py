@@ -383,7 +383,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                              config.retention_interval_seconds)
     retention_task = None
     if policy.enabled:
-        sweeper = RetentionSweeper(store, config.recordings_dir, policy)
+        sweeper = RetentionSweeper(store, config.recordings_dir, policy, shared=config.database.kind != "sqlite")
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
     try:  # once nothing can fail the start any more (its processes end at drain)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import pytest
 
@@ -52,8 +53,8 @@ def add_phase(store, recordings, job, phase, *, status, day, size=100):
     return rec
 
 
-def sweeper(store, recordings, **policy):
-    return RetentionSweeper(store, recordings, RetentionPolicy(**policy), clock_ns=lambda: NOW)
+def sweeper(store, recordings, *, shared=False, **policy):
+    return RetentionSweeper(store, recordings, RetentionPolicy(**policy), clock_ns=lambda: NOW, shared=shared)
 
 
 def test_old_finished_jobs_go_with_all_their_rows_and_recordings(store, tmp_path):
@@ -119,3 +120,48 @@ async def test_the_sweeper_runs_in_the_background_and_logs_each_sweep(store, tmp
         await asyncio.gather(task, return_exceptions=True)
     first = next(r for r in caplog.records if r.msg == "retention sweep")
     assert first.fields["jobs_deleted"] == 1 and store.get_job("old") is None
+
+
+def age(recording, day):
+    """Sets the recording's files and directory to ``day`` (what the age rule reads on disk)."""
+    t = day * DAY_NS
+    for path in (*recording.iterdir(), recording):
+        os.utime(path, ns=(t, t))
+
+
+def test_on_a_shared_database_the_size_rule_keeps_other_replicas_recordings(store, tmp_path):
+    # Every replica has the same recordings path; a phase recorded on replica B names a directory
+    # that exists only on B's disk. Replica A's sweep must neither count it nor forget it.
+    recordings = tmp_path / "data" / "recordings"
+    on_b = add_phase(store, recordings, "b", "p1", status="SUCCEEDED", day=1)
+    for f in on_b.iterdir():
+        f.unlink()
+    on_b.rmdir()  # not on A's disk
+    mine = add_phase(store, recordings, "a", "p1", status="SUCCEEDED", day=2, size=300)
+    add_phase(store, recordings, "a", "p2", status="SUCCEEDED", day=3)
+
+    report = sweeper(store, recordings, recordings_max_bytes=250, shared=True).sweep()
+
+    assert (report.recordings_deleted, report.bytes_freed, report.recordings_bytes) == (1, 300, 100)
+    assert not mine.exists()
+    assert store.get_phase("b", "p1").recording_dir == str(on_b)  # B's sweep still finds it
+
+
+def test_recordings_no_phase_names_go_with_the_age_rule(store, tmp_path):
+    # Another replica's sweep deleted job "gone" (its rows), so this replica's own recording of it
+    # is named by no row: the age rule removes it here. Young or still-named recordings stay.
+    recordings = tmp_path / "data" / "recordings"
+    gone = add_phase(store, recordings, "gone", "p1", status="SUCCEEDED", day=10)
+    assert store.delete_jobs(["gone"]) == 1
+    young = add_phase(store, recordings, "young", "p1", status="SUCCEEDED", day=10)
+    assert store.delete_jobs(["young"]) == 1
+    named = add_phase(store, recordings, "kept", "p1", status="SUCCEEDED", day=10)
+    add_phase(store, recordings, "kept", "p2", status="SUCCEEDED", day=95)  # the job is recent
+    age(gone, 10)
+    age(named, 10)
+
+    report = sweeper(store, recordings, max_age_s=30 * 86400, shared=True).sweep()
+
+    assert (report.jobs_deleted, report.recordings_deleted, report.bytes_freed) == (0, 1, 100)
+    assert not gone.exists() and not gone.parent.exists()
+    assert young.exists() and named.exists()

@@ -328,6 +328,8 @@ def test_retention_queries(store):
     store.forget_recording("new", "c")
     assert store.get_job("new").update_time_ns == 1000  # not activity
     assert store.finished_recordings() == [("old", "a", "/rec/old-a")]
+    assert store.referenced_recordings(["/rec/old-a", "/rec/new-c", "/rec/none"]) == {"/rec/old-a"}
+    assert store.referenced_recordings([]) == set()
     assert store.delete_jobs(["old"]) == 1 and store.delete_jobs([]) == 0
     assert store.get_job("old") is None and store.read_events("old", "a", 0, 10) == []
     assert store.list_tool_calls("old", None, None, [], 10) == [] and store.model_cost_sums(job_ids=["old"]) == []

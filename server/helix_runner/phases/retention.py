@@ -11,6 +11,12 @@ Two rules, each off when its setting is 0, applied by a background sweep every
 
 A running phase is never touched. Every sweep logs one ``retention sweep`` line with what it
 removed and what is left.
+
+On a database shared by replicas (``shared``) each replica's recordings are on its own disk: the
+size rule counts and deletes only the recordings present here (another replica's are its own
+sweep's business, and are never forgotten from here), and as any replica may delete an expired job
+first, the age rule also removes recordings here that no phase row names any more and that are
+older than the age limit.
 """
 
 from __future__ import annotations
@@ -67,11 +73,15 @@ class RetentionSweeper:
         recordings_dir: Path,
         policy: RetentionPolicy,
         clock_ns: Callable[[], int] = time.time_ns,
+        *,
+        shared: bool = False,
     ):
         self.store = store
+        self.recordings_base = recordings_dir  # as phase rows name it (config.recordings_dir)
         self.recordings_dir = recordings_dir.resolve()
         self.policy = policy
         self.clock_ns = clock_ns
+        self.shared = shared
 
     def sweep(self) -> SweepReport:
         """One pass of both rules (blocking: run it in a thread)."""
@@ -87,9 +97,17 @@ class RetentionSweeper:
                         freed += size
                         recordings += ok and size > 0
                         errors += not ok
+            for d in self._orphans(cutoff):
+                size, ok = self._remove(d)
+                freed += size
+                recordings += ok and size > 0
+                errors += not ok
         total = self._recordings_bytes()
         if self.policy.recordings_max_bytes > 0 and total > self.policy.recordings_max_bytes:
-            for job_id, phase_id, d in self.store.finished_recordings():
+            finished = self.store.finished_recordings()
+            if self.shared:  # only those on this replica's disk (see the module's docstring)
+                finished = [row for row in finished if Path(row[2]).is_dir()]
+            for job_id, phase_id, d in finished:
                 if total <= self.policy.recordings_max_bytes:
                     break
                 size, ok = self._remove(d)
@@ -124,6 +142,28 @@ class RetentionSweeper:
                 )
             await asyncio.sleep(self.policy.interval_s)
 
+    def _orphans(self, cutoff_ns: int) -> list[str]:
+        """Recordings here older than ``cutoff_ns`` that no phase row names (their job was deleted,
+        perhaps by another replica's sweep, or a sweep stopped between the rows and the files)."""
+        old = self._recordings_older_than(cutoff_ns)
+        if not old:
+            return []
+        named = self.store.referenced_recordings(old)
+        return [d for d in old if d not in named]
+
+    def _recordings_older_than(self, cutoff_ns: int) -> list[str]:
+        """``<recordings>/<job>/<phase>-<run>`` directories whose newest entry is older than the cutoff."""
+        out = []
+        with contextlib.suppress(OSError):
+            for job_dir in sorted(self.recordings_base.iterdir()):
+                if not job_dir.is_dir() or job_dir.is_symlink():
+                    continue
+                for run_dir in sorted(job_dir.iterdir()):
+                    with contextlib.suppress(OSError):  # removed meanwhile
+                        if run_dir.is_dir() and not run_dir.is_symlink() and _newest_ns(run_dir) < cutoff_ns:
+                            out.append(str(run_dir))
+        return out
+
     def _remove(self, recording_dir: str) -> tuple[int, bool]:
         """Deletes one recording directory; (bytes freed, whether it is gone). Only inside the recordings dir."""
         path = Path(recording_dir).resolve()
@@ -147,6 +187,16 @@ class RetentionSweeper:
 
     def _recordings_bytes(self) -> int:
         return _tree_bytes(self.recordings_dir)
+
+
+def _newest_ns(directory: Path) -> int:
+    """The newest modification time of a directory and the entries directly in it (a recording is flat)."""
+    newest = directory.stat().st_mtime_ns
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime_ns)
+    return newest
 
 
 def _tree_bytes(root: Path) -> int:

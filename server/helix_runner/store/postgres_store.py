@@ -612,6 +612,16 @@ class PostgresStore:
                 "UPDATE phases SET recording_dir = '' WHERE job_id = %s AND phase_id = %s", (job_id, phase_id)
             )
 
+    def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
+        """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        if not recording_dirs:
+            return set()
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT recording_dir FROM phases WHERE recording_dir = ANY(%s)", (list(recording_dirs),)
+            ).fetchall()
+        return {r[0] for r in rows}
+
     # -- replicas ----------------------------------------------------------------------------
 
     def renew_lease(self) -> bool:

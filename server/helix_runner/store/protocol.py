@@ -298,6 +298,10 @@ class Store(Protocol):
         """Notes that a phase's recording was deleted (not activity on its job)."""
         ...
 
+    def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
+        """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        ...
+
 
 # -- cluster admission (a shared database only; docs/scale-out.md "Cluster admission") -----------
 

@@ -716,6 +716,17 @@ class SqliteStore:
                 "UPDATE phases SET recording_dir = '' WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
             )
 
+    def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
+        """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        found: set[str] = set()
+        with self._lock:
+            for start in range(0, len(recording_dirs), 500):  # below SQLite's bound on parameters
+                chunk = list(recording_dirs[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                found.update(r[0] for r in self._db.execute(
+                    f"SELECT recording_dir FROM phases WHERE recording_dir IN ({marks})", chunk))
+        return found
+
 
 def _bump_view_versions(tx: sqlite3.Connection, job_ids: Iterable[str]) -> None:
     """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
