@@ -19,7 +19,8 @@ def test_the_protocol_names_every_method_the_application_uses():
         "active_phases", "append_events", "close", "delete_jobs", "expired_jobs", "finished_recordings",
         "forget_recording", "get_job", "get_or_create_job", "get_phase", "insert_phase", "list_jobs",
         "list_tool_calls", "mark_tool_calls_unfinished", "model_cost_sums", "phase_cost_sums", "phases_of_jobs",
-        "read_events", "replace_model_costs", "tool_call_stats", "update_phase", "upsert_tool_calls",
+        "read_events", "referenced_recordings", "replace_model_costs", "tool_call_stats", "update_phase",
+        "upsert_tool_calls",
     ])  # fmt: skip
 
 
