@@ -7,6 +7,7 @@ phase must end with the true status, never "done" by inference (docs/decisions/A
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -146,15 +147,10 @@ async def test_preflight_names_missing_commands(tmp_path, runner_factory):
     assert "pytest-nowhere-xyz" in caught.value.details()
 
 
-@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
-async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
-    claude = fake_claude(tmp_path, f"""
-        import sys, time
-        sys.stdin.readline()
-        open({str(tmp_path / "child.pid")!r}, "w").write(str(__import__("os").getpid()))
-        print({INIT!r}); print({TOOL_USE!r}, flush=True)
-        time.sleep(120)
-    """)
+@contextlib.asynccontextmanager
+async def killed_mid_run_then_restarted(tmp_path: Path, claude: str, options: pb.PhaseOptions | None = None):
+    """Serves with ``claude``, runs phase crash/p until a tool call starts, kills the server (SIGKILL
+    to its group), starts a second one on the same data dir: yields (its stub, the events seen)."""
     (tmp_path / "work").mkdir()
     log1 = tmp_path / "serve1.log"
     proc = start_serve(tmp_path, log1, "--claude-path", claude)
@@ -163,7 +159,8 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.RunnerServiceStub(channel)
             call = stub.RunPhase(pb.RunPhaseRequest(job_id="crash", phase_id="p", prompt="x",
-                                                    working_dir=str(tmp_path / "work")), timeout=30)
+                                                    working_dir=str(tmp_path / "work"), options=options),
+                                 timeout=30)
             seen = []
             async for response in call:
                 seen.extend(response.events)
@@ -179,31 +176,43 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
     try:
         port = await asyncio.to_thread(serving_port, log2, proc2)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.RunnerServiceStub(channel)
-            job = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job
-            (phase,) = job.phases
-            assert phase.status == res.PHASE_STATUS_INTERRUPTED
-            assert "server stopped" in phase.status_reason
-            assert phase.result.status == res.PHASE_STATUS_INTERRUPTED
-            # The one attempt, running when the server died, is listed as ended by the shutdown.
-            assert [(a.number, a.end_kind) for a in phase.attempts] == [(1, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN)]
-            events = []
-            async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
-                events.extend(response.events)
-            # Everything the client saw before the crash is still there, plus the interruption.
-            assert [e.sequence for e in events[: len(seen)]] == [e.sequence for e in seen]
-            assert events[: len(seen)] == seen
-            assert events[-1].status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
-            calls = (await stub.ListToolCalls(pb.ListToolCallsRequest(job_id="crash"), timeout=10)).tool_calls
-            assert [c.status for c in calls] == [res.TOOL_CALL_STATUS_UNFINISHED]
-            # The dead server's CLI was ended (by its shim on the server's death, or by recovery),
-            # and the reason says what recovery found.
-            child = int((tmp_path / "child.pid").read_text())
-            assert "outlived the server" in phase.status_reason or "leftover" in phase.status_reason
-            assert not alive(child)
+            yield pb_grpc.RunnerServiceStub(channel), seen
     finally:
         proc2.send_signal(signal.SIGTERM)
         proc2.wait(30)
+
+
+@pytest.mark.slow  # several server processes or a kill and restart: the slower tier
+async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
+    claude = fake_claude(tmp_path, f"""
+        import sys, time
+        sys.stdin.readline()
+        open({str(tmp_path / "child.pid")!r}, "w").write(str(__import__("os").getpid()))
+        print({INIT!r}); print({TOOL_USE!r}, flush=True)
+        time.sleep(120)
+    """)
+    async with killed_mid_run_then_restarted(tmp_path, claude) as (stub, seen):
+        job = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job
+        (phase,) = job.phases
+        assert phase.status == res.PHASE_STATUS_INTERRUPTED
+        assert "server stopped" in phase.status_reason
+        assert phase.result.status == res.PHASE_STATUS_INTERRUPTED
+        # The one attempt, running when the server died, is listed as ended by the shutdown.
+        assert [(a.number, a.end_kind) for a in phase.attempts] == [(1, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN)]
+        events = []
+        async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
+            events.extend(response.events)
+        # Everything the client saw before the crash is still there, plus the interruption.
+        assert [e.sequence for e in events[: len(seen)]] == [e.sequence for e in seen]
+        assert events[: len(seen)] == seen
+        assert events[-1].status_changed.to_status == res.PHASE_STATUS_INTERRUPTED
+        calls = (await stub.ListToolCalls(pb.ListToolCallsRequest(job_id="crash"), timeout=10)).tool_calls
+        assert [c.status for c in calls] == [res.TOOL_CALL_STATUS_UNFINISHED]
+        # The dead server's CLI was ended (by its shim on the server's death, or by recovery),
+        # and the reason says what recovery found.
+        child = int((tmp_path / "child.pid").read_text())
+        assert "outlived the server" in phase.status_reason or "leftover" in phase.status_reason
+        assert not alive(child)
 
 
 @pytest.mark.slow  # several server processes or a kill and restart: the slower tier
@@ -220,46 +229,18 @@ async def test_server_killed_mid_run_after_a_retry_keeps_the_attempts_after_rest
         print({TOOL_USE!r}, flush=True)
         time.sleep(120)
     """)
-    (tmp_path / "work").mkdir()
     retry = pb.RetryPolicy(max_attempts=3, initial_backoff=Duration(nanos=10_000_000),
                            max_backoff=Duration(nanos=50_000_000))
-    log1 = tmp_path / "serve1.log"
-    proc = start_serve(tmp_path, log1, "--claude-path", claude)
-    try:
-        port = await asyncio.to_thread(serving_port, log1, proc)
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.RunnerServiceStub(channel)
-            call = stub.RunPhase(pb.RunPhaseRequest(job_id="crash", phase_id="p", prompt="x",
-                                                    working_dir=str(tmp_path / "work"),
-                                                    options=pb.PhaseOptions(retry=retry)), timeout=30)
-            seen = []
-            async for response in call:
-                seen.extend(response.events)
-                if any(e.HasField("tool_call_started") for e in seen):
-                    break
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log2 = tmp_path / "serve2.log"
-    proc2 = start_serve(tmp_path, log2, "--claude-path", claude)
-    try:
-        port = await asyncio.to_thread(serving_port, log2, proc2)
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.RunnerServiceStub(channel)
-            (phase,) = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job.phases
-            assert phase.status == res.PHASE_STATUS_INTERRUPTED
-            assert [(a.number, a.status, a.end_kind, a.retryable) for a in phase.attempts] == [
-                (1, res.PHASE_STATUS_INCOMPLETE, res.ATTEMPT_END_KIND_CRASHED, True),
-                (2, res.PHASE_STATUS_INTERRUPTED, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN, False)]
-            assert phase.attempts[1].reason == phase.status_reason and phase.attempts[1].session_id == "s-1"
-            assert list(phase.result.attempts) == list(phase.attempts)
-            watched = None
-            async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
-                if response.HasField("result"):
-                    watched = response.result
-            assert watched == phase.result  # attempts and cost alike
-    finally:
-        proc2.send_signal(signal.SIGTERM)
-        proc2.wait(30)
+    async with killed_mid_run_then_restarted(tmp_path, claude, pb.PhaseOptions(retry=retry)) as (stub, _):
+        (phase,) = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job.phases
+        assert phase.status == res.PHASE_STATUS_INTERRUPTED
+        assert [(a.number, a.status, a.end_kind, a.retryable) for a in phase.attempts] == [
+            (1, res.PHASE_STATUS_INCOMPLETE, res.ATTEMPT_END_KIND_CRASHED, True),
+            (2, res.PHASE_STATUS_INTERRUPTED, res.ATTEMPT_END_KIND_SERVER_SHUTDOWN, False)]
+        assert phase.attempts[1].reason == phase.status_reason and phase.attempts[1].session_id == "s-1"
+        assert list(phase.result.attempts) == list(phase.attempts)
+        watched = None
+        async for response in stub.WatchPhase(pb.WatchPhaseRequest(job_id="crash", phase_id="p"), timeout=10):
+            if response.HasField("result"):
+                watched = response.result
+        assert watched == phase.result  # attempts and cost alike
