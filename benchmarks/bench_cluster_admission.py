@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_run_phase import pct
 from support.postgres import PostgresCluster
 
 from helix_runner.phases.admission import AdmissionLimits
@@ -37,14 +38,10 @@ from helix_runner.store.protocol import AdmissionCandidate, ClusterLimits
 LOCAL = AdmissionLimits(max_running=64, max_starting=4)  # the defaults' start limit
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def show(name: str, samples_s: list[float]) -> None:
-    ms = [s * 1000 for s in samples_s]
-    print(f"  {name:<34} p50 {statistics.median(ms):7.2f} ms   p99 {pct(ms, 0.99):7.2f} ms   (n={len(ms)})")
+    """One line: p50 and p99 of the samples (seconds) in ms (bench_placement prints with it too)."""
+    ms = sorted(s * 1000 for s in samples_s)
+    print(f"  {name:<40} p50 {statistics.median(ms):7.2f} ms   p99 {pct(ms, 99):7.2f} ms   (n={len(ms)})")
 
 
 def ledger_latency(a: PostgresStore, b: PostgresStore, queued: int, rounds: int) -> None:

@@ -59,6 +59,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from bench_run_phase import pct
 from server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -275,14 +276,6 @@ def write_fake_claude(directory: Path) -> Path:
 
 # ------------------------------------------------------------------------------------------------
 # Small statistics helpers.
-
-
-def pct(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, int(round(p / 100 * len(sorted_values) + 0.5)) - 1))
-    return sorted_values[k]
 
 
 def dist_ms(ns_values: list[int]) -> dict:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 import sys
 import tempfile
 import textwrap
@@ -27,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench_cluster_admission import show
 from support.postgres import PostgresCluster
 from support.runner_server import start_runner
 
@@ -45,16 +45,6 @@ FAST_CLI = """
           '"session_id":"s-1","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0},'
           '"permission_denials":[],"uuid":"u3"}', flush=True)
 """
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def show(name: str, samples_s: list[float]) -> None:
-    ms = [s * 1000 for s in samples_s]
-    print(f"  {name:<40} p50 {statistics.median(ms):7.2f} ms   p99 {pct(ms, 0.99):7.2f} ms   (n={len(ms)})")
 
 
 def capacity_query(url: str, cluster: PostgresCluster, finished: int, active: int, rounds: int) -> None:
