@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +76,7 @@ def _executor() -> ThreadPoolExecutor:
 def _popen(scope: PhaseScope, argv: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
     """In a worker thread: the scope's cgroup, the status pipe, the shim. Raises OSError / ContainmentError."""
     scope.create()
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    try:
+    with _status_pipe() as (read_fd, write_fd):
         popen = subprocess.Popen(
             scope.command(argv, write_fd),
             cwd=cwd,
@@ -89,13 +88,22 @@ def _popen(scope: PhaseScope, argv: Sequence[str], cwd: Path, env: dict[str, str
             pass_fds=(write_fd,),
             bufsize=0,
         )
+    scope.attach(popen.pid)
+    return popen, read_fd
+
+
+@contextlib.contextmanager
+def _status_pipe() -> Iterator[tuple[int, int]]:
+    """The shim's status pipe around its start: the write end is the child's alone afterwards (closed
+    here either way); the read end is the caller's, closed here only if the start failed."""
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    try:
+        yield read_fd, write_fd
     except BaseException:
         os.close(read_fd)
         raise
     finally:
         os.close(write_fd)
-    scope.attach(popen.pid)
-    return popen, read_fd
 
 
 class _WriteProtocol(asyncio.streams.FlowControlMixin):
@@ -204,8 +212,7 @@ async def spawn_in_thread(scope: PhaseScope, argv: Sequence[str], cwd: Path, env
 async def spawn_on_loop(scope: PhaseScope, argv: Sequence[str], cwd: Path, env: dict[str, str]) -> Spawned:
     """The way phases started before ``spawn_in_thread``: the fork/exec on the loop's thread."""
     scope.create()
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    try:
+    with _status_pipe() as (read_fd, write_fd):
         proc = await asyncio.create_subprocess_exec(
             *scope.command(argv, write_fd),
             cwd=cwd,
@@ -216,11 +223,6 @@ async def spawn_on_loop(scope: PhaseScope, argv: Sequence[str], cwd: Path, env: 
             start_new_session=True,
             pass_fds=(write_fd,),
         )
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
     scope.attach(proc.pid)
     return Spawned(proc, read_fd)
 
