@@ -13,6 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.processes import serving_port, start_serve
 from support.runner_server import collect
+from support.streams import Stream
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -27,41 +28,16 @@ pytestmark = pytest.mark.real_cli
 SLOW_TEXT = Reply(content=[TextBlock("thinking it over " * 12)], chunk_delay=0.08)  # ~1.5 s of streaming
 
 
-class Phase:
-    """A RunPhase call read in the background, with helpers to wait for events."""
+class Phase(Stream):
+    """A RunPhase call read in the background (``Stream``), with the ids of its phase."""
 
     def __init__(self, runner, job_id: str, request: pb.RunPhaseRequest):
         self.runner, self.stub, self.job_id = runner, runner.stub, job_id
-        self.events: list = []
-        self.result = None
-        self._changed = asyncio.Condition()
-        self._task = asyncio.create_task(self._read(self.stub.RunPhase(request, timeout=120)))
-
-    async def _read(self, call):
-        async for response in call:
-            async with self._changed:
-                self.events.extend(response.events)
-                if response.HasField("result"):
-                    self.result = response.result
-                self._changed.notify_all()
-
-    async def wait_for(self, predicate, limit: float = 30.0):
-        async with asyncio.timeout(limit):
-            async with self._changed:
-                while True:
-                    for e in self.events:
-                        if predicate(e):
-                            return e
-                    assert self.result is None, f"phase ended first: {self.result.reason}"
-                    await self._changed.wait()
-
-    async def control(self, kind: int, limit: float = 30.0, after: int = 0):
-        return await self.wait_for(lambda e: e.HasField("control") and e.control.kind == kind and e.sequence > after,
-                                   limit)
+        super().__init__(self.stub.RunPhase(request, timeout=120))
 
     async def finish(self, limit: float = 60.0):
-        await asyncio.wait_for(self._task, limit)
-        return self.result
+        """The result, once the call ended."""
+        return (await super().finish(limit))[1]
 
     def ids(self, **kw):
         return {"job_id": self.job_id, "phase_id": "p", **kw}

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import io
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ import rich.table  # noqa: F401
 # Everything a verb imports lazily is imported here, on the main thread: CPython 3.11 can fail to
 # compile a module ("AST constructor recursion depth mismatch") when two threads compile at once.
 from helix.runner.v1 import runner_service_pb2 as pb
+from support.streams import Stream
 
 _CAPTURE_LOCK = threading.Lock()  # redirect_stdout is process-wide: one verb at a time captures
 
@@ -57,8 +57,8 @@ async def helix(address: str, *argv: str, limit: float = 60.0) -> VerbResult:
     return await asyncio.wait_for(asyncio.to_thread(run_verb, *argv, "--server", address), limit)
 
 
-class BackgroundPhase:
-    """A RunPhase call read in the background, with bounded waits for events and the result."""
+class BackgroundPhase(Stream):
+    """A RunPhase call read in the background (``Stream``), started from its ids and options."""
 
     def __init__(self, stub, job_id: str, phase_id: str, workdir: str, prompt: str = "go", **options: Any):
         from helix.runner.v1 import runner_service_pb2 as pb_
@@ -71,36 +71,11 @@ class BackgroundPhase:
             working_dir=workdir,
             options=pb_.PhaseOptions(**options),
         )
-        self.events: list = []
-        self.result = None
-        self._changed = asyncio.Condition()
-        self._task = asyncio.create_task(self._read(stub.RunPhase(request, timeout=120)))
-
-    async def _read(self, call) -> None:
-        async for response in call:
-            async with self._changed:
-                self.events.extend(response.events)
-                if response.HasField("result"):
-                    self.result = response.result
-                self._changed.notify_all()
-
-    async def wait_for(self, predicate: Callable[[Any], bool], limit: float = 30.0, after: int = 0):
-        """The first event with a sequence above ``after`` matching ``predicate``."""
-        async with asyncio.timeout(limit):
-            async with self._changed:
-                while True:
-                    for event in self.events:
-                        if event.sequence > after and predicate(event):
-                            return event
-                    assert self.result is None, f"the phase ended first: {self.result.reason}"
-                    await self._changed.wait()
-
-    async def control(self, kind: int, limit: float = 30.0, after: int = 0):
-        return await self.wait_for(lambda e: e.HasField("control") and e.control.kind == kind, limit, after)
+        super().__init__(stub.RunPhase(request, timeout=120))
 
     async def finish(self, limit: float = 60.0):
-        await asyncio.wait_for(self._task, limit)
-        return self.result
+        """The result, once the call ended."""
+        return (await super().finish(limit))[1]
 
 
 __all__ = ["BackgroundPhase", "VerbResult", "helix", "pb", "run_verb"]

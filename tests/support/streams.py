@@ -38,15 +38,22 @@ class Stream:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_for(self, predicate, limit: float | None = None):
-        """The first event matching ``predicate``, waiting at most ``limit`` (default ``wait_limit``) s."""
+    async def wait_for(self, predicate, limit: float | None = None, after: int = 0):
+        """The first event with a sequence above ``after`` matching ``predicate``, waiting at most
+        ``limit`` (default ``wait_limit``) s."""
         async with asyncio.timeout(self.wait_limit if limit is None else limit), self._changed:
             while True:
                 for e in self.events:
-                    if predicate(e):
+                    if e.sequence > after and predicate(e):
                         return e
-                assert self.result is None and not self._task.done(), f"the stream ended first ({self.error})"
+                assert self.result is None and not self._task.done(), (
+                    f"the stream ended first ({self.error or self.result.reason})"
+                )
                 await self._changed.wait()
+
+    async def control(self, kind: int, limit: float | None = None, after: int = 0):
+        """The first control event of ``kind`` with a sequence above ``after``."""
+        return await self.wait_for(lambda e: e.HasField("control") and e.control.kind == kind, limit, after)
 
     async def finish(self, limit: float = 60.0):
         """The events and the result once the call ended (at most ``limit`` s)."""
