@@ -219,14 +219,17 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
                                      options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
         run = follow(a.stub.RunPhase(request, timeout=120))
         await run.wait_for(lambda e: e.HasField("tool_call_started"))
-        async with asyncio.timeout(30):  # the tool's shell has started `sleep 300`
+        # The tool's shell writes its pid, then forks `sleep 300`: the scope is complete (the CLI, the
+        # shell and its sleep) only once the fork happened, a moment after the marker appears.
+        scope: list[int] = []
+        async with asyncio.timeout(30):
             while True:
                 if marker.exists() and marker.read_text().strip().isdigit():
-                    break
+                    tool = int(marker.read_text())
+                    scope = a.scope_processes()
+                    if tool in scope and len(scope) >= 3:
+                        break
                 await asyncio.sleep(0.05)
-        tool = int(marker.read_text())
-        scope = a.scope_processes()  # the shim, the CLI, the tool's shell and its sleep
-        assert tool in scope and len(scope) >= 3, scope
         watch = follow(c.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=120))
         await watch.wait_for(lambda e: e.HasField("tool_call_started"))
 
