@@ -11,11 +11,11 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
+from support.git_repos import full_diff, make_repo, sh
 from support.processes import serving_port, start_serve
 
 from helix.runner.v1 import resources_pb2 as res
@@ -26,38 +26,9 @@ from helix_runner.offline import Reply
 
 pytestmark = pytest.mark.real_cli
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid", "PATH": "/usr/bin:/bin"}
 # Each phase writes its own worktree's name (= its phase id) into the same file, and commits it.
 WRITE_AND_COMMIT = ('basename "$PWD" > shared.txt && '
                     'git -c user.name=phase -c user.email=phase@example.invalid commit -qam "$(basename "$PWD")"')
-
-
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir(exist_ok=True)
-    sh(path, "init", "-q", "-b", "main")
-    (path / "shared.txt").write_text("original\n")
-    sh(path, "add", "-A")
-    sh(path, "commit", "-q", "-m", "base")
-    return path
-
-
-async def full_diff(stub, job_id: str, phase_id: str, page_size: int) -> bytes:
-    chunks, token, pages = [], "", 0
-    while True:
-        page = await stub.GetPhaseDiff(pb.GetPhaseDiffRequest(job_id=job_id, phase_id=phase_id, page_size=page_size,
-                                                              page_token=token), timeout=10)
-        chunks.append(page.chunk)
-        pages += 1
-        token = page.next_page_token
-        if not token:
-            assert len(b"".join(chunks)) == page.total_bytes
-            return b"".join(chunks)
-        assert pages < 1000
 
 
 async def test_two_worktree_phases_on_one_repository(claude_binary, scripted_api, runner_factory):

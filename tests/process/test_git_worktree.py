@@ -8,17 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support.git_repos import sh
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import RunnerError
 from helix_runner.process.git_worktree import branch_name, plan_workspace, sweep
-
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid", "PATH": "/usr/bin:/bin"}
-
-
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
