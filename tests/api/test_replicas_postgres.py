@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import grpc
 import psycopg
 import pytest
+from support.git_repos import full_diff, make_repo
 from support.runner_server import collect, replica_pair
 from support.streams import Stream, breakpoint_hit
 
@@ -259,3 +261,45 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
         assert b.server.store.get_phase("job-f", "p1").result_pb == taken.result_pb
         watched = await collect(b.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=30))
         assert watched[1] == result and len(watched[0]) == len(history)
+
+
+async def test_the_diff_of_a_finished_phase_is_served_by_the_replica_that_recorded_it(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo changed > shared.txt"}), Reply.text("Done.")])
+    ids = {"job_id": "job-d", "phase_id": "p1"}
+    async with replica_pair(tmp_path, postgres_url, api, None) as (a, b), \
+            await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
+        make_repo(a.workdir)
+        _, result = await a.run_phase("change it", **ids, allowed_tools=["Bash"],
+                                      workspace=pb.WORKSPACE_MODE_GIT_WORKTREE)
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert "-original\n+changed\n" in result.artifacts.diff
+        on_a = await full_diff(a.stub, "job-d", "p1", page_size=29)
+        assert on_a.decode() == result.artifacts.diff
+
+        # A is live: B forwards the read to it, pages and their tokens alike ...
+        assert await full_diff(b.stub, "job-d", "p1", page_size=29) == on_a
+        # ... and does not read it itself (both replicas share this host's disk in the test).
+        registered = (f"127.0.0.1:{a.server.port}",)
+        await db.execute("UPDATE replicas SET address = %s WHERE replica_id = 'replica-a'",
+                         (f"127.0.0.1:{closed_port()}",))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await b.stub.GetPhaseDiff(pb.GetPhaseDiffRequest(**ids), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error_info(caught.value).reason == "OWNER_UNREACHABLE"
+        await db.execute("UPDATE replicas SET address = %s WHERE replica_id = 'replica-a'", registered)
+
+        # A gone (its lease ran out): B reads the file where its disk has it too (a shared volume) ...
+        a.server.store.replica.stop_heartbeat()
+        await db.execute("UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'replica-a'")
+        assert await full_diff(b.stub, "job-d", "p1", page_size=4096) == on_a
+        # ... and where it does not, says which replica holds it instead of "no diff".
+        recording = Path(result.diagnostics.recording_path)
+        recording.rename(recording.with_name(recording.name + ".elsewhere"))
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await b.stub.GetPhaseDiff(pb.GetPhaseDiffRequest(**ids), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        info = error_info(caught.value)
+        assert info.reason == "RECORDING_REPLICA_UNAVAILABLE" and info.metadata["replica"] == "replica-a"
+        assert "replica-a" in caught.value.details()

@@ -27,6 +27,11 @@ class PhaseRow(Protocol):
     def end_time_ns(self) -> int | None: ...
 
 
+def diff_path(row: PhaseRow) -> Path | None:
+    """Where the phase's diff file is (or would be) on this replica's disk; None without a recording."""
+    return Path(row.recording_dir) / DIFF_FILE if row.recording_dir else None
+
+
 def read_diff_page(row: PhaseRow, request: runner_service_pb2.GetPhaseDiffRequest
                    ) -> runner_service_pb2.GetPhaseDiffResponse:
     """One page of bytes; DIFF_NOT_AVAILABLE while the phase runs or when it has no diff."""
@@ -37,7 +42,7 @@ def read_diff_page(row: PhaseRow, request: runner_service_pb2.GetPhaseDiffReques
     if not isinstance(offset, int) or offset < 0:
         raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN", "page_token is malformed",
                           {"field": "page_token"})
-    path = Path(row.recording_dir) / DIFF_FILE if row.recording_dir else None
+    path = diff_path(row)
     if not row.end_time_ns or path is None or not path.is_file():
         raise RunnerError(ErrorKind.FAILED_PRECONDITION, "DIFF_NOT_AVAILABLE",
                           f"phase {row.phase_id} has no diff (still running, not in a git repository, "

@@ -26,7 +26,7 @@ from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
 from helix_runner.api.forwarding import FORWARDED_HEADER, FORWARDED_METHODS, OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
-from helix_runner.api.phase_diff import read_diff_page
+from helix_runner.api.phase_diff import diff_path, read_diff_page
 from helix_runner.api.placement import place_run_phase
 from helix_runner.api.request_mapping import (
     HARD_PAUSE,
@@ -249,7 +249,16 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def GetPhaseDiff(self, request, context):
-        return read_diff_page(self.manager.require_phase(request.job_id, request.phase_id), request)
+        row = self.manager.require_phase(request.job_id, request.phase_id)
+        if self.forwarder is not None and row.end_time_ns and not _forwarded(context):
+            # A finished phase's recording is on the disk of the replica that ran it (docs/scale-out.md).
+            path = diff_path(row)
+            route = self.forwarder.recording_route(
+                self.manager.recording_replica(request.job_id, request.phase_id), request.job_id,
+                request.phase_id, path is not None and path.is_file())
+            if route is not None:
+                return await self.forwarder.forward("GetPhaseDiff", request, *route, _time_remaining(context))
+        return read_diff_page(row, request)
 
     @_unary
     async def InspectPhase(self, request, context):
