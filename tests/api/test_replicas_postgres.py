@@ -86,6 +86,7 @@ async def test_a_replica_watches_a_phase_another_replica_runs_live_to_its_result
             b.stub.WatchPhase(pb.WatchPhaseRequest(**ids, after_sequence=hit.sequence - 1), timeout=120)
         )
         await on_other.wait_for(breakpoint_hit)  # history from the database, the phase still held
+        assert on_other.batch_sizes[0] > 1  # history read as a page comes as one message, not one per event
         await late.wait_for(breakpoint_hit)
 
         await a.stub.ResolveToolCall(

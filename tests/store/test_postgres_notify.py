@@ -55,14 +55,17 @@ async def test_follow_reads_history_then_live_without_gap_or_duplicate(owner, li
     owner.append_events([("j", "x", [ev(1), ev(2), ev(3)])])
     reader = PostgresStore(postgres_url, heartbeat=False)  # another replica serves the watcher
     seen: list[int] = []
+    pages: list[list[int]] = []
     second_batch_read = asyncio.Event()
 
     async def watch():
-        async for row in follow_phase_events(reader, listener, "j", "x", after_sequence=1):
-            assert row.body == f"e{row.sequence}".encode()
-            seen.append(row.sequence)
-            if row.sequence == 5:
-                second_batch_read.set()
+        async for rows in follow_phase_events(reader, listener, "j", "x", after_sequence=1):
+            pages.append([row.sequence for row in rows])
+            for row in rows:
+                assert row.body == f"e{row.sequence}".encode()
+                seen.append(row.sequence)
+                if row.sequence == 5:
+                    second_batch_read.set()
 
     try:
         task = asyncio.create_task(watch())
@@ -78,14 +81,15 @@ async def test_follow_reads_history_then_live_without_gap_or_duplicate(owner, li
     finally:
         reader.close()
     assert seen == [2, 3, 4, 5, 6]
+    assert pages[0] == [2, 3]  # the history as one page, not one row per message
 
 
 async def test_a_lost_notification_costs_latency_not_events(owner, listener, postgres_cluster, postgres_url):
     seen: list[int] = []
 
     async def watch():
-        async for row in follow_phase_events(owner, listener, "j", "x", poll_seconds=0.2):
-            seen.append(row.sequence)
+        async for rows in follow_phase_events(owner, listener, "j", "x", poll_seconds=0.2):
+            seen.extend(row.sequence for row in rows)
 
     task = asyncio.create_task(watch())
     await asyncio.sleep(0.1)

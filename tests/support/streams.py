@@ -18,6 +18,7 @@ class Stream:
 
     def __init__(self, call, *, wait_limit: float = 30.0, keep_error: bool = False):
         self.events: list = []
+        self.batch_sizes: list[int] = []  # events per response message carrying events
         self.result = None
         self.error: grpc.aio.AioRpcError | None = None
         self.wait_limit = wait_limit
@@ -30,6 +31,8 @@ class Stream:
             async for response in call:
                 async with self._changed:
                     self.events.extend(response.events)
+                    if response.events:
+                        self.batch_sizes.append(len(response.events))
                     if response.HasField("result"):
                         self.result = response.result
                     self._changed.notify_all()

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 # (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
-Follower = Callable[[str, str, int], AsyncIterator[EventRow]]
+Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
 
 DEFAULT_PROJECT = "default"
 
@@ -543,8 +543,8 @@ class PhaseService:
         result only after its last events are committed (``PhaseRun`` flushes the writer first).
         """
         assert self.follower is not None
-        async for row in self.follower(job_id, phase_id, after_sequence):
-            yield Delivery((row.body,), row.sequence, row.sequence)
+        async for rows in self.follower(job_id, phase_id, after_sequence):
+            yield Delivery(tuple(row.body for row in rows), rows[0].sequence, rows[-1].sequence)
         row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")
 

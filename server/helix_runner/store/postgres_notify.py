@@ -161,8 +161,9 @@ async def follow_phase_events(
     after_sequence: int = 0,
     *,
     poll_seconds: float = 5.0,
-) -> AsyncIterator[EventRow]:
-    """A phase's events after the cursor, from the table and then live, until the phase is final.
+) -> AsyncIterator[list[EventRow]]:
+    """A phase's events after the cursor, from the table and then live, until the phase is final;
+    in pages as read (up to ``HISTORY_PAGE`` rows), so a watcher catching up gets them batched.
 
     Final means a final status and a result: the owner writes its result after its last event
     is committed, so once both are there every event is in the table.
@@ -178,10 +179,9 @@ async def follow_phase_events(
             waiter.wakeup.clear()
             while True:
                 rows = store.read_events(job_id, phase_id, cursor, HISTORY_PAGE)
-                for row in rows:
-                    yield row
                 if not rows:
                     break
+                yield rows
                 cursor = rows[-1].sequence
                 await asyncio.sleep(0)
             phase = store.get_phase(job_id, phase_id)
