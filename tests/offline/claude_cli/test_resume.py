@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -115,6 +116,12 @@ def test_resume_continues_the_failed_attempts_conversation_and_carries_its_cost(
     assert own == pytest.approx(second.result["model_usage_since_last_result"][init["model"]]["costUSD"])
 
 
+def _pid_in(marker: Path) -> int | None:
+    """The pid a tool's shell wrote into ``marker`` (``echo $$``), once it is all there."""
+    text = marker.read_text() if marker.exists() else ""
+    return int(text) if text.endswith("\n") and text.strip().isdigit() else None
+
+
 def test_resume_after_a_crash_keeps_the_interrupted_call_and_carries_no_cost(
     claude_sandbox: ClaudeSandbox, scripted_api
 ) -> None:
@@ -143,17 +150,18 @@ def test_resume_after_a_crash_keeps_the_interrupted_call_and_carries_no_cost(
         proc.stdin.write(prompt_line(PROMPT) + b"\n")
         proc.stdin.flush()
         deadline = time.monotonic() + 60
-        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+        # Until the shell wrote its whole pid: the file exists a moment before it holds it.
+        while not _pid_in(marker) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
-        assert marker.exists(), "the slow tool call never started"
+        assert _pid_in(marker), "the slow tool call never started"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # a crash: no chance to write a result or save state
         stdout, _ = proc.communicate(timeout=30)
         # The CLI runs each Bash command in a session of its own, so killing its group leaves the
         # tool running (a server phase's containment would end it; this test runs the CLI bare).
-        if marker.exists() and (tool := marker.read_text().strip()).isdigit():
+        if tool := _pid_in(marker):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpgid(int(tool)), signal.SIGKILL)
+                os.killpg(os.getpgid(tool), signal.SIGKILL)
     first = CliRun.from_output([], proc.returncode, stdout, b"", 0.0, False)
     assert first.results == []
     session = first.of_type("system", "init")[0]["session_id"]
