@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 
 from bench_run_phase import pct
-from server_process import ServerProcess
+from server_process import ServerProcess, export_baseline
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
@@ -639,19 +639,9 @@ class Server(ServerProcess):
     """The server under test, with room for many phases."""
 
     def __init__(self, tmp: Path, fake: Path, workdir: Path, profile_out: Path | None, name: str = "control",
-                 server_src: str | None = None):
+                 server_src: str | Path | None = None):
         super().__init__(tmp, name, fake, workdir, profile_out=profile_out, server_src=server_src,
                          env_extra={"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300"})
-
-
-def export_baseline(ref: str, tmp: Path) -> str:
-    """The server package of git ``ref`` in a directory of its own (put first on the server's PYTHONPATH)."""
-    target = tmp / "baseline"
-    target.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", ref, "server"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return str(target / "server")
 
 
 def run_client(cfg: dict, limit: float) -> dict:

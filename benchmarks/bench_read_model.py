@@ -44,7 +44,7 @@ from pathlib import Path
 
 import grpc
 from bench_job_control import write_fake_claude
-from server_process import ServerProcess
+from server_process import ServerProcess, export_baseline
 
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
@@ -113,17 +113,6 @@ async def measure(address: str, pid: int, call, callers: int, seconds: float) ->
         await asyncio.gather(*(caller() for _ in range(callers)))
         elapsed, cpu = time.monotonic() - t0, cpu_s(pid) - cpu0
     return done / elapsed, 1e6 * cpu / max(done, 1)
-
-
-def export_baseline(ref: str, tmp: Path) -> Path:
-    """The server package of ``ref`` in a directory of its own (for ``PYTHONPATH``)."""
-    target = tmp / "baseline"
-    target.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "archive", ref, "server"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target / "server"
 
 
 async def main_async(args: argparse.Namespace, tmp: Path) -> None:

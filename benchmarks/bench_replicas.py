@@ -18,6 +18,13 @@ result SUCCEEDED. CPU per round: each server, all PostgreSQL backends, and the m
 Watch fan-out: one phase on A writes a line every 20 ms; W watchers on A (the owner: in-process
 fan-out) and W on B (the other replica: the event goes through the database, NOTIFY, then a read)
 stamp each line on arrival; latency = arrival - the child's write time (same host clock).
+
+Catch-up (``--baseline REF``): one phase on A writes 3,000 lines at 1,000/s; once 1,500 events are
+recorded, W watchers join at once on A, on B and on B0 (a third server on the same database,
+running the server package of git REF, e.g. the commit before a change to the follow loop). Each
+watcher's catch-up time = its call -> the first event at or past the sequence recorded at join,
+and how many response messages carried that history. Rounds rotate which server's watchers are
+started first.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # support.postgres: the throwaway cluster of the tests
 
 from bench_run_phase import machine_cpu, parse_text, pct, proc_cpu, write_fake_claude  # noqa: E402
-from server_process import ServerProcess  # noqa: E402
+from server_process import ServerProcess, export_baseline  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # Client process (--client CFG): K concurrent RunPhase streams spread over the given addresses.
@@ -148,6 +155,55 @@ async def watch_main(cfg: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
+# Catch-up client (--catchup CFG): watchers joining a phase with a long history, on each server.
+
+
+async def catchup_main(cfg: dict) -> dict:
+    import grpc
+
+    from helix.runner.v1 import runner_service_pb2 as pb
+    from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+
+    stubs = {label: pb_grpc.RunnerServiceStub(grpc.aio.insecure_channel(address))
+             for label, address in cfg["servers"].items()}  # fmt: skip
+    owner = stubs[cfg["owner"]]
+    out: dict[str, dict[str, list[float]]] = {label: {"ms": [], "messages": []} for label in stubs}
+    for r in range(cfg["rounds"]):
+        ids = {"job_id": f"catchup-{r}", "phase_id": "p"}
+        request = pb.RunPhaseRequest(**ids, prompt="bench", working_dir=cfg["workdir"],
+                                     options=pb.PhaseOptions(env={"HELIX_BENCH_LINES": str(cfg["lines"]),
+                                                                  "HELIX_BENCH_RATE": repr(cfg["rate"])}))  # fmt: skip
+        latest = [0]
+        history_recorded = asyncio.Event()
+
+        async def run(request=request, latest=latest, history_recorded=history_recorded) -> None:
+            async for resp in owner.RunPhase(request, timeout=cfg["timeout"]):
+                if resp.events:
+                    latest[0] = resp.events[-1].sequence
+                    if latest[0] >= cfg["history"]:
+                        history_recorded.set()
+
+        async def watch(label: str, join_seq: int, ids=ids) -> None:
+            t0, messages = time.perf_counter(), 0
+            call = stubs[label].WatchPhase(pb.WatchPhaseRequest(**ids), timeout=cfg["timeout"])
+            async for resp in call:
+                messages += 1
+                if resp.events and resp.events[-1].sequence >= join_seq:
+                    out[label]["ms"].append((time.perf_counter() - t0) * 1000)
+                    out[label]["messages"].append(messages)
+                    call.cancel()
+                    return
+
+        runner = asyncio.create_task(run())
+        await asyncio.wait_for(history_recorded.wait(), 60)
+        labels = list(stubs)[r % len(stubs):] + list(stubs)[: r % len(stubs)]
+        watchers = [watch(label, latest[0]) for _ in range(cfg["watchers"]) for label in labels]
+        await asyncio.gather(*watchers)
+        await runner
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # Driver.
 
 
@@ -240,11 +296,21 @@ def main() -> int:
         action="store_true",
         help="also run one server on SQLite in each round (is the PostgreSQL store the bound?)",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also measure catch-up: watchers joining a long history on A, B and a server of git REF",
+    )
+    ap.add_argument("--catchup-only", action="store_true", help="with --baseline: skip the load rounds and the watch run")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--watch", help=argparse.SUPPRESS)
+    ap.add_argument("--catchup", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.catchup:
+        print(json.dumps(asyncio.run(catchup_main(json.loads(args.catchup)))))
+        return 0
     if args.client:
         print(json.dumps(asyncio.run(client_main(json.loads(args.client)))))
         return 0
@@ -263,6 +329,8 @@ def main() -> int:
     fake = write_fake_claude(tmp)
     cluster = PostgresCluster().start()
     servers: list[ServerProcess] = []
+    rounds: list[dict] = []
+    watch, catchup = None, None
     try:
         url = cluster.create_database("bench")
         env = {"HELIX_RUNNER_DATABASE_URL": url, "HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300",
@@ -279,36 +347,77 @@ def main() -> int:
         print(f"# PostgreSQL {cluster.bindir.parent.name} at {cluster.socket_dir}; servers "
               f"{', '.join(s.address for s in servers)}; {os.cpu_count()} CPUs; K={args.k}, "
               f"{args.lines} lines per phase, {args.rounds} rounds", flush=True)  # fmt: skip
-        warm = argparse.Namespace(**{**vars(args), "k": 4})
-        for s in servers:
-            load_round([s], f"warm-{s.pid}", warm, workdir, postmaster)
-        rounds: list[dict] = []
-        for r in range(args.rounds):
-            order = [1, 2] if r % 2 == 0 else [2, 1]
-            if sqlite is not None:
-                order.insert(1, 0)  # 0: one server on SQLite, between the other two
-            pair = {}
-            for n in order:
-                chosen = [sqlite] if n == 0 else servers[:n]
-                pair[n] = load_round(chosen, f"r{r}-n{n}", args, workdir, postmaster)
-                got = pair[n]
-                print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
-                      f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
-                      f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
-                      f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
-            rounds.append(pair)
-
-        watch = run_clients([{"owner": servers[0].address, "other": servers[1].address, "lines": watch_lines,
-                              "rate": 50.0, "watchers": args.watchers, "tag": "watch", "workdir": str(workdir),
-                              "timeout": args.timeout}], "--watch", args.timeout + 30)[0]  # fmt: skip
+        if not args.catchup_only:
+            rounds = load_rounds(servers, sqlite, args, workdir, postmaster)
+            watch = run_clients([{"owner": servers[0].address, "other": servers[1].address, "lines": watch_lines,
+                                  "rate": 50.0, "watchers": args.watchers, "tag": "watch", "workdir": str(workdir),
+                                  "timeout": args.timeout}], "--watch", args.timeout + 30)[0]  # fmt: skip
+        if args.baseline:
+            baseline = ServerProcess(tmp, "b0", fake, workdir, server_src=export_baseline(args.baseline, tmp),
+                                     env_extra={**env, "HELIX_RUNNER_REPLICA_ID": "bench-b0"})  # fmt: skip
+            servers.append(baseline)
+            labels = {"A (owner)": servers[0].address, "B (this tree)": servers[1].address,
+                      f"B0 ({args.baseline})": baseline.address}  # fmt: skip
+            catchup = run_clients([{"servers": labels, "owner": "A (owner)", "lines": 3000, "rate": 1000.0,
+                                    "history": 1500, "watchers": 5, "rounds": 2 if args.quick else 5,
+                                    "workdir": str(workdir), "timeout": args.timeout}],
+                                  "--catchup", args.timeout * 5)[0]  # fmt: skip
     finally:
         for s in servers:
             s.stop()
         cluster.stop()
 
+    bad = report_load(args, rounds, watch) if rounds else 0
+    if catchup is not None:
+        report_catchup(catchup)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            **({"ratio": ratio_summary(rounds)} if rounds else {}),
+            "rounds": rounds, "bad": bad, "watch": watch, "catchup": catchup, "k": args.k, "lines": args.lines,
+        }, indent=2) + "\n")  # fmt: skip
+    if args.keep:
+        print(f"\n# kept {tmp}")
+    else:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args, workdir: Path,
+                postmaster: int) -> list[dict]:
+    """Warm-up, then each round: N=1 and N=2 (and one SQLite server) in alternating order."""
+    warm = argparse.Namespace(**{**vars(args), "k": 4})
+    for s in servers:
+        load_round([s], f"warm-{s.pid}", warm, workdir, postmaster)
+    rounds: list[dict] = []
+    for r in range(args.rounds):
+        order = [1, 2] if r % 2 == 0 else [2, 1]
+        if sqlite is not None:
+            order.insert(1, 0)  # 0: one server on SQLite, between the other two
+        pair = {}
+        for n in order:
+            chosen = [sqlite] if n == 0 else servers[:n]
+            pair[n] = load_round(chosen, f"r{r}-n{n}", args, workdir, postmaster)
+            got = pair[n]
+            print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
+                  f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
+                  f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
+                  f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
+        rounds.append(pair)
+    return rounds
+
+
+def ratio_summary(rounds: list[dict]) -> dict:
+    ratios = [p[2]["events_per_s"] / p[1]["events_per_s"] for p in rounds]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "goal": 1.7}
+
+
+def report_load(args, rounds: list[dict], watch: dict) -> int:
+    """Prints the events/s table, the N=2/N=1 ratio and the watch fan-out; returns the bad phases."""
     one = [p[1] for p in rounds]
     two = [p[2] for p in rounds]
-    ratios = [p[2]["events_per_s"] / p[1]["events_per_s"] for p in rounds]
+    ratio = ratio_summary(rounds)
     bad = sum(x["bad"] for x in one + two)
     print(f"\n## Events/s, K={args.k} phases x {args.lines} lines, {args.rounds} rounds "
           "(median (min-max); CPU in cores)\n")  # fmt: skip
@@ -325,8 +434,8 @@ def main() -> int:
               f"{statistics.median(x['pg_cpu'] for x in runs):>15.2f} "
               f"{statistics.median(x['machine_busy'] for x in runs):>13.2f}")  # fmt: skip
     print(
-        f"\nratio N=2 / N=1 (per round, median): {statistics.median(ratios):.2f}x "
-        f"(range {min(ratios):.2f}-{max(ratios):.2f}); goal >= 1.7x; lost/reordered/failed phases: {bad}"
+        f"\nratio N=2 / N=1 (per round, median): {ratio['median']:.2f}x "
+        f"(range {ratio['min']:.2f}-{ratio['max']:.2f}); goal >= 1.7x; lost/reordered/failed phases: {bad}"
     )
     if bad:
         print("examples:", [b for x in one + two for b in x["bad_examples"]][:3])
@@ -338,18 +447,20 @@ def main() -> int:
     print(
         f"\nadded latency of the NOTIFY hop: p50 +{t['p50'] - o['p50']:.2f} ms, p99 +{t['p99'] - o['p99']:.2f} ms"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "goal": 1.7},
-            "rounds": rounds, "bad": bad, "watch": watch, "k": args.k, "lines": args.lines,
-        }, indent=2) + "\n")  # fmt: skip
-    if args.keep:
-        print(f"\n# kept {tmp}")
-    else:
-        import shutil
+    return bad
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+
+def report_catchup(catchup: dict) -> None:
+    """Prints each server's watchers' catch-up time and history messages, median (min-max)."""
+    print("\n## Catch-up: watchers joining a phase with ~1,500 events of history (3,000 lines at 1,000/s on A)\n")
+    print(f"{'watchers on':>28} {'n':>4} {'catch-up ms':>22} {'messages for the history':>26}")
+    for label, x in catchup.items():
+        ms, messages = x["ms"], x["messages"]
+        print(f"{label:>28} {len(ms):>4} {spread_1(ms):>22} {spread([float(m) for m in messages]):>26}")
+
+
+def spread_1(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A helix-runner server as a child process, for benchmarks: start, wait until serving, stop.
 
-Shared by bench_run_phase.py and bench_job_control.py (run from the repository root as
-``.venv/bin/python benchmarks/<bench>.py``, so this module is importable by name).
+Shared by the benchmarks that start servers (run from the repository root as
+``.venv/bin/python benchmarks/<bench>.py``, so this module is importable by name), with
+``export_baseline``: the server package of another commit, to run side by side with this one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Profiles CPU time of the event-loop thread, not wall time: on a busy machine a wall-clock profile
 # charges the time a function spent preempted to whatever was running.
@@ -38,13 +40,13 @@ class ServerProcess:
     """One ``helix-runner serve`` with its own data dir; its JSON logs go to a file."""
 
     def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, *, profile_out: Path | None = None,
-                 env_extra: dict[str, str] | None = None, server_src: str | None = None,
+                 env_extra: dict[str, str] | None = None, server_src: str | Path | None = None,
                  extra_args: tuple[str, ...] = ()):
         self.data = tmp / f"data-{name}"
         self.log_path = tmp / f"server-{name}.log"
         env = dict(os.environ, **(env_extra or {}))
         if server_src:  # benchmark another copy of the server (e.g. an exported commit)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (server_src, env.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (server_src, env.get("PYTHONPATH")) if p)
         args = ["serve", "--port", "0", "--data-dir", str(self.data), "--workspace-root", str(workdir),
                 "--claude-path", str(fake), "--log-format", "json", *extra_args]
         if profile_out is not None:
@@ -83,3 +85,14 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self.log.close()
+
+
+def export_baseline(ref: str, tmp: Path) -> Path:
+    """The server package of git ``ref`` in a directory of its own under ``tmp`` (put first on the
+    server's ``PYTHONPATH``: ``ServerProcess(server_src=...)``)."""
+    target = tmp / "baseline"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", ref, "server"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target / "server"
