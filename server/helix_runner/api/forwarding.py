@@ -167,7 +167,7 @@ class OwnerForwarder:
                 },
             )
             raise owner_unreachable(
-                f"the replica running this phase ({owner_metadata.get('owner')} at {address}) did not answer: "
+                f"the replica that owns this phase ({owner_metadata.get('owner')} at {address}) did not answer: "
                 f"{exc.code().name}",
                 {**owner_metadata, "address": address, "code": exc.code().name},
             ) from None
