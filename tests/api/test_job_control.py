@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.processes import serving_port, start_serve
 from support.runner_server import collect
-from support.streams import Stream
+from support.streams import start_phase
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -28,32 +28,11 @@ pytestmark = pytest.mark.real_cli
 SLOW_TEXT = Reply(content=[TextBlock("thinking it over " * 12)], chunk_delay=0.08)  # ~1.5 s of streaming
 
 
-class Phase(Stream):
-    """A RunPhase call read in the background (``Stream``), with the ids of its phase."""
-
-    def __init__(self, runner, job_id: str, request: pb.RunPhaseRequest):
-        self.runner, self.stub, self.job_id = runner, runner.stub, job_id
-        super().__init__(self.stub.RunPhase(request, timeout=120))
-
-    async def finish(self, limit: float = 60.0):
-        """The result, once the call ended."""
-        return (await super().finish(limit))[1]
-
-    def ids(self, **kw):
-        return {"job_id": self.job_id, "phase_id": "p", **kw}
-
-
-def start(runner, job_id: str, **options) -> Phase:
-    request = pb.RunPhaseRequest(job_id=job_id, phase_id="p", prompt="go", working_dir=str(runner.workdir),
-                                 options=pb.PhaseOptions(**options))
-    return Phase(runner, job_id, request)
-
-
 async def test_pause_holds_the_next_tool_call_until_resume(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply.tool_use("Bash", {"command": "touch created.txt"}, chunk_delay=0.1),
                         Reply.text("done")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "pause", allowed_tools=["Bash"])
+        phase = start_phase(runner, "pause", allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("status_changed"))
         paused = (await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids()), timeout=10)).phase
         assert paused.status == res.PHASE_STATUS_PAUSING
@@ -86,7 +65,7 @@ async def test_step_lets_exactly_one_of_three_calls_through(claude_binary, scrip
     api = scripted_api([Reply.tool_use("Bash", {"command": f"touch {name}"}, chunk_delay=0.05)
                         for name in ("a", "b", "c")] + [Reply.text("all three")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "step", allowed_tools=["Bash"])
+        phase = start_phase(runner, "step", allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("status_changed"))
         await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids()), timeout=10)
         first = await phase.control(ev.CONTROL_EVENT_KIND_PAUSED)
@@ -110,7 +89,7 @@ async def test_pattern_breakpoint_deny_keeps_the_file_and_tells_the_model(claude
         (runner.workdir / "precious").mkdir()
         (runner.workdir / "precious" / "data").write_text("keep me")
         bp = res.Breakpoint(breakpoint_id="no-rm", input_pattern=res.InputPatternCondition(regex=r"rm\s+-rf"))
-        phase = start(runner, "deny", allowed_tools=["Bash"], breakpoints=[bp])
+        phase = start_phase(runner, "deny", allowed_tools=["Bash"], breakpoints=[bp])
         hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
         assert hit.control.breakpoint_id == "no-rm"
         job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="deny"), timeout=10)).job
@@ -133,7 +112,7 @@ async def test_pattern_breakpoint_deny_keeps_the_file_and_tells_the_model(claude
 async def test_edited_input_is_what_runs(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo original > out.txt"}), Reply.text("done")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "edit", allowed_tools=["Bash"],
+        phase = start_phase(runner, "edit", allowed_tools=["Bash"],
                       breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])
         hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
         await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
@@ -150,7 +129,7 @@ async def test_cost_threshold_breakpoint_fires_once(claude_binary, scripted_api,
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo one"}), Reply.tool_use("Bash", {"command": "echo two"}),
                         Reply.text("done")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "cost", allowed_tools=["Bash"],
+        phase = start_phase(runner, "cost", allowed_tools=["Bash"],
                       breakpoints=[res.Breakpoint(breakpoint_id="budget", cost_threshold_usd=1e-9)])
         hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
         assert hit.control.breakpoint_id == "budget"
@@ -168,7 +147,7 @@ async def test_cost_threshold_breakpoint_fires_once(claude_binary, scripted_api,
 async def test_inject_queue_adds_a_second_turn(claude_binary, scripted_api, runner_factory):
     api = scripted_api([SLOW_TEXT, Reply.text("second answer")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "inject")
+        phase = start_phase(runner, "inject")
         await phase.wait_for(lambda e: e.HasField("session_init"))
         injected = await runner.stub.InjectMessage(pb.InjectMessageRequest(
             **phase.ids(), text="INJECTED follow-up question", mode=pb.INJECT_MODE_QUEUE), timeout=10)
@@ -183,7 +162,7 @@ async def test_interrupt_during_a_long_bash_call(claude_binary, scripted_api, ru
     api = scripted_api([Reply.tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(60)'"}),
                         Reply.text("never")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "interrupt", allowed_tools=["Bash"])
+        phase = start_phase(runner, "interrupt", allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("tool_call_started"))
         await asyncio.sleep(0.5)
         loop = asyncio.get_running_loop()
@@ -201,7 +180,7 @@ async def test_interrupt_during_a_long_bash_call(claude_binary, scripted_api, ru
 async def test_fifty_watchers_one_stalled(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply.tool_use("Bash", {"command": f"echo {i}"}) for i in range(5)] + [Reply.text("done")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "watch", allowed_tools=["Bash"], on_disconnect=res.ON_DISCONNECT_DETACH)
+        phase = start_phase(runner, "watch", allowed_tools=["Bash"], on_disconnect=res.ON_DISCONNECT_DETACH)
         await phase.wait_for(lambda e: e.HasField("status_changed"))
         request = pb.WatchPhaseRequest(job_id="watch", phase_id="p", after_sequence=0)
         stalled = runner.stub.WatchPhase(request, timeout=120)
@@ -230,7 +209,7 @@ async def test_fifty_watchers_one_stalled(claude_binary, scripted_api, runner_fa
 async def test_illegal_transitions_are_failed_precondition(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo x"}, chunk_delay=0.05), Reply.text("done")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "illegal", allowed_tools=["Bash"])
+        phase = start_phase(runner, "illegal", allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("status_changed"))
         for call, request in (
             (runner.stub.ResumePhase, pb.ResumePhaseRequest(**phase.ids())),
@@ -263,7 +242,7 @@ async def test_illegal_transitions_are_failed_precondition(claude_binary, script
 async def test_hard_pause_stops_the_process_group_until_resume(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply(content=[TextBlock("word " * 40)], chunk_delay=0.05), Reply.text("unused")])
     async with runner_factory(api) as runner:
-        phase = start(runner, "hard")
+        phase = start_phase(runner, "hard")
         await phase.wait_for(lambda e: e.HasField("session_init"))
         pid = runner.server.manager.get_live("hard", "p").run.supervisor.pid
         paused = (await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD),
@@ -287,7 +266,7 @@ async def test_inject_interrupt_and_send(claude_binary, scripted_api, runner_fac
     api = scripted_api([Reply.text("answer to the new question", match=RequestMatcher(last_user_contains="STOP")),
                         Reply(content=[TextBlock("a very long answer " * 60)], chunk_delay=0.05)])
     async with runner_factory(api) as runner:
-        phase = start(runner, "steer", include_partial_messages=True)
+        phase = start_phase(runner, "steer", include_partial_messages=True)
         # Interrupt mid-stream: once the model's answer is visibly streaming.
         await phase.wait_for(lambda e: e.HasField("partial_delta") and e.partial_delta.text)
         await runner.stub.InjectMessage(pb.InjectMessageRequest(

@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support.processes import alive, scope_processes, serving_port, start_serve, wait_gone
+from support.streams import start_phase
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
@@ -96,37 +97,6 @@ def assert_contained_and_gone(result, data_dir: Path, setting: str, *tool_pids: 
         assert containment.cgroup_paths and not any(Path(p).exists() for p in containment.cgroup_paths)
 
 
-class Phase:
-    """A RunPhase call read in the background."""
-
-    def __init__(self, runner, job_id: str, command: str, **options):
-        self.runner, self.job_id = runner, job_id
-        request = pb.RunPhaseRequest(
-            job_id=job_id,
-            phase_id="p",
-            prompt="go",
-            working_dir=str(runner.workdir),
-            options=pb.PhaseOptions(allowed_tools=["Bash"], **options),
-        )
-        self.call = runner.stub.RunPhase(request, timeout=120)
-        self.events: list = []
-        self.result = None
-        self.task = asyncio.create_task(self._read())
-
-    async def _read(self):
-        async for response in self.call:
-            self.events.extend(response.events)
-            if response.HasField("result"):
-                self.result = response.result
-
-    async def finish(self, limit: float = 90.0):
-        await asyncio.wait_for(self.task, limit)
-        return self.result
-
-    def ids(self) -> dict[str, str]:
-        return {"job_id": self.job_id, "phase_id": "p"}
-
-
 def script(command: str) -> list[Reply]:
     return [Reply.tool_use("Bash", {"command": command}), Reply.text("done")]
 
@@ -157,7 +127,7 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
     api = scripted_api(script("setsid python3 ticker.py ticks 30; echo done"))
     async with runner_factory(api, containment=setting) as runner:
         helpers(runner.workdir)
-        phase = Phase(runner, "hard", "")
+        phase = start_phase(runner, "hard", allowed_tools=["Bash"])
         ticks = runner.workdir / "ticks"
         tool = int(await wait_file(runner.workdir / "ticks.pid"))
         await until(lambda: ticks.exists() and int(ticks.read_text() or "0") >= 3)
@@ -182,7 +152,7 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
         assert inspection.containment.process_count == len(phase_pids) + 1  # and the shim
         await runner.stub.ResumePhase(pb.ResumePhaseRequest(**phase.ids()), timeout=10)
         assert procfs.process_state(tool) != "T"
-        result = await phase.finish()
+        result = await phase.finish(90)
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     assert ticks.read_text() == "30"  # it carried on from where it was stopped
     assert_contained_and_gone(result, runner.data_dir, setting, tool, cli)
@@ -198,7 +168,7 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
     api = scripted_api(script("setsid python3 sleeper.py tool.pid; echo done"))
     async with runner_factory(api, containment=setting) as runner:
         helpers(runner.workdir)
-        phase = Phase(runner, "cancel", "")
+        phase = start_phase(runner, "cancel", allowed_tools=["Bash"])
         tool = int(await wait_file(runner.workdir / "tool.pid"))
         await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD), timeout=20)
         live = runner.server.manager.get_live("cancel", "p").run
@@ -206,7 +176,7 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
         assert procfs.process_state(tool) == "T"
         if how == "cancel":
             await runner.stub.CancelPhase(pb.CancelPhaseRequest(**phase.ids(), reason="stop it"), timeout=30)
-            result = await phase.finish()
+            result = await phase.finish(90)
         else:
             phase.call.cancel()
             await until(lambda: runner.server.manager.get_live("cancel", "p") is None)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from helix_runner_client import pb
-from support.cli_verbs import BackgroundPhase
+from support.streams import PhaseCall
 from textual.widgets import DataTable, Input, RichLog, Static
 
 from helix.runner.v1 import events_pb2 as ev
@@ -52,7 +52,7 @@ async def test_attach_shows_the_held_call_and_its_keys_act_on_the_phase(
         + [Reply.text("done")]
     )
     async with runner_factory(api) as runner:
-        phase = BackgroundPhase(
+        phase = PhaseCall(
             runner.stub,
             "aj",
             "p1",

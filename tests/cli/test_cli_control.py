@@ -11,7 +11,8 @@ import asyncio
 import json
 
 import pytest
-from support.cli_verbs import BackgroundPhase, helix
+from support.cli_verbs import helix
+from support.streams import PhaseCall
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -35,7 +36,7 @@ async def test_pause_holds_step_lets_one_through_resume_and_the_read_verbs(
     )
     async with runner_factory(api) as runner:
         at = address(runner)
-        phase = BackgroundPhase(runner.stub, "pj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        phase = PhaseCall(runner.stub, "pj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("status_changed"))
 
         paused = await helix(at, "pause", "pj", "p1")
@@ -108,7 +109,7 @@ async def test_breakpoints_deny_keeps_the_file_and_edit_runs_the_new_input(
         at = address(runner)
         (runner.workdir / "precious").mkdir()
         (runner.workdir / "precious" / "data").write_text("keep me")
-        phase = BackgroundPhase(runner.stub, "bj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        phase = PhaseCall(runner.stub, "bj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("session_init"))
 
         added = await helix(at, "break", "add", "bj", "p1", "--pattern", r"rm\s+-rf", "--id", "no-rm")
@@ -155,7 +156,7 @@ async def test_breakpoints_deny_keeps_the_file_and_edit_runs_the_new_input(
 async def test_inject_gives_a_second_turn(claude_binary, scripted_api, runner_factory):
     api = scripted_api([SLOW_TEXT, Reply.text("second answer")])
     async with runner_factory(api) as runner:
-        phase = BackgroundPhase(runner.stub, "ij", "p1", str(runner.workdir))
+        phase = PhaseCall(runner.stub, "ij", "p1", str(runner.workdir))
         await phase.wait_for(lambda e: e.HasField("session_init"))
         injected = await helix(address(runner), "inject", "ij", "p1", "INJECTED follow-up question")
         assert injected.code == 0, injected.err
@@ -174,7 +175,7 @@ async def test_hard_pause_interrupt_then_cancel_of_an_ended_phase(
     )
     async with runner_factory(api) as runner:
         at = address(runner)
-        phase = BackgroundPhase(runner.stub, "xj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        phase = PhaseCall(runner.stub, "xj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("tool_call_started"))
         hard = await helix(at, "pause", "xj", "p1", "--hard")
         assert hard.lines == ["paused: phase p1 of job xj is PAUSED; its process group is stopped"], hard.err
@@ -203,7 +204,7 @@ async def test_cancel_ends_the_phase_with_the_reason(claude_binary, scripted_api
         [Reply.tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(60)'"}), Reply.text("never")]
     )
     async with runner_factory(api) as runner:
-        phase = BackgroundPhase(runner.stub, "cj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        phase = PhaseCall(runner.stub, "cj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: e.HasField("tool_call_started"))
         cancelled = await helix(address(runner), "cancel", "cj", "p1", "--reason", "enough of this")
         assert cancelled.code == 0 and cancelled.out.startswith("cancel requested: phase p1 of job cj is")

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
-from support.cli_verbs import BackgroundPhase
+from support.streams import PhaseCall
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -99,7 +99,7 @@ async def test_attach_in_a_terminal_approve_and_pause_keys(claude_binary, script
         + [Reply.text("done")]
     )
     async with runner_factory(api) as runner:
-        phase = BackgroundPhase(
+        phase = PhaseCall(
             runner.stub,
             "tj",
             "p1",

@@ -11,7 +11,8 @@ import asyncio
 import re
 
 import pytest
-from support.cli_verbs import BackgroundPhase, helix, run_verb
+from support.cli_verbs import helix, run_verb
+from support.streams import PhaseCall
 from support.tcp_proxy import TcpProxy
 
 from helix.runner.v1 import resources_pb2 as res
@@ -37,7 +38,7 @@ async def test_replay_prints_what_watch_printed_live(claude_binary, scripted_api
     )
     async with runner_factory(api) as runner:
         at = f"127.0.0.1:{runner.server.port}"
-        phase = BackgroundPhase(runner.stub, "wj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        phase = PhaseCall(runner.stub, "wj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: True)  # the phase exists (its first event arrived) before watch asks
         live = asyncio.create_task(helix(at, "watch", "wj", "p1"))
         result = await phase.finish()
@@ -107,7 +108,7 @@ async def test_watch_re_attaches_after_a_dropped_connection(claude_binary, scrip
         [Reply.tool_use("Bash", {"command": f"sleep 0.3; echo {i}"}) for i in range(4)] + [Reply.text("done")]
     )
     async with runner_factory(api) as runner, TcpProxy(runner.server.port) as proxy:
-        phase = BackgroundPhase(runner.stub, "rj", "p1", str(runner.workdir), allowed_tools=["Bash"])
+        phase = PhaseCall(runner.stub, "rj", "p1", str(runner.workdir), allowed_tools=["Bash"])
         await phase.wait_for(lambda e: True)  # the phase exists (its first event arrived) before watch asks
         watching = asyncio.create_task(helix(proxy.address, "watch", "rj", "p1"))
         first = await phase.wait_for(lambda e: e.HasField("tool_call_finished"))

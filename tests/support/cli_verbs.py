@@ -2,8 +2,8 @@
 
 ``helix(address, verb, ...)`` runs the real entry point (``helix_runner.cli.main``) in a worker
 thread, so the verb has its own event loop and gRPC channel while the server keeps serving on the
-test's loop; stdout and stderr are captured. ``BackgroundPhase`` reads a RunPhase stream in the
-background and waits (bounded) for events, so a test can act on a phase while it runs.
+test's loop; stdout and stderr are captured. A phase to act on while it runs is started with
+``support.streams.PhaseCall``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import io
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 import rich.console
 import rich.table  # noqa: F401
@@ -21,7 +20,6 @@ import rich.table  # noqa: F401
 # Everything a verb imports lazily is imported here, on the main thread: CPython 3.11 can fail to
 # compile a module ("AST constructor recursion depth mismatch") when two threads compile at once.
 from helix.runner.v1 import runner_service_pb2 as pb
-from support.streams import Stream
 
 _CAPTURE_LOCK = threading.Lock()  # redirect_stdout is process-wide: one verb at a time captures
 
@@ -57,25 +55,4 @@ async def helix(address: str, *argv: str, limit: float = 60.0) -> VerbResult:
     return await asyncio.wait_for(asyncio.to_thread(run_verb, *argv, "--server", address), limit)
 
 
-class BackgroundPhase(Stream):
-    """A RunPhase call read in the background (``Stream``), started from its ids and options."""
-
-    def __init__(self, stub, job_id: str, phase_id: str, workdir: str, prompt: str = "go", **options: Any):
-        from helix.runner.v1 import runner_service_pb2 as pb_
-
-        self.job_id, self.phase_id = job_id, phase_id
-        request = pb_.RunPhaseRequest(
-            job_id=job_id,
-            phase_id=phase_id,
-            prompt=prompt,
-            working_dir=workdir,
-            options=pb_.PhaseOptions(**options),
-        )
-        super().__init__(stub.RunPhase(request, timeout=120))
-
-    async def finish(self, limit: float = 60.0):
-        """The result, once the call ended."""
-        return (await super().finish(limit))[1]
-
-
-__all__ = ["BackgroundPhase", "VerbResult", "helix", "pb", "run_verb"]
+__all__ = ["VerbResult", "helix", "pb", "run_verb"]

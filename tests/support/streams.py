@@ -7,6 +7,7 @@ import asyncio
 import grpc
 
 from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import runner_service_pb2 as pb
 
 
 class Stream:
@@ -17,6 +18,7 @@ class Stream:
     """
 
     def __init__(self, call, *, wait_limit: float = 30.0, keep_error: bool = False):
+        self.call = call
         self.events: list = []
         self.batch_sizes: list[int] = []  # events per response message carrying events
         self.result = None
@@ -72,3 +74,25 @@ def breakpoint_hit(e) -> bool:
 
 def queued(e) -> bool:
     return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_QUEUED
+
+
+class PhaseCall(Stream):
+    """A RunPhase call read in the background (``Stream``), started from its ids and options."""
+
+    def __init__(self, stub, job_id: str, phase_id: str, workdir, prompt: str = "go", **options):
+        self.job_id, self.phase_id = job_id, phase_id
+        request = pb.RunPhaseRequest(job_id=job_id, phase_id=phase_id, prompt=prompt, working_dir=str(workdir),
+                                     options=pb.PhaseOptions(**options))
+        super().__init__(stub.RunPhase(request, timeout=120))
+
+    async def finish(self, limit: float = 60.0):
+        """The result, once the call ended."""
+        return (await super().finish(limit))[1]
+
+    def ids(self, **kw):
+        return {"job_id": self.job_id, "phase_id": self.phase_id, **kw}
+
+
+def start_phase(runner, job_id: str, **options) -> PhaseCall:
+    """RunPhase ``go`` as phase ``p`` of ``job_id`` in the runner's workdir, read in the background."""
+    return PhaseCall(runner.stub, job_id, "p", runner.workdir, **options)
