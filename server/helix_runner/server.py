@@ -41,6 +41,7 @@ from helix_runner.phases.takeover import Takeover
 from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
 from helix_runner.store.factory import open_store
 from helix_runner.store.postgres_notify import EventListener, follow_phase_events
@@ -436,7 +437,11 @@ async def _start_listener(store) -> EventListener:
 
 
 async def serve(config: ServerConfig) -> None:
-    """Runs until SIGTERM or SIGINT, then drains."""
+    """Runs until SIGTERM or SIGINT, then drains. The process is made non-dumpable first, so the
+    phases (the same user) cannot read its environment or memory through /proc."""
+    if not make_undumpable():
+        log.warning("could not make the server process non-dumpable: processes of its user, the phases' "
+                    "tools included, can read its environment and memory through /proc")
     running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

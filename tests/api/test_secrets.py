@@ -6,12 +6,23 @@ which key the CLI sent to the (scripted) Messages API.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 import secrets
+import shutil
+import signal
+import tempfile
+from pathlib import Path
 
+import grpc
 import pytest
+from support.processes import NOBODY, nobody_python, serving_port, start_serve_as_nobody
+from support.runner_server import collect
 
 from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.offline import Reply, Script
 
 pytestmark = pytest.mark.real_cli
@@ -111,3 +122,41 @@ async def test_offline_mode_passes_no_credential_and_keeps_out_of_home(
     home = tmp_path / "home"
     assert not (home / ".claude").exists() and not (home / ".claude.json").exists()
     assert any((runner.data_dir / "offline-claude-config" / "projects").rglob("*.jsonl"))
+
+
+async def test_a_phase_cannot_read_the_server_environment_through_proc(claude_binary, tmp_path):
+    """The server's own environment holds the key in the recommended deployment (a Secret as
+    ``ANTHROPIC_API_KEY``); its phases run as its user. The server runs as nobody here, as a
+    non-root deployment does, and the model's Bash searches every readable /proc/*/environ."""
+    python = nobody_python()
+    if python is None:
+        pytest.skip("needs root, setpriv and a Python that nobody can run")
+    key = "sk-ant-proc-" + secrets.token_hex(16)
+    # tmp_path is root's and closed to others: the server's directories live in one nobody owns.
+    root = Path(tempfile.mkdtemp(prefix="helix-nobody-"))
+    try:
+        for d in ("data", "home", "work"):
+            (root / d).mkdir()
+        Script([Reply.tool_use("Bash", {"command": f"grep -l -a -F {key} /proc/[0-9]*/environ 2>/dev/null; "
+                                                   "echo scanned"}),
+                Reply.text("Looked.")]).save(root / "script.json")
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+        log = tmp_path / "serve.log"
+        proc = start_serve_as_nobody(root, log, python, "--claude-path", str(claude_binary.path),
+                                     "--offline-script", str(root / "script.json"), ANTHROPIC_API_KEY=key)
+        try:
+            port = await asyncio.to_thread(serving_port, log, proc, 30.0)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                request = pb.RunPhaseRequest(job_id="proc", phase_id="p", prompt="look", working_dir=str(root / "work"),
+                                             options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
+                events, result = await collect(pb_grpc.RunnerServiceStub(channel).RunPhase(request, timeout=90))
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 30)
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+        # Without the server's non-dumpable flag the list names /proc/<server pid>/environ.
+        assert finished.content_preview.strip() == "scanned", finished.content_preview
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,11 +1,15 @@
-"""Processes seen from tests: is one still alive, and a `helix-runner serve` started as a real child."""
+"""Processes seen from tests: is one still alive, a `helix-runner serve` started as a real child,
+and commands run as an unprivileged user (``as_nobody``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -80,3 +84,48 @@ class CollectingSink:
 
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:
         self.stderr.append((line, truncated))
+
+
+NOBODY = 65534
+SERVER_SRC = str(Path(__file__).resolve().parents[2] / "server")
+
+
+def as_nobody(*argv: str) -> list[str]:
+    """``argv`` run as user and group nobody, without supplementary groups (``setpriv``, util-linux)."""
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+
+
+def nobody_env(**extra: str) -> dict[str, str]:
+    """An environment in which ``nobody_python`` imports this checkout's server and its dependencies."""
+    paths = dict.fromkeys([SERVER_SRC, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
+@functools.cache
+def nobody_python() -> str | None:
+    """A Python of this version that nobody can start from its own shell, or None (then skip).
+
+    Not always ``sys.executable``: a virtualenv's interpreter may link into a directory only its
+    owner can enter (here ``/root/.pyenv``), and the server re-runs its interpreter for each phase.
+    """
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return None
+    minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (os.path.realpath(sys.executable), f"/usr/bin/{minor}", f"/usr/local/bin/{minor}"):
+        probe = subprocess.run(as_nobody("/bin/sh", "-c", 'exec "$0" -c "import grpc, helix_runner"', candidate),
+                               env=nobody_env(), cwd="/", capture_output=True, timeout=60)
+        if probe.returncode == 0:
+            return candidate
+    return None
+
+
+def start_serve_as_nobody(root: Path, log: Path, python: str, *extra_args: str, **env: str) -> subprocess.Popen:
+    """``start_serve`` as user nobody under ``python`` (``nobody_python``): data, home and
+    workspace under ``root``, which nobody must own; ``env`` adds to its environment."""
+    with open(log, "w") as stderr:
+        return subprocess.Popen(
+            as_nobody(python, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(root / "data"),
+                      "--workspace-root", str(root), "--log-format", "json", *extra_args),
+            env=nobody_env(HOME=str(root / "home"), **env), cwd="/", stderr=stderr, start_new_session=True,
+        )
+
