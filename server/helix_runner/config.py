@@ -77,6 +77,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # How phases are contained (runner.containment): auto picks cgroup v2, then the v1 freezer, then the shim.
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 _ADVERTISE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
 _REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -265,14 +266,18 @@ class ServerConfig:
         return self.data_dir / "offline-claude-config"
 
     def read_auth_token(self) -> str | None:
-        """The bearer token clients must present, or None when auth is off."""
+        """The bearer token clients must present or its digest (``sha256:<64 hex digits>``, see
+        api.auth), or None when auth is off."""
         if self.auth_token_file is None:
             return None
         try:
             token = self.auth_token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read auth token file {self.auth_token_file}: {exc.strerror}") from None
-        if len(token) < 16:
+        if token.startswith("sha256:"):
+            if not _SHA256_HEX.fullmatch(token[len("sha256:") :]):
+                raise ConfigError(f"auth token digest in {self.auth_token_file} is not sha256: and 64 hex digits")
+        elif len(token) < 16:
             raise ConfigError(f"auth token in {self.auth_token_file} is shorter than 16 characters")
         return token
 

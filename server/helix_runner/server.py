@@ -22,14 +22,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from helix_runner.api.auth import BearerTokenInterceptor
+from helix_runner.api.auth import BearerTokenInterceptor, is_digest
 from helix_runner.api.forwarding import OwnerForwarder
 from helix_runner.api.proto_records import ProtoRecordEncoder, tool_call_duration_ns
 from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
 from helix_runner.api.web import WebServer, bind_web, start_web
-from helix_runner.config import ServerConfig
+from helix_runner.config import ConfigError, ServerConfig
 from helix_runner.domain import pricing
 from helix_runner.errors import RunnerError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
@@ -238,11 +238,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if filled:
         log.info("tool-call durations filled in for the statistics", extra={"fields": {"count": filled}})
 
+    try:
+        token = config.read_auth_token()
+    except ConfigError as exc:
+        store.close()
+        raise StartupError(str(exc)) from None
+    if token is not None and is_digest(token) and not isinstance(store, SqliteStore):
+        store.close()
+        raise StartupError("auth_token_file holds the token's sha256 digest, but replicas on a shared database "
+                           "call each other with the token itself: give them the token")
     # Watchers here of phases other replicas run follow them by LISTEN/NOTIFY (docs/scale-out.md).
     listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
 
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
-    token = config.read_auth_token()
     if token is not None:
         interceptors.append(BearerTokenInterceptor(token))
     server = grpc.aio.server(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import grpc
@@ -13,7 +14,7 @@ from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
 from helix_runner.config import load_config
-from helix_runner.server import start_server
+from helix_runner.server import StartupError, start_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -115,3 +116,44 @@ async def test_auth_token_required_except_for_health(tmp_path):
     finally:
         await server.server.stop(0)
         server.store.close()
+
+
+async def test_a_token_digest_authenticates_the_token_and_not_itself(tmp_path):
+    """The file holds ``sha256:<hex>``: a phase that reads it (it runs as the server's user)
+    learns nothing it can call the service with."""
+    token = "s3cret-token-0123456789"
+    digest = "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+    token_file = tmp_path / "token"
+    token_file.write_text(digest + "\n")
+    server = await start_server(_config(tmp_path, auth_token_file=str(token_file)))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = pb_grpc.RunnerServiceStub(channel)
+            for presented in (digest, digest[len("sha256:"):], "wrong-token-0123456789"):
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.GetJob(pb.GetJobRequest(job_id="j"), metadata=(("authorization", f"Bearer {presented}"),),
+                                      timeout=5)
+                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, presented
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.GetJob(pb.GetJobRequest(job_id="j"), metadata=(("authorization", f"Bearer {token}"),),
+                                  timeout=5)
+            assert caught.value.code() == grpc.StatusCode.NOT_FOUND  # past authentication: the service's answer
+    finally:
+        await server.server.stop(0)
+        server.store.close()
+
+
+async def test_replicas_refuse_a_token_digest_they_could_not_forward_with(tmp_path, postgres_url):
+    token_file = tmp_path / "token"
+    token_file.write_text("sha256:" + "ab" * 32)
+    with pytest.raises(StartupError, match="sha256 digest"):
+        await start_server(_config(tmp_path, auth_token_file=str(token_file), database_url=postgres_url))
+
+
+@pytest.mark.parametrize("content", ["sha256:" + "ab" * 31, "sha256:" + "xy" * 32, "short"])
+async def test_a_malformed_token_file_is_a_one_line_startup_error(tmp_path, content):
+    token_file = tmp_path / "token"
+    token_file.write_text(content)
+    with pytest.raises(StartupError, match="auth token"):
+        await start_server(_config(tmp_path, auth_token_file=str(token_file)))
+

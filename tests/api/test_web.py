@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import socket
 import urllib.error
@@ -156,9 +157,10 @@ async def test_json_over_connect_answers_curl(runner_factory):
     assert error["code"] == "not_found" and error["details"][0]["type"] == "google.rpc.ErrorInfo"
 
 
-async def test_the_bearer_token_guards_the_api_but_not_the_page(runner_factory, tmp_path: Path):
+@pytest.mark.parametrize("stored", ["token", "digest"])
+async def test_the_bearer_token_guards_the_api_but_not_the_page(stored, runner_factory, tmp_path: Path):
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
+    token_file.write_text(TOKEN if stored == "token" else f"sha256:{hashlib.sha256(TOKEN.encode()).hexdigest()}")
     async with runner_factory(None, web_port=0, auth_token_file=str(token_file)) as runner:
         async with connect_client(runner) as client:
             with pytest.raises(ConnectError) as missing:

@@ -2,10 +2,15 @@
 
 The kubelet's native gRPC probe sends no credentials, and reflection only describes the API,
 so both stay open; everything else needs ``authorization: Bearer <token>``.
+
+The configured secret is the token itself or ``sha256:<hex>``, the SHA-256 digest of the token:
+the phases run as the server's user and can read its token file, and a digest read there
+authenticates nobody (presented as a token it is hashed again).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
 
@@ -24,10 +29,25 @@ def unauthenticated() -> RunnerError:
     )
 
 
+DIGEST_PREFIX = "sha256:"
+_BEARER = b"Bearer "
+
+
+def is_digest(token: str) -> bool:
+    """Whether the configured secret is the token's SHA-256 digest (``sha256:`` and 64 hex digits)."""
+    return token.startswith(DIGEST_PREFIX)
+
+
 def token_matches(presented: str | bytes, token: str) -> bool:
-    """Whether an ``authorization`` header value is ``Bearer <token>`` (constant-time comparison)."""
+    """Whether an ``authorization`` header value is ``Bearer <token>``, ``token`` being the token or
+    its digest (constant-time comparison)."""
     if isinstance(presented, str):
         presented = presented.encode()
+    if is_digest(token):
+        if not presented.startswith(_BEARER):
+            return False
+        digest = hashlib.sha256(presented[len(_BEARER) :]).hexdigest()
+        return hmac.compare_digest(digest.encode(), token[len(DIGEST_PREFIX) :].lower().encode())
     return hmac.compare_digest(presented, f"Bearer {token}".encode())
 
 
