@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from support.streams import PhaseCall
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -29,44 +30,33 @@ async def test_under_bare_a_breakpoint_and_pause_hold_tool_calls(claude_binary, 
     ids = {"job_id": "bare", "phase_id": "p"}
     async with runner_factory(api, allow_bypass_permissions=True) as runner:
         a, b = runner.workdir / "a.txt", runner.workdir / "b.txt"
-        call = runner.stub.RunPhase(pb.RunPhaseRequest(
-            **ids, prompt="go", working_dir=str(runner.workdir),
-            options=pb.PhaseOptions(bare=True, permission_mode=res.PERMISSION_MODE_BYPASS_PERMISSIONS,
-                                    breakpoints=[res.Breakpoint(tool_name="Bash")])),
-            timeout=90)
-        events, result, hits = [], None, 0
-        async for response in call:
-            if response.HasField("result"):
-                result = response.result
-                continue
-            events.extend(response.events)
-            for e in response.events:
-                if not e.HasField("control"):
-                    continue
-                kind, tool_use_id = e.control.kind, e.control.tool_use_id
-                if kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT and hits == 0:
-                    hits += 1
-                    assert not a.exists()  # held before it ran
-                    inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**ids), timeout=10)).inspection
-                    assert [c.call.name for c in inspection.pending_calls] == ["Bash"]
-                    # The controller allows what it does not hold: only bypassPermissions means that.
-                    with pytest.raises(grpc.aio.AioRpcError) as refused:
-                        await runner.stub.SetPhasePermissionMode(pb.SetPhasePermissionModeRequest(
-                            **ids, mode=res.PERMISSION_MODE_DEFAULT), timeout=10)
-                    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-                    await runner.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10)
-                    await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
-                        **ids, tool_use_id=tool_use_id, approve=pb.ApproveDecision()), timeout=10)
-                elif kind == ev.CONTROL_EVENT_KIND_PAUSED:
-                    # The pause holds the next call, a read-only one the CLI would never ask about.
-                    assert e.control.tool_name == "Read" and a.exists()
-                    phase = (await runner.stub.GetJob(pb.GetJobRequest(job_id="bare"), timeout=10)).job.phases[0]
-                    assert phase.status == res.PHASE_STATUS_PAUSED
-                    await runner.stub.ResumePhase(pb.ResumePhaseRequest(**ids), timeout=10)
-                elif kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT:
-                    hits += 1
-                    await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
-                        **ids, tool_use_id=tool_use_id, deny=pb.DenyDecision(message="not b")), timeout=10)
+        phase = PhaseCall(runner.stub, "bare", "p", runner.workdir, bare=True,
+                          permission_mode=res.PERMISSION_MODE_BYPASS_PERMISSIONS,
+                          breakpoints=[res.Breakpoint(tool_name="Bash")])
+        first = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT, 60)
+        assert not a.exists()  # held before it ran
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**ids), timeout=10)).inspection
+        assert [c.call.name for c in inspection.pending_calls] == ["Bash"]
+        # The controller allows what it does not hold: only bypassPermissions means that.
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await runner.stub.SetPhasePermissionMode(pb.SetPhasePermissionModeRequest(
+                **ids, mode=res.PERMISSION_MODE_DEFAULT), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        await runner.stub.PausePhase(pb.PausePhaseRequest(**ids), timeout=10)
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **ids, tool_use_id=first.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        # The pause holds the next call, a read-only one the CLI would never ask about.
+        paused = await phase.control(ev.CONTROL_EVENT_KIND_PAUSED, after=first.sequence)
+        assert paused.control.tool_name == "Read" and a.exists()
+        held = (await runner.stub.GetJob(pb.GetJobRequest(job_id="bare"), timeout=10)).job.phases[0]
+        assert held.status == res.PHASE_STATUS_PAUSED
+        await runner.stub.ResumePhase(pb.ResumePhaseRequest(**ids), timeout=10)
+        second = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT, after=paused.sequence)
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **ids, tool_use_id=second.control.tool_use_id, deny=pb.DenyDecision(message="not b")), timeout=10)
+        result = await phase.finish(90)
+    events = phase.events
+    hits = sum(e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT for e in events)
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     assert hits == 2 and a.exists() and not b.exists()
     kinds = [e.control.kind for e in events if e.HasField("control")]

@@ -10,6 +10,7 @@ import uuid
 
 import grpc
 import pytest
+from support.streams import PhaseCall
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -24,28 +25,18 @@ async def test_session_id_effort_and_tools_reach_the_cli_and_a_breakpoint_holds(
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo ran > out.txt"}), Reply.text("done")])
     session = str(uuid.uuid4())
     async with runner_factory(api) as runner:
-        call = runner.stub.RunPhase(pb.RunPhaseRequest(
-            job_id="bare", phase_id="p", prompt="go", working_dir=str(runner.workdir),
-            options=pb.PhaseOptions(session_id=session, effort="low", tools="Bash,Read",
-                                    allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])),
-            timeout=90)
-        events, result = [], None
-        async for response in call:
-            if response.HasField("result"):
-                result = response.result
-                continue
-            events.extend(response.events)
-            for e in response.events:
-                if e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT:
-                    assert not (runner.workdir / "out.txt").exists()  # held before it ran
-                    inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(job_id="bare", phase_id="p"),
-                                                                 timeout=10)).inspection
-                    assert [c.call.name for c in inspection.pending_calls] == ["Bash"]
-                    live = (await runner.stub.GetJob(pb.GetJobRequest(job_id="bare"), timeout=10)).job.phases[0]
-                    assert live.auth_source == "apiKeyHelper"  # from the running phase's init line
-                    await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
-                        job_id="bare", phase_id="p", tool_use_id=e.control.tool_use_id, approve=pb.ApproveDecision()),
-                        timeout=10)
+        phase = PhaseCall(runner.stub, "bare", "p", runner.workdir, session_id=session, effort="low",
+                          tools="Bash,Read", allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])
+        hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT, 60)
+        assert not (runner.workdir / "out.txt").exists()  # held before it ran
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids()), timeout=10)).inspection
+        assert [c.call.name for c in inspection.pending_calls] == ["Bash"]
+        live = (await runner.stub.GetJob(pb.GetJobRequest(job_id="bare"), timeout=10)).job.phases[0]
+        assert live.auth_source == "apiKeyHelper"  # from the running phase's init line
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **phase.ids(), tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        result = await phase.finish(90)
+    events = phase.events
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     assert any(e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT for e in events)
     assert (runner.workdir / "out.txt").read_text() == "ran\n"

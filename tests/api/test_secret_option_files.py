@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.streams import PhaseCall
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -70,44 +71,33 @@ async def test_mcp_config_and_settings_secrets_are_absent_from_the_cli_s_cmdline
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo ran > out.txt"}), Reply.text("done")])
     async with runner_factory(api) as runner:
         secrets_root = runner.data_dir / "phase-secrets"
-        call = runner.stub.RunPhase(pb.RunPhaseRequest(
-            job_id="j", phase_id="p", prompt="go", working_dir=str(runner.workdir),
-            options=pb.PhaseOptions(mcp_config=json.dumps(mcp), strict_mcp_config=True, settings=json.dumps(settings),
-                                    allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])),
-            timeout=90)
-        events, result, checked = [], None, False
-        async for response in call:
-            if response.HasField("result"):
-                result = response.result
-                continue
-            events.extend(response.events)
-            for e in response.events:
-                if not (e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT):
-                    continue
-                # The CLI is running, held at the breakpoint: look at every command line on the host.
-                lines = cmdlines()
-                # The CLI and the phase shim that started it (same argv), found by this test's data dir.
-                ours = [c for c in lines.values() if b"--mcp-config=" + bytes(secrets_root) in c]
-                assert ours, "the running CLI must be found by its command line"
-                argv = ours[-1].split(b"\0")
-                paths = {a.split(b"=", 1)[0].decode(): Path(a.split(b"=", 1)[1].decode())
-                         for a in argv if a.startswith((b"--mcp-config=", b"--settings="))}
-                assert set(paths) == {"--mcp-config", "--settings"}
-                for needle in (secret, settings_secret):
-                    assert not any(needle.encode() in c for c in lines.values())
-                # The values are in private files outside the workspace, under the data dir.
-                for path in paths.values():
-                    assert path.parent.parent == secrets_root
-                    assert not path.is_relative_to(runner.workdir)
-                    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-                    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-                assert json.loads(paths["--mcp-config"].read_text()) == mcp
-                assert json.loads(paths["--settings"].read_text())["env"] == settings["env"]
-                checked = True
-                await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
-                    job_id="j", phase_id="p", tool_use_id=e.control.tool_use_id, approve=pb.ApproveDecision()),
-                    timeout=10)
-        assert checked, "the breakpoint never held the call"
+        phase = PhaseCall(runner.stub, "j", "p", runner.workdir, mcp_config=json.dumps(mcp), strict_mcp_config=True,
+                          settings=json.dumps(settings), allowed_tools=["Bash"],
+                          breakpoints=[res.Breakpoint(tool_name="Bash")])
+        hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT, 60)
+        # The CLI is running, held at the breakpoint: look at every command line on the host.
+        lines = cmdlines()
+        # The CLI and the phase shim that started it (same argv), found by this test's data dir.
+        ours = [c for c in lines.values() if b"--mcp-config=" + bytes(secrets_root) in c]
+        assert ours, "the running CLI must be found by its command line"
+        argv = ours[-1].split(b"\0")
+        paths = {a.split(b"=", 1)[0].decode(): Path(a.split(b"=", 1)[1].decode())
+                 for a in argv if a.startswith((b"--mcp-config=", b"--settings="))}
+        assert set(paths) == {"--mcp-config", "--settings"}
+        for needle in (secret, settings_secret):
+            assert not any(needle.encode() in c for c in lines.values())
+        # The values are in private files outside the workspace, under the data dir.
+        for path in paths.values():
+            assert path.parent.parent == secrets_root
+            assert not path.is_relative_to(runner.workdir)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert json.loads(paths["--mcp-config"].read_text()) == mcp
+        assert json.loads(paths["--settings"].read_text())["env"] == settings["env"]
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **phase.ids(), tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        result = await phase.finish(90)
+        events = phase.events
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
         # The phase ended: its files are gone.
         assert secrets_root.is_dir() and list(secrets_root.iterdir()) == []
