@@ -111,7 +111,7 @@ class OwnerForwarder:
         return owner.address, metadata
 
     def recording_route(
-        self, recorder: RemoteOwner | None, job_id: str, phase_id: str, on_this_disk: bool
+        self, recorder: RemoteOwner, job_id: str, phase_id: str, on_this_disk: bool
     ) -> tuple[str, dict[str, str]] | None:
         """Where a finished phase's diff is read: the other replica that recorded it while that one is
         live, else here when the file is on this disk as well (a shared volume), else an error.
@@ -119,8 +119,6 @@ class OwnerForwarder:
         Raises ``RECORDING_REPLICA_UNAVAILABLE`` (UNAVAILABLE: a replica with a stable id comes back
         with its disk) when the recording replica's lease ran out or it registered no address.
         """
-        if recorder is None:
-            return None
         metadata = {"replica": recorder.replica_id, "job_id": job_id, "phase_id": phase_id}
         if recorder.live and recorder.address:
             return recorder.address, {**metadata, "owner": recorder.replica_id}

@@ -250,12 +250,14 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_unary
     async def GetPhaseDiff(self, request, context):
         row = self.manager.require_phase(request.job_id, request.phase_id)
+        recorder = None
         if self.forwarder is not None and row.end_time_ns and not _forwarded(context):
             # A finished phase's recording is on the disk of the replica that ran it (docs/scale-out.md).
+            recorder = self.manager.recording_replica(row)
+        if recorder is not None:
             path = diff_path(row)
-            route = self.forwarder.recording_route(
-                self.manager.recording_replica(request.job_id, request.phase_id), request.job_id,
-                request.phase_id, path is not None and path.is_file())
+            route = self.forwarder.recording_route(recorder, row.job_id, row.phase_id,
+                                                   path is not None and path.is_file())
             if route is not None:
                 return await self.forwarder.forward("GetPhaseDiff", request, *route, _time_remaining(context))
         return read_diff_page(row, request)

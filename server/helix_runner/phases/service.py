@@ -389,23 +389,25 @@ class PhaseService:
 
     def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
         """The other replica running this phase, or None (it runs here, has ended, or the store is not shared)."""
-        return self._other_replica(job_id, phase_id, active=True)
+        owner = self._other_owner(job_id, phase_id)
+        if owner is None:
+            return None
+        row = self.store.get_phase(job_id, phase_id)
+        return owner if row is not None and row.status in ACTIVE_STATUSES else None
 
-    def recording_replica(self, job_id: str, phase_id: str) -> RemoteOwner | None:
-        """The other replica that ran this phase to its end: its disk holds the phase's recording
-        (the diff). None when it ended here, was swept (no owner), or the store is not shared."""
-        return self._other_replica(job_id, phase_id, active=False)
+    def recording_replica(self, row: PhaseRow) -> RemoteOwner | None:
+        """The other replica that ran this ended phase: its disk holds the phase's recording (the
+        diff). None while it is active, when it ended here, was swept (no owner), or the store is
+        not shared."""
+        return None if row.status in ACTIVE_STATUSES else self._other_owner(row.job_id, row.phase_id)
 
-    def _other_replica(self, job_id: str, phase_id: str, *, active: bool) -> RemoteOwner | None:
-        """The phase's owner when that is another replica and the phase is active (or ended: ``active=False``)."""
+    def _other_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
+        """The phase's owner when that is another replica (whatever the phase's status)."""
         phase_owner = getattr(self.store, "phase_owner", None)
         if phase_owner is None or self.get_live(job_id, phase_id) is not None:
             return None
         owner = phase_owner(job_id, phase_id)
         if owner is None or owner.replica_id is None or owner.replica_id == self.store.replica_id:
-            return None
-        row = self.store.get_phase(job_id, phase_id)
-        if row is None or (row.status in ACTIVE_STATUSES) != active:
             return None
         return RemoteOwner(owner.replica_id, owner.address, owner.live)
 
