@@ -279,8 +279,9 @@ def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, post
     }
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+def spread(values: list[float], digits: int = 0) -> str:
+    """Median (min-max), with ``digits`` decimals."""
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def main() -> int:
@@ -456,11 +457,7 @@ def report_catchup(catchup: dict) -> None:
     print(f"{'watchers on':>28} {'n':>4} {'catch-up ms':>22} {'messages for the history':>26}")
     for label, x in catchup.items():
         ms, messages = x["ms"], x["messages"]
-        print(f"{label:>28} {len(ms):>4} {spread_1(ms):>22} {spread([float(m) for m in messages]):>26}")
-
-
-def spread_1(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+        print(f"{label:>28} {len(ms):>4} {spread(ms, 1):>22} {spread([float(m) for m in messages]):>26}")
 
 
 if __name__ == "__main__":

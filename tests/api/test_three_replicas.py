@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import psycopg
 import pytest
-from support.processes import alive, serve_env, serving_port, wait_gone
+from support.processes import alive, serve_argv, serve_env, serving_port, wait_gone
 from support.runner_server import collect
 from support.streams import Stream
 
@@ -74,9 +74,7 @@ def _spawn(root: Path, name: str, database_url: str, args: list[str], env: dict[
     log = root / "serve.log"
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(root / "data"),
-             "--workspace-root", str(root), "--log-format", "json", "--database-url", database_url,
-             "--replica-id", f"replica-{name}", *args],
+            serve_argv(sys.executable, root, "--database-url", database_url, "--replica-id", f"replica-{name}", *args),
             env={**serve_env(root), **env}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=stderr, start_new_session=True,
         )  # fmt: skip

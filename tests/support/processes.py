@@ -28,12 +28,17 @@ def serve_env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
 
+def serve_argv(python: str, root: Path, *extra_args: str) -> list[str]:
+    """`helix-runner serve` on a free port with its data dir and workspace root under ``root``, JSON logs."""
+    return [python, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(root / "data"),
+            "--workspace-root", str(root), "--log-format", "json", *extra_args]
+
+
 def start_serve(tmp_path: Path, log: Path, *extra_args: str) -> subprocess.Popen:
     """`helix-runner serve` on a free port, data and workspace under ``tmp_path``; its JSON logs go to ``log``."""
     with open(log, "w") as stderr:
         return subprocess.Popen(
-            [sys.executable, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
-             "--workspace-root", str(tmp_path), "--log-format", "json", *extra_args],
+            serve_argv(sys.executable, tmp_path, *extra_args),
             env=serve_env(tmp_path), stderr=stderr, start_new_session=True,
         )
 
@@ -124,8 +129,7 @@ def start_serve_as_nobody(root: Path, log: Path, python: str, *extra_args: str, 
     workspace under ``root``, which nobody must own; ``env`` adds to its environment."""
     with open(log, "w") as stderr:
         return subprocess.Popen(
-            as_nobody(python, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(root / "data"),
-                      "--workspace-root", str(root), "--log-format", "json", *extra_args),
+            as_nobody(*serve_argv(python, root, *extra_args)),
             env=nobody_env(HOME=str(root / "home"), **env), cwd="/", stderr=stderr, start_new_session=True,
         )
 
