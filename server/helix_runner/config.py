@@ -77,6 +77,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # How phases are contained (runner.containment): auto picks cgroup v2, then the v1 freezer, then the shim.
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+# An auth token file holding "sha256:<hex>" holds the token's digest (api.auth compares it).
+TOKEN_DIGEST_PREFIX = "sha256:"
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 _ADVERTISE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
@@ -274,9 +276,10 @@ class ServerConfig:
             token = self.auth_token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read auth token file {self.auth_token_file}: {exc.strerror}") from None
-        if token.startswith("sha256:"):
-            if not _SHA256_HEX.fullmatch(token[len("sha256:") :]):
+        if token.startswith(TOKEN_DIGEST_PREFIX):
+            if not _SHA256_HEX.fullmatch(token[len(TOKEN_DIGEST_PREFIX) :]):
                 raise ConfigError(f"auth token digest in {self.auth_token_file} is not sha256: and 64 hex digits")
+            return token.lower()  # as hashlib writes it, so each call compares bytes as they are
         elif len(token) < 16:
             raise ConfigError(f"auth token in {self.auth_token_file} is shorter than 16 characters")
         return token

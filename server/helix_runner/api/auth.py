@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from helix_runner.api.errors import to_status
+from helix_runner.config import TOKEN_DIGEST_PREFIX
 from helix_runner.errors import ErrorKind, RunnerError
 
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -29,13 +30,12 @@ def unauthenticated() -> RunnerError:
     )
 
 
-DIGEST_PREFIX = "sha256:"
 _BEARER = b"Bearer "
 
 
 def is_digest(token: str) -> bool:
     """Whether the configured secret is the token's SHA-256 digest (``sha256:`` and 64 hex digits)."""
-    return token.startswith(DIGEST_PREFIX)
+    return token.startswith(TOKEN_DIGEST_PREFIX)
 
 
 def token_matches(presented: str | bytes, token: str) -> bool:
@@ -47,7 +47,7 @@ def token_matches(presented: str | bytes, token: str) -> bool:
         if not presented.startswith(_BEARER):
             return False
         digest = hashlib.sha256(presented[len(_BEARER) :]).hexdigest()
-        return hmac.compare_digest(digest.encode(), token[len(DIGEST_PREFIX) :].lower().encode())
+        return hmac.compare_digest(digest.encode(), token[len(TOKEN_DIGEST_PREFIX) :].encode())
     return hmac.compare_digest(presented, f"Bearer {token}".encode())
 
 
