@@ -244,6 +244,29 @@ def test_rate_limit_hold_and_release():
     assert queue.next_wakeup() is None and queue.held_until("key-1") is None
 
 
+def test_a_backoff_ending_between_pump_and_next_wakeup_still_wakes_the_queue():
+    # AsyncAdmission.kick pumps, reports changes, then arms its timer from next_wakeup, each reading
+    # the clock. A retry's backoff that ended in between left no timer and no admission: the phase
+    # waited QUEUED until something else changed (a RunPhase hung until its deadline, ~1 run in 60).
+    clock = FakeClock()
+    queue = make(clock, max_running=4, max_starting=4)
+    queue.submit("r", "A", attempt=2, not_before=clock.now + 0.05, retry=True)
+    clock.now += 0.049
+    assert queue.pump() == []  # not yet
+    clock.now += 0.002  # the backoff ends before the timer is armed
+    wake = queue.next_wakeup()
+    assert wake is not None and wake <= clock.now  # so the caller pumps again at once
+    assert [t.key for t in queue.pump()] == ["r"]
+    assert queue.next_wakeup() is None
+    # An ended backoff that a pump saw pass is no wake-up, also when a limit keeps the entry waiting.
+    full = make(clock, max_running=1, max_starting=1)
+    full.submit("x", "A")
+    full.pump()
+    full.submit("y", "A", attempt=2, not_before=clock.now + 0.05, retry=True)
+    clock.now += 0.06
+    assert full.pump() == [] and full.next_wakeup() is None
+
+
 def test_a_hold_can_be_lifted_early():
     clock = FakeClock()
     queue = make(clock)

@@ -158,6 +158,9 @@ class AdmissionQueue:
         self._holds: dict[str, tuple[float, str]] = {}  # credential → (until, why)
         self._last_admit_at: float | None = None
         self._admit_interval: float | None = None  # moving average of the time between admissions
+        # The clock of the latest pump: next_wakeup reports every backoff or hold end that pump has
+        # not yet seen pass, also one that passed since (the clock moves between the two calls).
+        self._pumped_at = float("-inf")
 
     # ----------------------------------------------------------------------------------------------
     # Entries.
@@ -269,7 +272,7 @@ class AdmissionQueue:
         """Admit every entry that may start now, projects taking turns; returns them in order."""
         admitted: list[Ticket] = []
         limits = self.limits
-        now = self.clock()
+        now = self._pass_clock()
         for credential in [c for c, (until, _) in self._holds.items() if until <= now]:
             del self._holds[credential]  # ended holds go, so the table stays as small as the live ones
         while self._starting < limits.max_starting and self._running < limits.max_running:
@@ -281,15 +284,25 @@ class AdmissionQueue:
         return admitted
 
     def next_wakeup(self) -> float | None:
-        """When a backoff or a hold that keeps a queued entry waiting ends (None: nothing timed)."""
-        now = self.clock()
+        """When a backoff or a hold that keeps a queued entry waiting ends (None: nothing timed).
+
+        An end the latest ``pump`` had not reached counts even when it has passed since (then the
+        caller pumps again at once): else an entry whose backoff ended between the two calls would
+        wait for the next unrelated change.
+        """
+        seen = self._pumped_at
         times = [
             t
             for ticket in self.waiting()
-            for t in (ticket.not_before, self._hold_end(ticket.credential, now))
-            if t is not None and t > now
+            for t in (ticket.not_before, self._hold_end(ticket.credential, seen))
+            if t is not None and t > seen
         ]
         return min(times, default=None)
+
+    def _pass_clock(self) -> float:
+        """The clock for one admission pass (``pump``), remembered for ``next_wakeup``."""
+        self._pumped_at = self.clock()
+        return self._pumped_at
 
     def status(self, key: Hashable) -> QueueStatus | None:
         """Why a queued entry waits, and where it stands; None when it is not queued."""

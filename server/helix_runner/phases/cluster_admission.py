@@ -155,7 +155,7 @@ class ClusterQueue(AdmissionQueue):
         return bool(self._cluster_why) or bool(self._unreleased)
 
     def pump(self) -> list[Ticket]:
-        now = self.clock()
+        now = self._pass_clock()
         for credential in [c for c, (until, _) in self._holds.items() if until <= now]:
             del self._holds[credential]
         for key in list(self._unreleased):
