@@ -74,7 +74,7 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-# How phases are contained (runner.containment): auto picks cgroup v2, then the v1 freezer, then the shim.
+# How phases are contained (process/containment.py): auto picks cgroup v2, then the v1 freezer, then the shim.
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 # An auth token file holding "sha256:<hex>" holds the token's digest (api.auth compares it).
@@ -148,7 +148,7 @@ class ServerConfig:
     # old way, kept as a baseline).
     admission_max_loop_lag_ms: float = 0.0
     spawn_off_loop: bool = True
-    # Warm starts (opt-in; runner.warm_pool): {size, working_dir, options}: `size` CLI processes
+    # Warm starts (opt-in; process/warm_pool.py): {size, working_dir, options}: `size` CLI processes
     # started ahead as a RunPhase with this working_dir and these PhaseOptions (PhaseSpec field
     # names, e.g. model, allowed_tools, env) would be; a phase that matches exactly starts on one.
     warm_pool: Mapping[str, Any] = field(default_factory=dict)

@@ -68,7 +68,7 @@ class RunningServer:
     health: health.aio.HealthServicer
     port: int
     store: SqliteStore
-    manager: PhaseService
+    service: PhaseService
     queries: PhaseQueries
     offline_api: ScriptedApi | None = None
     key_broker: KeyBroker | None = None
@@ -92,7 +92,7 @@ class RunningServer:
             except Exception:  # the database's error; drain goes on (a placement here is refused: DRAINING)
                 log.warning("withdrawing this replica's capacity failed; placements here fall back", exc_info=True)
         if self.forwarder is None:
-            await self.manager.drain(grace)
+            await self.service.drain(grace)
         else:  # phases placed on other replicas through this one get the same grace to end there
             async def relays_done() -> None:
                 try:
@@ -100,19 +100,19 @@ class RunningServer:
                 except TimeoutError:
                     pass  # cut when the server stops; their owners apply on_disconnect
 
-            await asyncio.gather(self.manager.drain(grace), relays_done())
+            await asyncio.gather(self.service.drain(grace), relays_done())
         for task in (self.retention_task, self.takeover_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        self.manager.close()
+        self.service.close()
         # Streams have delivered their final results by now; give them a moment to flush.
         if self.web is not None:
             await self.web.stop(1.0)
         await self.server.stop(1.0)
         if self.health_server is not None:
             await self.health_server.stop(None)
-        self.manager.writer.flush()
+        self.service.writer.flush()
         if self.listener is not None:
             await self.listener.stop()
         if self.forwarder is not None:
@@ -194,7 +194,7 @@ async def child_credentials(config: ServerConfig, server_env: dict[str, str]) ->
 
 
 def _detect_containment(config: ServerConfig) -> Containment:
-    """The containment of phases (runner.containment), logged with what it can and cannot do."""
+    """The containment of phases (process/containment.py), logged with what it can and cannot do."""
     try:
         containment = detect(config.containment, config.cgroup_parent, instance_id(config.data_dir))
     except ContainmentError as exc:
@@ -278,15 +278,15 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.callback(creds.offline_api.stop)
     if creds.key_broker is not None:
         undo.push_async_callback(creds.key_broker.stop)
-    manager = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
+    service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry)
-    telemetry.attach(manager, lagged_total=lambda: PhaseEventLog.lagged_total)
+    telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if isinstance(store, SqliteStore):
-        recovered = await manager.recover()
+        recovered = await service.recover()
     else:  # a shared database: only the phases of replicas that are gone (takeover.py)
-        takeover = Takeover(store, manager.codec, interval_seconds=sweep_interval_seconds(store.replica.lease_seconds))
+        takeover = Takeover(store, service.encoder, interval_seconds=sweep_interval_seconds(store.replica.lease_seconds))
         recovered = takeover.sweep()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
@@ -295,10 +295,10 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
     if listener is not None:
-        manager.follower = functools.partial(follow_phase_events, store, listener)
-        if (wake := getattr(manager.admission, "wake", None)) is not None:  # cluster admission is on
+        service.follower = functools.partial(follow_phase_events, store, listener)
+        if (wake := getattr(service.admission, "wake", None)) is not None:  # cluster admission is on
             listener.on_admission_change(wake)  # another replica freed a cluster slot, or it is our turn
-    queries = PhaseQueries(store, manager.get_live, view_cache_jobs=config.read_cache_jobs)
+    queries = PhaseQueries(store, service.get_live, view_cache_jobs=config.read_cache_jobs)
     try:
         tls_files = _tls_files(config)
     except StartupError:
@@ -306,7 +306,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         raise
     forwarding_tls = None if tls_files is None else ForwardingCredentials(tls_files, config.tls_server_name)
     forwarder = None if listener is None else OwnerForwarder(token, forwarding_tls)
-    servicer = RunnerServicer(manager, queries, forwarder)
+    servicer = RunnerServicer(service, queries, forwarder)
     add_runner_service(servicer, server)
 
     health_servicer = health.aio.HealthServicer()
@@ -372,7 +372,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if forwarder is not None:  # other replicas forward control of this one's phases here
         store.advertise(config.advertise_address or _bound_address(config.host, own_port))
         # Placement by free slots: how many phases this replica takes (api/placement.py).
-        store.advertise_capacity(manager.admission.queue.limits.max_running)
+        store.advertise_capacity(service.admission.queue.limits.max_running)
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket, tls=tls_files)
@@ -396,14 +396,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
     try:  # once nothing can fail the start any more (its processes end at drain)
-        manager.start_warm_pool()
+        service.start_warm_pool()
     except RunnerError as exc:  # the server still serves; every phase then starts cold
         log.error("warm pool not started", extra={"fields": {"error": exc.message}})
     if web is not None:
         log.info("dashboard", extra={"fields": {"url": web.url}})
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
-    return RunningServer(server, health_servicer, port, store, manager, queries, creds.offline_api,
+    return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder,
                          health_server, health_port)
 

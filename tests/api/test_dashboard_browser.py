@@ -124,7 +124,7 @@ async def test_dashboard_follows_a_phase_and_approves_a_held_call(
                 port = web.port
                 await web.stop(0.2)
                 runner.server.web = web = await start_web(
-                    RunnerServicer(runner.server.manager, runner.server.queries), host="127.0.0.1", port=port, token=None
+                    RunnerServicer(runner.server.service, runner.server.queries), host="127.0.0.1", port=port, token=None
                 )
                 await page.wait_for_selector(
                     "[data-testid=connection]:not([data-reconnects='0'])", timeout=WAIT_MS

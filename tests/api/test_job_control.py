@@ -244,7 +244,7 @@ async def test_hard_pause_stops_the_process_group_until_resume(claude_binary, sc
     async with runner_factory(api) as runner:
         phase = start_phase(runner, "hard")
         await phase.wait_for(lambda e: e.HasField("session_init"))
-        pid = runner.server.manager.get_live("hard", "p").run.supervisor.pid
+        pid = runner.server.service.get_live("hard", "p").run.supervisor.pid
         paused = (await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD),
                                                timeout=10)).phase
         assert paused.status == res.PHASE_STATUS_PAUSED

@@ -96,7 +96,7 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
         run_x = Stream(x_call)
         await run_x.wait_for(breakpoint_hit)
         assert owner(postgres_cluster, postgres_url, "job-x") == "replica-b"
-        live_on_b = b.server.manager.get_live("job-x", "p1")
+        live_on_b = b.server.service.get_live("job-x", "p1")
         assert live_on_b is not None
 
         # 2. Every replica full: the phase waits on the replica that received it, for its own limit.
@@ -113,7 +113,7 @@ async def test_placement_stops_when_every_replica_is_full_and_a_cancelled_caller
         _, ended = await follow.finish()
         assert ended.status == res.PHASE_STATUS_CANCELLED
         await asyncio.wait_for(live_on_b.done.wait(), 10)  # no orphan: B's run of it is over
-        assert b.server.manager.get_live("job-x", "p1") is None
+        assert b.server.service.get_live("job-x", "p1") is None
 
         # 4. B has room again but cannot be reached: the phase queues on A (the refusal is logged).
         postgres_cluster.execute(postgres_url, "UPDATE replicas SET address = '127.0.0.1:1' "

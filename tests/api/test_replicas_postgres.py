@@ -232,13 +232,13 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
         )
         run = Stream(a.stub.RunPhase(request, timeout=120))
         hit = await run.wait_for(breakpoint_hit)
-        live = a.server.manager.get_live("job-f", "p1")
+        live = a.server.service.get_live("job-f", "p1")
 
         # Replica A stalls (no heartbeat) and its lease runs out: B takes the phase over.
         a.server.store.replica.stop_heartbeat()
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
             await db.execute("UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'replica-a'")
-        Takeover(b.server.store, b.server.manager.codec, interval_seconds=5).sweep()
+        Takeover(b.server.store, b.server.service.encoder, interval_seconds=5).sweep()
         taken = b.server.store.get_phase("job-f", "p1")
         assert taken.status is PhaseStatus.INTERRUPTED and taken.result_pb is not None
         history = b.server.store.read_events("job-f", "p1", 0, 1000)
@@ -252,7 +252,7 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
         )
         events, result = await run.finish()
         await asyncio.wait_for(live.done.wait(), 30)
-        assert a.server.manager.get_live("job-f", "p1") is None
+        assert a.server.service.get_live("job-f", "p1") is None
         assert result.SerializeToString() == taken.result_pb  # the taker's result
         assert result.status == res.PHASE_STATUS_INTERRUPTED
         assert [e.SerializeToString() for e in events] == [r.body for r in history[: len(events)]]

@@ -143,7 +143,7 @@ async def test_an_unexpected_exception_is_internal_without_its_text(stub, monkey
         raise RuntimeError(f"database exploded with {SECRET}")
 
     monkeypatch.setattr(server.queries, "job", broken)
-    monkeypatch.setattr(server.manager, "watch", broken)
+    monkeypatch.setattr(server.service, "watch", broken)
     caplog.set_level(logging.ERROR)
     for method, request in (
         (SERVICE.methods_by_name["GetJob"], pb.GetJobRequest(job_id="j")),
@@ -178,7 +178,7 @@ async def test_an_exception_mid_stream_ends_the_stream_internal(stub, monkeypatc
     async def watch(*_args):
         return deliveries()
 
-    monkeypatch.setattr(server.manager, "watch", watch)
+    monkeypatch.setattr(server.service, "watch", watch)
     error = await call(
         stub, SERVICE.methods_by_name["WatchPhase"], pb.WatchPhaseRequest(job_id="j", phase_id="p")
     )
@@ -216,7 +216,7 @@ async def test_a_rejected_run_phase_leaves_nothing_behind(stub, tmp_path, breakp
     assert error_info(error).metadata["field"] == field
     # Nothing was persisted: no job, no PENDING phase, so a corrected retry may reuse the ids.
     assert server.store.get_job("j") is None and server.store.get_phase("j", "p") is None
-    assert not server.manager.live
+    assert not server.service.live
 
 
 async def test_a_phase_that_cannot_be_set_up_is_failed_not_left_pending(tmp_path):

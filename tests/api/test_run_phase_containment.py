@@ -137,7 +137,7 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
             )
         ).phase
         assert paused.status == res.PHASE_STATUS_PAUSED
-        live = runner.server.manager.get_live("hard", "p").run
+        live = runner.server.service.get_live("hard", "p").run
         cli = live.supervisor.pid
         phase_pids = [p for p in live.plan.scope.processes() if p != live.plan.scope.shim_pid]
         assert tool in phase_pids and cli in phase_pids
@@ -171,7 +171,7 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
         phase = start_phase(runner, "cancel", allowed_tools=["Bash"])
         tool = int(await wait_file(runner.workdir / "tool.pid"))
         await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD), timeout=20)
-        live = runner.server.manager.get_live("cancel", "p").run
+        live = runner.server.service.get_live("cancel", "p").run
         cli, shim = live.supervisor.pid, live.plan.scope.shim_pid
         assert procfs.process_state(tool) == "T"
         if how == "cancel":
@@ -179,8 +179,8 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
             result = await phase.finish(90)
         else:
             phase.call.cancel()
-            await until(lambda: runner.server.manager.get_live("cancel", "p") is None)
-            row = runner.server.manager.require_phase("cancel", "p")
+            await until(lambda: runner.server.service.get_live("cancel", "p") is None)
+            row = runner.server.service.require_phase("cancel", "p")
             result = res.PhaseResult.FromString(row.result_pb)
     assert result.status == res.PHASE_STATUS_CANCELLED, result.reason
     assert_contained_and_gone(result, runner.data_dir, setting, tool, cli, shim)
@@ -271,7 +271,7 @@ async def test_memory_limit_oom_is_the_phases_terminal_reason(tmp_path, runner_f
     )
     claude.chmod(0o755)
     async with runner_factory(None, claude_path=str(claude)) as runner:
-        if "memory" not in runner.server.manager.containment.limits_available:
+        if "memory" not in runner.server.service.containment.limits_available:
             pytest.skip("no memory cgroup on this host")
         _, result = await runner.run_phase("hi", memory_limit_bytes=64 << 20, cpu_limit_millicores=500)
         inspection = (

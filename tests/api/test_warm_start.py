@@ -38,8 +38,8 @@ async def test_a_matching_phase_starts_warm_and_others_cold(claude_binary, scrip
     workdir.mkdir(exist_ok=True)
     async with runner_factory(api, warm_pool={"size": 1, "working_dir": str(workdir),
                                               "options": {"model": MODEL}}) as runner:
-        manager = runner.server.manager
-        pool = manager.warm_pool
+        service = runner.server.service
+        pool = service.warm_pool
         (warm_shim,) = await _ready(pool)
         await asyncio.sleep(1.0)
         assert api.message_requests() == []  # a waiting CLI asks the API nothing before its prompt
@@ -47,7 +47,7 @@ async def test_a_matching_phase_starts_warm_and_others_cold(claude_binary, scrip
         events, result = await runner.run_phase("say hello", job_id="warm", model=MODEL, deadline=120)
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
         assert result.result_text == "hello from a warm start"
-        assert manager.store.get_phase("warm", "p1").pid == warm_shim  # the prestarted shim ran it
+        assert service.store.get_phase("warm", "p1").pid == warm_shim  # the prestarted shim ran it
         assert any("warm start" in r for r in _reasons(events))
         assert pool.taken == 1
         assert not alive(warm_shim)  # ended with its phase
@@ -57,10 +57,10 @@ async def test_a_matching_phase_starts_warm_and_others_cold(claude_binary, scrip
 
         events, result = await runner.run_phase("say hello", job_id="cold", model="claude-opus-4-1", deadline=120)
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
-        assert manager.store.get_phase("cold", "p1").pid not in (warm_shim, refill)
+        assert service.store.get_phase("cold", "p1").pid not in (warm_shim, refill)
         assert not any("warm start" in r for r in _reasons(events))
         assert pool.taken == 1 and pool.ready_pids == [refill]  # the other signature left it waiting
-        instance = manager.containment.instance
+        instance = service.containment.instance
     # drain ended the waiting process and everything in its scope
     deadline = time.monotonic() + 10
     while alive(refill) and time.monotonic() < deadline:  # noqa: ASYNC110 - another process

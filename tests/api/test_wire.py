@@ -14,7 +14,7 @@ from helix_runner.phases.event_log import BATCH_BYTES
 
 
 def event(sequence: int, text: str = "") -> bytes:
-    """A stored event body, as the record codec writes it."""
+    """A stored event body, as the record encoder writes it."""
     message = ev.StreamEvent(sequence=sequence, job_id="job", phase_id="p1")
     message.assistant_text.text = text
     return message.SerializeToString()

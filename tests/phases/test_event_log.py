@@ -229,7 +229,7 @@ async def test_a_refused_phase_ends_its_watchers_and_the_others_are_committed_an
 
 
 def stream_event_rows(first: int, count: int, text: str = "") -> list[EventRow]:
-    """Rows whose bodies are real StreamEvent encodings, as the record codec stores them."""
+    """Rows whose bodies are real StreamEvent encodings, as the record encoder stores them."""
     from helix.runner.v1 import events_pb2 as ev
 
     out = []
@@ -241,16 +241,16 @@ def stream_event_rows(first: int, count: int, text: str = "") -> list[EventRow]:
 
 
 class CountingFramer:
-    """The codec's framing, counting how often it runs."""
+    """The encoder's framing, counting how often it runs."""
 
     def __init__(self):
         from helix_runner.api.proto_records import ProtoRecordEncoder
 
-        self.codec, self.calls = ProtoRecordEncoder(), 0
+        self.encoder, self.calls = ProtoRecordEncoder(), 0
 
     def __call__(self, bodies):
         self.calls += 1
-        return self.codec.frame_events(bodies)
+        return self.encoder.frame_events(bodies)
 
 
 async def test_each_live_batch_is_framed_once_and_the_same_bytes_go_to_every_subscriber(store):
@@ -263,7 +263,7 @@ async def test_each_live_batch_is_framed_once_and_the_same_bytes_go_to_every_sub
     deliveries = await asyncio.wait_for(asyncio.gather(*firsts), 5)
     assert framer.calls == 1
     assert deliveries[0].message is deliveries[1].message is deliveries[2].message
-    assert deliveries[0].message == framer.codec.frame_events([r.body for r in stream_event_rows(1, 4)])
+    assert deliveries[0].message == framer.encoder.frame_events([r.body for r in stream_event_rows(1, 4)])
     for s in subs:
         await s.aclose()
 
@@ -284,7 +284,7 @@ async def test_a_subscriber_behind_gets_its_queued_batches_as_one_message_equal_
     delivery = await asyncio.wait_for(first, 5)
     assert (delivery.first_sequence, delivery.last_sequence) == (1, 30)
     assert framer.calls == 10  # once per batch, none for joining them
-    one_by_one = [pb.WatchPhaseResponse.FromString(framer.codec.frame_events([r.body])).events[0] for r in published]
+    one_by_one = [pb.WatchPhaseResponse.FromString(framer.encoder.frame_events([r.body])).events[0] for r in published]
     assert list(pb.WatchPhaseResponse.FromString(delivery.message).events) == one_by_one
     assert list(pb.RunPhaseResponse.FromString(delivery.message).events) == one_by_one
     assert list(delivery.events) == [r.body for r in published]

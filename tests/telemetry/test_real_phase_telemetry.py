@@ -206,7 +206,7 @@ async def test_metrics_during_and_after_a_held_phase_and_no_trace_context_when_o
         assert value(during, "helix_phases_held") == 1
         assert value(during, "helix_watchers") == 1  # this RunPhase stream
         assert value(during, "helix_phases_finished_total", status="SUCCEEDED") == 0
-        live = runner.server.manager.get_live("job-m", "p")
+        live = runner.server.service.get_live("job-m", "p")
         child_env = live.run.supervisor.env
         assert not {"TRACEPARENT", "TRACESTATE", "OTEL_RESOURCE_ATTRIBUTES"} & set(child_env)
 
@@ -290,7 +290,7 @@ async def test_trace_context_reaches_the_child_only_when_tracing_is_on(
                 )
                 if hit is not None:
                     break
-        env = dict(runner.server.manager.get_live("job-e", "p").run.supervisor.env)
+        env = dict(runner.server.service.get_live("job-e", "p").run.supervisor.env)
         await runner.stub.ResolveToolCall(
             pb.ResolveToolCallRequest(
                 job_id="job-e",

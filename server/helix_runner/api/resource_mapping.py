@@ -1,7 +1,7 @@
 """Read-model views to resource messages: Job, Phase, ToolCall, CostTotals, Breakpoint, PhaseInspection.
 
 Pure translation: every figure was computed by the read model (``phases/queries``). What the
-store keeps encoded (``*_pb``, written by ``record_codec``) is parsed straight into the message.
+store keeps encoded (``*_pb``, written by ``api/proto_records.py``) is parsed straight into the message.
 """
 
 from __future__ import annotations

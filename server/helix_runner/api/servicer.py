@@ -1,6 +1,6 @@
 """RunnerService over gRPC: each handler maps its request, asks the application, maps the answer.
 
-Commands go to the phase manager, questions to the read model (``phases/queries``); messages
+Commands go to the phase service, questions to the read model (``phases/queries``); messages
 become domain values in ``request_mapping`` and views become messages in ``resource_mapping``,
 so no handler computes anything or reads the store. Only this package imports generated code. Every handler is wrapped (``_unary`` / ``_stream``,
 enforced by ``add_runner_service``): the request's enum fields are checked first, a
@@ -135,40 +135,40 @@ def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
 
 
 class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
-    """The gRPC face of the runner: commands go to the phase manager, questions to the read model."""
+    """The gRPC face of the runner: commands go to the phase service, questions to the read model."""
 
-    def __init__(self, manager: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None):
-        self.manager = manager
+    def __init__(self, service: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None):
+        self.service = service
         self.queries = queries
         # A shared database: control of a phase another replica runs is forwarded to it.
         self.forwarder = forwarder
 
     def _owner_route(self, request, context) -> tuple[str, dict[str, str]] | None:
         """Where to forward a control request: None if the phase runs here, is not running, or was forwarded."""
-        if self.manager.get_live(request.job_id, request.phase_id) is not None or _forwarded(context):
+        if self.service.get_live(request.job_id, request.phase_id) is not None or _forwarded(context):
             return None
-        owner = self.manager.remote_owner(request.job_id, request.phase_id)
+        owner = self.service.remote_owner(request.job_id, request.phase_id)
         return self.forwarder.route(owner, request.job_id, request.phase_id)
 
     # -- streams ---------------------------------------------------------------------------
 
     @_stream
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
-        if self.forwarder is not None and self.manager.config.place_on_free_replica and not _forwarded(context):
-            target = self.manager.placement_target()
+        if self.forwarder is not None and self.service.config.place_on_free_replica and not _forwarded(context):
+            target = self.service.placement_target()
             if target is not None:  # this replica would queue it for its own limit; another has room
-                request.phase_id = request.phase_id or self.manager.new_phase_id()
-                with self.manager.placements.placing(target):  # until the target answered
+                request.phase_id = request.phase_id or self.service.new_phase_id()
+                with self.service.placements.placing(target):  # until the target answered
                     placed = await place_run_phase(self.forwarder, request, target, context, functools.partial(
-                        self.manager.phase_recorded, request.job_id, request.phase_id))
+                        self.service.phase_recorded, request.job_id, request.phase_id))
                 if placed is not None:  # else the target refused and wrote nothing: admitted here
                     async with contextlib.aclosing(placed) as messages:
                         async for message in messages:
                             yield message
                     return
-        spec = spec_from_request(request, request.phase_id or self.manager.new_phase_id())
-        retry = retry_policy_from_options(request.options, self.manager.retry_defaults)
-        live = await self.manager.start(spec, breakpoints_from_request(request), retry)
+        spec = spec_from_request(request, request.phase_id or self.service.new_phase_id())
+        retry = retry_policy_from_options(request.options, self.service.retry_defaults)
+        live = await self.service.start(spec, breakpoints_from_request(request), retry)
         state = {"completed": False, "handled": False}
 
         def caller_gone(*_: object) -> None:
@@ -203,7 +203,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_stream
     async def WatchPhase(self, request, context) -> AsyncIterator[bytes]:
-        deliveries = await self.manager.watch(request.job_id, request.phase_id, request.after_sequence)
+        deliveries = await self.service.watch(request.job_id, request.phase_id, request.after_sequence)
         async for delivery in deliveries:
             if delivery.result is not None:
                 if delivery.result:
@@ -249,11 +249,11 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def GetPhaseDiff(self, request, context):
-        row = self.manager.require_phase(request.job_id, request.phase_id)
+        row = self.service.require_phase(request.job_id, request.phase_id)
         recorder = None
         if self.forwarder is not None and row.end_time_ns and not _forwarded(context):
             # A finished phase's recording is on the disk of the replica that ran it (docs/scale-out.md).
-            recorder = self.manager.recording_replica(row)
+            recorder = self.service.recording_replica(row)
         if recorder is not None:
             path = diff_path(row)
             route = self.forwarder.recording_route(recorder, row.job_id, row.phase_id,
@@ -274,37 +274,37 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def CancelPhase(self, request, context):
-        live = self.manager.cancel(request.job_id, request.phase_id, cancel_reason(request))
+        live = self.service.cancel(request.job_id, request.phase_id, cancel_reason(request))
         await live.done.wait()
         return runner_service_pb2.CancelPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def PausePhase(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "pause")
+        live = self.service.require_live(request.job_id, request.phase_id, "pause")
         await live.run.control.pause(hard=enum_value(HARD_PAUSE, request.mode, "mode"))
         return runner_service_pb2.PausePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def ResumePhase(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "resume")
+        live = self.service.require_live(request.job_id, request.phase_id, "resume")
         await live.run.control.resume()
         return runner_service_pb2.ResumePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StepPhase(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "step")
+        live = self.service.require_live(request.job_id, request.phase_id, "step")
         live.run.control.step()
         return runner_service_pb2.StepPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def InterruptPhase(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "interrupt")
+        live = self.service.require_live(request.job_id, request.phase_id, "interrupt")
         await live.run.control.interrupt()
         return runner_service_pb2.InterruptPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhaseModel(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "set the model")
+        live = self.service.require_live(request.job_id, request.phase_id, "set the model")
         await live.run.control.set_model(request.model)
         live.run.model_switched(request.model)
         return runner_service_pb2.SetPhaseModelResponse(phase=self._phase(request.job_id, request.phase_id))
@@ -314,53 +314,53 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         mode = enum_value(PERMISSION_MODES, request.mode, "mode")
         if not mode:
             raise invalid_field("mode", "is required")
-        if mode == "bypassPermissions" and not self.manager.config.allow_bypass_permissions:
+        if mode == "bypassPermissions" and not self.service.config.allow_bypass_permissions:
             raise invalid_field("mode", "bypassPermissions is disabled on this server")
-        live = self.manager.require_live(request.job_id, request.phase_id, "set the permission mode")
+        live = self.service.require_live(request.job_id, request.phase_id, "set the permission mode")
         effective = await live.run.control.set_permission_mode(mode)
         return runner_service_pb2.SetPhasePermissionModeResponse(
             mode=effective, phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StopTask(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "stop a task")
+        live = self.service.require_live(request.job_id, request.phase_id, "stop a task")
         await live.run.control.stop_task(request.task_id)
         return runner_service_pb2.StopTaskResponse(phase=self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def GetTaskOutput(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "read a task's output")
+        live = self.service.require_live(request.job_id, request.phase_id, "read a task's output")
         output, total, truncated = await live.run.control.task_output(request.task_id, request.max_bytes)
         return runner_service_pb2.GetTaskOutputResponse(output=output, total_bytes=total, truncated=truncated)
 
     @_unary
     async def InjectMessage(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "inject a message")
+        live = self.service.require_live(request.job_id, request.phase_id, "inject a message")
         message_uuid, sequence = await live.run.control.inject(
             request.text, interrupt_first=enum_value(INTERRUPT_FIRST, request.mode, "mode"))
         return runner_service_pb2.InjectMessageResponse(message_uuid=message_uuid, sequence=sequence)
 
     @_unary
     async def AddBreakpoint(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "add a breakpoint")
+        live = self.service.require_live(request.job_id, request.phase_id, "add a breakpoint")
         bp = live.run.control.add_breakpoint(breakpoint_from_proto(request.breakpoint))
         return runner_service_pb2.AddBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ListBreakpoints(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "list breakpoints")
+        live = self.service.require_live(request.job_id, request.phase_id, "list breakpoints")
         return runner_service_pb2.ListBreakpointsResponse(
             breakpoints=[breakpoint_to_proto(bp) for bp in live.run.snapshot().breakpoints])
 
     @_unary
     async def RemoveBreakpoint(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "remove a breakpoint")
+        live = self.service.require_live(request.job_id, request.phase_id, "remove a breakpoint")
         bp = live.run.control.remove_breakpoint(request.breakpoint_id)
         return runner_service_pb2.RemoveBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ResolveToolCall(self, request, context):
-        live = self.manager.require_live(request.job_id, request.phase_id, "resolve a tool call")
+        live = self.service.require_live(request.job_id, request.phase_id, "resolve a tool call")
         decision = request.WhichOneof("decision")
         if decision is None:
             raise invalid_field("decision", "one of approve, deny or edit is required")

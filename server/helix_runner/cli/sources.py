@@ -163,12 +163,12 @@ def raw_output_events(data: bytes, *, job_id: str, phase_id: str) -> Iterator[pb
     from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 
     stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True), clock_ns=lambda: 0)
-    codec = ProtoRecordEncoder()
+    encoder = ProtoRecordEncoder()
     for line in data.splitlines(keepends=True):
         for event in stream.feed(line):
-            yield pb.StreamEvent.parse(codec.encode_event(job_id, phase_id, event))
+            yield pb.StreamEvent.parse(encoder.encode_event(job_id, phase_id, event))
     for event in stream.finish():
-        yield pb.StreamEvent.parse(codec.encode_event(job_id, phase_id, event))
+        yield pb.StreamEvent.parse(encoder.encode_event(job_id, phase_id, event))
 
 
 def event_to_json(event: pb.StreamEvent) -> dict:

@@ -1,7 +1,7 @@
 """What a phase changed in its git working directory (mirrors ``helix.runner.v1.PhaseArtifacts``).
 
 Pure parsing of ``git diff -z --numstat`` and ``git diff -z --name-status`` output, and the bound
-on the diff a result carries inline; running git is ``runner.git_worktree``'s job.
+on the diff a result carries inline; running git is ``process/git_worktree.py``'s job.
 """
 
 from __future__ import annotations

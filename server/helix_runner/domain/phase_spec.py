@@ -75,7 +75,7 @@ class PhaseSpec:
     fallback_model: str = ""
     memory_limit_bytes: int = 0  # 0: the server's default
     cpu_limit_millicores: int = 0  # 0: the server's default
-    # Workspace (see runner.git_worktree): IN_PLACE or GIT_WORKTREE, its base ref and retention
+    # Workspace (see process/git_worktree.py): IN_PLACE or GIT_WORKTREE, its base ref and retention
     # ("" = the server's default), and the `--add-dir` directories.
     workspace: str = "IN_PLACE"
     base_ref: str = ""

@@ -9,7 +9,7 @@ protocol allows it (docs/claude-cli-protocol.md §3.6):
 - between turns: injected messages are user lines the CLI queues as the next turn (QUEUE is
   not mid-turn steering); ``interrupt`` ends the current turn.
 - a hard pause stops every process of the phase (SIGSTOP through its containment scope, see
-  ``runner.containment``, so tools in sessions of their own stop too): it also freezes model
+  ``process/containment.py``, so tools in sessions of their own stop too): it also freezes model
   streaming and the CLI's own timers, and an API request in flight may time out. Resume sends
   SIGCONT.
 

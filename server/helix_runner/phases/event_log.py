@@ -7,8 +7,8 @@ and catches up from the store by cursor, then rejoins. History then live has no 
 duplicate at the seam because a subscriber registers before it reads history up to the
 sequence published at registration time.
 
-Encode once: the bytes written to the store (encoded by the record codec) are the bytes every
-subscriber receives; with a ``frame`` function (the codec's ``frame_events``) each published batch
+Encode once: the bytes written to the store (encoded by the record encoder) are the bytes every
+subscriber receives; with a ``frame`` function (the encoder's ``frame_events``) each published batch
 is also framed once as one stream message, shared by every subscriber. A subscriber that is behind
 gets everything queued for it, up to ``BATCH_BYTES``, as one delivery: the framed batches joined
 (framing is concatenable), so catching up costs one message, not one per batch.

@@ -1,6 +1,6 @@
 """The application layer's ports: how domain records become bytes, and what job control needs.
 
-The application layer persists and fans out opaque bytes; the API layer provides the codec (it
+The application layer persists and fans out opaque bytes; the API layer provides the encoder (it
 encodes with the protobuf contract, so stored events are sent to watchers without re-encoding).
 ``PhaseHost`` is the narrow view of a running phase that the controller depends on.
 """

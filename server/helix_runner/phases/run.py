@@ -94,15 +94,15 @@ class LaunchPlan:
     scope: PhaseScope
     # Key-helper mode: the broker that hands this phase's CLI session the API key.
     key_broker: KeyBroker | None = None
-    # Where the phase runs and how its changes are collected (runner.git_worktree).
+    # Where the phase runs and how its changes are collected (process/git_worktree.py).
     workspace: PhaseWorkspace | None = None
     # The argv of a later attempt (its spec resumes a session, with what is left of the budget).
     argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
     # Where the secret-bearing JSON options go as files instead of argv (process.secret_files).
     secret_files: SecretArgFiles | None = None
-    # Start the shim from a worker thread (runner.spawner); False: on the event loop (a baseline).
+    # Start the shim from a worker thread (process/spawner.py); False: on the event loop (a baseline).
     spawn_off_loop: bool = True
-    # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (runner.warm_pool).
+    # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (process/warm_pool.py).
     take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
 
 
@@ -113,7 +113,7 @@ class PhaseRun:
     the stream and the status only through the members listed there.
     """
 
-    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, codec: RecordEncoder,
+    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None):
         self.spec = spec
@@ -130,7 +130,7 @@ class PhaseRun:
                                                      project_id=spec.project_id)
         self.plan = plan
         self.store = store
-        self.codec = codec
+        self.encoder = encoder
         self.events = events
         self.stream = PhaseStream(plan.stream_options, price_table=prices)
         self.status = PhaseStatus.PENDING
@@ -265,7 +265,7 @@ class PhaseRun:
                                           resumed=bool(self._watch.init_session_id))
                 self.emit(retry_scheduled_event(end.attempt, end.decision, policy))
                 # With the ended attempts: a recovered or swept phase still lists them (PhaseRow.attempts_pb).
-                self.set_status(PhaseStatus.QUEUED, end.decision.reason, attempts_pb=self.codec.encode_attempts(self.attempts))
+                self.set_status(PhaseStatus.QUEUED, end.decision.reason, attempts_pb=self.encoder.encode_attempts(self.attempts))
                 plan = next_plan(self.spec, self.plan.prompt_line, policy, end.decision, self._watch.init_session_id)
                 self._watch = AttemptWatch()
                 if self.retries.admission is not None:
@@ -497,14 +497,14 @@ class PhaseRun:
             artifacts=self.plan.workspace.with_retention(self._artifacts, status) if self._artifacts else None,
         )
         self.telemetry.on_end(result)  # telemetry
-        encoded = self.codec.encode_result(result)
+        encoded = self.encoder.encode_result(result)
         if self.events.writer is not None:
             # The result marks the phase final for watchers on other replicas (postgres_notify's
             # follow loop): every event must be committed before it is written.
             self.events.writer.flush()
         self.store.update_phase(
             self.job_id, self.phase_id, time.time_ns(),
-            result_pb=encoded, tool_stats_pb=self.codec.encode_tool_stats(list(result.tool_stats)),
+            result_pb=encoded, tool_stats_pb=self.encoder.encode_tool_stats(list(result.tool_stats)),
         )
         self.events.close(encoded)
         log.info("phase ended", extra={"fields": {**self._log_fields(), "status": status.name, "reason": reason,
@@ -512,7 +512,7 @@ class PhaseRun:
         return result
 
     def _record_pid(self, pid: int) -> None:
-        # The phase shim's pid: lets a restarted server find and end what it leaves (runner.containment).
+        # The phase shim's pid: lets a restarted server find and end what it leaves (process/containment.py).
         self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), pid=pid, pid_start_ticks=start_ticks(pid))
         if self.plan.key_broker is not None:
             # Before the event loop runs again, so before the CLI's first key request can be answered.
@@ -532,9 +532,9 @@ class PhaseRun:
         self._fanout.publish(events)
 
     def _persist_and_offer(self, events: list[Event]) -> None:
-        codec, job, phase = self.codec, self.job_id, self.phase_id
-        self.events.publish([EventRow(e.sequence, e.receive_time_ns, codec.event_kind(e),
-                                      codec.encode_event(job, phase, e)) for e in events])
+        encoder, job, phase = self.encoder, self.job_id, self.phase_id
+        self.events.publish([EventRow(e.sequence, e.receive_time_ns, encoder.event_kind(e),
+                                      encoder.encode_event(job, phase, e)) for e in events])
 
     def _note_stream_facts(self, events: list[Event]) -> None:
         """Message counts, the session and model (written to the phase row when they change), lost writes."""
@@ -583,9 +583,9 @@ class PhaseRun:
             self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), session_id=session_id, model=model)
 
     def _persist_tools(self, calls) -> None:
-        codec, job, phase = self.codec, self.job_id, self.phase_id
+        encoder, job, phase = self.encoder, self.job_id, self.phase_id
         self.store.upsert_tool_calls(job, phase, [
-            ToolCallRow(c.tool_use_id, c.name, c.status, c.start_sequence, codec.encode_tool_call(job, phase, c),
+            ToolCallRow(c.tool_use_id, c.name, c.status, c.start_sequence, encoder.encode_tool_call(job, phase, c),
                         duration_ns=None if c.end_time_ns is None else max(c.end_time_ns - c.start_time_ns, 0))
             for c in calls
         ])
@@ -596,7 +596,7 @@ class PhaseRun:
         self._cost_dirty = False
         cost = self.stream.cost
         self.store.update_phase(
-            self.job_id, self.phase_id, time.time_ns(), cost_pb=self.codec.encode_cost(cost),
+            self.job_id, self.phase_id, time.time_ns(), cost_pb=self.encoder.encode_cost(cost),
             reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
         )
         self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [

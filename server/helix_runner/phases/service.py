@@ -85,7 +85,7 @@ class LivePhase:
 class PhaseService:
     """Starts phases and answers for them; one per server."""
 
-    def __init__(self, config: ServerConfig, store: Store, codec: RecordEncoder, containment: Containment, *,
+    def __init__(self, config: ServerConfig, store: Store, encoder: RecordEncoder, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
                  telemetry: Telemetry | None = None):
@@ -93,7 +93,7 @@ class PhaseService:
         self.containment = containment
         self.telemetry = telemetry or Telemetry()
         self.store = store
-        self.codec = codec
+        self.encoder = encoder
         self.server_env = dict(os.environ if server_env is None else server_env)
         self._inherited_env: dict[str, str] | None = None  # the allowlisted part of server_env (_child_env)
         self.env_overrides = dict(env_overrides or {})
@@ -238,11 +238,11 @@ class PhaseService:
         try:
             await workspace.create()  # after the phase row: its ids are ours, so is the branch
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
-                                   frame=self.codec.frame_events)
+                                   frame=self.encoder.frame_events)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
             # A write refused by the fence (another replica took the phase over) stops the run.
             run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
-            run = PhaseRun(spec, plan, run_store, self.codec, events, breakpoints, self.prices, telemetry=observer,
+            run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
@@ -272,7 +272,7 @@ class PhaseService:
         result = PhaseResult(job_id=job_id, phase_id=phase_id, status=PhaseStatus.FAILED, reason=reason,
                              start_time_ns=start_ns, end_time_ns=now)
         self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
-                                end_time_ns=now, result_pb=self.codec.encode_result(result))
+                                end_time_ns=now, result_pb=self.encoder.encode_result(result))
 
     def _child_env(self, spec: PhaseSpec) -> dict[str, str]:
         """The CLI's environment for a phase (composed, never inherited wholesale)."""
@@ -296,7 +296,7 @@ class PhaseService:
         return tuple(build_argv(claude_path, spec, settings=self.key_broker.cli_settings() if self.key_broker else None))
 
     def start_warm_pool(self) -> None:
-        """Starts the opt-in pool of prestarted CLI processes (``warm_pool``; runner.warm_pool).
+        """Starts the opt-in pool of prestarted CLI processes (``warm_pool``; process/warm_pool.py).
 
         Its signature is what a RunPhase request with the declared working directory and options
         would be spawned with, computed by the same code; RunnerError when the declaration is invalid.
@@ -484,7 +484,7 @@ class PhaseService:
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                      reason))
             self.store.append_events([(row.job_id, row.phase_id, [
-                EventRow(seq, now, self.codec.event_kind(event), self.codec.encode_event(row.job_id, row.phase_id,
+                EventRow(seq, now, self.encoder.event_kind(event), self.encoder.encode_event(row.job_id, row.phase_id,
                                                                                           event))
             ])])
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
@@ -494,7 +494,7 @@ class PhaseService:
             self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
                                     status_reason=reason, end_time_ns=now,
                                     # The cost and attempts it recorded before the server stopped.
-                                    result_pb=self.codec.encode_result(
+                                    result_pb=self.encoder.encode_result(
                                         result, cost_pb=row.cost_pb, attempts_pb=row.attempts_pb,
                                         interrupted=interrupted_attempt(row.status, reason, session_id=row.session_id,
                                                                         end_time_ns=now, last_sequence=seq - 1)))

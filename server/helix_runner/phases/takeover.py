@@ -33,9 +33,9 @@ class SweepingStore(Protocol):
 class Takeover:
     """Sweeps phases of dead replicas into INTERRUPTED, with the same event and result as recovery."""
 
-    def __init__(self, store: SweepingStore, codec: RecordEncoder, *, interval_seconds: float):
+    def __init__(self, store: SweepingStore, encoder: RecordEncoder, *, interval_seconds: float):
         self.store = store
-        self.codec = codec
+        self.encoder = encoder
         self.interval_seconds = interval_seconds
 
     def _interrupt(self, row: PhaseRow, sequence: int) -> tuple[EventRow, dict[str, object]]:
@@ -52,12 +52,12 @@ class Takeover:
             end_time_ns=now,
             last_sequence=sequence,
         )
-        encoded = self.codec.encode_event(row.job_id, row.phase_id, event)
-        return EventRow(sequence, now, self.codec.event_kind(event), encoded), {
+        encoded = self.encoder.encode_event(row.job_id, row.phase_id, event)
+        return EventRow(sequence, now, self.encoder.event_kind(event), encoded), {
             "status_reason": REASON,
             "end_time_ns": now,
             # The cost and attempts the dead replica recorded: what GetJob shows, WatchPhase's result carries.
-            "result_pb": self.codec.encode_result(
+            "result_pb": self.encoder.encode_result(
                 result,
                 cost_pb=row.cost_pb,
                 attempts_pb=row.attempts_pb,

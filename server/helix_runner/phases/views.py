@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses of domain values, so the API maps them to messages without touching
 the store or a running phase's internals. What the store keeps encoded stays encoded
-(``*_pb``: contract messages as bytes, decoded only by the API; see ``record_codec``).
+(``*_pb``: contract messages as bytes, decoded only by the API; see ``api/proto_records.py``).
 """
 
 from __future__ import annotations

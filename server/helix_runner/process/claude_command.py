@@ -50,7 +50,7 @@ def build_argv(claude_path: str, spec: PhaseSpec, *, settings: str | None = None
         argv += ["--resume", spec.resume_session_id]
     if spec.include_partial_messages:
         argv += ["--include-partial-messages"]
-    for directory in spec.add_dirs:  # resolved inside the workspace roots by the manager
+    for directory in spec.add_dirs:  # resolved inside the workspace roots by the phase service
         argv += ["--add-dir", directory]
     argv += run_option_args(spec)
     return argv

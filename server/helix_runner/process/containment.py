@@ -6,9 +6,9 @@ runs in a scope the kernel keeps whatever those processes do:
 
 - a cgroup per phase, where the server may create one: v2 (``cgroup.kill``, ``cgroup.freeze``)
   or the v1 freezer, with memory and CPU limits from the v2 controllers or the v1 memory / cpu
-  hierarchies (``runner.cgroups``);
+  hierarchies (``process/cgroups.py``);
 - otherwise (a container without delegation) a per-phase shim that is a child subreaper, so
-  orphans re-parent to it and are found as its descendants in ``/proc`` (``runner.phase_shim``).
+  orphans re-parent to it and are found as its descendants in ``/proc`` (``process/phase_shim.py``).
 
 Both start the CLI through the shim, which also ends the phase's processes if the server dies
 (parent-death signal), and gives every process the environment entry

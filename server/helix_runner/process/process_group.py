@@ -1,6 +1,6 @@
 """Killing the CLI process group a server from before the phase shim left behind.
 
-Phases recorded before ``runner.containment`` stored the CLI's own pid (the leader of its
+Phases recorded before ``process/containment.py`` stored the CLI's own pid (the leader of its
 session and process group) and start time (``/proc/<pid>/stat`` field 22); now the stored pid is
 the shim's, which leads a group of its own. Either way a restarted server kills that group
 without hitting an unrelated process that reused the pid: only members that started no earlier

@@ -9,7 +9,7 @@ decided (``domain.phase_outcome``). Hang-proofing, each with its own bounded wai
 - the process exited but a grandchild (a Bash tool's background job) still holds the pipes;
 - an external stop (cancel, server drain).
 
-The CLI runs under the phase shim in the phase's containment scope (``runner.containment``): a
+The CLI runs under the phase shim in the phase's containment scope (``process/containment.py``): a
 cgroup, or the shim as a child subreaper. Whatever the CLI's tools do (``setsid``, double forks,
 ``nohup``), every process of the phase is in that scope, and the scope is always emptied at the
 end, so no tool process outlives its phase. A hard pause stops the whole scope.
@@ -98,7 +98,7 @@ class ProcessSupervisor:
         self._on_spawn = on_spawn
         self.scope = scope if scope is not None else subreaper_scope()
         # How the shim starts: from a worker thread (the default), or on the loop (the old way,
-        # the benchmarks' baseline); runner.spawner.
+        # the benchmarks' baseline); process/spawner.py.
         self._spawn = spawn_in_thread if spawn_off_loop else spawn_on_loop
         self._proc: ChildProcess | None = None
         # The started shim, its status pipe and its exit task, between the start and run()'s loop.
@@ -174,7 +174,7 @@ class ProcessSupervisor:
                 await proc.stdin.wait_closed()
 
     async def prestart(self) -> str | None:
-        """Starts the shim and the CLI ahead of ``run()`` (a warm start, runner.warm_pool): None once
+        """Starts the shim and the CLI ahead of ``run()`` (a warm start, process/warm_pool.py): None once
         the CLI is up and waits for its stdin, else why it did not start (the scope is then empty).
 
         ``on_spawn`` is not called here but when ``run()`` adopts the process.

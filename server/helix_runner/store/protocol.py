@@ -1,10 +1,10 @@
 """What the application layer needs from persistence: the ``Store`` protocol and its row types.
 
-``SqliteStore`` is the implementation the server ships; a PostgreSQL store or an in-memory test
-store fits wherever the application (``phase_manager``, ``phase_runner``, ``event_log``,
-``retention``) and the read model (``phases/queries``) take a ``Store``. Rows are plain data:
+``SqliteStore`` (embedded) and ``PostgresStore`` (replicas) implement it; an in-memory test store fits
+wherever the application (``phases/service``, ``phases/run``, ``phases/event_log``,
+``phases/retention``) and the read model (``phases/queries``) take a ``Store``. Rows are plain data:
 statuses are the domain enums, nested values (results, costs, events, tool calls) arrive already
-encoded by the record codec as protobuf bytes (the ``*_pb`` fields), so a store knows tables,
+encoded by the record encoder as protobuf bytes (the ``*_pb`` fields), so a store knows tables,
 not events.
 """
 

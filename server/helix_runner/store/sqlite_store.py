@@ -1,7 +1,7 @@
 """Embedded SQLite persistence for jobs, phases, their events, tool calls and costs (a ``Store``).
 
 The store is plain data in, plain data out: nested domain values (results, costs, event
-payloads) arrive already encoded by the domain codec, so this module knows tables, not events.
+payloads) arrive already encoded by the record encoder, so this module knows tables, not events.
 Statuses are stored as their enum names. WAL mode keeps every committed write across a crash
 of the server process (``kill -9``); each append is one transaction, committed before the
 events are handed to watchers.

@@ -2,7 +2,7 @@
 
 The application reaches it through a narrow surface: ``phase()`` for a phase's observer,
 ``admission()`` around admitting a phase, ``interceptor()`` for the gRPC server, ``attach()`` to
-read the phase manager's event writer and watchers, and ``start()`` / ``stop()``.
+read the phase service's event writer and watchers, and ``start()`` / ``stop()``.
 """
 
 from __future__ import annotations
@@ -123,14 +123,14 @@ class Telemetry:
     def interceptor(self) -> TelemetryInterceptor:
         return TelemetryInterceptor(self.metrics, self.tracer)
 
-    def attach(self, manager: Any, *, lagged_total: Callable[[], int]) -> None:
-        """Times the manager's event commits and exports the watchers of its live phases.
+    def attach(self, service: Any, *, lagged_total: Callable[[], int]) -> None:
+        """Times the service's event commits and exports the watchers of its live phases.
 
         ``lagged_total`` reads the event log's count of watchers dropped for lagging; the caller hands
         it in because telemetry sits below the application layer (the ``layers`` import contract).
         """
-        manager.writer.commit_timer = self.metrics.store_write_timer
-        self.metrics.watch(lambda: [lp.events for lp in list(manager.live.values())], lagged_total)
+        service.writer.commit_timer = self.metrics.store_write_timer
+        self.metrics.watch(lambda: [lp.events for lp in list(service.live.values())], lagged_total)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
