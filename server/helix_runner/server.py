@@ -41,6 +41,7 @@ from helix_runner.phases.takeover import Takeover
 from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.data_dir_lock import DataDirInUse, DataDirLock
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
 from helix_runner.store.factory import open_store
@@ -80,6 +81,7 @@ class RunningServer:
     forwarder: OwnerForwarder | None = None  # a shared database: control forwarded to phases' owners
     health_server: grpc.aio.Server | None = None  # the plaintext health-only port (health_port)
     health_port: int | None = None
+    data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -124,6 +126,8 @@ class RunningServer:
             await self.key_broker.stop()
         if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
             await self.telemetry.stop()
+        if self.data_dir_lock is not None:  # last: nothing of this server touches the data dir any more
+            self.data_dir_lock.release()
 
 
 @dataclass
@@ -227,10 +231,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         probe.unlink()
     except OSError as exc:
         raise StartupError(f"data directory {config.data_dir} is not writable: {exc.strerror}") from None
+    # Before anything reads or cleans the data dir or this instance's cgroups: a second server on it
+    # would take the first one's running phases for a crash's leftovers (process/data_dir_lock.py).
+    try:
+        lock = DataDirLock.acquire(config.data_dir)
+    except DataDirInUse as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot lock the data directory {config.data_dir}: {exc.strerror}") from None
     try:
         store = open_store(config.database, replica_id=config.replica_id or None,
                            lease_seconds=config.replica_lease_seconds)
     except StoreError as exc:  # carries a one-line message
+        lock.release()
         raise StartupError(str(exc)) from None
     if store.migrated_from:
         log.info("database schema migrated", extra={"fields": {"from": store.migrated_from, "path": str(config.db_path)}})
@@ -242,13 +255,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         token = config.read_auth_token()
     except ConfigError as exc:
         store.close()
+        lock.release()
         raise StartupError(str(exc)) from None
     if token is not None and is_digest(token) and not isinstance(store, SqliteStore):
         store.close()
+        lock.release()
         raise StartupError("auth_token_file holds the token's sha256 digest, but replicas on a shared database "
                            "call each other with the token itself: give them the token")
     # Watchers here of phases other replicas run follow them by LISTEN/NOTIFY (docs/scale-out.md).
-    listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+    try:
+        listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+    except StartupError:
+        lock.release()
+        raise
 
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     if token is not None:
@@ -265,6 +284,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     )
     # What a start that fails half-way must undo, newest first; emptied once nothing can fail.
     undo = contextlib.AsyncExitStack()
+    undo.callback(lock.release)
     undo.push_async_callback(_close, store, listener)
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
@@ -405,7 +425,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder,
-                         health_server, health_port)
+                         health_server, health_port, lock)
 
 
 def _listen_address(host: str, port: int) -> str:
