@@ -18,6 +18,7 @@ from helix_runner.domain.bounds import (
     PROMPT_MAX_BYTES,
     SYSTEM_PROMPT_MAX_BYTES,
 )
+from helix_runner.domain.json_depth import check_json_depth
 from helix_runner.errors import invalid_field
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -221,6 +222,7 @@ def json_object(name: str, text: str) -> dict:
     size = len(text.encode())
     if size > MAX_JSON_OPTION_BYTES:
         raise invalid_field(f"options.{name}", f"is {size} bytes; the limit is {MAX_JSON_OPTION_BYTES}")
+    check_json_depth(f"options.{name}", text)
     try:
         value = json.loads(text)
     except ValueError as e:

@@ -47,6 +47,7 @@ from helix_runner.domain.events import (
     ToolCallStarted,
     TurnResult,
 )
+from helix_runner.domain.json_depth import check_json_depth
 from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_PATTERN
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
@@ -388,6 +389,7 @@ class PhaseController:
         elif decision == "edit":
             if len(input_json.encode()) > MAX_EDIT_INPUT_BYTES:
                 raise invalid_field("edit.input_json", f"exceeds {MAX_EDIT_INPUT_BYTES} bytes")
+            check_json_depth("edit.input_json", input_json)
             try:
                 new_input = orjson.loads(input_json)
             except orjson.JSONDecodeError:

@@ -2272,7 +2272,7 @@ class EditDecision(betterproto2.Message):
 
     input_json: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The new input as a JSON object (at most 64 KiB).
+    The new input as a JSON object (at most 64 KiB, nested at most 64 levels).
     """
 
 
@@ -3768,8 +3768,8 @@ class PhaseOptions(betterproto2.Message):
 
     mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
     """
-    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
-    none). It may hold secrets (server `env`, headers): the server never logs, stores or records
+    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB, nested
+    at most 64 levels; empty: none). It may hold secrets (server `env`, headers): the server never logs, stores or records
     it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
     The CLI gets it (like `settings` and `agents`) as the path of a 0600 file in a private
     directory under the server's data dir, removed when the phase ends, never in its command
@@ -3785,15 +3785,15 @@ class PhaseOptions(betterproto2.Message):
     agents: "str" = betterproto2.field(34, betterproto2.TYPE_STRING)
     """
     `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
-    (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
+    (at most 100 KiB, nested at most 64 levels; empty: none). Recorded like `mcp_config` (names only).
     """
 
     settings: "str" = betterproto2.field(35, betterproto2.TYPE_STRING)
     """
-    `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
-    supplies the API key through its key helper it merges its own `apiKeyHelper` into this
-    object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
-    keys only).
+    `--settings`: a JSON object of CLI settings (at most 100 KiB, nested at most 64 levels;
+    empty: none). When the server supplies the API key through its key helper it merges its own
+    `apiKeyHelper` into this object, and the server's value wins over the caller's. Recorded like
+    `mcp_config` (top-level keys only).
     """
 
     setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
@@ -3804,8 +3804,8 @@ class PhaseOptions(betterproto2.Message):
 
     json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
     """
-    `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB) the phase's final answer must
-    conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
+    `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB, nested at most 64 levels) the
+    phase's final answer must conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
     schema and validates each call; the conforming object lands in `PhaseResult.structured_output`.
     A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
     is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
