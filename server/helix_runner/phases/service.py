@@ -24,7 +24,7 @@ from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_outcome import EndCause
-from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
@@ -243,7 +243,7 @@ class PhaseService:
             # A write refused by the fence (another replica took the phase over) stops the run.
             run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
             run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries)
+                           retries=retries, accepted_ns=now)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             if plan.secret_files is not None:
@@ -490,7 +490,8 @@ class PhaseService:
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
-                                 end_time_ns=now, last_sequence=seq)
+                                 end_time_ns=now, last_sequence=seq,
+                                 queue_wait_ns=queue_wait_ns(row.create_time_ns, row.start_time_ns))
             self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
                                     status_reason=reason, end_time_ns=now,
                                     # The cost and attempts it recorded before the server stopped.

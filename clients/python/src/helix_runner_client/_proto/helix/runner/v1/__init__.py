@@ -3182,7 +3182,9 @@ class Phase(betterproto2.Message):
         7, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
     )
     """
-    When the CLI was started (unset while pending).
+    When the CLI of its first attempt was started: the same instant as `PhaseResult.start_time`
+    and `attempts[0].start_time` (unset while pending or queued before its first attempt). A
+    phase that waited in the queue started after it was accepted; `queue_wait` is the difference.
     """
 
     end_time: "datetime.datetime | None" = betterproto2.field(
@@ -3260,6 +3262,15 @@ class Phase(betterproto2.Message):
     """
     How the CLI authenticated to the API (`apiKeySource` of its latest init line, see
     PhaseResult.auth_source); empty before the first init line.
+    """
+
+    queue_wait: "datetime.timedelta | None" = betterproto2.field(
+        22, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    How long the phase waited from its acceptance to its first CLI start (`start_time` -
+    `create_time`: the admission queue, see QueueState); unset until its first attempt started.
+    A retry's wait before a later attempt is that attempt's predecessor's `retry_delay`.
     """
 
 
@@ -3922,7 +3933,7 @@ class PhaseResult(betterproto2.Message):
         19, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
     )
     """
-    When the CLI was started.
+    When the CLI of the first attempt was started (`Phase.start_time`, `attempts[0].start_time`).
     """
 
     end_time: "datetime.datetime | None" = betterproto2.field(
@@ -3982,6 +3993,14 @@ class PhaseResult(betterproto2.Message):
     """
     Whether structured_output was cut at the bound (it is then not valid JSON; the full object is
     in the phase's recording and in `result_text` up to its own bound).
+    """
+
+    queue_wait: "datetime.timedelta | None" = betterproto2.field(
+        31, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    How long the phase waited from its acceptance to its first CLI start (`Phase.queue_wait`);
+    unset when no attempt started.
     """
 
 
