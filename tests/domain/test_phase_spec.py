@@ -148,3 +148,22 @@ def test_json_options_at_the_documented_depth_are_accepted_and_reach_the_cli(nam
     argv = build_argv("claude", spec, settings='{"apiKeyHelper": "helper"}')  # settings merged and re-written
     assert any(arg.startswith(("--json-schema=", "--settings", "--mcp-config", "--agents")) for arg in argv)
     redact_argv(argv)  # the record's copy parses them again
+
+
+@pytest.mark.parametrize(("change", "values"), [
+    ({"prompt": "x" * (1024 * 1024 + 1)}, [1024 * 1024 + 1]),
+    ({"settings": '{"a": "' + "x" * 110_000 + '"}'}, [110_009]),
+    ({"settings": '{"a": 1,}'}, [1, 9]),
+    ({"env": {"1BAD": "x"}}, ["1BAD"]),
+    ({"base_ref": "a..b", "workspace": "GIT_WORKTREE"}, ["a..b"]),
+    ({"model": "-rf"}, ["-rf"]),
+    ({"agents": '{"rev": {"description": 1}}'}, ["rev"]),
+])
+def test_every_dynamic_value_of_a_message_is_in_the_metadata(change, values):
+    """Issue 22 item 4: sizes, names and refs a message quotes are in the ErrorInfo metadata too."""
+    with pytest.raises(RunnerError) as caught:
+        PhaseSpec.create(**{**BASE, **change})
+    err = caught.value
+    assert "field" in err.metadata
+    for value in map(str, values):
+        assert value in err.message and value in err.metadata.values(), (err.message, err.metadata)

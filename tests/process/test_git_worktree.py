@@ -131,3 +131,26 @@ def test_sweep_after_a_crash_applies_the_policy_and_removes_half_made_worktrees(
     assert removed.branch in sh(repo, "branch", "--list")
     listed = sh(repo, "worktree", "list", "--porcelain")
     assert str(kept.worktree_path) in listed and str(removed.worktree_path) not in listed
+
+
+def test_every_path_and_ref_an_error_names_is_in_its_metadata(repo, tmp_path):
+    """Issue 22 item 4: the contract promises every dynamic value of a message in the ErrorInfo
+    metadata; a non-git directory and a missing base_ref carried only `field`."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    sh(repo, "branch", branch_name("j", "taken"))
+    outside = tmp_path / "roots-elsewhere"
+    outside.mkdir()
+    cases = [
+        (dict(workdir=plain, phase_id="a"), [plain]),
+        (dict(workdir=repo, phase_id="b", base_ref="no-such-branch"), ["no-such-branch", repo]),
+        (dict(workdir=repo, phase_id="taken"), [branch_name("j", "taken"), repo]),
+        (dict(workdir=repo, phase_id="c", roots=(outside,)), [repo]),
+    ]
+    for change, values in cases:
+        with pytest.raises(RunnerError) as caught:
+            plan(change.pop("workdir"), tmp_path, change.pop("phase_id"), **change)
+        err = caught.value
+        assert "field" in err.metadata, err
+        for value in map(str, values):
+            assert value in err.message and value in err.metadata.values(), (err.message, err.metadata)

@@ -165,7 +165,7 @@ class PhaseService:
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {existing.project_id}",
-                              {"field": "project_id", "job_id": spec.job_id})
+                              {"field": "project_id", "job_id": spec.job_id, "project_id": existing.project_id})
         # The run id names the recording directory (its suffix) and the containment scope, so a
         # restarted server finds a crashed run's cgroups from the phase row (see recover()).
         run_id = uuid.uuid4().hex
@@ -224,7 +224,7 @@ class PhaseService:
         if job.project_id != project:  # another request created the job just now
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {job.project_id}",
-                              {"field": "project_id", "job_id": spec.job_id})
+                              {"field": "project_id", "job_id": spec.job_id, "project_id": job.project_id})
         try:
             self.store.insert_phase(PhaseRow(
                 job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
@@ -437,7 +437,8 @@ class PhaseService:
             row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
                               f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
-                              {"status": row.status.name, "operation": "cancel"})
+                              {"status": row.status.name, "operation": "cancel", "job_id": job_id,
+                               "phase_id": phase_id})
         live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
         return live
 

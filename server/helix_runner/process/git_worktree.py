@@ -165,7 +165,8 @@ class PhaseWorkspace:
             except (GitError, OSError) as exc:
                 _settle(self.manifest_path, PhaseStatus.FAILED, half_made=True)
                 raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
-                                  f"cannot create the phase's git worktree: {exc}", {"missing": "worktree"}) from None
+                                  f"cannot create the phase's git worktree: {exc}",
+                                  {"missing": "worktree", "path": str(self.worktree_path), "error": str(exc)}) from None
             self._write_manifest("active")
             self.start_tree = git(self.toplevel, "rev-parse", f"{self.base_commit}^{{tree}}").decode().strip()
         elif self.toplevel is not None:
@@ -247,22 +248,24 @@ def plan_workspace(*, mode: str, workdir: Path, job_id: str, phase_id: str, base
     if mode != "GIT_WORKTREE":
         return PhaseWorkspace("IN_PLACE", workdir, top, diff_path=diff_path)
     if top is None:
-        raise invalid_field("options.workspace", f"GIT_WORKTREE needs a git repository; {workdir} is not in one")
+        raise invalid_field("options.workspace", f"GIT_WORKTREE needs a git repository; {workdir} is not in one",
+                            path=workdir)
     if not any(top == r or r in top.parents for r in roots):
         # The worktree copies the whole repository: its top level must be inside a root too.
         raise RunnerError(ErrorKind.INVALID_ARGUMENT, "WORKING_DIR_OUTSIDE_ROOTS",
                           f"the repository of working_dir ({top}) is outside the workspace roots",
-                          {"path": str(workdir), "resolved": str(top)})
+                          {"field": "working_dir", "path": str(workdir), "resolved": str(top),
+                           "roots": ":".join(str(r) for r in roots)})
     ref = base_ref or "HEAD"
     base = git(top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}",
                check=False).decode().strip()
     if not base:
-        raise invalid_field("options.base_ref", f"{ref!r} is not a commit of {top}")
+        raise invalid_field("options.base_ref", f"{ref!r} is not a commit of {top}", base_ref=ref, repository=top)
     branch = branch_name(job_id, phase_id)
     if _ref_exists(top, branch):
         raise RunnerError(ErrorKind.FAILED_PRECONDITION, "INVALID_FIELD",
                           f"branch {branch} already exists in {top}; choose another job or phase id",
-                          {"field": "phase_id", "branch": branch})
+                          {"field": "phase_id", "branch": branch, "repository": str(top)})
     where = worktrees_dir(data_dir) / _safe(job_id)
     return PhaseWorkspace("GIT_WORKTREE", workdir, top, retention=retention, base_commit=base, branch=branch,
                           worktree_path=where / _safe(phase_id), manifest_path=where / f"{_safe(phase_id)}.json",
