@@ -50,6 +50,10 @@ def _repo_lock(repo: Path) -> threading.Lock:
         return _repo_locks.setdefault(str(repo), threading.Lock())
 
 
+# A job's directory under worktrees/ is removed with its last manifest; a phase of the same job
+# starting meanwhile creates it again before writing its own manifest (both under this lock).
+_JOB_DIRS_LOCK = threading.Lock()
+
 GIT_TIMEOUT = 120.0
 RETENTIONS = ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
 _SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "diff.external=",
@@ -224,11 +228,12 @@ class PhaseWorkspace:
 
     def _write_manifest(self, state: str) -> None:
         assert self.manifest_path is not None
-        self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
         body = {"state": state, "repo": str(self.toplevel), "path": str(self.worktree_path), "branch": self.branch,
                 "base": self.base_commit, "retention": self.retention}
         tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body))
+        with _JOB_DIRS_LOCK:  # the job's directory is not removed between its mkdir and the write
+            self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(body))
         os.replace(tmp, self.manifest_path)
 
 
@@ -310,8 +315,17 @@ def _settle(manifest: Path, status: PhaseStatus, *, half_made: bool = False) -> 
                 tip = git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{body['branch']}", check=False)
                 if tip.decode().strip() == body["base"]:
                     git(repo, "branch", "-D", body["branch"])
-    manifest.unlink(missing_ok=True)
+    with _JOB_DIRS_LOCK:
+        manifest.unlink(missing_ok=True)
+        _remove_if_empty(manifest.parent)
     return "removed"
+
+
+def _remove_if_empty(job_dir: Path) -> None:
+    """Removes a job's directory under worktrees/ once nothing of it is left (another phase of the
+    job may still have its worktree or manifest there; then it stays)."""
+    with contextlib.suppress(OSError):  # not empty, or already gone
+        job_dir.rmdir()
 
 
 def sweep(data_dir: Path) -> dict[str, str]:
@@ -336,6 +350,9 @@ def sweep(data_dir: Path) -> dict[str, str]:
                                                                                 "error": str(exc)}})
     for tmp in root.glob("*/*.tmp"):
         tmp.unlink(missing_ok=True)
+    for job_dir in root.iterdir():  # emptied by the above, or by a server that stopped before this change
+        if job_dir.is_dir():
+            _remove_if_empty(job_dir)
     return actions
 
 
