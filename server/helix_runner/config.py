@@ -250,6 +250,11 @@ class ServerConfig:
         return replace(self, host=self.web_host).is_loopback
 
     @property
+    def metrics_is_loopback(self) -> bool:
+        """Whether ``/metrics`` only accepts local connections (the same rule as ``host``)."""
+        return replace(self, host=self.metrics_host).is_loopback
+
+    @property
     def db_path(self) -> Path:
         return self.data_dir / "helix-runner.sqlite3"
 

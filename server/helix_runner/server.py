@@ -385,6 +385,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         await undo.aclose()
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
+    if telemetry.metrics_port is not None and not config.metrics_is_loopback:
+        # /metrics takes no token (Prometheus' convention; README "Observability"): say so where it shows.
+        log.warning("/metrics is served without authentication on a non-loopback address: whoever reaches it "
+                    "reads the counters, costs and tool, model and project names (no job or phase id, no "
+                    "secret); restrict the port with a firewall or network policy, or keep metrics_host on "
+                    "loopback", extra={"fields": {"address": f"{config.metrics_host}:{telemetry.metrics_port}"}})
     undo.pop_all()  # from here on the running server owns all of it (its drain stops it)
     await server.start()
     if health_server is not None:
