@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -160,3 +161,29 @@ def test_test_fast_runs_only_pytests_fast_tier(tmp_path):
     collected = [line for line in run.stdout.splitlines() if "::" in line]
     assert collected and all(line.startswith("tests/api/test_wire.py::") for line in collected)
     assert "deselected" in run.stdout  # test_run_phase.py is real_cli
+
+
+def _path_without_toolchains(tmp_path: Path) -> str:
+    """A PATH with a shell and the coreutils the scripts use, but no cargo, npm or node."""
+    bin_dir = tmp_path / "bare-bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "env", "dirname", "cat", "sha256sum", "cut", "mkdir", "find", "sort", "git", "id"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize(("script", "args"), [("test-clients", []), ("build-web", []), ("test", []),
+                                              ("generate-clients", [])])
+def test_a_missing_toolchain_is_one_line_naming_it_before_anything_runs(tmp_path, script, args):
+    """Issue 22 item 12: without cargo the full suite stopped at `scripts/test-clients: line 51: cargo:
+    command not found`, after installing and building other things first."""
+    env = {"PATH": _path_without_toolchains(tmp_path), "HOME": str(tmp_path), "HELIX_VENV": str(VENV)}
+    run = subprocess.run([ROOT / "scripts" / script, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stdout == "", run.stdout  # nothing started
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"scripts/{script}: ") and " not found on PATH" in line, line
+    assert ("cargo" in line) or ("npm" in line) or ("node" in line)
+    assert "--fast" in line or script != "test"
