@@ -401,7 +401,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         store.advertise_capacity(service.admission.queue.limits.max_running)
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
-                                                          sock=web_socket, tls=tls_files)
+                                                          sock=web_socket, tls=tls_files, grpc_port=port)
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     # What start-up built (modules, descriptors, the gRPC server) lives as long as the process: out of
