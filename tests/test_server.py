@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 
@@ -20,6 +21,7 @@ from helix_runner.config import load_config
 from helix_runner.process.child_env import CREDENTIAL_ENV
 from helix_runner.server import StartupError, child_credentials, start_server
 from helix_runner.store.sqlite_store import SqliteStore
+from helix_runner.structured_logging import TextFormatter
 
 
 def config(tmp_path, **flags):
@@ -151,3 +153,14 @@ async def test_one_server_per_data_dir_and_the_lock_is_freed_at_drain(tmp_path):
         await running.drain(0)
     again = await start_server(cfg, server_env={})
     await again.drain(0)
+
+
+async def test_the_containment_line_is_short_and_its_paths_are_detail(tmp_path, caplog):
+    """Issue 22 item 15: a long JSON "containment" line with every cgroup path came before every error."""
+    with caplog.at_level(logging.INFO, logger="helix_runner.server"):
+        running = await start_server(config(tmp_path, port=0), server_env={})
+        await running.drain(0)
+    (record,) = [r for r in caplog.records if r.getMessage() == "containment"]
+    line = TextFormatter().format(record)
+    assert "/sys/fs/cgroup" not in line and "detail" not in record.fields and len(line) < 80, line
+    assert set(record.fields) == {"mode", "limits"}

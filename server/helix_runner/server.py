@@ -203,9 +203,16 @@ def _detect_containment(config: ServerConfig) -> Containment:
         containment = detect(config.containment, config.cgroup_parent, instance_id(config.data_dir))
     except ContainmentError as exc:
         raise StartupError(f"phase containment: {exc}") from None
-    fields = {"mode": MODE_NAMES[containment.mode], "setting": config.containment, "detail": containment.detail,
-              "limits": list(containment.limits_available)}
+    # One short line (it comes first, also before any start-up error); the cgroup paths and the
+    # reasons a cgroup was not usable are the detail: debug, or a warning when auto fell back.
+    fields = {"mode": MODE_NAMES[containment.mode], "limits": list(containment.limits_available)}
     log.info("containment", extra={"fields": fields})
+    if fields["mode"] == "subreaper" and config.containment == "auto":
+        log.warning("no usable cgroup: phases are contained by a subreaper shim, without memory or cpu limits",
+                    extra={"fields": {"detail": containment.detail}})
+    else:
+        log.debug("containment detail", extra={"fields": {"setting": config.containment,
+                                                           "detail": containment.detail}})
     for name, value in (("memory", config.default_memory_limit_bytes), ("cpu", config.default_cpu_limit_millicores)):
         if value and name not in containment.limits_available:
             log.warning("default limit not enforced: no cgroup with this controller",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import shutil
 import ssl
 import subprocess
+import sys
 
 import grpc
 import pytest
@@ -202,3 +204,23 @@ async def test_another_http_server_is_named_as_not_grpc_in_full_words():
     assert result.err == (f"helix-runner: error: 127.0.0.1:{port} answers HTTP/1.1, not gRPC: is it a dashboard's "
                           "port or another web server? (scripts/serve puts gRPC on 50051, the dashboard on "
                           "50052)\n")
+
+
+def test_an_interrupt_on_a_terminal_starts_its_line_after_the_echoed_ctrl_c(monkeypatch):
+    """Issue 22 item 15: Ctrl-C left no newline before `helix-runner: interrupted`."""
+    import importlib
+
+    cli_main = importlib.import_module("helix_runner.cli.main")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, expected in ((Terminal(), "\nhelix-runner: interrupted\n"), (io.StringIO(), "helix-runner: interrupted\n")):
+        monkeypatch.setattr(sys, "stderr", stream)
+        cli_main._error("interrupted", interrupted=True)
+        assert stream.getvalue() == expected
+    error = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", error)
+    cli_main._error("boom")
+    assert error.getvalue() == "helix-runner: error: boom\n"

@@ -293,6 +293,14 @@ def test_readme_docker_run_recipe_matches_the_image() -> None:
     assert docker_env()["HELIX_RUNNER_HOST"] == "0.0.0.0"
 
 
+def test_the_readme_docker_sections_token_directory_is_git_ignored() -> None:
+    """Issue 22 item 15: the Docker section writes a bearer token to secrets/, which git would commit."""
+    readme = (ROOT / "README.md").read_text()
+    assert "> secrets/token" in readme
+    ignored = subprocess.run(["git", "check-ignore", "-q", "secrets/token"], cwd=ROOT, check=False, timeout=30)
+    assert ignored.returncode == 0
+
+
 def test_the_image_builds_the_python_client_into_the_servers_wheel() -> None:
     # helix-runner ships the Python client its command uses (issue 22, item 6: a dependency on
     # helix-runner-client would be resolved from an index where this project does not own the name).
