@@ -204,9 +204,11 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         ref.receive_time.CopyFrom(event.receive_time)
     live = view.live
     if live is None:
-        # Ended: the final figures, when the phase recorded them.
+        # Ended: the final figures, when the phase recorded them (the turn results its result
+        # counted; the message counters lived with the run).
         if msg.phase.result.diagnostics.HasField("containment"):
             msg.containment.CopyFrom(msg.phase.result.diagnostics.containment)
+        msg.turn_count = msg.phase.result.result_count
         return msg
     if live.containment is not None:
         msg.containment.CopyFrom(containment_to_proto(live.containment))

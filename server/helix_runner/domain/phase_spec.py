@@ -22,6 +22,8 @@ from helix_runner.domain.json_depth import check_json_depth
 from helix_runner.errors import invalid_field
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# The project of a phase whose request names none (an empty project_id): every record says this name.
+DEFAULT_PROJECT = "default"
 # Model names, session ids: conservative token charset, never a leading dash.
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_.:@/\[\]][A-Za-z0-9_.:@/\[\]-]{0,199}$")
 TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_][^\n\r\x00,]{0,511}$")

@@ -39,7 +39,7 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
 from helix_runner.domain.phase_result import Attempt, PhaseDiagnostics, PhaseResult
-from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
@@ -608,7 +608,9 @@ class PhaseRun:
             self.job_id, self.phase_id, time.time_ns(), cost_pb=self.encoder.encode_cost(cost),
             reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
         )
-        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [
+        # Under the project's name as every other record has it ("default" for none), so a project's
+        # totals find these rows (store: model_cost_sums by project).
+        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id or DEFAULT_PROJECT, [
             ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
                          m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
                          m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source)

@@ -25,7 +25,7 @@ from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
-from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
 Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
 
-DEFAULT_PROJECT = "default"
 
 
 @dataclass(frozen=True)
