@@ -257,3 +257,16 @@ def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
+
+
+def test_run_starts_with_pattern_and_tool_breakpoints():
+    """Issue 22 item 10: `run ... &` then `break add --pattern` raced (PHASE_NOT_FOUND, then
+    ILLEGAL_TRANSITION once the phase had ended); the breakpoint goes in with the request instead."""
+    from helix_runner.cli.main import build_parser
+    from helix_runner.cli.run import build_request
+
+    args = build_parser().parse_args(["run", "--workdir", "/w", "--prompt", "go", "--break-on-pattern", r"rm\s+-rf",
+                                      "--break-on-tool", "Edit"])
+    breakpoints = build_request(args).options.breakpoints
+    assert [(b.tool_name or "", b.input_pattern.regex if b.input_pattern else "") for b in breakpoints] == [
+        ("Edit", ""), ("", r"rm\s+-rf")]

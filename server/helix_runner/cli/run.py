@@ -78,6 +78,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start with a breakpoint on this tool (repeatable; resolve with approve / deny / edit)",
     )
     p.add_argument(
+        "--break-on-pattern",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="start with a breakpoint on tool calls whose input matches this RE2 pattern (repeatable): "
+        "held from the first call on, with no race against a later `break add`",
+    )
+    p.add_argument(
         "--detach-on-disconnect",
         action="store_true",
         help="keep the phase running if this command goes away (re-attach with watch or attach)",
@@ -93,7 +101,8 @@ def build_request(args: argparse.Namespace):
         model=args.model,
         allowed_tools=list(args.allowed_tools),
         max_turns=args.max_turns,
-        breakpoints=[pb.Breakpoint(tool_name=name) for name in args.break_on_tool],
+        breakpoints=[pb.Breakpoint(tool_name=name) for name in args.break_on_tool]
+        + [pb.Breakpoint(input_pattern=pb.InputPatternCondition(regex=regex)) for regex in args.break_on_pattern],
     )
     if args.timeout:
         options.timeout = timedelta(seconds=args.timeout)
