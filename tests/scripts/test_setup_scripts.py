@@ -55,7 +55,7 @@ def test_serve_resolves_relative_paths_and_the_default_root_against_the_callers_
     home = tmp_path / "home"
     home.mkdir()
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "HELIX_VENV": str(VENV), "PYTHONUNBUFFERED": "1"}
-    log = tmp_path / "serve.log"
+    log, out = tmp_path / "serve.log", tmp_path / "serve.out"
     argv = [
         str(ROOT / "scripts" / "serve"),
         "--port",
@@ -69,13 +69,13 @@ def test_serve_resolves_relative_paths_and_the_default_root_against_the_callers_
         "--offline-script",
         "script.json",
     ]
-    with log.open("w") as stderr:
+    with log.open("w") as stderr, out.open("w") as stdout:
         proc = subprocess.Popen(
             argv,
             cwd=caller,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=stdout,
             stderr=stderr,
             start_new_session=True,
         )
@@ -87,6 +87,10 @@ def test_serve_resolves_relative_paths_and_the_default_root_against_the_callers_
         proc.wait(30)
     assert serving["workspace_roots"] == [str(caller.resolve())]
     assert (caller / "data" / "helix-runner.sqlite3").is_file()
+    # Issue 22 item 9: the client verbs' command is not on PATH; scripts/serve says where it is.
+    first = out.read_text().splitlines()[0]
+    assert first == (f"Command line: {VENV}/bin/helix-runner (`source {VENV}/bin/activate` puts helix-runner "
+                     "on PATH)")
 
 
 def _serving_line(log: Path, proc: subprocess.Popen, limit_s: float = 60.0) -> dict:
