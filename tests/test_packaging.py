@@ -15,6 +15,8 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # The project's own distribution names; none may be a requirement of the server's wheel.
 OWN_NAMES = {"helix-runner", "helix-runner-client"}
@@ -27,6 +29,7 @@ def _normalized(requirement: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+@pytest.mark.slow  # builds a wheel (5-8 s on a loaded machine): the full suite's
 def test_the_wheel_ships_the_client_and_requires_no_name_of_this_project(tmp_path):
     source = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
