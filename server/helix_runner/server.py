@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 
 import grpc
@@ -483,11 +484,18 @@ async def serve(config: ServerConfig) -> None:
     if not make_undumpable():
         log.warning("could not make the server process non-dumpable: processes of its user, the phases' "
                     "tools included, can read its environment and memory through /proc")
-    running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if sig == signal.SIGINT and sys.stderr.isatty():
+            sys.stderr.write("\n")  # after the terminal's echoed ^C: the drain's log lines start on their own
+        stop.set()
+
+    # Before the start: a signal during it (once "serving" is logged, or earlier) drains, not a traceback.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+    running = await start_server(config)
     await stop.wait()
     await running.drain(config.drain_grace_seconds)
     log.info("stopped")

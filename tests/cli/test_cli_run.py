@@ -270,3 +270,15 @@ def test_run_starts_with_pattern_and_tool_breakpoints():
     breakpoints = build_request(args).options.breakpoints
     assert [(b.tool_name or "", b.input_pattern.regex if b.input_pattern else "") for b in breakpoints] == [
         ("Edit", ""), ("", r"rm\s+-rf")]
+
+
+def test_the_progress_line_shows_no_cost_before_one_is_known_and_marks_a_computed_one():
+    """Issue 22 item 14: the progress line said "$0.0000" before any cost and "1 tools"."""
+    view = PhaseView()
+    view.apply(_event(1, tool_call_started=pb.ToolCallStarted(tool_use_id="t1", name="Bash", input_json="{}")))
+    line = progress_line(view, 1.0, 200)
+    assert " 1 tool " in line and line.endswith("| -")
+    view.apply(_event(2, cost_update=pb.CostUpdate(cost=pb.PhaseCost(computed_usd=0.0004))))
+    assert progress_line(view, 2.0, 200).endswith("| $0.0004*")
+    view.apply(_event(3, cost_update=pb.CostUpdate(cost=pb.PhaseCost(computed_usd=0.0016, reported_usd=0.0016))))
+    assert progress_line(view, 3.0, 200).endswith("| $0.0016")

@@ -438,6 +438,7 @@ class PhaseView:
     # messages, one per API message id; a turn_result's own figure wins if it is higher.
     turns: int = 0
     _message_ids: set[str] = field(default_factory=set)
+    _costed: bool = False  # a cost update arrived (before it, the cost is unknown, not $0)
     result: pb.PhaseResult | None = None
     last_event_time: datetime | None = None
 
@@ -520,6 +521,7 @@ class PhaseView:
                 del self.held[tool_use_id]
 
     def _apply_cost(self, cost: pb.PhaseCost) -> None:
+        self._costed = True
         self.tokens = cost.tokens or pb.TokenUsage()
         self.reported_usd = cost.reported_usd
         self.computed_usd = cost.computed_usd
@@ -586,8 +588,11 @@ class PhaseView:
         return sum(t.failures for t in self.tools.values())
 
     @property
-    def cost_usd(self) -> float:
-        return self.reported_usd if self.reported_usd is not None else self.computed_usd
+    def cost_usd(self) -> float | None:
+        """The CLI-reported cost, else the computed one; None before the first cost update."""
+        if self.reported_usd is not None:
+            return self.reported_usd
+        return self.computed_usd if self._costed else None
 
     def elapsed(self, now: datetime | None = None) -> float | None:
         """Seconds since the phase started: up to its end, else to ``now`` (live), else to the last event."""

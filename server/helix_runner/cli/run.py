@@ -185,7 +185,7 @@ class ProgressDisplay:
 
 def progress_line(view, elapsed: float, width: int) -> str:
     """The one-line progress, cut to ``width - 1`` characters so a terminal never wraps it."""
-    from helix_runner.cli.render import enum_name, fmt_seconds, fmt_tokens, fmt_usd
+    from helix_runner.cli.render import enum_name, fmt_seconds, fmt_tokens, fmt_usd, plural
 
     current = view.current_tool
     parts = [f"[{fmt_seconds(elapsed):>6}]"]
@@ -193,13 +193,14 @@ def progress_line(view, elapsed: float, width: int) -> str:
         parts.append(enum_name(view.status))
     parts.append(f"▶ {current.name}" if current is not None else "idle")
     failed = f" ({view.tool_failures}✗)" if view.tool_failures else ""
-    parts.append(f"{view.tool_calls} tools{failed}")
+    parts.append(f"{plural(view.tool_calls, 'tool')}{failed}")
     tokens = view.tokens
     parts.append(
         f"{fmt_tokens(tokens.input_tokens + tokens.cache_read_input_tokens)}/"
         f"{fmt_tokens(tokens.output_tokens)} tok"
     )
-    parts.append(fmt_usd(view.cost_usd))
+    cost = view.cost_usd
+    parts.append(fmt_usd(cost) + ("*" if cost is not None and view.reported_usd is None else ""))
     if view.retrying and view.last_retry is not None:
         r = view.last_retry
         http = f" {r.error_status}" if r.error_status is not None else ""
