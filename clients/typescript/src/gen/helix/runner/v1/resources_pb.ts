@@ -1709,21 +1709,24 @@ export type PhaseInspection = Message<"helix.runner.v1.PhaseInspection"> & {
   recentEvents: StreamEventRef[];
 
   /**
-   * Assistant messages seen (distinct API message ids).
+   * Assistant messages seen (distinct API message ids) while the phase runs on this server; 0
+   * once it has ended (the count lived with the run; `phase.result.num_turns` is the CLI's).
    *
    * @generated from field: int64 assistant_message_count = 6;
    */
   assistantMessageCount: bigint;
 
   /**
-   * User lines seen (tool results and injected messages).
+   * User lines seen (tool results and injected messages) while the phase runs on this server; 0
+   * once it has ended.
    *
    * @generated from field: int64 user_message_count = 7;
    */
   userMessageCount: bigint;
 
   /**
-   * Turn results seen.
+   * Turn results seen; once the phase has ended, those its result counted
+   * (`phase.result.result_count`).
    *
    * @generated from field: int64 turn_count = 8;
    */

@@ -3539,17 +3539,20 @@ class PhaseInspection(betterproto2.Message):
 
     assistant_message_count: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
     """
-    Assistant messages seen (distinct API message ids).
+    Assistant messages seen (distinct API message ids) while the phase runs on this server; 0
+    once it has ended (the count lived with the run; `phase.result.num_turns` is the CLI's).
     """
 
     user_message_count: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
     """
-    User lines seen (tool results and injected messages).
+    User lines seen (tool results and injected messages) while the phase runs on this server; 0
+    once it has ended.
     """
 
     turn_count: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
     """
-    Turn results seen.
+    Turn results seen; once the phase has ended, those its result counted
+    (`phase.result.result_count`).
     """
 
     context_usage: "ContextUsage | None" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, optional=True)
