@@ -18,14 +18,14 @@ WORKDIR /src
 # without it (with a warning).
 COPY pyproject.toml ./
 COPY server/ server/
-# helix-runner depends on the repository's Python client (the `helix-runner` client verbs use it),
-# which is not on a package index: its wheel is built here next to the server's.
+# helix-runner ships the repository's Python client (the `helix-runner` client verbs use it) in its
+# own wheel, from clients/python/src: never resolved from a package index.
 COPY clients/python/ clients/python/
 
 # The venv has no pip of its own (pip --python installs into it from outside), so the runtime
 # stage gets the application and its dependencies and no packaging tools beyond the base image's.
 RUN python -m venv --without-pip /opt/venv \
-    && pip wheel --no-cache-dir --no-deps --wheel-dir /dist . clients/python \
+    && pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
     && pip --python /opt/venv/bin/python install --no-cache-dir /dist/*.whl
 
 

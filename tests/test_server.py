@@ -1,15 +1,27 @@
-"""Server wiring: what credentials a phase's child gets (``child_credentials``), background retention."""
+"""Server wiring: what credentials a phase's child gets (``child_credentials``), background retention, one
+server per data directory."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import os
+import signal
 
+import grpc
 import pytest
+from support.processes import serving_port, start_serve
+from support.streams import Stream, breakpoint_hit
 
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.config import load_config
 from helix_runner.process.child_env import CREDENTIAL_ENV
 from helix_runner.server import StartupError, child_credentials, start_server
 from helix_runner.store.sqlite_store import SqliteStore
+from helix_runner.structured_logging import TextFormatter
 
 
 def config(tmp_path, **flags):
@@ -78,3 +90,77 @@ async def test_a_server_with_retention_prunes_old_jobs_in_the_background(tmp_pat
     finally:
         await running.drain(1.0)
     assert running.retention_task is not None and running.retention_task.done()
+
+
+@pytest.mark.real_cli
+async def test_a_second_server_on_the_same_data_dir_refuses_and_leaves_the_first_ones_phase_alone(
+        claude_binary, tmp_path):
+    """Issue 22 item 1: a user moves a second `serve` to other ports but keeps the shared data dir while
+    the first holds a phase at a breakpoint. It used to run recovery on the first's phase (SIGKILL,
+    a retry that ran the held call undecided) and then die in recover(); now it refuses in one line."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [
+        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "touch decided.txt"}}]},
+        {"content": [{"type": "text", "text": "done"}]}]}))
+    work = tmp_path / "work"
+    work.mkdir()
+    log1, log2 = tmp_path / "serve1.log", tmp_path / "serve2.log"
+    first = start_serve(tmp_path, log1, "--offline-script", str(script))
+    second = None
+    try:
+        port = await asyncio.to_thread(serving_port, log1, first, 30)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.RunnerServiceStub(channel)
+            request = pb.RunPhaseRequest(job_id="held", phase_id="p", prompt="go", working_dir=str(work),
+                                         options=pb.PhaseOptions(allowed_tools=["Bash"],
+                                                                 breakpoints=[res.Breakpoint(tool_name="Bash")]))
+            phase = Stream(stub.RunPhase(request, timeout=120), wait_limit=60)
+            await phase.wait_for(breakpoint_hit)
+
+            second = start_serve(tmp_path, log2, "--offline-script", str(script))  # port 0: other ports
+            code = await asyncio.to_thread(second.wait, 30)
+            assert code == 1, log2.read_text()
+            lines = log2.read_text().splitlines()
+            assert lines == [f"helix-runner: error: the data directory {tmp_path / 'data'} is in use by another "
+                             f"helix-runner server (pid {first.pid}); give this one its own --data-dir"], lines
+
+            # The first server's phase is still held, the call undecided; approving it runs it once.
+            await asyncio.sleep(1.0)
+            job = (await stub.GetJob(pb.GetJobRequest(job_id="held"), timeout=10)).job
+            assert job.phases[0].status == res.PHASE_STATUS_AWAITING_APPROVAL, job.phases[0].status_reason
+            assert len(job.phases[0].attempts) <= 1 and not (work / "decided.txt").exists()
+            hit = next(e for e in phase.events if breakpoint_hit(e))
+            await stub.ResolveToolCall(pb.ResolveToolCallRequest(
+                job_id="held", phase_id="p", tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()),
+                timeout=10)
+            _, result = await phase.finish(60)
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert len(result.attempts) == 1 and (work / "decided.txt").exists()
+    finally:
+        for proc in (second, first):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+
+
+async def test_one_server_per_data_dir_and_the_lock_is_freed_at_drain(tmp_path):
+    cfg = config(tmp_path, port=0)
+    running = await start_server(cfg, server_env={})
+    try:
+        with pytest.raises(StartupError, match=rf"in use by another helix-runner server \(pid {os.getpid()}\)"):
+            await start_server(config(tmp_path, port=0), server_env={})
+    finally:
+        await running.drain(0)
+    again = await start_server(cfg, server_env={})
+    await again.drain(0)
+
+
+async def test_the_containment_line_is_short_and_its_paths_are_detail(tmp_path, caplog):
+    """Issue 22 item 15: a long JSON "containment" line with every cgroup path came before every error."""
+    with caplog.at_level(logging.INFO, logger="helix_runner.server"):
+        running = await start_server(config(tmp_path, port=0), server_env={})
+        await running.drain(0)
+    (record,) = [r for r in caplog.records if r.getMessage() == "containment"]
+    line = TextFormatter().format(record)
+    assert "/sys/fs/cgroup" not in line and "detail" not in record.fields and len(line) < 80, line
+    assert set(record.fields) == {"mode", "limits"}

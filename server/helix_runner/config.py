@@ -83,7 +83,8 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 _ADVERTISE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
 _REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-LOG_FORMATS = ("json", "text")
+# auto: human-readable lines when stderr is a terminal, JSON otherwise (structured_logging.py).
+LOG_FORMATS = ("auto", "json", "text")
 TRACING_MODES = ("auto", "on", "off")
 
 
@@ -120,7 +121,7 @@ class ServerConfig:
     claude_path: str | None = None
     auth_token_file: Path | None = None
     log_level: str = "info"
-    log_format: str = "json"
+    log_format: str = "auto"
     # Seconds running phases get to finish after SIGTERM before they are killed and recorded
     # INTERRUPTED.
     drain_grace_seconds: float = 10.0
@@ -248,6 +249,11 @@ class ServerConfig:
     def web_is_loopback(self) -> bool:
         """Whether the dashboard's address only accepts local connections (the same rule as ``host``)."""
         return replace(self, host=self.web_host).is_loopback
+
+    @property
+    def metrics_is_loopback(self) -> bool:
+        """Whether ``/metrics`` only accepts local connections (the same rule as ``host``)."""
+        return replace(self, host=self.metrics_host).is_loopback
 
     @property
     def db_path(self) -> Path:

@@ -51,6 +51,7 @@ class RunnerError(Exception):
         return f"RunnerError({self.kind.name}, {self.reason}, {self.message!r})"
 
 
-def invalid_field(field: str, problem: str) -> RunnerError:
-    """INVALID_ARGUMENT naming the offending request field."""
-    return RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"{field}: {problem}", {"field": field})
+def invalid_field(field: str, problem: str, **values: object) -> RunnerError:
+    """INVALID_ARGUMENT naming the offending request field; ``values`` are the other dynamic values
+    ``problem`` names (a path, a size, a key), which the contract puts in the ErrorInfo metadata too."""
+    return RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"{field}: {problem}", {"field": field, **values})

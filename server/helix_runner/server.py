@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from dataclasses import dataclass
 
 import grpc
@@ -41,6 +42,7 @@ from helix_runner.phases.takeover import Takeover
 from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.data_dir_lock import DataDirInUse, DataDirLock
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
 from helix_runner.store.factory import open_store
@@ -80,6 +82,7 @@ class RunningServer:
     forwarder: OwnerForwarder | None = None  # a shared database: control forwarded to phases' owners
     health_server: grpc.aio.Server | None = None  # the plaintext health-only port (health_port)
     health_port: int | None = None
+    data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -124,6 +127,8 @@ class RunningServer:
             await self.key_broker.stop()
         if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
             await self.telemetry.stop()
+        if self.data_dir_lock is not None:  # last: nothing of this server touches the data dir any more
+            self.data_dir_lock.release()
 
 
 @dataclass
@@ -199,9 +204,16 @@ def _detect_containment(config: ServerConfig) -> Containment:
         containment = detect(config.containment, config.cgroup_parent, instance_id(config.data_dir))
     except ContainmentError as exc:
         raise StartupError(f"phase containment: {exc}") from None
-    fields = {"mode": MODE_NAMES[containment.mode], "setting": config.containment, "detail": containment.detail,
-              "limits": list(containment.limits_available)}
+    # One short line (it comes first, also before any start-up error); the cgroup paths and the
+    # reasons a cgroup was not usable are the detail: debug, or a warning when auto fell back.
+    fields = {"mode": MODE_NAMES[containment.mode], "limits": list(containment.limits_available)}
     log.info("containment", extra={"fields": fields})
+    if fields["mode"] == "subreaper" and config.containment == "auto":
+        log.warning("no usable cgroup: phases are contained by a subreaper shim, without memory or cpu limits",
+                    extra={"fields": {"detail": containment.detail}})
+    else:
+        log.debug("containment detail", extra={"fields": {"setting": config.containment,
+                                                           "detail": containment.detail}})
     for name, value in (("memory", config.default_memory_limit_bytes), ("cpu", config.default_cpu_limit_millicores)):
         if value and name not in containment.limits_available:
             log.warning("default limit not enforced: no cgroup with this controller",
@@ -227,10 +239,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         probe.unlink()
     except OSError as exc:
         raise StartupError(f"data directory {config.data_dir} is not writable: {exc.strerror}") from None
+    # Before anything reads or cleans the data dir or this instance's cgroups: a second server on it
+    # would take the first one's running phases for a crash's leftovers (process/data_dir_lock.py).
+    try:
+        lock = DataDirLock.acquire(config.data_dir)
+    except DataDirInUse as exc:
+        raise StartupError(str(exc)) from None
+    except OSError as exc:
+        raise StartupError(f"cannot lock the data directory {config.data_dir}: {exc.strerror}") from None
     try:
         store = open_store(config.database, replica_id=config.replica_id or None,
                            lease_seconds=config.replica_lease_seconds)
     except StoreError as exc:  # carries a one-line message
+        lock.release()
         raise StartupError(str(exc)) from None
     if store.migrated_from:
         log.info("database schema migrated", extra={"fields": {"from": store.migrated_from, "path": str(config.db_path)}})
@@ -242,13 +263,19 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         token = config.read_auth_token()
     except ConfigError as exc:
         store.close()
+        lock.release()
         raise StartupError(str(exc)) from None
     if token is not None and is_digest(token) and not isinstance(store, SqliteStore):
         store.close()
+        lock.release()
         raise StartupError("auth_token_file holds the token's sha256 digest, but replicas on a shared database "
                            "call each other with the token itself: give them the token")
     # Watchers here of phases other replicas run follow them by LISTEN/NOTIFY (docs/scale-out.md).
-    listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+    try:
+        listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+    except StartupError:
+        lock.release()
+        raise
 
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     if token is not None:
@@ -265,6 +292,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     )
     # What a start that fails half-way must undo, newest first; emptied once nothing can fail.
     undo = contextlib.AsyncExitStack()
+    undo.callback(lock.release)
     undo.push_async_callback(_close, store, listener)
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
@@ -365,6 +393,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         await undo.aclose()
         raise StartupError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: "
                            f"{exc.strerror or exc}") from None
+    if telemetry.metrics_port is not None and not config.metrics_is_loopback:
+        # /metrics takes no token (Prometheus' convention; README "Observability"): say so where it shows.
+        log.warning("/metrics is served without authentication on a non-loopback address: whoever reaches it "
+                    "reads the counters, costs and tool, model and project names (no job or phase id, no "
+                    "secret); restrict the port with a firewall or network policy, or keep metrics_host on "
+                    "loopback", extra={"fields": {"address": f"{config.metrics_host}:{telemetry.metrics_port}"}})
     undo.pop_all()  # from here on the running server owns all of it (its drain stops it)
     await server.start()
     if health_server is not None:
@@ -375,7 +409,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         store.advertise_capacity(service.admission.queue.limits.max_running)
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
-                                                          sock=web_socket, tls=tls_files)
+                                                          sock=web_socket, tls=tls_files, grpc_port=port)
     for name in ("", LIVENESS, READINESS, SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     # What start-up built (modules, descriptors, the gRPC server) lives as long as the process: out of
@@ -405,7 +439,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder,
-                         health_server, health_port)
+                         health_server, health_port, lock)
 
 
 def _listen_address(host: str, port: int) -> str:
@@ -450,11 +484,18 @@ async def serve(config: ServerConfig) -> None:
     if not make_undumpable():
         log.warning("could not make the server process non-dumpable: processes of its user, the phases' "
                     "tools included, can read its environment and memory through /proc")
-    running = await start_server(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if sig == signal.SIGINT and sys.stderr.isatty():
+            sys.stderr.write("\n")  # after the terminal's echoed ^C: the drain's log lines start on their own
+        stop.set()
+
+    # Before the start: a signal during it (once "serving" is logged, or earlier) drains, not a traceback.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+    running = await start_server(config)
     await stop.wait()
     await running.drain(config.drain_grace_seconds)
     log.info("stopped")

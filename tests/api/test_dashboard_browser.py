@@ -212,6 +212,15 @@ async def test_dashboard_edits_one_held_call_and_denies_another(
                 await page.goto(f"{runner.server.web.url}#/jobs/edit-deny/phases/p")
 
                 first = await held_call(page, "original.txt")
+                # Issue 22 item 14: the CLI has reported no cost yet (no turn result): the jobs list
+                # says so as the phase page does ("–"), not "$0.0000"; the computed figure is there.
+                await page.goto(runner.server.web.url)
+                job_row = page.locator("tr[data-job='edit-deny']")
+                await job_row.wait_for(timeout=WAIT_MS)
+                assert await job_row.locator("[data-testid=reported]").inner_text() == "–"
+                assert (await job_row.locator("[data-testid=computed]").inner_text()).startswith("$0.0")
+                await page.goto(f"{runner.server.web.url}#/jobs/edit-deny/phases/p")
+                first = await held_call(page, "original.txt")
                 await first.get_by_role("button", name="Edit…").click()
                 await first.locator("[data-testid=edit-input]").fill('{"command": "touch edited.txt"}')
                 await first.locator("[data-testid=run-edited]").click()

@@ -108,6 +108,16 @@ async def test_list_jobs_pages_and_filters_and_costs_by_scope(claude_binary, scr
         assert model.computed_usd > 0 and model.pricing_source == res.PRICING_SOURCE_PRICE_TABLE
         assert abs(phase_cost.computed_usd - phase_cost.reported_usd) < 0.01 * phase_cost.reported_usd + 1e-9
 
+        # Issue 22 item 14: a phase of the default project (no project_id) recorded its per-model costs
+        # under project "", so the project's totals had no per-model breakdown (`costs --project default`).
+        async for _ in stub.RunPhase(pb.RunPhaseRequest(job_id="job-d", phase_id="p", prompt="hi",
+                                                        working_dir=str(runner.workdir)), timeout=60):
+            pass
+        for project in ("", "default"):
+            default_cost = (await stub.GetCostTotals(pb.GetCostTotalsRequest(project_id=project), timeout=10)).totals
+            assert default_cost.phase_count == 1
+            assert [m.computed_usd for m in default_cost.models] == [pytest.approx(default_cost.computed_usd)]
+
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.GetCostTotals(pb.GetCostTotalsRequest(phase_id="p"), timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -272,3 +272,18 @@ async def test_a_malformed_request_is_invalid_argument(tmp_path, method, body):
         server.store.close()
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error_info(caught.value).metadata["field"] == "request"
+
+
+@pytest.mark.parametrize("name", ["json_schema", "settings", "mcp_config", "agents"])
+async def test_json_options_nested_thousands_of_levels_are_invalid_argument_with_error_info(stub, name, tmp_path):
+    """Issue 22 item 2: these were INTERNAL (json.loads' RecursionError in the server log)."""
+    inner = '{"a":' * 3000 + "1" + "}" * 3000
+    value = {"mcp_config": '{"mcpServers": {"db": ' + inner + "}}",
+             "agents": '{"rev": {"description": "d", "prompt": "p", "x": ' + inner + "}}"}.get(name, inner)
+    request = pb.RunPhaseRequest(job_id="deep", phase_id="p", prompt="hi", working_dir=str(tmp_path),
+                                 options=pb.PhaseOptions(**{name: value}))
+    error = await call(stub[0], SERVICE.methods_by_name["RunPhase"], request)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    info = error_info(error)
+    assert info.reason == "INVALID_FIELD" and info.metadata["field"] == f"options.{name}"
+    assert info.metadata["max_depth"] == "64" and int(info.metadata["depth"]) >= 3000

@@ -255,3 +255,11 @@ def test_token_sums_past_int64_are_clamped_not_an_error():
         -(2**63),
         3,
     )
+
+
+def test_an_ended_phases_inspection_counts_the_turn_results_its_result_kept():
+    """Issue 22 item 14: `inspect` on a finished phase said "0 turn results"."""
+    result = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.SUCCEEDED, reason="done", num_turns=3,
+                         result_count=2)
+    ended = inspection_to_proto(Inspection(view(result_pb=CODEC.encode_result(result)), ()))
+    assert ended.turn_count == 2 and ended.phase.result.num_turns == 3

@@ -271,3 +271,59 @@ async def test_70_phases_queue_within_the_limits_and_take_turns_between_projects
     both = order[first_b:first_b + 40]
     runs = max(len(run) for run in "".join(both).replace("ab", "a b").replace("ba", "b a").split())
     assert runs <= 2, "".join(order)
+
+
+# Holds its result until the test creates the file `release` in the working directory (bounded).
+HELD_CLI = f"""
+    import os, sys, time
+    sys.stdin.readline(); sys.stdin.readline()
+    print({INIT!r}, flush=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists("release") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print('{{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"num_turns":1,"result":"ok",'
+          '"session_id":"s-1","total_cost_usd":0,"usage":{{"input_tokens":0,"output_tokens":0}},'
+          '"permission_denials":[],"uuid":"u3"}}', flush=True)
+"""
+
+
+async def test_a_queued_phase_starts_when_its_cli_starts_and_reports_its_queue_wait(tmp_path, runner_factory):
+    """Issue 22 item 3: Phase.start_time of a queued phase was its acceptance, so GetJob disagreed with
+    PhaseResult.start_time and attempts[0].start_time by the whole queue wait."""
+    claude = fake_claude(tmp_path, HELD_CLI)
+    async with runner_factory(None, claude_path=claude, max_running_phases=1) as runner:
+        def request(phase_id):
+            return pb.RunPhaseRequest(job_id="q", phase_id=phase_id, prompt="hi", working_dir=str(runner.workdir))
+
+        async def phase_status(phase_id: str) -> res.Phase | None:
+            jobs = (await runner.stub.ListJobs(pb.ListJobsRequest(), timeout=10)).jobs
+            return next((p for job in jobs for p in job.phases if p.phase_id == phase_id), None)
+
+        async def until(phase_id: str, status: int) -> res.Phase:
+            async with asyncio.timeout(30):
+                while True:
+                    phase = await phase_status(phase_id)
+                    if phase is not None and phase.status == status:
+                        return phase
+                    await asyncio.sleep(0.05)
+
+        first = asyncio.ensure_future(collect(runner.stub.RunPhase(request("first"), timeout=90)))
+        await until("first", res.PHASE_STATUS_RUNNING)  # and held until `release` exists
+        second = asyncio.ensure_future(collect(runner.stub.RunPhase(request("second"), timeout=90)))
+        queued = await until("second", res.PHASE_STATUS_QUEUED)  # behind the first
+        assert not queued.HasField("start_time") and not queued.HasField("queue_wait")
+        released_ns = time.time_ns()
+        (runner.workdir / "release").touch()
+        (_, first_result), (_, result) = await asyncio.wait_for(asyncio.gather(first, second), 60)
+        job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="q"), timeout=10)).job
+    assert first_result.status == result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    phase = next(p for p in job.phases if p.phase_id == "second")
+    start = phase.start_time.ToNanoseconds()
+    assert start == result.start_time.ToNanoseconds() == result.attempts[0].start_time.ToNanoseconds()
+    assert phase.create_time.ToNanoseconds() < released_ns <= start  # it started only once the first ended
+    assert phase.queue_wait.ToNanoseconds() == start - phase.create_time.ToNanoseconds()
+    assert result.queue_wait == phase.queue_wait
+    # A phase that did not wait: the same instants, and a wait of (almost) nothing.
+    unqueued = next(p for p in job.phases if p.phase_id == "first")
+    assert unqueued.start_time == first_result.start_time == first_result.attempts[0].start_time
+    assert unqueued.queue_wait == first_result.queue_wait and unqueued.queue_wait.ToNanoseconds() >= 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -155,6 +156,20 @@ async def test_json_over_connect_answers_curl(runner_factory):
     assert missing[0] == 404
     error = json.loads(missing[2])
     assert error["code"] == "not_found" and error["details"][0]["type"] == "google.rpc.ErrorInfo"
+
+
+async def test_a_json_body_nested_thousands_of_levels_is_invalid_argument_without_exception_text(runner_factory):
+    """Issue 22 item 2: protobuf's JSON parser ran json.loads into its RecursionError, whose text the
+    caller saw ("maximum recursion depth exceeded ..."), with no ErrorInfo."""
+    deep = b'{"jobId": "j", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    async with runner_factory(None, web_port=0) as runner:
+        status, _, body = await ahttp(runner.server.web.url + "helix.runner.v1.RunnerService/GetJob",
+                                      method="POST", body=deep, headers={"content-type": "application/json"})
+    error = json.loads(body)
+    assert status == 400 and error["code"] == "invalid_argument", error
+    assert error["message"] == "the request body nests 5001 levels deep; the limit is 64"
+    info = error_details_pb2.ErrorInfo.FromString(base64.b64decode(error["details"][0]["value"] + "=="))
+    assert dict(info.metadata) == {"field": "request", "depth": "5001", "max_depth": "64"}
 
 
 @pytest.mark.parametrize("stored", ["token", "digest"])

@@ -4,9 +4,12 @@ real CLI: the verbs against an in-process server, behind a TLS-terminating proxy
 from __future__ import annotations
 
 import argparse
+import asyncio
+import io
 import shutil
 import ssl
 import subprocess
+import sys
 
 import grpc
 import pytest
@@ -152,3 +155,72 @@ async def test_mutual_tls_with_a_client_certificate(runner_factory, tmp_path):
         assert ok.code == 0 and ok.out == "no jobs\n", ok.err
         no_cert = await helix(address, "jobs", *tls, "--call-timeout", "5")
         assert no_cert.code == 3 and len(no_cert.err.splitlines()) == 1, no_cert.err
+
+
+@pytest.mark.parametrize(("pasted", "target", "tls"), [
+    ("http://127.0.0.1:50051", "127.0.0.1:50051", False),
+    ("http://127.0.0.1:50051/", "127.0.0.1:50051", False),
+    ("https://runner.example:8443", "runner.example:8443", True),
+    ("grpc://[::1]:7000", "[::1]:7000", False),
+    ("http://localhost", "localhost:50051", False),
+    ("127.0.0.1:50051", "127.0.0.1:50051", False),
+])
+def test_server_takes_a_pasted_url_and_strips_its_scheme(pasted, target, tls):
+    """Issue 22 item 13: `--server http://127.0.0.1:50051` failed with "Misformatted domain name"."""
+    connection = Connection.from_args(args(server=pasted), {})
+    assert (connection.target, connection.tls) == (target, tls)
+    assert Connection.from_args(args(), {"HELIX_RUNNER_SERVER": pasted}).target == target
+
+
+def test_a_url_with_a_path_is_a_usage_error():
+    with pytest.raises(CliError, match="--server takes HOST:PORT or a URL without a path"):
+        Connection.from_args(args(server="http://127.0.0.1:50052/jobs/x"), {})
+
+
+async def test_the_dashboards_port_is_named_as_such_with_the_grpc_port(runner_factory):
+    """Issue 22 item 13: --server with the dashboard's port gave a gRPC error cut off mid-word."""
+    async with runner_factory(None, web_port=0) as runner:
+        web = runner.server.web.port
+        result = await helix(f"127.0.0.1:{web}", "jobs")
+        url = await helix(f"http://127.0.0.1:{web}/", "jobs")
+    assert result.code == EXIT_UNREACHABLE
+    assert result.err == (f"helix-runner: error: 127.0.0.1:{web} is the dashboard's HTTP port of a helix-runner "
+                          f"server, not its gRPC port; use --server 127.0.0.1:{runner.server.port}\n")
+    assert url.err == result.err
+
+
+async def test_another_http_server_is_named_as_not_grpc_in_full_words():
+    async def answer(reader, writer):
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        result = await helix(f"127.0.0.1:{port}", "jobs")
+    assert result.code == EXIT_UNREACHABLE
+    assert result.err == (f"helix-runner: error: 127.0.0.1:{port} answers HTTP/1.1, not gRPC: is it a dashboard's "
+                          "port or another web server? (scripts/serve puts gRPC on 50051, the dashboard on "
+                          "50052)\n")
+
+
+def test_an_interrupt_on_a_terminal_starts_its_line_after_the_echoed_ctrl_c(monkeypatch):
+    """Issue 22 item 15: Ctrl-C left no newline before `helix-runner: interrupted`."""
+    import importlib
+
+    cli_main = importlib.import_module("helix_runner.cli.main")
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, expected in ((Terminal(), "\nhelix-runner: interrupted\n"), (io.StringIO(), "helix-runner: interrupted\n")):
+        monkeypatch.setattr(sys, "stderr", stream)
+        cli_main._error("interrupted", interrupted=True)
+        assert stream.getvalue() == expected
+    error = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", error)
+    cli_main._error("boom")
+    assert error.getvalue() == "helix-runner: error: boom\n"

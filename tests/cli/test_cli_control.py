@@ -88,7 +88,7 @@ async def test_pause_holds_step_lets_one_through_resume_and_the_read_verbs(
         project = json.loads((await helix(at, "costs", "--project", "default", "--json")).out)
         assert project["totals"]["phaseCount"] == 1 and project["totals"]["computedUsd"] > 0
         costs = await helix(at, "costs", "--job", "pj", "--by", "phase")
-        assert costs.code == 0 and costs.lines[0].startswith("job pj: 1 phases, reported $")
+        assert costs.code == 0 and costs.lines[0].startswith("job pj: 1 phase, reported $")
         assert any(line.split()[:3] == ["pj", "p1", "SUCCEEDED"] for line in costs.lines)
 
 

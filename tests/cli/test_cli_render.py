@@ -223,4 +223,62 @@ def test_raw_cli_output_becomes_the_servers_events(tmp_path):
     assert rendered[0].startswith("session_init       model claude-x  CLI 2.1.0")
     assert 'tool_call_started  → Bash  {"command":"ls"}' in rendered
     assert any(r.startswith("tool_call_finished ✓ Bash") and r.endswith("a.txt") for r in rendered)
-    assert any(r.startswith("turn_result        success  1 turns") for r in rendered)
+    assert any(r.startswith("turn_result        success  1 turn  ") for r in rendered)
+
+
+# -- numbers that agree between views (issue 22, item 14) ------------------------------------------
+
+
+def test_counts_agree_in_number():
+    """Summaries said "1 tool calls" and "1 phases"."""
+    from helix_runner.cli.render import result_line
+
+    result = pb.PhaseResult(job_id="j", phase_id="p", status=pb.PhaseStatus.SUCCEEDED, reason="completed",
+                            exit_code=0, num_turns=1, tool_stats=[pb.ToolStats(name="Bash", count=1)])
+    assert "1 turn, 1 event, 1 tool call (0 failed)" in result_line(result, events=1).plain
+    result.num_turns, result.tool_stats = 2, [pb.ToolStats(name="Bash", count=2, failures=1)]
+    assert "2 turns, 3 events, 2 tool calls (1 failed)" in result_line(result, events=3).plain
+    turn = event_line(_event(4, turn_result=pb.TurnResult(subtype="success", num_turns=1)))
+    assert "  1 turn  " in turn.plain
+
+
+def test_attach_counts_turns_as_the_cli_does():
+    """`attach` showed "turns 1" next to a turn_result that said "2 turns": it counted turn results."""
+    view = PhaseView()
+    view.apply(_event(1, assistant_text=pb.AssistantText(text="looking", message_id="m1")))
+    view.apply(_event(2, tool_call_started=pb.ToolCallStarted(tool_use_id="t1", name="Bash", message_id="m1")))
+    assert view.turns == 1
+    view.apply(_event(3, tool_call_started=pb.ToolCallStarted(tool_use_id="t2", name="Read", message_id="sub"),
+                      parent_tool_use_id="t0"))  # a subagent's message is not a turn of the phase's
+    view.apply(_event(4, assistant_text=pb.AssistantText(text="done", message_id="m2")))
+    assert view.turns == 2
+    view.apply(_event(5, turn_result=pb.TurnResult(subtype="success", num_turns=2)))
+    assert view.turns == 2 and "2 turns" in event_line(_event(5, turn_result=pb.TurnResult(num_turns=2))).plain
+
+
+def test_a_finished_phases_inspection_says_what_it_kept_not_zero_counters():
+    """`inspect` on a finished phase said "0 assistant messages ... 0 turn results"."""
+    from helix_runner.cli.read import inspection_renderables
+
+    phase = pb.Phase(job_id="j", phase_id="p", status=pb.PhaseStatus.SUCCEEDED, status_reason="completed",
+                     last_sequence=12, result=pb.PhaseResult(num_turns=2, result_count=1),
+                     tool_stats=[pb.ToolStats(name="Bash", count=1)])
+    lines = [str(r) for r in inspection_renderables(pb.PhaseInspection(phase=phase, turn_count=1), "status")]
+    assert lines[1] == "  ended; 2 turns, 1 turn result, 1 tool call, last event #12"
+    running = pb.Phase(job_id="j", phase_id="p", status=pb.PhaseStatus.RUNNING, last_sequence=5)
+    inspection = pb.PhaseInspection(phase=running, assistant_message_count=1, user_message_count=2, turn_count=0)
+    assert str(inspection_renderables(inspection, "status")[1]) == (
+        "  not paused; 1 assistant message, 2 user lines, 0 turn results, last event #5")
+
+
+def test_a_cost_the_cli_did_not_report_is_a_dash_for_jobs_and_projects_too():
+    """The jobs table showed a job's computed cost as if reported, `costs` said "reported $0.0000"."""
+    from helix_runner.cli.read import _totals_cost
+    from helix_runner.cli.render import reported_total
+
+    computed_only = pb.CostTotals(reported_usd=0.0, computed_usd=0.0008, phase_count=1,
+                                  models=[pb.ModelCost(model="m", computed_usd=0.0008)])
+    assert reported_total(computed_only) is None and _totals_cost(computed_only) == "$0.0008*"
+    reported = pb.CostTotals(reported_usd=0.0024, computed_usd=0.0023, phase_count=1,
+                             models=[pb.ModelCost(model="m", computed_usd=0.0023, reported_usd=0.0024)])
+    assert reported_total(reported) == 0.0024 and _totals_cost(reported) == "$0.0024"

@@ -257,3 +257,28 @@ def test_ctrl_c_cancels_the_phase_and_says_so(claude_binary, tmp_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
+
+
+def test_run_starts_with_pattern_and_tool_breakpoints():
+    """Issue 22 item 10: `run ... &` then `break add --pattern` raced (PHASE_NOT_FOUND, then
+    ILLEGAL_TRANSITION once the phase had ended); the breakpoint goes in with the request instead."""
+    from helix_runner.cli.main import build_parser
+    from helix_runner.cli.run import build_request
+
+    args = build_parser().parse_args(["run", "--workdir", "/w", "--prompt", "go", "--break-on-pattern", r"rm\s+-rf",
+                                      "--break-on-tool", "Edit"])
+    breakpoints = build_request(args).options.breakpoints
+    assert [(b.tool_name or "", b.input_pattern.regex if b.input_pattern else "") for b in breakpoints] == [
+        ("Edit", ""), ("", r"rm\s+-rf")]
+
+
+def test_the_progress_line_shows_no_cost_before_one_is_known_and_marks_a_computed_one():
+    """Issue 22 item 14: the progress line said "$0.0000" before any cost and "1 tools"."""
+    view = PhaseView()
+    view.apply(_event(1, tool_call_started=pb.ToolCallStarted(tool_use_id="t1", name="Bash", input_json="{}")))
+    line = progress_line(view, 1.0, 200)
+    assert " 1 tool " in line and line.endswith("| -")
+    view.apply(_event(2, cost_update=pb.CostUpdate(cost=pb.PhaseCost(computed_usd=0.0004))))
+    assert progress_line(view, 2.0, 200).endswith("| $0.0004*")
+    view.apply(_event(3, cost_update=pb.CostUpdate(cost=pb.PhaseCost(computed_usd=0.0016, reported_usd=0.0016))))
+    assert progress_line(view, 3.0, 200).endswith("| $0.0016")

@@ -97,3 +97,45 @@ def test_unusable_tls_files_are_one_line(tmp_path):
     _assert_one_line_error(result, f"tls_cert_file {cert}")
     missing = _serve("--tls-cert-file", str(cert), "--tls-key-file", str(tmp_path / "nope.pem"))
     _assert_one_line_error(missing, "cannot read tls_key_file")
+
+
+def test_ctrl_c_on_a_terminal_gives_human_lines_that_start_after_the_echoed_ctrl_c(tmp_path):
+    """Issue 22 item 15: on a terminal `serve` logged JSON, and Ctrl-C's echoed ^C ran into the
+    next line. Here on a pseudo-terminal: human lines, and a newline right after ^C."""
+    import pty
+    import select
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_RUNNER_")}
+    env["HOME"] = str(tmp_path)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: `serve` on the pseudo-terminal, as a person starts it
+        os.execve(sys.executable, [sys.executable, "-m", "helix_runner", "serve", "--port", "0",
+                                   "--data-dir", str(tmp_path / "data"), "--workspace-root", str(tmp_path)], env)
+    output = b""
+
+    def read_until(needle: bytes, limit_s: float) -> None:
+        nonlocal output
+        deadline = time.monotonic() + limit_s
+        while needle not in output:
+            assert time.monotonic() < deadline, output.decode(errors="replace")
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    output += os.read(fd, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+
+    try:
+        read_until(b" serving ", 60)
+        os.write(fd, b"\x03")  # Ctrl-C: the terminal echoes ^C and signals the foreground group
+        read_until(b" stopped", 30)
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    text = output.decode(errors="replace")
+    assert '{"ts"' not in text  # not JSON on a terminal
+    assert "^C\r\n" in text and " info    draining " in text, text

@@ -42,8 +42,8 @@ def test_typescript_installs_its_toolchain_before_building():
     assert (ROOT / "clients/typescript/examples/quickstart.ts").is_file()
 
 
-def test_python_runs_with_the_repository_virtualenv_after_installing_the_client():
-    install, run = (shlex.split(line) for line in quickstart_commands("python")[1:])
-    # A bare `python` is the system interpreter, which has neither grpcio nor the client.
-    assert install == [".venv/bin/python", "-m", "pip", "install", "-e", "clients/python"]
+def test_python_runs_with_the_repository_virtualenv_which_has_the_client():
+    (run,) = (shlex.split(line) for line in quickstart_commands("python")[1:])
+    # A bare `python` is the system interpreter, which has neither grpcio nor the client; the
+    # repository's .venv has the client because helix-runner ships it (scripts/serve installs it).
     assert run[0] == ".venv/bin/python" and (ROOT / run[1]).is_file()

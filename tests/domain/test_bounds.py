@@ -44,7 +44,11 @@ FIELD_COMMENTS = {
     "CONTEXT_USAGE_RAW_MAX_BYTES": ("resources", "ContextUsage", "raw_json", "at most {}"),
     "BREAKPOINT_SEARCH_MAX_BYTES": ("resources", "InputPatternCondition", "regex", "its first {}"),
     "RECENT_EVENTS_MAX": ("resources", "PhaseInspection", "recent_events", "at most {}"),
+    "MAX_JSON_DEPTH": ("runner_service", "PhaseOptions", "json_schema", "nested at most {} levels"),
 }
+# The other caller JSON fields bound by MAX_JSON_DEPTH (domain/json_depth.py): (message, field).
+JSON_DEPTH_FIELDS = [("PhaseOptions", "mcp_config"), ("PhaseOptions", "agents"), ("PhaseOptions", "settings"),
+                     ("EditDecision", "input_json")]
 # (default, maximum) pairs stated in a page_size comment.
 PAGE_SIZES = {
     "JOBS_PAGE_SIZE": ("ListJobsRequest", "0: {}; at most {}"),
@@ -96,6 +100,11 @@ def test_the_header_of_resources_proto_is_mirrored():
 def test_field_comments_state_the_same_bound(constant):
     file, message, field, words = FIELD_COMMENTS[constant]
     assert words.format(size(getattr(bounds, constant))) in field_comment(file, message, field)
+
+
+@pytest.mark.parametrize(("message", "field"), JSON_DEPTH_FIELDS)
+def test_every_caller_json_field_states_the_depth_bound(message, field):
+    assert f"nested at most {bounds.MAX_JSON_DEPTH} levels" in field_comment("runner_service", message, field)
 
 
 @pytest.mark.parametrize("constant", sorted(PAGE_SIZES))

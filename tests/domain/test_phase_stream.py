@@ -416,3 +416,15 @@ def test_lines_broken_only_in_their_encoding_are_repaired_and_delivered():
     assert events[5].payload.content_preview == "caf\ufffd \ufffd"
     assert stream.results[0].result_text == "done \ufffd"
     assert stream.parse_error_count == 0  # nothing was lost
+
+
+def test_a_line_nested_past_every_decoder_is_a_parse_error_and_the_stream_goes_on():
+    """A hostile model's tool input nested 2,000 levels: msgspec's RecursionError escaped feed()."""
+    deep = b'{"a":' * 2000 + b"1" + b"}" * 2000
+    line = (b'{"type":"assistant","message":{"id":"m","role":"assistant","model":"x","content":[{"type":'
+            b'"tool_use","id":"t1","name":"Bash","input":' + deep + b'}]},"session_id":"' + SID.encode()
+            + b'","uuid":"u","parent_tool_use_id":null}\n')
+    stream = make()
+    events = stream.feed(INIT + line + text())
+    assert kinds(events)[:2] == ["SessionInit", "ParseError"]
+    assert "AssistantText" in kinds(events)

@@ -887,3 +887,13 @@ def test_structured_output_is_kept_as_bounded_compact_json():
         assert (result.structured_output, result.structured_output_truncated) == ("", False)
     (result,) = payloads(_result_line(structured_output={"big": "x" * (70 * 1024)}))
     assert result.structured_output_truncated and len(result.structured_output.encode()) <= 64 * 1024
+
+
+def test_a_tool_input_nested_past_every_decoder_is_a_parse_error_not_an_exception():
+    """Issue 22 item 2, the model's side: msgspec raised RecursionError out of parse() (which never
+    raises) for a tool_use input nested 2,000 levels; the line is now an INVALID_JSON ParseError."""
+    deep = '{"a":' * 2000 + "1" + "}" * 2000
+    line = ('{"type":"assistant","message":{"id":"m","role":"assistant","model":"x","content":[{"type":"tool_use",'
+            '"id":"t1","name":"Bash","input":' + deep + '}]},"session_id":"s","uuid":"u","parent_tool_use_id":null}')
+    *_, payloads, _ = StreamParser().parse(line.encode(), 1, 0)
+    assert [type(p).__name__ for p in payloads] == ["ParseError"]

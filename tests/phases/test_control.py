@@ -259,6 +259,8 @@ async def test_resume_does_not_release_a_call_held_by_a_breakpoint():
     [
         ("edit", "", "not json", "edit.input_json"),
         ("edit", "", "[1, 2]", "edit.input_json"),
+        # Issue 22 item 2: loads, then orjson could not write it back (255 levels) -> INTERNAL.
+        ("edit", "", '{"a":' * 300 + "1" + "}" * 300, "edit.input_json"),
         ("deny", "x" * 5000, "", "deny.message"),
         ("maybe", "", "", "decision"),
     ],

@@ -224,3 +224,12 @@ def test_a_limit_needs_the_controller(containment):
             containment.check_limits(ResourceLimits(memory_bytes=64 << 20))
     else:
         containment.check_limits(ResourceLimits(memory_bytes=64 << 20, cpu_millicores=500))
+
+
+async def test_recovery_skips_an_instance_directory_pruned_since_it_was_listed(tmp_path, monkeypatch):
+    """Issue 22 item 1: a second server on a live server's data dir died in recover() with
+    FileNotFoundError on srv-<hash> (the first one pruned it when its phase ended). The data-dir lock
+    now keeps a second server out; recovery also tolerates a directory that vanished."""
+    c = _detect("subreaper", f"srv-test-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setattr(c, "_instance_dirs", lambda: [(2, tmp_path / "srv-gone")])
+    assert await c.recover([]) == {}

@@ -57,6 +57,19 @@ def test_worktree_phase_changes_become_artifacts_and_retention_removes_it(repo, 
     asyncio.run(ws.release(PhaseStatus.SUCCEEDED))
     assert not ws.worktree_path.exists() and not ws.manifest_path.exists()
     assert "helix/j/p1" in sh(repo, "branch", "--list", "helix/*")  # the branch stays
+    # Issue 22 item 5: the job's directory under <data-dir>/worktrees/ went empty and stayed.
+    assert list((tmp_path / "data" / "worktrees").iterdir()) == []
+
+
+def test_a_jobs_directory_stays_while_another_of_its_worktrees_is_kept(repo, tmp_path):
+    removed, kept = plan(repo, tmp_path, "gone", retention="REMOVE"), plan(repo, tmp_path, "kept", retention="KEEP")
+    for ws in (removed, kept):
+        asyncio.run(ws.create())
+    for ws in (removed, kept):
+        asyncio.run(ws.release(PhaseStatus.SUCCEEDED))
+    job_dir = tmp_path / "data" / "worktrees" / "j"
+    assert sorted(p.name for p in job_dir.iterdir()) == ["kept", "kept.json"]
+    assert sweep(tmp_path / "data") == {} and job_dir.is_dir()  # kept: left alone, its directory too
 
 
 def test_a_commit_in_the_worktree_is_the_final_commit(repo, tmp_path):
@@ -131,3 +144,31 @@ def test_sweep_after_a_crash_applies_the_policy_and_removes_half_made_worktrees(
     assert removed.branch in sh(repo, "branch", "--list")
     listed = sh(repo, "worktree", "list", "--porcelain")
     assert str(kept.worktree_path) in listed and str(removed.worktree_path) not in listed
+    # Only the kept one's job directory is left (all three are of job "j"); a job with nothing left goes.
+    other = plan(repo, tmp_path, "crash-other", job_id="other", retention="REMOVE")
+    asyncio.run(other.create())
+    sweep(tmp_path / "data")
+    assert sorted(p.name for p in (tmp_path / "data" / "worktrees").iterdir()) == ["j"]
+
+
+def test_every_path_and_ref_an_error_names_is_in_its_metadata(repo, tmp_path):
+    """Issue 22 item 4: the contract promises every dynamic value of a message in the ErrorInfo
+    metadata; a non-git directory and a missing base_ref carried only `field`."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    sh(repo, "branch", branch_name("j", "taken"))
+    outside = tmp_path / "roots-elsewhere"
+    outside.mkdir()
+    cases = [
+        (dict(workdir=plain, phase_id="a"), [plain]),
+        (dict(workdir=repo, phase_id="b", base_ref="no-such-branch"), ["no-such-branch", repo]),
+        (dict(workdir=repo, phase_id="taken"), [branch_name("j", "taken"), repo]),
+        (dict(workdir=repo, phase_id="c", roots=(outside,)), [repo]),
+    ]
+    for change, values in cases:
+        with pytest.raises(RunnerError) as caught:
+            plan(change.pop("workdir"), tmp_path, change.pop("phase_id"), **change)
+        err = caught.value
+        assert "field" in err.metadata, err
+        for value in map(str, values):
+            assert value in err.message and value in err.metadata.values(), (err.message, err.metadata)

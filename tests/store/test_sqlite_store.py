@@ -243,3 +243,24 @@ def test_a_migrated_database_has_the_schema_of_a_new_one(tmp_path):
     finally:
         old.close()
         new.close()
+
+
+def test_version_5_files_the_default_projects_per_model_costs_under_its_name(tmp_path):
+    """Issue 22 item 14: phases without a project_id wrote their per-model costs under project ""."""
+    path = tmp_path / "db.sqlite3"
+    SqliteStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 4")
+    db.executemany("INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+        ("j", "a", "", "m", 1, 2, 0, 0, 0, 0, None, 0.5, "PRICE_TABLE"),
+        ("k", "b", "alpha", "m", 1, 2, 0, 0, 0, 0, None, 0.25, "PRICE_TABLE"),
+    ])
+    db.commit()
+    db.close()
+    store = SqliteStore(path)
+    try:
+        assert store.migrated_from == 4
+        assert [(p, r.computed_usd) for p, r in store.model_cost_sums(project_id="default")] == [("", 0.5)]
+        assert [r.computed_usd for _, r in store.model_cost_sums(project_id="alpha")] == [0.25]
+    finally:
+        store.close()

@@ -6,6 +6,7 @@ Every RPC here fails or is answered before any phase process would start, so no 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import urllib.request
 from pathlib import Path
@@ -174,3 +175,27 @@ async def test_an_unsupported_otel_exporter_is_a_startup_error(tmp_path: Path) -
     )
     with pytest.raises(StartupError, match="OTEL_TRACES_EXPORTER 'zipkin' is not supported"):
         await start_server(config, server_env={"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+@pytest.mark.parametrize(("host", "warned"), [("0.0.0.0", True), ("127.0.0.1", False)])
+async def test_metrics_off_loopback_are_served_with_a_warning_that_they_take_no_token(tmp_path: Path, caplog,
+                                                                                      host, warned) -> None:
+    """Issue 22 item 7: /metrics on a non-loopback address served without auth and logged nothing."""
+    config = load_config(
+        flags={"port": 0, "data_dir": str(tmp_path / "data"), "workspace_roots": [str(tmp_path)],
+               "metrics_host": host, "metrics_port": 0},
+        environ={},
+    )
+    with caplog.at_level(logging.WARNING, logger="helix_runner.server"):
+        running = await start_server(config, server_env={})
+    try:
+        port = running.telemetry.metrics_port
+        status = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                                                          timeout=10).status)
+        assert status == 200  # no token asked: the documented choice
+    finally:
+        await running.drain(0)
+    warnings = [r for r in caplog.records if "/metrics is served without authentication" in r.getMessage()]
+    assert len(warnings) == (1 if warned else 0)
+    if warned:
+        assert warnings[0].fields == {"address": f"0.0.0.0:{port}"}

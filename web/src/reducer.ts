@@ -7,6 +7,7 @@
  * a reconnect can neither lose nor duplicate an event.
  */
 import { timestampMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { plural, usd } from "./format.js";
 import {
   ControlEventKind,
   ControlEventKindSchema,
@@ -337,16 +338,12 @@ function clip(text: string, limit = 240): string {
   return flat.length > limit ? `${flat.slice(0, limit - 1)}…` : flat;
 }
 
-function usd(value: number): string {
-  return `$${value.toFixed(4)}`;
-}
-
 /** One line for the live event log; `undefined` for events not worth a line (partial deltas). */
 export function summarize(event: StreamEvent): { kind: string; text: string; tone: Tone } | undefined {
   const p = event.payload;
   switch (p.case) {
     case "sessionInit":
-      return { kind: "init", text: `model ${p.value.model || "?"}, ${p.value.tools.length} tools, turn ${p.value.turnIndex}`, tone: "info" };
+      return { kind: "init", text: `model ${p.value.model || "?"}, ${plural(p.value.tools.length, "tool")}, turn ${p.value.turnIndex}`, tone: "info" };
     case "assistantText":
       return { kind: "text", text: clip(p.value.text), tone: "text" };
     case "thinking":
@@ -386,7 +383,7 @@ export function summarize(event: StreamEvent): { kind: string; text: string; ton
       return undefined;
     case "turnResult": {
       const total = p.value.totalCostUsd === undefined ? "" : `, ${usd(p.value.totalCostUsd)} reported`;
-      return { kind: "turn", text: `turn ended: ${p.value.subtype} after ${p.value.numTurns} turns${total}`, tone: p.value.isError ? "error" : "ok" };
+      return { kind: "turn", text: `turn ended: ${p.value.subtype} after ${plural(p.value.numTurns, "turn")}${total}`, tone: p.value.isError ? "error" : "ok" };
     }
     case "controlResponse":
       return { kind: "cli answer", text: `${p.value.requestSubtype || p.value.requestId} ${p.value.success ? "ok" : p.value.error}`, tone: "muted" };

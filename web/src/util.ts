@@ -59,14 +59,7 @@ export function usePrevious<T>(value: T): T | undefined {
   return ref.current;
 }
 
-export function usd(value: number | undefined | null, digits = 4): string {
-  return value === undefined || value === null ? "–" : `$${value.toFixed(digits)}`;
-}
-
-/** An axis tick in dollars with three significant digits ($0.00035, $1.25). */
-export function money(value: number): string {
-  return value === 0 ? "$0" : `$${Number(value.toPrecision(3))}`;
-}
+export { money, plural, reportedTotal, sumKnown, usd } from "./format.js";
 
 export function duration(msValue: number): string {
   const s = Math.floor(msValue / 1000);

@@ -1,5 +1,5 @@
-"""Makes the client importable from the source tree when it is not installed (scripts/test-clients
-installs it into the repository's virtualenv with ``pip install -e clients/python``)."""
+"""Makes the client importable from the source tree when it is not installed (the repository's
+virtualenv has it: the helix-runner distribution ships it, installed editable by scripts/bootstrap)."""
 
 import sys
 from pathlib import Path

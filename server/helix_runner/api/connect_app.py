@@ -35,6 +35,9 @@ from helix_runner.api.auth import token_matches, unauthenticated
 from helix_runner.api.errors import to_status
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.servicer import RunnerServicer
+from helix_runner.domain.bounds import MAX_JSON_DEPTH
+from helix_runner.domain.json_depth import nesting_depth
+from helix_runner.errors import ErrorKind, RunnerError
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,14 @@ class _DecodingJsonCodec:
         return self._inner.encode(message)
 
     def decode(self, data: bytes | bytearray, message_class: type) -> Any:
+        # protobuf's JSON parser runs Python's recursive json.loads first: a body nested a few
+        # thousand levels would end in its RecursionError's text (domain/json_depth.py).
+        depth = nesting_depth(bytes(data).decode("utf-8", "replace"))
+        if depth > MAX_JSON_DEPTH:
+            raise connect_error(to_status(RunnerError(
+                ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
+                f"the request body nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}",
+                {"field": "request", "depth": depth, "max_depth": MAX_JSON_DEPTH})))
         return self._inner.decode(data, message_class)
 
 

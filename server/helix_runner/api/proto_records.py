@@ -136,6 +136,8 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.artifacts.CopyFrom(artifacts_to_proto(r.artifacts))
     _ts(msg.start_time, r.start_time_ns)
     _ts(msg.end_time, r.end_time_ns)
+    if r.queue_wait_ns is not None:
+        msg.queue_wait.FromNanoseconds(r.queue_wait_ns)
     msg.attempts.extend(m.attempt_to_proto(a) for a in r.attempts)
     return msg
 

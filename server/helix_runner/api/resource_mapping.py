@@ -14,6 +14,7 @@ from helix_runner.api.event_summary import summarize
 from helix_runner.api.proto_records import containment_to_proto
 from helix_runner.api.wire import embedded
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
+from helix_runner.domain.phase_result import queue_wait_ns
 from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, StoredToolCall
 
 # PhaseInspection.recent_events[].summary (resources.proto).
@@ -67,6 +68,7 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
     _time(msg.create_time, view.create_time_ns)
     if view.start_time_ns:
         _time(msg.start_time, view.start_time_ns)
+        msg.queue_wait.FromNanoseconds(queue_wait_ns(view.create_time_ns, view.start_time_ns))
     if view.end_time_ns:
         _time(msg.end_time, view.end_time_ns)
     live = view.live
@@ -202,9 +204,11 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         ref.receive_time.CopyFrom(event.receive_time)
     live = view.live
     if live is None:
-        # Ended: the final figures, when the phase recorded them.
+        # Ended: the final figures, when the phase recorded them (the turn results its result
+        # counted; the message counters lived with the run).
         if msg.phase.result.diagnostics.HasField("containment"):
             msg.containment.CopyFrom(msg.phase.result.diagnostics.containment)
+        msg.turn_count = msg.phase.result.result_count
         return msg
     if live.containment is not None:
         msg.containment.CopyFrom(containment_to_proto(live.containment))

@@ -49,6 +49,8 @@ _SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
 ]
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+# Names the gRPC port of this server on every answer (see WebApp).
+GRPC_PORT_HEADER = b"x-helix-runner-grpc-port"
 _NOT_BUILT = (
     b"<!doctype html><title>Helix Runner</title><p>The dashboard's assets are not built: "
     b"run <code>scripts/build-web</code>.</p>"
@@ -99,8 +101,14 @@ class WebApp:
         *,
         extra_hosts: tuple[str, ...] = (),
         assets: dict[str, _Asset] | None = None,
+        grpc_port: int | None = None,
     ):
         self.connect = build_connect_app(servicer, token)
+        # Every answer names the server's gRPC port: a client pointed at this port by mistake (the
+        # helix-runner CLI's --server) can say which one to use (cli/common.py).
+        self._grpc_port_header = (
+            None if grpc_port is None else (GRPC_PORT_HEADER, str(grpc_port).encode())
+        )
         self._prefix = self.connect.path + "/"
         self._assets = load_assets() if assets is None else assets
         # With a token the API is protected by it; without one only loopback host names are served.
@@ -111,6 +119,8 @@ class WebApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # no websockets and no lifespan (uvicorn runs with lifespan="off")
+        if self._grpc_port_header is not None:
+            send = _with_header(send, self._grpc_port_header)
         if self._hosts is not None and _host_name(scope["headers"]) not in self._hosts:
             await _plain(send, 403, b"unexpected Host header: this port only answers loopback names\n")
             return
@@ -138,6 +148,17 @@ class WebApp:
         headers.append((b"content-length", str(len(asset.body)).encode()))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else asset.body})
+
+
+def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:
+    """``send`` adding ``header`` to the response's start."""
+
+    async def sending(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), header]}
+        await send(message)
+
+    return sending
 
 
 async def _plain(
@@ -213,12 +234,13 @@ async def start_web(
     sock: socket.socket | None = None,
     shutdown_grace: float = 2.0,
     tls: CertificateFiles | None = None,
+    grpc_port: int | None = None,
 ) -> WebServer:
     """Serves the dashboard on the running loop, on ``sock`` (from ``bind_web``) or on ``host:port``
     (0: a free port); over HTTPS with ``tls`` (the gRPC port's certificate, reloaded the same way).
     The socket is closed if it cannot start."""
     sock = bind_web(host, port) if sock is None else sock
-    app = WebApp(servicer, token, extra_hosts=(host,))
+    app = WebApp(servicer, token, extra_hosts=(host,), grpc_port=grpc_port)
     config = uvicorn.Config(
         app,
         lifespan="off",

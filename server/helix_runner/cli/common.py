@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 DEFAULT_SERVER = "127.0.0.1:50051"
+DEFAULT_PORT = 50051
+# What a pasted URL may start with, and whether it means TLS (`--server https://host:port`).
+_SCHEMES = {"http": False, "grpc": False, "https": True, "grpcs": True}
+# The dashboard's HTTP port names the gRPC port of its server in this response header (api/web.py).
+GRPC_PORT_HEADER = "x-helix-runner-grpc-port"
 
 EXIT_OK = 0
 EXIT_PHASE_NOT_SUCCEEDED = 1
@@ -68,7 +73,8 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--server",
         metavar="HOST:PORT",
-        help=f"the service (env HELIX_RUNNER_SERVER; default {DEFAULT_SERVER})",
+        help=f"the service's gRPC port, or a URL such as http://HOST:PORT (https:// means --tls; "
+        f"env HELIX_RUNNER_SERVER; default {DEFAULT_SERVER})",
     )
     group.add_argument(
         "--token-file",
@@ -129,7 +135,7 @@ class Connection:
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Connection:
         """Flags win over the environment; an unreadable token or CA file is a usage error."""
         env = os.environ if environ is None else environ
-        target = args.server or env.get("HELIX_RUNNER_SERVER") or DEFAULT_SERVER
+        target, scheme_tls = server_target(args.server or env.get("HELIX_RUNNER_SERVER") or DEFAULT_SERVER)
         token_file = args.token_file or env.get("HELIX_RUNNER_TOKEN_FILE")
         if token_file:
             token: str | None = _read_file(token_file, "token file").decode("utf-8", "replace").strip()
@@ -145,6 +151,7 @@ class Connection:
         server_name = getattr(args, "tls_server_name", None) or env.get("HELIX_RUNNER_TLS_SERVER_NAME") or None
         tls = (
             bool(args.tls)
+            or scheme_tls
             or bool(ca_file)
             or bool(cert_file)
             or bool(server_name)
@@ -180,6 +187,19 @@ class Connection:
             await channel.close()
 
 
+def server_target(value: str) -> tuple[str, bool]:
+    """``--server`` as gRPC dials it: ``host:port`` as given, or a pasted URL (``http://host:port/``)
+    without its scheme (``https``/``grpcs`` mean TLS); a URL without a port gets 50051."""
+    scheme, sep, rest = value.strip().partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        return value.strip(), False
+    host_port, _, path = rest.partition("/")
+    if path or not host_port:
+        raise CliError(f"--server takes HOST:PORT or a URL without a path, not {value!r}")
+    has_port = host_port.rsplit("]", 1)[-1].count(":") == 1 if host_port.startswith("[") else ":" in host_port
+    return (host_port if has_port else f"{host_port}:{DEFAULT_PORT}"), _SCHEMES[scheme.lower()]
+
+
 def _read_file(path: str, what: str) -> bytes:
     try:
         return Path(path).expanduser().read_bytes()
@@ -192,6 +212,8 @@ def describe_error(exc: RunnerError, target: str) -> tuple[str, int]:
     import grpc
 
     code = exc.code
+    if code == grpc.StatusCode.UNAVAILABLE and _http1_answer(exc.message):
+        return _not_grpc(target), EXIT_UNREACHABLE
     if code == grpc.StatusCode.UNAVAILABLE:
         return f"cannot reach the server at {target}: {_transport_detail(exc.message)}", EXIT_UNREACHABLE
     if code == grpc.StatusCode.UNAUTHENTICATED:
@@ -222,7 +244,57 @@ def _transport_detail(message: str) -> str:
     ):
         if needle in lowered:
             return short
-    return message.splitlines()[0][:200] if message else "unavailable"
+    return _cut(message.splitlines()[0], 200) if message else "unavailable"
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, cut at a word boundary with an ellipsis, never mid-word."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:(") + " …"
+
+
+def _http1_answer(message: str) -> bool:
+    """Whether gRPC's error says an HTTP/1.x server answered (a dashboard's port, or any web server)."""
+    lowered = message.lower()
+    return "http1.x server" in lowered or "expected settings frame" in lowered
+
+
+def _not_grpc(target: str) -> str:
+    """One line for a ``--server`` that answers HTTP/1.1: the dashboard's port names its gRPC port."""
+    host, _, port = target.rpartition(":")
+    grpc_port = _dashboard_grpc_port(host, port)
+    if grpc_port is not None:
+        return (f"{target} is the dashboard's HTTP port of a helix-runner server, not its gRPC port; "
+                f"use --server {host}:{grpc_port}")
+    return (f"{target} answers HTTP/1.1, not gRPC: is it a dashboard's port or another web server? "
+            f"(scripts/serve puts gRPC on {DEFAULT_PORT}, the dashboard on {DEFAULT_PORT + 1})")
+
+
+def _dashboard_grpc_port(host: str, port: str) -> int | None:
+    """The gRPC port a helix-runner dashboard at ``host:port`` names in its response header, if it is one."""
+    import http.client
+
+    for connection_class in (http.client.HTTPConnection, http.client.HTTPSConnection):
+        kwargs: dict[str, Any] = {"timeout": 3.0}
+        if connection_class is http.client.HTTPSConnection:
+            import ssl
+
+            # Only a header is read and nothing is sent (no token): the certificate does not matter here.
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            kwargs["context"] = context
+        connection = connection_class(host.strip("[]"), int(port), **kwargs)
+        try:
+            connection.request("HEAD", "/")
+            value = connection.getresponse().getheader(GRPC_PORT_HEADER)
+            return int(value) if value and value.isdigit() else None
+        except (OSError, ValueError, http.client.HTTPException):
+            continue
+        finally:
+            connection.close()
+    return None
 
 
 def run_async(coro: Coroutine[Any, Any, int]) -> int:

@@ -92,7 +92,10 @@ def _target(args: argparse.Namespace) -> str:
 
 def _error(message: str, *, interrupted: bool = False) -> None:
     sys.stdout.flush()
-    print(f"helix-runner: {message}" if interrupted else f"helix-runner: error: {message}", file=sys.stderr)
+    # On a terminal Ctrl-C leaves the cursor after the echoed ^C (or a redrawn progress line):
+    # the message starts on a line of its own.
+    start = "\n" if interrupted and sys.stderr.isatty() else ""
+    print(f"{start}helix-runner: {message}" if interrupted else f"helix-runner: error: {message}", file=sys.stderr)
 
 
 def _quiet_stdout() -> None:

@@ -156,11 +156,15 @@ def _phase_cost(cost) -> str:
 
 
 def _totals_cost(totals) -> str:
-    from helix_runner.cli.render import fmt_usd
+    """A job's cost as a phase's: the CLI-reported figure, else the computed one marked "*"."""
+    from helix_runner.cli.render import fmt_usd, reported_total
 
     if totals is None:
         return "-"
-    return fmt_usd(totals.reported_usd) if totals.reported_usd else fmt_usd(totals.computed_usd)
+    reported = reported_total(totals)
+    if reported is not None:
+        return fmt_usd(reported)
+    return fmt_usd(totals.computed_usd) + ("*" if totals.computed_usd else "")
 
 
 def _is_active(status) -> bool:
@@ -219,6 +223,7 @@ async def _jobs(client, args) -> int:
             current,
         )
     console.print(table)
+    _cost_footnote(console, [p for job in jobs for p in job.phases])
     return EXIT_OK
 
 
@@ -290,7 +295,7 @@ async def _sessions(client, args) -> int:
 
 
 async def _costs(client, args) -> int:
-    from helix_runner.cli.render import enum_name, fmt_tokens, fmt_usd, status_text
+    from helix_runner.cli.render import enum_name, fmt_tokens, fmt_usd, plural, reported_total, status_text
 
     totals = await client.get_cost_totals(project_id=args.project or "", job_id=args.job or "")
     phases = []
@@ -318,7 +323,7 @@ async def _costs(client, args) -> int:
     scope = f"job {args.job}" if args.job else f"project {args.project}"
     tokens = totals.tokens
     console.print(
-        f"{scope}: {totals.phase_count} phases, reported {fmt_usd(totals.reported_usd)}, computed "
+        f"{scope}: {plural(totals.phase_count, 'phase')}, reported {fmt_usd(reported_total(totals))}, computed "
         f"{fmt_usd(totals.computed_usd)}"
         + (
             f", tokens {fmt_tokens(tokens.input_tokens)} in / {fmt_tokens(tokens.output_tokens)} out / "
@@ -330,7 +335,7 @@ async def _costs(client, args) -> int:
     )
     if totals.computed_only_phase_count:
         console.print(
-            f"{totals.computed_only_phase_count} phase(s) ended without a result: computed figure only",
+            f"{plural(totals.computed_only_phase_count, 'phase')} ended without a result: computed figure only",
             style="yellow",
         )
     if totals.unpriced_models:
@@ -436,12 +441,14 @@ def inspection_renderables(inspection, what: str) -> list:
     from rich.text import Text
 
     from helix_runner.cli.render import (
+        FINAL_STATUSES,
         enum_name,
         fmt_clock,
         fmt_duration,
         fmt_tokens,
         fmt_usd,
         one_line,
+        plural,
         status_text,
     )
 
@@ -455,16 +462,26 @@ def inspection_renderables(inspection, what: str) -> list:
         line.append_text(status_text(phase.status))
         line.append(f" ({phase.status_reason})" if phase.status_reason else "")
         out.append(line)
-        pause = (
-            "hard-paused (process group stopped)"
-            if inspection.hard_paused
-            else ("pause requested" if inspection.paused else "not paused")
-        )
-        out.append(
-            f"  {pause}; {inspection.assistant_message_count} assistant messages, "
-            f"{inspection.user_message_count} user lines, {inspection.turn_count} turn results, "
-            f"last event #{phase.last_sequence}"
-        )
+        if phase.status in FINAL_STATUSES:
+            # The live counters went with the run; what the result and the events keep (issue 22, item 14).
+            result = phase.result
+            calls = sum(s.count for s in phase.tool_stats)
+            out.append(
+                f"  ended; {plural(result.num_turns if result else 0, 'turn')}, "
+                f"{plural(inspection.turn_count, 'turn result')}, {plural(calls, 'tool call')}, "
+                f"last event #{phase.last_sequence}"
+            )
+        else:
+            pause = (
+                "hard-paused (process group stopped)"
+                if inspection.hard_paused
+                else ("pause requested" if inspection.paused else "not paused")
+            )
+            out.append(
+                f"  {pause}; {plural(inspection.assistant_message_count, 'assistant message')}, "
+                f"{plural(inspection.user_message_count, 'user line')}, "
+                f"{plural(inspection.turn_count, 'turn result')}, last event #{phase.last_sequence}"
+            )
         if phase.current_tool is not None and phase.current_tool.name:
             out.append(
                 f"  current tool: {phase.current_tool.name} ({enum_name(phase.current_tool.status).lower()})"
@@ -518,7 +535,7 @@ def inspection_renderables(inspection, what: str) -> list:
             out.append("  none yet")
         for s in phase.tool_stats:
             out.append(
-                f"  {s.name}: {s.count} calls, {s.failures} failed, {s.unfinished} unfinished, "
+                f"  {s.name}: {plural(s.count, 'call')}, {s.failures} failed, {s.unfinished} unfinished, "
                 f"p95 {fmt_duration(s.p95_duration)}"
             )
     if everything or what == "events":

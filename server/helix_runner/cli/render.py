@@ -82,7 +82,24 @@ def fmt_duration(value: timedelta | None) -> str:
 
 
 def fmt_usd(value: float | None) -> str:
+    """Dollars; "-" for a figure that is not there (the CLI reported none), never "$0.0000"."""
     return "-" if value is None else f"${value:.4f}"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """ "1 phase", "2 phases" (``many`` when the plural is not ``one`` + "s")."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def reported_total(totals) -> float | None:
+    """A job's or project's CLI-reported cost (CostTotals), or None when no phase in it reported one.
+
+    ``reported_usd`` is a plain sum (0 when nothing was reported); a model's own ``reported_usd``
+    stays unset until the CLI reports it, so the models say whether anything was (the web's
+    ``reportedTotal`` reads the same)."""
+    if totals is None or not any(m.reported_usd is not None for m in totals.models):
+        return None
+    return totals.reported_usd
 
 
 def fmt_tokens(n: int) -> str:
@@ -263,7 +280,7 @@ def _kind_detail(kind: str, p, event: pb.StreamEvent) -> Text:
         t.append(p.subtype, style="bold red" if p.is_error else "bold green")
         if p.is_error:
             t.append(" (error)", style="red")
-        t.append(f"  {p.num_turns} turns  {fmt_duration(p.duration)}")
+        t.append(f"  {plural(p.num_turns, 'turn')}  {fmt_duration(p.duration)}")
         if p.total_cost_usd is not None:
             t.append(f"  {fmt_usd(p.total_cost_usd)}")
     elif kind == "control_response":
@@ -337,12 +354,12 @@ def result_line(result: pb.PhaseResult, events: int | None = None) -> Text:
     parts = [
         f"job {result.job_id} phase {result.phase_id}",
         exit_text,
-        f"{result.num_turns} turns",
-        f"{calls} tool calls ({failed} failed)",
+        plural(result.num_turns, "turn"),
+        f"{plural(calls, 'tool call')} ({failed} failed)",
         fmt_usd(cost_figure(result.cost)),
     ]
     if events is not None:
-        parts.insert(3, f"{events} events")
+        parts.insert(3, plural(events, "event"))
     line.append("\n  " + ", ".join(parts), style="dim")
     return line
 
@@ -417,7 +434,11 @@ class PhaseView:
     retrying: bool = False
     last_retry: pb.ApiRetry | None = None
     last_retry_time: datetime | None = None
+    # Turns as the CLI counts them (its turn_result's num_turns): the main thread's assistant
+    # messages, one per API message id; a turn_result's own figure wins if it is higher.
     turns: int = 0
+    _message_ids: set[str] = field(default_factory=set)
+    _costed: bool = False  # a cost update arrived (before it, the cost is unknown, not $0)
     result: pb.PhaseResult | None = None
     last_event_time: datetime | None = None
 
@@ -440,6 +461,10 @@ class PhaseView:
         kind, p = betterproto2.which_one_of(event, "payload")
         if kind in _API_ANSWERED:
             self.retrying = False
+        if kind in ("assistant_text", "thinking", "tool_call_started") and p.message_id \
+                and not event.parent_tool_use_id:
+            self._message_ids.add(p.message_id)
+            self.turns = max(self.turns, len(self._message_ids))
         if kind == "tool_call_started":
             call = CallView(p.tool_use_id, p.name, p.input_json, when)
             self.running[p.tool_use_id] = call
@@ -468,7 +493,7 @@ class PhaseView:
             self.last_retry = p
             self.last_retry_time = when
         elif kind == "turn_result":
-            self.turns += 1
+            self.turns = max(self.turns, p.num_turns, len(self._message_ids))
         elif kind == "status_changed":
             self.status = p.to_status
             self.status_reason = p.reason
@@ -496,6 +521,7 @@ class PhaseView:
                 del self.held[tool_use_id]
 
     def _apply_cost(self, cost: pb.PhaseCost) -> None:
+        self._costed = True
         self.tokens = cost.tokens or pb.TokenUsage()
         self.reported_usd = cost.reported_usd
         self.computed_usd = cost.computed_usd
@@ -562,8 +588,11 @@ class PhaseView:
         return sum(t.failures for t in self.tools.values())
 
     @property
-    def cost_usd(self) -> float:
-        return self.reported_usd if self.reported_usd is not None else self.computed_usd
+    def cost_usd(self) -> float | None:
+        """The CLI-reported cost, else the computed one; None before the first cost update."""
+        if self.reported_usd is not None:
+            return self.reported_usd
+        return self.computed_usd if self._costed else None
 
     def elapsed(self, now: datetime | None = None) -> float | None:
         """Seconds since the phase started: up to its end, else to ``now`` (live), else to the last event."""

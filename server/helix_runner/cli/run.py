@@ -78,6 +78,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start with a breakpoint on this tool (repeatable; resolve with approve / deny / edit)",
     )
     p.add_argument(
+        "--break-on-pattern",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="start with a breakpoint on tool calls whose input matches this RE2 pattern (repeatable): "
+        "held from the first call on, with no race against a later `break add`",
+    )
+    p.add_argument(
         "--detach-on-disconnect",
         action="store_true",
         help="keep the phase running if this command goes away (re-attach with watch or attach)",
@@ -93,7 +101,8 @@ def build_request(args: argparse.Namespace):
         model=args.model,
         allowed_tools=list(args.allowed_tools),
         max_turns=args.max_turns,
-        breakpoints=[pb.Breakpoint(tool_name=name) for name in args.break_on_tool],
+        breakpoints=[pb.Breakpoint(tool_name=name) for name in args.break_on_tool]
+        + [pb.Breakpoint(input_pattern=pb.InputPatternCondition(regex=regex)) for regex in args.break_on_pattern],
     )
     if args.timeout:
         options.timeout = timedelta(seconds=args.timeout)
@@ -176,7 +185,7 @@ class ProgressDisplay:
 
 def progress_line(view, elapsed: float, width: int) -> str:
     """The one-line progress, cut to ``width - 1`` characters so a terminal never wraps it."""
-    from helix_runner.cli.render import enum_name, fmt_seconds, fmt_tokens, fmt_usd
+    from helix_runner.cli.render import enum_name, fmt_seconds, fmt_tokens, fmt_usd, plural
 
     current = view.current_tool
     parts = [f"[{fmt_seconds(elapsed):>6}]"]
@@ -184,13 +193,14 @@ def progress_line(view, elapsed: float, width: int) -> str:
         parts.append(enum_name(view.status))
     parts.append(f"▶ {current.name}" if current is not None else "idle")
     failed = f" ({view.tool_failures}✗)" if view.tool_failures else ""
-    parts.append(f"{view.tool_calls} tools{failed}")
+    parts.append(f"{plural(view.tool_calls, 'tool')}{failed}")
     tokens = view.tokens
     parts.append(
         f"{fmt_tokens(tokens.input_tokens + tokens.cache_read_input_tokens)}/"
         f"{fmt_tokens(tokens.output_tokens)} tok"
     )
-    parts.append(fmt_usd(view.cost_usd))
+    cost = view.cost_usd
+    parts.append(fmt_usd(cost) + ("*" if cost is not None and view.reported_usd is None else ""))
     if view.retrying and view.last_retry is not None:
         r = view.last_retry
         http = f" {r.error_status}" if r.error_status is not None else ""

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--auth-token-file", help="file with the bearer token clients must send (required off loopback)"
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    p.add_argument("--log-format", choices=("json", "text"))
+    p.add_argument("--log-format", choices=("auto", "json", "text"),
+                   help="log lines on stderr (default auto: human-readable on a terminal, JSON otherwise)")
     p.add_argument("--offline-script", help="point the CLI at a scripted loopback Messages API (JSON script)")
     p.add_argument(
         "--api-key-file", help="file with the Anthropic API key (default: the server's ANTHROPIC_API_KEY)"
@@ -84,6 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--script", required=True, help="JSON script (see README, offline mode)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--log-format", choices=("auto", "json", "text"), default="auto",
+                   help="log lines on stderr, as `serve` (default auto: human-readable on a terminal, JSON otherwise)")
     p.set_defaults(handler=cmd_mock_api)
 
 
@@ -111,6 +114,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_mock_api(args: argparse.Namespace) -> int:
     from helix_runner.offline import main
+    from helix_runner.structured_logging import configure_logging
 
+    configure_logging("info", args.log_format)  # the stand-in's own setup then keeps it (basicConfig)
     forwarded = ["--script", args.script, "--host", args.host, "--port", str(args.port)]
     return main(forwarded) or 0

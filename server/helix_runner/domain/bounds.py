@@ -43,6 +43,10 @@ CANCEL_REASON_MAX_BYTES = 1 * KiB  # CancelPhase reason
 BREAKPOINT_REGEX_MAX_BYTES = 4 * KiB  # Breakpoint input_pattern
 BREAKPOINT_SEARCH_MAX_BYTES = 64 * KiB  # patterns search the first 64 KiB of the input (as input_json)
 MAX_BREAKPOINTS = 256  # per phase
+# Nesting of caller JSON (options.json_schema / settings / mcp_config / agents, edit.input_json):
+# deeper is INVALID_ARGUMENT (domain/json_depth.py). Real configurations and schemas nest a dozen
+# levels; the recursive parsers behind these fields fail from a few hundred (orjson writes 255).
+MAX_JSON_DEPTH = 64
 
 # Page sizes: (default for 0, maximum; larger requests are lowered).
 JOBS_PAGE_SIZE = (50, 500)  # ListJobs

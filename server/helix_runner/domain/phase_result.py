@@ -112,3 +112,10 @@ class PhaseResult:
     # The object produced for ``PhaseSpec.json_schema`` (compact JSON, bounded); "" when none.
     structured_output: str = ""
     structured_output_truncated: bool = False
+    # From acceptance to the first attempt's CLI start (the admission queue); None when none started.
+    queue_wait_ns: int | None = None
+
+
+def queue_wait_ns(create_time_ns: int, start_time_ns: int | None) -> int | None:
+    """How long a phase waited between its acceptance and its first CLI start; None before it started."""
+    return None if not start_time_ns else max(start_time_ns - create_time_ns, 0)

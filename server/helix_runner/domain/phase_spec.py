@@ -18,9 +18,12 @@ from helix_runner.domain.bounds import (
     PROMPT_MAX_BYTES,
     SYSTEM_PROMPT_MAX_BYTES,
 )
+from helix_runner.domain.json_depth import check_json_depth
 from helix_runner.errors import invalid_field
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# The project of a phase whose request names none (an empty project_id): every record says this name.
+DEFAULT_PROJECT = "default"
 # Model names, session ids: conservative token charset, never a leading dash.
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_.:@/\[\]][A-Za-z0-9_.:@/\[\]-]{0,199}$")
 TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_][^\n\r\x00,]{0,511}$")
@@ -116,19 +119,22 @@ class PhaseSpec:
         if size == 0 or not self.prompt.strip():
             raise invalid_field("prompt", "must not be empty")
         if size > PROMPT_MAX_BYTES:
-            raise invalid_field("prompt", f"is {size} bytes; the limit is {PROMPT_MAX_BYTES}")
+            raise invalid_field("prompt", f"is {size} bytes; the limit is {PROMPT_MAX_BYTES}", size=size,
+                                max_size=PROMPT_MAX_BYTES)
         if not self.working_dir:
             raise invalid_field("working_dir", "is required")
         for name in ("model", "fallback_model", "resume_session_id"):
             value = getattr(self, name)
             if value and not TOKEN_PATTERN.match(value):
-                raise invalid_field(f"options.{name}", f"{value[:80]!r} is not a valid name")
+                raise invalid_field(f"options.{name}", f"{value[:80]!r} is not a valid name", value=value[:80])
         for name in ("allowed_tools", "disallowed_tools"):
             for tool in getattr(self, name):
                 if not TOOL_PATTERN.match(tool):
-                    raise invalid_field(f"options.{name}", f"{tool[:80]!r} is not a tool name or rule")
+                    raise invalid_field(f"options.{name}", f"{tool[:80]!r} is not a tool name or rule",
+                                        value=tool[:80])
         if self.permission_mode and self.permission_mode not in PERMISSION_MODES:
-            raise invalid_field("options.permission_mode", f"unknown mode {self.permission_mode!r}")
+            raise invalid_field("options.permission_mode", f"unknown mode {self.permission_mode!r}",
+                                value=self.permission_mode)
         if not 0 <= self.max_turns <= MAX_TURNS:
             raise invalid_field("options.max_turns", f"must be between 0 and {MAX_TURNS}")
         if self.max_budget_usd is not None and not (0 < self.max_budget_usd < 1e6):
@@ -152,12 +158,13 @@ class PhaseSpec:
                 f"{MIN_CPU_LIMIT_MILLICORES} to {MAX_CPU_LIMIT_MILLICORES}",
             )
         if self.on_disconnect not in ON_DISCONNECT:
-            raise invalid_field("options.on_disconnect", f"unknown value {self.on_disconnect!r}")
+            raise invalid_field("options.on_disconnect", f"unknown value {self.on_disconnect!r}",
+                                value=self.on_disconnect)
         for key, value in self.env.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", key):
-                raise invalid_field("options.env", f"{key[:80]!r} is not a valid variable name")
+                raise invalid_field("options.env", f"{key[:80]!r} is not a valid variable name", name=key[:80])
             if "\x00" in value or len(value.encode()) > ENV_VALUE_MAX_BYTES:
-                raise invalid_field("options.env", f"value of {key} is too long or contains NUL")
+                raise invalid_field("options.env", f"value of {key} is too long or contains NUL", name=key)
         _check_workspace(self)
         _check_run_options(self)
         _check_json_options(self)
@@ -172,26 +179,29 @@ def _check_id(name: str, value: str, *, required: bool) -> None:
 
 def _check_workspace(spec: PhaseSpec) -> None:
     if spec.workspace not in WORKSPACE_MODES:
-        raise invalid_field("options.workspace", f"unknown mode {spec.workspace!r}")
+        raise invalid_field("options.workspace", f"unknown mode {spec.workspace!r}", value=spec.workspace)
     if spec.worktree_retention not in WORKTREE_RETENTIONS:
-        raise invalid_field("options.worktree_retention", f"unknown policy {spec.worktree_retention!r}")
+        raise invalid_field("options.worktree_retention", f"unknown policy {spec.worktree_retention!r}",
+                            value=spec.worktree_retention)
     if spec.workspace != "GIT_WORKTREE" and (spec.base_ref or spec.worktree_retention):
         raise invalid_field("options.base_ref" if spec.base_ref else "options.worktree_retention",
                             "applies only to the GIT_WORKTREE workspace")
     if spec.base_ref and (not BASE_REF_PATTERN.match(spec.base_ref) or ".." in spec.base_ref):
-        raise invalid_field("options.base_ref", f"{spec.base_ref[:80]!r} is not a valid commit-ish")
+        raise invalid_field("options.base_ref", f"{spec.base_ref[:80]!r} is not a valid commit-ish",
+                            base_ref=spec.base_ref[:80])
     if len(spec.add_dirs) > MAX_ADD_DIRS:
         raise invalid_field("options.add_dirs", f"at most {MAX_ADD_DIRS} directories")
     for d in spec.add_dirs:
         if not d or len(d.encode()) > 4096 or any(c in d for c in "\x00\n\r"):
-            raise invalid_field("options.add_dirs", f"{d[:80]!r} is not a valid path")
+            raise invalid_field("options.add_dirs", f"{d[:80]!r} is not a valid path", path=d[:80])
 
 
 def _check_run_options(spec: PhaseSpec) -> None:
     if len(spec.system_prompt.encode()) > SYSTEM_PROMPT_MAX_BYTES:
         raise invalid_field("options.system_prompt", f"exceeds {SYSTEM_PROMPT_MAX_BYTES} bytes")
     if spec.effort not in EFFORTS:
-        raise invalid_field("options.effort", f"{spec.effort[:40]!r} is not one of {', '.join(EFFORTS[1:])}")
+        raise invalid_field("options.effort", f"{spec.effort[:40]!r} is not one of {', '.join(EFFORTS[1:])}",
+                            value=spec.effort[:40])
     if spec.tools:
         names = spec.tools.split(",")
         if spec.tools != "default" and not all(TOOL_NAME_PATTERN.match(n) for n in names):
@@ -220,12 +230,15 @@ def json_object(name: str, text: str) -> dict:
     """
     size = len(text.encode())
     if size > MAX_JSON_OPTION_BYTES:
-        raise invalid_field(f"options.{name}", f"is {size} bytes; the limit is {MAX_JSON_OPTION_BYTES}")
+        raise invalid_field(f"options.{name}", f"is {size} bytes; the limit is {MAX_JSON_OPTION_BYTES}", size=size,
+                            max_size=MAX_JSON_OPTION_BYTES)
+    check_json_depth(f"options.{name}", text)
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise invalid_field(f"options.{name}", f"is not valid JSON (line {getattr(e, 'lineno', '?')}, "
-                                               f"column {getattr(e, 'colno', '?')})") from None
+        line, column = getattr(e, "lineno", "?"), getattr(e, "colno", "?")
+        raise invalid_field(f"options.{name}", f"is not valid JSON (line {line}, column {column})", line=line,
+                            column=column) from None
     if not isinstance(value, dict):
         raise invalid_field(f"options.{name}", "must be a JSON object")
     return value
@@ -236,9 +249,9 @@ def _named_objects(name: str, value: object, what: str) -> None:
         raise invalid_field(f"options.{name}", f"must map {what} names to objects")
     for key, entry in value.items():
         if not CONFIG_NAME_PATTERN.match(key):
-            raise invalid_field(f"options.{name}", f"{key[:80]!r} is not a valid {what} name")
+            raise invalid_field(f"options.{name}", f"{key[:80]!r} is not a valid {what} name", name=key[:80])
         if not isinstance(entry, dict):
-            raise invalid_field(f"options.{name}", f"{what} {key!r} must be a JSON object")
+            raise invalid_field(f"options.{name}", f"{what} {key!r} must be a JSON object", name=key)
 
 
 def _check_json_options(spec: PhaseSpec) -> None:
@@ -254,7 +267,8 @@ def _check_json_options(spec: PhaseSpec) -> None:
         _named_objects("agents", agents, "agent")
         for key, agent in agents.items():
             if not isinstance(agent.get("description"), str) or not isinstance(agent.get("prompt"), str):
-                raise invalid_field("options.agents", f"agent {key!r} needs string 'description' and 'prompt'")
+                raise invalid_field("options.agents", f"agent {key!r} needs string 'description' and 'prompt'",
+                                    name=key)
     if spec.settings:
         settings = json_object("settings", spec.settings)
         permissions = settings.get("permissions")
@@ -289,4 +303,5 @@ def _check_json_schema(schema: dict) -> None:
     except jsonschema.SchemaError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "the root"
         raise invalid_field("options.json_schema", f"is not a valid JSON Schema (at {where[:200]}: "
-                                                   f"{e.message[:200]})") from None
+                                                   f"{e.message[:200]})", at=where[:200],
+                            problem=e.message[:200]) from None

@@ -122,8 +122,10 @@ class NotTyped(ValueError):
 
 
 # Why the typed path passes a line on to the generic one: off the schema (msgspec), invalid UTF-8
-# (the check before decoding), a value orjson cannot write back (TypeError), or NotTyped.
-TYPED_MISSES = (msgspec.DecodeError, *SHAPE_ERRORS)
+# (the check before decoding), a value orjson cannot write back (TypeError), NotTyped, or nesting
+# deeper than msgspec decodes (RecursionError: a hostile model's tool input; orjson then refuses
+# it past 1024 levels, a ParseError).
+TYPED_MISSES = (msgspec.DecodeError, RecursionError, *SHAPE_ERRORS)
 
 
 # What the cost ledger needs from an assistant line or a stream_event: (message id, model, the

@@ -47,6 +47,7 @@ from helix_runner.domain.events import (
     ToolCallStarted,
     TurnResult,
 )
+from helix_runner.domain.json_depth import check_json_depth
 from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_PATTERN
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
@@ -388,6 +389,7 @@ class PhaseController:
         elif decision == "edit":
             if len(input_json.encode()) > MAX_EDIT_INPUT_BYTES:
                 raise invalid_field("edit.input_json", f"exceeds {MAX_EDIT_INPUT_BYTES} bytes")
+            check_json_depth("edit.input_json", input_json)
             try:
                 new_input = orjson.loads(input_json)
             except orjson.JSONDecodeError:
@@ -475,14 +477,14 @@ class PhaseController:
     async def set_model(self, model: str) -> None:
         """``set_model``: later turns use ``model`` ("" : the session's default, which the CLI calls 'default')."""
         if model and not TOKEN_PATTERN.match(model):
-            raise invalid_field("model", f"{model[:80]!r} is not a valid model name")
+            raise invalid_field("model", f"{model[:80]!r} is not a valid model name", value=model[:80])
         self._require_input("set the model")
         await self.channel.request("set_model", {"model": model or "default"}, wait_s=CONTROL_WAIT_SECONDS)
 
     async def set_permission_mode(self, mode: str) -> str:
         """``set_permission_mode``; returns the mode the CLI says is in effect (headless CLIs echo it)."""
         if mode not in PERMISSION_MODES:
-            raise invalid_field("mode", f"unknown permission mode {mode!r}")
+            raise invalid_field("mode", f"unknown permission mode {mode!r}", value=mode)
         if self.gate_every_call and mode != "bypassPermissions":
             # The controller allows every call it does not hold, which only bypassPermissions means.
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "INVALID_FIELD",

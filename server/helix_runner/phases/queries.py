@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 from helix_runner.domain.cost_ledger import ModelCost
 from helix_runner.domain.events import TokenUsage
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
-from helix_runner.phases.service import DEFAULT_PROJECT
 from helix_runner.phases.views import (
     CostTotals,
     Inspection,

@@ -39,7 +39,7 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
 from helix_runner.domain.phase_result import Attempt, PhaseDiagnostics, PhaseResult
-from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
@@ -115,8 +115,11 @@ class PhaseRun:
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
-                 telemetry: PhaseTelemetry | None = None, retries: Retries | None = None):
+                 telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
+                 accepted_ns: int | None = None):
         self.spec = spec
+        # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
+        self.accepted_ns = time.time_ns() if accepted_ns is None else accepted_ns
         # Retry policy and admission (phases.attempts); the attempts so far, oldest first.
         self.retries = retries or Retries()
         self.attempts: list[Attempt] = []
@@ -257,7 +260,7 @@ class PhaseRun:
                 if not await self._admitted(plan):
                     exit_, end = ended_while_queued(*self._stop_or_interrupted(), time.time_ns()), None
                     break
-                exit_ = await self._run_attempt(plan, start_ns, timeout - (time.monotonic() - started))
+                exit_ = await self._run_attempt(plan, timeout - (time.monotonic() - started))
                 end = self._end_attempt(plan, exit_, deadline_s=start_ns / 1e9 + timeout)
                 if not end.decision.retry or self._stop is not None:
                     break
@@ -333,7 +336,7 @@ class PhaseRun:
         status = admission.queue.status(ticket.key)
         return None if status is None else admission.queue.queue_state(status)
 
-    async def _run_attempt(self, plan: AttemptPlan, phase_start_ns: int, time_left: float) -> ProcessExit:
+    async def _run_attempt(self, plan: AttemptPlan, time_left: float) -> ProcessExit:
         """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
         attempt_ns = time.time_ns()
         if plan.number > 1:
@@ -357,23 +360,28 @@ class PhaseRun:
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self._ticket_starting = self._ticket is not None
+        cli_ns = time.time_ns()  # the attempt's start, and for the first one the phase's
         try:
-            columns = {"start_time_ns": phase_start_ns} if plan.number == 1 else {}
+            # The phase starts with its first CLI, not at its acceptance: a queued phase waited in between.
+            columns = {"start_time_ns": cli_ns} if plan.number == 1 else {}
             self.set_status(PhaseStatus.RUNNING, "a prestarted claude process takes the phase (warm start)"
                             if self.supervisor.warm else "the claude process is starting", **columns)
             if self.control.pause_requested:
                 self.control._settle_status()
             if self._stop is not None:
                 self.supervisor.request_stop(*self._stop)
-            return await self.supervisor.run()
+            exit_ = await self.supervisor.run()
+            # One instant for the attempt's start, the phase's start_time and the result's (the
+            # supervisor takes its own a moment later, after the status above).
+            return dc_replace(exit_, start_ns=cli_ns)
         except asyncio.CancelledError:
             exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
-                                attempt_ns, time.time_ns())
+                                cli_ns, time.time_ns())
             self._end_attempt(plan, exit_, deadline_s=None)
             raise
         except Exception as exc:
             log.exception("phase supervision failed", extra={"fields": self._log_fields()})
-            return ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", attempt_ns,
+            return ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", cli_ns,
                                time.time_ns())
 
     def _take_warm(self) -> None:
@@ -479,6 +487,7 @@ class PhaseRun:
             tool_stats=tuple(tools.stats()),
             permission_denials=last.permission_denials if last else (),
             start_time_ns=self.attempts[0].start_time_ns if self.attempts else exit_.start_ns,
+            queue_wait_ns=max(self.attempts[0].start_time_ns - self.accepted_ns, 0) if self.attempts else None,
             end_time_ns=exit_.end_ns,
             last_sequence=self.stream.last_sequence,
             diagnostics=PhaseDiagnostics(
@@ -599,7 +608,9 @@ class PhaseRun:
             self.job_id, self.phase_id, time.time_ns(), cost_pb=self.encoder.encode_cost(cost),
             reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
         )
-        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id, [
+        # Under the project's name as every other record has it ("default" for none), so a project's
+        # totals find these rows (store: model_cost_sums by project).
+        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id or DEFAULT_PROJECT, [
             ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
                          m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
                          m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source)

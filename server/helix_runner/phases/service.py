@@ -24,8 +24,8 @@ from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_outcome import EndCause
-from helix_runner.domain.phase_result import PhaseResult
-from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
 Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
 
-DEFAULT_PROJECT = "default"
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ class PhaseService:
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {existing.project_id}",
-                              {"field": "project_id", "job_id": spec.job_id})
+                              {"field": "project_id", "job_id": spec.job_id, "project_id": existing.project_id})
         # The run id names the recording directory (its suffix) and the containment scope, so a
         # restarted server finds a crashed run's cgroups from the phase row (see recover()).
         run_id = uuid.uuid4().hex
@@ -224,7 +223,7 @@ class PhaseService:
         if job.project_id != project:  # another request created the job just now
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {job.project_id}",
-                              {"field": "project_id", "job_id": spec.job_id})
+                              {"field": "project_id", "job_id": spec.job_id, "project_id": job.project_id})
         try:
             self.store.insert_phase(PhaseRow(
                 job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
@@ -243,7 +242,7 @@ class PhaseService:
             # A write refused by the fence (another replica took the phase over) stops the run.
             run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
             run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries)
+                           retries=retries, accepted_ns=now)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             if plan.secret_files is not None:
@@ -437,7 +436,8 @@ class PhaseService:
             row = self.require_phase(job_id, phase_id)
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
                               f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
-                              {"status": row.status.name, "operation": "cancel"})
+                              {"status": row.status.name, "operation": "cancel", "job_id": job_id,
+                               "phase_id": phase_id})
         live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
         return live
 
@@ -490,7 +490,8 @@ class PhaseService:
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,
-                                 end_time_ns=now, last_sequence=seq)
+                                 end_time_ns=now, last_sequence=seq,
+                                 queue_wait_ns=queue_wait_ns(row.create_time_ns, row.start_time_ns))
             self.store.update_phase(row.job_id, row.phase_id, now, status=PhaseStatus.INTERRUPTED,
                                     status_reason=reason, end_time_ns=now,
                                     # The cost and attempts it recorded before the server stopped.

@@ -15,7 +15,7 @@ import time
 from typing import Protocol
 
 from helix_runner.domain.events import Event, PhaseStatusChanged
-from helix_runner.domain.phase_result import PhaseResult
+from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.attempts import interrupted_attempt
 from helix_runner.phases.ports import RecordEncoder
@@ -51,6 +51,7 @@ class Takeover:
             start_time_ns=row.start_time_ns,
             end_time_ns=now,
             last_sequence=sequence,
+            queue_wait_ns=queue_wait_ns(row.create_time_ns, row.start_time_ns),
         )
         encoded = self.encoder.encode_event(row.job_id, row.phase_id, event)
         return EventRow(sequence, now, self.encoder.event_kind(event), encoded), {

@@ -389,7 +389,11 @@ class Containment:
                     os.kill(run.shim_pid, signal.SIGKILL)  # type: ignore[arg-type]
                     add(run.run_id, 1)
         for version, base in self._instance_dirs():
-            for d in sorted(base.iterdir()):
+            try:
+                found = sorted(base.iterdir())
+            except FileNotFoundError:  # pruned since it was listed: nothing of this instance is in it
+                continue
+            for d in found:
                 if not (d.is_dir() and d.name.startswith("phase-")):
                     continue
                 cg = PhaseCgroup(Role(version, base), d.name)

@@ -50,6 +50,10 @@ def _repo_lock(repo: Path) -> threading.Lock:
         return _repo_locks.setdefault(str(repo), threading.Lock())
 
 
+# A job's directory under worktrees/ is removed with its last manifest; a phase of the same job
+# starting meanwhile creates it again before writing its own manifest (both under this lock).
+_JOB_DIRS_LOCK = threading.Lock()
+
 GIT_TIMEOUT = 120.0
 RETENTIONS = ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
 _SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "diff.external=",
@@ -165,7 +169,8 @@ class PhaseWorkspace:
             except (GitError, OSError) as exc:
                 _settle(self.manifest_path, PhaseStatus.FAILED, half_made=True)
                 raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
-                                  f"cannot create the phase's git worktree: {exc}", {"missing": "worktree"}) from None
+                                  f"cannot create the phase's git worktree: {exc}",
+                                  {"missing": "worktree", "path": str(self.worktree_path), "error": str(exc)}) from None
             self._write_manifest("active")
             self.start_tree = git(self.toplevel, "rev-parse", f"{self.base_commit}^{{tree}}").decode().strip()
         elif self.toplevel is not None:
@@ -223,11 +228,12 @@ class PhaseWorkspace:
 
     def _write_manifest(self, state: str) -> None:
         assert self.manifest_path is not None
-        self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
         body = {"state": state, "repo": str(self.toplevel), "path": str(self.worktree_path), "branch": self.branch,
                 "base": self.base_commit, "retention": self.retention}
         tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body))
+        with _JOB_DIRS_LOCK:  # the job's directory is not removed between its mkdir and the write
+            self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(body))
         os.replace(tmp, self.manifest_path)
 
 
@@ -247,22 +253,24 @@ def plan_workspace(*, mode: str, workdir: Path, job_id: str, phase_id: str, base
     if mode != "GIT_WORKTREE":
         return PhaseWorkspace("IN_PLACE", workdir, top, diff_path=diff_path)
     if top is None:
-        raise invalid_field("options.workspace", f"GIT_WORKTREE needs a git repository; {workdir} is not in one")
+        raise invalid_field("options.workspace", f"GIT_WORKTREE needs a git repository; {workdir} is not in one",
+                            path=workdir)
     if not any(top == r or r in top.parents for r in roots):
         # The worktree copies the whole repository: its top level must be inside a root too.
         raise RunnerError(ErrorKind.INVALID_ARGUMENT, "WORKING_DIR_OUTSIDE_ROOTS",
                           f"the repository of working_dir ({top}) is outside the workspace roots",
-                          {"path": str(workdir), "resolved": str(top)})
+                          {"field": "working_dir", "path": str(workdir), "resolved": str(top),
+                           "roots": ":".join(str(r) for r in roots)})
     ref = base_ref or "HEAD"
     base = git(top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}",
                check=False).decode().strip()
     if not base:
-        raise invalid_field("options.base_ref", f"{ref!r} is not a commit of {top}")
+        raise invalid_field("options.base_ref", f"{ref!r} is not a commit of {top}", base_ref=ref, repository=top)
     branch = branch_name(job_id, phase_id)
     if _ref_exists(top, branch):
         raise RunnerError(ErrorKind.FAILED_PRECONDITION, "INVALID_FIELD",
                           f"branch {branch} already exists in {top}; choose another job or phase id",
-                          {"field": "phase_id", "branch": branch})
+                          {"field": "phase_id", "branch": branch, "repository": str(top)})
     where = worktrees_dir(data_dir) / _safe(job_id)
     return PhaseWorkspace("GIT_WORKTREE", workdir, top, retention=retention, base_commit=base, branch=branch,
                           worktree_path=where / _safe(phase_id), manifest_path=where / f"{_safe(phase_id)}.json",
@@ -307,8 +315,17 @@ def _settle(manifest: Path, status: PhaseStatus, *, half_made: bool = False) -> 
                 tip = git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{body['branch']}", check=False)
                 if tip.decode().strip() == body["base"]:
                     git(repo, "branch", "-D", body["branch"])
-    manifest.unlink(missing_ok=True)
+    with _JOB_DIRS_LOCK:
+        manifest.unlink(missing_ok=True)
+        _remove_if_empty(manifest.parent)
     return "removed"
+
+
+def _remove_if_empty(job_dir: Path) -> None:
+    """Removes a job's directory under worktrees/ once nothing of it is left (another phase of the
+    job may still have its worktree or manifest there; then it stays)."""
+    with contextlib.suppress(OSError):  # not empty, or already gone
+        job_dir.rmdir()
 
 
 def sweep(data_dir: Path) -> dict[str, str]:
@@ -333,6 +350,9 @@ def sweep(data_dir: Path) -> dict[str, str]:
                                                                                 "error": str(exc)}})
     for tmp in root.glob("*/*.tmp"):
         tmp.unlink(missing_ok=True)
+    for job_dir in root.iterdir():  # emptied by the above, or by a server that stopped before this change
+        if job_dir.is_dir():
+            _remove_if_empty(job_dir)
     return actions
 
 

@@ -60,7 +60,7 @@ __all__ = [
 # Version 3: jobs.view_version, bumped by every write that changes a job's view but appended events
 # (the read model's job-view cache; JobRow). Version 4: phases.attempts_pb, the phase's ended
 # attempts (store/protocol.py PhaseRow), so recovery and reads keep them after a crash.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -157,6 +157,10 @@ _BACKFILL_INDEX = "tool_calls_duration_backfill"
 _ADD_VIEW_VERSION = "ALTER TABLE jobs ADD COLUMN view_version INTEGER NOT NULL DEFAULT 0"
 # Version 4 (PostgreSQL: migration 0005_phase_attempts.sql).
 _ADD_ATTEMPTS = "ALTER TABLE phases ADD COLUMN attempts_pb BLOB"
+# Version 5 (PostgreSQL: migration 0007_model_costs_default_project.sql): per-model costs of phases
+# without a project_id were written under project "" instead of the "default" every other record
+# names, so the default project's totals had no per-model breakdown (issue 22, item 14).
+_DEFAULT_PROJECT_MODEL_COSTS = "UPDATE model_costs SET project_id = 'default' WHERE project_id = ''"
 
 # Each step takes the schema from version N to N + 1 (index N - 1); statements, not a script, so
 # that the step and the new user_version commit together.
@@ -174,6 +178,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (_ADD_VIEW_VERSION,),
     (_ADD_ATTEMPTS,),
+    (_DEFAULT_PROJECT_MODEL_COSTS,),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 

@@ -9,14 +9,14 @@ import { client } from "../api.js";
 import { COLORS, ChartCanvas } from "../charts.js";
 import type { Phase } from "../proto.js";
 import { ms } from "../reducer.js";
-import { href, money, usd, usePoll } from "../util.js";
+import { href, money, plural, reportedTotal, sumKnown, usd, usePoll } from "../util.js";
 import { Problem } from "./common.js";
 
 const MAX_PAGES = 20;
 
 interface Row {
   label: string;
-  reported: number;
+  reported: number | undefined; // undefined: the CLI reported nothing for it
   computed: number;
 }
 
@@ -51,20 +51,20 @@ export function CostsView({ params }: { params: URLSearchParams }) {
     const t = ms(p.createTime) ?? 0;
     return t >= start && t < end;
   });
+  // `reported` stays undefined where the CLI reported nothing ("–", as on the phase page and in the CLI).
   const byPhase: Row[] = inRange
-    .map((p) => ({ label: `${p.jobId}/${p.phaseId}`, reported: p.cost?.reportedUsd ?? 0, computed: p.cost?.computedUsd ?? 0 }))
+    .map((p) => ({ label: `${p.jobId}/${p.phaseId}`, reported: p.cost?.reportedUsd, computed: p.cost?.computedUsd ?? 0 }))
     .sort((a, b) => b.computed - a.computed);
   const models = new Map<string, Row>();
   for (const p of inRange) {
     for (const m of p.cost?.models ?? []) {
-      const row = models.get(m.model) ?? { label: m.model, reported: 0, computed: 0 };
-      row.reported += m.reportedUsd ?? 0;
+      const row = models.get(m.model) ?? { label: m.model, reported: undefined, computed: 0 };
+      row.reported = sumKnown([row.reported, m.reportedUsd]);
       row.computed += m.computedUsd;
       models.set(m.model, row);
     }
   }
   const byModel = [...models.values()].sort((a, b) => b.computed - a.computed);
-  const sum = (rows: Row[], k: "reported" | "computed") => rows.reduce((n, r) => n + r[k], 0);
   const t = totals.data?.totals;
   return (
     <section>
@@ -85,11 +85,12 @@ export function CostsView({ params }: { params: URLSearchParams }) {
       </div>
       <Problem polled={phases} />
       <p data-testid="range-totals">
-        {inRange.length} phases in range: <strong>{usd(sum(byPhase, "computed"))}</strong> computed, <strong>{usd(sum(byPhase, "reported"))}</strong> CLI-reported.
+        {plural(inRange.length, "phase")} in range: <strong>{usd(byPhase.reduce((n, r) => n + r.computed, 0))}</strong> computed,{" "}
+        <strong>{usd(sumKnown(byPhase.map((r) => r.reported)))}</strong> CLI-reported.
         {t && (
           <span class="muted">
             {" "}
-            All time ({t.phaseCount} phases): {usd(t.computedUsd)} computed, {usd(t.reportedUsd)} CLI-reported
+            All time ({plural(t.phaseCount, "phase")}): {usd(t.computedUsd)} computed, {usd(reportedTotal(t))} CLI-reported
             {t.unpricedModels.length ? `; not priced: ${t.unpricedModels.join(", ")}` : ""}.
           </span>
         )}
@@ -140,7 +141,7 @@ function RowsChart({ rows, testid, horizontal = false }: { rows: Row[]; testid: 
       data: {
         labels: rows.map((r) => r.label),
         datasets: [
-          { label: "CLI-reported", data: rows.map((r) => r.reported), backgroundColor: COLORS.reported },
+          { label: "CLI-reported", data: rows.map((r) => r.reported ?? 0), backgroundColor: COLORS.reported },
           { label: "computed", data: rows.map((r) => r.computed), backgroundColor: COLORS.computed },
         ],
       },

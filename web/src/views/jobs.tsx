@@ -3,7 +3,7 @@ import { useState } from "preact/hooks";
 import { client } from "../api.js";
 import { PhaseStatus, type Job, type Phase } from "../proto.js";
 import { ms } from "../reducer.js";
-import { duration, href, statusClass, statusName, usd, usePoll, when } from "../util.js";
+import { duration, href, reportedTotal, statusClass, statusName, usd, usePoll, when } from "../util.js";
 import { Problem } from "./common.js";
 
 const ACTIVE = [PhaseStatus.PENDING, PhaseStatus.RUNNING, PhaseStatus.PAUSING, PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL];
@@ -97,8 +97,8 @@ function JobRow({ job }: { job: Job }) {
         <StatusBadge status={job.status} />
       </td>
       <td>{job.phases.length}</td>
-      <td class="num">{usd(job.cost?.computedUsd)}</td>
-      <td class="num">{usd(job.cost?.reportedUsd)}</td>
+      <td class="num" data-testid="computed">{usd(job.cost?.computedUsd)}</td>
+      <td class="num" data-testid="reported">{usd(reportedTotal(job.cost))}</td>
       <td>{when(job.updateTime)}</td>
     </tr>
   );
@@ -120,7 +120,7 @@ export function JobView({ jobId }: { jobId: string }) {
             <StatusBadge status={j.status} />
             <span class="muted">project {j.projectId}</span>
             <span class="muted">
-              {usd(j.cost?.computedUsd)} computed · {usd(j.cost?.reportedUsd)} CLI-reported
+              {usd(j.cost?.computedUsd)} computed · {usd(reportedTotal(j.cost))} CLI-reported
             </span>
           </div>
           <table class="grid" data-testid="phases">

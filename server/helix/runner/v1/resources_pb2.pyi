@@ -213,7 +213,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., cost: _Optional[_Union[CostTotals, _Mapping]] = ...) -> None: ...
 
 class Phase(_message.Message):
-    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue", "auth_source")
+    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue", "auth_source", "queue_wait")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +235,7 @@ class Phase(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     AUTH_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     project_id: str
@@ -256,7 +257,8 @@ class Phase(_message.Message):
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
     queue: QueueState
     auth_source: str
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ..., auth_source: _Optional[str] = ...) -> None: ...
+    queue_wait: _duration_pb2.Duration
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ..., auth_source: _Optional[str] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens", "cache_write_1h_input_tokens", "web_search_requests")
@@ -419,7 +421,7 @@ class PhaseDiagnostics(_message.Message):
     def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
-    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts", "auth_source", "structured_output", "structured_output_truncated")
+    __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts", "auth_source", "structured_output", "structured_output_truncated", "queue_wait")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +450,7 @@ class PhaseResult(_message.Message):
     AUTH_SOURCE_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     status: PhaseStatus
@@ -476,7 +479,8 @@ class PhaseResult(_message.Message):
     auth_source: str
     structured_output: str
     structured_output_truncated: bool
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ..., artifacts: _Optional[_Union[PhaseArtifacts, _Mapping]] = ..., auth_source: _Optional[str] = ..., structured_output: _Optional[str] = ..., structured_output_truncated: _Optional[bool] = ...) -> None: ...
+    queue_wait: _duration_pb2.Duration
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., result_subtype: _Optional[str] = ..., is_error: _Optional[bool] = ..., api_error_status: _Optional[int] = ..., terminal_reason: _Optional[str] = ..., num_turns: _Optional[int] = ..., result_text: _Optional[str] = ..., errors: _Optional[_Iterable[str]] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., result_count: _Optional[int] = ..., session_id: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., permission_denials: _Optional[_Iterable[_Union[PermissionDenial, _Mapping]]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_sequence: _Optional[int] = ..., diagnostics: _Optional[_Union[PhaseDiagnostics, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., resource_fault: _Optional[_Union[ResourceFault, str]] = ..., artifacts: _Optional[_Union[PhaseArtifacts, _Mapping]] = ..., auth_source: _Optional[str] = ..., structured_output: _Optional[str] = ..., structured_output_truncated: _Optional[bool] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PhaseArtifacts(_message.Message):
     __slots__ = ("git_available", "unavailable_reason", "base_commit", "final_commit", "branch", "worktree_path", "worktree_kept", "changed_files", "diff", "diff_truncated", "diff_bytes")

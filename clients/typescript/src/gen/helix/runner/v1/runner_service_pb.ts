@@ -262,8 +262,8 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
   bare: boolean;
 
   /**
-   * `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
-   * none). It may hold secrets (server `env`, headers): the server never logs, stores or records
+   * `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB, nested
+   * at most 64 levels; empty: none). It may hold secrets (server `env`, headers): the server never logs, stores or records
    * it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
    * The CLI gets it (like `settings` and `agents`) as the path of a 0600 file in a private
    * directory under the server's data dir, removed when the phase ends, never in its command
@@ -283,17 +283,17 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
 
   /**
    * `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
-   * (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
+   * (at most 100 KiB, nested at most 64 levels; empty: none). Recorded like `mcp_config` (names only).
    *
    * @generated from field: string agents = 34;
    */
   agents: string;
 
   /**
-   * `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
-   * supplies the API key through its key helper it merges its own `apiKeyHelper` into this
-   * object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
-   * keys only).
+   * `--settings`: a JSON object of CLI settings (at most 100 KiB, nested at most 64 levels;
+   * empty: none). When the server supplies the API key through its key helper it merges its own
+   * `apiKeyHelper` into this object, and the server's value wins over the caller's. Recorded like
+   * `mcp_config` (top-level keys only).
    *
    * @generated from field: string settings = 35;
    */
@@ -308,8 +308,8 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
   settingSources?: string | undefined;
 
   /**
-   * `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB) the phase's final answer must
-   * conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
+   * `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB, nested at most 64 levels) the
+   * phase's final answer must conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
    * schema and validates each call; the conforming object lands in `PhaseResult.structured_output`.
    * A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
    * is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
@@ -1456,7 +1456,7 @@ export const DenyDecisionSchema: GenMessage<DenyDecision> = /*@__PURE__*/
  */
 export type EditDecision = Message<"helix.runner.v1.EditDecision"> & {
   /**
-   * The new input as a JSON object (at most 64 KiB).
+   * The new input as a JSON object (at most 64 KiB, nested at most 64 levels).
    *
    * @generated from field: string input_json = 1;
    */

@@ -2272,7 +2272,7 @@ class EditDecision(betterproto2.Message):
 
     input_json: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    The new input as a JSON object (at most 64 KiB).
+    The new input as a JSON object (at most 64 KiB, nested at most 64 levels).
     """
 
 
@@ -3182,7 +3182,9 @@ class Phase(betterproto2.Message):
         7, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
     )
     """
-    When the CLI was started (unset while pending).
+    When the CLI of its first attempt was started: the same instant as `PhaseResult.start_time`
+    and `attempts[0].start_time` (unset while pending or queued before its first attempt). A
+    phase that waited in the queue started after it was accepted; `queue_wait` is the difference.
     """
 
     end_time: "datetime.datetime | None" = betterproto2.field(
@@ -3260,6 +3262,15 @@ class Phase(betterproto2.Message):
     """
     How the CLI authenticated to the API (`apiKeySource` of its latest init line, see
     PhaseResult.auth_source); empty before the first init line.
+    """
+
+    queue_wait: "datetime.timedelta | None" = betterproto2.field(
+        22, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    How long the phase waited from its acceptance to its first CLI start (`start_time` -
+    `create_time`: the admission queue, see QueueState); unset until its first attempt started.
+    A retry's wait before a later attempt is that attempt's predecessor's `retry_delay`.
     """
 
 
@@ -3528,17 +3539,20 @@ class PhaseInspection(betterproto2.Message):
 
     assistant_message_count: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
     """
-    Assistant messages seen (distinct API message ids).
+    Assistant messages seen (distinct API message ids) while the phase runs on this server; 0
+    once it has ended (the count lived with the run; `phase.result.num_turns` is the CLI's).
     """
 
     user_message_count: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
     """
-    User lines seen (tool results and injected messages).
+    User lines seen (tool results and injected messages) while the phase runs on this server; 0
+    once it has ended.
     """
 
     turn_count: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
     """
-    Turn results seen.
+    Turn results seen; once the phase has ended, those its result counted
+    (`phase.result.result_count`).
     """
 
     context_usage: "ContextUsage | None" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, optional=True)
@@ -3768,8 +3782,8 @@ class PhaseOptions(betterproto2.Message):
 
     mcp_config: "str" = betterproto2.field(32, betterproto2.TYPE_STRING)
     """
-    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB; empty:
-    none). It may hold secrets (server `env`, headers): the server never logs, stores or records
+    `--mcp-config`: a JSON object `{"mcpServers": {"<name>": {...}}}` (at most 100 KiB, nested
+    at most 64 levels; empty: none). It may hold secrets (server `env`, headers): the server never logs, stores or records
     it; `PhaseResult.diagnostics.argv` shows only the server names, values replaced by `***`.
     The CLI gets it (like `settings` and `agents`) as the path of a 0600 file in a private
     directory under the server's data dir, removed when the phase ends, never in its command
@@ -3785,15 +3799,15 @@ class PhaseOptions(betterproto2.Message):
     agents: "str" = betterproto2.field(34, betterproto2.TYPE_STRING)
     """
     `--agents`: custom subagents, a JSON object `{"<name>": {"description": ..., "prompt": ...}}`
-    (at most 100 KiB; empty: none). Recorded like `mcp_config` (names only).
+    (at most 100 KiB, nested at most 64 levels; empty: none). Recorded like `mcp_config` (names only).
     """
 
     settings: "str" = betterproto2.field(35, betterproto2.TYPE_STRING)
     """
-    `--settings`: a JSON object of CLI settings (at most 100 KiB; empty: none). When the server
-    supplies the API key through its key helper it merges its own `apiKeyHelper` into this
-    object, and the server's value wins over the caller's. Recorded like `mcp_config` (top-level
-    keys only).
+    `--settings`: a JSON object of CLI settings (at most 100 KiB, nested at most 64 levels;
+    empty: none). When the server supplies the API key through its key helper it merges its own
+    `apiKeyHelper` into this object, and the server's value wins over the caller's. Recorded like
+    `mcp_config` (top-level keys only).
     """
 
     setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
@@ -3804,8 +3818,8 @@ class PhaseOptions(betterproto2.Message):
 
     json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
     """
-    `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB) the phase's final answer must
-    conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
+    `--json-schema`: a JSON Schema (a JSON object, at most 100 KiB, nested at most 64 levels) the
+    phase's final answer must conform to; empty: free text. The CLI offers the model a `StructuredOutput` tool taking that
     schema and validates each call; the conforming object lands in `PhaseResult.structured_output`.
     A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
     is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
@@ -3922,7 +3936,7 @@ class PhaseResult(betterproto2.Message):
         19, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
     )
     """
-    When the CLI was started.
+    When the CLI of the first attempt was started (`Phase.start_time`, `attempts[0].start_time`).
     """
 
     end_time: "datetime.datetime | None" = betterproto2.field(
@@ -3982,6 +3996,14 @@ class PhaseResult(betterproto2.Message):
     """
     Whether structured_output was cut at the bound (it is then not valid JSON; the full object is
     in the phase's recording and in `result_text` up to its own bound).
+    """
+
+    queue_wait: "datetime.timedelta | None" = betterproto2.field(
+        31, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    How long the phase waited from its acceptance to its first CLI start (`Phase.queue_wait`);
+    unset when no attempt started.
     """
 
 
