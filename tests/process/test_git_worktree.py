@@ -172,3 +172,19 @@ def test_every_path_and_ref_an_error_names_is_in_its_metadata(repo, tmp_path):
         assert "field" in err.metadata, err
         for value in map(str, values):
             assert value in err.message and value in err.metadata.values(), (err.message, err.metadata)
+
+
+def test_the_diff_file_replaces_a_symlink_planted_in_its_place_instead_of_writing_through_it(repo, tmp_path):
+    """A phase that can write into its recording directory must not make the server overwrite
+    another file (found by the attack suite: `open(..., "wb")` followed the link)."""
+    ws = plan(repo, tmp_path, "p1")
+    asyncio.run(ws.create())
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    ws.diff_path.parent.mkdir(parents=True, exist_ok=True)
+    ws.diff_path.symlink_to(victim)
+    (ws.worktree_path / "shared.txt").write_text("changed\n")
+    artifacts = asyncio.run(ws.collect())
+    assert victim.read_text() == "keep me\n"
+    assert not ws.diff_path.is_symlink() and ws.diff_path.read_bytes().decode() == artifacts.diff
+    assert "+changed" in artifacts.diff

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -43,11 +44,12 @@ def read_diff_page(row: PhaseRow, request: runner_service_pb2.GetPhaseDiffReques
         raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_PAGE_TOKEN", "page_token is malformed",
                           {"field": "page_token"})
     path = diff_path(row)
-    if not row.end_time_ns or path is None or not path.is_file():
+    if not row.end_time_ns or path is None or path.is_symlink() or not path.is_file():
         raise RunnerError(ErrorKind.FAILED_PRECONDITION, "DIFF_NOT_AVAILABLE",
                           f"phase {row.phase_id} has no diff (still running, not in a git repository, "
                           "or its recording was deleted)", {"job_id": row.job_id, "phase_id": row.phase_id})
-    with open(path, "rb") as f:
+    # Never through a symlink: the server replaces one at collect time, and reads none either.
+    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
         total = f.seek(0, 2)
         f.seek(min(offset, total))
         chunk = f.read(size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -155,8 +156,9 @@ class PhaseRun:
             lambda events: self.control.on_events(events),
         ])
         plan.recording_dir.mkdir(parents=True, exist_ok=True)
-        self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab")
-        self._stderr_file = open(plan.recording_dir / "stderr.log", "ab")
+        # O_NOFOLLOW: a symlink planted in the recording directory is refused, never written through.
+        self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab", opener=_no_follow)
+        self._stderr_file = open(plan.recording_dir / "stderr.log", "ab", opener=_no_follow)
         self._session_id = ""
         self.auth_source = ""  # the latest init line's `apiKeySource`
         self._model = ""
@@ -649,6 +651,11 @@ class PhaseRun:
 
     def _log_fields(self) -> dict[str, str]:
         return {"job_id": self.job_id, "phase_id": self.phase_id}
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """An ``open`` opener that refuses a symlink at the path (``O_NOFOLLOW``)."""
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _last_result(result: TurnResult | None, spec: PhaseSpec) -> LastResult | None:

@@ -64,6 +64,11 @@ class GitError(Exception):
     """A git command failed or timed out (its stderr, shortened)."""
 
 
+def _no_follow(path: str, flags: int) -> int:
+    """An ``open`` opener that refuses a symlink at the path (``O_NOFOLLOW``)."""
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
 def _env() -> dict[str, str]:
     # The server's own GIT_* variables (GIT_DIR, GIT_INDEX_FILE, ...) must not redirect our calls.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -201,10 +206,19 @@ class PhaseWorkspace:
         numstat = git(top, *common, "-z", "--numstat", self.start_tree, end_tree)
         assert self.diff_path is not None
         self.diff_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.diff_path, "wb") as out:
-            git(top, *common, self.start_tree, end_tree, stdout=out)
+        # Written beside and renamed into place: a symlink planted at the path is replaced, never
+        # written through (the recording directory is the server's, but defence in depth).
+        fd, tmp = tempfile.mkstemp(prefix=".diff-", dir=self.diff_path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                git(top, *common, self.start_tree, end_tree, stdout=out)
+            os.replace(tmp, self.diff_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         size = self.diff_path.stat().st_size
-        with open(self.diff_path, "rb") as f:
+        with open(self.diff_path, "rb", opener=_no_follow) as f:
             text, truncated = bounded_diff(f.read(64 * 1024 + 1))
         return PhaseArtifacts(
             git_available=True, base_commit=self.base_commit,
