@@ -198,5 +198,5 @@ async def test_run_progress_fits_80_columns_and_reports_the_retry(
     live = rows[: next(i for i, row in enumerate(rows) if row.startswith("SUCCEEDED: "))]
     assert live and all(len(row) <= 80 for row in live), "\n".join(rows)  # one row each, nothing wrapped
     (progress,) = [row for row in live if row.startswith("[")]
-    assert "1 tools" in progress and "| 1 retry" in progress
+    assert "| 1 tool |" in progress and "| 1 retry" in progress
     assert any("api_retry" in row and "HTTP 429" in row for row in rows)
