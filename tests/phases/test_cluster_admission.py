@@ -20,9 +20,9 @@ from helix_runner.phases.cluster_admission import (
     admission_for,
     cluster_limits,
 )
+from helix_runner.store.cluster import SINGLE_NODE, ClusterLimits
 from helix_runner.store.postgres_notify import EventListener
 from helix_runner.store.postgres_store import PostgresStore
-from helix_runner.store.protocol import ClusterLimits
 
 LOCAL = AdmissionLimits(max_running=4, max_starting=4)
 
@@ -36,11 +36,11 @@ def stores(postgres_url):
 
 
 def queues(stores, cluster: ClusterLimits, local: AdmissionLimits = LOCAL):
-    return [ClusterQueue(local, s.admission_ledger, cluster) for s in stores]
+    return [ClusterQueue(local, s.cluster.admission_ledger(), cluster) for s in stores]
 
 
 def ledger_rows(store) -> list[tuple[str, str]]:
-    return [(phase, state) for _, phase, _, _, state in store.admission_ledger.entries()]
+    return [(phase, state) for _, phase, _, _, state in store.cluster.admission_ledger().entries()]
 
 
 def test_a_phase_on_another_replica_waits_for_the_cluster_slot_and_starts_when_it_frees(stores):
@@ -166,11 +166,11 @@ async def test_without_a_notification_the_bounded_poll_still_admits(stores):
 def test_admission_for_keeps_the_local_queue_without_a_ledger_or_cluster_limits(stores, tmp_path):
     config = load_config(flags={"data_dir": str(tmp_path), "cluster_max_running_phases": 3}, environ={})
     assert cluster_limits(config) == ClusterLimits(max_running=3)
-    plain = admission_for(object(), LOCAL, cluster_limits(config))
+    plain = admission_for(SINGLE_NODE, LOCAL, cluster_limits(config))
     assert type(plain) is AsyncAdmission and type(plain.queue) is AdmissionQueue
-    assert type(admission_for(stores[0], LOCAL, ClusterLimits())) is AsyncAdmission
-    stores[0].admission_ledger.enqueue("j", "left", "p", "", retry=False, limits=ClusterLimits())
-    clustered = admission_for(stores[0], LOCAL, cluster_limits(config))
+    assert type(admission_for(stores[0].cluster, LOCAL, ClusterLimits())) is AsyncAdmission
+    stores[0].cluster.admission_ledger().enqueue("j", "left", "p", "", retry=False, limits=ClusterLimits())
+    clustered = admission_for(stores[0].cluster, LOCAL, cluster_limits(config))
     assert isinstance(clustered, ClusterAdmission)
     assert ledger_rows(stores[0]) == []  # a previous process's entries under this id are gone
 

@@ -9,8 +9,8 @@ import pytest
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.event_log import PhaseEventLog, replay
-from helix_runner.store.protocol import FencedError
-from helix_runner.store.sqlite_store import EventRow, PhaseRow, SqliteStore
+from helix_runner.store.protocol import EventRow, FencedError, PhaseRow
+from helix_runner.store.sqlite_store import SqliteStore
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.queries import RECENT_EVENTS, PhaseQueries
 from helix_runner.phases.views import ContextUsage, RunSnapshot
-from helix_runner.store.sqlite_store import EventRow, ModelCostRow, PhaseRow, SqliteStore, ToolCallRow
+from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCallRow
+from helix_runner.store.sqlite_store import SqliteStore
 
 S = ToolCallStatus
 

@@ -12,7 +12,8 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
-from helix_runner.store.sqlite_store import EventRow, ModelCostRow, PhaseRow, SqliteStore, ToolCallRow
+from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCallRow
+from helix_runner.store.sqlite_store import SqliteStore
 
 DAY_NS = 86400 * 10**9
 NOW = 100 * DAY_NS

@@ -18,7 +18,8 @@ from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.containment import subreaper_scope
 from helix_runner.process.supervisor import ProcessLimits
-from helix_runner.store.sqlite_store import PhaseRow, SqliteStore
+from helix_runner.store.protocol import PhaseRow
+from helix_runner.store.sqlite_store import SqliteStore
 
 SID = "s-1"
 

@@ -10,16 +10,15 @@ import pytest
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.store.sqlite_store import (
-    SCHEMA_VERSION,
+from helix_runner.store.protocol import (
     AlreadyExistsError,
     EventRow,
     ModelCostRow,
     PhaseRow,
-    SqliteStore,
     StoreError,
     ToolCallRow,
 )
+from helix_runner.store.sqlite_store import SCHEMA_VERSION, SqliteStore
 
 
 def phase(

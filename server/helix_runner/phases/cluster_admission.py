@@ -34,14 +34,15 @@ from helix_runner.phases.admission import (
     Ticket,
     TicketState,
 )
-from helix_runner.store.protocol import (
+from helix_runner.store.cluster import (
     AdmissionCandidate,
     AdmissionLedger,
     AdmissionPass,
+    Cluster,
     ClusterLimits,
     LedgerFullError,
-    StoreError,
 )
+from helix_runner.store.protocol import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +60,17 @@ def cluster_limits(config: ServerConfig) -> ClusterLimits:
     )
 
 
-def admission_for(store: object, local: AdmissionLimits, cluster: ClusterLimits, *,
+def admission_for(replicas: Cluster, local: AdmissionLimits, cluster: ClusterLimits, *,
                   on_change: Callable[[Ticket, QueueStatus], None] | None = None,
                   gate: Callable[[], None] | None = None) -> AsyncAdmission:
-    """The server's admission: cluster-wide when the store is shared and cluster limits are set.
+    """The server's admission: cluster-wide when the database is shared and cluster limits are set.
 
-    A store without a ledger (SQLite: one process) keeps the local queue alone, as before. The
+    Without a ledger (``SingleNode``: one process) the local queue decides alone, as before. The
     ledger's entries of this replica id are cleared first: a process restarting under a stable id
     (a StatefulSet pod) must not inherit its predecessor's slots.
     """
-    ledger: AdmissionLedger | None = getattr(store, "admission_ledger", None)
-    if ledger is None or not cluster.enabled:
+    ledger = replicas.admission_ledger() if cluster.enabled else None
+    if ledger is None:
         return AsyncAdmission(AdmissionQueue(local), on_change=on_change, gate=gate)
     cleared = ledger.clear()
     if cleared:
