@@ -27,11 +27,6 @@ from helix_runner.store.sqlite_store import SqliteStore
 S = ToolCallStatus
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = SqliteStore(tmp_path / "db.sqlite3")
-    yield s
-    s.close()
 
 
 def add_phase(

@@ -8,8 +8,6 @@ contract suite). "Another handle" is another process on the same SQLite file, or
 
 from __future__ import annotations
 
-import pytest
-
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
@@ -17,13 +15,6 @@ from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCallRow
 
 S = PhaseStatus
-
-
-@pytest.fixture
-def store(database_url):
-    s = open_storage(database_url).store
-    yield s
-    s.close()
 
 
 def phase(job: str, pid: str, status: PhaseStatus = S.RUNNING) -> PhaseRow:
