@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from bench_run_phase import pct
 from support.postgres import PostgresCluster
 
-from helix_runner.phases.admission import AdmissionLimits
-from helix_runner.phases.cluster_admission import ClusterAdmission, ClusterQueue
+from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission
+from helix_runner.phases.cluster_admission import LedgerGrant
 from helix_runner.store.cluster import AdmissionCandidate, ClusterLimits
 from helix_runner.store.postgres_notify import EventListener
 from helix_runner.store.postgres_store import PostgresStore
@@ -70,8 +70,8 @@ def ledger_latency(a: PostgresStore, b: PostgresStore, queued: int, rounds: int)
 
 async def hand_off(a: PostgresStore, b: PostgresStore, url: str, rounds: int, notify: bool) -> list[float]:
     limits = ClusterLimits(max_running=1)
-    qa, qb = ClusterAdmission(ClusterQueue(LOCAL, a.cluster.admission_ledger(), limits)), \
-        ClusterAdmission(ClusterQueue(LOCAL, b.cluster.admission_ledger(), limits))
+    qa, qb = AsyncAdmission(AdmissionQueue(LOCAL, grant=LedgerGrant(a.cluster.admission_ledger(), limits))), \
+        AsyncAdmission(AdmissionQueue(LOCAL, grant=LedgerGrant(b.cluster.admission_ledger(), limits)))
     listener = await EventListener(url).start() if notify else None
     if listener is not None:
         listener.on_admission_change(qb.wake)
@@ -96,7 +96,7 @@ async def hand_off(a: PostgresStore, b: PostgresStore, url: str, rounds: int, no
 
 async def spread(a: PostgresStore, b: PostgresStore, url: str, phases: int, limit: int) -> None:
     limits = ClusterLimits(max_running=limit)
-    queues = [ClusterAdmission(ClusterQueue(LOCAL, s.cluster.admission_ledger(), limits)) for s in (a, b)]
+    queues = [AsyncAdmission(AdmissionQueue(LOCAL, grant=LedgerGrant(s.cluster.admission_ledger(), limits))) for s in (a, b)]
     listener = await EventListener(url).start()
     for q in queues:
         listener.on_admission_change(q.wake)

@@ -297,8 +297,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
     if feed is not None:
         service.follower = feed.follow
-        if (wake := getattr(service.admission, "wake", None)) is not None:  # cluster admission is on
-            feed.on_admission_change(wake)  # another replica freed a cluster slot, or it is our turn
+        feed.on_admission_change(service.admission.wake)  # another replica freed a cluster slot, or it is our turn
     queries = PhaseQueries(store, service.get_live, view_cache_jobs=config.read_cache_jobs)
     try:
         tls_files = _tls_files(config)
