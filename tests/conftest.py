@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from support.properties import DEV_EXAMPLES, PROFILE
 from support.sandbox import ClaudeSandbox
 from support.scripted_servers import ScriptedApiFactory
 
@@ -13,6 +15,15 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
 from helix_runner.store.protocol import PhaseRow
 from helix_runner.store.sqlite_store import SqliteStore
+
+# Property tests: every example in the full suite, a sample in the fast tier (support/properties.py).
+settings.register_profile("ci", settings())
+settings.register_profile("dev", max_examples=DEV_EXAMPLES)
+settings.load_profile(PROFILE)
+
+
+def pytest_report_header() -> str:
+    return f"hypothesis profile: {PROFILE} (tests/support/properties.py)"
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.cli_lines import SID, init, line, result, text, tool_result, tool_use
+from support.properties import examples
 
 from helix_runner.domain.events import (
     AssistantText,
@@ -277,7 +278,7 @@ def _run(data: bytes, cuts: list[int]) -> tuple[list[Event], PhaseStream]:
     return events + stream.finish(), stream
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chunked_streams())
 def test_any_chunking_gives_identical_events(stream_and_cuts):
     data, cuts = stream_and_cuts
@@ -289,7 +290,7 @@ def test_any_chunking_gives_identical_events(stream_and_cuts):
     assert stream.stdout_bytes == len(data)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=10))
 def test_arbitrary_bytes_never_raise_and_errors_stay_redacted(data, cuts):
     events, stream = _run(data, sorted(c for c in cuts if c <= len(data)))

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
@@ -279,7 +280,7 @@ calls_strategy = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     calls=calls_strategy,
     phase=st.sampled_from((None, "a", "b")),
