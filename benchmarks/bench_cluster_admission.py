@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from bench_run_phase import pct
 from support.postgres import PostgresCluster
 
-from helix_runner.phases.admission import AdmissionLimits
-from helix_runner.phases.cluster_admission import ClusterAdmission, ClusterQueue
+from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission
+from helix_runner.phases.cluster_admission import LedgerGrant
+from helix_runner.store.cluster import AdmissionCandidate, ClusterLimits
 from helix_runner.store.postgres_notify import EventListener
 from helix_runner.store.postgres_store import PostgresStore
-from helix_runner.store.protocol import AdmissionCandidate, ClusterLimits
 
 LOCAL = AdmissionLimits(max_running=64, max_starting=4)  # the defaults' start limit
 
@@ -47,31 +47,31 @@ def show(name: str, samples_s: list[float]) -> None:
 def ledger_latency(a: PostgresStore, b: PostgresStore, queued: int, rounds: int) -> None:
     limits = ClusterLimits(max_running=1)
     for i in range(queued):  # a standing queue on both replicas
-        (a if i % 2 else b).admission_ledger.enqueue("q", f"w{i}", f"p{i % 5}", "", retry=False, limits=limits)
+        (a if i % 2 else b).cluster.admission_ledger().enqueue("q", f"w{i}", f"p{i % 5}", "", retry=False, limits=limits)
     enq, adm, rel = [], [], []
     for i in range(rounds):
         t = time.perf_counter()
-        a.admission_ledger.enqueue("r", f"x{i}", "px", "", retry=False, limits=limits)
+        a.cluster.admission_ledger().enqueue("r", f"x{i}", "px", "", retry=False, limits=limits)
         enq.append(time.perf_counter() - t)
         t = time.perf_counter()
-        a.admission_ledger.admit([AdmissionCandidate("r", f"x{i}", "px")], local_room=8, local_project_room=None,
+        a.cluster.admission_ledger().admit([AdmissionCandidate("r", f"x{i}", "px")], local_room=8, local_project_room=None,
                                  limits=limits)
         adm.append(time.perf_counter() - t)
         t = time.perf_counter()
-        a.admission_ledger.release("r", f"x{i}")
+        a.cluster.admission_ledger().release("r", f"x{i}")
         rel.append(time.perf_counter() - t)
     print(f"1. ledger calls, {queued} entries waiting across 2 replicas")
     show("enqueue", enq)
     show("admit (one candidate)", adm)
     show("release (+ NOTIFY)", rel)
-    a.admission_ledger.clear()
-    b.admission_ledger.clear()
+    a.cluster.admission_ledger().clear()
+    b.cluster.admission_ledger().clear()
 
 
 async def hand_off(a: PostgresStore, b: PostgresStore, url: str, rounds: int, notify: bool) -> list[float]:
     limits = ClusterLimits(max_running=1)
-    qa, qb = ClusterAdmission(ClusterQueue(LOCAL, a.admission_ledger, limits)), \
-        ClusterAdmission(ClusterQueue(LOCAL, b.admission_ledger, limits))
+    qa, qb = AsyncAdmission(AdmissionQueue(LOCAL, grant=LedgerGrant(a.cluster.admission_ledger(), limits))), \
+        AsyncAdmission(AdmissionQueue(LOCAL, grant=LedgerGrant(b.cluster.admission_ledger(), limits)))
     listener = await EventListener(url).start() if notify else None
     if listener is not None:
         listener.on_admission_change(qb.wake)
@@ -96,7 +96,7 @@ async def hand_off(a: PostgresStore, b: PostgresStore, url: str, rounds: int, no
 
 async def spread(a: PostgresStore, b: PostgresStore, url: str, phases: int, limit: int) -> None:
     limits = ClusterLimits(max_running=limit)
-    queues = [ClusterAdmission(ClusterQueue(LOCAL, s.admission_ledger, limits)) for s in (a, b)]
+    queues = [AsyncAdmission(AdmissionQueue(LOCAL, grant=LedgerGrant(s.cluster.admission_ledger(), limits))) for s in (a, b)]
     listener = await EventListener(url).start()
     for q in queues:
         listener.on_admission_change(q.wake)

@@ -51,8 +51,8 @@ def capacity_query(url: str, cluster: PostgresCluster, finished: int, active: in
     stores = [PostgresStore(url, replica_id=f"bench-{i}", heartbeat=False) for i in range(3)]
     try:
         for s in stores:
-            s.advertise(f"127.0.0.1:{50000 + len(s.replica_id)}")
-            s.advertise_capacity(64)
+            s.cluster.advertise(f"127.0.0.1:{50000 + len(s.replica_id)}")
+            s.cluster.advertise_capacity(64)
         cluster.execute(url, "INSERT INTO jobs VALUES ('bench', 'p', 'RUNNING', 0, 0)")
         cluster.execute(
             url,
@@ -65,7 +65,7 @@ def capacity_query(url: str, cluster: PostgresCluster, finished: int, active: in
         samples = []
         for _ in range(rounds):
             t = time.perf_counter()
-            rows = stores[0].replica_capacity()
+            rows = stores[0].cluster.replica_capacity()
             samples.append(time.perf_counter() - t)
         assert sum(r.active for r in rows) == active, rows
         print(f"1. replica_capacity, 3 replicas, {active} active and {finished} finished phases")
@@ -110,7 +110,7 @@ async def relay(url: str, root: Path, rounds: int) -> None:
         for i in range(rounds):  # interleaved, so both see the same machine
             results["direct"].append(await one(b.stub, f"direct-{i}"))
             results["placed"].append(await one(a.stub, f"placed-{i}"))
-        placed_on_b = [r for r in b.server.store.replica_capacity() if r.replica_id == "replica-b"]
+        placed_on_b = [r for r in b.server.cluster.replica_capacity() if r.replica_id == "replica-b"]
         print(f"2. RunPhase of a fast fake CLI, {rounds} rounds; replica A full (max_running_phases 1)")
         for kind, rows in results.items():
             show(f"{kind}: first message", [f for f, _ in rows])

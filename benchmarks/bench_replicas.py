@@ -19,8 +19,12 @@ Watch fan-out: one phase on A writes a line every 20 ms; W watchers on A (the ow
 fan-out) and W on B (the other replica: the event goes through the database, NOTIFY, then a read)
 stamp each line on arrival; latency = arrival - the child's write time (same host clock).
 
+Beside a baseline (``--baseline REF``): the server package of git REF runs as a second pair, A0 and
+B0 on a database of their own, under the same load in the same rounds (before or after this tree's,
+alternating), and the events/s of this tree over REF's is printed per N.
+
 Catch-up (``--baseline REF``): one phase on A writes 3,000 lines at 1,000/s; once 1,500 events are
-recorded, W watchers join at once on A, on B and on B0 (a third server on the same database,
+recorded, W watchers join at once on A, on B and on C0 (a third server on the same database,
 running the server package of git REF, e.g. the commit before a change to the follow loop). Each
 watcher's catch-up time = its call -> the first event at or past the sequence recorded at join,
 and how many response messages carried that history. Rounds rotate which server's watchers are
@@ -331,6 +335,7 @@ def main() -> int:
     cluster = PostgresCluster().start()
     servers: list[ServerProcess] = []
     rounds: list[dict] = []
+    baseline_rounds: list[dict] = []
     watch, catchup = None, None
     try:
         url = cluster.create_database("bench")
@@ -348,17 +353,27 @@ def main() -> int:
         print(f"# PostgreSQL {cluster.bindir.parent.name} at {cluster.socket_dir}; servers "
               f"{', '.join(s.address for s in servers)}; {os.cpu_count()} CPUs; K={args.k}, "
               f"{args.lines} lines per phase, {args.rounds} rounds", flush=True)  # fmt: skip
+        baseline_pair = []
+        if args.baseline and not args.catchup_only:  # the same load on REF's servers, on a database of their own
+            base_url = cluster.create_database("bench_baseline")
+            base_src = export_baseline(args.baseline, tmp)
+            for name in ("a0", "b0"):
+                baseline_pair.append(ServerProcess(tmp, name, fake, workdir, server_src=base_src, env_extra={
+                    **env, "HELIX_RUNNER_DATABASE_URL": base_url, "HELIX_RUNNER_REPLICA_ID": f"bench-{name}"}))
+            servers.extend(baseline_pair)
         if not args.catchup_only:
-            rounds = load_rounds(servers, sqlite, args, workdir, postmaster)
+            rounds, baseline_rounds = load_rounds([s for s in servers if s not in baseline_pair], sqlite, args,
+                                                  workdir, postmaster, baseline_pair)
             watch = run_clients([{"owner": servers[0].address, "other": servers[1].address, "lines": watch_lines,
                                   "rate": 50.0, "watchers": args.watchers, "tag": "watch", "workdir": str(workdir),
                                   "timeout": args.timeout}], "--watch", args.timeout + 30)[0]  # fmt: skip
         if args.baseline:
-            baseline = ServerProcess(tmp, "b0", fake, workdir, server_src=export_baseline(args.baseline, tmp),
-                                     env_extra={**env, "HELIX_RUNNER_REPLICA_ID": "bench-b0"})  # fmt: skip
+            baseline = ServerProcess(tmp, "c0", fake, workdir, server_src=base_src if baseline_pair else
+                                     export_baseline(args.baseline, tmp),
+                                     env_extra={**env, "HELIX_RUNNER_REPLICA_ID": "bench-c0"})  # fmt: skip
             servers.append(baseline)
             labels = {"A (owner)": servers[0].address, "B (this tree)": servers[1].address,
-                      f"B0 ({args.baseline})": baseline.address}  # fmt: skip
+                      f"C0 ({args.baseline})": baseline.address}  # fmt: skip
             catchup = run_clients([{"servers": labels, "owner": "A (owner)", "lines": 3000, "rate": 1000.0,
                                     "history": 1500, "watchers": 5, "rounds": 2 if args.quick else 5,
                                     "workdir": str(workdir), "timeout": args.timeout}],
@@ -369,11 +384,16 @@ def main() -> int:
         cluster.stop()
 
     bad = report_load(args, rounds, watch) if rounds else 0
+    if baseline_rounds:
+        bad += report_baseline(args, rounds, baseline_rounds)
     if catchup is not None:
         report_catchup(catchup)
     if args.json:
         Path(args.json).write_text(json.dumps({
             **({"ratio": ratio_summary(rounds)} if rounds else {}),
+            **({"baseline": {"ref": args.baseline, "ratio": ratio_summary(baseline_rounds),
+                             "this_over_baseline": this_over_baseline(rounds, baseline_rounds),
+                             "rounds": baseline_rounds}} if baseline_rounds else {}),
             "rounds": rounds, "bad": bad, "watch": watch, "catchup": catchup, "k": args.k, "lines": args.lines,
         }, indent=2) + "\n")  # fmt: skip
     if args.keep:
@@ -386,27 +406,36 @@ def main() -> int:
 
 
 def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args, workdir: Path,
-                postmaster: int) -> list[dict]:
-    """Warm-up, then each round: N=1 and N=2 (and one SQLite server) in alternating order."""
+                postmaster: int, baseline: list[ServerProcess] | None = None) -> tuple[list[dict], list[dict]]:
+    """Warm-up, then each round: N=1 and N=2 (and one SQLite server) in alternating order; with a
+    ``baseline`` pair (another commit's servers, on a database of their own) its N=1 and N=2 too,
+    before or after this tree's, alternating. Returns this tree's rounds and the baseline's."""
     warm = argparse.Namespace(**{**vars(args), "k": 4})
-    for s in servers:
+    for s in [*servers, *(baseline or [])]:
         load_round([s], f"warm-{s.pid}", warm, workdir, postmaster)
     rounds: list[dict] = []
+    baseline_rounds: list[dict] = []
     for r in range(args.rounds):
         order = [1, 2] if r % 2 == 0 else [2, 1]
         if sqlite is not None:
             order.insert(1, 0)  # 0: one server on SQLite, between the other two
-        pair = {}
-        for n in order:
-            chosen = [sqlite] if n == 0 else servers[:n]
-            pair[n] = load_round(chosen, f"r{r}-n{n}", args, workdir, postmaster)
-            got = pair[n]
-            print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
-                  f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
-                  f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
-                  f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
-        rounds.append(pair)
-    return rounds
+        trees = [("", servers, order, rounds)]
+        if baseline:
+            trees.append((f" {args.baseline}", baseline, [n for n in order if n], baseline_rounds))
+            if r % 2:
+                trees.reverse()
+        for label, pair_of, ns, into in trees:
+            pair = {}
+            for n in ns:
+                chosen = [sqlite] if n == 0 else pair_of[:n]
+                pair[n] = load_round(chosen, f"r{r}-n{n}{label.strip()}", args, workdir, postmaster)
+                got = pair[n]
+                print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}{label}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
+                      f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
+                      f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
+                      f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
+            into.append(pair)
+    return rounds, baseline_rounds
 
 
 def ratio_summary(rounds: list[dict]) -> dict:
@@ -449,6 +478,30 @@ def report_load(args, rounds: list[dict], watch: dict) -> int:
         f"\nadded latency of the NOTIFY hop: p50 +{t['p50'] - o['p50']:.2f} ms, p99 +{t['p99'] - o['p99']:.2f} ms"
     )
     return bad
+
+
+def this_over_baseline(rounds: list[dict], baseline_rounds: list[dict]) -> dict:
+    """Events/s of this tree over the baseline's, per round, at N=1 and N=2: median (min, max)."""
+    out = {}
+    for n in (1, 2):
+        r = [a[n]["events_per_s"] / b[n]["events_per_s"] for a, b in zip(rounds, baseline_rounds, strict=True)]
+        out[str(n)] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
+    return out
+
+
+def report_baseline(args, rounds: list[dict], baseline_rounds: list[dict]) -> int:
+    """Prints the baseline pair's events/s beside this tree's, and the ratios; returns its bad phases."""
+    print(f"\n## Beside {args.baseline}: the same load on its servers (a database of their own), same rounds\n")
+    print(f"{'servers':>8} {'this tree events/s':>20} {args.baseline + ' events/s':>22} {'this / baseline':>22}")
+    ratios = this_over_baseline(rounds, baseline_rounds)
+    for n in (1, 2):
+        x = ratios[str(n)]
+        print(f"{n:>8} {spread([p[n]['events_per_s'] for p in rounds]):>20} "
+              f"{spread([p[n]['events_per_s'] for p in baseline_rounds]):>22} "
+              f"{x['median']:>9.2f} ({x['min']:.2f}-{x['max']:.2f})")  # fmt: skip
+    base = ratio_summary(baseline_rounds)
+    print(f"ratio N=2 / N=1 of {args.baseline}: {base['median']:.2f}x (range {base['min']:.2f}-{base['max']:.2f})")
+    return sum(p[n]["bad"] for p in baseline_rounds for n in (1, 2))
 
 
 def report_catchup(catchup: dict) -> None:

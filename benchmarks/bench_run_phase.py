@@ -30,6 +30,7 @@ warm-up phase vs. the median while all K phases stream; per phase = (median - id
 
 Usage: .venv/bin/python benchmarks/bench_run_phase.py [--quick] [--ks 1,50,200,200@5] [--rate R]
                                                       [--seconds S] [--tput-lines M] [--rounds R]
+                                                      [--baseline REF]  # throughput beside git REF's server
        .venv/bin/python benchmarks/bench_run_phase.py --profile 50   # server under cProfile
 """
 
@@ -51,7 +52,7 @@ import threading
 import time
 from pathlib import Path
 
-from server_process import ServerProcess
+from server_process import ServerProcess, export_baseline
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
@@ -501,8 +502,9 @@ class Server(ServerProcess):
 
     server_src: str | None = None  # --server-src: a directory holding another helix_runner package
 
-    def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, profile_out: Path | None = None):
-        super().__init__(tmp, name, fake, workdir, profile_out=profile_out, server_src=self.server_src,
+    def __init__(self, tmp: Path, name: str, fake: Path, workdir: Path, profile_out: Path | None = None,
+                 server_src: str | Path | None = None):
+        super().__init__(tmp, name, fake, workdir, profile_out=profile_out, server_src=server_src or self.server_src,
                          env_extra={"HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300",
                                     "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120"})
 
@@ -686,35 +688,43 @@ def latency_scenario(
 
 
 def throughput_rounds(
-    tmp: Path, fake: Path, workdir: Path, m: int, rounds: int
-) -> tuple[list[dict], list[dict]]:
-    server = Server(tmp, "tput", fake, workdir)
-    grpc_runs, sdk_runs = [], []
+    tmp: Path, fake: Path, workdir: Path, m: int, rounds: int, baseline_src: Path | None = None
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Rounds of one phase each: this tree's server, the SDK, and (``baseline_src``) a baseline
+    server, in an order that rotates from round to round; returns their runs."""
+    servers = {"grpc": Server(tmp, "tput", fake, workdir)}
+    if baseline_src is not None:
+        servers["baseline"] = Server(tmp, "tput-baseline", fake, workdir, server_src=baseline_src)
+    runs: dict[str, list[dict]] = {"grpc": [], "sdk": [], "baseline": []}
     try:
-        warm_up(server, workdir, "tput")
+        for who, server in servers.items():
+            warm_up(server, workdir, f"tput-{who}")
+        contenders = [*servers, "sdk"]
         for rnd in range(rounds):
-            order = ("grpc", "sdk") if rnd % 2 == 0 else ("sdk", "grpc")  # alternate who goes first
+            order = contenders[rnd % len(contenders):] + contenders[: rnd % len(contenders)]  # who goes first rotates
             for who in order:
-                if who == "grpc":
-                    cpu0 = proc_cpu(server.pid)
-                    cfg = {
-                        "address": server.address,
-                        "k": 1,
-                        "lines": m,
-                        "rate": 0.0,
-                        "workdir": str(workdir),
-                        "tag": f"tput-{rnd}",
-                        "timeout": 600.0,
-                    }
-                    r = run_subprocess_json(client_args("--client", cfg), 660)
-                    r["server_cpu_s"] = proc_cpu(server.pid)[0] - cpu0[0]
-                    grpc_runs.append(r)
-                else:
+                if who == "sdk":
                     cfg = {"lines": m, "rate": 0.0, "workdir": str(workdir), "fake": str(fake)}
-                    sdk_runs.append(run_subprocess_json(client_args("--sdk-client", cfg), 660))
+                    runs["sdk"].append(run_subprocess_json(client_args("--sdk-client", cfg), 660))
+                    continue
+                server = servers[who]
+                cpu0 = proc_cpu(server.pid)
+                cfg = {
+                    "address": server.address,
+                    "k": 1,
+                    "lines": m,
+                    "rate": 0.0,
+                    "workdir": str(workdir),
+                    "tag": f"tput-{who}-{rnd}",
+                    "timeout": 600.0,
+                }
+                r = run_subprocess_json(client_args("--client", cfg), 660)
+                r["server_cpu_s"] = proc_cpu(server.pid)[0] - cpu0[0]
+                runs[who].append(r)
     finally:
-        server.stop()
-    return grpc_runs, sdk_runs
+        for server in servers.values():
+            server.stop()
+    return runs["grpc"], runs["sdk"], runs["baseline"]
 
 
 def rates(r: dict, m: int) -> tuple[float, float]:
@@ -808,16 +818,20 @@ def print_latency_table(results: list[dict]) -> None:
         )
 
 
-def print_throughput_table(grpc_runs: list[dict], sdk_runs: list[dict], m: int) -> None:
+def print_throughput_table(grpc_runs: list[dict], sdk_runs: list[dict], m: int,
+                           baseline_runs: list[dict] | None = None, baseline: str = "") -> None:
     print(f"\n## Single-phase throughput: {m} assistant lines written as fast as the child can")
     hdr = f"{'consumer':<44} {'events/s':>10} {'stream ev/s':>11} {'cpu us/ev':>9} {'ok':>4}"
     print(hdr)
     print("-" * len(hdr))
     med: dict[str, float] = {}
-    for name, runs in (
+    rows = [
         ("helix gRPC (separate-process client)", grpc_runs),
         ("claude-agent-sdk query() (in-process)", sdk_runs),
-    ):
+    ]
+    if baseline_runs:
+        rows.append((f"helix gRPC, server of {baseline}", baseline_runs))
+    for name, runs in rows:
         e2e = [rates(r, m)[0] for r in runs]
         st = [rates(r, m)[1] for r in runs]
         cpu = [r["client_cpu_s"] / m * 1e6 for r in runs]
@@ -831,11 +845,17 @@ def print_throughput_table(grpc_runs: list[dict], sdk_runs: list[dict], m: int) 
             f"{statistics.median(cpu):>9.1f} {'yes' if ok else 'NO':>4}"
         )
         print(f"{'  per round events/s':<44} " + ", ".join(f"{x:.0f}" for x in e2e))
-    g, s = list(med.values())
+    g, s = list(med.values())[:2]
     ratios = [rates(a, m)[0] / rates(b, m)[0] for a, b in zip(grpc_runs, sdk_runs, strict=True)]
     srv = statistics.median(r["server_cpu_s"] / m * 1e6 for r in grpc_runs)
     print(f"ratio helix/sdk (medians): {g / s:.2f}  (per round: {', '.join(f'{x:.2f}' for x in ratios)})")
     print(f"server CPU per event in the gRPC runs: {srv:.1f} us (client CPU is the 'cpu us/ev' column)")
+    if baseline_runs:
+        b = list(med.values())[2]
+        ratios = [rates(a, m)[0] / rates(c, m)[0] for a, c in zip(grpc_runs, baseline_runs, strict=True)]
+        srv_b = statistics.median(r["server_cpu_s"] / m * 1e6 for r in baseline_runs)
+        print(f"ratio this tree/{baseline} (medians): {g / b:.2f}  (per round: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}); server CPU per event {srv:.1f} vs {srv_b:.1f} us")
     print(
         "events/s = lines / (call start -> last text received), child startup included; stream ev/s =\n"
         "between the first and last text received."
@@ -869,6 +889,11 @@ def main() -> int:
         "--server-src",
         metavar="DIR",
         help="run the server from this directory's helix_runner (e.g. `git archive HEAD server`)",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="throughput: also the server of git REF, round by round beside this tree's (e.g. main)",
     )
     ap.add_argument("--client", metavar="JSON", help=argparse.SUPPRESS)
     ap.add_argument("--sdk-client", metavar="JSON", help=argparse.SUPPRESS)
@@ -933,8 +958,9 @@ def main() -> int:
             print_latency_table(results)
         if not args.skip_throughput:
             print(f"\n# throughput runs ({rounds} rounds) ...", flush=True)
-            grpc_runs, sdk_runs = throughput_rounds(tmp, fake, workdir, m, rounds)
-            print_throughput_table(grpc_runs, sdk_runs, m)
+            baseline_src = export_baseline(args.baseline, tmp) if args.baseline else None
+            grpc_runs, sdk_runs, baseline_runs = throughput_rounds(tmp, fake, workdir, m, rounds, baseline_src)
+            print_throughput_table(grpc_runs, sdk_runs, m, baseline_runs, args.baseline or "")
     finally:
         if args.keep:
             print(f"# kept {tmp}")

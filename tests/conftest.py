@@ -6,10 +6,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from support.properties import DEV_EXAMPLES, PROFILE
 from support.sandbox import ClaudeSandbox
 from support.scripted_servers import ScriptedApiFactory
 
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.store.protocol import PhaseRow
+from helix_runner.store.sqlite_store import SqliteStore
+
+# Property tests: every example in the full suite, a sample in the fast tier (support/properties.py).
+settings.register_profile("ci", settings())
+settings.register_profile("dev", max_examples=DEV_EXAMPLES)
+settings.load_profile(PROFILE)
+
+
+def pytest_report_header() -> str:
+    return f"hypothesis profile: {PROFILE} (tests/support/properties.py)"
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +94,20 @@ def database_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite://{tmp_path / 'db.sqlite3'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    """A new SQLite store in the test's directory, closed after it (the contract suite,
+    tests/store/test_store_contract.py, has its own: one of each kind)."""
+    opened = SqliteStore(tmp_path / "db.sqlite3")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def running_phase(store: SqliteStore) -> PhaseRow:
+    """Phase ``p`` of job ``j`` (project ``proj``), RUNNING, in ``store``."""
+    store.get_or_create_job("j", "proj", 1)
+    return store.insert_phase(PhaseRow(job_id="j", phase_id="p", ordinal=0, project_id="proj",
+                                       status=PhaseStatus.RUNNING, create_time_ns=1))

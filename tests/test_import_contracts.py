@@ -50,6 +50,13 @@ def test_the_package_keeps_every_contract():
         ("domain/phase_status.py", "import grpc", "The domain is plain Python"),
         # A cycle inside one package (process/procfs.py is imported by process/cgroups.py).
         ("process/procfs.py", "import helix_runner.process.cgroups", "No import cycles"),
+        # The replica rooms reaching past the Cluster port to a driver, directly or through a store.
+        ("phases/replicas.py", "import helix_runner.store.postgres_cluster", "see the store through its ports"),
+        ("api/routing.py", "import psycopg", "see the store through its ports"),
+        # The admission queue reaching for the cluster's ledger instead of asking its grant.
+        ("phases/admission.py", "import helix_runner.phases.cluster_admission", "knows its grant by the Grant"),
+        # The composition root holding a store by its class instead of by its ports.
+        ("server.py", "import helix_runner.store.sqlite_store", "opens storage through store.factory"),
     ],
 )
 def test_an_illegal_import_breaks_the_contract(tmp_path, module, illegal_import, contract):

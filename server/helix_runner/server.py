@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
 import os
@@ -45,10 +44,9 @@ from helix_runner.process.containment import MODE_NAMES, Containment, Containmen
 from helix_runner.process.data_dir_lock import DataDirInUse, DataDirLock
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
-from helix_runner.store.factory import open_store
-from helix_runner.store.postgres_notify import EventListener, follow_phase_events
-from helix_runner.store.protocol import sweep_interval_seconds
-from helix_runner.store.sqlite_store import SqliteStore, StoreError
+from helix_runner.store.cluster import SINGLE_NODE, Cluster, ReplicaFeed
+from helix_runner.store.factory import open_storage
+from helix_runner.store.protocol import Store, StoreError, sweep_interval_seconds
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
 
@@ -69,7 +67,7 @@ class RunningServer:
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     port: int
-    store: SqliteStore
+    store: Store
     service: PhaseService
     queries: PhaseQueries
     offline_api: ScriptedApi | None = None
@@ -78,10 +76,11 @@ class RunningServer:
     web: WebServer | None = None
     telemetry: Telemetry | None = None
     takeover_task: asyncio.Task | None = None
-    listener: EventListener | None = None  # a shared database: other replicas' live events
-    forwarder: OwnerForwarder | None = None  # a shared database: control forwarded to phases' owners
+    feed: ReplicaFeed | None = None  # a shared database: other replicas' live events
+    forwarder: OwnerForwarder | None = None  # a shared database: calls routed to other replicas
     health_server: grpc.aio.Server | None = None  # the plaintext health-only port (health_port)
     health_port: int | None = None
+    cluster: Cluster = SINGLE_NODE  # the replicas sharing the store (store/cluster.py)
     data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
 
     async def drain(self, grace: float) -> None:
@@ -91,7 +90,7 @@ class RunningServer:
         log.info("draining", extra={"fields": {"grace_seconds": grace}})
         if self.forwarder is not None:  # no more phases placed here (docs/scale-out.md, placement)
             try:
-                self.store.advertise_capacity(0)
+                self.cluster.advertise_capacity(0)
             except Exception:  # the database's error; drain goes on (a placement here is refused: DRAINING)
                 log.warning("withdrawing this replica's capacity failed; placements here fall back", exc_info=True)
         if self.forwarder is None:
@@ -116,8 +115,8 @@ class RunningServer:
         if self.health_server is not None:
             await self.health_server.stop(None)
         self.service.writer.flush()
-        if self.listener is not None:
-            await self.listener.stop()
+        if self.feed is not None:
+            await self.feed.stop()
         if self.forwarder is not None:
             await self.forwarder.close()
         self.store.close()
@@ -248,11 +247,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     except OSError as exc:
         raise StartupError(f"cannot lock the data directory {config.data_dir}: {exc.strerror}") from None
     try:
-        store = open_store(config.database, replica_id=config.replica_id or None,
-                           lease_seconds=config.replica_lease_seconds)
+        storage = open_storage(config.database, replica_id=config.replica_id or None,
+                               lease_seconds=config.replica_lease_seconds)
     except StoreError as exc:  # carries a one-line message
         lock.release()
         raise StartupError(str(exc)) from None
+    store, cluster = storage.store, storage.cluster
     if store.migrated_from:
         log.info("database schema migrated", extra={"fields": {"from": store.migrated_from, "path": str(config.db_path)}})
     filled = store.backfill_tool_call_durations(tool_call_duration_ns)  # once, after the migration to version 2
@@ -265,14 +265,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         store.close()
         lock.release()
         raise StartupError(str(exc)) from None
-    if token is not None and is_digest(token) and not isinstance(store, SqliteStore):
+    if token is not None and is_digest(token) and cluster.shared:
         store.close()
         lock.release()
         raise StartupError("auth_token_file holds the token's sha256 digest, but replicas on a shared database "
                            "call each other with the token itself: give them the token")
     # Watchers here of phases other replicas run follow them by LISTEN/NOTIFY (docs/scale-out.md).
     try:
-        listener = None if isinstance(store, SqliteStore) else await _start_listener(store)
+        feed = await _start_feed(cluster, store)
     except StartupError:
         lock.release()
         raise
@@ -293,7 +293,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     # What a start that fails half-way must undo, newest first; emptied once nothing can fail.
     undo = contextlib.AsyncExitStack()
     undo.callback(lock.release)
-    undo.push_async_callback(_close, store, listener)
+    undo.push_async_callback(_close, store, feed)
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     try:
@@ -308,24 +308,24 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.push_async_callback(creds.key_broker.stop)
     service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
-                           telemetry=telemetry)
+                           telemetry=telemetry, cluster=cluster)
     telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
-    if isinstance(store, SqliteStore):
-        recovered = await service.recover()
-    else:  # a shared database: only the phases of replicas that are gone (takeover.py)
-        takeover = Takeover(store, service.encoder, interval_seconds=sweep_interval_seconds(store.replica.lease_seconds))
+    if cluster.shared:  # only the phases of replicas that are gone (takeover.py)
+        takeover = Takeover(cluster, service.encoder,
+                            interval_seconds=sweep_interval_seconds(config.replica_lease_seconds))
         recovered = takeover.sweep()
+    else:  # alone on its database: every phase a previous process left active
+        recovered = await service.recover()
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
     secret_files.sweep(config.data_dir)  # the private option files of phases a previous process ran
     if settled:
         log.warning("settled leftover phase worktrees", extra={"fields": settled})
-    if listener is not None:
-        service.follower = functools.partial(follow_phase_events, store, listener)
-        if (wake := getattr(service.admission, "wake", None)) is not None:  # cluster admission is on
-            listener.on_admission_change(wake)  # another replica freed a cluster slot, or it is our turn
+    if feed is not None:
+        service.follower = feed.follow
+        feed.on_admission_change(service.admission.wake)  # another replica freed a cluster slot, or it is our turn
     queries = PhaseQueries(store, service.get_live, view_cache_jobs=config.read_cache_jobs)
     try:
         tls_files = _tls_files(config)
@@ -333,7 +333,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         await undo.aclose()
         raise
     forwarding_tls = None if tls_files is None else ForwardingCredentials(tls_files, config.tls_server_name)
-    forwarder = None if listener is None else OwnerForwarder(token, forwarding_tls)
+    forwarder = OwnerForwarder(token, forwarding_tls) if cluster.shared else None
     servicer = RunnerServicer(service, queries, forwarder)
     add_runner_service(servicer, server)
 
@@ -404,9 +404,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if health_server is not None:
         await health_server.start()
     if forwarder is not None:  # other replicas forward control of this one's phases here
-        store.advertise(config.advertise_address or _bound_address(config.host, own_port))
+        cluster.advertise(config.advertise_address or _bound_address(config.host, own_port))
         # Placement by free slots: how many phases this replica takes (api/placement.py).
-        store.advertise_capacity(service.admission.queue.limits.max_running)
+        cluster.advertise_capacity(service.admission.queue.limits.max_running)
     # The dashboard: the same servicer over Connect, plus the page (api/web.py).
     web = None if web_socket is None else await start_web(servicer, host=config.web_host, token=token,
                                                           sock=web_socket, tls=tls_files, grpc_port=port)
@@ -426,7 +426,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                              config.retention_interval_seconds)
     retention_task = None
     if policy.enabled:
-        sweeper = RetentionSweeper(store, config.recordings_dir, policy, shared=config.database.kind != "sqlite")
+        sweeper = RetentionSweeper(store, config.recordings_dir, policy, shared=cluster.shared)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
     try:  # once nothing can fail the start any more (its processes end at drain)
@@ -438,8 +438,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         # Logs are for machines; this line (stdout) is for the person who just started the server.
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
-                         creds.key_broker, retention_task, web, telemetry, takeover_task, listener, forwarder,
-                         health_server, health_port, lock)
+                         creds.key_broker, retention_task, web, telemetry, takeover_task, feed, forwarder,
+                         health_server, health_port, cluster, lock)
 
 
 def _listen_address(host: str, port: int) -> str:
@@ -467,13 +467,16 @@ def _bound_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-async def _start_listener(store) -> EventListener:
-    """The replica's one LISTEN connection; a database that does not answer within 10 s stops the start."""
-    listener = EventListener(store.conninfo)
+async def _start_feed(cluster: Cluster, store: Store) -> ReplicaFeed | None:
+    """The replica's news from the others (one LISTEN connection), None alone; a database that does
+    not answer within 10 s stops the start."""
+    feed = cluster.feed()
+    if feed is None:
+        return None
     try:
-        return await asyncio.wait_for(listener.start(), 10.0)
+        return await asyncio.wait_for(feed.start(), 10.0)
     except TimeoutError:
-        await listener.stop()
+        await feed.stop()
         store.close()
         raise StartupError("cannot LISTEN for events on the PostgreSQL database (no connection within 10 s)") from None
 
@@ -501,8 +504,8 @@ async def serve(config: ServerConfig) -> None:
     log.info("stopped")
 
 
-async def _close(store, listener: EventListener | None) -> None:
+async def _close(store: Store, feed: ReplicaFeed | None) -> None:
     """A start that failed half-way: the LISTEN connection, then the store."""
-    if listener is not None:
-        await listener.stop()
+    if feed is not None:
+        await feed.stop()
     store.close()

@@ -6,6 +6,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
@@ -314,7 +315,7 @@ def cli_lines(draw):
     return orjson.dumps(obj) + b"\n"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(cli_lines(), max_size=6))
 def test_any_cli_json_maps_to_a_valid_stream_event(lines):
     stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True, include_raw_unknown=True))
@@ -521,7 +522,7 @@ def test_phase_result_lists_its_attempts():
     assert not a2.HasField("api_error_status") and not a2.HasField("end_time") and not a2.HasField("cost")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.integers(min_value=-(2**62), max_value=2**62),
                  st.sampled_from([0, 1, -1, 999_999_999, 1_000_000_000, -1_000_000_001])))
 def test_receive_time_is_the_timestamp_from_nanoseconds_would_give(ns):

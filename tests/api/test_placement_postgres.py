@@ -54,7 +54,7 @@ async def test_a_phase_the_full_replica_receives_runs_on_the_replica_with_room(
         on_a = {"job_id": "job-a", "phase_id": "p1"}
         run_a = Stream(a.stub.RunPhase(held_request(a, "job-a"), timeout=120))
         hit = await run_a.wait_for(breakpoint_hit)  # A's one slot is taken
-        rooms = {r.replica_id: (r.max_running, r.active, r.live) for r in a.server.store.replica_capacity()}
+        rooms = {r.replica_id: (r.max_running, r.active, r.live) for r in a.server.cluster.replica_capacity()}
         assert rooms == {"replica-a": (1, 1, True), "replica-b": (1, 0, True)}
 
         placed = {"job_id": "job-p", "phase_id": "p1"}
@@ -185,7 +185,7 @@ async def test_a_draining_replica_lets_the_phases_it_placed_finish_within_its_gr
 
         drain = asyncio.create_task(a.server.drain(20.0))
         await asyncio.sleep(2.0)  # past the 1 s a stopping server gives open calls
-        rooms = {r.replica_id: r.max_running for r in b.server.store.replica_capacity()}
+        rooms = {r.replica_id: r.max_running for r in b.server.cluster.replica_capacity()}
         assert rooms["replica-a"] == 0  # a draining replica takes no placed phases
         assert not drain.done()
         await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(

@@ -238,7 +238,7 @@ async def test_a_phase_taken_over_by_another_replica_is_stopped_on_its_old_owner
         a.server.store.replica.stop_heartbeat()
         async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as db:
             await db.execute("UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'replica-a'")
-        Takeover(b.server.store, b.server.service.encoder, interval_seconds=5).sweep()
+        Takeover(b.server.cluster, b.server.service.encoder, interval_seconds=5).sweep()
         taken = b.server.store.get_phase("job-f", "p1")
         assert taken.status is PhaseStatus.INTERRUPTED and taken.result_pb is not None
         history = b.server.store.read_events("job-f", "p1", 0, 1000)

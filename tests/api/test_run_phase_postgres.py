@@ -44,7 +44,7 @@ async def test_a_phase_runs_on_postgres_and_another_replica_answers_for_it(
                 assert [e.body for e in stored] == [e.SerializeToString() for e in events]
                 row = other.get_phase("job-1", "p1")
                 assert row.status is PhaseStatus.SUCCEEDED and row.result_pb is not None
-                assert other.phase_owner("job-1", "p1").replica_id == runner.server.store.replica_id
+                assert other.cluster.phase_owner("job-1", "p1").replica_id == runner.server.cluster.replica_id
             finally:
                 other.close()
         pointers = [json.loads(n.payload) async for n in listen.notifies(timeout=1)]

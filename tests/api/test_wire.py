@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -54,7 +55,7 @@ def test_an_event_larger_than_the_limit_travels_alone():
     assert decoded(responses) == [[1], [2], [3]]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=20_000), min_size=1, max_size=40))
 def test_any_sizes_round_trip(sizes):
     # Text lengths around the varint boundaries (127/128, 16383/16384 bytes) included by the range.
@@ -79,7 +80,7 @@ def test_the_result_response_carries_only_the_result(message_type):
     assert message.result == result and list(message.events) == []
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=20_000), min_size=0, max_size=30), st.integers(min_value=0))
 def test_framing_concatenates_so_batches_join_into_one_message(sizes, cut):
     # The event log frames each batch once and joins a watcher's queued batches: that is only the

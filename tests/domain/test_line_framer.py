@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from helix_runner.domain.events import ParseError, ParseErrorReason
 from helix_runner.domain.line_framer import LineFramer
@@ -131,14 +132,14 @@ def streams(draw):
     return data, cuts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(streams(), st.integers(4, 64))
 def test_any_chunking_gives_the_same_lines(stream, cap):
     data, cuts = stream
     assert frame(data, cuts, cap) == frame(data, None, cap)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(streams())
 def test_lines_and_offsets_describe_the_input(stream):
     data, cuts = stream

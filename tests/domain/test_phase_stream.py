@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.cli_lines import SID, init, line, result, text, tool_result, tool_use
+from support.properties import examples
 
 from helix_runner.domain.events import (
     AssistantText,
@@ -28,73 +29,8 @@ from helix_runner.domain.phase_stream import COST_UPDATE_INTERVAL_NS, PhaseStrea
 from helix_runner.domain.pricing import ModelPrice, PriceTable, PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
 
-SID = "s-1"
 PRICES = PriceTable({"m": ModelPrice(1.0, 10.0)}, use_genai_prices=False)
-
-
-def line(obj: dict) -> bytes:
-    return orjson.dumps(obj) + b"\n"
-
-
-INIT = line(
-    {"type": "system", "subtype": "init", "session_id": SID, "model": "m", "tools": ["Bash"], "uuid": "u0"}
-)
-
-
-def text(message_id: str = "msg_1", body: str = "hello", usage: dict | None = None) -> bytes:
-    return line(
-        {
-            "type": "assistant",
-            "session_id": SID,
-            "uuid": f"u-{message_id}",
-            "parent_tool_use_id": None,
-            "message": {
-                "id": message_id,
-                "model": "m",
-                "content": [{"type": "text", "text": body}],
-                "usage": usage or {"input_tokens": 1000, "output_tokens": 1},
-            },
-        }
-    )
-
-
-def tool_use(tool_use_id: str, name: str = "Bash", message_id: str = "msg_2") -> bytes:
-    return line(
-        {
-            "type": "assistant",
-            "session_id": SID,
-            "message": {
-                "id": message_id,
-                "model": "m",
-                "usage": {"input_tokens": 10, "output_tokens": 1},
-                "content": [
-                    {"type": "tool_use", "id": tool_use_id, "name": name, "input": {"command": "ls"}}
-                ],
-            },
-        }
-    )
-
-
-def tool_result(tool_use_id: str, is_error: bool = False) -> bytes:
-    block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": "out"}
-    if is_error:
-        block["is_error"] = True
-    return line({"type": "user", "session_id": SID, "message": {"role": "user", "content": [block]}})
-
-
-def result(total: float, input_tokens: int = 2000) -> bytes:
-    return line(
-        {
-            "type": "result",
-            "subtype": "success",
-            "is_error": False,
-            "session_id": SID,
-            "num_turns": 1,
-            "total_cost_usd": total,
-            "result": "done",
-            "modelUsage": {"m": {"inputTokens": input_tokens, "outputTokens": 0, "costUSD": total}},
-        }
-    )
+INIT = init()
 
 
 class Clock:
@@ -342,7 +278,7 @@ def _run(data: bytes, cuts: list[int]) -> tuple[list[Event], PhaseStream]:
     return events + stream.finish(), stream
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chunked_streams())
 def test_any_chunking_gives_identical_events(stream_and_cuts):
     data, cuts = stream_and_cuts
@@ -354,7 +290,7 @@ def test_any_chunking_gives_identical_events(stream_and_cuts):
     assert stream.stdout_bytes == len(data)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=10))
 def test_arbitrary_bytes_never_raise_and_errors_stay_redacted(data, cuts):
     events, stream = _run(data, sorted(c for c in cuts if c <= len(data)))

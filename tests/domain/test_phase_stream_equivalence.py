@@ -14,6 +14,7 @@ import msgspec
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from helix_runner.domain.events import CostUpdate, SessionInit, ToolCallFinished
 from helix_runner.domain.line_framer import LineFramer
@@ -170,7 +171,7 @@ def reference(data: bytes, options: PhaseStreamOptions) -> list[tuple]:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(lines_strategy, st.booleans(), st.booleans())
 def test_feed_gives_what_parse_and_envelope_give(lines, partial, raw):

@@ -45,6 +45,7 @@ if __name__ == "__main__":  # run as a script (--write): make the package and te
     sys.path[:0] = [str(REPO_ROOT / "server"), str(REPO_ROOT / "tests")]
 
 from support.corpus import VENDORED_CORPUS  # noqa: E402
+from support.properties import examples  # noqa: E402
 
 from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions  # noqa: E402
 from helix_runner.domain.pricing import ModelPrice, PriceTable  # noqa: E402
@@ -52,6 +53,9 @@ from helix_runner.domain.pricing import ModelPrice, PriceTable  # noqa: E402
 SNAPSHOT = Path(__file__).parent / "snapshots" / "stream_engine.json.xz"
 SEED = 20261123
 GENERATED_STREAMS = 600
+# The generated streams checked: all of them in the full suite, the first 60 in the fast tier
+# (support/properties.py; the corpus streams are always checked).
+CHECKED_STREAMS = examples(GENERATED_STREAMS, sample=60)
 
 # Prices by override only (never genai-prices, whose table changes between versions): two models
 # are priced, every other model is UNPRICED, so both paths of the ledger are covered.
@@ -239,15 +243,15 @@ def _damage(line: bytes, rng: random.Random) -> bytes:
     return rng.choice([b'{"type":5}', b'{"type":null}', b'{"type":["assistant"]}', b'{"type":"assistant"}'])
 
 
-def generated_streams() -> Iterator[tuple[str, bytes, list[int], dict[str, bool]]]:
-    """Seeded streams of corpus lines, most of them changed in one or more ways."""
+def generated_streams(count: int = GENERATED_STREAMS) -> Iterator[tuple[str, bytes, list[int], dict[str, bool]]]:
+    """The first ``count`` seeded streams of corpus lines, most of them changed in one or more ways."""
     rng = random.Random(SEED)
     lines: list[bytes] = []
     for path in corpus_files():
         for line in path.read_bytes().splitlines():
             if line.strip() and len(line) < 6000:
                 lines.append(line)
-    for n in range(GENERATED_STREAMS):
+    for n in range(count):
         out = []
         start = rng.randrange(len(lines))
         for k in range(rng.randint(4, 24)):
@@ -272,7 +276,7 @@ def generated_streams() -> Iterator[tuple[str, bytes, list[int], dict[str, bool]
         yield f"generated-{n:03d}", data, chunks, options
 
 
-def all_cases() -> Iterator[tuple[str, bytes, list[int], dict[str, bool]]]:
+def all_cases(generated: int = GENERATED_STREAMS) -> Iterator[tuple[str, bytes, list[int], dict[str, bool]]]:
     for path in corpus_files():
         data = path.read_bytes()
         name = f"{path.parent.name}/{path.name}"
@@ -286,7 +290,7 @@ def all_cases() -> Iterator[tuple[str, bytes, list[int], dict[str, bool]]]:
                 "include_raw_unknown": True,
             },
         )
-    yield from generated_streams()
+    yield from generated_streams(generated)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,14 +338,14 @@ def test_the_reference_covers_every_vendored_transcript(reference):
 
 def test_generated_inputs_are_the_recorded_ones(reference):
     # The generator must rebuild exactly the inputs the reference was made from.
-    for name, data, chunks, options in generated_streams():
+    for name, data, chunks, options in generated_streams(CHECKED_STREAMS):
         ref = reference[name]
         assert (ref["sha"], ref["chunks"], ref["options"]) == (_digest(data), chunks, options), name
 
 
 def test_every_event_and_the_final_state_match_the_reference(reference):
     failures = []
-    for name, data, chunks, options in all_cases():
+    for name, data, chunks, options in all_cases(CHECKED_STREAMS):
         difference = _first_difference(reference[name]["result"], run_stream(data, chunks, options))
         if difference and not any(name == n and difference.startswith(p) for (n, p) in ALLOWED_DIFFERENCES):
             failures.append(f"{name}: {difference}")

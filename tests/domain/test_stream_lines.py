@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
+from support.properties import examples
 
 from helix_runner.domain.cost_ledger import usage_counts
 from helix_runner.domain.events import AssistantText, ParseError, ParseErrorReason, ToolCallFinished
@@ -173,7 +174,7 @@ def dumps(value, style: int) -> bytes:
     return json.dumps(value, ensure_ascii=style == 1).encode()  # escaped non-ASCII, or spaces
 
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from support.cli_lines import SID, assistant
 
 from helix_runner.domain.cost_ledger import usage_counts
 from helix_runner.domain.events import (
@@ -39,7 +40,6 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.stream_parser import StreamParser, token_usage_from_api
 
-SID = "ef4b424a-7e54-4602-a60a-f6f946f73852"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "retry"
 
 
@@ -56,26 +56,6 @@ def counted(observation):
     """A usage observation with its usage object (raw or typed) as the counts the ledger takes."""
     message_id, model, usage, final = observation
     return message_id, model, usage_counts(usage), final
-
-
-def assistant(*blocks, message_id="msg_01", model="claude-opus-5-5", usage=None, **extra):
-    message = {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": list(blocks),
-        "stop_reason": None,
-        "usage": usage or {"input_tokens": 10, "output_tokens": 1},
-    }
-    return {
-        "type": "assistant",
-        "message": message,
-        "parent_tool_use_id": None,
-        "session_id": SID,
-        "uuid": "u-1",
-        **extra,
-    }
 
 
 def user(*blocks, **extra):

@@ -15,10 +15,14 @@ import pytest
 from helix_runner.domain.events import QueueReason
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import (
+    LOCAL_GRANT,
     AdmissionClosedError,
     AdmissionLimits,
     AdmissionQueue,
     AsyncAdmission,
+    Granted,
+    GrantRefused,
+    LocalGrant,
     Ticket,
     TicketState,
 )
@@ -32,10 +36,43 @@ class FakeClock:
         return self.now
 
 
-def make(clock: FakeClock | None = None, **limits: int) -> AdmissionQueue:
+def make(clock: FakeClock | None = None, grant=LOCAL_GRANT, **limits: int) -> AdmissionQueue:
     return AdmissionQueue(
-        AdmissionLimits(**limits), clock=clock or FakeClock(), wall_clock_ns=lambda: 5 * 10**18
+        AdmissionLimits(**limits), grant=grant, clock=clock or FakeClock(), wall_clock_ns=lambda: 5 * 10**18
     )
+
+
+class RecordingGrant(LocalGrant):
+    """A grant that sees every offer and lets only some projects start: the shape of the cluster's
+    ledger (phases/cluster_admission.LedgerGrant) without a database."""
+
+    def __init__(self, allowed: set[str] | None = None, refuse: bool = False):
+        self.allowed, self.refuse = allowed, refuse
+        self.offers: list[tuple[list, int, dict | None]] = []
+        self.entered_keys: list = []
+        self.left_keys: list = []
+        self.held: set = set()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.held)
+
+    def entered(self, ticket: Ticket) -> None:
+        if self.refuse:
+            raise GrantRefused("cluster", 7, 7, "the cluster's admission queue is full")
+        self.entered_keys.append(ticket.key)
+
+    def left(self, ticket: Ticket) -> None:
+        self.left_keys.append(ticket.key)
+
+    def decide(self, candidates, room, project_room):
+        self.offers.append(([t.key for t in candidates], room, project_room))
+        granted = [t for t in candidates if self.allowed is None or t.project in self.allowed][:room]
+        self.held = {t.key for t in candidates if t not in granted}
+        return Granted(granted)
+
+    def why(self, key):
+        return (QueueReason.SERVER_LIMIT, "held back by the grant") if key in self.held else None
 
 
 def run_all(queue: AdmissionQueue) -> list:
@@ -244,12 +281,14 @@ def test_rate_limit_hold_and_release():
     assert queue.next_wakeup() is None and queue.held_until("key-1") is None
 
 
-def test_a_backoff_ending_between_pump_and_next_wakeup_still_wakes_the_queue():
+@pytest.mark.parametrize("grant", [LOCAL_GRANT, RecordingGrant()], ids=["local", "a grant that is asked"])
+def test_a_backoff_ending_between_pump_and_next_wakeup_still_wakes_the_queue(grant):
     # AsyncAdmission.kick pumps, reports changes, then arms its timer from next_wakeup, each reading
     # the clock. A retry's backoff that ended in between left no timer and no admission: the phase
     # waited QUEUED until something else changed (a RunPhase hung until its deadline, ~1 run in 60).
+    # One pump on one clock reading serves every grant (the cluster's too), so the fix holds for all.
     clock = FakeClock()
-    queue = make(clock, max_running=4, max_starting=4)
+    queue = make(clock, grant, max_running=4, max_starting=4)
     queue.submit("r", "A", attempt=2, not_before=clock.now + 0.05, retry=True)
     clock.now += 0.049
     assert queue.pump() == []  # not yet
@@ -439,3 +478,36 @@ async def test_the_timer_admits_when_a_hold_ends():
     ticket = await asyncio.wait_for(admission.acquire("held", "A", credential="k"), 10)
     assert ticket.state is TicketState.STARTING
     admission.release(ticket)
+
+
+def test_the_grant_is_offered_what_the_local_rules_would_start_in_their_order_and_decides():
+    grant = RecordingGrant(allowed={"A"})
+    queue = make(FakeClock(), grant, max_running=3, max_starting=4, max_running_per_project=2)
+    for key, project in (("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B"), ("c1", "C")):
+        queue.submit(key, project)
+    admitted = queue.pump()
+    # Projects take turns, each up to its per-project room; the room is the server's.
+    assert grant.offers == [(["a1", "b1", "c1", "a2"], 3, {"A": 2, "B": 2, "C": 2})]
+    assert [t.key for t in admitted] == ["a1", "a2"] and queue.running == 2
+    status = queue.status("b1")  # this replica has room: the grant holds it back, and says why
+    assert (status.reason, status.detail) == (QueueReason.SERVER_LIMIT, "held back by the grant")
+    assert queue.status("a3").reason is QueueReason.PROJECT_LIMIT  # the local rule comes first
+    assert queue.cancel("b1") and grant.left_keys == ["b1"]
+    queue.release(admitted[0])
+    assert grant.left_keys == ["b1", "a1"] and grant.entered_keys == ["a1", "a2", "a3", "b1", "c1"]
+
+
+def test_without_a_say_of_its_own_the_grant_changes_nothing():
+    """The local grant takes the first ``room`` candidates: the order one entry at a time gave."""
+    queue = make(FakeClock(), max_running=3, max_starting=4, max_running_per_project=2)
+    for key, project in (("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B"), ("c1", "C")):
+        queue.submit(key, project)
+    assert [t.key for t in queue.pump()] == ["a1", "b1", "c1"]
+
+
+def test_a_grant_that_refuses_an_entry_is_queue_full_and_nothing_is_queued():
+    queue = make(FakeClock(), RecordingGrant(refuse=True))
+    with pytest.raises(RunnerError) as refused:
+        queue.submit("x", "A")
+    assert (refused.value.reason, refused.value.metadata["scope"]) == ("QUEUE_FULL", "cluster")
+    assert queue.get("x") is None and queue.queued == 0

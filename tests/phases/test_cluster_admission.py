@@ -1,7 +1,8 @@
-"""Cluster admission (phases/cluster_admission.py): each replica's queue plus the database's ledger.
+"""Cluster admission (phases/cluster_admission.py): each replica's queue, the database's ledger its grant.
 
 Two ``PostgresStore`` handles on one real PostgreSQL database are two replicas; each has its own
-``ClusterQueue`` (its local limits) over the shared ledger. Every wait is bounded.
+``AdmissionQueue`` (its local limits) asking a ``LedgerGrant`` over the shared ledger. Every wait is
+bounded.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import pytest
 from helix_runner.config import ConfigError, load_config
 from helix_runner.domain.events import QueueReason
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue, AsyncAdmission, TicketState
-from helix_runner.phases.cluster_admission import (
-    ClusterAdmission,
-    ClusterQueue,
-    admission_for,
-    cluster_limits,
+from helix_runner.phases.admission import (
+    AdmissionLimits,
+    AdmissionQueue,
+    AsyncAdmission,
+    LocalGrant,
+    TicketState,
 )
+from helix_runner.phases.cluster_admission import LedgerGrant, admission_for, cluster_limits
+from helix_runner.store.cluster import SINGLE_NODE, ClusterLimits
 from helix_runner.store.postgres_notify import EventListener
 from helix_runner.store.postgres_store import PostgresStore
-from helix_runner.store.protocol import ClusterLimits
 
 LOCAL = AdmissionLimits(max_running=4, max_starting=4)
 
@@ -36,11 +38,11 @@ def stores(postgres_url):
 
 
 def queues(stores, cluster: ClusterLimits, local: AdmissionLimits = LOCAL):
-    return [ClusterQueue(local, s.admission_ledger, cluster) for s in stores]
+    return [AdmissionQueue(local, grant=LedgerGrant(s.cluster.admission_ledger(), cluster)) for s in stores]
 
 
 def ledger_rows(store) -> list[tuple[str, str]]:
-    return [(phase, state) for _, phase, _, _, state in store.admission_ledger.entries()]
+    return [(phase, state) for _, phase, _, _, state in store.cluster.admission_ledger().entries()]
 
 
 def test_a_phase_on_another_replica_waits_for_the_cluster_slot_and_starts_when_it_frees(stores):
@@ -110,7 +112,7 @@ def test_cancel_while_queued_leaves_no_ledger_entry(stores):
 
 
 async def test_cancelling_a_waiting_acquire_leaves_no_ledger_entry(stores):
-    a, b = (ClusterAdmission(q) for q in queues(stores, ClusterLimits(max_running=1)))
+    a, b = (AsyncAdmission(q) for q in queues(stores, ClusterLimits(max_running=1)))
     await asyncio.wait_for(a.acquire(("j", "run"), "p"), 10)
     waiting = asyncio.create_task(b.acquire(("j", "wait"), "p"))
     await asyncio.sleep(0.1)
@@ -124,7 +126,7 @@ async def test_cancelling_a_waiting_acquire_leaves_no_ledger_entry(stores):
 
 
 async def test_a_freed_slot_wakes_the_other_replica_by_notify(stores, postgres_url):
-    a, b = (ClusterAdmission(q) for q in queues(stores, ClusterLimits(max_running=1)))
+    a, b = (AsyncAdmission(q) for q in queues(stores, ClusterLimits(max_running=1)))
     listener = await asyncio.wait_for(EventListener(postgres_url).start(), 10)
     woken = asyncio.Event()
 
@@ -150,7 +152,7 @@ async def test_a_freed_slot_wakes_the_other_replica_by_notify(stores, postgres_u
 
 
 async def test_without_a_notification_the_bounded_poll_still_admits(stores):
-    a, b = (ClusterAdmission(q) for q in queues(stores, ClusterLimits(max_running=1)))
+    a, b = (AsyncAdmission(q) for q in queues(stores, ClusterLimits(max_running=1)))
     first = await asyncio.wait_for(a.acquire(("j", "run"), "p"), 10)
     waiting = asyncio.create_task(b.acquire(("j", "wait"), "p"))
     await asyncio.sleep(0.1)
@@ -166,12 +168,12 @@ async def test_without_a_notification_the_bounded_poll_still_admits(stores):
 def test_admission_for_keeps_the_local_queue_without_a_ledger_or_cluster_limits(stores, tmp_path):
     config = load_config(flags={"data_dir": str(tmp_path), "cluster_max_running_phases": 3}, environ={})
     assert cluster_limits(config) == ClusterLimits(max_running=3)
-    plain = admission_for(object(), LOCAL, cluster_limits(config))
-    assert type(plain) is AsyncAdmission and type(plain.queue) is AdmissionQueue
-    assert type(admission_for(stores[0], LOCAL, ClusterLimits())) is AsyncAdmission
-    stores[0].admission_ledger.enqueue("j", "left", "p", "", retry=False, limits=ClusterLimits())
-    clustered = admission_for(stores[0], LOCAL, cluster_limits(config))
-    assert isinstance(clustered, ClusterAdmission)
+    plain = admission_for(SINGLE_NODE, LOCAL, cluster_limits(config))
+    assert type(plain) is AsyncAdmission and type(plain.queue.grant) is LocalGrant
+    assert type(admission_for(stores[0].cluster, LOCAL, ClusterLimits())) is AsyncAdmission
+    stores[0].cluster.admission_ledger().enqueue("j", "left", "p", "", retry=False, limits=ClusterLimits())
+    clustered = admission_for(stores[0].cluster, LOCAL, cluster_limits(config))
+    assert type(clustered) is AsyncAdmission and type(clustered.queue.grant) is LedgerGrant
     assert ledger_rows(stores[0]) == []  # a previous process's entries under this id are gone
 
 
@@ -198,7 +200,7 @@ def test_an_entry_missing_from_the_ledger_is_entered_again_and_then_admitted(sto
     (a,) = queues(stores[:1], ClusterLimits(max_running=1))
     ticket = a.submit(("j", "x"), "p")
     postgres_cluster.execute(postgres_url, "DELETE FROM admission_ledger")  # e.g. a failed enqueue
-    assert a.pump() == [] and a.last_pass.missing == (("j", "x"),)
+    assert a.pump() == [] and a.grant.last_pass.missing == (("j", "x"),)
     assert ledger_rows(stores[0]) == [("x", "queued")]
     assert a.pump() == [ticket]
 

@@ -9,18 +9,9 @@ import pytest
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.event_log import PhaseEventLog, replay
-from helix_runner.store.protocol import FencedError
-from helix_runner.store.sqlite_store import EventRow, PhaseRow, SqliteStore
+from helix_runner.store.protocol import EventRow, FencedError, PhaseRow
 
-
-@pytest.fixture
-def store(tmp_path):
-    s = SqliteStore(tmp_path / "db.sqlite3")
-    s.get_or_create_job("j", "proj", 1)
-    s.insert_phase(PhaseRow(job_id="j", phase_id="p", ordinal=0, project_id="proj", status=PhaseStatus.RUNNING,
-                            create_time_ns=1))
-    yield s
-    s.close()
+pytestmark = pytest.mark.usefixtures("running_phase")
 
 
 def rows(first: int, count: int) -> list[EventRow]:

@@ -18,7 +18,7 @@ from helix_runner.api.resource_mapping import get_job_response, job_to_proto, li
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.phases.queries import PhaseQueries
-from helix_runner.store.factory import open_store
+from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow
 
 S = PhaseStatus
@@ -27,7 +27,7 @@ S = PhaseStatus
 @pytest.fixture
 def stores(database_url):
     """Two handles on one database: the reader's, and a writer's (another process or replica)."""
-    reader, writer = open_store(database_url), open_store(database_url)
+    reader, writer = open_storage(database_url).store, open_storage(database_url).store
     yield reader, writer
     reader.close()
     writer.close()
@@ -81,7 +81,7 @@ def test_a_page_of_unchanged_jobs_is_served_from_the_cache(stores):
 
 
 def test_a_cached_page_takes_one_query_on_sqlite(tmp_path):
-    store = open_store(f"sqlite://{tmp_path / 'db.sqlite3'}")
+    store = open_storage(f"sqlite://{tmp_path / 'db.sqlite3'}").store
     try:
         for i in range(20):
             add_job(store, f"j{i:02}", t=i)

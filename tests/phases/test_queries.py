@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.properties import examples
 
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
@@ -21,16 +22,12 @@ from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.queries import RECENT_EVENTS, PhaseQueries
 from helix_runner.phases.views import ContextUsage, RunSnapshot
-from helix_runner.store.sqlite_store import EventRow, ModelCostRow, PhaseRow, SqliteStore, ToolCallRow
+from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCallRow
+from helix_runner.store.sqlite_store import SqliteStore
 
 S = ToolCallStatus
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = SqliteStore(tmp_path / "db.sqlite3")
-    yield s
-    s.close()
 
 
 def add_phase(
@@ -283,7 +280,7 @@ calls_strategy = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     calls=calls_strategy,
     phase=st.sampled_from((None, "a", "b")),

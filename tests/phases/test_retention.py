@@ -6,23 +6,16 @@ import asyncio
 import logging
 import os
 
-import pytest
-
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
-from helix_runner.store.sqlite_store import EventRow, ModelCostRow, PhaseRow, SqliteStore, ToolCallRow
+from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCallRow
 
 DAY_NS = 86400 * 10**9
 NOW = 100 * DAY_NS
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = SqliteStore(tmp_path / "data" / "db.sqlite3")
-    yield s
-    s.close()
 
 
 def add_phase(store, recordings, job, phase, *, status, day, size=100):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
+from support.cli_lines import init, tool_result, tool_use
 
 from helix_runner.api.proto_records import ProtoRecordEncoder
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
@@ -18,63 +18,9 @@ from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.containment import subreaper_scope
 from helix_runner.process.supervisor import ProcessLimits
-from helix_runner.store.sqlite_store import PhaseRow, SqliteStore
+from helix_runner.store.sqlite_store import SqliteStore
 
-SID = "s-1"
-
-
-def line(obj: dict) -> bytes:
-    return orjson.dumps(obj) + b"\n"
-
-
-def tool_use(tool_use_id: str, message_id: str) -> bytes:
-    return line(
-        {
-            "type": "assistant",
-            "session_id": SID,
-            "message": {
-                "id": message_id,
-                "model": "m",
-                "usage": {"input_tokens": 10, "output_tokens": 1},
-                "content": [
-                    {"type": "tool_use", "id": tool_use_id, "name": "Bash", "input": {"command": "ls"}}
-                ],
-            },
-        }
-    )
-
-
-def tool_result(tool_use_id: str) -> bytes:
-    return line(
-        {
-            "type": "user",
-            "session_id": SID,
-            "message": {
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": tool_use_id, "content": "out", "is_error": True}
-                ],
-            },
-        }
-    )
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = SqliteStore(tmp_path / "db.sqlite3")
-    s.get_or_create_job("j", "proj", 1)
-    s.insert_phase(
-        PhaseRow(
-            job_id="j",
-            phase_id="p",
-            ordinal=0,
-            project_id="proj",
-            status=PhaseStatus.PENDING,
-            create_time_ns=1,
-        )
-    )
-    yield s
-    s.close()
+pytestmark = pytest.mark.usefixtures("running_phase")
 
 
 def make_run(store: SqliteStore, tmp_path: Path, breakpoints: list[Breakpoint]) -> PhaseRun:
@@ -99,10 +45,9 @@ async def test_a_snapshot_holds_the_live_figures_and_the_store_gets_durations(st
     stop = Breakpoint.create(kind=BreakpointKind.TOOL_NAME, breakpoint_id="bp", tool_name="Write")
     run = make_run(store, tmp_path, [stop])
     run.set_status(PhaseStatus.RUNNING, "started")
-    run.on_stdout(
-        line({"type": "system", "subtype": "init", "session_id": SID, "model": "m", "tools": ["Bash"]})
-    )
-    run.on_stdout(tool_use("t1", "msg_1") + tool_result("t1") + tool_use("t2", "msg_2"))
+    run.on_stdout(init())
+    run.on_stdout(tool_use("t1", message_id="msg_1") + tool_result("t1", is_error=True)
+                  + tool_use("t2", message_id="msg_2"))
 
     snap = run.snapshot()
 

@@ -36,7 +36,7 @@ def test_a_sweep_records_the_terminal_event_and_result(postgres_url, postgres_cl
     running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
     survivor = PostgresStore(postgres_url, heartbeat=False)
     try:
-        swept = Takeover(survivor, ProtoRecordEncoder(), interval_seconds=1).sweep()
+        swept = Takeover(survivor.cluster, ProtoRecordEncoder(), interval_seconds=1).sweep()
         assert [(r.phase_id, r.status) for r in swept] == [("x", PhaseStatus.RUNNING)]
         last = ev.StreamEvent.FromString(survivor.read_events("j", "x", 1, 10)[0].body)
         assert last.sequence == 2 and last.job_id == "j" and last.session_id == "sess"
@@ -70,8 +70,8 @@ async def test_a_server_on_postgres_takes_over_at_start_and_answers_from_the_dat
         assert result == job.phases[0].result and result.cost == COST
         assert [a.number for a in job.phases[0].attempts] == [1, 2]
         assert list(job.phases[0].attempts) == list(result.attempts)
-        (replica,) = runner.server.store.live_replicas()
-        assert replica.replica_id == runner.server.store.replica_id
+        (replica,) = runner.server.cluster.live_replicas()
+        assert replica.replica_id == runner.server.cluster.replica_id
     # A clean stop ends the lease at once: nobody has to wait for it to run out.
     assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM replicas WHERE lease_expires_at > now()") \
         == [(0,)]

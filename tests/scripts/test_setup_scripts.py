@@ -148,7 +148,6 @@ def test_test_fast_runs_only_pytests_fast_tier(tmp_path):
             ROOT / "scripts" / "test",
             "--fast",
             "--collect-only",
-            "-q",
             "-p",
             "no:cacheprovider",
             "tests/api/test_run_phase.py",
@@ -162,8 +161,9 @@ def test_test_fast_runs_only_pytests_fast_tier(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "was called" not in run.stderr and "== buf" not in run.stdout
     assert "== import contracts" in run.stdout and "0 broken" in run.stdout  # before pytest, in both tiers
-    collected = [line for line in run.stdout.splitlines() if "::" in line]
-    assert collected and all(line.startswith("tests/api/test_wire.py::") for line in collected)
+    assert "hypothesis profile: dev" in run.stdout  # property tests draw a sample in the fast tier
+    collected = [line.strip() for line in run.stdout.splitlines() if "<Function " in line]
+    assert collected and all("test_run_phase" not in line for line in collected)
     assert "deselected" in run.stdout  # test_run_phase.py is real_cli
 
 

@@ -11,8 +11,9 @@ import threading
 
 import pytest
 
+from helix_runner.store.cluster import AdmissionCandidate, ClusterLimits, LedgerFullError
 from helix_runner.store.postgres_store import PostgresStore
-from helix_runner.store.protocol import AdmissionCandidate, ClusterLimits, EventRow, LedgerFullError
+from helix_runner.store.protocol import EventRow
 
 
 def set_lease(cluster, url: str, replica_id: str, seconds_from_now: float) -> None:
@@ -31,7 +32,7 @@ def replicas(postgres_url):
     def make(n: int = 2):
         for _ in range(n):
             opened.append(PostgresStore(postgres_url, heartbeat=False))
-        return [s.admission_ledger for s in opened[-n:]]
+        return [s.cluster.admission_ledger() for s in opened[-n:]]
 
     yield make
     for store in opened:
@@ -159,9 +160,9 @@ def test_the_dead_replica_sweep_releases_the_entries_too(replicas, postgres_clus
     opened = [PostgresStore(postgres_url, heartbeat=False) for _ in range(2)]
     try:
         a, b = opened
-        b.admission_ledger.enqueue("j", "x", "p", "", retry=False, limits=ClusterLimits())
+        b.cluster.admission_ledger().enqueue("j", "x", "p", "", retry=False, limits=ClusterLimits())
         set_lease(postgres_cluster, postgres_url, b.replica_id, -1)
-        a.sweep_expired_owners(interrupt)
+        a.cluster.sweep_expired_owners(interrupt)
         assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
     finally:
         for store in opened:

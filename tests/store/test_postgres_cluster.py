@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.old_databases import postgres_version_1
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus
@@ -65,7 +66,7 @@ def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, p
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)  # A is paused past its lease
     with pytest.raises(FencedError):  # refused already before anyone took over
         a.append_events([("j", "x", [ev(3, b"stale")])])
-    swept = b.sweep_expired_owners(interrupt)
+    swept = b.cluster.sweep_expired_owners(interrupt)
     assert [(r.phase_id, r.status, r.last_sequence) for r in swept] == [("x", S.RUNNING, 2)]
 
     set_lease(postgres_cluster, postgres_url, a.replica_id, 60)  # A revives, its lease live again
@@ -87,7 +88,7 @@ def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, p
         S.INTERRUPTED, "its replica stopped renewing its lease", 99, b"result")
     assert b.get_job("j").status is S.INTERRUPTED
     assert [(c.status, c.body) for c in b.list_tool_calls("j", "x", None, [], 10)] == [(T.UNFINISHED, b"t")]
-    assert b.phase_owner("j", "x").replica_id is None
+    assert b.cluster.phase_owner("j", "x").replica_id is None
 
 
 def test_a_restart_under_a_stable_id_fences_out_the_old_process(postgres_url):
@@ -106,8 +107,8 @@ def test_a_restart_under_a_stable_id_fences_out_the_old_process(postgres_url):
         with pytest.raises(FencedError):
             old.update_phase("j", "x", 2, status=S.SUCCEEDED)
         # The successor records the adopted phase INTERRUPTED at once, with no lease to wait for.
-        assert [r.phase_id for r in new.sweep_expired_owners(interrupt)] == ["x"]
-        assert new.sweep_expired_owners(interrupt) == []
+        assert [r.phase_id for r in new.cluster.sweep_expired_owners(interrupt)] == ["x"]
+        assert new.cluster.sweep_expired_owners(interrupt) == []
         assert [e.body for e in new.read_events("j", "x", 0, 10)] == [b"e1", b"interrupted:x"]
         assert new.get_phase("j", "x").status is S.INTERRUPTED and new.get_phase("j", "done").status is S.SUCCEEDED
     finally:
@@ -124,10 +125,10 @@ def test_a_live_owners_phase_is_written_by_no_other_replica(replicas):
         b.append_events([("j", "x", [ev(1)])])
     with pytest.raises(FencedError):
         b.update_phase("j", "x", 2, status=S.INTERRUPTED)
-    assert b.sweep_expired_owners(interrupt) == []  # a live owner is not swept
+    assert b.cluster.sweep_expired_owners(interrupt) == []  # a live owner is not swept
     a.append_events([("j", "x", [ev(1)])])
     assert [e.sequence for e in b.read_events("j", "x", 0, 10)] == [1]
-    owner = b.phase_owner("j", "x")
+    owner = b.cluster.phase_owner("j", "x")
     assert (owner.replica_id, owner.live) == (a.replica_id, True)
 
 
@@ -152,14 +153,14 @@ def test_sweep_interrupts_only_expired_owners_once(replicas, postgres_cluster, p
     a.update_phase("j", "dead-done", 2, status=S.SUCCEEDED)
     b.insert_phase(phase("j", "alive"))
     set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
-    swept = c.sweep_expired_owners(interrupt)
+    swept = c.cluster.sweep_expired_owners(interrupt)
     assert sorted(r.phase_id for r in swept) == ["dead-paused", "dead-running"]
-    assert c.sweep_expired_owners(interrupt) == [] and b.sweep_expired_owners(interrupt) == []
+    assert c.cluster.sweep_expired_owners(interrupt) == [] and b.cluster.sweep_expired_owners(interrupt) == []
     status = {p.phase_id: p.status for p in c.phases_of_jobs(["j"])}
     assert status == {"dead-running": S.INTERRUPTED, "dead-paused": S.INTERRUPTED, "dead-done": S.SUCCEEDED,
                       "alive": S.RUNNING}
     assert c.get_job("j").status is S.RUNNING  # "alive" is the job's latest phase
-    assert [r.replica_id for r in c.live_replicas()] == sorted([b.replica_id, c.replica_id])
+    assert [r.replica_id for r in c.cluster.live_replicas()] == sorted([b.replica_id, c.replica_id])
 
 
 def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_url):
@@ -172,7 +173,7 @@ def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_u
     results: list[list[PhaseRow]] = [[] for _ in sweepers]
 
     def sweep(i: int) -> None:
-        while rows := sweepers[i].sweep_expired_owners(interrupt, limit=3):
+        while rows := sweepers[i].cluster.sweep_expired_owners(interrupt, limit=3):
             results[i].extend(rows)
 
     threads = [threading.Thread(target=sweep, args=(i,)) for i in range(len(sweepers))]
@@ -189,14 +190,14 @@ def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_u
 def test_a_lapsed_lease_is_not_renewed_and_the_replica_registers_again(replicas, postgres_cluster, postgres_url):
     a = replicas(1)
     before = a.replica_id
-    assert a.renew_lease()
+    assert a.cluster.renew_lease()
     set_lease(postgres_cluster, postgres_url, before, -1)
-    assert not a.renew_lease()
+    assert not a.cluster.renew_lease()
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "new"))  # taking a phase needs a live lease: a new registration
     assert a.replica_id != before
     a.append_events([("j", "new", [ev(1)])])
-    assert a.phase_owner("j", "new").replica_id == a.replica_id
+    assert a.cluster.phase_owner("j", "new").replica_id == a.replica_id
 
 
 def test_heartbeat_thread_renews_the_lease(postgres_url, postgres_cluster):
@@ -241,17 +242,8 @@ def test_an_unreachable_database_is_a_one_line_store_error(tmp_path):
     assert "hunter2" not in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once(postgres_url, postgres_cluster):
-    import psycopg
-
-    with psycopg.connect(postgres_url) as conn:  # a database as the first PostgreSQL store left it
-        assert migrate(conn, known_migrations()[:1]) == 1
-        conn.execute("INSERT INTO jobs VALUES ('j', 'p', 'SUCCEEDED', 1, 2)")
-        conn.execute("INSERT INTO phases (job_id, phase_id, ordinal, project_id, status, create_time_ns, "
-                     "options_json, result_pb) VALUES ('j', 'a', 1, 'p', 'SUCCEEDED', 1, 'o', '\\x0a01')")
-        conn.execute("INSERT INTO tool_calls VALUES ('j', 'a', 't1', 'Bash', 'SUCCEEDED', 3, 'duration=40'), "
-                     "('j', 'a', 't2', 'Bash', 'RUNNING', 5, 'running'), ('j', 'a', 't3', 'Bash', 'FAILED', 7, 'bad')")
-    store = PostgresStore(postgres_url, heartbeat=False)
+def test_a_version_1_database_is_migrated_and_keeps_its_data(postgres_url, postgres_cluster):
+    store = PostgresStore(postgres_version_1(postgres_url), heartbeat=False)  # its durations: the contract suite
     try:
         assert (store.schema_version, store.migrated_from) == (known_migrations()[-1].version, 1)
         row = store.get_phase("j", "a")
@@ -259,19 +251,6 @@ def test_a_version_1_database_is_migrated_and_its_durations_filled_in_once(postg
         columns = {r[0] for r in postgres_cluster.execute(
             postgres_url, "SELECT column_name FROM information_schema.columns WHERE table_name = 'phases'")}
         assert "options_json" not in columns
-        decoded = []
-
-        def duration_of(body: bytes) -> int | None:
-            decoded.append(body)
-            return int(body.split(b"=")[1]) if body.startswith(b"duration=") else None
-
-        assert store.backfill_tool_call_durations(duration_of, batch=1) == 1
-        assert sorted(decoded) == [b"bad", b"duration=40"]  # only finished calls are decoded
-        assert [(c.tool_use_id, c.duration_ns) for c in store.list_tool_calls("j", None, None, [], 10)] == [
-            ("t1", 40), ("t2", None), ("t3", None)]
-        assert [(s.name, s.count, s.total_duration_ns, s.p95_duration_ns)
-                for s in store.tool_call_stats("j", None, None, [])] == [("Bash", 3, 40, 40)]
-        assert store.backfill_tool_call_durations(duration_of) == 0 and len(decoded) == 2  # done for good
     finally:
         store.close()
     again = PostgresStore(postgres_url, heartbeat=False)

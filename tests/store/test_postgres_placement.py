@@ -25,10 +25,10 @@ def test_capacity_is_the_published_limit_and_the_active_phases_each_replica_owns
     stores, postgres_cluster, postgres_url
 ):
     a, b, c = stores
-    a.advertise("a:1")
-    a.advertise_capacity(4)
-    b.advertise("b:1")
-    b.advertise_capacity(2)  # c registered no address: never listed
+    a.cluster.advertise("a:1")
+    a.cluster.advertise_capacity(4)
+    b.cluster.advertise("b:1")
+    b.cluster.advertise_capacity(2)  # c registered no address: never listed
     for store, n in ((a, 3), (b, 1)):
         store.get_or_create_job(f"job-{store.replica_id}", "p", 1)
         for i in range(n):
@@ -38,10 +38,10 @@ def test_capacity_is_the_published_limit_and_the_active_phases_each_replica_owns
     a.update_phase("job-r-a", "p1", 2, status=PhaseStatus.QUEUED)  # waiting: counted
 
     def rooms():
-        return [(r.replica_id, r.address, r.max_running, r.active, r.live, r.free) for r in c.replica_capacity()]
+        return [(r.replica_id, r.address, r.max_running, r.active, r.live, r.free) for r in c.cluster.replica_capacity()]
 
     assert rooms() == [("r-a", "a:1", 4, 2, True, 2), ("r-b", "b:1", 2, 1, True, 1)]
 
     postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() WHERE replica_id = 'r-b'")
-    a.advertise_capacity(0)  # draining: takes no placed phases
+    a.cluster.advertise_capacity(0)  # draining: takes no placed phases
     assert rooms() == [("r-a", "a:1", 0, 2, True, -2), ("r-b", "b:1", 2, 1, False, 1)]

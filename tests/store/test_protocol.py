@@ -1,4 +1,4 @@
-"""The Store protocol and its implementation agree: every method, with the same parameters."""
+"""The Store protocol and its implementations agree: every method, with the same parameters."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import inspect
 
 import pytest
 
+from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import Store
 from helix_runner.store.sqlite_store import SqliteStore
 
@@ -16,7 +17,7 @@ PROTOCOL_METHODS = sorted(
 
 def test_the_protocol_names_every_method_the_application_uses():
     assert PROTOCOL_METHODS == sorted([
-        "active_phases", "append_events", "close", "delete_jobs", "expired_jobs", "finished_recordings",
+        "active_phases", "append_events", "backfill_tool_call_durations", "close", "delete_jobs", "expired_jobs", "finished_recordings",
         "forget_recording", "get_job", "get_or_create_job", "get_phase", "insert_phase", "list_jobs",
         "list_tool_calls", "mark_tool_calls_unfinished", "model_cost_sums", "phase_cost_sums", "phases_of_jobs",
         "read_events", "referenced_recordings", "replace_model_costs", "tool_call_stats", "update_phase",
@@ -24,10 +25,11 @@ def test_the_protocol_names_every_method_the_application_uses():
     ])  # fmt: skip
 
 
+@pytest.mark.parametrize("implementation", [SqliteStore, PostgresStore])
 @pytest.mark.parametrize("name", PROTOCOL_METHODS)
-def test_sqlite_store_implements_each_method_with_the_same_parameters(name):
+def test_each_store_implements_each_method_with_the_same_parameters(implementation, name):
     wanted = inspect.signature(getattr(Store, name))
-    have = inspect.signature(getattr(SqliteStore, name))
+    have = inspect.signature(getattr(implementation, name))
     assert [(p.name, p.kind, p.default) for p in have.parameters.values()] == [
         (p.name, p.kind, p.default) for p in wanted.parameters.values()
     ]

@@ -1,23 +1,23 @@
 """The store contract, run against every implementation: SQLite (embedded) and PostgreSQL (replicas).
 
-Each test opens stores through ``open_store`` with the store's database URL, as the server does,
+Each test opens stores through ``open_storage`` with the store's database URL, as the server does
+(``store`` and ``opener``: tests/store/conftest.py),
 so both implementations answer the same calls with the same rows. The PostgreSQL cluster is a
 throwaway one per test session (tests/support/postgres.py), a fresh database per test.
 """
 
 from __future__ import annotations
 
-import inspect
 import sqlite3
 
 import psycopg
 import pytest
+from support.old_databases import postgres_version_1, sqlite_version_1
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
-from helix_runner.store.factory import open_store
-from helix_runner.store.postgres_store import PostgresStore
+from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     AlreadyExistsError,
@@ -25,52 +25,17 @@ from helix_runner.store.protocol import (
     ModelCostRow,
     PhaseCostSums,
     PhaseRow,
-    Store,
     ToolCallRow,
 )
 
 S = PhaseStatus
 T = ToolCallStatus
-PROTOCOL_METHODS = sorted(
-    name for name, value in vars(Store).items() if inspect.isfunction(value) and not name.startswith("_")
-)
-
-
 def phase(job: str, pid: str, project: str = "p", status: PhaseStatus = S.PENDING, t: int = 1) -> PhaseRow:
     return PhaseRow(job_id=job, phase_id=pid, ordinal=0, project_id=project, status=status, create_time_ns=t)
 
 
 def events(first: int, count: int, kind: str = "k") -> list[EventRow]:
     return [EventRow(s, 1000 + s, kind, f"e{s}".encode()) for s in range(first, first + count)]
-
-
-@pytest.fixture
-def opener(database_url):
-    """``opener()`` opens another handle on the test's database (a restarted server, another replica)."""
-    opened = []
-
-    def open_handle():
-        store = open_store(database_url)
-        opened.append(store)
-        return store
-
-    yield open_handle
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(opener):
-    return opener()
-
-
-@pytest.mark.parametrize("name", PROTOCOL_METHODS)
-def test_postgres_store_implements_each_protocol_method_with_the_same_parameters(name):
-    wanted = inspect.signature(getattr(Store, name))
-    have = inspect.signature(getattr(PostgresStore, name))
-    assert [(p.name, p.kind, p.default) for p in have.parameters.values()] == [
-        (p.name, p.kind, p.default) for p in wanted.parameters.values()
-    ]
 
 
 def test_job_created_once_and_status_follows_latest_phase(store):
@@ -354,3 +319,37 @@ def test_committed_data_survives_reopen(opener):
     assert [p.phase_id for p in again.active_phases()] == ["a"]
     assert again.read_events("j", "a", 0, 10)[0].body == b"e1"
     assert again.migrated_from is None  # reopening a current database migrates nothing
+
+
+@pytest.fixture
+def version_1_url(database_url, tmp_path):
+    """The test's database as a version-1 server of its kind left it (tests/support/old_databases.py)."""
+    if database_url.startswith("sqlite://"):
+        return sqlite_version_1(tmp_path / "v1.sqlite3")
+    return postgres_version_1(database_url)
+
+
+def test_durations_an_old_database_holds_only_in_bodies_are_filled_in_once(version_1_url):
+    store = open_storage(version_1_url).store
+    try:
+        assert store.migrated_from == 1
+        decoded = []
+
+        def duration_of(body: bytes) -> int | None:
+            decoded.append(body)
+            return int(body.split(b"=")[1]) if body.startswith(b"duration=") else None
+
+        assert store.backfill_tool_call_durations(duration_of, batch=1) == 1
+        assert sorted(decoded) == [b"bad", b"duration=40"]  # only finished calls are decoded
+        assert [(c.tool_use_id, c.duration_ns) for c in store.list_tool_calls("j", None, None, [], 10)] == [
+            ("t1", 40), ("t2", None), ("t3", None)]
+        assert [(s.name, s.count, s.total_duration_ns, s.p95_duration_ns)
+                for s in store.tool_call_stats("j", None, None, [])] == [("Bash", 3, 40, 40)]
+        assert store.backfill_tool_call_durations(duration_of) == 0 and len(decoded) == 2  # done for good
+    finally:
+        store.close()
+    again = open_storage(version_1_url).store
+    try:
+        assert again.migrated_from is None and again.backfill_tool_call_durations(pytest.fail) == 0
+    finally:
+        again.close()

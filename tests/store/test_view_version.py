@@ -8,22 +8,13 @@ contract suite). "Another handle" is another process on the same SQLite file, or
 
 from __future__ import annotations
 
-import pytest
-
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.store.factory import open_store
+from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import EventRow, ModelCostRow, PhaseRow, ToolCallRow
 
 S = PhaseStatus
-
-
-@pytest.fixture
-def store(database_url):
-    s = open_store(database_url)
-    yield s
-    s.close()
 
 
 def phase(job: str, pid: str, status: PhaseStatus = S.RUNNING) -> PhaseRow:
@@ -109,7 +100,7 @@ def test_another_handle_sees_the_mark_of_a_committed_write(database_url, store):
     """Both are in the database, not in one process: another server or replica sees them."""
     store.get_or_create_job("j", "p", 1)
     store.insert_phase(phase("j", "a"))
-    other = open_store(database_url)
+    other = open_storage(database_url).store
     try:
         before = mark(other, "j")
         store.append_events([("j", "a", [EventRow(1, 1, "k", b"e1")])])
@@ -139,7 +130,7 @@ def test_a_takeover_sweep_bumps_the_versions_of_the_jobs_it_interrupts(postgres_
         def interrupt(row, seq):
             return EventRow(seq, 9, "status", b"interrupted"), {"end_time_ns": 9}
 
-        assert len(b.sweep_expired_owners(interrupt)) == 2
+        assert len(b.cluster.sweep_expired_owners(interrupt)) == 2
         assert all(version(b, job) > before[job] for job in ("j1", "j2"))
     finally:
         a.close()

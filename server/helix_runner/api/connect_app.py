@@ -2,7 +2,8 @@
 
 Browsers cannot speak gRPC (HTTP/2 trailers), so the dashboard calls the same service through
 connectrpc's ASGI application (Connect, gRPC-Web; binary or JSON). Nothing is implemented twice:
-every method here calls the ``RunnerServicer`` handler of the same name with a small context shim.
+every method here calls the ``RunnerServicer`` handler of the same name with a small context shim,
+so a call is checked and routed among replicas exactly as over gRPC (``api/routing.py``).
 A handler ends a failed call with ``context.abort_with_status(status)`` (``api.errors.abort``);
 the shim turns that rich status into a ``ConnectError`` with the same code, message and the one
 ``google.rpc.ErrorInfo`` detail, so both transports report errors identically.
@@ -120,10 +121,24 @@ class _Aborted(Exception):
 
 
 class _ContextShim:
-    """The part of ``grpc.aio.ServicerContext`` the servicer uses: ending a call with a status."""
+    """The part of ``grpc.aio.ServicerContext`` the servicer uses: ending a call with a status, the
+    caller's deadline and metadata (for routing, api/routing.py)."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: RequestContext):
+        self._ctx = ctx
 
     async def abort_with_status(self, status: grpc.Status) -> None:
         raise _Aborted(status)
+
+    def time_remaining(self) -> float | None:
+        timeout_ms = self._ctx.timeout_ms
+        return None if timeout_ms is None else max(0.0, timeout_ms / 1000)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        # Never the forwarding header: replicas forward over gRPC, so a Connect call is always routed.
+        return ()
 
 
 def _internal(method: str) -> ConnectError:
@@ -153,7 +168,7 @@ class ConnectRunnerService:
     def _unary(name: str, handler: Callable[..., Any], response_class: type[Message]) -> Callable[..., Any]:
         async def call(request: Message, ctx: RequestContext) -> Message | _Encoded:
             try:
-                response = await handler(request, _ContextShim())
+                response = await handler(request, _ContextShim(ctx))
                 return _Encoded(response, response_class) if type(response) is bytes else response
             except _Aborted as exc:
                 raise connect_error(exc.status) from None
@@ -172,7 +187,7 @@ class ConnectRunnerService:
             try:
                 # aclosing: a client that goes away closes the servicer's generator at once, so its
                 # own cleanup (cancel or detach the phase, unsubscribe) runs now, not at GC time.
-                async with contextlib.aclosing(handler(request, _ContextShim())) as responses:
+                async with contextlib.aclosing(handler(request, _ContextShim(ctx))) as responses:
                     async for data in responses:
                         yield _Encoded(data, response_class)
             except _Aborted as exc:

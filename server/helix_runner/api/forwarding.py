@@ -1,7 +1,7 @@
 """Control RPCs for a phase another replica runs go to that replica (docs/scale-out.md, "Control forwarding").
 
-A phase's process lives on its owner, so pause, resume, step, breakpoints, resolve, inject,
-interrupt, cancel, inspect and diff are answered there: the receiving replica looks up the owner's
+A phase's process lives on its owner, so the RPCs the routing table (``api/routing.py``) routes to
+the owner are answered there: the receiving replica looks up the owner's
 registered address and sends it the same request with the caller's bearer token and remaining
 deadline, and returns the owner's answer or the owner's error status unchanged. An owner that
 cannot be reached is UNAVAILABLE with reason ``OWNER_UNREACHABLE``. A forwarded call carries
@@ -23,34 +23,17 @@ import grpc
 from grpc_status import rpc_status
 
 from helix.runner.v1 import runner_service_pb2
+from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.tls import ForwardingCredentials
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.phases.service import RemoteOwner
+from helix_runner.phases.replicas import RemoteOwner
 
 log = logging.getLogger(__name__)
 
 FORWARDED_HEADER = "x-helix-forwarded"
-# Control and process-dependent reads: everything that needs the phase's process or workspace.
-FORWARDED_METHODS = frozenset(
-    {
-        "CancelPhase",
-        "PausePhase",
-        "ResumePhase",
-        "StepPhase",
-        "InterruptPhase",
-        "InjectMessage",
-        "AddBreakpoint",
-        "ListBreakpoints",
-        "RemoveBreakpoint",
-        "ResolveToolCall",
-        "InspectPhase",
-        "GetPhaseDiff",
-    }
-)
 DEFAULT_DEADLINE_SECONDS = 30.0
 
-_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
-_RESPONSE_TYPES = {m.name: getattr(runner_service_pb2, m.output_type.name) for m in _SERVICE.methods}
+_RESPONSE_TYPES = {m.name: getattr(runner_service_pb2, m.output_type.name) for m in SERVICE.methods}
 
 
 class OwnerStatus(Exception):
@@ -142,7 +125,7 @@ class OwnerForwarder:
     ) -> Any:
         """The owner's response to ``request``; its error as ``OwnerStatus``, or OWNER_UNREACHABLE."""
         call = self.channel(address).unary_unary(
-            f"/{_SERVICE.full_name}/{method}",
+            f"/{SERVICE.full_name}/{method}",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=_RESPONSE_TYPES[method].FromString,
         )

@@ -1,7 +1,8 @@
 """Placement by free slots: a RunPhase this replica would queue runs on a replica with room.
 
 When this replica's own ``max_running_phases`` is taken and another live replica has a free slot
-(``PhaseService.placement_target``, ``phases/placement.py``), the RunPhase is sent there: the same
+(``Replicas.placement_target``, ``phases/placement.py``; the route ``PLACE``, ``api/routing.py``),
+the RunPhase is sent there: the same
 request, under the caller's remaining deadline, with this replica's bearer token and TLS identity
 (``OwnerForwarder``'s channels) and ``x-helix-forwarded``, so the target admits it itself (queueing
 if it has to) and never forwards it again. The target owns, runs and streams the phase; this
@@ -25,14 +26,13 @@ from typing import Any
 
 import grpc
 
-from helix.runner.v1 import runner_service_pb2
 from helix_runner.api.forwarding import OwnerForwarder, owner_status, owner_unreachable
+from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.phases.placement import PlacementTarget
 
 log = logging.getLogger(__name__)
 
-_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
-RUN_PHASE = f"/{_SERVICE.full_name}/RunPhase"
+RUN_PHASE = f"/{SERVICE.full_name}/RunPhase"
 
 
 async def place_run_phase(

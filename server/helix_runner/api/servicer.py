@@ -2,8 +2,10 @@
 
 Commands go to the phase service, questions to the read model (``phases/queries``); messages
 become domain values in ``request_mapping`` and views become messages in ``resource_mapping``,
-so no handler computes anything or reads the store. Only this package imports generated code. Every handler is wrapped (``_unary`` / ``_stream``,
-enforced by ``add_runner_service``): the request's enum fields are checked first, a
+so no handler computes anything or reads the store. Only this package imports generated code.
+Every handler is wrapped (``_unary`` / ``_stream``, enforced by ``add_runner_service``): the
+request's enum fields are checked first, then its route is decided once (``api/routing.py``: served
+here, forwarded to the replica that owns the phase, or relayed to one with room), a
 ``RunnerError`` becomes a rich status, and any other exception is logged with its traceback and
 answered INTERNAL with a generic message, so no exception text reaches a caller. The two
 streaming RPCs, GetJob and ListJobs send pre-encoded bytes (see ``wire``, ``resource_mapping.job_bytes``),
@@ -24,10 +26,9 @@ from google.protobuf.message import DecodeError
 from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
 from helix_runner.api.errors import abort
-from helix_runner.api.forwarding import FORWARDED_HEADER, FORWARDED_METHODS, OwnerForwarder, OwnerStatus
+from helix_runner.api.forwarding import OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
-from helix_runner.api.phase_diff import diff_path, read_diff_page
-from helix_runner.api.placement import place_run_phase
+from helix_runner.api.phase_diff import read_diff_page
 from helix_runner.api.request_mapping import (
     HARD_PAUSE,
     INTERRUPT_FIRST,
@@ -49,6 +50,8 @@ from helix_runner.api.resource_mapping import (
     tool_call_to_proto,
 )
 from helix_runner.api.retry_options import retry_policy_from_options
+from helix_runner.api.routing import Forward, Place, Router, check_routes
+from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.validation import check_enums
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.domain.events import ControlEvent, ControlEventKind
@@ -59,8 +62,7 @@ from helix_runner.phases.service import PhaseService
 
 log = logging.getLogger(__name__)
 
-_SERVICE = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"]
-_REQUEST_TYPES = {m.name: getattr(runner_service_pb2, m.input_type.name) for m in _SERVICE.methods}
+_REQUEST_TYPES = {m.name: getattr(runner_service_pb2, m.input_type.name) for m in SERVICE.methods}
 
 
 def _parse(method: str, request: bytes | Any) -> Any:
@@ -89,10 +91,9 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
         try:
             request = _parse(handler.__name__, request)
             check_enums(request)
-            if handler.__name__ in FORWARDED_METHODS and self.forwarder is not None:
-                route = self._owner_route(request, context)
-                if route is not None:  # the phase runs on another replica: its answer
-                    return await self.forwarder.forward(handler.__name__, request, *route, _time_remaining(context))
+            decision = self.router.decide(handler.__name__, request, context)
+            if isinstance(decision, Forward):  # another replica answers (api/routing.py)
+                return await self.router.forward(handler.__name__, request, decision, context)
             return await handler(self, request, context)
         except RunnerError as exc:
             await abort(context, exc)
@@ -116,8 +117,12 @@ def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
         try:
             request = _parse(handler.__name__, request)
             check_enums(request)
+            decision = self.router.decide(handler.__name__, request, context)
+            # Relayed to a replica with room (api/routing.py), unless it refused: then it runs here.
+            relayed = await self.router.place(request, decision, context) if isinstance(decision, Place) else None
+            stream = relayed if relayed is not None else handler(self, request, context)
             # aclosing: when the client goes away, the handler's own cleanup (finally) runs now.
-            async with contextlib.aclosing(handler(self, request, context)) as messages:
+            async with contextlib.aclosing(stream) as messages:
                 async for message in messages:
                     yield message
         except RunnerError as exc:
@@ -140,32 +145,14 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     def __init__(self, service: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None):
         self.service = service
         self.queries = queries
-        # A shared database: control of a phase another replica runs is forwarded to it.
-        self.forwarder = forwarder
-
-    def _owner_route(self, request, context) -> tuple[str, dict[str, str]] | None:
-        """Where to forward a control request: None if the phase runs here, is not running, or was forwarded."""
-        if self.service.get_live(request.job_id, request.phase_id) is not None or _forwarded(context):
-            return None
-        owner = self.service.remote_owner(request.job_id, request.phase_id)
-        return self.forwarder.route(owner, request.job_id, request.phase_id)
+        # A shared database (a forwarder): calls go to the replica their route names (api/routing.py).
+        self.router = Router(service.replicas, forwarder, place_on_free_replica=service.config.place_on_free_replica,
+                             new_phase_id=service.new_phase_id)
 
     # -- streams ---------------------------------------------------------------------------
 
     @_stream
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
-        if self.forwarder is not None and self.service.config.place_on_free_replica and not _forwarded(context):
-            target = self.service.placement_target()
-            if target is not None:  # this replica would queue it for its own limit; another has room
-                request.phase_id = request.phase_id or self.service.new_phase_id()
-                with self.service.placements.placing(target):  # until the target answered
-                    placed = await place_run_phase(self.forwarder, request, target, context, functools.partial(
-                        self.service.phase_recorded, request.job_id, request.phase_id))
-                if placed is not None:  # else the target refused and wrote nothing: admitted here
-                    async with contextlib.aclosing(placed) as messages:
-                        async for message in messages:
-                            yield message
-                    return
         spec = spec_from_request(request, request.phase_id or self.service.new_phase_id())
         retry = retry_policy_from_options(request.options, self.service.retry_defaults)
         live = await self.service.start(spec, breakpoints_from_request(request), retry)
@@ -249,18 +236,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def GetPhaseDiff(self, request, context):
-        row = self.service.require_phase(request.job_id, request.phase_id)
-        recorder = None
-        if self.forwarder is not None and row.end_time_ns and not _forwarded(context):
-            # A finished phase's recording is on the disk of the replica that ran it (docs/scale-out.md).
-            recorder = self.service.recording_replica(row)
-        if recorder is not None:
-            path = diff_path(row)
-            route = self.forwarder.recording_route(recorder, row.job_id, row.phase_id,
-                                                   path is not None and path.is_file())
-            if route is not None:
-                return await self.forwarder.forward("GetPhaseDiff", request, *route, _time_remaining(context))
-        return read_diff_page(row, request)
+        return read_diff_page(self.service.require_phase(request.job_id, request.phase_id), request)
 
     @_unary
     async def InspectPhase(self, request, context):
@@ -372,17 +348,6 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
 
 
-def _forwarded(context) -> bool:
-    """Whether another replica forwarded this call (then it is answered here, never forwarded again)."""
-    metadata = getattr(context, "invocation_metadata", None)
-    return metadata is not None and any(k == FORWARDED_HEADER for k, _ in metadata() or ())
-
-
-def _time_remaining(context) -> float | None:
-    remaining = getattr(context, "time_remaining", None)
-    return remaining() if remaining is not None else None
-
-
 def _pass_through(message: bytes | Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
@@ -402,8 +367,9 @@ def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> Non
 
     Requests are handed over as bytes and parsed by the handler's wrapper (``_parse``).
     """
+    check_routes(SERVICE)  # every RPC has a route it can take (api/routing.py)
     handlers = {}
-    for method in _SERVICE.methods:
+    for method in SERVICE.methods:
         behaviour = getattr(servicer, method.name)
         if not getattr(behaviour, "guarded", False):  # every RPC gets the checks and the INTERNAL guard
             raise TypeError(f"RunnerServicer.{method.name} must be wrapped by _unary or _stream")
@@ -413,5 +379,5 @@ def add_runner_service(servicer: RunnerServicer, server: grpc.aio.Server) -> Non
             response_cls = getattr(runner_service_pb2, method.output_type.name)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                 behaviour, response_serializer=_unary_serializer(response_cls))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),))
-    server.add_registered_method_handlers(_SERVICE.full_name, handlers)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+    server.add_registered_method_handlers(SERVICE.full_name, handlers)

@@ -15,9 +15,14 @@ full queue refuses a phase: RESOURCE_EXHAUSTED ``QUEUE_FULL`` with a retry hint.
 refused, whatever the queue's size. Design and wiring: ``docs/retries-and-admission.md``.
 
 ``AdmissionQueue`` is the decision logic: synchronous, no I/O, on an injected clock, so it can be
-tested exactly. ``AsyncAdmission`` wraps it for the event loop: ``await acquire(...)`` returns when
-the entry is admitted, and a timer re-checks the queue when a backoff or a hold ends. It has no
-store or gRPC dependency; the application layer turns its state changes into QUEUED events.
+tested exactly. One pass (``pump``) reads the clock once, picks the entries the local rules would
+start (``_candidates``) and asks its ``Grant`` which of them may: on one server nobody else has a
+say (``LOCAL_GRANT`` grants them all); on a shared database the cluster's ledger decides too
+(``phases/cluster_admission.LedgerGrant``, docs/scale-out.md "Cluster admission"). ``AsyncAdmission``
+wraps it for the event loop: ``await acquire(...)`` returns when the entry is admitted, a timer
+re-checks the queue when a backoff or a hold ends, and while the grant holds entries back a poll
+asks again (another replica's NOTIFY, ``wake``, asks at once). It has no store or gRPC
+dependency; the application layer turns its state changes into QUEUED events.
 """
 
 from __future__ import annotations
@@ -27,13 +32,19 @@ import enum
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from helix_runner.domain.events import QueueReason, QueueState
 from helix_runner.errors import ErrorKind, RunnerError
 
 Clock = Callable[[], float]
+
+# While the grant holds entries back (``Grant.pending``) they are offered again after 0.5 s, the
+# wait doubling to 4 s while nothing happens: a lost wake-up from another replica costs that much.
+POLL_MIN_S = 0.5
+POLL_MAX_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,91 @@ class QueueStatus:
     attempt: int
 
 
+@dataclass(frozen=True)
+class Granted:
+    """What a grant allows in one pass: the candidates that start (in the order offered), and the
+    rate-limit holds in force elsewhere (credential → seconds left, why) that apply here too."""
+
+    tickets: Sequence[Ticket] = ()
+    holds: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+
+
+NOTHING_GRANTED = Granted()
+
+
+class GrantRefused(Exception):
+    """The grant will not queue this entry: its queue (``scope``) is full. Becomes QUEUE_FULL."""
+
+    def __init__(self, scope: str, limit: int, waiting: int, what: str):
+        super().__init__(what)
+        self.scope, self.limit, self.waiting, self.what = scope, limit, waiting, what
+
+
+class Grant(Protocol):
+    """Who else must agree before a queued entry starts: the queue's one strategy for that.
+
+    Every method is called on the queue's thread, synchronously, as part of the queue's own call.
+    """
+
+    @property
+    def pending(self) -> bool:
+        """Entries the local rules would start are held back: offer them again soon."""
+        ...
+
+    def entered(self, ticket: Ticket) -> None:
+        """A new entry is about to be queued; raises ``GrantRefused`` (or a ``RunnerError``) to refuse it."""
+        ...
+
+    def left(self, ticket: Ticket) -> None:
+        """An entry left the queue: cancelled while it waited, or released after it was admitted."""
+        ...
+
+    def share_hold(self, credential: str, seconds: float, why: str) -> None:
+        """A rate-limit hold set here; it is for the others to know too."""
+        ...
+
+    def decide(self, candidates: list[Ticket], room: int, project_room: dict[str, int] | None) -> Granted:
+        """Which of ``candidates`` start now (at most ``room``; ``project_room``: per candidate project,
+        when there is a per-project limit). The candidates are what the local rules would start, in
+        the order they would start them."""
+        ...
+
+    def why(self, key: Hashable) -> tuple[QueueReason, str] | None:
+        """Why a candidate it did not grant waits, if it is the grant that holds it back."""
+        ...
+
+    def concerns(self, news: str) -> bool:
+        """Whether a wake-up from another replica (its payload) may change this replica's pass."""
+        ...
+
+
+class LocalGrant:
+    """One server alone: what the local rules would start, starts."""
+
+    pending = False
+
+    def entered(self, ticket: Ticket) -> None:
+        pass
+
+    def left(self, ticket: Ticket) -> None:
+        pass
+
+    def share_hold(self, credential: str, seconds: float, why: str) -> None:
+        pass
+
+    def decide(self, candidates: list[Ticket], room: int, project_room: dict[str, int] | None) -> Granted:
+        return Granted(candidates[:room]) if candidates else NOTHING_GRANTED
+
+    def why(self, key: Hashable) -> tuple[QueueReason, str] | None:
+        return None
+
+    def concerns(self, news: str) -> bool:
+        return True
+
+
+LOCAL_GRANT: Grant = LocalGrant()
+
+
 class AdmissionQueue:
     """The admission decisions, on an injected clock (seconds, monotonic)."""
 
@@ -135,10 +231,12 @@ class AdmissionQueue:
         self,
         limits: AdmissionLimits = AdmissionLimits(),
         *,
+        grant: Grant = LOCAL_GRANT,
         clock: Clock = time.monotonic,
         wall_clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.limits = limits
+        self.grant = grant
         self.clock = clock
         self._wall_clock_ns = wall_clock_ns
         self._seq = itertools.count()
@@ -187,6 +285,10 @@ class AdmissionQueue:
         if not retry:
             self._check_room(project)
         ticket = Ticket(key, project, credential, attempt, retry, self.clock(), not_before, next(self._seq))
+        try:
+            self.grant.entered(ticket)
+        except GrantRefused as refused:
+            self._refuse(refused.scope, refused.limit, refused.waiting, refused.what)
         lanes = self._waiting.get(project)
         if lanes is None:
             lanes = self._waiting[project] = (deque(), deque())
@@ -207,6 +309,7 @@ class AdmissionQueue:
         ticket.state = TicketState.CANCELLED
         del self._tickets[key]
         self._forget_if_idle(ticket.project)
+        self.grant.left(ticket)
         return True
 
     def started(self, ticket: Ticket) -> None:
@@ -233,6 +336,7 @@ class AdmissionQueue:
         ticket.state = TicketState.DONE
         del self._tickets[ticket.key]
         self._forget_if_idle(ticket.project)
+        self.grant.left(ticket)
 
     def get(self, key: Hashable) -> Ticket | None:
         """The live entry for ``key`` (queued or admitted), if any."""
@@ -248,7 +352,12 @@ class AdmissionQueue:
     # Rate-limit holds.
 
     def hold(self, credential: str, until: float, why: str) -> None:
-        """Hold new starts on ``credential`` until ``until`` (queue clock); a longer hold wins."""
+        """Hold new starts on ``credential`` until ``until`` (queue clock); a longer hold wins. The
+        grant shares it (on a shared database, every replica holds the credential)."""
+        self._hold_here(credential, until, why)
+        self.grant.share_hold(credential, until - self.clock(), why)
+
+    def _hold_here(self, credential: str, until: float, why: str) -> None:
         current = self._holds.get(credential)
         if current is None or current[0] < until:
             self._holds[credential] = (until, why)
@@ -269,19 +378,25 @@ class AdmissionQueue:
     # Decisions.
 
     def pump(self) -> list[Ticket]:
-        """Admit every entry that may start now, projects taking turns; returns them in order."""
-        admitted: list[Ticket] = []
+        """Admit every entry that may start now, projects taking turns; returns them in order.
+
+        One pass on one clock reading: the local rules pick the candidates, the grant decides.
+        """
         limits = self.limits
         now = self._pass_clock()
         for credential in [c for c, (until, _) in self._holds.items() if until <= now]:
             del self._holds[credential]  # ended holds go, so the table stays as small as the live ones
-        while self._starting < limits.max_starting and self._running < limits.max_running:
-            ticket = self._next_startable(now)
-            if ticket is None:
-                break
+        room = max(0, min(limits.max_starting - self._starting, limits.max_running - self._running))
+        candidates = self._candidates(now, room)
+        project_room = None
+        if limits.max_running_per_project and candidates:
+            project_room = {t.project: limits.max_running_per_project - self.running_in(t.project) for t in candidates}
+        granted = self.grant.decide(candidates, room, project_room)
+        for credential, (left, why) in granted.holds.items():  # in force on another replica: here too
+            self._hold_here(credential, now + left, why)
+        for ticket in granted.tickets:
             self._admit(ticket, now)
-            admitted.append(ticket)
-        return admitted
+        return list(granted.tickets)
 
     def next_wakeup(self) -> float | None:
         """When a backoff or a hold that keeps a queued entry waiting ends (None: nothing timed).
@@ -395,17 +510,28 @@ class AdmissionQueue:
             return False
         return self._hold_end(ticket.credential, now) is None
 
-    def _next_startable(self, now: float) -> Ticket | None:
-        """The first startable entry of the first project in turn order that has one."""
+    def _candidates(self, now: float, room: int) -> list[Ticket]:
+        """The entries the local rules would start now, in the order they would start them.
+
+        Projects take turns (one entry each, least recently served first, then again), each up to
+        ``room`` and its per-project room; within a project retries first, then by arrival. The
+        first ``room`` of them are what starts when nobody else has a say.
+        """
+        if room <= 0:
+            return []
         per_project = self.limits.max_running_per_project
+        lanes = []
         for project in self._turn_order():
-            if per_project and self._running_by_project.get(project, 0) >= per_project:
+            share = room if not per_project else min(room, per_project - self._running_by_project.get(project, 0))
+            if share <= 0:
                 continue
-            for lane in self._waiting[project]:
-                for ticket in lane:
-                    if self._startable(ticket, now):
-                        return ticket
-        return None
+            startable = list(itertools.islice(
+                (t for lane in self._waiting[project] for t in lane if self._startable(t, now)), share))
+            if startable:
+                lanes.append(startable)
+        if len(lanes) == 1:
+            return lanes[0]
+        return [t for t in itertools.chain.from_iterable(itertools.zip_longest(*lanes)) if t is not None]
 
     def _admit(self, ticket: Ticket, now: float) -> None:
         self._unqueue(ticket)
@@ -476,6 +602,8 @@ class AdmissionQueue:
         elif self._starting >= limits.max_starting and self._running < limits.max_running:
             reason = QueueReason.START_LIMIT
             detail = f"phases starting: {self._starting}; at most {limits.max_starting} start at once"
+        elif self._running < limits.max_running and (held := self.grant.why(ticket.key)) is not None:
+            reason, detail = held  # this replica has room: the grant holds it back (the cluster)
         else:
             reason = QueueReason.SERVER_LIMIT
             detail = f"phases running: {self._running}; the server's limit is {limits.max_running}"
@@ -495,7 +623,8 @@ class AdmissionClosedError(Exception):
 
 
 class AsyncAdmission:
-    """``AdmissionQueue`` for the event loop: awaitable admission and a timer for backoffs and holds.
+    """``AdmissionQueue`` for the event loop: awaitable admission, a timer for backoffs and holds, and
+    a bounded poll while the grant holds entries back.
 
     ``on_change(ticket, status)`` is called (synchronously, on the loop) for every queued entry
     whose reason changed; the application turns it into a QUEUED control event and ``Phase.queue``.
@@ -515,6 +644,9 @@ class AsyncAdmission:
         # loop's lag, telemetry.loop_lag); retries of admitted phases pass, as for a full queue.
         self._gate = gate
         self._timer: asyncio.TimerHandle | None = None
+        self._poll: asyncio.TimerHandle | None = None
+        self._poll_delay = POLL_MIN_S
+        self._wake_pending = False
         self._closed = False
 
     async def acquire(
@@ -597,7 +729,30 @@ class AsyncAdmission:
         self.kick()
 
     def kick(self) -> None:
-        """Admit what can start, report changed reasons, and arm the timer for the next timed change."""
+        """Admit what can start, report changed reasons, and arm the timer for the next timed change
+        (and the poll, while the grant holds entries back)."""
+        self._poll_delay = POLL_MIN_S
+        self._pass()
+
+    def wake(self, news: str = "") -> None:
+        """Another replica changed the cluster's admission (``ReplicaFeed.on_admission_change``): one
+        pass soon, unless the grant says the news does not concern this replica. Wake-ups arriving
+        together make one pass."""
+        if self._wake_pending or self._closed or not self.queue.grant.concerns(news):
+            return
+        self._wake_pending = True
+        asyncio.get_running_loop().call_soon(self._woken)
+
+    def _woken(self) -> None:
+        self._wake_pending = False
+        self.kick()
+
+    def _polled(self) -> None:
+        self._poll = None
+        self._poll_delay = min(self._poll_delay * 2, POLL_MAX_S)
+        self._pass()
+
+    def _pass(self) -> None:
         if self._closed:
             return
         for ticket in self.queue.pump():
@@ -612,19 +767,26 @@ class AsyncAdmission:
     def close(self, why: str = "the server is shutting down") -> None:
         """Fail every waiting ``acquire``; admitted tickets stay valid until released."""
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._timer, self._poll):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._poll = None
         for ticket in list(self.queue.waiting()):
             self.queue.cancel(ticket.key)
             if ticket._waiter is not None and not ticket._waiter.done():
                 ticket._waiter.set_exception(AdmissionClosedError(why))
 
     def _arm(self) -> None:
+        loop = asyncio.get_running_loop()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         wake = self.queue.next_wakeup()
         if wake is not None:
             delay = max(0.0, wake - self.queue.clock())
-            self._timer = asyncio.get_running_loop().call_later(delay, self.kick)
+            self._timer = loop.call_later(delay, self.kick)
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        if self.queue.grant.pending:
+            self._poll = loop.call_later(self._poll_delay, self._polled)

@@ -9,34 +9,37 @@ ends its watchers, and the run finishes without touching the store again.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
-from helix_runner.store.protocol import FencedError
+from helix_runner.store.protocol import FencedError, ModelCostRow, Store, ToolCallRow
 
 log = logging.getLogger(__name__)
 
 
 class FencedPhaseStore:
-    """Delegates to the store; a ``FencedError`` from any call becomes ``on_fenced()`` and a ``None`` result."""
+    """The store calls a ``PhaseRun`` makes; a ``FencedError`` from one becomes ``on_fenced()`` and
+    nothing written (the run's events go through ``PhaseEventLog``, fenced in ``EventWriter``)."""
 
-    def __init__(self, store: Any, on_fenced: Callable[[], None]):
+    def __init__(self, store: Store, on_fenced: Callable[[], None]):
         self._store = store
         self._on_fenced = on_fenced
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not callable(attr):
-            return attr
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+        try:
+            self._store.update_phase(job_id, phase_id, now_ns, **values)
+        except FencedError:
+            self._on_fenced()
 
-        @functools.wraps(attr)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return attr(*args, **kwargs)
-            except FencedError:
-                self._on_fenced()
-                return None
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+        try:
+            self._store.upsert_tool_calls(job_id, phase_id, calls)
+        except FencedError:
+            self._on_fenced()
 
-        return call
+    def replace_model_costs(self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]) -> None:
+        try:
+            self._store.replace_model_costs(job_id, phase_id, project_id, rows)
+        except FencedError:
+            self._on_fenced()
+

@@ -36,8 +36,9 @@ from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupte
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.fencing import FencedPhaseStore
-from helix_runner.phases.placement import Placements, PlacementTarget, choose_replica, would_queue_here
+from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.child_env import compose_child_env, missing_commands
@@ -51,6 +52,7 @@ from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.warm_pool import SpawnSignature, WarmPool
 from helix_runner.process.workspace import resolve_working_dir
+from helix_runner.store.cluster import SINGLE_NODE, Cluster
 from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
 from helix_runner.telemetry import Telemetry
 
@@ -60,15 +62,6 @@ log = logging.getLogger(__name__)
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
 Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
 
-
-
-@dataclass(frozen=True)
-class RemoteOwner:
-    """The replica running a phase that does not run here (a shared database): where its control goes."""
-
-    replica_id: str
-    address: str
-    live: bool  # its lease is current
 
 
 @dataclass
@@ -87,7 +80,7 @@ class PhaseService:
     def __init__(self, config: ServerConfig, store: Store, encoder: RecordEncoder, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
-                 telemetry: Telemetry | None = None):
+                 telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE):
         self.config = config
         self.containment = containment
         self.telemetry = telemetry or Telemetry()
@@ -109,15 +102,16 @@ class PhaseService:
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
         self.retry_defaults: RetryPolicy = retry_defaults(config)
         # On a shared database with cluster limits, the cluster's ledger decides too (cluster_admission.py).
-        self.admission: AsyncAdmission = admission_for(store, admission_limits(config), cluster_limits(config),
+        self.admission: AsyncAdmission = admission_for(cluster, admission_limits(config), cluster_limits(config),
                                                        on_change=self._on_queue_change,
                                                        gate=loop_lag_gate(config, self.telemetry))
         # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
         self.follower: Follower | None = None
         # Prestarted CLI processes for one declared spawn signature (opt-in; start_warm_pool).
         self.warm_pool: WarmPool | None = None
-        # Placement by free slots: the RunPhases being sent to other replicas right now (placement.py).
-        self.placements = Placements()
+        # Where a phase runs among the replicas on the database (routing asks: api/routing.py).
+        self.replicas = Replicas(cluster, store, runs_here=lambda job, phase: self.get_live(job, phase) is not None,
+                                 full_here=lambda: not self.draining and would_queue_here(self.admission.queue))
 
     # -- admission -------------------------------------------------------------------------
 
@@ -385,50 +379,6 @@ class PhaseService:
         row = self.store.get_phase(job_id, phase_id)
         live.events.fence((row.result_pb if row is not None else None) or b"")
         live.run.request_stop_with_reason(EndCause.INTERRUPTED, "another replica took this phase over")
-
-    def remote_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
-        """The other replica running this phase, or None (it runs here, has ended, or the store is not shared)."""
-        owner = self._other_owner(job_id, phase_id)
-        if owner is None:
-            return None
-        row = self.store.get_phase(job_id, phase_id)
-        return owner if row is not None and row.status in ACTIVE_STATUSES else None
-
-    def recording_replica(self, row: PhaseRow) -> RemoteOwner | None:
-        """The other replica that ran this ended phase: its disk holds the phase's recording (the
-        diff). None while it is active, when it ended here, was swept (no owner), or the store is
-        not shared."""
-        return None if row.status in ACTIVE_STATUSES else self._other_owner(row.job_id, row.phase_id)
-
-    def _other_owner(self, job_id: str, phase_id: str) -> RemoteOwner | None:
-        """The phase's owner when that is another replica (whatever the phase's status)."""
-        phase_owner = getattr(self.store, "phase_owner", None)
-        if phase_owner is None or self.get_live(job_id, phase_id) is not None:
-            return None
-        owner = phase_owner(job_id, phase_id)
-        if owner is None or owner.replica_id is None or owner.replica_id == self.store.replica_id:
-            return None
-        return RemoteOwner(owner.replica_id, owner.address, owner.live)
-
-    def placement_target(self) -> PlacementTarget | None:
-        """Another replica to run a new phase on, when this one would queue it for its own limit.
-
-        None when this replica has room, is draining, the store is not shared, or no other live
-        replica has a free slot (docs/scale-out.md, "Placement by free slots").
-        """
-        capacity = getattr(self.store, "replica_capacity", None)
-        if capacity is None or self.draining or not would_queue_here(self.admission.queue):
-            return None
-        try:
-            replicas = capacity()
-        except Exception:  # the database's error: nothing is placed, the phase is admitted here
-            log.warning("reading the replicas' capacity failed; the phase is admitted here", exc_info=True)
-            return None
-        return choose_replica(replicas, self.store.replica_id, self.placements.pending)
-
-    def phase_recorded(self, job_id: str, phase_id: str) -> bool:
-        """Whether the phase has a row (a replica that refused a placed RunPhase may have written it)."""
-        return self.store.get_phase(job_id, phase_id) is not None
 
     def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
         live = self.get_live(job_id, phase_id)

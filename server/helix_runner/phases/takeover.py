@@ -3,7 +3,7 @@
 The replicated counterpart of ``PhaseService.recover``: on SQLite one process owns everything, so
 at start it marks every active phase; on PostgreSQL other replicas' phases are alive, so each
 replica sweeps, at start and then every third of a lease, only the phases whose owner's lease ran
-out (or that its own previous incarnation left behind), through the store's fenced sweep. The
+out (or that its own previous incarnation left behind), through the cluster's fenced sweep. The
 terminal event and result are the ones ``recover`` writes (docs/scale-out.md, "Dead-replica takeover").
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Protocol
 
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.attempts import interrupted_attempt
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.store.cluster import Cluster
 from helix_runner.store.protocol import EventRow, PhaseRow, StoreError
 
 log = logging.getLogger(__name__)
@@ -26,15 +26,11 @@ log = logging.getLogger(__name__)
 REASON = "the replica running the phase stopped (its lease ran out, or it restarted); its process is gone"
 
 
-class SweepingStore(Protocol):
-    def sweep_expired_owners(self, interrupt, *, limit: int = 100) -> list[PhaseRow]: ...
-
-
 class Takeover:
     """Sweeps phases of dead replicas into INTERRUPTED, with the same event and result as recovery."""
 
-    def __init__(self, store: SweepingStore, encoder: RecordEncoder, *, interval_seconds: float):
-        self.store = store
+    def __init__(self, cluster: Cluster, encoder: RecordEncoder, *, interval_seconds: float):
+        self.cluster = cluster
         self.encoder = encoder
         self.interval_seconds = interval_seconds
 
@@ -71,7 +67,7 @@ class Takeover:
     def sweep(self) -> list[PhaseRow]:
         """One sweep until nothing is left to take; returns the phases it interrupted."""
         swept: list[PhaseRow] = []
-        while batch := self.store.sweep_expired_owners(self._interrupt):
+        while batch := self.cluster.sweep_expired_owners(self._interrupt):
             swept.extend(batch)
         return swept
 

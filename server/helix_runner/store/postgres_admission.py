@@ -24,13 +24,8 @@ from collections.abc import Callable, Sequence
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from helix_runner.store.protocol import (
-    AdmissionCandidate,
-    AdmissionPass,
-    ClusterLimits,
-    LedgerFullError,
-    StoreError,
-)
+from helix_runner.store.cluster import AdmissionCandidate, AdmissionPass, ClusterLimits, LedgerFullError
+from helix_runner.store.protocol import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -245,5 +240,5 @@ def _drop_dead(cur: psycopg.Cursor) -> int:
 
 
 def drop_dead_entries(cur: psycopg.Cursor) -> int:
-    """For the dead-replica sweep (postgres_store.sweep_expired_owners): the same, in its transaction."""
+    """For the dead-replica sweep (PostgresCluster.sweep_expired_owners): the same, in its transaction."""
     return _drop_dead(cur)

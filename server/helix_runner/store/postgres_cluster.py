@@ -11,19 +11,25 @@ under a new fence. The design, with the races it closes: docs/scale-out.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow
+from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
+from helix_runner.store.postgres_notify import EventListener, EventPointer, notify
+from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError, PhaseRow, Store
+from helix_runner.store.rows import phase_row, phase_value
+from helix_runner.store.sql_store import ACTIVE, PHASE_COLUMNS, POSTGRESQL, SELECT_PHASES, mark_unfinished
 
 # Defined with the protocol (the application handles them; the config reads the lease); imported from here too.
 __all__ = ["DEFAULT_LEASE_SECONDS", "FencedError"]
@@ -32,41 +38,6 @@ log = logging.getLogger(__name__)
 
 # Expired registry rows are kept this long (for "who owned this phase" answers), then pruned.
 PRUNE_AFTER_SECONDS = 3600
-
-
-@dataclass(frozen=True)
-class ReplicaRow:
-    replica_id: str
-    address: str
-    started_at: datetime
-    heartbeat_at: datetime
-    lease_expires_at: datetime
-    live: bool
-
-
-@dataclass(frozen=True)
-class ReplicaCapacity:
-    """A registered replica's room for new phases (placement by free slots, ``replica_capacity``)."""
-
-    replica_id: str
-    address: str
-    max_running: int  # its local max_running_phases; 0 = it takes no placed phases
-    active: int  # phases it owns that are not final (running, starting, queued, paused, ...)
-    live: bool  # its lease is current
-
-    @property
-    def free(self) -> int:
-        return self.max_running - self.active
-
-
-@dataclass(frozen=True)
-class PhaseOwner:
-    """Who runs a phase: where to forward its control RPCs, and whether that replica is alive."""
-
-    replica_id: str | None
-    address: str
-    fence: int
-    live: bool
 
 
 def new_replica_id() -> str:
@@ -329,6 +300,141 @@ class ReplicaMembership:
                 (job_id, phase_id),
             ).fetchone()
         return PhaseOwner(*r) if r else None
+
+
+class PostgresCluster:
+    """The ``Cluster`` port on a shared PostgreSQL database: this replica among the others.
+
+    Made by ``PostgresStore`` with its registration (``ReplicaMembership``); it reads the registry,
+    keeps the cluster admission ledger (``postgres_admission``), sweeps the phases of replicas that
+    are gone, and hands out the LISTEN connection (``postgres_notify.EventListener``) that brings
+    the other replicas' news.
+    """
+
+    shared = True
+
+    def __init__(self, store: Store, membership: ReplicaMembership, conninfo: str):
+        self._store = store
+        self.replica = membership
+        self._pool = membership.pool
+        self._conninfo = conninfo
+
+    @property
+    def replica_id(self) -> str:
+        return self.replica.replica_id
+
+    def renew_lease(self) -> bool:
+        """Extends this replica's lease now (the heartbeat thread does this every third of it)."""
+        return self.replica.renew()
+
+    def live_replicas(self) -> list[ReplicaRow]:
+        return self.replica.live_replicas()
+
+    def advertise(self, address: str) -> None:
+        """This replica's gRPC address in the registry, for control RPCs forwarded to it."""
+        self.replica.advertise(address)
+
+    def phase_owner(self, job_id: str, phase_id: str) -> PhaseOwner | None:
+        return self.replica.phase_owner(job_id, phase_id)
+
+    def advertise_capacity(self, max_running: int) -> None:
+        """This replica's local limit in the registry, for placement by free slots (0: place nothing here)."""
+        self.replica.advertise_capacity(max_running)
+
+    def replica_capacity(self) -> list[ReplicaCapacity]:
+        """Registered replicas with an address: their room for new phases (docs/scale-out.md, placement)."""
+        return self.replica.replica_capacity(ACTIVE)
+
+    @functools.cached_property
+    def _ledger(self) -> PostgresAdmissionLedger:
+        return PostgresAdmissionLedger(self._pool, lambda: self.replica.replica_id)
+
+    def admission_ledger(self) -> PostgresAdmissionLedger:
+        """The cluster-wide admission queue and limits, kept in this database (one per replica)."""
+        return self._ledger
+
+    def feed(self) -> EventListener:
+        """This replica's LISTEN connection (not started): other replicas' events and admission changes."""
+        return EventListener(self._conninfo, store=self._store)
+
+
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+        """Marks active phases whose owner's lease ran out INTERRUPTED; returns them as they were.
+
+        Also the phases this replica adopted from its previous incarnation (a stable replica id):
+        their process died with that incarnation.
+
+        One transaction: the phases are locked ``FOR UPDATE SKIP LOCKED`` (replicas sweeping at once
+        split the work; a phase its stale owner is still writing waits for the next sweep), each
+        gets the terminal event from ``interrupt`` at its last sequence + 1, its RUNNING/HELD tool
+        calls become UNFINISHED, and it gets status INTERRUPTED, no owner and a new fence, so its
+        old owner's writes are refused from now on.
+        """
+        now = time.time_ns()
+        adopted = list(self.replica.adopted().values())
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            rows = [
+                phase_row(r)
+                for r in cur.execute(
+                    f"{SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
+                    "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
+                    "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
+                    "ORDER BY p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
+                    (ACTIVE, self.replica.replica_id, adopted, limit),
+                ).fetchall()
+            ]
+            pointers = []
+            for row in rows:
+                seq = row.last_sequence + 1
+                event, values = interrupt(row, seq)
+                if event.sequence != seq:
+                    raise ValueError(f"the terminal event must have sequence {seq}, not {event.sequence}")
+                values = {**values, "status": PhaseStatus.INTERRUPTED}
+                unknown = set(values) - set(PHASE_COLUMNS)
+                if unknown:
+                    raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+                values = {k: phase_value(k, v) for k, v in values.items()}
+                cur.execute(
+                    "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
+                    "VALUES (%s,%s,%s,%s,%s,%s)",
+                    (row.job_id, row.phase_id, event.sequence, event.receive_time_ns, event.kind, event.body),
+                )
+                mark_unfinished(POSTGRESQL, cur, row.job_id, row.phase_id)
+                sets = ",".join(f"{k} = %s" for k in values)
+                cur.execute(
+                    f"UPDATE phases SET {sets}, owner_id = NULL, fence = nextval('phase_fence') "
+                    "WHERE job_id = %s AND phase_id = %s",
+                    [*values.values(), row.job_id, row.phase_id],
+                )
+                cur.execute(
+                    "UPDATE jobs SET status = %s, update_time_ns = %s WHERE job_id = %s AND %s = "
+                    "(SELECT phase_id FROM phases WHERE job_id = %s ORDER BY ordinal DESC LIMIT 1)",
+                    (PhaseStatus.INTERRUPTED.name, now, row.job_id, row.phase_id, row.job_id),
+                )
+                pointers.append(EventPointer(row.job_id, row.phase_id, seq))
+            _bump_view_versions(cur, {r.job_id for r in rows})
+            notify(cur, pointers)
+            drop_dead_entries(cur)  # cluster admission: a gone replica holds no slot (postgres_admission.py)
+            prune_expired_replicas(cur, ACTIVE)
+        self.replica.forget_adopted((r.job_id, r.phase_id) for r in rows)
+        for row in rows:
+            log.warning(
+                "phase interrupted: the replica that ran it is gone",
+                extra={"fields": {"job_id": row.job_id, "phase_id": row.phase_id, "was": row.status.name}},
+            )
+        return rows
+
+
+def _bump_view_versions(cur: psycopg.Cursor, job_ids: Iterable[str]) -> None:
+    """Bumps ``jobs.view_version`` of these jobs in the sweep's transaction (``JobRow.view_version``),
+    locking them in job-id order first, so two sweeps over the same jobs cannot deadlock on their rows."""
+    ids = sorted(job_ids)
+    if ids:
+        cur.execute(
+            "UPDATE jobs SET view_version = view_version + 1 WHERE job_id IN "
+            "(SELECT job_id FROM jobs WHERE job_id = ANY(%s) ORDER BY job_id FOR NO KEY UPDATE)",
+            (ids,),
+        )
 
 
 def prune_expired_replicas(cur: psycopg.Cursor, active_statuses: Sequence[str]) -> int:

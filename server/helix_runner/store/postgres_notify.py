@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import psycopg
 
 from helix_runner.store.postgres_admission import ADMISSION_CHANNEL
-from helix_runner.store.protocol import ACTIVE_STATUSES, EventRow, PhaseRow
+from helix_runner.store.protocol import ACTIVE_STATUSES, EventRow, PhaseRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,9 @@ class EventListener:
     cursor: notifications sent while it was gone are not replayed by PostgreSQL.
     """
 
-    def __init__(self, conninfo: str, *, reconnect_delay: float = 1.0):
+    def __init__(self, conninfo: str, *, store: Store | None = None, reconnect_delay: float = 1.0):
         self.conninfo = conninfo
+        self.store = store  # where ``follow`` reads a phase's events
         self.reconnect_delay = reconnect_delay
         self._waiters: dict[tuple[str, str], set[_Waiter]] = {}
         self._task: asyncio.Task | None = None
@@ -138,6 +139,12 @@ class EventListener:
             for waiter in waiters:
                 waiter.wakeup.set()
 
+    def follow(self, job_id: str, phase_id: str, after_sequence: int = 0) -> AsyncIterator[list[EventRow]]:
+        """``follow_phase_events`` on this listener and its store (the ``ReplicaFeed`` port)."""
+        if self.store is None:
+            raise ValueError("this listener was made without a store to follow phases in")
+        return follow_phase_events(self.store, self, job_id, phase_id, after_sequence)
+
     @contextlib.contextmanager
     def subscribe(self, job_id: str, phase_id: str):
         """A waiter for one phase's pointers, registered until the block ends."""
@@ -154,7 +161,7 @@ class EventListener:
 
 
 async def follow_phase_events(
-    store,
+    store: Store,
     listener: EventListener,
     job_id: str,
     phase_id: str,

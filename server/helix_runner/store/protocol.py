@@ -10,8 +10,8 @@ not events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
@@ -172,7 +172,15 @@ class Store(Protocol):
     returns (watchers are offered only committed events).
     """
 
+    migrated_from: int | None
+    """The schema version the database had when this open migrated it; None: new or current."""
+
     def close(self) -> None: ...
+
+    def backfill_tool_call_durations(self, duration_of: Callable[[bytes], int | None], batch: int = 1000) -> int:
+        """Once after the migration that added tool-call durations: fills in those only the encoded
+        bodies hold (``duration_of`` decodes one); returns how many, 0 once done."""
+        ...
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -300,94 +308,4 @@ class Store(Protocol):
 
     def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
         """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
-        ...
-
-
-# -- cluster admission (a shared database only; docs/scale-out.md "Cluster admission") -----------
-
-
-@dataclass(frozen=True)
-class ClusterLimits:
-    """Admission limits that hold for every replica on one database together; 0 means none."""
-
-    max_running: int = 0
-    max_running_per_project: int = 0
-    max_queued: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.max_running or self.max_running_per_project or self.max_queued)
-
-
-@dataclass(frozen=True)
-class AdmissionCandidate:
-    """A queued entry of this replica that its own limits would let start now."""
-
-    job_id: str
-    phase_id: str
-    project: str
-
-
-@dataclass(frozen=True)
-class AdmissionPass:
-    """One admission pass: what this replica may start, and why the rest of its candidates wait.
-
-    ``waiting_for``: "" (nothing waits), "server" (the cluster runs ``max_running``), "project"
-    (the candidates' projects are at the per-project limit) or "turn" (another replica's entry is
-    next in the cluster's order; it was woken to start it).
-    """
-
-    granted: tuple[tuple[str, str], ...]
-    waiting_for: str
-    running: int
-    running_by_project: dict[str, int]
-    queued: int
-    holds: dict[str, tuple[float, str]] = field(default_factory=dict)
-    """Rate-limit holds in force cluster-wide: credential → (seconds left, why)."""
-    missing: tuple[tuple[str, str], ...] = ()
-    """Candidates without an entry (their enqueue failed, or a sweep dropped them): enqueue them again."""
-
-
-class LedgerFullError(StoreError):
-    """The cluster's admission queue (or a project's share of it) is full."""
-
-    def __init__(self, scope: str, limit: int, waiting: int):
-        self.scope, self.limit, self.waiting = scope, limit, waiting
-        super().__init__(f"the cluster's admission queue is full ({waiting} waiting; the limit is {limit})")
-
-
-class AdmissionLedger(Protocol):
-    """Cluster-wide admission kept in the database (``store/postgres_admission.py``).
-
-    Every method is one transaction under one advisory lock, so the limits hold whichever
-    replicas call at once. Entries of replicas whose lease ran out count for nothing.
-    """
-
-    replica_id: str
-
-    def enqueue(self, job_id: str, phase_id: str, project: str, credential: str, *, retry: bool,
-                limits: ClusterLimits) -> None:
-        """Adds a queued entry of this replica; ``LedgerFullError`` when the queue is full (never for a retry)."""
-        ...
-
-    def admit(self, candidates: Sequence[AdmissionCandidate], *, local_room: int,
-              local_project_room: dict[str, int] | None, limits: ClusterLimits) -> AdmissionPass:
-        """Marks ``candidates`` ready, then grants slots in the cluster's fair order while they last.
-
-        ``local_room``: how many more this replica may start; ``local_project_room``: per candidate
-        project, when this replica has a per-project limit (None: it has none). Entries whose
-        credential is held (``hold``) are passed over.
-        """
-        ...
-
-    def release(self, job_id: str, phase_id: str) -> bool:
-        """Deletes an entry (queued or running) and wakes the other replicas; False if there was none."""
-        ...
-
-    def hold(self, credential: str, seconds: float, why: str) -> None:
-        """Holds new starts on ``credential`` on every replica for ``seconds`` (a longer hold wins)."""
-        ...
-
-    def clear(self) -> int:
-        """Deletes every entry of this replica (a restart under the same id, or a close)."""
         ...

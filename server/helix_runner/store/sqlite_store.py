@@ -15,45 +15,19 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import fields
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.protocol import (
-    ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
     EventRow,
-    JobRow,
-    ModelCostRow,
-    PhaseCostSums,
     PhaseRow,
     StoreError,
-    ToolCallRow,
 )
-from helix_runner.store.rows import (
-    job_row,
-    model_cost_row,
-    model_cost_values,
-    phase_row,
-    phase_value,
-    tool_call_row,
-)
-
-__all__ = [
-    "ACTIVE_STATUSES",
-    "AlreadyExistsError",
-    "EventRow",
-    "JobRow",
-    "ModelCostRow",
-    "PhaseCostSums",
-    "PhaseRow",
-    "SqliteStore",
-    "StoreError",
-    "ToolCallRow",
-]
+from helix_runner.store.rows import phase_value
+from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, SqlStore
 
 # Version 1: the unversioned schema (a `meta` table said so). Version 2: blob columns named for
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
@@ -149,9 +123,6 @@ _MAX_UNION = 400
 _DURATION_INDEX = (
     "CREATE INDEX tool_calls_by_duration ON tool_calls (job_id, name, duration_ns, status, phase_id)"
 )
-# Finished calls a version-1 database recorded without a duration (it was only inside the body);
-# ``backfill_tool_call_durations`` fills them in and drops this index when done.
-_BACKFILL_INDEX = "tool_calls_duration_backfill"
 
 # Version 3 (PostgreSQL: migration 0004_job_view_version.sql).
 _ADD_VIEW_VERSION = "ALTER TABLE jobs ADD COLUMN view_version INTEGER NOT NULL DEFAULT 0"
@@ -172,7 +143,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE phases DROP COLUMN options_json",  # never written
         "ALTER TABLE tool_calls ADD COLUMN duration_ns INTEGER",
         _DURATION_INDEX,
-        f"CREATE INDEX {_BACKFILL_INDEX} ON tool_calls (job_id) "
+        # Finished calls without a duration (it was only inside the body): SqlStore.backfill_tool_call_durations.
+        f"CREATE INDEX {BACKFILL_INDEX} ON tool_calls (job_id) "
         f"WHERE duration_ns IS NULL AND status IN ({_FINISHED})",
         "DROP TABLE meta",  # held only schema_version, now PRAGMA user_version
     ),
@@ -183,25 +155,30 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
 
-# last_sequence is not stored: it is MAX(sequence) of the phase's events (an index lookup), so an
-# append is a single statement on the hot path. It is PhaseRow's last field: a row is PhaseRow(*r).
-_PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow))[:-1]
-assert fields(PhaseRow)[-1].name == "last_sequence"
-_SELECT_PHASES = (
-    f"SELECT {','.join(_PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
-    "WHERE e.job_id = phases.job_id AND e.phase_id = phases.phase_id) FROM phases"
-)
-_JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
-# A job row with its sequence_sum (JobRow): one MAX seek per phase (the events primary key).
-_SELECT_JOBS = (
-    f"SELECT {_JOB_COLUMNS}, (SELECT COALESCE(SUM((SELECT MAX(e.sequence) FROM events e WHERE "
-    "e.job_id = p.job_id AND e.phase_id = p.phase_id)), 0) FROM phases p WHERE p.job_id = jobs.job_id) FROM jobs"
-)
+class _Locked:
+    """The store's one connection under its lock, as a context manager (``SqliteStore._reading``)."""
+
+    __slots__ = ("_db", "_lock")
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock):
+        self._db, self._lock = db, lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._lock.acquire()
+        return self._db
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
+class SqliteStore(SqlStore):
+    """Thread-safe access to one SQLite database file (one connection, serialised by a lock).
 
-class SqliteStore:
-    """Thread-safe access to one SQLite database file (one connection, serialised by a lock)."""
+    The queries it shares with ``PostgresStore`` are ``SqlStore``'s; here are the connection, the
+    WAL checkpoints, the migrations, and the methods written for SQLite alone.
+    """
+
+    dialect = SQLITE
 
     def __init__(self, path: Path):
         self.path = path
@@ -217,6 +194,7 @@ class SqliteStore:
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._lock = threading.Lock()
+            self._locked = _Locked(self._db, self._lock)
             # The schema version the file had if it was migrated now, else None (new or current).
             self.migrated_from = self._migrate()
         except sqlite3.Error as exc:
@@ -237,7 +215,7 @@ class SqliteStore:
         with contextlib.suppress(AttributeError, sqlite3.Error):
             self._db.close()
 
-    # -- schema -----------------------------------------------------------------------------
+    # -- schema -----------------------------------------------------------------------------------
 
     def _migrate(self) -> int | None:
         """Brings the schema to ``SCHEMA_VERSION``; returns the version it migrated from, if it did."""
@@ -263,40 +241,10 @@ class SqliteStore:
                 tx.execute(f"PRAGMA user_version = {step + 1}")
         return version
 
-    def backfill_tool_call_durations(
-        self, duration_of: Callable[[bytes], int | None], batch: int = 1000
-    ) -> int:
-        """Fills in the duration of finished calls a version-1 database holds only in their encoded body.
+    # -- connection -------------------------------------------------------------------------------
 
-        ``duration_of`` decodes a call's body (the store does not know the encoding). Runs once
-        after the migration to version 2 (until then the statistics leave those calls' durations
-        out); afterwards it returns at once. Returns the number of calls filled in.
-        """
-        with self._lock:
-            if not self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = ?", (_BACKFILL_INDEX,)
-            ).fetchone():
-                return 0
-        filled, last_rowid = 0, 0
-        while True:
-            with self._lock:
-                rows = self._db.execute(
-                    f"SELECT rowid, body FROM tool_calls WHERE duration_ns IS NULL AND status IN ({_FINISHED}) "
-                    "AND rowid > ? ORDER BY rowid LIMIT ?",
-                    (last_rowid, batch),
-                ).fetchall()
-            if not rows:
-                break
-            last_rowid = rows[-1][0]
-            updates = [
-                (duration, rowid) for rowid, body in rows if (duration := duration_of(body)) is not None
-            ]
-            with self._transaction() as tx:
-                tx.executemany("UPDATE tool_calls SET duration_ns = ? WHERE rowid = ?", updates)
-            filled += len(updates)
-        with self._lock:
-            self._db.execute(f"DROP INDEX IF EXISTS {_BACKFILL_INDEX}")
-        return filled
+    def _reading(self) -> _Locked:
+        return self._locked
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -337,55 +285,7 @@ class SqliteStore:
                 pass
             self._db.close()
 
-    # -- jobs -------------------------------------------------------------------------------
-
-    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
-        """Returns the job, creating it on first use; the bool says whether it was created."""
-        with self._lock:
-            row = self._job(job_id)
-            if row is not None:
-                return row, False
-            self._db.execute(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?,?,?,?,?,0)",
-                (job_id, project_id, PhaseStatus.PENDING.name, now_ns, now_ns),
-            )
-            return JobRow(job_id, project_id, PhaseStatus.PENDING, now_ns, now_ns), True
-
-    def get_job(self, job_id: str) -> JobRow | None:
-        with self._lock:
-            return self._job(job_id)
-
-    def _job(self, job_id: str) -> JobRow | None:
-        r = self._db.execute(f"{_SELECT_JOBS} WHERE job_id = ?", (job_id,)).fetchone()
-        return job_row(r) if r else None
-
-    def list_jobs(
-        self,
-        project_id: str | None,
-        statuses: Sequence[PhaseStatus],
-        limit: int,
-        after: tuple[int, str] | None = None,
-    ) -> list[JobRow]:
-        """Jobs newest first; ``after`` is the (create_time_ns, job_id) of the last row of the previous page."""
-        where, args = [], []
-        if project_id:
-            where.append("project_id = ?")
-            args.append(project_id)
-        if statuses:
-            where.append(f"status IN ({','.join('?' * len(statuses))})")
-            args.extend(s.name for s in statuses)
-        if after is not None:
-            where.append("(create_time_ns < ? OR (create_time_ns = ? AND job_id < ?))")
-            args.extend([after[0], after[0], after[1]])
-        sql = _SELECT_JOBS
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY create_time_ns DESC, job_id DESC LIMIT ?"
-        args.append(limit)
-        with self._lock:
-            return [job_row(r) for r in self._db.execute(sql, args).fetchall()]
-
-    # -- phases -----------------------------------------------------------------------------
+    # -- written for SQLite ---------------------------------------------------------------------
 
     def insert_phase(self, row: PhaseRow) -> PhaseRow:
         """Inserts a new phase (its ordinal is assigned here) and makes it the job's latest."""
@@ -397,8 +297,8 @@ class SqliteStore:
                 ).fetchone()
                 row.ordinal = count + 1
                 tx.execute(
-                    f"INSERT INTO phases ({','.join(_PHASE_COLUMNS)}) VALUES ({','.join('?' * len(_PHASE_COLUMNS))})",
-                    [phase_value(c, getattr(row, c)) for c in _PHASE_COLUMNS],
+                    f"INSERT INTO phases ({','.join(PHASE_COLUMNS)}) VALUES ({','.join('?' * len(PHASE_COLUMNS))})",
+                    [phase_value(c, getattr(row, c)) for c in PHASE_COLUMNS],
                 )
                 tx.execute(
                     "UPDATE jobs SET status = ?, update_time_ns = ?, view_version = view_version + 1 "
@@ -408,62 +308,6 @@ class SqliteStore:
         except sqlite3.IntegrityError:
             raise AlreadyExistsError(f"phase {row.phase_id} already exists in job {row.job_id}") from None
         return row
-
-    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
-        """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
-        unknown = set(values) - set(_PHASE_COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
-        if not values:
-            return
-        stored = {k: phase_value(k, v) for k, v in values.items()}
-        sets = ",".join(f"{k} = ?" for k in stored)
-        with self._transaction() as tx:
-            tx.execute(
-                f"UPDATE phases SET {sets} WHERE job_id = ? AND phase_id = ?",
-                [*stored.values(), job_id, phase_id],
-            )
-            if "status" in stored:
-                tx.execute(
-                    "UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ? AND ? = "
-                    "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)",
-                    (stored["status"], now_ns, job_id, phase_id, job_id),
-                )
-                _bump_view_versions(tx, [job_id])  # also when it is not the latest phase
-            else:
-                tx.execute(
-                    "UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?",
-                    (now_ns, job_id),
-                )
-
-    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
-        with self._lock:
-            r = self._db.execute(
-                f"{_SELECT_PHASES} WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
-            ).fetchone()
-        return phase_row(r) if r else None
-
-    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
-        """The phases of all these jobs in one query, by job then ordinal."""
-        if not job_ids:
-            return []
-        marks = ",".join("?" * len(job_ids))
-        with self._lock:
-            rows = self._db.execute(
-                f"{_SELECT_PHASES} WHERE job_id IN ({marks}) ORDER BY job_id, ordinal", list(job_ids)
-            ).fetchall()
-        return [phase_row(r) for r in rows]
-
-    def active_phases(self) -> list[PhaseRow]:
-        """Phases whose status is not final (after a crash: the ones to mark INTERRUPTED)."""
-        marks = ",".join("?" * len(ACTIVE_STATUSES))
-        with self._lock:
-            rows = self._db.execute(
-                f"{_SELECT_PHASES} WHERE status IN ({marks})", [s.name for s in ACTIVE_STATUSES]
-            ).fetchall()
-        return [phase_row(r) for r in rows]
-
-    # -- events -----------------------------------------------------------------------------
 
     def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
         """Appends the events of one or more phases in one transaction (group commit)."""
@@ -479,92 +323,6 @@ class SqliteStore:
                 "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
                 rows,
             )
-
-    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT sequence, receive_time_ns, kind, body FROM events "
-                "WHERE job_id = ? AND phase_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
-                (job_id, phase_id, after_sequence, limit),
-            ).fetchall()
-        return [EventRow(*r) for r in rows]
-
-    # -- tool calls -------------------------------------------------------------------------
-
-    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
-        rows = [
-            (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
-            for c in calls
-        ]
-        if not rows:
-            return
-        with self._lock:
-            self._db.executemany(
-                "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body, "
-                "duration_ns) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (job_id, phase_id, tool_use_id) DO UPDATE SET "
-                "name = excluded.name, status = excluded.status, body = excluded.body, "
-                "duration_ns = excluded.duration_ns",
-                rows,
-            )
-
-    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
-        """After a crash: calls still RUNNING or HELD will never finish; returns how many."""
-        with self._lock:
-            cur = self._db.execute(
-                "UPDATE tool_calls SET status = ? WHERE job_id = ? AND phase_id = ? AND status IN (?, ?)",
-                (
-                    ToolCallStatus.UNFINISHED.name,
-                    job_id,
-                    phase_id,
-                    ToolCallStatus.RUNNING.name,
-                    ToolCallStatus.HELD.name,
-                ),
-            )
-            return cur.rowcount
-
-    @staticmethod
-    def _tool_call_filter(
-        job_id: str, phase_id: str | None, tool_name: str | None, statuses: Sequence[ToolCallStatus]
-    ) -> tuple[list[str], list[object]]:
-        where, args = ["t.job_id = ?"], [job_id]
-        if phase_id:
-            where.append("t.phase_id = ?")
-            args.append(phase_id)
-        if tool_name:
-            where.append("t.name = ?")
-            args.append(tool_name)
-        if statuses:
-            where.append(f"t.status IN ({','.join('?' * len(statuses))})")
-            args.extend(s.name for s in statuses)
-        return where, args
-
-    def list_tool_calls(
-        self,
-        job_id: str,
-        phase_id: str | None,
-        tool_name: str | None,
-        statuses: Sequence[ToolCallStatus],
-        limit: int,
-        after: tuple[int, int, str] | None = None,
-    ) -> list[ToolCallRow]:
-        """Tool calls in (phase ordinal, start sequence) order; ``after`` is the last row's key."""
-        where, args = self._tool_call_filter(job_id, phase_id, tool_name, statuses)
-        if after is not None:
-            where.append(
-                "(p.ordinal > ? OR (p.ordinal = ? AND (t.start_sequence > ? OR "
-                "(t.start_sequence = ? AND t.tool_use_id > ?))))"
-            )
-            args.extend([after[0], after[0], after[1], after[1], after[2]])
-        sql = (
-            "SELECT t.tool_use_id, t.name, t.status, t.start_sequence, t.body, t.phase_id, t.duration_ns, p.ordinal "
-            "FROM tool_calls t JOIN phases p ON p.job_id = t.job_id AND p.phase_id = t.phase_id WHERE "
-            + " AND ".join(where)
-            + " ORDER BY p.ordinal, t.start_sequence, t.tool_use_id LIMIT ?"
-        )
-        args.append(limit)
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        return [tool_call_row(r) for r in rows]
 
     def tool_call_stats(
         self,
@@ -615,147 +373,3 @@ class SqliteStore:
             )
             for name, calls, failures, done, total, timed in tallies
         ]
-
-    # -- costs ------------------------------------------------------------------------------
-
-    def replace_model_costs(
-        self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]
-    ) -> None:
-        """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
-        with self._transaction() as tx:
-            tx.execute("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?", (job_id, phase_id))
-            tx.executemany(
-                "INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [model_cost_values(job_id, phase_id, project_id, r) for r in rows],
-            )
-            _bump_view_versions(tx, [job_id])
-
-    def phase_cost_sums(
-        self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
-    ) -> PhaseCostSums:
-        where, args = _scope(project_id, [job_id] if job_id else [], phase_id)
-        sql = (
-            "SELECT COUNT(*), COALESCE(SUM(reported_usd), 0), COALESCE(SUM(computed_usd), 0), "
-            "COALESCE(SUM(computed_only != 0), 0) FROM phases"
-        )
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        with self._lock:
-            count, reported, computed, computed_only = self._db.execute(sql, args).fetchone()
-        return PhaseCostSums(count, float(reported), float(computed), computed_only)
-
-    def model_cost_sums(
-        self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
-    ) -> list[tuple[str, ModelCostRow]]:
-        where, args = _scope(project_id, job_ids, phase_id)
-        key = "job_id" if job_ids else "''"
-        sql = (
-            f"SELECT {key}, model, SUM(input_tokens), SUM(output_tokens), SUM(cache_read_input_tokens), "
-            "SUM(cache_write_5m_input_tokens), SUM(cache_write_1h_input_tokens), SUM(web_search_requests), "
-            "SUM(reported_usd), SUM(computed_usd), pricing_source FROM model_costs"
-        )
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" GROUP BY {key}, model, pricing_source"
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        return [(r[0], model_cost_row(r[1:])) for r in rows]
-
-    # -- retention ---------------------------------------------------------------------------
-
-    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
-        """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
-        marks = ",".join("?" * len(ACTIVE_STATUSES))
-        with self._lock:
-            jobs = [
-                r[0]
-                for r in self._db.execute(
-                    f"SELECT job_id FROM jobs WHERE update_time_ns < ? AND NOT EXISTS (SELECT 1 FROM phases p "
-                    f"WHERE p.job_id = jobs.job_id AND p.status IN ({marks})) ORDER BY update_time_ns LIMIT ?",
-                    (cutoff_ns, *(s.name for s in ACTIVE_STATUSES), limit),
-                ).fetchall()
-            ]
-            return [
-                (
-                    job,
-                    [
-                        r[0]
-                        for r in self._db.execute(
-                            "SELECT recording_dir FROM phases WHERE job_id = ? AND recording_dir != ''",
-                            (job,),
-                        )
-                    ],
-                )
-                for job in jobs
-            ]
-
-    def delete_jobs(self, job_ids: Sequence[str]) -> int:
-        """Deletes jobs with their phases, events, tool calls and costs, in one transaction; returns phases deleted."""
-        if not job_ids:
-            return 0
-        marks = ",".join("?" * len(job_ids))
-        with self._transaction() as tx:
-            for table in ("events", "tool_calls", "model_costs"):
-                tx.execute(f"DELETE FROM {table} WHERE job_id IN ({marks})", job_ids)
-            phases = tx.execute(f"DELETE FROM phases WHERE job_id IN ({marks})", job_ids).rowcount
-            tx.execute(f"DELETE FROM jobs WHERE job_id IN ({marks})", job_ids)
-        return phases
-
-    def finished_recordings(self) -> list[tuple[str, str, str]]:
-        """(job_id, phase_id, recording_dir) of finished phases that still have a recording, oldest end first."""
-        marks = ",".join("?" * len(ACTIVE_STATUSES))
-        with self._lock:
-            return [
-                tuple(r)
-                for r in self._db.execute(
-                    f"SELECT job_id, phase_id, recording_dir FROM phases WHERE recording_dir != '' "
-                    f"AND status NOT IN ({marks}) ORDER BY COALESCE(end_time_ns, create_time_ns), job_id, phase_id",
-                    [s.name for s in ACTIVE_STATUSES],
-                ).fetchall()
-            ]
-
-    def forget_recording(self, job_id: str, phase_id: str) -> None:
-        """Notes that a phase's recording was deleted (without counting as activity on its job)."""
-        with self._lock:
-            self._db.execute(
-                "UPDATE phases SET recording_dir = '' WHERE job_id = ? AND phase_id = ?", (job_id, phase_id)
-            )
-
-    def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
-        """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
-        found: set[str] = set()
-        with self._lock:
-            for start in range(0, len(recording_dirs), 500):  # below SQLite's bound on parameters
-                chunk = list(recording_dirs[start : start + 500])
-                marks = ",".join("?" * len(chunk))
-                found.update(r[0] for r in self._db.execute(
-                    f"SELECT recording_dir FROM phases WHERE recording_dir IN ({marks})", chunk))
-        return found
-
-
-def _bump_view_versions(tx: sqlite3.Connection, job_ids: Iterable[str]) -> None:
-    """Bumps ``jobs.view_version`` of these jobs, inside the write's own transaction.
-
-    Every write that changes what a job's view shows (``PhaseQueries``: the job row, its phases'
-    columns, its per-model costs) calls this, so a view cached under a version is never returned
-    after such a write commits (``JobRow.view_version``). Appended events change only the phases'
-    last sequences, which ``JobRow.sequence_sum`` follows without a write.
-    """
-    ids = sorted(job_ids)
-    if ids:
-        tx.execute(f"UPDATE jobs SET view_version = view_version + 1 WHERE job_id IN ({','.join('?' * len(ids))})", ids)
-
-
-def _scope(
-    project_id: str | None, job_ids: Sequence[str], phase_id: str | None
-) -> tuple[list[str], list[object]]:
-    """WHERE terms for a cost scope: one phase (one job + phase), jobs, or a project."""
-    if job_ids:
-        terms, args = [f"job_id IN ({','.join('?' * len(job_ids))})"], list(job_ids)
-        if phase_id:
-            terms.append("phase_id = ?")
-            args.append(phase_id)
-        return terms, args
-    if project_id is not None:
-        return ["project_id = ?"], [project_id]
-    return [], []

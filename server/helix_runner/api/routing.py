@@ -1,0 +1,191 @@
+"""One routing table for every RPC: which replica answers a call (docs/scale-out.md, "Routing").
+
+On a shared database a call may reach any replica. Each RunnerService method has one route here:
+
+* ``ANY``: any replica answers from the shared database (the reads, WatchPhase: a phase another
+  replica runs is followed through LISTEN/NOTIFY);
+* ``OWNER``: it needs the phase's process, so while another replica runs the phase the call is
+  forwarded to that replica (``api/forwarding.py``);
+* ``OWNER_OR_RECORDER``: the owner while the phase runs; once it ended, the replica whose disk holds
+  its recording (GetPhaseDiff);
+* ``PLACE``: a new phase that would queue for this replica's own limit is relayed to a replica with
+  room (RunPhase, ``api/placement.py``).
+
+``Router.decide`` turns a call's route into what to do with it: serve it here (``HERE``), forward it
+(``Forward``) or place it (``Place``). The handler wrappers in ``api/servicer.py`` ask it once per
+call, so a handler never mentions replicas, and the Connect path (``api/connect_app.py``) routes
+the same way because it calls the same wrapped handlers. ``check_routes`` runs at registration: a
+method without a route, a route for no method, or a route its method cannot take (no phase ids, a
+stream where a unary call is forwarded) stops the server from starting, so a new RPC cannot be
+left out. A forwarded call carries ``x-helix-forwarded`` and is always served where it arrives.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.descriptor import ServiceDescriptor
+
+from helix_runner.api.forwarding import FORWARDED_HEADER, OwnerForwarder
+from helix_runner.api.phase_diff import diff_path
+from helix_runner.api.placement import place_run_phase
+from helix_runner.phases.placement import PlacementTarget
+from helix_runner.phases.replicas import Replicas
+
+
+class Route(enum.Enum):
+    """Where a method is answered on a shared database (see the module docstring)."""
+
+    ANY = "any replica"
+    OWNER = "the phase's owner"
+    OWNER_OR_RECORDER = "the phase's owner, or the replica that recorded it"
+    PLACE = "a replica with room"
+
+
+ROUTES: Mapping[str, Route] = {
+    "RunPhase": Route.PLACE,
+    "WatchPhase": Route.ANY,
+    "GetJob": Route.ANY,
+    "ListJobs": Route.ANY,
+    "ListToolCalls": Route.ANY,
+    "GetCostTotals": Route.ANY,
+    "GetPhaseDiff": Route.OWNER_OR_RECORDER,
+    "InspectPhase": Route.OWNER,  # the context usage is asked of the running CLI
+    "CancelPhase": Route.OWNER,
+    "PausePhase": Route.OWNER,
+    "ResumePhase": Route.OWNER,
+    "StepPhase": Route.OWNER,
+    "InterruptPhase": Route.OWNER,
+    "SetPhaseModel": Route.OWNER,
+    "SetPhasePermissionMode": Route.OWNER,
+    "StopTask": Route.OWNER,
+    "GetTaskOutput": Route.OWNER,
+    "InjectMessage": Route.OWNER,
+    "AddBreakpoint": Route.OWNER,
+    "ListBreakpoints": Route.OWNER,
+    "RemoveBreakpoint": Route.OWNER,
+    "ResolveToolCall": Route.OWNER,
+}
+
+_PHASE_IDS = frozenset({"job_id", "phase_id"})
+
+
+def check_routes(service: ServiceDescriptor, routes: Mapping[str, Route] | None = None) -> None:
+    """Raises ``TypeError`` unless every method of ``service`` has exactly one route (``ROUTES``) it can take."""
+    routes = ROUTES if routes is None else routes
+    methods = {m.name: m for m in service.methods}
+    problems = [f"{name} has no route in api/routing.py ROUTES" for name in methods if name not in routes]
+    problems += [f"ROUTES names {name}, which {service.full_name} does not have" for name in routes
+                 if name not in methods]
+    for name, route in routes.items():
+        method = methods.get(name)
+        if method is None or route is Route.ANY:
+            continue
+        if not _PHASE_IDS <= set(method.input_type.fields_by_name):
+            problems.append(f"{name} is routed to {route.value}, but its request names no phase (job_id, phase_id)")
+        elif route is Route.PLACE and not method.server_streaming:
+            problems.append(f"{name} is routed to {route.value}, which relays a stream; it is unary")
+        elif route is not Route.PLACE and method.server_streaming:
+            problems.append(f"{name} is routed to {route.value}, which forwards a unary call; it streams")
+    if problems:
+        raise TypeError("; ".join(problems))
+
+
+class Here:
+    """Serve the call on this replica."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "HERE"
+
+
+HERE = Here()
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Send the call to the replica at ``address``; ``metadata`` names it and the phase in errors."""
+
+    address: str
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Place:
+    """Relay the RunPhase to ``target``, which has room (it may still refuse: then it runs here)."""
+
+    target: PlacementTarget
+
+
+Decision = Here | Forward | Place
+
+
+class Router:
+    """Decides each call's route from ``ROUTES`` and sends the calls that go elsewhere.
+
+    Without a forwarder (the database is not shared) every call is served here.
+    """
+
+    def __init__(self, replicas: Replicas, forwarder: OwnerForwarder | None, *, place_on_free_replica: bool,
+                 new_phase_id: Callable[[], str]):
+        self.replicas = replicas
+        self.forwarder = forwarder
+        self.place_on_free_replica = place_on_free_replica
+        self._new_phase_id = new_phase_id
+
+    def decide(self, method: str, request: Any, context: Any) -> Decision:
+        """Where this call is answered. Raises ``OWNER_UNREACHABLE`` / ``RECORDING_REPLICA_UNAVAILABLE``
+        when the replica it must go to cannot answer (``OwnerForwarder``)."""
+        route = ROUTES[method]
+        if self.forwarder is None or route is Route.ANY or forwarded(context):
+            return HERE
+        if route is Route.PLACE:
+            if not self.place_on_free_replica:
+                return HERE
+            target = self.replicas.placement_target()
+            return HERE if target is None else Place(target)
+        located = self.replicas.locate(request.job_id, request.phase_id)
+        if located is None:
+            return HERE
+        row = located.row
+        if located.running:
+            where = self.forwarder.route(located.owner, row.job_id, row.phase_id)
+        elif route is Route.OWNER_OR_RECORDER and row.end_time_ns:
+            # A finished phase's recording is on the disk of the replica that ran it; here too when
+            # the recordings directory is a shared volume.
+            path = diff_path(row)
+            where = self.forwarder.recording_route(located.owner, row.job_id, row.phase_id,
+                                                   path is not None and path.is_file())
+        else:
+            return HERE
+        return HERE if where is None else Forward(*where)
+
+    async def forward(self, method: str, request: Any, decision: Forward, context: Any) -> Any:
+        """The other replica's answer (its error status as ``OwnerStatus``)."""
+        assert self.forwarder is not None
+        return await self.forwarder.forward(method, request, decision.address, decision.metadata,
+                                            time_remaining(context))
+
+    async def place(self, request: Any, decision: Place, context: Any) -> AsyncIterator[bytes] | None:
+        """The target's RunPhase stream; None when it refused and wrote nothing (then it runs here,
+        under the same phase id)."""
+        assert self.forwarder is not None
+        request.phase_id = request.phase_id or self._new_phase_id()
+        with self.replicas.placements.placing(decision.target):  # until the target answered
+            return await place_run_phase(self.forwarder, request, decision.target, context,
+                                         functools.partial(self.replicas.recorded, request.job_id, request.phase_id))
+
+
+def forwarded(context: Any) -> bool:
+    """Whether another replica forwarded this call (then it is answered here, never forwarded again)."""
+    return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata() or ())
+
+
+def time_remaining(context: Any) -> float | None:
+    """The caller's remaining deadline in seconds (None: none)."""
+    return context.time_remaining()

@@ -1,0 +1,474 @@
+"""The SQL both stores share: each query written once, over a small dialect object.
+
+``SqliteStore`` and ``PostgresStore`` keep the same tables and columns (``store/rows.py`` maps their
+rows), so most of the ``Store`` protocol is the same SQL with other tokens: placeholders, how a list
+is bound (``IN (?, ?)`` against one array parameter, ``= ANY(?)``) and how to ask whether an index
+exists. ``SqlStore`` holds those queries; a store subclasses it and supplies its connection handling
+(``_reading``, ``_transaction``), what a shared database adds to a write of a phase's history
+(``_fence``, ``_announce``), and the few methods written for its database alone (``insert_phase``,
+``append_events``, ``tool_call_stats``). Shared queries use ``?`` placeholders; the PostgreSQL
+dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
+``pkg/storage/sqlcommon`` under its sqlite/postgres/mysql datastores, procrastinate's one
+``queries.sql`` run by every connector. The contract suite (tests/store/test_store_contract.py)
+runs every query on both databases.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, fields
+from typing import Any
+
+from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_tracker import ToolCallStatus
+from helix_runner.store.protocol import (
+    ACTIVE_STATUSES,
+    FINISHED_TOOL_STATUSES,
+    EventRow,
+    JobRow,
+    ModelCostRow,
+    PhaseCostSums,
+    PhaseRow,
+    ToolCallRow,
+)
+from helix_runner.store.rows import (
+    job_row,
+    model_cost_row,
+    model_cost_values,
+    phase_row,
+    phase_value,
+    tool_call_row,
+)
+
+# PhaseRow fields are the phases table's columns; last_sequence, the last field, is not stored: it is
+# MAX(sequence) of the phase's events (an index seek), so an append is one statement on the hot path.
+PHASE_COLUMNS = tuple(f.name for f in fields(PhaseRow))[:-1]
+assert fields(PhaseRow)[-1].name == "last_sequence"
+SELECT_PHASES = (
+    f"SELECT {','.join('p.' + c for c in PHASE_COLUMNS)}, (SELECT COALESCE(MAX(e.sequence), 0) FROM events e "
+    "WHERE e.job_id = p.job_id AND e.phase_id = p.phase_id) FROM phases p"
+)
+JOB_COLUMNS = "job_id, project_id, status, create_time_ns, update_time_ns, view_version"
+# A job row with its sequence_sum (JobRow): one MAX seek per phase (the events primary key).
+SELECT_JOBS = (
+    f"SELECT {JOB_COLUMNS}, (SELECT CAST(COALESCE(SUM((SELECT MAX(e.sequence) FROM events e WHERE "
+    "e.job_id = p.job_id AND e.phase_id = p.phase_id)), 0) AS BIGINT) FROM phases p WHERE p.job_id = jobs.job_id) "
+    "FROM jobs"
+)
+# Finished calls a database from before tool_calls.duration_ns holds without one (only in their
+# body); ``backfill_tool_call_durations`` fills them in and drops this index when done. Made by
+# SQLite's migration to version 2 and PostgreSQL's migration 0002.
+BACKFILL_INDEX = "tool_calls_duration_backfill"
+ACTIVE = [s.name for s in ACTIVE_STATUSES]
+FINISHED = [s.name for s in FINISHED_TOOL_STATUSES]
+UNFINISHED_FROM = [ToolCallStatus.RUNNING.name, ToolCallStatus.HELD.name]
+# Values bound in one statement at most (SQLite's default bound is 32 766 parameters).
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the shared queries need to know about the database they run on."""
+
+    name: str
+    placeholder: str
+    arrays: bool
+    """A list is bound as one array parameter (``= ANY(?)``); else as one parameter per value."""
+    index_exists: str
+    """A query with one parameter, the index's name, that returns a row when the index exists."""
+
+    def sql(self, text: str) -> str:
+        """``text`` with ``?`` placeholders in the driver's style."""
+        return text if self.placeholder == "?" else _format_style(text)
+
+    def in_list(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """A WHERE term matching ``column`` against ``values``, and its parameters."""
+        if self.arrays:
+            return f"{column} = ANY(?)", [list(values)]
+        return f"{column} IN ({','.join('?' * len(values))})", list(values)
+
+    def not_in_list(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        term, args = self.in_list(column, values)
+        return f"NOT ({term})", args
+
+
+def mark_unfinished(dialect: Dialect, tx: Any, job_id: str, phase_id: str) -> int:
+    """In ``tx``: the phase's RUNNING or HELD tool calls become UNFINISHED (they never will); how many."""
+    term, args = dialect.in_list("status", UNFINISHED_FROM)
+    return tx.execute(
+        dialect.sql(f"UPDATE tool_calls SET status = ? WHERE job_id = ? AND phase_id = ? AND {term}"),
+        (ToolCallStatus.UNFINISHED.name, job_id, phase_id, *args),
+    ).rowcount
+
+
+@functools.lru_cache(maxsize=1024)
+def _format_style(text: str) -> str:
+    # psycopg's placeholders are %s; a literal % must be doubled.
+    return text.replace("%", "%%").replace("?", "%s")
+
+
+SQLITE = Dialect("sqlite", "?", arrays=False,
+                 index_exists="SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?")
+POSTGRESQL = Dialect("postgresql", "%s", arrays=True, index_exists="SELECT 1 WHERE to_regclass(?) IS NOT NULL")
+
+
+class SqlStore:
+    """The ``Store`` methods both databases answer with the same SQL (see the module docstring).
+
+    A subclass sets ``dialect`` and implements the connection hooks below; every method here is one
+    transaction or one read.
+    """
+
+    dialect: Dialect
+
+    # -- what a store supplies ---------------------------------------------------------------------
+
+    def _reading(self) -> AbstractContextManager[Any]:
+        """A connection to read from (``execute(sql, args)`` returns a cursor)."""
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """One write transaction (``execute``, ``executemany``): committed on success, rolled back on an error."""
+        raise NotImplementedError
+
+    def _fence(self, tx: Any, job_id: str, phase_id: str, *, missing_ok: bool = False) -> bool:
+        """Lets a write of this phase's history go ahead in ``tx``, or raises ``FencedError``.
+
+        On a shared database only the phase's owner may write it (``store/postgres_cluster.py``);
+        alone, a process writes every phase. Returns False only when ``missing_ok`` and the phase
+        is known not to exist.
+        """
+        return True
+
+    def _announce(self, tx: Any, job_id: str, phase_id: str) -> None:
+        """Tells other processes, when ``tx`` commits, that the phase's status or result changed."""
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self._reading() as db:
+            return db.execute(self.dialect.sql(sql), args).fetchall()
+
+    def _read_one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        with self._reading() as db:
+            return db.execute(self.dialect.sql(sql), args).fetchone()
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def get_or_create_job(self, job_id: str, project_id: str, now_ns: int) -> tuple[JobRow, bool]:
+        """Returns the job, creating it on first use; the bool says whether it was created."""
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            created = tx.execute(
+                q(f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?,?,?,?,?,0) ON CONFLICT (job_id) DO NOTHING "
+                  f"RETURNING {JOB_COLUMNS}"),
+                (job_id, project_id, PhaseStatus.PENDING.name, now_ns, now_ns),
+            ).fetchone()
+            if created:
+                return job_row(created), True
+            return job_row(tx.execute(q(f"{SELECT_JOBS} WHERE job_id = ?"), (job_id,)).fetchone()), False
+
+    def get_job(self, job_id: str) -> JobRow | None:
+        r = self._read_one(f"{SELECT_JOBS} WHERE job_id = ?", (job_id,))
+        return job_row(r) if r else None
+
+    def list_jobs(
+        self,
+        project_id: str | None,
+        statuses: Sequence[PhaseStatus],
+        limit: int,
+        after: tuple[int, str] | None = None,
+    ) -> list[JobRow]:
+        """Jobs newest first; ``after`` is the (create_time_ns, job_id) of the last row of the previous page."""
+        where: list[str] = []
+        args: list[Any] = []
+        if project_id:
+            where.append("project_id = ?")
+            args.append(project_id)
+        if statuses:
+            term, values = self.dialect.in_list("status", [s.name for s in statuses])
+            where.append(term)
+            args.extend(values)
+        if after is not None:
+            where.append("(create_time_ns, job_id) < (?, ?)")  # a row value: one index seek on both
+            args.extend(after)
+        sql = SELECT_JOBS
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [job_row(r) for r in self._read(sql + " ORDER BY create_time_ns DESC, job_id DESC LIMIT ?",
+                                               [*args, limit])]
+
+    # -- phases ------------------------------------------------------------------------------------
+
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
+        """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
+        unknown = set(values) - set(PHASE_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+        if not values:
+            return
+        stored = {k: phase_value(k, v) for k, v in values.items()}
+        q = self.dialect.sql
+        sets = ",".join(f"{k} = ?" for k in stored)
+        with self._transaction() as tx:
+            exists = self._fence(tx, job_id, phase_id, missing_ok=True)
+            tx.execute(q(f"UPDATE phases SET {sets} WHERE job_id = ? AND phase_id = ?"),
+                       [*stored.values(), job_id, phase_id])
+            if "status" in stored:
+                tx.execute(
+                    q("UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ? AND ? = "
+                      "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)"),
+                    (stored["status"], now_ns, job_id, phase_id, job_id),
+                )
+                # Also when it is not the latest phase: the job's view shows every phase.
+                tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
+            else:
+                tx.execute(q("UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?"),
+                           (now_ns, job_id))
+            if exists and ("status" in stored or "result_pb" in stored):
+                self._announce(tx, job_id, phase_id)
+
+    def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
+        r = self._read_one(f"{SELECT_PHASES} WHERE p.job_id = ? AND p.phase_id = ?", (job_id, phase_id))
+        return phase_row(r) if r else None
+
+    def phases_of_jobs(self, job_ids: Sequence[str]) -> list[PhaseRow]:
+        """The phases of all these jobs in one query, by job then ordinal."""
+        if not job_ids:
+            return []
+        term, args = self.dialect.in_list("p.job_id", job_ids)
+        return [phase_row(r) for r in self._read(f"{SELECT_PHASES} WHERE {term} ORDER BY p.job_id, p.ordinal", args)]
+
+    def active_phases(self) -> list[PhaseRow]:
+        """Phases whose status is not final (after a crash: the ones to mark INTERRUPTED)."""
+        term, args = self.dialect.in_list("p.status", ACTIVE)
+        return [phase_row(r) for r in self._read(f"{SELECT_PHASES} WHERE {term}", args)]
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
+        rows = self._read(
+            "SELECT sequence, receive_time_ns, kind, body FROM events "
+            "WHERE job_id = ? AND phase_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+            (job_id, phase_id, after_sequence, limit),
+        )
+        return [EventRow(*r) for r in rows]
+
+    # -- tool calls --------------------------------------------------------------------------------
+
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+        rows = [
+            (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
+            for c in calls
+        ]
+        if not rows:
+            return
+        with self._transaction() as tx:
+            self._fence(tx, job_id, phase_id)
+            tx.executemany(
+                self.dialect.sql(
+                    "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body, "
+                    "duration_ns) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (job_id, phase_id, tool_use_id) DO UPDATE "
+                    "SET name = excluded.name, status = excluded.status, body = excluded.body, "
+                    "duration_ns = excluded.duration_ns"),
+                rows,
+            )
+
+    def mark_tool_calls_unfinished(self, job_id: str, phase_id: str) -> int:
+        """After a crash: calls still RUNNING or HELD will never finish; returns how many."""
+        with self._transaction() as tx:
+            if not self._fence(tx, job_id, phase_id, missing_ok=True):
+                return 0
+            return mark_unfinished(self.dialect, tx, job_id, phase_id)
+
+    def _tool_call_filter(
+        self, job_id: str, phase_id: str | None, tool_name: str | None, statuses: Sequence[ToolCallStatus]
+    ) -> tuple[list[str], list[Any]]:
+        where, args = ["t.job_id = ?"], [job_id]
+        if phase_id:
+            where.append("t.phase_id = ?")
+            args.append(phase_id)
+        if tool_name:
+            where.append("t.name = ?")
+            args.append(tool_name)
+        if statuses:
+            term, values = self.dialect.in_list("t.status", [s.name for s in statuses])
+            where.append(term)
+            args.extend(values)
+        return where, args
+
+    def list_tool_calls(
+        self,
+        job_id: str,
+        phase_id: str | None,
+        tool_name: str | None,
+        statuses: Sequence[ToolCallStatus],
+        limit: int,
+        after: tuple[int, int, str] | None = None,
+    ) -> list[ToolCallRow]:
+        """Tool calls in (phase ordinal, start sequence) order; ``after`` is the last row's key."""
+        where, args = self._tool_call_filter(job_id, phase_id, tool_name, statuses)
+        if after is not None:
+            where.append("(p.ordinal, t.start_sequence, t.tool_use_id) > (?, ?, ?)")
+            args.extend(after)
+        rows = self._read(
+            "SELECT t.tool_use_id, t.name, t.status, t.start_sequence, t.body, t.phase_id, t.duration_ns, p.ordinal "
+            "FROM tool_calls t JOIN phases p ON p.job_id = t.job_id AND p.phase_id = t.phase_id WHERE "
+            + " AND ".join(where)
+            + " ORDER BY p.ordinal, t.start_sequence, t.tool_use_id LIMIT ?",
+            [*args, limit],
+        )
+        return [tool_call_row(r) for r in rows]
+
+    def backfill_tool_call_durations(self, duration_of: Callable[[bytes], int | None], batch: int = 1000) -> int:
+        """Fills in the duration of finished calls a database from before the duration column holds
+        only in their encoded body (SQLite schema version 1, PostgreSQL migration 1).
+
+        ``duration_of`` decodes a call's body (the store does not know the encoding). Runs while the
+        ``BACKFILL_INDEX`` its migration made exists (until then the statistics leave those calls'
+        durations out), then drops it; afterwards it returns at once. Finished calls are never
+        rewritten by their phase, so this needs no fence, and replicas doing it at once write the
+        same values. Returns the number of calls filled in.
+        """
+        if self._read_one(self.dialect.index_exists, (BACKFILL_INDEX,)) is None:
+            return 0
+        finished, finished_args = self.dialect.in_list("status", FINISHED)
+        filled, last = 0, ("", "", "")
+        while True:
+            rows = self._read(
+                f"SELECT job_id, phase_id, tool_use_id, body FROM tool_calls WHERE duration_ns IS NULL AND {finished} "
+                "AND (job_id, phase_id, tool_use_id) > (?, ?, ?) ORDER BY job_id, phase_id, tool_use_id LIMIT ?",
+                (*finished_args, *last, batch),
+            )
+            if not rows:
+                break
+            last = tuple(rows[-1][:3])
+            updates = [(d, j, p, t) for j, p, t, body in rows if (d := duration_of(body)) is not None]
+            if updates:
+                with self._transaction() as tx:
+                    tx.executemany(self.dialect.sql(
+                        "UPDATE tool_calls SET duration_ns = ? WHERE job_id = ? AND phase_id = ? AND tool_use_id = ?"),
+                        updates)
+            filled += len(updates)
+        with self._transaction() as tx:
+            tx.execute(f"DROP INDEX IF EXISTS {BACKFILL_INDEX}")
+        return filled
+
+    # -- costs -------------------------------------------------------------------------------------
+
+    def replace_model_costs(self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]) -> None:
+        """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            self._fence(tx, job_id, phase_id)
+            tx.execute(q("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?"), (job_id, phase_id))
+            if rows:
+                tx.executemany(q("INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+                               [model_cost_values(job_id, phase_id, project_id, r) for r in rows])
+            tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
+
+    def _scope(
+        self, project_id: str | None, job_ids: Sequence[str], phase_id: str | None
+    ) -> tuple[list[str], list[Any]]:
+        """WHERE terms for a cost scope: one phase (one job + phase), jobs, or a project."""
+        if job_ids:
+            term, args = self.dialect.in_list("job_id", job_ids)
+            terms = [term]
+            if phase_id:
+                terms.append("phase_id = ?")
+                args.append(phase_id)
+            return terms, args
+        if project_id is not None:
+            return ["project_id = ?"], [project_id]
+        return [], []
+
+    def phase_cost_sums(
+        self, *, project_id: str | None = None, job_id: str | None = None, phase_id: str | None = None
+    ) -> PhaseCostSums:
+        where, args = self._scope(project_id, [job_id] if job_id else [], phase_id)
+        sql = (
+            "SELECT COUNT(*), COALESCE(SUM(reported_usd), 0), COALESCE(SUM(computed_usd), 0), "
+            "COALESCE(SUM(CASE WHEN computed_only <> 0 THEN 1 ELSE 0 END), 0) FROM phases"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        count, reported, computed, computed_only = self._read_one(sql, args)
+        return PhaseCostSums(count, float(reported), float(computed), int(computed_only))
+
+    def model_cost_sums(
+        self, *, project_id: str | None = None, job_ids: Sequence[str] = (), phase_id: str | None = None
+    ) -> list[tuple[str, ModelCostRow]]:
+        where, args = self._scope(project_id, job_ids, phase_id)
+        # A project's rows group by model and source only (PostgreSQL refuses a constant in GROUP BY).
+        key, group = ("job_id", "job_id, ") if job_ids else ("''", "")
+        total = "CAST(SUM({}) AS BIGINT)".format  # SUM of bigint is numeric on PostgreSQL
+        sql = (
+            f"SELECT {key}, model, {total('input_tokens')}, {total('output_tokens')}, "
+            f"{total('cache_read_input_tokens')}, {total('cache_write_5m_input_tokens')}, "
+            f"{total('cache_write_1h_input_tokens')}, {total('web_search_requests')}, "
+            "SUM(reported_usd), SUM(computed_usd), pricing_source FROM model_costs"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" GROUP BY {group}model, pricing_source"
+        return [(r[0], model_cost_row(r[1:])) for r in self._read(sql, args)]
+
+    # -- retention ---------------------------------------------------------------------------------
+
+    def expired_jobs(self, cutoff_ns: int, limit: int) -> list[tuple[str, list[str]]]:
+        """Jobs untouched since ``cutoff_ns`` with no active phase, oldest first: (job_id, recording dirs)."""
+        active, active_args = self.dialect.in_list("p.status", ACTIVE)
+        q = self.dialect.sql
+        with self._reading() as db:
+            jobs = [r[0] for r in db.execute(
+                q(f"SELECT j.job_id FROM jobs j WHERE j.update_time_ns < ? AND NOT EXISTS (SELECT 1 FROM phases p "
+                  f"WHERE p.job_id = j.job_id AND {active}) ORDER BY j.update_time_ns LIMIT ?"),
+                (cutoff_ns, *active_args, limit),
+            ).fetchall()]
+            if not jobs:
+                return []
+            term, args = self.dialect.in_list("job_id", jobs)
+            dirs: dict[str, list[str]] = {}
+            for job, recording_dir in db.execute(
+                q(f"SELECT job_id, recording_dir FROM phases WHERE {term} AND recording_dir <> '' "
+                  "ORDER BY job_id, ordinal"), args
+            ).fetchall():
+                dirs.setdefault(job, []).append(recording_dir)
+        return [(job, dirs.get(job, [])) for job in jobs]
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Deletes jobs with their phases, events, tool calls and costs, in one transaction; returns phases deleted."""
+        if not job_ids:
+            return 0
+        term, args = self.dialect.in_list("job_id", job_ids)
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            # Explicit deletes in dependency order (cheaper than row-by-row cascades on events).
+            for table in ("events", "tool_calls", "model_costs"):
+                tx.execute(q(f"DELETE FROM {table} WHERE {term}"), args)
+            phases = tx.execute(q(f"DELETE FROM phases WHERE {term}"), args).rowcount
+            tx.execute(q(f"DELETE FROM jobs WHERE {term}"), args)
+        return phases
+
+    def finished_recordings(self) -> list[tuple[str, str, str]]:
+        """(job_id, phase_id, recording_dir) of finished phases that still have a recording, oldest end first."""
+        term, args = self.dialect.not_in_list("status", ACTIVE)
+        return [tuple(r) for r in self._read(
+            f"SELECT job_id, phase_id, recording_dir FROM phases WHERE recording_dir <> '' AND {term} "
+            "ORDER BY COALESCE(end_time_ns, create_time_ns), job_id, phase_id", args)]
+
+    def forget_recording(self, job_id: str, phase_id: str) -> None:
+        """Notes that a phase's recording was deleted (without counting as activity on its job)."""
+        with self._transaction() as tx:
+            tx.execute(self.dialect.sql("UPDATE phases SET recording_dir = '' WHERE job_id = ? AND phase_id = ?"),
+                       (job_id, phase_id))
+
+    def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
+        """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        found: set[str] = set()
+        for start in range(0, len(recording_dirs), _CHUNK):
+            term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
+            found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
+        return found
