@@ -49,7 +49,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # support.postgres: the throwaway cluster of the tests
 
 from bench_run_phase import machine_cpu, parse_text, pct, proc_cpu, write_fake_claude  # noqa: E402
-from server_process import ServerProcess, export_baseline  # noqa: E402
+from server_process import ServerProcess, export_baseline, histogram_quantile  # noqa: E402
+
+LOOP_LAG = "helix_event_loop_lag_seconds"  # the server's loop-lag probe (telemetry/loop_lag.py)
 
 # ------------------------------------------------------------------------------------------------
 # Client process (--client CFG): K concurrent RunPhase streams spread over the given addresses.
@@ -258,11 +260,15 @@ def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, post
         {"addresses": addresses[1:] + addresses[:1], "k": args.k - half, "first": half, "lines": args.lines,
          "tag": tag, "workdir": str(workdir), "timeout": args.timeout},
     ]  # fmt: skip
+    lag0 = {s.pid: s.histogram(LOOP_LAG) for s in servers}
     cpu0 = {s.pid: proc_cpu(s.pid) for s in servers}
+    loop0 = {s.pid: s.loop_thread_cpu() for s in servers}
     pg0, m0, c0 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     outs = run_clients(cfgs, "--client", args.timeout + 30)
     pg1, m1, c1 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     cpu1 = {s.pid: proc_cpu(s.pid) for s in servers}
+    loop1 = {s.pid: s.loop_thread_cpu() for s in servers}
+    lags = [histogram_quantile(lag0[s.pid], s.histogram(LOOP_LAG), 0.99) for s in servers]
     wall = (max(o["t1"] for o in outs) - min(o["t0"] for o in outs)) / 1e9
     events = sum(o["events"] for o in outs)
     return {
@@ -275,6 +281,14 @@ def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, post
         "bad": sum(o["bad_count"] for o in outs),
         "bad_examples": [b for o in outs for b in o["bad"]][:3],
         "server_cpu": [(cpu1[s.pid][0] - cpu0[s.pid][0]) / wall for s in servers],
+        # The main thread of each server, i.e. its event loop, in cores.
+        "loop_cpu": [(loop1[s.pid] - loop0[s.pid]) / wall for s in servers],
+        # Each server's loop-lag probe over the run: p99 in ms (from the histogram's buckets), samples,
+        # and the share of samples at or under 10 ms.
+        "loop_lag_p99_ms": [lag[0] * 1000 for lag in lags],
+        "loop_lag_samples": [lag[1] for lag in lags],
+        "loop_lag_within_10ms": [lag[2] for lag in lags],
+        "load_avg": os.getloadavg()[0],
         # The phases' shims and fake CLIs, reaped by the servers.
         "phase_cpu": sum(cpu1[s.pid][1] - cpu0[s.pid][1] for s in servers) / wall,
         "client_cpu": (c1 - c0) / wall,
@@ -292,6 +306,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="200 phases x 200 lines, 2 rounds, short watch run")
     ap.add_argument("--k", type=int, default=200, help="concurrent phases per run (default 200)")
+    ap.add_argument("--servers", default="1,2", metavar="N,N",
+                    help="server process counts to run each round (default 1,2; on a many-core host e.g. 1,2,4,8); "
+                         "each N>1 is reported against N=1")
     ap.add_argument("--lines", type=int, help="assistant lines per phase (default 1000; quick 200)")
     ap.add_argument("--rounds", type=int, help="rounds, each N=1 and N=2 (default 5; quick 2)")
     ap.add_argument("--watchers", type=int, default=10, help="watchers on the owner and on the other replica")
@@ -322,6 +339,9 @@ def main() -> int:
     if args.watch:
         print(json.dumps(asyncio.run(watch_main(json.loads(args.watch)))))
         return 0
+    args.ns = sorted({int(n) for n in args.servers.split(",") if n.strip()})
+    if not args.ns or args.ns[0] != 1 or args.ns[-1] > 26:
+        ap.error("--servers must include 1 and stay at most 26")
     args.lines = args.lines or (200 if args.quick else 1000)
     args.rounds = args.rounds or (2 if args.quick else 5)
     watch_lines = 100 if args.quick else 500
@@ -340,9 +360,11 @@ def main() -> int:
     try:
         url = cluster.create_database("bench")
         env = {"HELIX_RUNNER_DATABASE_URL": url, "HELIX_RUNNER_MAX_CONCURRENT_PHASES": "300",
-               "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120", "HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1"}  # fmt: skip
+               "HELIX_RUNNER_DEFAULT_IDLE_TIMEOUT_SECONDS": "120", "HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1",
+               "HELIX_RUNNER_METRICS_PORT": "0"}  # fmt: skip
         postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
-        for name in ("a", "b"):
+        names = [chr(ord("a") + i) for i in range(max(2, args.ns[-1]))]  # two at least: the watch run
+        for name in names:
             servers.append(ServerProcess(tmp, name, fake, workdir,
                                          env_extra={**env, "HELIX_RUNNER_REPLICA_ID": f"bench-{name}"}))  # fmt: skip
         sqlite = None
@@ -352,12 +374,13 @@ def main() -> int:
             servers.append(sqlite)
         print(f"# PostgreSQL {cluster.bindir.parent.name} at {cluster.socket_dir}; servers "
               f"{', '.join(s.address for s in servers)}; {os.cpu_count()} CPUs; K={args.k}, "
-              f"{args.lines} lines per phase, {args.rounds} rounds", flush=True)  # fmt: skip
+              f"{args.lines} lines per phase, {args.rounds} rounds, N in {args.ns}; "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
         baseline_pair = []
         if args.baseline and not args.catchup_only:  # the same load on REF's servers, on a database of their own
             base_url = cluster.create_database("bench_baseline")
             base_src = export_baseline(args.baseline, tmp)
-            for name in ("a0", "b0"):
+            for name in [f"{n}0" for n in names[: args.ns[-1]]]:
                 baseline_pair.append(ServerProcess(tmp, name, fake, workdir, server_src=base_src, env_extra={
                     **env, "HELIX_RUNNER_DATABASE_URL": base_url, "HELIX_RUNNER_REPLICA_ID": f"bench-{name}"}))
             servers.extend(baseline_pair)
@@ -390,8 +413,8 @@ def main() -> int:
         report_catchup(catchup)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            **({"ratio": ratio_summary(rounds)} if rounds else {}),
-            **({"baseline": {"ref": args.baseline, "ratio": ratio_summary(baseline_rounds),
+            **({"ratio": primary_ratio(rounds)} if len(args.ns) > 1 and rounds else {}),
+            **({"baseline": {"ref": args.baseline, "ratio": primary_ratio(baseline_rounds),
                              "this_over_baseline": this_over_baseline(rounds, baseline_rounds),
                              "rounds": baseline_rounds}} if baseline_rounds else {}),
             "rounds": rounds, "bad": bad, "watch": watch, "catchup": catchup, "k": args.k, "lines": args.lines,
@@ -416,7 +439,7 @@ def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args
     rounds: list[dict] = []
     baseline_rounds: list[dict] = []
     for r in range(args.rounds):
-        order = [1, 2] if r % 2 == 0 else [2, 1]
+        order = list(args.ns) if r % 2 == 0 else list(reversed(args.ns))
         if sqlite is not None:
             order.insert(1, 0)  # 0: one server on SQLite, between the other two
         trees = [("", servers, order, rounds)]
@@ -431,44 +454,69 @@ def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args
                 pair[n] = load_round(chosen, f"r{r}-n{n}{label.strip()}", args, workdir, postmaster)
                 got = pair[n]
                 print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}{label}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
-                      f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])}, phases {got['phase_cpu']:.0%}, "
+                      f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])} "
+                      f"(loop {'+'.join(f'{c:.0%}' for c in got['loop_cpu'])}), "
+                      f"loop lag p99 {'/'.join(f'{x:.1f}' for x in got['loop_lag_p99_ms'])} ms, phases {got['phase_cpu']:.0%}, "
                       f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
-                      f"machine {got['machine_busy']:.0%} of one core, bad {got['bad']}", flush=True)  # fmt: skip
+                      f"machine {got['machine_busy']:.0%} of one core, load {got['load_avg']:.1f}, bad {got['bad']}",
+                      flush=True)  # fmt: skip
             into.append(pair)
     return rounds, baseline_rounds
 
 
-def ratio_summary(rounds: list[dict]) -> dict:
-    ratios = [p[2]["events_per_s"] / p[1]["events_per_s"] for p in rounds]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "goal": 1.7}
+def ratio_summary(rounds: list[dict], n: int = 2) -> dict:
+    """Events/s of N=n over N=1, per round: median, range (the goal is P8's, for N=2)."""
+    ratios = [p[n]["events_per_s"] / p[1]["events_per_s"] for p in rounds]
+    return {"n": n, "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "goal": 1.7}
+
+
+def scale_ns(rounds: list[dict]) -> list[int]:
+    return sorted(n for n in rounds[0] if n > 1)
+
+
+def primary_ratio(rounds: list[dict]) -> dict:
+    """N=2 over N=1 when N=2 ran, else the largest N's."""
+    ns = scale_ns(rounds)
+    return ratio_summary(rounds, 2 if 2 in ns else ns[-1]) if ns else {}
+
+
+def per_event_us(runs: list[dict]) -> float:
+    """Server CPU per event, µs (median over the runs)."""
+    return statistics.median(sum(x["server_cpu"]) * x["wall_s"] / x["events"] * 1e6 for x in runs)
 
 
 def report_load(args, rounds: list[dict], watch: dict) -> int:
     """Prints the events/s table, the N=2/N=1 ratio and the watch fan-out; returns the bad phases."""
-    one = [p[1] for p in rounds]
-    two = [p[2] for p in rounds]
-    ratio = ratio_summary(rounds)
-    bad = sum(x["bad"] for x in one + two)
+    every = [x for p in rounds for n, x in p.items() if n]
+    bad = sum(x["bad"] for x in every)
     print(f"\n## Events/s, K={args.k} phases x {args.lines} lines, {args.rounds} rounds "
-          "(median (min-max); CPU in cores)\n")  # fmt: skip
+          "(median (min-max); CPU in cores; loop lag p99 of the worst server per run)\n")  # fmt: skip
     print(f"{'servers':>8} {'events/s':>20} {'live p50 ms':>12} {'live p99 ms':>12} {'server CPU':>11} "
-          f"{'phases CPU':>11} {'clients CPU':>12} {'PostgreSQL CPU':>15} {'machine busy':>13}")  # fmt: skip
-    table = [("1", one), ("2", two)] + ([("1 SQLite", [p[0] for p in rounds])] if args.sqlite else [])
+          f"{'loop CPU':>9} {'µs/event':>9} {'loop lag p99':>13} {'phases CPU':>11} {'clients CPU':>12} "
+          f"{'PostgreSQL CPU':>15} {'machine busy':>13} {'load':>5}")  # fmt: skip
+    table = [(str(n), [p[n] for p in rounds]) for n in sorted(rounds[0]) if n]
+    table += [("1 SQLite", [p[0] for p in rounds])] if args.sqlite else []
     for n, runs in table:
         print(f"{n:>8} {spread([x['events_per_s'] for x in runs]):>20} "
               f"{statistics.median(x['p50_ms'] for x in runs):>12.1f} "
               f"{statistics.median(x['p99_ms'] for x in runs):>12.1f} "
               f"{statistics.median(sum(x['server_cpu']) for x in runs):>11.2f} "
+              f"{statistics.median(max(x['loop_cpu']) for x in runs):>9.2f} "
+              f"{per_event_us(runs):>9.1f} "
+              f"{statistics.median(max(x['loop_lag_p99_ms']) for x in runs):>10.1f} ms "
               f"{statistics.median(x['phase_cpu'] for x in runs):>11.2f} "
               f"{statistics.median(x['client_cpu'] for x in runs):>12.2f} "
               f"{statistics.median(x['pg_cpu'] for x in runs):>15.2f} "
-              f"{statistics.median(x['machine_busy'] for x in runs):>13.2f}")  # fmt: skip
-    print(
-        f"\nratio N=2 / N=1 (per round, median): {ratio['median']:.2f}x "
-        f"(range {ratio['min']:.2f}-{ratio['max']:.2f}); goal >= 1.7x; lost/reordered/failed phases: {bad}"
-    )
+              f"{statistics.median(x['machine_busy'] for x in runs):>13.2f} "
+              f"{statistics.median(x['load_avg'] for x in runs):>5.1f}")  # fmt: skip
+    print()
+    for n in scale_ns(rounds):
+        ratio = ratio_summary(rounds, n)
+        print(f"ratio N={n} / N=1 (per round, median): {ratio['median']:.2f}x "
+              f"(range {ratio['min']:.2f}-{ratio['max']:.2f}){'; goal >= 1.7x' if n == 2 else ''}")
+    print(f"lost/reordered/failed phases: {bad}")
     if bad:
-        print("examples:", [b for x in one + two for b in x["bad_examples"]][:3])
+        print("examples:", [b for x in every for b in x["bad_examples"]][:3])
     o, t = watch["owner"], watch["other"]
     print(f"\n## Watch fan-out, one phase at 50 lines/s on A, {args.watchers} watchers on A and on B (ms)\n")
     print(f"{'watcher on':>22} {'n':>6} {'p50':>8} {'p90':>8} {'p99':>8}")
@@ -481,27 +529,40 @@ def report_load(args, rounds: list[dict], watch: dict) -> int:
 
 
 def this_over_baseline(rounds: list[dict], baseline_rounds: list[dict]) -> dict:
-    """Events/s of this tree over the baseline's, per round, at N=1 and N=2: median (min, max)."""
+    """Events/s of this tree over the baseline's, per round, at each N: median (min, max); and the
+    server CPU per event of this tree over the baseline's."""
     out = {}
-    for n in (1, 2):
-        r = [a[n]["events_per_s"] / b[n]["events_per_s"] for a, b in zip(rounds, baseline_rounds, strict=True)]
-        out[str(n)] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
+    for n in sorted(baseline_rounds[0]):
+        pairs = list(zip(rounds, baseline_rounds, strict=True))
+        r = [a[n]["events_per_s"] / b[n]["events_per_s"] for a, b in pairs]
+        cpu = [per_event_us([a[n]]) / per_event_us([b[n]]) for a, b in pairs]
+        out[str(n)] = {"median": statistics.median(r), "min": min(r), "max": max(r),
+                       "cpu_per_event": statistics.median(cpu)}
     return out
 
 
 def report_baseline(args, rounds: list[dict], baseline_rounds: list[dict]) -> int:
     """Prints the baseline pair's events/s beside this tree's, and the ratios; returns its bad phases."""
     print(f"\n## Beside {args.baseline}: the same load on its servers (a database of their own), same rounds\n")
-    print(f"{'servers':>8} {'this tree events/s':>20} {args.baseline + ' events/s':>22} {'this / baseline':>22}")
+    print(f"{'servers':>8} {'this tree events/s':>20} {args.baseline + ' events/s':>22} {'this / baseline':>22} "
+          f"{'µs/event this / base':>22} {'loop CPU this / base':>21} {'loop lag p99 ms this / base':>28}")
     ratios = this_over_baseline(rounds, baseline_rounds)
-    for n in (1, 2):
+    for n in sorted(baseline_rounds[0]):
         x = ratios[str(n)]
-        print(f"{n:>8} {spread([p[n]['events_per_s'] for p in rounds]):>20} "
-              f"{spread([p[n]['events_per_s'] for p in baseline_rounds]):>22} "
-              f"{x['median']:>9.2f} ({x['min']:.2f}-{x['max']:.2f})")  # fmt: skip
-    base = ratio_summary(baseline_rounds)
-    print(f"ratio N=2 / N=1 of {args.baseline}: {base['median']:.2f}x (range {base['min']:.2f}-{base['max']:.2f})")
-    return sum(p[n]["bad"] for p in baseline_rounds for n in (1, 2))
+        mine, base = [p[n] for p in rounds], [p[n] for p in baseline_rounds]
+        loop = (f"{statistics.median(max(r['loop_cpu']) for r in mine):.2f} / "
+                f"{statistics.median(max(r['loop_cpu']) for r in base):.2f}")
+        lag = (f"{statistics.median(max(r['loop_lag_p99_ms']) for r in mine):.1f} / "
+               f"{statistics.median(max(r['loop_lag_p99_ms']) for r in base):.1f}")
+        print(f"{n:>8} {spread([r['events_per_s'] for r in mine]):>20} "
+              f"{spread([r['events_per_s'] for r in base]):>22} "
+              f"{x['median']:>9.2f} ({x['min']:.2f}-{x['max']:.2f})"
+              f"{per_event_us(mine):>10.1f} / {per_event_us(base):.1f} ({x['cpu_per_event']:.2f})"
+              f"{loop:>21} {lag:>28}")  # fmt: skip
+    for n in scale_ns(baseline_rounds):
+        base = ratio_summary(baseline_rounds, n)
+        print(f"ratio N={n} / N=1 of {args.baseline}: {base['median']:.2f}x (range {base['min']:.2f}-{base['max']:.2f})")
+    return sum(p[n]["bad"] for p in baseline_rounds for n in p)
 
 
 def report_catchup(catchup: dict) -> None:
