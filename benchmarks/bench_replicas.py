@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -251,7 +252,25 @@ def run_clients(cfgs: list[dict], flag: str, timeout: float) -> list[dict]:
 
 
 def load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, postmaster: int) -> dict:
-    """K phases over ``servers`` from two client processes; events/s, latency, CPU."""
+    """K phases over ``servers`` from two client processes; events/s, latency, CPU (with ``--py-spy``,
+    one server alone is sampled by py-spy for the run)."""
+    spy = None
+    if getattr(args, "py_spy", None) and len(servers) == 1:
+        out = Path(args.py_spy) / f"{tag}.txt"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(servers[0].pid),
+                                "--format", "raw", "-o", str(out), "--threads", "--idle", "--rate", "200"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(0.5)  # attached before the load starts
+    try:
+        return _load_round(servers, tag, args, workdir, postmaster)
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(60)
+
+
+def _load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, postmaster: int) -> dict:
     addresses = [s.address for s in servers]
     half = args.k // 2
     cfgs = [
@@ -325,6 +344,8 @@ def main() -> int:
     )
     ap.add_argument("--catchup-only", action="store_true", help="with --baseline: skip the load rounds and the watch run")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--py-spy", metavar="DIR", help="sample each one-server run with py-spy (all threads, idle "
+                    "included) into DIR/<run>.txt (collapsed stacks; benchmarks/spy_summary.py sums them up)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--watch", help=argparse.SUPPRESS)
@@ -433,7 +454,7 @@ def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args
     """Warm-up, then each round: N=1 and N=2 (and one SQLite server) in alternating order; with a
     ``baseline`` pair (another commit's servers, on a database of their own) its N=1 and N=2 too,
     before or after this tree's, alternating. Returns this tree's rounds and the baseline's."""
-    warm = argparse.Namespace(**{**vars(args), "k": 4})
+    warm = argparse.Namespace(**{**vars(args), "k": 4, "py_spy": None})
     for s in [*servers, *(baseline or [])]:
         load_round([s], f"warm-{s.pid}", warm, workdir, postmaster)
     rounds: list[dict] = []

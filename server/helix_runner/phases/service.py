@@ -35,7 +35,6 @@ from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, Queue
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupted_attempt
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
-from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.replicas import Replicas
@@ -233,9 +232,9 @@ class PhaseService:
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
                                    frame=self.encoder.frame_events)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            # A write refused by the fence (another replica took the phase over) stops the run.
-            run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
-            run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
+            # The run's row writes are queued behind its events; a write refused by the fence (another
+            # replica took the phase over) stops the run (the writer's on_fenced).
+            run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries, accepted_ns=now)
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
