@@ -21,7 +21,7 @@ from pathlib import Path
 
 # (category, pattern on a frame "function (file:line)"), tried on each frame from the leaf up.
 RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("waits for the database (psycopg wait)", re.compile(r"^wait\w* \(psycopg/|^_wait_conn|\(psycopg/waiting\.py")),
+    ("waits for the database (psycopg wait)", re.compile(r"^(\w+\.)?wait\w* \(psycopg/|\(psycopg/waiting\.py")),
     ("idle: select (nothing to do)", re.compile(r"^select \(selectors\.py")),
     ("store: psycopg (CPU)", re.compile(r"\(psycopg|\(psycopg_pool/")),
     ("store: SQL layer (helix store/)", re.compile(r"helix_runner/store/")),

@@ -120,6 +120,11 @@ class EventWriter:
         self.on_fenced: Callable[[str, str], None] = lambda job_id, phase_id: None
 
     @property
+    def off_loop(self) -> bool:
+        """The store's writes (and calls) wait on a database server: they run off the event loop."""
+        return self._committer.off_loop
+
+    @property
     def backlog(self) -> int:
         """Bytes handed over and not yet committed (and their callbacks not yet run)."""
         return self._backlog

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 # (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
 Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
+T = TypeVar("T")
 
 
 
@@ -212,17 +214,22 @@ class PhaseService:
                                  plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries) -> LivePhase:
         # Persisted from here on.
         now = time.time_ns()
-        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
+        job, _ = await self._off_loop(self.store.get_or_create_job, spec.job_id, project, now)
         if job.project_id != project:  # another request created the job just now
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {job.project_id}",
                               {"field": "project_id", "job_id": spec.job_id, "project_id": job.project_id})
+        row = PhaseRow(
+            job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
+            status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+            model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
+        )
         try:
-            self.store.insert_phase(PhaseRow(
-                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
-                status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
-                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
-            ))
+            await self._off_loop(self.store.insert_phase, row)
+        except asyncio.CancelledError:
+            if row.ordinal:  # inserted (the ordinal is assigned) before the call went away: not left PENDING
+                self._fail_unstarted(spec.job_id, spec.phase_id, now)
+            raise
         except AlreadyExistsError:
             raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
                               f"phase {spec.phase_id} already exists in job {spec.job_id}",
@@ -249,6 +256,19 @@ class PhaseService:
                                                      "working_dir": str(workdir),
                                                      "containment": plan.scope.describe()}})
         return live
+
+    async def _off_loop(self, call: Callable[..., T], *args: object) -> T:
+        """A store call, on a worker thread when the store's calls wait on a database server (the
+        writer's store says so: ``Committer.off_loop``), else here. It is never cut short: a cancel
+        while it runs waits for it to end (so the caller knows what it did), then propagates."""
+        if not self.writer.off_loop:
+            return call(*args)
+        future = asyncio.get_running_loop().run_in_executor(None, call, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            raise
 
     def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
         """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
