@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # support.postgres: the throwaway cluster of the tests
 
-from bench_run_phase import machine_cpu, parse_text, pct, proc_cpu, write_fake_claude  # noqa: E402
+from bench_run_phase import HiccupMeter, machine_cpu, parse_text, pct, proc_cpu, write_fake_claude  # noqa: E402
 from server_process import ServerProcess, export_baseline, histogram_quantile  # noqa: E402
 
 LOOP_LAG = "helix_event_loop_lag_seconds"  # the server's loop-lag probe (telemetry/loop_lag.py)
@@ -282,8 +282,12 @@ def _load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, pos
     lag0 = {s.pid: s.histogram(LOOP_LAG) for s in servers}
     cpu0 = {s.pid: proc_cpu(s.pid) for s in servers}
     loop0 = {s.pid: s.loop_thread_cpu() for s in servers}
+    meter = HiccupMeter()  # how late a trivial process wakes on this machine meanwhile: the floor under a loop's lag
     pg0, m0, c0 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
-    outs = run_clients(cfgs, "--client", args.timeout + 30)
+    try:
+        outs = run_clients(cfgs, "--client", args.timeout + 30)
+    finally:
+        wakeup = meter.stop()
     pg1, m1, c1 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     cpu1 = {s.pid: proc_cpu(s.pid) for s in servers}
     loop1 = {s.pid: s.loop_thread_cpu() for s in servers}
@@ -307,6 +311,7 @@ def _load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, pos
         "loop_lag_p99_ms": [lag[0] * 1000 for lag in lags],
         "loop_lag_samples": [lag[1] for lag in lags],
         "loop_lag_within_10ms": [lag[2] for lag in lags],
+        "wakeup_p99_ms": wakeup.get("p99", float("nan")),
         "load_avg": os.getloadavg()[0],
         # The phases' shims and fake CLIs, reaped by the servers.
         "phase_cpu": sum(cpu1[s.pid][1] - cpu0[s.pid][1] for s in servers) / wall,
@@ -477,7 +482,8 @@ def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args
                 print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}{label}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
                       f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])} "
                       f"(loop {'+'.join(f'{c:.0%}' for c in got['loop_cpu'])}), "
-                      f"loop lag p99 {'/'.join(f'{x:.1f}' for x in got['loop_lag_p99_ms'])} ms, phases {got['phase_cpu']:.0%}, "
+                      f"loop lag p99 {'/'.join(f'{x:.1f}' for x in got['loop_lag_p99_ms'])} ms "
+                      f"(a process's wake-up p99 {got['wakeup_p99_ms']:.1f} ms), phases {got['phase_cpu']:.0%}, "
                       f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "
                       f"machine {got['machine_busy']:.0%} of one core, load {got['load_avg']:.1f}, bad {got['bad']}",
                       flush=True)  # fmt: skip
@@ -513,7 +519,7 @@ def report_load(args, rounds: list[dict], watch: dict) -> int:
     print(f"\n## Events/s, K={args.k} phases x {args.lines} lines, {args.rounds} rounds "
           "(median (min-max); CPU in cores; loop lag p99 of the worst server per run)\n")  # fmt: skip
     print(f"{'servers':>8} {'events/s':>20} {'live p50 ms':>12} {'live p99 ms':>12} {'server CPU':>11} "
-          f"{'loop CPU':>9} {'µs/event':>9} {'loop lag p99':>13} {'phases CPU':>11} {'clients CPU':>12} "
+          f"{'loop CPU':>9} {'µs/event':>9} {'loop lag p99':>13} {'wake-up p99':>12} {'phases CPU':>11} {'clients CPU':>12} "
           f"{'PostgreSQL CPU':>15} {'machine busy':>13} {'load':>5}")  # fmt: skip
     table = [(str(n), [p[n] for p in rounds]) for n in sorted(rounds[0]) if n]
     table += [("1 SQLite", [p[0] for p in rounds])] if args.sqlite else []
@@ -525,6 +531,7 @@ def report_load(args, rounds: list[dict], watch: dict) -> int:
               f"{statistics.median(max(x['loop_cpu']) for x in runs):>9.2f} "
               f"{per_event_us(runs):>9.1f} "
               f"{statistics.median(max(x['loop_lag_p99_ms']) for x in runs):>10.1f} ms "
+              f"{statistics.median(x['wakeup_p99_ms'] for x in runs):>9.1f} ms "
               f"{statistics.median(x['phase_cpu'] for x in runs):>11.2f} "
               f"{statistics.median(x['client_cpu'] for x in runs):>12.2f} "
               f"{statistics.median(x['pg_cpu'] for x in runs):>15.2f} "
