@@ -154,7 +154,7 @@ class PhaseService:
                               {"missing": ",".join(missing)})
         claude = self.locate_claude()
         limits = self._limits(spec)
-        existing = self.store.get_job(spec.job_id)
+        existing = await self._off_loop(self.store.get_job, spec.job_id)
         project = spec.project_id or DEFAULT_PROJECT
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
