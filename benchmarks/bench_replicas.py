@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -477,7 +478,9 @@ def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args
             pair = {}
             for n in ns:
                 chosen = [sqlite] if n == 0 else pair_of[:n]
-                pair[n] = load_round(chosen, f"r{r}-n{n}{label.strip()}", args, workdir, postmaster)
+                # The tag names the phases' job ids: a ref like HEAD~1 must not put a "~" in them.
+                tag = f"r{r}-n{n}" + re.sub(r"[^A-Za-z0-9_-]", "_", label.strip())
+                pair[n] = load_round(chosen, tag, args, workdir, postmaster)
                 got = pair[n]
                 print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}{label}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
                       f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])} "
