@@ -350,6 +350,8 @@ def main() -> int:
     )
     ap.add_argument("--catchup-only", action="store_true", help="with --baseline: skip the load rounds and the watch run")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--turn-probe", metavar="DIR", help="load benchmarks/turn_probe into every server: how long each "
+                    "loop turn keeps the loop busy (callbacks only), printed per server at the end")
     ap.add_argument("--py-spy", metavar="DIR", help="sample each one-server run with py-spy (all threads, idle "
                     "included) into DIR/<run>.txt (collapsed stacks; benchmarks/spy_summary.py sums them up)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (server logs)")
@@ -375,6 +377,10 @@ def main() -> int:
 
     from support.postgres import PostgresCluster
 
+    if args.turn_probe:  # every server started from here loads the probe (sitecustomize)
+        Path(args.turn_probe).mkdir(parents=True, exist_ok=True)
+        os.environ["HELIX_TURN_PROBE_OUT"] = str(Path(args.turn_probe).resolve() / "turns")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE / "turn_probe"), os.environ.get("PYTHONPATH")) if p)
     tmp = Path(tempfile.mkdtemp(prefix="helix-bench-replicas-"))
     workdir = tmp / "work"
     workdir.mkdir()
@@ -434,6 +440,8 @@ def main() -> int:
         cluster.stop()
 
     bad = report_load(args, rounds, watch) if rounds else 0
+    if args.turn_probe:
+        report_turns(Path(args.turn_probe), {s.pid: s.log_path.stem.removeprefix("server-") for s in servers})
     if baseline_rounds:
         bad += report_baseline(args, rounds, baseline_rounds)
     if catchup is not None:
@@ -594,6 +602,24 @@ def report_baseline(args, rounds: list[dict], baseline_rounds: list[dict]) -> in
         base = ratio_summary(baseline_rounds, n)
         print(f"ratio N={n} / N=1 of {args.baseline}: {base['median']:.2f}x (range {base['min']:.2f}-{base['max']:.2f})")
     return sum(p[n]["bad"] for p in baseline_rounds for n in p)
+
+
+def report_turns(directory: Path, names: dict[int, str]) -> None:
+    """Prints each server's loop turns (benchmarks/turn_probe): busy time per turn and what filled the long ones."""
+    print("\n## Loop turns: busy time per turn (callbacks and task steps, not the wait in select), whole server life\n")
+    print(f"{'server':>8} {'turns':>8} {'busy s':>7} {'p50 ms':>7} {'p99 ms':>7} {'p99.9 ms':>9} {'max ms':>7} {'> 10 ms':>8}")
+    found = {}
+    for path in sorted(directory.glob("turns.*.json")):
+        pid = int(path.suffixes[-2].lstrip("."))
+        if pid in names:
+            found[names[pid]] = json.loads(path.read_text())
+    for name, t in sorted(found.items()):
+        print(f"{name:>8} {t['turns']:>8} {t['busy_s']:>7.1f} {t['p50_ms']:>7.2f} {t['p99_ms']:>7.2f} "
+              f"{t['p999_ms']:>9.2f} {t['max_ms']:>7.1f} {t['over_10ms']:>8}")
+    for name, t in sorted(found.items()):
+        print(f"\n{name}: what ran in its turns over 10 ms (turns, ms in them)")
+        for what, count, ms in t["in_turns_over_10ms"][:8]:
+            print(f"  {count:>5} {ms:>8.1f}  {what[:110]}")
 
 
 def report_catchup(catchup: dict) -> None:

@@ -10,6 +10,7 @@ records them INTERRUPTED too.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -98,6 +99,7 @@ class PhaseService:
         self._claude: ClaudeBinary | None = None
         self.writer = EventWriter(store)
         self.writer.on_fenced = self.on_fenced
+        self._store_calls: concurrent.futures.ThreadPoolExecutor | None = None  # _off_loop's thread
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
@@ -263,7 +265,11 @@ class PhaseService:
         while it runs waits for it to end (so the caller knows what it did), then propagates."""
         if not self.writer.off_loop:
             return call(*args)
-        future = asyncio.get_running_loop().run_in_executor(None, call, *args)
+        if self._store_calls is None:
+            # One thread: a burst of phase starts queues here instead of waking many threads that
+            # would all contend with the loop for the GIL (measured: benchmarks/README.md).
+            self._store_calls = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="helix-store-call")
+        future = asyncio.get_running_loop().run_in_executor(self._store_calls, call, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -428,8 +434,11 @@ class PhaseService:
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
 
     def close(self) -> None:
-        """Removes this server's (now empty) containment directories."""
+        """Removes this server's (now empty) containment directories; stops the store-call thread."""
         self.containment.close()
+        if self._store_calls is not None:
+            self._store_calls.shutdown(wait=True)
+            self._store_calls = None
 
     # -- recovery --------------------------------------------------------------------------
 
