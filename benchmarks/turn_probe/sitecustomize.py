@@ -32,15 +32,18 @@ if os.environ.get("HELIX_TURN_PROBE_OUT") and "serve" in sys.argv[1:2]:
     _run_once = asyncio.base_events.BaseEventLoop._run_once
 
     def _name(handle) -> str:
-        callback = handle._callback
-        task = getattr(callback, "__self__", None)
-        if isinstance(task, asyncio.Task):
-            coro, frames = task.get_coro(), []
-            while coro is not None and len(frames) < 4:
-                frames.append(getattr(coro, "__qualname__", type(coro).__name__))
-                coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
-            return "task " + " > ".join(frames)
-        return getattr(callback, "__qualname__", repr(callback))[:80]
+        try:
+            callback = handle._callback
+            task = getattr(callback, "__self__", None)
+            if isinstance(task, asyncio.Task):
+                coro, frames = task.get_coro(), []
+                while coro is not None and len(frames) < 4:
+                    frames.append(str(getattr(coro, "__qualname__", None) or type(coro).__name__))
+                    coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+                return "task " + " > ".join(frames)
+            return str(getattr(callback, "__qualname__", None) or repr(callback))[:80]
+        except Exception:  # a probe must never break the server it measures
+            return "?"
 
     def _timed_run(self):
         started = _clock()
