@@ -62,10 +62,6 @@ Framer = Callable[[Sequence[bytes]], bytes]
 # output readers wait (``EventWriter.room``): a database slower than the phases slows the phases
 # instead of piling their events up in memory (the reverted async store queued them for seconds).
 BACKLOG_BYTES = 4 * 1024 * 1024
-# How many chunks of output (a read of up to 64 KiB from a CLI's pipe, parsed at once) the readers
-# may take per loop turn: each is a few milliseconds of parsing, and what else is ready (a timer, a
-# control call, a watcher's delivery) runs only at the end of the turn.
-READS_PER_TURN = 2
 # What an event costs besides its encoded body (its row, the callback that offers it), and a row
 # write (a status, tool calls, costs), roughly: the backlog counts memory, not items.
 _EVENT_OVERHEAD = 200
@@ -105,16 +101,12 @@ class EventWriter:
     the load and a commit's round trips are paid per batch, not per phase or event.
 
     The backlog (written, not committed) is bounded: ``room()`` makes the phases' output readers
-    wait past ``backlog_bytes``; and it lets them read ``reads_per_turn`` chunks per loop turn,
-    in turn, so the loop's turns stay short whatever the number of phases.
+    wait past ``backlog_bytes``, and lets them go in turn as it drains.
     """
 
-    def __init__(self, store: Store, *, backlog_bytes: int = BACKLOG_BYTES, reads_per_turn: int = READS_PER_TURN):
+    def __init__(self, store: Store, *, backlog_bytes: int = BACKLOG_BYTES):
         self.store = store
         self.backlog_bytes = backlog_bytes
-        self.reads_per_turn = reads_per_turn
-        self._turn_reads = 0
-        self._turn_scheduled = False
         self._committer = store.committer()
         self._pending: list[_Entry] = []
         self._scheduled = False
@@ -185,43 +177,33 @@ class EventWriter:
             asyncio.get_running_loop().call_soon(self._hand_off)
 
     async def room(self) -> None:
-        """Returns once a reader may hand over one more chunk of output: at once while the backlog
-        is under its bound and this loop turn has reads left, else in turn (FIFO).
+        """Returns once the backlog has room: at once below the bound, else in turn (FIFO).
 
-        Two bounds: the backlog's (memory; released as batches commit), and ``reads_per_turn``
-        (the loop's lag: a turn in which 200 phases' readers all parsed a chunk would hold every
-        other task, a timer, a control call, for the sum of them).
+        A released reader lets the next one go only after it has run (a loop turn later), so
+        while the backlog is full readers are let through one chunk at a time as it drains,
+        never all at once: the bound is overshot by one chunk at most.
         """
-        if self._backlog < self.backlog_bytes and self._turn_reads < self.reads_per_turn and not self._waiters:
-            self._take_read()
+        if self._backlog < self.backlog_bytes and not self._waiters:
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # it was our turn: pass it on
             raise
-
-    def _take_read(self) -> None:
-        self._turn_reads += 1
-        if not self._turn_scheduled:
-            self._turn_scheduled = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
-
-    def _next_turn(self) -> None:
-        self._turn_scheduled = False
-        self._turn_reads = 0
-        self._release()
+        loop.call_soon(self._release)
 
     def _release(self) -> None:
-        """Lets waiting readers go while there is room (their reads count against the next turn)."""
-        while self._waiters and self._backlog < self.backlog_bytes and self._turn_reads < self.reads_per_turn:
+        while self._waiters and self._backlog < self.backlog_bytes:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                self._take_read()
+                return
 
     # -- committing ----------------------------------------------------------------------------
 
