@@ -42,7 +42,7 @@ if os.environ.get("HELIX_TURN_PROBE_OUT") and "serve" in sys.argv[1:2]:
                     coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
                 return "task " + " > ".join(frames)
             return str(getattr(callback, "__qualname__", None) or repr(callback))[:80]
-        except Exception:  # a probe must never break the server it measures
+        except Exception:  # noqa: BLE001 - a probe must never break the server it measures
             return "?"
 
     def _timed_run(self):

@@ -112,6 +112,7 @@ class EventWriter:
         self._scheduled = False
         self._backlog = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._granted = False  # a waiting reader was let go and has not run yet
         self._worker: _CommitThread | None = None
         self._closed = False
         self.commit_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext  # telemetry hook
@@ -183,7 +184,7 @@ class EventWriter:
         while the backlog is full readers are let through one chunk at a time as it drains,
         never all at once: the bound is overshot by one chunk at most.
         """
-        if self._backlog < self.backlog_bytes and not self._waiters:
+        if self._backlog < self.backlog_bytes and not self._waiters and not self._granted:
             return
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
@@ -194,16 +195,19 @@ class EventWriter:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
             if waiter.done() and not waiter.cancelled():
+                self._granted = False
                 self._release()  # it was our turn: pass it on
             raise
-        loop.call_soon(self._release)
+        self._granted = False
+        loop.call_soon(self._release)  # the next reader goes once this one has handed its chunk over
 
     def _release(self) -> None:
-        while self._waiters and self._backlog < self.backlog_bytes:
+        """Lets the first waiting reader go if there is room and no reader let go has run yet."""
+        while not self._granted and self._waiters and self._backlog < self.backlog_bytes:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-                return
+                self._granted = True
 
     # -- committing ----------------------------------------------------------------------------
 
@@ -227,6 +231,8 @@ class EventWriter:
         """Commits a batch (raises ``StoreUnavailable``); a batch the database will not take is
         committed phase by phase, so one phase's bad write costs no other phase its writes."""
         writes = [entry[0] for entry in batch if entry[0] is not None]
+        if not writes:  # markers only (``committed``)
+            return _Outcome()
         try:
             with self.commit_timer():
                 return _Outcome(refused=self._committer.commit(writes, retry=retry))

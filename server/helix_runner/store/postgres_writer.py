@@ -5,8 +5,8 @@ on a thread of its own (``Committer.off_loop``); this is the connection that thr
 the pool's: one connection, used by one thread at a time, keeps psycopg's prepared statements (it
 prepares a query after a few executions) and sends a batch in libpq's pipeline mode: the fence
 check, then the inserts, updates, notifications and the commit behind it without waiting for each
-answer. A batch costs two round trips whatever its size: the fence check's rows (which phases may be
-written decides which statements follow), and the rest with the commit. The statements are
+answer. A batch costs two round trips whatever its size: BEGIN with the fence check, whose rows
+decide which statements follow, then the writes with the COMMIT. The statements are
 ``SqlStore._write_phases_in``'s, the same as every other write of a phase's history.
 
 A lost connection (the server restarted, the network dropped) is ``StoreUnavailable``: whether the
@@ -47,15 +47,24 @@ class PostgresCommitter:
         with self._lock:
             conn = self._connection()
             try:
-                # The transaction's COMMIT is queued in the pipeline; leaving it sends everything queued.
-                with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+                # BEGIN and COMMIT are statements of the pipeline (the connection is in autocommit
+                # mode): psycopg's own transaction handling waits for its BEGIN and again for its
+                # COMMIT, two more round trips. The BEGIN goes out with the fence check, whose rows
+                # are the first wait; the writes and the COMMIT go out when the pipeline ends.
+                with conn.pipeline(), conn.cursor() as cur:
+                    cur.execute("BEGIN")
                     refused = self._write_in(cur, writes, retry=retry)
+                    cur.execute("COMMIT")
                 return refused
             except psycopg.OperationalError as exc:
                 self._discard()
                 raise StoreUnavailable(f"lost the database connection while committing: {_first_line(exc)}") from exc
-            except psycopg.Error as exc:  # the database refused the writes (rolled back)
+            except psycopg.Error as exc:  # the database refused the writes: nothing of them is kept
+                self._rollback()
                 raise StoreError(f"the database refused the writes: {_first_line(exc)}") from exc
+            except BaseException:
+                self._rollback()
+                raise
 
     def close(self) -> None:
         with self._lock:
@@ -69,12 +78,21 @@ class PostgresCommitter:
             self._discard()
             try:
                 self._conn = psycopg.connect(
-                    self._conninfo, autocommit=False, connect_timeout=CONNECT_TIMEOUT_S,
+                    self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                     application_name="helix-runner-writer",
                 )
             except psycopg.OperationalError as exc:
                 raise StoreUnavailable(f"cannot connect to the database: {_first_line(exc)}") from exc
         return self._conn
+
+    def _rollback(self) -> None:
+        """Ends a transaction a failed batch left open (or in error), so the next one starts clean."""
+        try:
+            if self._conn is not None and not self._conn.broken and \
+                    self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self._conn.execute("ROLLBACK")
+        except psycopg.Error:
+            self._discard()
 
     def _discard(self) -> None:
         if self._conn is not None:

@@ -377,9 +377,11 @@ class SqliteCommitter:
         self._store = store
 
     def commit(self, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
-        # ``retry`` never comes: SQLite is a file, never unreachable (StoreUnavailable).
+        if not writes:
+            return set()
         try:
-            return self._store.write_phases(writes)
+            with self._store._transaction() as tx:
+                return self._store._write_phases_in(tx, writes, retry=retry)
         except sqlite3.Error as exc:  # rolled back (a full disk, an I/O error)
             raise StoreError(f"the database refused the writes: {exc}") from exc
 
