@@ -283,6 +283,7 @@ def _load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, pos
     lag0 = {s.pid: s.histogram(LOOP_LAG) for s in servers}
     cpu0 = {s.pid: proc_cpu(s.pid) for s in servers}
     loop0 = {s.pid: s.loop_thread_cpu() for s in servers}
+    waited0 = {s.pid: s.loop_thread_waited() for s in servers}
     meter = HiccupMeter()  # how late a trivial process wakes on this machine meanwhile: the floor under a loop's lag
     pg0, m0, c0 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     try:
@@ -292,6 +293,7 @@ def _load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, pos
     pg1, m1, c1 = postgres_cpu(postmaster), machine_cpu(), children_cpu()
     cpu1 = {s.pid: proc_cpu(s.pid) for s in servers}
     loop1 = {s.pid: s.loop_thread_cpu() for s in servers}
+    waited1 = {s.pid: s.loop_thread_waited() for s in servers}
     lags = [histogram_quantile(lag0[s.pid], s.histogram(LOOP_LAG), 0.99) for s in servers]
     wall = (max(o["t1"] for o in outs) - min(o["t0"] for o in outs)) / 1e9
     events = sum(o["events"] for o in outs)
@@ -307,6 +309,9 @@ def _load_round(servers: list[ServerProcess], tag: str, args, workdir: Path, pos
         "server_cpu": [(cpu1[s.pid][0] - cpu0[s.pid][0]) / wall for s in servers],
         # The main thread of each server, i.e. its event loop, in cores.
         "loop_cpu": [(loop1[s.pid] - loop0[s.pid]) / wall for s in servers],
+        # How long each loop thread was runnable but had no CPU, per second of the run (schedstat):
+        # on a saturated machine, what a timer on the loop waits beyond the loop's own work.
+        "loop_cpu_wait": [(waited1[s.pid] - waited0[s.pid]) / wall for s in servers],
         # Each server's loop-lag probe over the run: p99 in ms (from the histogram's buckets), samples,
         # and the share of samples at or under 10 ms.
         "loop_lag_p99_ms": [lag[0] * 1000 for lag in lags],
@@ -492,7 +497,8 @@ def load_rounds(servers: list[ServerProcess], sqlite: ServerProcess | None, args
                 got = pair[n]
                 print(f"# round {r + 1} {'N=1 SQLite' if n == 0 else f'N={n}'}{label}: {got['events_per_s']:.0f} events/s in {got['wall_s']:.1f} s, "
                       f"server CPU {'+'.join(f'{c:.0%}' for c in got['server_cpu'])} "
-                      f"(loop {'+'.join(f'{c:.0%}' for c in got['loop_cpu'])}), "
+                      f"(loop {'+'.join(f'{c:.0%}' for c in got['loop_cpu'])}, "
+                      f"waiting for a CPU {'+'.join(f'{c:.0%}' for c in got['loop_cpu_wait'])}), "
                       f"loop lag p99 {'/'.join(f'{x:.1f}' for x in got['loop_lag_p99_ms'])} ms "
                       f"(a process's wake-up p99 {got['wakeup_p99_ms']:.1f} ms), phases {got['phase_cpu']:.0%}, "
                       f"clients {got['client_cpu']:.0%}, PostgreSQL {got['pg_cpu']:.0%}, "

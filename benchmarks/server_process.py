@@ -84,6 +84,11 @@ class ServerProcess:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def loop_thread_waited(self) -> float:
+        """Seconds the event-loop thread has spent runnable but waiting for a CPU (schedstat)."""
+        with open(f"/proc/{self.pid}/task/{self.pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+
     def histogram(self, name: str) -> dict[float, float]:
         """The cumulative buckets (upper bound -> count) of one histogram on the server's /metrics."""
         if self.metrics_address is None:
