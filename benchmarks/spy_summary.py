@@ -22,7 +22,8 @@ from pathlib import Path
 # (category, pattern on a frame "function (file:line)"), tried on each frame from the leaf up.
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("waits for the database (psycopg wait)", re.compile(r"^(\w+\.)?wait\w* \(psycopg/|\(psycopg/waiting\.py")),
-    ("idle: select (nothing to do)", re.compile(r"^select \(selectors\.py")),
+    ("idle: select (nothing to do)", re.compile(r"(^|\.)select \(selectors\.py")),
+    ("idle: waiting for work (threading)", re.compile(r"(^|\.)wait \(threading\.py")),
     ("store: psycopg (CPU)", re.compile(r"\(psycopg|\(psycopg_pool/")),
     ("store: SQL layer (helix store/)", re.compile(r"helix_runner/store/")),
     ("event writer (helix phases/event_log)", re.compile(r"helix_runner/phases/event_log\.py")),
