@@ -13,7 +13,12 @@ A and B. The load comes from two client processes in both cases (each streams K/
 the client side has the same parallelism and only the server side changes. Events/s = events the
 clients received / (last result - first call). The ratio N=2 / N=1 is taken per round; its
 median and range are printed. Every phase is checked: counters 1..n in order, sequences gap-free,
-result SUCCEEDED. CPU per round: each server, all PostgreSQL backends, and the machine.
+result SUCCEEDED. CPU per round: each server (and its event loop's thread alone), all PostgreSQL
+backends, and the machine. Per server and run also the loop lag p99 from its own probe (the
+``helix_event_loop_lag_seconds`` histogram on its /metrics, before and after the run), how long its
+loop thread waited for a CPU (schedstat), and a trivial process's wake-up p99 meanwhile (the floor).
+``--servers 1,2,4,8`` runs more server counts (each against N=1); ``--turn-probe`` and ``--py-spy``
+show where the loop's time goes (benchmarks/README.md).
 
 Watch fan-out: one phase on A writes a line every 20 ms; W watchers on A (the owner: in-process
 fan-out) and W on B (the other replica: the event goes through the database, NOTIFY, then a read)

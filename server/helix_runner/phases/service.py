@@ -521,7 +521,7 @@ class PhaseService:
         """A phase running on another replica: its events from the database, then its result.
 
         The follower ends once the phase is final and every event is read; the owner writes the
-        result only after its last events are committed (``PhaseRun`` flushes the writer first).
+        result only after its last events are committed (its writer keeps a run's writes in order).
         """
         assert self.follower is not None
         async for rows in self.follower(job_id, phase_id, after_sequence):
