@@ -175,7 +175,10 @@ class PhaseCostSums:
 # -- a phase run's writes, as data -------------------------------------------------------------------
 # What a running phase writes goes to the store as these records, queued in the order the run made
 # them (phases/event_log.EventWriter) and committed in batches, each batch one transaction
-# (``Store.write_phases``, ``Committer.commit``).
+# (``Store.write_phases``, ``Committer.commit``). A row that must commit together with a phase's
+# change (an outbox entry for the status change that causes it) is one more record here, with its
+# statement in ``SqlStore`` (``_APPLY``): handed to the writer right after the change, it lands in
+# the same transaction, or in a later one never before it, and is refused with its phase.
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,13 @@ def _format_style(text: str) -> str:
     return text.replace("%", "%%").replace("?", "%s")
 
 
+# The method of ``SqlStore`` that applies each kind of row write (``_write_phases_in``).
+_APPLY = {
+    UpdatePhase: "_update_phase_in",
+    UpsertToolCalls: "_upsert_tool_calls_in",
+    ReplaceModelCosts: "_replace_model_costs_in",
+}
+
 SQLITE = Dialect("sqlite", "?", arrays=False,
                  index_exists="SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?")
 POSTGRESQL = Dialect("postgresql", "%s", arrays=True, index_exists="SELECT 1 WHERE to_regclass(?) IS NOT NULL")
@@ -276,24 +283,22 @@ class SqlStore:
         changed: dict[tuple[str, str], None] = {}
         for w in writes:
             key = (w.job_id, w.phase_id)
-            if key not in writable:
+            if key not in writable or type(w) is AppendEvents:
                 continue
-            kind = type(w)
-            if kind is UpdatePhase:
-                if w.values:
-                    self._update_phase_in(tx, w)
-                    if "status" in w.values or "result_pb" in w.values:
-                        changed[key] = None
-            elif kind is UpsertToolCalls:
-                self._upsert_tool_calls_in(tx, w)
-            elif kind is ReplaceModelCosts:
-                self._replace_model_costs_in(tx, w)
+            # Each other kind of write by its own statements, in order, in this transaction: a new
+            # kind (e.g. an outbox row that must commit with the status change that causes it) is a
+            # record in store/protocol.py's PhaseWrite and its method here, fenced with its phase.
+            getattr(self, _APPLY[type(w)])(tx, w)
+            if type(w) is UpdatePhase and ("status" in w.values or "result_pb" in w.values):
+                changed[key] = None
         if last or changed:
             self._announce(tx, [(j, p, s) for (j, p), s in last.items()],
                            [key for key in changed if key not in last])
         return refused
 
     def _update_phase_in(self, tx: Any, w: UpdatePhase) -> None:
+        if not w.values:
+            return
         stored = {k: phase_value(k, v) for k, v in w.values.items()}
         q = self.dialect.sql
         sets = ",".join(f"{k} = ?" for k in stored)
