@@ -304,4 +304,4 @@ def _check_json_schema(schema: dict) -> None:
         where = "/".join(str(p) for p in e.absolute_path) or "the root"
         raise invalid_field("options.json_schema", f"is not a valid JSON Schema (at {where[:200]}: "
                                                    f"{e.message[:200]})", at=where[:200],
-                            problem=e.message[:200]) from None
+                            schema_error=e.message[:200]) from None
