@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Protocol
@@ -25,6 +26,8 @@ from typing import Protocol
 from helix_runner.domain.events import GatewayEvent
 from helix_runner.domain.usage import TokenUsage
 from helix_runner.egress.allowlist import EgressPolicy
+
+log = logging.getLogger(__name__)
 
 PREFIX = "helix-cap-"
 
@@ -123,3 +126,11 @@ def presented_proxy_capability(value: bytes | None) -> str | None:
         return None
     _, sep, password = decoded.partition(":")
     return password if sep else None
+
+
+def tell(report: Callable[..., None], *args: object) -> None:
+    """Calls one of a grant sink's methods; what it raises is logged, never let into the traffic."""
+    try:
+        report(*args)
+    except Exception:
+        log.exception("a phase's gateway report failed")

@@ -33,7 +33,7 @@ import httptools
 import msgspec
 
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
-from helix_runner.egress.capabilities import Capabilities, Grant, presented_api_capability
+from helix_runner.egress.capabilities import Capabilities, Grant, presented_api_capability, tell
 from helix_runner.egress.upstream import UpstreamConnection, UpstreamError, UpstreamPool, UpstreamUrl
 from helix_runner.egress.usage_meter import UsageMeter
 
@@ -340,7 +340,11 @@ class _Exchange:
         target = self.gateway.settings.upstream.base_path.encode() + url.path
         if url.query:
             target += b"?" + url.query
-        self._head = self._upstream_head(req.method, target, req.headers or [], len(body))
+        try:
+            self._head = self._upstream_head(req.method, target, req.headers or [], len(body))
+        except (OSError, ValueError) as exc:  # the key file: unreadable or empty (logged, no key in it)
+            self._upstream_failed(UpstreamError(f"the server cannot read its API key ({type(exc).__name__})"))
+            return
         self._body = body
         asyncio.ensure_future(self._forward())
 
@@ -402,9 +406,6 @@ class _Exchange:
             self.upstream = await self.gateway.pool.connection()
         except UpstreamError as exc:
             self._upstream_failed(exc)
-            return
-        except (OSError, ValueError) as exc:  # the key file: unreadable or empty
-            self._upstream_failed(UpstreamError(f"the server cannot read its API key ({exc})"))
             return
         if self.client.closed:
             self.upstream.abort()
@@ -526,7 +527,7 @@ class _Exchange:
         meter = self.meter
         meter.finish()
         model = meter.model or self.model
-        self.grant.sink.on_response(model, self.status, meter.usage)
+        tell(self.grant.sink.on_response, model, self.status, meter.usage)
         kind = None
         if self.status == 429:
             kind = GatewayEventKind.RATE_LIMITED
@@ -543,9 +544,9 @@ class _Exchange:
     def _notify(self, kind: GatewayEventKind, status: int, message: str, *, model: str | None = None) -> None:
         if self.grant is None:
             return
-        self.grant.sink.on_event(GatewayEvent(kind=kind, http_status=status, model=model if model is not None
-                                              else self.model, message=message[:MAX_EVENT_MESSAGE],
-                                              retry_after_ns=self.retry_after_ns, request_id=self.request_id))
+        tell(self.grant.sink.on_event, GatewayEvent(
+            kind=kind, http_status=status, model=model if model is not None else self.model,
+            message=message[:MAX_EVENT_MESSAGE], retry_after_ns=self.retry_after_ns, request_id=self.request_id))
 
     def _finish(self, *, keep_alive: bool) -> None:
         if self._done:

@@ -32,7 +32,7 @@ import httptools
 
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.addresses import IPAddress, parse_ip, split_host_port
-from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability
+from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability, tell
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ class _ProxyClient(asyncio.Protocol):
         if self.closed:
             transport.close()
             return
-        grant.sink.on_egress_connection(self.destination)
+        tell(grant.sink.on_egress_connection, self.destination)
         log.debug("egress proxy connected", extra={"fields": {"job_id": grant.job_id, "phase_id": grant.phase_id,
                                                               "destination": self.destination}})
         if connect:
@@ -410,8 +410,8 @@ class _ProxyClient(asyncio.Protocol):
         assert grant is not None
         log.info("egress proxy refused a destination", extra={"fields": {
             "job_id": grant.job_id, "phase_id": grant.phase_id, "destination": self.destination, "reason": why}})
-        grant.sink.on_event(GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
-                                         message=why[:1024], destination=self.destination))
+        tell(grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
+                                               message=why[:1024], destination=self.destination))
         self._answer(403, f"egress to {self.destination} refused: {why}")
 
     def _answer(self, status: int, text: str) -> None:
