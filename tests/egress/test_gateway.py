@@ -347,3 +347,25 @@ async def test_bad_requests_are_answered_not_crashed_on(scripted) -> None:
         assert scripted.requests == []
     finally:
         await gateway.stop()
+
+
+async def test_a_client_that_expects_100_continue_gets_it_and_the_api_gets_no_expect(scripted) -> None:
+    gateway, caps = await start_gateway(scripted.base_url)
+    try:
+        body = json.dumps(BODY).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        writer.write(b"POST /v1/messages HTTP/1.1\r\nhost: g\r\nx-api-key: %s\r\ncontent-type: application/json\r\n"
+                     b"expect: 100-continue\r\ncontent-length: %d\r\n\r\n"
+                     % (caps.issue(grant(RecordingSink())).encode(), len(body)))
+        await writer.drain()
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        writer.close()
+        (recorded,) = scripted.message_requests()
+        assert "expect" not in recorded.headers
+    finally:
+        await gateway.stop()

@@ -51,7 +51,7 @@ MAX_EVENT_MESSAGE = 1024
 # Not forwarded either way: hop-by-hop headers, the framing (re-done here), the client's credential.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                          b"proxy-authenticate", b"te", b"trailer", b"transfer-encoding", b"upgrade",
-                         b"content-length", b"host"})
+                         b"content-length", b"host", b"expect"})
 _REPLACED = frozenset({b"x-api-key", b"authorization", b"accept-encoding"})
 _REASONS = {400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
             405: b"Method Not Allowed", 408: b"Request Timeout", 413: b"Payload Too Large",
@@ -202,6 +202,12 @@ class _ClientConnection(asyncio.Protocol):
             req.problem = req.problem or (431, "the request's head is too large")
             return
         req.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        # curl and others wait for this before they send a body (the body is read here in full anyway).
+        expect = next((v for k, v in self._request.headers or () if k == b"expect"), None)
+        if expect is not None and expect.lower() == b"100-continue" and self._request.problem is None:
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         req = self._request
