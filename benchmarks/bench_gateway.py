@@ -85,14 +85,18 @@ def serve_gateway(upstream: str, allowlist: bool) -> None:
 # The client side.
 
 
+BODY_SCALE = 1.0  # --body-scale: 1 = the CLI's size, 0 = a minimal request
+
+
 def cli_sized_body() -> bytes:
     """A Messages API request of about the size the CLI sends (system prompt and tool schemas)."""
+    n = round(40 * BODY_SCALE)
     tools = [{"name": f"Tool{i}", "description": "Does a thing. " * 60,
               "input_schema": {"type": "object", "properties": {
                   f"arg{j}": {"type": "string", "description": "An argument of the tool. " * 4} for j in range(8)},
-                  "required": ["arg0"]}} for i in range(40)]
+                  "required": ["arg0"]}} for i in range(n)]
     body = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "stream": True,
-            "system": [{"type": "text", "text": "You are Claude Code. " * 1000}], "tools": tools,
+            "system": [{"type": "text", "text": "You are Claude Code. " * round(1000 * BODY_SCALE)}], "tools": tools,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Say something."}]}]}
     return json.dumps(body).encode()
 
@@ -236,6 +240,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, help="requests per server (default 300, quick 100)")
     ap.add_argument("--chunk-delay", type=float, default=0.005, help="seconds between SSE events (default 0.005)")
     ap.add_argument("--words", type=int, default=30, help="words in the answer (one text delta each)")
+    ap.add_argument("--body-scale", type=float, default=1.0,
+                    help="request body size: 1 = CLI-sized (~80 KB), 0 = minimal")
     ap.add_argument("--rounds", type=int, help="throughput rounds (default 5, quick 3)")
     ap.add_argument("--lines", type=int, help="throughput lines (default 20000, quick 5000)")
     ap.add_argument("--skip-throughput", action="store_true")
@@ -244,10 +250,12 @@ def main() -> int:
     if args.serve_gateway:
         serve_gateway(args.serve_gateway, args.allowlist)
         return 0
+    global BODY_SCALE
+    BODY_SCALE = args.body_scale
     requests = args.requests or (100 if args.quick else 300)
     load = os.getloadavg()[0]
     print(f"# gateway benchmark: {requests} requests per server, events {args.chunk_delay * 1000:g} ms apart, "
-          f"load average {load:.2f}, {os.cpu_count()} CPUs", flush=True)
+          f"request body {len(cli_sized_body()) // 1024} KiB, load average {load:.2f}, {os.cpu_count()} CPUs", flush=True)
     lat = latency(requests, args.chunk_delay, args.words)
     print("\n## Time to first token and chunk spacing (ms), CLI-sized request body, interleaved")
     hdr = (f"{'path':<22} {'TTFT p50':>9} {'p99':>8} {'added p50':>10} {'paired':>8} {'gap p50':>8} "

@@ -306,7 +306,8 @@ class _Exchange:
         self.request = request
         self.gateway = client.gateway
         self.grant: Grant | None = None
-        self.model = ""
+        self.model: str | None = None
+        self._plain = b""
         self.status = 0
         self.meter: UsageMeter | None = None
         self.upstream: UpstreamConnection | None = None
@@ -352,7 +353,11 @@ class _Exchange:
             self._upstream_failed(UpstreamError(f"the server cannot read its API key ({type(exc).__name__})"))
             return
         self._body = body
-        asyncio.ensure_future(self._forward())
+        idle = self.gateway.pool.idle()
+        if idle is None:
+            asyncio.ensure_future(self._forward())
+        else:  # the usual case: no task, no turn of the loop before the request is on its way
+            self._send(idle)
 
     def _checked_body(self, body: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
         """The body to forward, once its model passed the project's allowlist; None once refused."""
@@ -372,10 +377,7 @@ class _Exchange:
         elif encoding != b"identity":
             self._refuse(400, f"content-encoding {encoding.decode('latin-1')} is not supported by the gateway")
             return None
-        try:
-            self.model = _decode_head(plain).model
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            self.model = ""
+        self._plain = plain  # the model is read from it only when something needs it (request_model)
         allowlist = self.grant.models
         if allowlist is None:
             return body
@@ -386,10 +388,11 @@ class _Exchange:
         except (msgspec.DecodeError, msgspec.ValidationError):
             self._refuse(400, "the request body is not a JSON object; its model cannot be checked")
             return None
-        model = fields.get("model")
-        self.model = msgspec.json.decode(model) if model is not None else ""
-        if not isinstance(self.model, str) or not allowlist.allows(self.model):
-            shown = self.model if isinstance(self.model, str) else "(not a string)"
+        raw = fields.get("model")
+        value = msgspec.json.decode(raw) if raw is not None else ""
+        self.model = value if isinstance(value, str) else ""
+        if not isinstance(value, str) or not allowlist.allows(value):
+            shown = value if isinstance(value, str) else "(not a string)"
             message = (f"model {shown or '(none)'} is not allowed for project {self.grant.project}; allowed: "
                        f"{', '.join(allowlist.patterns) or 'none'}")
             self._notify(GatewayEventKind.MODEL_REFUSED, 403, message)
@@ -409,16 +412,30 @@ class _Exchange:
 
     async def _forward(self) -> None:
         try:
-            self.upstream = await self.gateway.pool.connection()
+            connection = await self.gateway.pool.connection()
         except UpstreamError as exc:
             self._upstream_failed(exc)
             return
+        self._send(connection)
+
+    def _send(self, connection: UpstreamConnection) -> None:
+        self.upstream = connection
         if self.client.closed:
-            self.upstream.abort()
+            connection.abort()
             self._finish(keep_alive=False)
             return
         self._arm()
-        self.upstream.send(self._head, self._body, self)
+        connection.send(self._head, self._body, self)
+
+    @property
+    def request_model(self) -> str:
+        """The request's ``model`` (read from its body the first time it is asked for)."""
+        if self.model is None:
+            try:
+                self.model = _decode_head(self._plain).model
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                self.model = ""
+        return self.model
 
     # -- upstream.Receiver -------------------------------------------------------------------------
     def on_head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
@@ -532,7 +549,7 @@ class _Exchange:
             return
         meter = self.meter
         meter.finish()
-        model = meter.model or self.model
+        model = meter.model or self.request_model
         tell(self.grant.sink.on_response, model, self.status, meter.usage)
         kind = None
         if self.status == 429:
@@ -551,7 +568,7 @@ class _Exchange:
         if self.grant is None:
             return
         tell(self.grant.sink.on_event, GatewayEvent(
-            kind=kind, http_status=status, model=model if model is not None else self.model,
+            kind=kind, http_status=status, model=model if model is not None else self.request_model,
             message=message[:MAX_EVENT_MESSAGE], retry_after_ns=self.retry_after_ns, request_id=self.request_id))
 
     def _finish(self, *, keep_alive: bool) -> None:

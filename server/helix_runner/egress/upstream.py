@@ -186,14 +186,18 @@ class UpstreamPool:
             self._ssl = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
             self._ssl.set_alpn_protocols(["http/1.1"])
 
-    async def connection(self) -> UpstreamConnection:
-        """An idle connection, or a new one; UpstreamError if none can be made."""
+    def idle(self) -> UpstreamConnection | None:
+        """A kept-alive connection to reuse now, if there is one."""
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
                 conn.reused = True
                 return conn
-        return await self.connect()
+        return None
+
+    async def connection(self) -> UpstreamConnection:
+        """An idle connection, or a new one; UpstreamError if none can be made."""
+        return self.idle() or await self.connect()
 
     async def connect(self) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
