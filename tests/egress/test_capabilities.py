@@ -85,3 +85,17 @@ def test_model_allowlist_patterns() -> None:
     assert models.allows("claude-haiku-4-5-20251001")
     assert not models.allows("claude-opus-4-1")
     assert not ModelAllowlist(()).allows("anything")
+
+
+def test_a_log_line_anyone_can_provoke_is_throttled(caplog) -> None:
+    import logging
+
+    from helix_runner.egress.log_throttle import LogThrottle
+
+    throttle = LogThrottle(logging.getLogger("helix-test-throttle"), "refused", interval_s=3600)
+    with caplog.at_level(logging.WARNING, logger="helix-test-throttle"):
+        for _ in range(1000):
+            throttle.warning(status=401)
+        throttle._last -= 7200  # the interval passed: the next line says how many were left out
+        throttle.warning(status=401)
+    assert [r.fields["suppressed_since_last"] for r in caplog.records] == [0, 999]

@@ -34,6 +34,7 @@ import msgspec
 
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_api_capability, tell
+from helix_runner.egress.log_throttle import LogThrottle
 from helix_runner.egress.upstream import UpstreamConnection, UpstreamError, UpstreamPool, UpstreamUrl
 from helix_runner.egress.usage_meter import UsageMeter
 
@@ -99,6 +100,7 @@ class ApiGateway:
         self._server: asyncio.Server | None = None
         self.connections: set[_ClientConnection] = set()
         self.refused = 0  # requests answered here with an error (any reason)
+        self.unauthenticated = LogThrottle(log, "gateway refused a request without a live capability")
 
     async def start(self) -> ApiGateway:
         loop = asyncio.get_running_loop()
@@ -395,6 +397,7 @@ class _Exchange:
             shown = value if isinstance(value, str) else "(not a string)"
             message = (f"model {shown or '(none)'} is not allowed for project {self.grant.project}; allowed: "
                        f"{', '.join(allowlist.patterns) or 'none'}")
+            log.info("gateway refused a model", extra={"fields": {**self._fields(), "model": shown}})
             self._notify(GatewayEventKind.MODEL_REFUSED, 403, message)
             self._refuse(403, message, counted=True)
             return None
@@ -530,8 +533,7 @@ class _Exchange:
             log.info("gateway refused a request", extra={"fields": {**self._fields(), "status": status,
                                                                    "reason": message}})
         elif not counted:
-            log.warning("gateway refused a request without a live capability",
-                        extra={"fields": {"status": status, "reason": message}})
+            self.gateway.unauthenticated.warning(status=status, reason=message)
         keep_alive = self.request.keep_alive and status not in (400, 408, 413, 431)
         self.client.answer_error(status, message, keep_alive=keep_alive)
         self._finish(keep_alive=keep_alive)

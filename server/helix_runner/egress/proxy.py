@@ -33,6 +33,7 @@ import httptools
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.addresses import IPAddress, parse_ip, split_host_port
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability, tell
+from helix_runner.egress.log_throttle import LogThrottle
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class EgressProxy:
         self._server: asyncio.Server | None = None
         self.connections: set[_ProxyClient] = set()
         self.per_phase: dict[tuple[str, str], int] = {}
+        self.unauthenticated = LogThrottle(log, "egress proxy: a request without a live phase capability")
 
     async def start(self) -> EgressProxy:
         loop = asyncio.get_running_loop()
@@ -275,8 +277,7 @@ class _ProxyClient(asyncio.Protocol):
         self.grant = self.proxy.capabilities.grant(
             presented_proxy_capability(next((v for k, v in self.headers if k == b"proxy-authorization"), None)))
         if self.grant is None:
-            log.warning("egress proxy: a request without a live phase capability", extra={"fields": {
-                "target": self.url[:200].decode("latin-1")}})
+            self.proxy.unauthenticated.warning(target=self.url[:200].decode("latin-1"))
             self._answer(407, "this proxy serves only the phases of this server (Proxy-Authorization: the phase's "
                               "capability)")
             return
