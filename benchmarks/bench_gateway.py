@@ -134,6 +134,12 @@ class Client:
                 return first_token, arrivals
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(p / 100 * (len(s) - 1) + 0.5))]
@@ -157,9 +163,11 @@ def latency(requests: int, chunk_delay: float, words: int) -> dict:
         procs = [api]
         try:
             clients = {"direct": Client(int(upstream.rsplit(":", 1)[1]), "sk-ant-bench", cli_sized_body())}
+            pids = {"direct": api.pid}
             for name, extra in (("gateway", []), ("gateway + allowlist", ["--allowlist"])):
                 proc, (port, cap) = start([str(PYTHON), __file__, "--serve-gateway", upstream, *extra], 2)
                 procs.append(proc)
+                pids[name] = proc.pid
                 clients[name] = Client(int(port.split("=")[1]), cap.split("=", 1)[1], cli_sized_body())
             for client in clients.values():  # warm: connections, imports, the scripted API's threads
                 for _ in range(5):
@@ -167,11 +175,17 @@ def latency(requests: int, chunk_delay: float, words: int) -> dict:
             ttft: dict[str, list[float]] = {n: [] for n in clients}
             offsets: dict[str, list[list[float]]] = {n: [] for n in clients}
             order = list(clients)
+            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             for i in range(requests):
                 for name in order[i % len(order):] + order[: i % len(order)]:  # rotate who goes first
                     first, arrivals = clients[name].request()
                     ttft[name].append(first / 1e6)
                     offsets[name].append([(a - arrivals[0]) / 1e6 for a in arrivals])
+            # CPU per request of each server process: for the gateways their whole cost, robust to load
+            # (the scripted API's is the baseline every path pays).
+            cpu = {name: (cpu_seconds(pid) - cpu0[name]) / requests * 1e3
+                   for name, pid in pids.items()}
+            cpu["direct"] /= len(clients)  # the scripted API served every path's requests
         finally:
             for proc in procs:
                 proc.kill()
@@ -185,7 +199,8 @@ def latency(requests: int, chunk_delay: float, words: int) -> dict:
         last = [run[-1] - ref[-1] for run, ref in zip(offsets[name], direct, strict=True)]
         out[name] = {"ttft_p50": pct(ttft[name], 50), "ttft_p99": pct(ttft[name], 99),
                      "gap_p50": pct(gaps, 50), "gap_p99": pct(gaps, 99),
-                     "shift_p50": pct(shifts, 50), "last_shift_p50": pct(last, 50), "events": len(offsets[name][0])}
+                     "shift_p50": pct(shifts, 50), "last_shift_p50": pct(last, 50), "events": len(offsets[name][0]),
+                     "cpu_ms_per_request": cpu[name]}
     for name in clients:
         out[name]["ttft_added_p50"] = out[name]["ttft_p50"] - out["direct"]["ttft_p50"]
         # Paired per request (the same round): the added time of each, then its median.
@@ -257,18 +272,19 @@ def main() -> int:
     print(f"# gateway benchmark: {requests} requests per server, events {args.chunk_delay * 1000:g} ms apart, "
           f"request body {len(cli_sized_body()) // 1024} KiB, load average {load:.2f}, {os.cpu_count()} CPUs", flush=True)
     lat = latency(requests, args.chunk_delay, args.words)
-    print("\n## Time to first token and chunk spacing (ms), CLI-sized request body, interleaved")
+    print("\n## Time to first token and chunk spacing (ms), interleaved request by request")
     hdr = (f"{'path':<22} {'TTFT p50':>9} {'p99':>8} {'added p50':>10} {'paired':>8} {'gap p50':>8} "
-           f"{'gap p99':>8} {'shift p50':>10} {'last shift':>11}")
+           f"{'gap p99':>8} {'shift p50':>10} {'last shift':>11} {'cpu/req':>8}")
     print(hdr)
     print("-" * len(hdr))
     for name, r in lat.items():
         print(f"{name:<22} {r['ttft_p50']:>9.3f} {r['ttft_p99']:>8.3f} {r['ttft_added_p50']:>10.3f} "
               f"{r['ttft_added_paired_p50']:>8.3f} {r['gap_p50']:>8.3f} {r['gap_p99']:>8.3f} {r['shift_p50']:>10.3f} "
-              f"{r['last_shift_p50']:>11.3f}")
+              f"{r['last_shift_p50']:>11.3f} {r['cpu_ms_per_request']:>8.3f}")
     print("added = TTFT p50 minus direct's; paired = median of the per-round difference; gap = time between\n"
           "consecutive events at the client; shift = an event's offset from the first event, minus direct's\n"
-          "at the same index (0: no delay per chunk); last shift = that for the last event.")
+          "at the same index (0: no delay per chunk); last shift = that for the last event; cpu/req = the\n"
+          "server process's CPU per request (direct: the scripted API's, which every path pays).")
     summary: dict = {"latency": lat}
     if not args.skip_throughput:
         rounds = args.rounds or (3 if args.quick else 5)

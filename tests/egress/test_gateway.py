@@ -369,3 +369,20 @@ async def test_a_client_that_expects_100_continue_gets_it_and_the_api_gets_no_ex
         assert "expect" not in recorded.headers
     finally:
         await gateway.stop()
+
+
+async def test_the_idle_timeout_counts_from_the_last_activity() -> None:
+    from helix_runner.egress.idle_timer import IdleTimer
+
+    fired = asyncio.Event()
+    timer = IdleTimer(0.2, fired.set)
+    timer.start()
+    for _ in range(6):  # activity every 0.1 s keeps it from firing for 0.6 s
+        await asyncio.sleep(0.1)
+        assert not fired.is_set()
+        timer.touch()
+    await asyncio.wait_for(fired.wait(), 5)
+    cancelled = IdleTimer(0.05, lambda: pytest.fail("a cancelled timer fired"))
+    cancelled.start()
+    cancelled.cancel()
+    await asyncio.sleep(0.1)

@@ -34,6 +34,7 @@ import msgspec
 
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_api_capability, tell
+from helix_runner.egress.idle_timer import IdleTimer
 from helix_runner.egress.log_throttle import LogThrottle
 from helix_runner.egress.upstream import UpstreamConnection, UpstreamError, UpstreamPool, UpstreamUrl
 from helix_runner.egress.usage_meter import UsageMeter
@@ -319,7 +320,7 @@ class _Exchange:
         self._sent_head = False
         self._retried = False
         self._done = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: IdleTimer | None = None
         self._head: bytes = b""
         self._body: bytes = b""
 
@@ -582,12 +583,14 @@ class _Exchange:
         self.client.exchange_done(keep_alive)
 
     def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(UPSTREAM_IDLE_S, self._idle)
+        """The API is still there (its answer moved): the idle timeout starts over."""
+        if self._timer is None:
+            self._timer = IdleTimer(UPSTREAM_IDLE_S, self._idle)
+            self._timer.start()
+        else:
+            self._timer.touch()
 
     def _idle(self) -> None:
-        self._timer = None
         if self.upstream is not None:
             self.upstream.abort()
             self.upstream = None

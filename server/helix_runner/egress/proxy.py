@@ -33,6 +33,7 @@ import httptools
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.addresses import IPAddress, parse_ip, split_host_port
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability, tell
+from helix_runner.egress.idle_timer import IdleTimer
 from helix_runner.egress.log_throttle import LogThrottle
 
 log = logging.getLogger(__name__)
@@ -167,8 +168,7 @@ class _ProxyClient(asyncio.Protocol):
         self.destination = ""
         self.upstream: _Upstream | None = None
         self._counted: tuple[str, str] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop = asyncio.get_running_loop()
+        self._timer = IdleTimer(HEAD_TIMEOUT_S, self.close)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -446,10 +446,8 @@ class _ProxyClient(asyncio.Protocol):
                 self.upstream.transport.abort()
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._timer = self._loop.call_later(seconds, self.close)
+        """Closes the connection after ``seconds`` without traffic (each call counts as traffic)."""
+        self._timer.start(seconds)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()

@@ -91,6 +91,10 @@ class UsageMeter:
         if end < 0:
             self._hold(chunk)
             return
+        if not self._tail and not self._skipping and b'"message_' not in chunk and b'"error"' not in chunk:
+            if end + 1 < len(chunk):  # the usual delta: nothing to decode, nothing to copy
+                self._hold(chunk[end + 1 :])
+            return
         lines, rest = self._tail + chunk[: end + 1], chunk[end + 1 :]
         skipping, self._tail, self._skipping = self._skipping, b"", False
         if b'"message_' in lines or b'"error"' in lines:
