@@ -247,12 +247,28 @@ def throughput(rounds: int, lines: int) -> dict:
             "ratios": ratios}
 
 
+def print_latency(title: str, lat: dict) -> None:
+    print(f"\n## {title}, interleaved request by request")
+    hdr = (f"{'path':<22} {'TTFT p50':>9} {'p99':>8} {'added p50':>10} {'paired':>8} {'gap p50':>8} "
+           f"{'gap p99':>8} {'shift p50':>10} {'last shift':>11} {'cpu/req':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    for name, r in lat.items():
+        print(f"{name:<22} {r['ttft_p50']:>9.3f} {r['ttft_p99']:>8.3f} {r['ttft_added_p50']:>10.3f} "
+              f"{r['ttft_added_paired_p50']:>8.3f} {r['gap_p50']:>8.3f} {r['gap_p99']:>8.3f} {r['shift_p50']:>10.3f} "
+              f"{r['last_shift_p50']:>11.3f} {r['cpu_ms_per_request']:>8.3f}")
+    print("added = TTFT p50 minus direct's; paired = median of the per-round difference; gap = time between\n"
+          "consecutive events at the client; shift = an event's offset from the first event, minus direct's\n"
+          "at the same index (0: no delay per chunk); last shift = that for the last event; cpu/req = the\n"
+          "server process's CPU per request (direct: the scripted API's, which every path pays).")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--serve-gateway", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--allowlist", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--requests", type=int, help="requests per server (default 300, quick 100)")
+    ap.add_argument("--requests", type=int, help="requests per server and run (default 250, quick 100)")
     ap.add_argument("--chunk-delay", type=float, default=0.005, help="seconds between SSE events (default 0.005)")
     ap.add_argument("--words", type=int, default=30, help="words in the answer (one text delta each)")
     ap.add_argument("--body-scale", type=float, default=1.0,
@@ -267,24 +283,18 @@ def main() -> int:
         return 0
     global BODY_SCALE
     BODY_SCALE = args.body_scale
-    requests = args.requests or (100 if args.quick else 300)
+    requests = args.requests or (100 if args.quick else 250)
     load = os.getloadavg()[0]
-    print(f"# gateway benchmark: {requests} requests per server, events {args.chunk_delay * 1000:g} ms apart, "
+    print(f"# gateway benchmark: {requests} requests per server and run, "
           f"request body {len(cli_sized_body()) // 1024} KiB, load average {load:.2f}, {os.cpu_count()} CPUs", flush=True)
-    lat = latency(requests, args.chunk_delay, args.words)
-    print("\n## Time to first token and chunk spacing (ms), interleaved request by request")
-    hdr = (f"{'path':<22} {'TTFT p50':>9} {'p99':>8} {'added p50':>10} {'paired':>8} {'gap p50':>8} "
-           f"{'gap p99':>8} {'shift p50':>10} {'last shift':>11} {'cpu/req':>8}")
-    print(hdr)
-    print("-" * len(hdr))
-    for name, r in lat.items():
-        print(f"{name:<22} {r['ttft_p50']:>9.3f} {r['ttft_p99']:>8.3f} {r['ttft_added_p50']:>10.3f} "
-              f"{r['ttft_added_paired_p50']:>8.3f} {r['gap_p50']:>8.3f} {r['gap_p99']:>8.3f} {r['shift_p50']:>10.3f} "
-              f"{r['last_shift_p50']:>11.3f} {r['cpu_ms_per_request']:>8.3f}")
-    print("added = TTFT p50 minus direct's; paired = median of the per-round difference; gap = time between\n"
-          "consecutive events at the client; shift = an event's offset from the first event, minus direct's\n"
-          "at the same index (0: no delay per chunk); last shift = that for the last event; cpu/req = the\n"
-          "server process's CPU per request (direct: the scripted API's, which every path pays).")
+    # Time to first token with the events back to back (no scripted sleep in the figure), then the
+    # spacing with the events --chunk-delay apart.
+    first = latency(requests, 0.0, args.words)
+    print_latency("Time to first token (ms), events back to back", first)
+    spaced = latency(requests, args.chunk_delay, args.words)
+    print_latency(f"Chunk spacing (ms), events {args.chunk_delay * 1000:g} ms apart", spaced)
+    lat = {name: {**spaced[name], **{k: v for k, v in first[name].items() if k.startswith("ttft")}}
+           for name in first}
     summary: dict = {"latency": lat}
     if not args.skip_throughput:
         rounds = args.rounds or (3 if args.quick else 5)
