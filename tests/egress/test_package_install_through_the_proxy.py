@@ -55,3 +55,19 @@ async def test_pip_installs_from_an_allowed_registry_and_is_refused_elsewhere(
     assert all(r.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED and r.http_status == 403 for r in refusals)
     report = result.diagnostics.gateway
     assert report.egress_connections >= 2 and report.egress_refusals >= 2
+
+
+async def test_the_cli_s_own_webfetch_goes_through_the_proxy(claude_binary, scripted_api, runner_factory):
+    """WebFetch (the CLI itself, not a tool it runs) honours the proxy variables: a domain outside the
+    allowlist is refused at the proxy and shown in the stream. Its domain preflight (a request to
+    api.anthropic.com) is turned off by the phase's settings, as an operator with an allowlist would."""
+    url = "https://docs.refused.example/page"
+    api = scripted_api([Reply.tool_use("WebFetch", {"url": url, "prompt": "Summarize."}), Reply.text("done")])
+    async with runner_factory(api) as runner:
+        events, result = await runner.run_phase("fetch", allowed_tools=["WebFetch"], deadline=120,
+                                                settings='{"skipWebFetchPreflight": true}')
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    (refusal,) = [e.gateway for e in events if e.HasField("gateway")]
+    assert refusal.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED and refusal.destination == "docs.refused.example:443"
+    (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
+    assert finished.name == "WebFetch" and finished.is_error
