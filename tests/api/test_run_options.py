@@ -65,6 +65,9 @@ async def test_session_id_effort_and_tools_reach_the_cli_and_a_breakpoint_holds(
     ({"agents": '{"a b": {"description": "d", "prompt": "p"}}'}, "options.agents"),
     ({"settings": "[]"}, "options.settings"),
     ({"setting_sources": "user,global"}, "options.setting_sources"),
+    ({"egress_allowlist": ["169.254.169.254"]}, "options.egress_allowlist"),
+    ({"egress_allowlist": ["example.com:22"]}, "options.egress_allowlist"),
+    ({"egress_allowlist": [f"h{i}.example.com" for i in range(33)]}, "options.egress_allowlist"),
 ])
 async def test_bad_run_options_are_refused_before_spawning(runner_factory, options, field):
     async with runner_factory(None, claude_path="/nonexistent/claude") as runner:

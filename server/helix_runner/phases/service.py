@@ -156,6 +156,7 @@ class PhaseService:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               "options.permission_mode: bypassPermissions is disabled on this server",
                               {"field": "options.permission_mode"})
+        egress = self._egress_grant(spec, spec.project_id or DEFAULT_PROJECT)  # validates options.egress_allowlist
         env = self._child_env(spec)
         missing = missing_commands(self.config.required_commands, env)
         if missing:
@@ -166,7 +167,6 @@ class PhaseService:
         limits = self._limits(spec)
         existing = self.store.get_job(spec.job_id)
         project = spec.project_id or DEFAULT_PROJECT
-        egress = self._egress_grant(spec, project)
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {existing.project_id}",
