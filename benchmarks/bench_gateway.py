@@ -227,6 +227,7 @@ def throughput(rounds: int, lines: int) -> dict:
             **base, "HELIX_RUNNER_API_GATEWAY": "false", "HELIX_RUNNER_EGRESS_PROXY": "false"}),
     }
     runs: dict[str, list[float]] = {n: [] for n in servers}
+    cpu: dict[str, list[float]] = {n: [] for n in servers}  # server CPU per event, µs: steadier than events/s
     try:
         for name, server in servers.items():
             brp.warm_up(server, workdir, name.replace(" ", "-"))
@@ -235,16 +236,20 @@ def throughput(rounds: int, lines: int) -> dict:
             for name in names:
                 cfg = {"address": servers[name].address, "k": 1, "lines": lines, "rate": 0.0,
                        "workdir": str(workdir), "tag": f"tput-{name.replace(' ', '-')}-{rnd}", "timeout": 600.0}
+                cpu0 = brp.proc_cpu(servers[name].pid)[0]
                 r = brp.run_subprocess_json(brp.client_args("--client", cfg), 660)
                 if r["failed"] or r["lost"] or r["reordered"]:
                     raise RuntimeError(f"{name}: {r['errors']}")
                 runs[name].append(brp.rates(r, lines)[0])
+                cpu[name].append((brp.proc_cpu(servers[name].pid)[0] - cpu0) / lines * 1e6)
     finally:
         for server in servers.values():
             server.stop()
     ratios = [a / b for a, b in zip(runs["gateway on"], runs["gateway off"], strict=True)]
     return {"on": runs["gateway on"], "off": runs["gateway off"], "ratio_median": statistics.median(ratios),
-            "ratios": ratios}
+            "ratios": ratios, "cpu_us_on": cpu["gateway on"], "cpu_us_off": cpu["gateway off"],
+            "cpu_ratio_median": statistics.median(a / b for a, b in zip(cpu["gateway on"], cpu["gateway off"],
+                                                                        strict=True))}
 
 
 def print_latency(title: str, lat: dict) -> None:
@@ -309,6 +314,10 @@ def main() -> int:
               + ", ".join(f"{x:.0f}" for x in tput["off"]))
         print(f"ratio on/off (median of rounds): {tput['ratio_median']:.3f}  (per round: "
               + ", ".join(f"{x:.2f}" for x in tput["ratios"]) + ")")
+        print(f"server CPU per event, us: on {statistics.median(tput['cpu_us_on']):.1f} "
+              f"(rounds {', '.join(f'{x:.1f}' for x in tput['cpu_us_on'])}), off "
+              f"{statistics.median(tput['cpu_us_off']):.1f} (rounds {', '.join(f'{x:.1f}' for x in tput['cpu_us_off'])}); "
+              f"ratio on/off {tput['cpu_ratio_median']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0
