@@ -281,12 +281,19 @@ def _gateway(ctx: Context) -> dict:
 
 
 def gateway_ttft(ctx: Context) -> Result:
-    """Issue 21: time the gateway adds to the first token, p50 (paired with a direct request per round)."""
+    """Issue 21: time the gateway adds to the first token, p50 of paired requests (default config)."""
     lat = _gateway(ctx)["latency"]
-    gw, allow = lat["gateway"], lat["gateway + allowlist"]
-    figure = (f"+{gw['ttft_added_paired_p50']:.2f} ms (with a model allowlist +{allow['ttft_added_paired_p50']:.2f}); "
+    gw = lat["gateway"]
+    figure = (f"+{gw['ttft_added_paired_p50']:.2f} ms (difference of medians +{gw['ttft_added_p50']:.2f}); "
               f"TTFT p50 {lat['direct']['ttft_p50']:.2f} direct, {gw['ttft_p50']:.2f} through it")
-    return Result(figure, gw["ttft_added_paired_p50"] <= 1.0 and allow["ttft_added_paired_p50"] <= 1.0)
+    return Result(figure, gw["ttft_added_paired_p50"] <= 1.0)
+
+
+def gateway_ttft_allowlist(ctx: Context) -> Result:
+    """The same with a project model allowlist (the body's top level decoded and re-encoded)."""
+    allow = _gateway(ctx)["latency"]["gateway + allowlist"]
+    figure = f"+{allow['ttft_added_paired_p50']:.2f} ms (difference of medians +{allow['ttft_added_p50']:.2f})"
+    return Result(figure, allow["ttft_added_paired_p50"] <= 1.0)
 
 
 def gateway_chunks(ctx: Context) -> Result:
@@ -295,7 +302,9 @@ def gateway_chunks(ctx: Context) -> Result:
     gw = lat["gateway"]
     figure = (f"last of {gw['events']} events {gw['last_shift_p50']:+.2f} ms vs direct (p50); gaps p50 "
               f"{gw['gap_p50']:.2f} vs {lat['direct']['gap_p50']:.2f} ms")
-    return Result(figure, abs(gw["last_shift_p50"]) <= 0.5)
+    # Later events arriving later relative to the first than direct ones would be a delay per chunk;
+    # earlier (negative) is the first event's own added latency.
+    return Result(figure, gw["last_shift_p50"] <= 0.5)
 
 
 def gateway_throughput(ctx: Context) -> Result:
@@ -343,6 +352,8 @@ GOALS: list[Goal] = [
     # Issue 21's bounds for the model-API gateway (bench_gateway).
     Goal("GW-ttft", "time the API gateway adds to the first token, p50 (bench_gateway)", "no gateway", "<= 1 ms",
          gateway_ttft),
+    Goal("GW-ttft-allow", "the same with a model allowlist configured (bench_gateway)", "no gateway", "<= 1 ms",
+         gateway_ttft_allowlist),
     Goal("GW-chunk", "delay per chunk through the gateway (bench_gateway)", "no gateway", "none (<= 0.5 ms at the "
          "last event)", gateway_chunks),
     Goal("GW-tput", "single-phase events/s and server CPU per event, gateway and proxy on vs off "
