@@ -24,6 +24,9 @@ from helix_runner.domain.phase_spec import (
 )
 from helix_runner.domain.pricing import ModelPrice
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.egress.allowlist import parse_pattern
+from helix_runner.egress.upstream import UpstreamUrl
 from helix_runner.errors import RunnerError
 from helix_runner.store.database_url import DatabaseUrl, default_database_url, parse_database_url
 from helix_runner.store.protocol import (
@@ -83,6 +86,8 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 _ADVERTISE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
 _REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_PROJECT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_MODEL_PATTERN = re.compile(r"^[A-Za-z0-9_.:@/\[\]*-]{1,200}$")
 # auto: human-readable lines when stderr is a terminal, JSON otherwise (structured_logging.py).
 LOG_FORMATS = ("auto", "json", "text")
 TRACING_MODES = ("auto", "on", "off")
@@ -183,6 +188,26 @@ class ServerConfig:
     # never enters the child's environment; off = the child inherits ANTHROPIC_API_KEY (every
     # command the model runs can read it).
     api_key_helper: bool = True
+    # The model-API gateway (helix_runner/egress): the CLI's ANTHROPIC_BASE_URL on 127.0.0.1, which
+    # forwards its requests with the real key; the phase holds only a per-phase capability. Off: the
+    # key reaches the phase as before (key-helper mode or its environment).
+    api_gateway: bool = True
+    api_gateway_port: int = 0  # 0: an ephemeral port
+    # Where the gateway forwards to; empty: the server's own ANTHROPIC_BASE_URL, else the Anthropic API.
+    api_upstream_url: str = ""
+    # A PEM CA bundle to verify the upstream's certificate with instead of the system's roots.
+    api_upstream_ca_file: Path | None = None
+    # Models each project may use ({"project": ["claude-sonnet-4-5*", ...], "*": [...] for the rest});
+    # empty: any model. Enforced by the gateway.
+    model_allowlist: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The egress proxy: the phases' HTTP(S)_PROXY, on 127.0.0.1, allowing only egress_allowlist
+    # (plus what a request adds) on egress_allowed_ports, never a private, loopback or link-local
+    # address unless egress_private_allow names that host:port.
+    egress_proxy: bool = True
+    egress_proxy_port: int = 0  # 0: an ephemeral port
+    egress_allowlist: tuple[str, ...] = ()
+    egress_allowed_ports: tuple[int, ...] = (80, 443)
+    egress_private_allow: tuple[str, ...] = ()
     # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
     # days are deleted with their rows and recordings; the oldest finished phases' recordings are
     # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
@@ -325,6 +350,28 @@ def _warm_pool(value: Any) -> dict[str, Any]:
     return dict(table)
 
 
+def _model_allowlist(value: Any) -> dict[str, tuple[str, ...]]:
+    """{project id or "*": [model id or pattern, ...]} (a TOML table, or JSON text from the environment)."""
+    table = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(table, Mapping):
+        raise ValueError("must be a table of project id -> list of model ids or patterns")
+    out = {}
+    for project, models in table.items():
+        if project != "*" and not _PROJECT_ID.match(str(project)):
+            raise ValueError(f"{str(project)[:80]!r} is not a project id (or '*' for every other project)")
+        if isinstance(models, str) or not isinstance(models, list | tuple) or not models:
+            raise ValueError(f"{project}: needs a non-empty list of model ids or patterns")
+        if not all(isinstance(m, str) and _MODEL_PATTERN.match(m) for m in models):
+            raise ValueError(f"{project}: model ids and patterns are letters, digits and . _ : @ / [ ] - *")
+        out[str(project)] = tuple(models)
+    return out
+
+
+def _as_int_tuple(value: Any) -> tuple[int, ...]:
+    return tuple(int(p) for p in _as_str_tuple(value) if str(p).strip()) if isinstance(value, str) \
+        else tuple(int(p) for p in value)
+
+
 def _price_overrides(value: Any) -> dict[str, ModelPrice]:
     """Parses the override table (a TOML table, or JSON text from the environment)."""
     table = json.loads(value) if isinstance(value, str) else value
@@ -411,6 +458,16 @@ _CONVERTERS: dict[str, Any] = {
     "offline_script": lambda v: Path(v).expanduser() if v else None,
     "api_key_file": lambda v: Path(v).expanduser() if v else None,
     "api_key_helper": _as_bool,
+    "api_gateway": _as_bool,
+    "api_gateway_port": int,
+    "api_upstream_url": lambda v: str(v).strip(),
+    "api_upstream_ca_file": lambda v: Path(v).expanduser() if v else None,
+    "model_allowlist": lambda v: _model_allowlist(v),
+    "egress_proxy": _as_bool,
+    "egress_proxy_port": int,
+    "egress_allowlist": _as_str_tuple,
+    "egress_allowed_ports": _as_int_tuple,
+    "egress_private_allow": _as_str_tuple,
     "retention_days": float,
     "recordings_max_bytes": int,
     "retention_interval_seconds": float,
@@ -551,6 +608,7 @@ def validate(config: ServerConfig) -> ServerConfig:
             0 < config.default_cpu_limit_millicores < MIN_CPU_LIMIT_MILLICORES:
         raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
                           f"{MAX_CPU_LIMIT_MILLICORES}")
+    _validate_egress(config)
     if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
         raise ConfigError("worktree_retention must be KEEP, REMOVE or REMOVE_ON_SUCCESS")
     roots = config.workspace_roots or (Path.cwd(),)
@@ -578,6 +636,44 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"database_url: {exc}") from None
     return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
                    database_url=database_url)
+
+
+def _validate_egress(config: ServerConfig) -> None:
+    """The gateway's and the egress proxy's settings (one line naming the bad key and value)."""
+    for name in ("api_gateway_port", "egress_proxy_port"):
+        if not 0 <= getattr(config, name) <= 65535:
+            raise ConfigError(f"{name} {getattr(config, name)} is out of range 0-65535")
+    if config.api_upstream_url:
+        try:
+            upstream = UpstreamUrl.parse(config.api_upstream_url)
+        except ValueError as exc:
+            raise ConfigError(f"api_upstream_url: {exc}") from None
+        if upstream.scheme == "http" and not _loopback_host(upstream.host):
+            raise ConfigError("api_upstream_url: http:// would send the API key unencrypted; use https:// (or a "
+                              "loopback host)")
+    if config.api_upstream_ca_file is not None and not config.api_upstream_ca_file.is_file():
+        raise ConfigError(f"api_upstream_ca_file {config.api_upstream_ca_file} is not a file")
+    ports = config.egress_allowed_ports
+    if not ports or len(ports) > 32 or not all(0 < p < 65536 for p in ports):
+        raise ConfigError("egress_allowed_ports must list 1 to 32 ports (1-65535)")
+    for entry in config.egress_allowlist:
+        try:
+            parse_pattern(entry, frozenset(ports))
+        except ValueError as exc:
+            raise ConfigError(f"egress_allowlist: {entry[:80]!r}: {exc}") from None
+    try:
+        OperatorExceptions.parse(config.egress_private_allow)
+    except ValueError as exc:
+        raise ConfigError(f"egress_private_allow: {exc}") from None
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _validate_tls(config: ServerConfig) -> None:

@@ -31,6 +31,12 @@ from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ConfigError, ServerConfig
 from helix_runner.domain import pricing
+from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.egress.allowlist import EgressPolicy, parse_pattern
+from helix_runner.egress.gateway import GatewaySettings
+from helix_runner.egress.proxy import ProxySettings
+from helix_runner.egress.service import Egress, EgressSettings
+from helix_runner.egress.upstream import UpstreamUrl
 from helix_runner.errors import RunnerError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.phases.event_log import PhaseEventLog
@@ -82,6 +88,12 @@ class RunningServer:
     health_port: int | None = None
     cluster: Cluster = SINGLE_NODE  # the replicas sharing the store (store/cluster.py)
     data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
+    egress: Egress | None = None  # the model-API gateway and the egress proxy (helix_runner/egress)
+
+    @property
+    def egress_ports(self) -> tuple[int, ...]:
+        """The host ports a phase may reach: the gateway's and the egress proxy's."""
+        return self.egress.ports if self.egress is not None else ()
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -124,6 +136,8 @@ class RunningServer:
             self.offline_api.stop()
         if self.key_broker is not None:
             await self.key_broker.stop()
+        if self.egress is not None:
+            await self.egress.stop()
         if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
             await self.telemetry.stop()
         if self.data_dir_lock is not None:  # last: nothing of this server touches the data dir any more
@@ -132,12 +146,14 @@ class RunningServer:
 
 @dataclass
 class ChildCredentials:
-    """What a phase's child gets for talking to the model: env overrides, withheld variables, a key broker."""
+    """What a phase's child gets for talking to the model and the network: env overrides, withheld
+    variables, and the key broker or the gateway and egress proxy."""
 
     overrides: dict[str, str]
     withhold: tuple[str, ...] = ()
     key_broker: KeyBroker | None = None
     offline_api: ScriptedApi | None = None
+    egress: Egress | None = None
 
 
 def _start_offline_api(config: ServerConfig) -> ChildCredentials:
@@ -173,28 +189,88 @@ def _start_offline_api(config: ServerConfig) -> ChildCredentials:
 
 
 async def child_credentials(config: ServerConfig, server_env: dict[str, str]) -> ChildCredentials:
-    """Decides how the CLI gets its credentials: offline, key helper (the default), or the environment."""
+    """Decides how the CLI reaches the model and the network: through the gateway (the default, with
+    a key or offline), the key helper, or the environment; and whether the egress proxy is its way out."""
+    creds, key = await _model_credentials(config, server_env)
+    gateway = None
+    if config.api_gateway and (creds.offline_api is not None or key is not None):
+        gateway = _gateway_settings(config, server_env, creds.offline_api, key)
+    elif config.api_gateway:
+        log.warning("api_gateway is on but the server has no API key (api_key_file, ANTHROPIC_API_KEY): the CLI "
+                    "uses its own credentials (OAuth, Bedrock, Vertex) and reaches the API without the gateway")
+    if gateway is None and not config.egress_proxy:
+        return creds
+    try:
+        egress = await Egress(EgressSettings(
+            gateway=gateway, proxy=ProxySettings(config.egress_proxy_port) if config.egress_proxy else None,
+            policy=_egress_policy(config))).start()
+    except OSError as exc:
+        if creds.offline_api is not None:
+            creds.offline_api.stop()
+        raise StartupError(f"cannot start the API gateway or the egress proxy on 127.0.0.1: {exc.strerror or exc} "
+                           "(is api_gateway_port or egress_proxy_port in use?)") from None
+    creds.egress = egress
+    if gateway is not None:
+        # The phase holds no credential at all (its capability comes per phase): as offline mode.
+        creds.withhold = tuple(dict.fromkeys((*creds.withhold, *CREDENTIAL_ENV)))
+        creds.overrides = {k: v for k, v in creds.overrides.items() if k not in ("ANTHROPIC_BASE_URL",
+                                                                               "ANTHROPIC_API_KEY")}
+    creds.withhold = tuple(dict.fromkeys((*creds.withhold, *egress.withheld_env)))
+    creds.overrides.update(egress.static_env())
+    return creds
+
+
+async def _model_credentials(config: ServerConfig, server_env: dict[str, str]) -> tuple[ChildCredentials, object]:
+    """Without the gateway's part: offline, key helper (the default with a key), the environment, or
+    nothing; and the key source (None without a key)."""
     if config.offline_script is not None:
-        return _start_offline_api(config)
+        return _start_offline_api(config), None
     env_key = server_env.get("ANTHROPIC_API_KEY") if matches_any("ANTHROPIC_API_KEY", config.inherit_env) else None
     if config.api_key_file is not None:
         source = KeySource(path=config.api_key_file)
     elif env_key:
         source = KeySource(value=env_key)
     else:  # no API key: OAuth, Bedrock, Vertex or a proxy token, passed as configured
-        return ChildCredentials({})
+        return ChildCredentials({}), None
     try:
         key = source.read()
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read the API key from {source.describe()}: {exc}") from None
+    if config.api_gateway:  # the gateway adds the key; it never reaches the phase
+        log.info("API gateway: the CLI holds a per-phase capability; the server adds the API key",
+                 extra={"fields": {"source": source.describe()}})
+        return ChildCredentials({}), source
     if not config.api_key_helper:
         log.warning("the API key is in every phase's environment: any command the model runs can read it "
-                    "(api_key_helper = true keeps it out)")
-        return ChildCredentials({"ANTHROPIC_API_KEY": key})
+                    "(api_gateway = true or api_key_helper = true keeps it out)")
+        return ChildCredentials({"ANTHROPIC_API_KEY": key}), source
     broker = await KeyBroker(source).start()
     log.info("key-helper mode: the CLI asks the server for the API key; it is not in the phase's environment",
              extra={"fields": {"source": source.describe(), "socket": str(broker.socket_path)}})
-    return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker)
+    return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker), source
+
+
+def _gateway_settings(config: ServerConfig, server_env: dict[str, str], offline_api: ScriptedApi | None,
+                      source) -> GatewaySettings:
+    """Where the gateway forwards: offline mode's scripted API, ``api_upstream_url``, the server's own
+    ``ANTHROPIC_BASE_URL``, or the Anthropic API."""
+    if offline_api is not None:
+        url, key = offline_api.base_url, (lambda: "offline-mode")
+    else:
+        url = config.api_upstream_url or server_env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+        key = source.read
+    try:
+        upstream = UpstreamUrl.parse(url)
+    except ValueError as exc:
+        raise StartupError(f"the API gateway's upstream: {exc}") from None
+    return GatewaySettings(upstream, key, ca_file=config.api_upstream_ca_file, port=config.api_gateway_port)
+
+
+def _egress_policy(config: ServerConfig) -> EgressPolicy:
+    """The server's part of every phase's egress policy (the config validated each entry)."""
+    ports = frozenset(config.egress_allowed_ports)
+    return EgressPolicy(allowlist=tuple(parse_pattern(e, ports) for e in config.egress_allowlist), ports=ports,
+                        exceptions=OperatorExceptions.parse(config.egress_private_allow))
 
 
 def _detect_containment(config: ServerConfig) -> Containment:
@@ -306,9 +382,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.callback(creds.offline_api.stop)
     if creds.key_broker is not None:
         undo.push_async_callback(creds.key_broker.stop)
+    if creds.egress is not None:
+        undo.push_async_callback(creds.egress.stop)
+    # The host ports a phase may connect to (the gateway's and the egress proxy's), for the sandbox.
+    egress_ports = creds.egress.ports if creds.egress is not None else ()
     service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
-                           telemetry=telemetry, cluster=cluster)
+                           telemetry=telemetry, cluster=cluster, egress=creds.egress)
+    log.debug("phases may reach", extra={"fields": {"egress_ports": list(egress_ports)}})
     telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if cluster.shared:  # only the phases of replicas that are gone (takeover.py)
@@ -399,6 +480,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                     "reads the counters, costs and tool, model and project names (no job or phase id, no "
                     "secret); restrict the port with a firewall or network policy, or keep metrics_host on "
                     "loopback", extra={"fields": {"address": f"{config.metrics_host}:{telemetry.metrics_port}"}})
+    if creds.egress is not None:  # the proxy never connects a phase to one of the server's own ports
+        creds.egress.own_ports([port, own_port, health_port or 0, telemetry.metrics_port or 0,
+                                web_socket.getsockname()[1] if web_socket is not None else 0])
     undo.pop_all()  # from here on the running server owns all of it (its drain stops it)
     await server.start()
     if health_server is not None:
@@ -439,7 +523,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, feed, forwarder,
-                         health_server, health_port, cluster, lock)
+                         health_server, health_port, cluster, lock, creds.egress)
 
 
 def _listen_address(host: str, port: int) -> str:

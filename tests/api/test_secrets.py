@@ -56,9 +56,9 @@ async def test_key_helper_mode_keeps_the_key_out_of_the_model_s_reach(
     key_file = tmp_path / "api-key"
     key_file.write_text(key + "\n")
     api = scripted_api()
-    async with runner_factory(api, api_key_file=str(key_file)) as runner:
+    async with runner_factory(api, api_key_file=str(key_file), api_gateway=False) as runner:
         broker = runner.server.key_broker
-        assert broker is not None, "an API key and the default config must mean key-helper mode"
+        assert broker is not None, "an API key without the gateway must mean key-helper mode"
         # The model runs env, then tries the very command the CLI runs for its key.
         command = f"env; {broker.helper_command()}; echo helper-exit=$?"
         api.set_script([Reply.tool_use("Bash", {"command": command}), Reply.text("Looked.")])
@@ -85,7 +85,7 @@ async def test_without_key_helper_the_key_is_in_the_child_environment(
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-ant-env-" + secrets.token_hex(8))
     api = scripted_api([Reply.tool_use("Bash", {"command": "env"}), Reply.text("Looked.")])
-    async with runner_factory(api, api_key_file=str(key_file), api_key_helper=False) as runner:
+    async with runner_factory(api, api_key_file=str(key_file), api_key_helper=False, api_gateway=False) as runner:
         assert runner.server.key_broker is None
         _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
@@ -107,12 +107,14 @@ async def test_offline_mode_passes_no_credential_and_keeps_out_of_home(
     async with runner_factory(None, offline_script=str(script), server_env_extra=extra) as runner:
         _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
         requests = runner.server.offline_api.message_requests()
+        gateway_url = runner.server.egress.gateway.base_url
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     output = requests[1].tool_result_text()
     env = env_lines(output)
     assert "PATH" in env, output
     assert not set(SERVER_CREDENTIALS) & set(env), output
-    assert env["ANTHROPIC_API_KEY"] == "offline-mode"
+    # The scripted API sits behind the gateway: the CLI holds only its phase's capability.
+    assert env["ANTHROPIC_API_KEY"].startswith("helix-cap-") and env["ANTHROPIC_BASE_URL"] == gateway_url
     assert env["CLAUDE_CONFIG_DIR"] == str(runner.data_dir / "offline-claude-config")
     for value in extra.values():
         if len(value) > 1:

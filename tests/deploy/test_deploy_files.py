@@ -252,8 +252,8 @@ def test_secrets_reach_the_container_as_intended() -> None:
     ]
     assert volume["secret"]["secretName"] == "helix-runner"
     assert volume["secret"]["items"] == [{"key": "auth-token", "path": token_path.name}]
-    # The key reaches the children only through the key helper, never their environment.
-    assert config_toml()["api_key_helper"] is True
+    # The key stays in the server: the children hold a capability for its gateway, never the key.
+    assert config_toml()["api_gateway"] is True and config_toml()["egress_proxy"] is True
 
 
 def test_retention_is_configured_and_valid() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.event_summary import summarize
-from helix_runner.api.proto_records import containment_to_proto
+from helix_runner.api.proto_records import containment_to_proto, gateway_report_to_proto
 from helix_runner.api.wire import embedded
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.phase_result import queue_wait_ns
@@ -209,9 +209,13 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         if msg.phase.result.diagnostics.HasField("containment"):
             msg.containment.CopyFrom(msg.phase.result.diagnostics.containment)
         msg.turn_count = msg.phase.result.result_count
+        if msg.phase.result.diagnostics.HasField("gateway"):
+            msg.gateway.CopyFrom(msg.phase.result.diagnostics.gateway)
         return msg
     if live.containment is not None:
         msg.containment.CopyFrom(containment_to_proto(live.containment))
+    if live.gateway is not None:
+        msg.gateway.CopyFrom(gateway_report_to_proto(live.gateway))
     msg.paused = live.paused
     msg.hard_paused = live.hard_paused
     for held in live.held_calls:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.cost import PhaseCostSnapshot
 from helix_runner.domain.events import AttemptEndKind, PermissionDenial
+from helix_runner.domain.gateway_report import GatewayReport
 from helix_runner.domain.phase_outcome import ResourceFault
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolStats
@@ -49,6 +50,7 @@ class PhaseDiagnostics:
     claude_path: str = ""
     recording_path: str = ""
     containment: ContainmentReport | None = None
+    gateway: GatewayReport | None = None  # what the model-API gateway and the egress proxy measured
 
 
 @dataclass(frozen=True)

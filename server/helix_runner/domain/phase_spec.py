@@ -103,6 +103,9 @@ class PhaseSpec:
     setting_sources: str | None = None  # None: the CLI's default sources
     # `--json-schema`: a JSON Schema (object) for the final answer; "" for free text.
     json_schema: str = ""
+    # Domains the egress proxy allows this phase besides the server's (validated by the phases layer
+    # with the proxy's rules, helix_runner/egress/allowlist.py).
+    egress_allowlist: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:

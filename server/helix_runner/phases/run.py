@@ -60,6 +60,7 @@ from helix_runner.phases.attempts import (
     retry_scheduled_event,
 )
 from helix_runner.phases.control import PhaseController
+from helix_runner.phases.egress_grant import PhaseEgress
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder
@@ -105,6 +106,8 @@ class LaunchPlan:
     spawn_off_loop: bool = True
     # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (process/warm_pool.py).
     take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
+    # The phase's grant at the model-API gateway and the egress proxy (phases/egress_grant.py).
+    egress: PhaseEgress | None = None
 
 
 class PhaseRun:
@@ -140,6 +143,8 @@ class PhaseRun:
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
         self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope, list(breakpoints))
+        if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
+            plan.egress.attach(self.emit, self.telemetry)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
@@ -359,6 +364,8 @@ class PhaseRun:
             self._take_warm()
         if not self.supervisor.warm:  # a warm process's environment was fixed when it started
             self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
+        if self.plan.egress is not None and not self.supervisor.warm:  # its capability, kept across attempts
+            self.supervisor.env.update(self.plan.egress.child_env())
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self._ticket_starting = self._ticket is not None
@@ -396,6 +403,8 @@ class PhaseRun:
         if warm is None:
             return
         warm.adopt(sink=self, limits=cold.limits, on_spawn=self._record_pid)
+        if self.plan.egress is not None:  # the capability it was started with becomes this phase's
+            self.plan.egress.adopt(warm.env)
         warm.set_stdin_lines(cold.stdin_lines)  # initialize (with the hook) and the prompt
         self.supervisor = warm
         log.info("phase starts warm", extra={"fields": {**self._log_fields(), "shim_pid": warm.scope.shim_pid}})
@@ -446,6 +455,8 @@ class PhaseRun:
 
     def _finish(self, exit_: ProcessExit, end: AttemptEnd | None) -> PhaseResult:
         self._revoke_key()
+        if self.plan.egress is not None:  # nothing of the phase reaches the API or the proxy any more
+            self.plan.egress.revoke()
         if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
             self.plan.secret_files.remove()
         self.control.close("the phase ended")
@@ -502,6 +513,7 @@ class PhaseRun:
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
+                gateway=self.plan.egress.report() if self.plan.egress is not None else None,
             ),
             attempts=tuple(self.attempts),
             resource_fault=fault,
@@ -638,6 +650,7 @@ class PhaseRun:
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
             turn_count=stream.result_count, containment=self.supervisor.scope.report(),
             attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
+            gateway=self.plan.egress.report() if self.plan.egress is not None else None,
         )
 
     def tool_call(self, tool_use_id: str) -> ToolCall | None:

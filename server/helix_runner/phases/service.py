@@ -30,10 +30,12 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.egress.service import Egress
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupted_attempt
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
+from helix_runner.phases.egress_grant import PhaseEgress, allowed_models, prestart_env, release_prestart_env
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.placement import would_queue_here
@@ -80,7 +82,8 @@ class PhaseService:
     def __init__(self, config: ServerConfig, store: Store, encoder: RecordEncoder, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
-                 telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE):
+                 telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE,
+                 egress: Egress | None = None):
         self.config = config
         self.containment = containment
         self.telemetry = telemetry or Telemetry()
@@ -92,6 +95,8 @@ class PhaseService:
         # Server variables the child never gets (credentials; see server.child_credentials).
         self.env_withhold = env_withhold
         self.key_broker = key_broker
+        # The model-API gateway and the egress proxy (helix_runner/egress); each phase gets a grant.
+        self.egress = egress
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._claude: ClaudeBinary | None = None
@@ -145,6 +150,7 @@ class PhaseService:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               "options.permission_mode: bypassPermissions is disabled on this server",
                               {"field": "options.permission_mode"})
+        egress = self._egress_grant(spec, spec.project_id or DEFAULT_PROJECT)  # validates options.egress_allowlist
         env = self._child_env(spec)
         missing = missing_commands(self.config.required_commands, env)
         if missing:
@@ -192,6 +198,7 @@ class PhaseService:
             argv_for=lambda attempt_spec: build_argv(
                 str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
             secret_files=SecretArgFiles(self.config.data_dir, run_id),
+            egress=egress,
         )
 
         # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
@@ -285,6 +292,14 @@ class PhaseService:
         env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
         return env
 
+    def _egress_grant(self, spec: PhaseSpec, project: str) -> PhaseEgress | None:
+        """The phase's grant at the gateway and the proxy (phases/egress_grant.py); INVALID_FIELD for a
+        bad ``options.egress_allowlist`` entry."""
+        if self.egress is None:
+            return None
+        return PhaseEgress(self.egress, job_id=spec.job_id, phase_id=spec.phase_id, project=project,
+                           models=allowed_models(self.config, project), request_entries=spec.egress_allowlist)
+
     def _argv(self, claude_path: str, spec: PhaseSpec) -> tuple[str, ...]:
         return tuple(build_argv(claude_path, spec, settings=self.key_broker.cli_settings() if self.key_broker else None))
 
@@ -306,9 +321,13 @@ class PhaseService:
         limits = self._limits(spec)
         claude = self.locate_claude()
         signature = SpawnSignature.of(self._argv(str(claude.path), spec), cwd, self._child_env(spec), limits)
+        egress = self.egress
         self.warm_pool = WarmPool(self.containment, signature, limits, int(declared["size"]),
                                   spawn_off_loop=self.config.spawn_off_loop,
-                                  secret_files=SecretArgFiles(self.config.data_dir, "warm-pool"))
+                                  secret_files=SecretArgFiles(self.config.data_dir, "warm-pool"),
+                                  extra_env=None if egress is None else functools.partial(prestart_env, egress),
+                                  release_env=None if egress is None else functools.partial(release_prestart_env,
+                                                                                            egress))
         self.warm_pool.start()
         log.info("warm pool started", extra={"fields": {"size": declared["size"], "working_dir": str(cwd)}})
 

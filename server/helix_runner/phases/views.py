@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
+from helix_runner.domain.gateway_report import GatewayReport
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
 from helix_runner.process.containment import ContainmentReport
@@ -66,6 +67,7 @@ class RunSnapshot:
     attempts: tuple = ()  # phases.attempts Attempt records, oldest first (the running one last)
     queue: object | None = None  # the admission QueueState while the phase waits (QUEUED)
     auth_source: str = ""  # the latest init line's `apiKeySource` ("" before one came)
+    gateway: GatewayReport | None = None  # what the gateway and the egress proxy measured so far
 
 
 @dataclass(frozen=True, slots=True)

@@ -399,7 +399,7 @@ class PermissionDenial(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_input_json: _Optional[str] = ...) -> None: ...
 
 class PhaseDiagnostics(_message.Message):
-    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment")
+    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment", "gateway")
     STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARSE_ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -409,6 +409,7 @@ class PhaseDiagnostics(_message.Message):
     CLAUDE_PATH_FIELD_NUMBER: _ClassVar[int]
     RECORDING_PATH_FIELD_NUMBER: _ClassVar[int]
     CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
     stderr_tail: str
     stderr_bytes: int
     parse_error_count: int
@@ -418,7 +419,44 @@ class PhaseDiagnostics(_message.Message):
     claude_path: str
     recording_path: str
     containment: PhaseContainment
-    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
+    gateway: GatewayReport
+    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ...) -> None: ...
+
+class GatewayReport(_message.Message):
+    __slots__ = ("requests", "models", "rate_limited", "overloaded", "api_errors", "model_refusals", "upstream_failures", "egress_connections", "egress_refusals", "egress_allowlist", "allowed_models")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    OVERLOADED_FIELD_NUMBER: _ClassVar[int]
+    API_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    requests: int
+    models: _containers.RepeatedCompositeFieldContainer[GatewayModelUsage]
+    rate_limited: int
+    overloaded: int
+    api_errors: int
+    model_refusals: int
+    upstream_failures: int
+    egress_connections: int
+    egress_refusals: int
+    egress_allowlist: _containers.RepeatedScalarFieldContainer[str]
+    allowed_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, requests: _Optional[int] = ..., models: _Optional[_Iterable[_Union[GatewayModelUsage, _Mapping]]] = ..., rate_limited: _Optional[int] = ..., overloaded: _Optional[int] = ..., api_errors: _Optional[int] = ..., model_refusals: _Optional[int] = ..., upstream_failures: _Optional[int] = ..., egress_connections: _Optional[int] = ..., egress_refusals: _Optional[int] = ..., egress_allowlist: _Optional[_Iterable[str]] = ..., allowed_models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GatewayModelUsage(_message.Message):
+    __slots__ = ("model", "requests", "tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    requests: int
+    tokens: TokenUsage
+    def __init__(self, model: _Optional[str] = ..., requests: _Optional[int] = ..., tokens: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
     __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts", "auth_source", "structured_output", "structured_output_truncated", "queue_wait")
@@ -631,7 +669,7 @@ class ContextUsage(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class PhaseInspection(_message.Message):
-    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts")
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts", "gateway")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -644,6 +682,7 @@ class PhaseInspection(_message.Message):
     BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
     CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     paused: bool
     hard_paused: bool
@@ -656,7 +695,8 @@ class PhaseInspection(_message.Message):
     breakpoints: _containers.RepeatedCompositeFieldContainer[Breakpoint]
     containment: PhaseContainment
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    gateway: GatewayReport
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ...) -> None: ...
 
 class StreamEventRef(_message.Message):
     __slots__ = ("sequence", "kind", "summary", "receive_time")

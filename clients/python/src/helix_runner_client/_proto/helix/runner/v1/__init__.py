@@ -29,6 +29,10 @@ __all__ = (
     "DenyDecision",
     "EditDecision",
     "ErrorReason",
+    "GatewayEvent",
+    "GatewayEventKind",
+    "GatewayModelUsage",
+    "GatewayReport",
     "GetCostTotalsRequest",
     "GetCostTotalsResponse",
     "GetJobRequest",
@@ -708,6 +712,67 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_QUEUE_FULL": 21,
             "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
             "ERROR_REASON_TASK_NOT_FOUND": 23,
+        }
+
+
+class GatewayEventKind(betterproto2.Enum):
+    """
+    GatewayEventKind says what the gateway or the egress proxy saw.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not set.
+    """
+
+    RATE_LIMITED = 1
+    """
+    The API answered 429 (rate limited); `retry_after` when it said how long to wait.
+    """
+
+    OVERLOADED = 2
+    """
+    The API answered 529 (overloaded), or sent an `overloaded_error` event in a stream that had
+    begun with 200 (`http_status` 200 then).
+    """
+
+    MODEL_REFUSED = 3
+    """
+    The project's model allowlist (server config `model_allowlist`) refused the request's `model`;
+    the CLI got a 403 `permission_error` saying so.
+    """
+
+    EGRESS_REFUSED = 4
+    """
+    The egress proxy refused `destination` (not in the phase's allowlist, a port or an address it
+    may not reach); the tool got a 403 saying why.
+    """
+
+    UPSTREAM_FAILED = 5
+    """
+    The gateway could not reach the API (connection, TLS verification, timeout); the CLI got a 502.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "GATEWAY_EVENT_KIND_UNSPECIFIED",
+            1: "GATEWAY_EVENT_KIND_RATE_LIMITED",
+            2: "GATEWAY_EVENT_KIND_OVERLOADED",
+            3: "GATEWAY_EVENT_KIND_MODEL_REFUSED",
+            4: "GATEWAY_EVENT_KIND_EGRESS_REFUSED",
+            5: "GATEWAY_EVENT_KIND_UPSTREAM_FAILED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "GATEWAY_EVENT_KIND_UNSPECIFIED": 0,
+            "GATEWAY_EVENT_KIND_RATE_LIMITED": 1,
+            "GATEWAY_EVENT_KIND_OVERLOADED": 2,
+            "GATEWAY_EVENT_KIND_MODEL_REFUSED": 3,
+            "GATEWAY_EVENT_KIND_EGRESS_REFUSED": 4,
+            "GATEWAY_EVENT_KIND_UPSTREAM_FAILED": 5,
         }
 
 
@@ -2280,6 +2345,147 @@ default_message_pool.register_message("helix.runner.v1", "EditDecision", EditDec
 
 
 @dataclass(eq=False, repr=False)
+class GatewayEvent(betterproto2.Message):
+    """
+    GatewayEvent is one thing the gateway or the egress proxy saw of the phase's traffic. At most
+    200 per phase reach the stream; every one is counted in GatewayReport.
+    """
+
+    kind: "GatewayEventKind" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: GatewayEventKind(0)
+    )
+    """
+    What happened.
+    """
+
+    http_status: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    The HTTP status the requester got (429, 529, 403, 502; 200 for an overload mid-stream).
+    """
+
+    model: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The request's model (the answer's, when the API named it), when known.
+    """
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    What happened, in words (the API's error message, or why it was refused); at most 1 KiB.
+    """
+
+    destination: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    EGRESS_REFUSED: the refused `host:port`.
+    """
+
+    retry_after: "datetime.timedelta | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    The API's `retry-after`, when it sent one.
+    """
+
+    request_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The API's `request-id` header, when it sent one.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GatewayEvent", GatewayEvent)
+
+
+@dataclass(eq=False, repr=False)
+class GatewayModelUsage(betterproto2.Message):
+    """
+    GatewayModelUsage is one model's measured requests and tokens.
+    """
+
+    model: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The model the API answered with.
+    """
+
+    requests: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Requests answered.
+    """
+
+    tokens: "TokenUsage | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Tokens, as the API reported them.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GatewayModelUsage", GatewayModelUsage)
+
+
+@dataclass(eq=False, repr=False)
+class GatewayReport(betterproto2.Message):
+    """
+    GatewayReport is what the model-API gateway and the egress proxy measured for one phase.
+    """
+
+    requests: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Messages API requests the API answered (whatever the status).
+    """
+
+    models: "list[GatewayModelUsage]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Requests and tokens per model, as the API reported them (the SSE `message_start` and
+    `message_delta` usage, or the JSON body's).
+    """
+
+    rate_limited: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    429 answers.
+    """
+
+    overloaded: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    529 answers and `overloaded_error` events mid-stream.
+    """
+
+    api_errors: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Other error answers of the API (4xx, 5xx).
+    """
+
+    model_refusals: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Requests refused by the project's model allowlist.
+    """
+
+    upstream_failures: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+    """
+    Requests the gateway could not forward (the API unreachable, TLS, timeout).
+    """
+
+    egress_connections: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    Connections the egress proxy opened for the phase.
+    """
+
+    egress_refusals: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+    """
+    Destinations the egress proxy refused.
+    """
+
+    egress_allowlist: "list[str]" = betterproto2.field(10, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The phase's egress allowlist: the server's entries and its request's.
+    """
+
+    allowed_models: "list[str]" = betterproto2.field(11, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The project's model allowlist (empty: any model).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GatewayReport", GatewayReport)
+
+
+@dataclass(eq=False, repr=False)
 class GetCostTotalsRequest(betterproto2.Message):
     """
     GetCostTotalsRequest names the scope: a phase (job_id + phase_id), a job (job_id) or a
@@ -3501,6 +3707,13 @@ class PhaseDiagnostics(betterproto2.Message):
     How the phase's processes were contained, and the most memory they used.
     """
 
+    gateway: "GatewayReport | None" = betterproto2.field(11, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the model-API gateway and the egress proxy measured for the phase (all attempts): the
+    tokens the API reported per model, next to the CLI's own report in `PhaseResult.cost`; the
+    429 / 529 answers; refusals. Unset when the server runs without the gateway and the proxy.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseDiagnostics", PhaseDiagnostics)
 
@@ -3577,6 +3790,12 @@ class PhaseInspection(betterproto2.Message):
     it, each with its outcome, exit code and cost. While the phase runs, the ended attempts; once
     it has ended, every attempt of its result (also for a phase recovered after a crash or taken
     over from a stopped replica).
+    """
+
+    gateway: "GatewayReport | None" = betterproto2.field(14, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the model-API gateway and the egress proxy measured for the phase so far (its result's
+    `diagnostics.gateway` once it has ended).
     """
 
 
@@ -3824,6 +4043,16 @@ class PhaseOptions(betterproto2.Message):
     A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
     is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
     without ever calling the tool.
+    """
+
+    egress_allowlist: "list[str]" = betterproto2.field(40, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Domains this phase may reach through the server's egress proxy, besides the server's own
+    `egress_allowlist`: `pypi.org` (that name only), `*.pythonhosted.org` (every name below it),
+    optionally with one port (`example.com:8443`) from the server's `egress_allowed_ports`. At most
+    32 entries; IP addresses are refused (INVALID_ARGUMENT naming the entry). Names are resolved
+    by the proxy, and private, loopback and link-local addresses stay refused whatever a name
+    resolves to. Ignored when the server runs without the egress proxy.
     """
 
 
@@ -4886,6 +5115,14 @@ class StreamEvent(betterproto2.Message):
     )
     """
     A line of a type or subtype this server does not know (the format is additive).
+    """
+
+    gateway: "GatewayEvent | None" = betterproto2.field(
+        56, betterproto2.TYPE_MESSAGE, optional=True, group="payload"
+    )
+    """
+    Service: the model-API gateway or the egress proxy refused one of the phase's requests, or
+    the API answered one with a rate limit (429) or an overload (529), as it happened.
     """
 
 
