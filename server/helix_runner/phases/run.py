@@ -69,6 +69,7 @@ from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
@@ -104,6 +105,8 @@ class LaunchPlan:
     spawn_off_loop: bool = True
     # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (process/warm_pool.py).
     take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
+    # The phase's sandbox and private home (process/sandbox/); None: sandbox off.
+    sandbox: PhaseSandbox | None = None
 
 
 class PhaseRun:
@@ -129,6 +132,8 @@ class PhaseRun:
         self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
                                                      project_id=spec.project_id)
         self.plan = plan
+        # The sandbox the phase's processes run in (a warm start brings its own, see _take_warm).
+        self.sandbox = plan.sandbox
         self.store = store
         self.encoder = encoder
         self.events = events
@@ -279,9 +284,13 @@ class PhaseRun:
             exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
                                 start_ns, time.time_ns())
             self.result = self._finish(exit_, None)
+            if self.sandbox is not None:
+                self.sandbox.close()
             raise
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
             self._artifacts = await self.plan.workspace.collect()
+        if self.sandbox is not None:  # keeps the transcripts for resume, removes the private home
+            await asyncio.to_thread(self.sandbox.close)
         self.result = self._finish(exit_, end)
         return self.result
 
@@ -345,6 +354,7 @@ class PhaseRun:
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
+            scope.sandbox_args = self.supervisor.scope.sandbox_args  # the same sandbox and home
             self._open_attempt(argv, dict(self.plan.env), limits, scope, old.breakpoints)
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -381,10 +391,20 @@ class PhaseRun:
         take, cold = self.plan.take_warm, self.supervisor
         if take is None:
             return
-        # Matched on the inline argv: the cold one carries this run's own secret-file paths.
-        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, cold.env, self.plan.scope.limits))
+        if self.spec.resume_session_id:
+            return  # its transcript was restored into this run's own home
+        # Matched on the inline argv (the cold one carries this run's own secret-file paths) and
+        # without the sandbox's per-run variables (each warm process has its own home).
+        own = self.sandbox.env if self.sandbox is not None else {}
+        env = {k: v for k, v in cold.env.items() if k not in own}
+        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
         if warm is None:
             return
+        if self.sandbox is not None:  # the warm process's home is the phase's from now on
+            self.sandbox.home.remove()
+        self.sandbox = warm.sandbox
+        if self.sandbox is not None:
+            self.sandbox.project = self.spec.project_id or "default"
         warm.adopt(sink=self, limits=cold.limits, on_spawn=self._record_pid)
         warm.set_stdin_lines(cold.stdin_lines)  # initialize (with the hook) and the prompt
         self.supervisor = warm
@@ -491,6 +511,7 @@ class PhaseRun:
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
+                sandbox=self.sandbox.report if self.sandbox is not None else None,
             ),
             attempts=tuple(self.attempts),
             resource_fault=fault,
@@ -624,6 +645,7 @@ class PhaseRun:
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
             turn_count=stream.result_count, containment=self.supervisor.scope.report(),
+            sandbox=self.sandbox.report if self.sandbox is not None else None,
             attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
         )
 

@@ -14,6 +14,7 @@ from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
+from helix_runner.domain.phase_result import SandboxReport
 from helix_runner.process.containment import ContainmentReport
 from helix_runner.process.control_protocol import ContextUsage
 
@@ -63,6 +64,7 @@ class RunSnapshot:
     user_message_count: int
     turn_count: int  # turn results seen
     containment: ContainmentReport | None = None  # the phase's processes, cgroup and limits now
+    sandbox: SandboxReport | None = None  # the phase's sandbox layers, private home and egress ports
     attempts: tuple = ()  # phases.attempts Attempt records, oldest first (the running one last)
     queue: object | None = None  # the admission QueueState while the phase waits (QUEUED)
     auth_source: str = ""  # the latest init line's `apiKeySource` ("" before one came)

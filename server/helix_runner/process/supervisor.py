@@ -105,6 +105,9 @@ class ProcessSupervisor:
         self._started: tuple[ChildProcess, _ShimStatus, asyncio.Task] | None = None
         # Whether the process was started ahead and adopted by a phase (a warm start).
         self.warm = False
+        # A prestarted process's own sandbox and private home (process/sandbox/), which the phase
+        # that adopts it takes over; removed with the process if no phase does.
+        self.sandbox = None
         self._child_pid: int | None = None
         self.final_stats: ScopeStats | None = None
         self._stop_cause: EndCause | None = None
@@ -195,6 +198,8 @@ class ProcessSupervisor:
         await self._end_scope(proc, shim_exit)
         status.close()
         self.scope.close()
+        if self.sandbox is not None:
+            self.sandbox.home.remove()
 
     @property
     def prestarted_alive(self) -> bool:

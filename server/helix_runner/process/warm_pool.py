@@ -24,12 +24,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.containment import Containment
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 
@@ -68,7 +69,8 @@ class WarmPool:
     """Keeps up to ``size`` CLI processes of one signature started and waiting for a phase."""
 
     def __init__(self, containment: Containment, signature: SpawnSignature, limits: ResourceLimits, size: int, *,
-                 spawn_off_loop: bool = True, secret_files: SecretArgFiles | None = None) -> None:
+                 spawn_off_loop: bool = True, secret_files: SecretArgFiles | None = None,
+                 sandbox_for: Callable[[str], PhaseSandbox | None] | None = None) -> None:
         self.containment = containment
         # The signature holds the inline argv (what a request is matched on); the processes get the
         # secret-bearing JSON options as files, as a cold phase does (process.secret_files).
@@ -77,6 +79,9 @@ class WarmPool:
         self.limits = limits
         self.size = size
         self._spawn_off_loop = spawn_off_loop
+        # Each process gets a sandbox and private home of its own (by run id), which the phase
+        # that takes it adopts (phases/run.py).
+        self._sandbox_for = sandbox_for
         self._ready: list[ProcessSupervisor] = []
         self._starting: set[asyncio.Task] = set()
         self._closed = False
@@ -131,15 +136,28 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         sig = self.signature
-        scope = self.containment.scope(f"warm-{uuid.uuid4().hex}", self.limits)
+        run_id = f"warm-{uuid.uuid4().hex}"
+        scope = self.containment.scope(run_id, self.limits)
         argv = self.secret_files.externalize(sig.argv) if self.secret_files else list(sig.argv)
-        sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=dict(sig.env), sink=_NoSink(), limits=ProcessLimits(),
+        env = dict(sig.env)
+        sandbox = None
+        if self._sandbox_for is not None:
+            sandbox = await asyncio.to_thread(self._sandbox_for, run_id)
+        if sandbox is not None:
+            env.update(sandbox.env)
+            scope.sandbox_args = sandbox.shim_args()
+        sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=env, sink=_NoSink(), limits=ProcessLimits(),
                                 keep_stdin_open=True, scope=scope, spawn_off_loop=self._spawn_off_loop)
+        sup.sandbox = sandbox
         try:
             failed = await sup.prestart()
         except asyncio.CancelledError:
+            if sandbox is not None:
+                sandbox.home.remove()
             return  # prestart ended what it had started
         if failed is not None:
+            if sandbox is not None:
+                sandbox.home.remove()
             log.warning("warm pool: a CLI process did not start", extra={"fields": {"error": failed}})
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)

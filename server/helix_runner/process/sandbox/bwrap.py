@@ -34,13 +34,17 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str,
     # /tmp first: the other binds may lie beneath the host's /tmp (they are mounted on top of it).
     argv += ["--bind", policy.tmp, "/tmp"]
     covers = masked(policy)
-    read_write = [p for p in policy.read_write if p != policy.tmp and os.path.exists(p)]
+    # Not checked for existence: a git worktree is made after this argv (bwrap fails if it is missing).
+    read_write = [p for p in policy.read_write if p != policy.tmp]
     # A cover inside a read-write path must come after that path's bind, and a read-write path
     # inside a cover after the cover: bind, cover and re-bind in order of depth.
-    steps = sorted([(p.count("/"), 0, p) for p in read_write] + [(p.count("/"), 1, p) for p in covers])
+    steps = sorted([(p.count("/"), 0, p) for p in read_write] + [(p.count("/"), 1, p) for p in covers]
+                   + [(p.count("/"), 2, p) for p in policy.private_read_only])
     for _, kind, path in steps:
         if kind == 0:
             argv += ["--bind", path, path]
+        elif kind == 2:  # may be written after this argv is made (process/secret_files.py)
+            argv += ["--ro-bind-try", path, path]
         elif os.path.isdir(path):
             argv += ["--tmpfs", path]
         elif os.path.exists(path):

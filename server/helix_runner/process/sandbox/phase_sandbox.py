@@ -215,7 +215,8 @@ class Sandbox:
     # -- phases --------------------------------------------------------------------------------
 
     def prepare(self, run_id: str, *, cwd: str, project: str, read_write: Sequence[str] = (),
-                read_only: Sequence[str] = (), root: Path | None = None) -> PhaseSandbox:
+                read_only: Sequence[str] = (), covered: Sequence[str] = (), private_read_only: Sequence[str] = (),
+                root: Path | None = None) -> PhaseSandbox:
         """A fresh private home and the sandbox of one phase run (the caller closes it)."""
         home = PrivateHome(root or self.homes / run_id)
         home.create(self.template)
@@ -226,7 +227,8 @@ class Sandbox:
         policy = make_policy(
             cwd=cwd, read_only=[*SYSTEM_PATHS, *self.read_paths, *read_only],
             read_write=[cwd, *read_write], hidden=[*SYSTEM_SECRETS, *self.hidden, str(self.data_dir)],
-            home=str(home.home), tmp=str(home.tmp), egress_ports=self.egress_ports or ())
+            home=str(home.home), tmp=str(home.tmp), covered=covered, egress_ports=self.egress_ports or (),
+            private_read_only=private_read_only)
         spec: dict = {"ports": list(policy.egress_ports), "netns": lay.netns, "landlock_abi": lay.landlock_abi}
         if lay.bwrap:
             spec["bwrap"] = bwrap_argv(lay.bwrap, policy)
@@ -259,6 +261,26 @@ class Sandbox:
                           f"options.resume_session_id: this server keeps no session {session_id} of the phase's "
                           "project (transcripts are kept per project on the server that ran them)",
                           {"field": "options.resume_session_id", "session_id": session_id})
+
+
+def runtime_paths(path_env: str, *, claude_path: str = "") -> list[str]:
+    """Read-only directories the CLI and the tools on its PATH need beyond the system ones: the
+    CLI's directory, this Python (the key helper runs it) and this package, and each PATH entry
+    (with its real path; a version manager's ``shims`` directory brings its root, e.g. pyenv's)."""
+    import helix_runner
+
+    paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+             os.path.dirname(os.path.dirname(os.path.abspath(helix_runner.__file__)))]
+    if claude_path:
+        paths += [os.path.dirname(claude_path), os.path.dirname(os.path.realpath(claude_path))]
+    for entry in path_env.split(os.pathsep):
+        if not entry or not os.path.isabs(entry) or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        paths += [entry, real]
+        if os.path.basename(real) == "shims":
+            paths.append(os.path.dirname(real))
+    return paths
 
 
 def _ports(ports: tuple[int, ...] | None) -> str:

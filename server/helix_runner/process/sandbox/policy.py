@@ -33,6 +33,8 @@ class SandboxPolicy:
     home: str
     tmp: str  # the private temp directory on the host (bound at /tmp under bubblewrap)
     egress_ports: tuple[int, ...] = ()
+    # Read-only paths of the phase's own inside a hidden one (its option files in the data dir).
+    private_read_only: tuple[str, ...] = ()
 
 
 def _norm(path: str) -> str:
@@ -50,19 +52,25 @@ def _unique(paths: Iterable[str]) -> tuple[str, ...]:
 
 
 def make_policy(*, cwd: str, read_only: Iterable[str], read_write: Iterable[str], hidden: Iterable[str],
-                home: str, tmp: str, egress_ports: Iterable[int] = ()) -> SandboxPolicy:
+                home: str, tmp: str, covered: Iterable[str] = (), egress_ports: Iterable[int] = (),
+                private_read_only: Iterable[str] = ()) -> SandboxPolicy:
     """The policy with duplicates removed and read-only paths inside a hidden one dropped.
 
-    A read-write path (the phase's own directories) wins over a hidden one that holds it (its
-    private home lives in the hidden data dir); a read-only path does not. A read-only path that
-    is a read-write one, or beneath one, is dropped (it is writable already).
+    ``hidden`` (the data dir, the server's secret files): nothing inside is visible but the
+    phase's own read-write directories (its private home lives in the data dir). ``covered``
+    (the workspace roots): invisible where an allowed directory holds them, but what is allowed
+    inside them explicitly (the phase's workspace, a runtime) stays visible. A read-only path that
+    is a read-write one, or beneath one, is dropped (it is writable already). ``private_read_only``
+    paths (the phase's own option files, the key helper's socket) stay visible, read-only, wherever they are.
     """
     hidden_t = _unique(hidden)
     rw = _unique([*read_write, home, tmp])
     ro = tuple(p for p in _unique(read_only)
                if not any(inside(p, h) for h in hidden_t) and not any(inside(p, w) for w in rw))
+    hidden_t = _unique([*hidden_t, *covered])
     return SandboxPolicy(cwd=_norm(cwd), read_only=ro, read_write=rw, hidden=hidden_t, home=_norm(home),
-                         tmp=_norm(tmp), egress_ports=tuple(sorted(set(egress_ports))))
+                         tmp=_norm(tmp), egress_ports=tuple(sorted(set(egress_ports))),
+                         private_read_only=_unique(private_read_only))
 
 
 def masked(policy: SandboxPolicy) -> tuple[str, ...]:
@@ -96,6 +104,8 @@ def landlock_rules(policy: SandboxPolicy, read: int, write: int,
 
     for path in policy.read_only:
         add(path, read)
+    for path in policy.private_read_only:
+        rules.append((path, read))
     for path in policy.read_write:
         add(path, read | write)
     return rules
