@@ -51,7 +51,7 @@ async def test_an_unusable_key_file_stops_the_start(tmp_path, content):
         await child_credentials(config(tmp_path, api_key_file=str(key_file)), {})
 
 
-async def test_offline_mode_withholds_every_credential_and_has_its_own_config_dir(tmp_path):
+async def test_offline_mode_withholds_every_credential_and_leaves_the_config_dir_to_the_phase(tmp_path):
     script = tmp_path / "script.json"
     script.write_text('{"turns": []}')
     cfg = config(tmp_path, offline_script=str(script), api_key_file=str(tmp_path / "unused"))
@@ -59,8 +59,8 @@ async def test_offline_mode_withholds_every_credential_and_has_its_own_config_di
     try:
         assert creds.key_broker is None and creds.withhold == CREDENTIAL_ENV
         assert creds.overrides["ANTHROPIC_API_KEY"] == "offline-mode"
-        assert creds.overrides["CLAUDE_CONFIG_DIR"] == str(cfg.offline_config_dir)
-        assert cfg.offline_config_dir.is_dir()
+        # Each phase's private home holds its config dir (process/sandbox/private_home.py).
+        assert "CLAUDE_CONFIG_DIR" not in creds.overrides
     finally:
         creds.offline_api.stop()
 

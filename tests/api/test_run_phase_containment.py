@@ -32,6 +32,10 @@ from helix_runner.process import procfs
 from helix_runner.process.containment import MARKER_NAME, instance_id
 
 MODES = ["auto", "subreaper"]
+# The tools here write their own pids for the test to check on the host: no PID namespace (the
+# sandbox's other layers stay on; tests/api/test_sandbox.py covers containment inside one).
+HOST_PIDS = {"sandbox_skip_layers": ["namespaces"]}
+SKIP_PID_NAMESPACE = ("--sandbox-skip-layers", "namespaces")
 
 # Helpers the Bash tool runs (a standalone `sleep N` is refused by the CLI's Bash tool).
 SLEEPER = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
@@ -107,7 +111,7 @@ async def test_background_setsid_and_double_forked_jobs_end_with_the_phase(
     setting, claude_binary, scripted_api, runner_factory
 ):
     api = scripted_api(script(ESCAPES))
-    async with runner_factory(api, containment=setting) as runner:
+    async with runner_factory(api, containment=setting, **HOST_PIDS) as runner:
         helpers(runner.workdir)
         events, result = await runner.run_phase("go", allowed_tools=["Bash"], deadline=90)
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
@@ -125,7 +129,7 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
 ):
     # The ticker runs in a session of its own, as every Bash command does.
     api = scripted_api(script("setsid python3 ticker.py ticks 30; echo done"))
-    async with runner_factory(api, containment=setting) as runner:
+    async with runner_factory(api, containment=setting, **HOST_PIDS) as runner:
         helpers(runner.workdir)
         phase = start_phase(runner, "hard", allowed_tools=["Bash"])
         ticks = runner.workdir / "ticks"
@@ -166,7 +170,7 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
     setting, how, claude_binary, scripted_api, runner_factory
 ):
     api = scripted_api(script("setsid python3 sleeper.py tool.pid; echo done"))
-    async with runner_factory(api, containment=setting) as runner:
+    async with runner_factory(api, containment=setting, **HOST_PIDS) as runner:
         helpers(runner.workdir)
         phase = start_phase(runner, "cancel", allowed_tools=["Bash"])
         tool = int(await wait_file(runner.workdir / "tool.pid"))
@@ -211,7 +215,7 @@ async def test_server_kill_9_then_restart_ends_the_running_tools(setting, claude
             "setsid python3 sleeper.py bg.pid >/dev/null 2>&1 </dev/null & python3 sleeper.py fg.pid; echo x"
         )
     ).save(offline)
-    args = ("--offline-script", str(offline), "--containment", setting)
+    args = ("--offline-script", str(offline), "--containment", setting, *SKIP_PID_NAMESPACE)
     log1 = tmp_path / "serve1.log"
     server = start_serve(tmp_path, log1, *args)
     try:
@@ -328,7 +332,8 @@ async def test_a_full_disk_fails_the_phase_with_the_clis_notice(
     full_home, claude_binary, scripted_api, runner_factory
 ):
     api = scripted_api([Reply.text("answered, but not saved")])
-    async with runner_factory(api) as runner:
+    # The full disk is the server's HOME, which the CLI uses only without the sandbox's private home.
+    async with runner_factory(api, sandbox="off") as runner:
         events, result = await runner.run_phase("hi", deadline=90)
     lost = [e.session_writes_lost for e in events if e.HasField("session_writes_lost")]
     assert lost and lost[0].error_code == "ENOSPC" and "transcript" in lost[0].lost

@@ -86,6 +86,13 @@ def containment_to_proto(c: ContainmentReport) -> resources_pb2.PhaseContainment
     return msg
 
 
+def sandbox_to_proto(s: SandboxReport) -> resources_pb2.SandboxReport:
+    return resources_pb2.SandboxReport(
+        setting=s.setting, home=s.home, egress_ports=list(s.egress_ports),
+        layers=[resources_pb2.SandboxLayer(name=x.name, active=x.active, detail=x.detail) for x in s.layers],
+    )
+
+
 def tool_call_duration_ns(body: bytes) -> int | None:
     """The duration of an encoded ToolCall, None while it ran (for ``SqliteStore.backfill_tool_call_durations``)."""
     try:
@@ -132,6 +139,8 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.cost.CopyFrom(m.phase_cost_to_proto(r.cost))
     if d.containment is not None:
         msg.diagnostics.containment.CopyFrom(containment_to_proto(d.containment))
+    if d.sandbox is not None:
+        msg.diagnostics.sandbox.CopyFrom(sandbox_to_proto(d.sandbox))
     if r.artifacts is not None:
         msg.artifacts.CopyFrom(artifacts_to_proto(r.artifacts))
     _ts(msg.start_time, r.start_time_ns)

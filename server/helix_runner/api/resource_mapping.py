@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.event_summary import summarize
-from helix_runner.api.proto_records import containment_to_proto
+from helix_runner.api.proto_records import containment_to_proto, sandbox_to_proto
 from helix_runner.api.wire import embedded
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, StoredToolCall
@@ -205,9 +205,13 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         # Ended: the final figures, when the phase recorded them.
         if msg.phase.result.diagnostics.HasField("containment"):
             msg.containment.CopyFrom(msg.phase.result.diagnostics.containment)
+        if msg.phase.result.diagnostics.HasField("sandbox"):
+            msg.sandbox.CopyFrom(msg.phase.result.diagnostics.sandbox)
         return msg
     if live.containment is not None:
         msg.containment.CopyFrom(containment_to_proto(live.containment))
+    if live.sandbox is not None:
+        msg.sandbox.CopyFrom(sandbox_to_proto(live.sandbox))
     msg.paused = live.paused
     msg.hard_paused = live.hard_paused
     for held in live.held_calls:

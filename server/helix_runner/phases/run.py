@@ -395,8 +395,7 @@ class PhaseRun:
             return  # its transcript was restored into this run's own home
         # Matched on the inline argv (the cold one carries this run's own secret-file paths) and
         # without the sandbox's per-run variables (each warm process has its own home).
-        own = self.sandbox.env if self.sandbox is not None else {}
-        env = {k: v for k, v in cold.env.items() if k not in own}
+        env = self.sandbox.unapply(cold.env) if self.sandbox is not None else cold.env
         warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
         if warm is None:
             return

@@ -16,10 +16,10 @@ import logging
 import os
 import time
 import uuid
-from types import SimpleNamespace
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
@@ -197,7 +197,7 @@ class PhaseService:
                                phase_sandbox: PhaseSandbox | None) -> LivePhase:
         scope = self.containment.scope(run_id, limits)
         if phase_sandbox is not None:
-            env = {**env, **phase_sandbox.env}
+            env = phase_sandbox.apply(env)
             scope.sandbox_args = phase_sandbox.shim_args()
         plan = LaunchPlan(
             argv=self._argv(str(claude.path), spec),

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
+from helix_runner.domain.phase_result import SandboxReport
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
-from helix_runner.domain.phase_result import SandboxReport
 from helix_runner.process.containment import ContainmentReport
 from helix_runner.process.control_protocol import ContextUsage
 

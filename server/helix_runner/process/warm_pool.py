@@ -144,7 +144,7 @@ class WarmPool:
         if self._sandbox_for is not None:
             sandbox = await asyncio.to_thread(self._sandbox_for, run_id)
         if sandbox is not None:
-            env.update(sandbox.env)
+            env = sandbox.apply(env)
             scope.sandbox_args = sandbox.shim_args()
         sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=env, sink=_NoSink(), limits=ProcessLimits(),
                                 keep_stdin_open=True, scope=scope, spawn_off_loop=self._spawn_off_loop)

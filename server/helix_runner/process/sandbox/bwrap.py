@@ -22,7 +22,8 @@ NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str, ...] = ()) -> list[str]:
     """``bwrap`` and its options up to (not including) ``--``; the shim adds ``--info-fd``,
     ``--seccomp`` and the command."""
-    argv = [bwrap, *NAMESPACES, "--die-with-parent", "--cap-drop", "ALL"]
+    # /tmp first: allowed paths may lie beneath the host's /tmp (they are mounted on top of it).
+    argv = [bwrap, *NAMESPACES, "--die-with-parent", "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp"]
     for path in (*policy.read_only, *extra_read_only):
         if os.path.islink(path) and os.path.dirname(path) == "/":
             argv += ["--symlink", os.readlink(path), path]  # /bin -> usr/bin on merged-/usr systems
@@ -31,8 +32,6 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str,
     argv += ["--dev", "/dev", "--proc", "/proc"]
     if os.path.isdir("/sys"):
         argv += ["--ro-bind", "/sys", "/sys"]
-    # /tmp first: the other binds may lie beneath the host's /tmp (they are mounted on top of it).
-    argv += ["--bind", policy.tmp, "/tmp"]
     covers = masked(policy)
     # Not checked for existence: a git worktree is made after this argv (bwrap fails if it is missing).
     read_write = [p for p in policy.read_write if p != policy.tmp]

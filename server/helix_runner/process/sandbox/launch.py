@@ -179,11 +179,14 @@ def _bwrap_child_pid(info_r: int, bwrap_pid: int) -> int:
 
 
 def _status(pid: int) -> str:
+    """How bubblewrap exited, without reaping it (the shim's loop reports its status)."""
     try:
-        done, raw = os.waitpid(pid, os.WNOHANG)
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
         return "gone"
-    return f"code {os.waitstatus_to_exitcode(raw)}" if done else "still running"
+    if info is None:
+        return "still running"
+    return f"code {info.si_status}" if info.si_code == os.CLD_EXITED else f"signal {info.si_status}"
 
 
 def _ppid(pid: int) -> int | None:
@@ -216,7 +219,10 @@ def _first_child(init: int, bwrap_pid: int) -> int:
                 if name.isdigit() and _ppid(int(name)) == init:
                     return int(name)
         if _ppid(init) is None:
-            raise SandboxStartError(f"bubblewrap could not build the sandbox (its exit: {_status(bwrap_pid)})")
+            status = _status(bwrap_pid)
+            if status == "code 0":
+                return init  # the command has run and ended already; bubblewrap reports its status
+            raise SandboxStartError(f"bubblewrap could not build the sandbox (its exit: {status})")
         time.sleep(pause)
         pause = min(pause * 2, 0.01)
     raise SandboxStartError(f"the sandboxed command did not start within {START_LIMIT_S:g} s")

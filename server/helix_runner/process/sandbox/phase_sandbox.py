@@ -56,6 +56,24 @@ class PhaseSandbox:
     project: str
     sessions: SessionStore | None = None
     closed: bool = False
+    # What ``env`` replaced in the phase's composed environment (None: unset), so a warm start is
+    # matched on the environment without the sandbox's per-run variables.
+    replaced: dict[str, str | None] = field(default_factory=dict)
+
+    def apply(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with this sandbox's variables, remembering what they replaced."""
+        self.replaced = {k: env.get(k) for k in self.env}
+        return {**env, **self.env}
+
+    def unapply(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` as it was before ``apply``."""
+        out = dict(env)
+        for k, v in self.replaced.items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = v
+        return out
 
     def shim_args(self) -> list[str]:
         return ["--sandbox", json.dumps(self.spec, separators=(",", ":"))] if self.spec else []
@@ -137,7 +155,7 @@ class Sandbox:
             failure = self._probe_once(layers)
             if failure is None:
                 return layers
-            log.warning("sandbox probe failed", extra={"fields": {"error": failure, "giving_up": drop}})
+            log.warning(f"sandbox probe failed: {failure}", extra={"fields": {"error": failure, "giving_up": drop}})
             if drop is None:
                 break
             layers = _without(layers, drop, f"failed the start-up probe: {failure}")
@@ -149,13 +167,17 @@ class Sandbox:
         probe_root = Path(tempfile.mkdtemp(prefix="helix-sandbox-probe-"))
         try:
             phase = self.prepare("probe", cwd=str(probe_root), project="", root=probe_root / "run")
-            cmd = [sys.executable, "-E", "-s", "-S", "-B", str(SHIM_DIR / "phase_shim.py"), *phase.shim_args(),
+            cmd = [sys.executable, "-E", "-s", "-S", "-B", str(SHIM_DIR / "phase_shim.py"), "--status-fd", "1",
+                   *phase.shim_args(),
                    "--", "/bin/sh", "-c", "exit 0"]
             done = subprocess.run(cmd, cwd=probe_root, env={**phase.env, "PATH": "/usr/bin:/bin"},
                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
                                   start_new_session=True)
-            if done.returncode != 0:
-                return (done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")[-300:]
+            if done.returncode != 0:  # the shim's "error ..." status line, or what the command said
+                said = [line.removeprefix("error ") for line in done.stdout.decode(errors="replace").splitlines()
+                        if line.startswith("error ")]
+                return (" ".join(said) or done.stderr.decode(errors="replace").strip()
+                        or f"exit {done.returncode}")[-300:]
             return None
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
@@ -253,7 +275,7 @@ class Sandbox:
             return
         owner = self.sessions.owner(session_id)
         if owner is not None:
-            raise RunnerError(ErrorKind.PERMISSION_DENIED, "SESSION_OF_OTHER_PROJECT",
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "SESSION_OF_OTHER_PROJECT",
                               f"options.resume_session_id: session {session_id} belongs to another project; a "
                               "phase may resume only its own project's sessions",
                               {"field": "options.resume_session_id", "session_id": session_id})

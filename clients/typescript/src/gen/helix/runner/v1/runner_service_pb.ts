@@ -301,7 +301,10 @@ export type PhaseOptions = Message<"helix.runner.v1.PhaseOptions"> & {
 
   /**
    * `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
-   * `project`, `local`; empty for none. Unset: the CLI's default (all).
+   * `project`, `local`; empty for none. Unset: `user` alone when the server sandboxes phases
+   * (the phase's private user config, fresh from the operator's template, so the workspace's
+   * `.claude/` settings and hooks load only when a request names `project` or `local`); the
+   * CLI's default (all) when the sandbox is off.
    *
    * @generated from field: optional string setting_sources = 36;
    */

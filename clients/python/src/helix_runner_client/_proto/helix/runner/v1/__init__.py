@@ -93,6 +93,8 @@ __all__ = (
     "RunPhaseRequest",
     "RunPhaseResponse",
     "RunnerServiceStub",
+    "SandboxLayer",
+    "SandboxReport",
     "SessionInit",
     "SessionWritesLost",
     "SetPhaseModelRequest",
@@ -3490,6 +3492,12 @@ class PhaseDiagnostics(betterproto2.Message):
     How the phase's processes were contained, and the most memory they used.
     """
 
+    sandbox: "SandboxReport | None" = betterproto2.field(10, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox the phase ran in: each layer on or off (and why), its private home, the host
+    ports it could reach. Unset: the server ran it without a sandbox (`sandbox = off`).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseDiagnostics", PhaseDiagnostics)
 
@@ -3563,6 +3571,11 @@ class PhaseInspection(betterproto2.Message):
     it, each with its outcome, exit code and cost. While the phase runs, the ended attempts; once
     it has ended, every attempt of its result (also for a phase recovered after a crash or taken
     over from a stopped replica).
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(13, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox the phase runs in (as `diagnostics.sandbox` of its result once it has ended).
     """
 
 
@@ -3799,7 +3812,10 @@ class PhaseOptions(betterproto2.Message):
     setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
     """
     `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
-    `project`, `local`; empty for none. Unset: the CLI's default (all).
+    `project`, `local`; empty for none. Unset: `user` alone when the server sandboxes phases
+    (the phase's private user config, fresh from the operator's template, so the workspace's
+    `.claude/` settings and hooks load only when a request names `project` or `local`); the
+    CLI's default (all) when the sandbox is off.
     """
 
     json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
@@ -4354,6 +4370,62 @@ class RunPhaseResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "RunPhaseResponse", RunPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class SandboxLayer(betterproto2.Message):
+    """
+    SandboxLayer is one layer of a phase's sandbox.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    `namespaces`, `network`, `landlock` or `seccomp`.
+    """
+
+    active: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Whether the phase runs with it.
+    """
+
+    detail: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    What it does on this server, or why it is off.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SandboxLayer", SandboxLayer)
+
+
+@dataclass(eq=False, repr=False)
+class SandboxReport(betterproto2.Message):
+    """
+    SandboxReport describes the sandbox around a phase's processes (README "Sandbox").
+    """
+
+    setting: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The server's setting: `auto` (every layer the host allows), `required` (a phase is refused
+    while a layer is missing), `off`.
+    """
+
+    layers: "list[SandboxLayer]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Each layer: `namespaces`, `network`, `landlock`, `seccomp`.
+    """
+
+    home: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The phase's private HOME (its CLI config is `<home>/.claude`); removed when the phase ends.
+    """
+
+    egress_ports: "list[int]" = betterproto2.field(4, betterproto2.TYPE_INT32, repeated=True)
+    """
+    The host loopback ports the phase may reach (the model API, the egress proxy).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SandboxReport", SandboxReport)
 
 
 @dataclass(eq=False, repr=False)

@@ -1,0 +1,232 @@
+"""The per-phase sandbox against the real CLI: each layer refuses what a hostile model tries from
+its Bash tool, legitimate work still succeeds, degraded modes are reported, `required` refuses.
+
+Each attack runs a shell command inside a real phase (offline scripted model, real tools) and
+reads what the tool printed from the request the CLI sent the scripted API next.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from support.git_repos import make_repo
+
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.errors import error_info
+from helix_runner.offline.script import Reply
+
+pytestmark = pytest.mark.real_cli
+
+OK = "HELIX-OK"
+DENIED = "HELIX-DENIED"
+
+
+async def bash(runner, api, command: str, *, phase_id: str = "p1", **options):
+    """Runs ``command`` in a phase's Bash tool; (what it printed, the PhaseResult)."""
+    api.set_script([Reply.tool_use("Bash", {"command": command}), Reply.text("done")])
+    before = len(api.message_requests())
+    _, result = await runner.run_phase("run it", phase_id=phase_id, allowed_tools=["Bash"], deadline=90, **options)
+    requests = api.message_requests()[before:]
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    return requests[1].tool_result_text(), result
+
+
+def probe(command: str) -> str:
+    """A shell line printing OK if ``command`` succeeds, DENIED if it fails."""
+    return f"if {command}; then echo {OK}; else echo {DENIED}; fi"
+
+
+def layers(result) -> dict[str, bool]:
+    return {layer.name: layer.active for layer in result.diagnostics.sandbox.layers}
+
+
+# -- the default configuration: every layer ----------------------------------------------------
+
+
+
+
+async def test_reading_the_data_dir_another_workspace_and_server_files_is_refused(claude_binary, scripted_api,
+                                                                                  runner_factory, tmp_path):
+    other = tmp_path / "other-workspace"
+    other.mkdir()
+    (other / "secret.txt").write_text("another job's file\n")
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        db = runner.data_dir / "helix-runner.sqlite3"
+        assert db.exists()
+        out, result = await bash(runner, api, "; ".join([
+            probe(f"head -c 16 {db} >/dev/null 2>&1"),
+            probe(f"ls {runner.data_dir}/recordings >/dev/null 2>&1"),
+            probe(f"cat {other}/secret.txt >/dev/null 2>&1"),
+            probe(f"cat {token} >/dev/null 2>&1"),
+            probe("head -c1 /etc/shadow >/dev/null 2>&1"),
+            probe("echo mine > own.txt"),  # the workspace itself is writable
+        ]))
+    assert out.split() == [DENIED] * 5 + [OK], out
+    assert (runner.workdir / "own.txt").read_text() == "mine\n"
+    assert all(layers(result).values()), result.diagnostics.sandbox
+
+
+async def test_a_phase_can_neither_see_nor_signal_processes_outside_it(claude_binary, scripted_api, runner_factory):
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        api = scripted_api([])
+        async with runner_factory(api) as runner:
+            out, _ = await bash(runner, api, "; ".join([
+                probe(f"kill -0 {outside.pid} 2>/dev/null"),
+                probe(f"cat /proc/{outside.pid}/environ >/dev/null 2>&1"),
+                probe(f"kill -STOP {os.getpid()} 2>/dev/null"),
+                probe("test $(ls /proc | grep -c '^[0-9]') -lt 30"),  # its own PID namespace
+            ]))
+        assert out.split() == [DENIED, DENIED, DENIED, OK], out
+        assert outside.poll() is None
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+async def test_tcp_reaches_the_model_api_only(claude_binary, scripted_api, runner_factory):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        api = scripted_api([])
+        api_port = int(api.base_url.rsplit(":", 1)[1])
+        async with runner_factory(api) as runner:
+            out, result = await bash(runner, api, "; ".join([
+                probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null"),
+                probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{api_port}' 2>/dev/null"),
+            ]))
+        assert out.split() == [DENIED, OK], out
+        assert list(result.diagnostics.sandbox.egress_ports) == [api_port]
+
+
+async def test_tmp_is_private_to_the_phase(claude_binary, scripted_api, runner_factory):
+    marker = f"helix-sandbox-marker-{os.getpid()}-{time.monotonic_ns()}"
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        first, _ = await bash(runner, api, f"echo secret > /tmp/{marker} && ls /tmp/{marker} && echo $TMPDIR")
+        second, _ = await bash(runner, api, probe(f"test -e /tmp/{marker}"), phase_id="p2")
+    assert marker in first and "/tmp" in first
+    assert not Path("/tmp", marker).exists()
+    assert second.split() == [DENIED], second
+
+
+async def test_a_phase_cannot_plant_hooks_for_the_next_one(claude_binary, scripted_api, runner_factory):
+    hook = {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch $HOME/../../HOOK-RAN"}]}],
+                      "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
+                                                                 "command": "touch /tmp/../HOOK-RAN-2"}]}]}}
+    import json
+
+    settings = json.dumps(hook)
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        marker = runner.workdir / "hook-ran"
+        hook_line = settings.replace("$HOME/../../HOOK-RAN", str(marker)).replace("/tmp/../HOOK-RAN-2", str(marker))
+        planted = runner.workdir / "planted.json"
+        planted.write_text(hook_line)
+        out, _ = await bash(runner, api, "python3 -c \"import os, shutil; [os.makedirs(d, exist_ok=True) or "
+                                         "shutil.copy('planted.json', d + '/settings.json') for d in "
+                                         "('.claude', os.path.expanduser('~/.claude'))]\" && echo planted")
+        assert "planted" in out, out
+        assert (runner.workdir / ".claude" / "settings.json").exists()
+        await bash(runner, api, "echo next phase", phase_id="p2")
+        assert not marker.exists(), "a hook planted by an earlier phase ran"
+        # A request that asks for the workspace's settings gets them (and so the hook).
+        await bash(runner, api, "echo asked", phase_id="p3", setting_sources="user,project")
+        assert marker.exists()
+
+
+# -- legitimate work --------------------------------------------------------------------------
+
+
+async def test_git_python_pipelines_and_add_dirs_work(claude_binary, scripted_api, runner_factory, tmp_path):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        make_repo(runner.workdir)
+        out, _ = await bash(runner, api, " && ".join([
+            "git -c user.name=m -c user.email=m@example.invalid commit -q --allow-empty -m sandboxed",
+            "git log --oneline | wc -l | tr -d ' '",
+            "python3 -c 'print(6 * 7)'",
+            "seq 1 5 | sort -r | head -1",
+            f"echo added > {extra}/from-phase.txt",
+            "echo " + OK,
+        ]), add_dirs=[str(extra)])
+    assert out.split()[-4:] == ["2", "42", "5", OK], out
+    assert (extra / "from-phase.txt").read_text() == "added\n"
+
+
+async def test_a_git_worktree_phase_commits(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        make_repo(runner.workdir)
+        out, result = await bash(runner, api, "echo changed > wt.txt && git add wt.txt && "
+                                 "git -c user.name=m -c user.email=m@example.invalid commit -q -m in-worktree && "
+                                 "git log --oneline -1", workspace=pb.WORKSPACE_MODE_GIT_WORKTREE,
+                                 worktree_retention=pb.WORKTREE_RETENTION_KEEP)
+    assert "in-worktree" in out, out
+
+
+async def test_a_later_phase_of_the_project_resumes_a_session_another_project_may_not(claude_binary, scripted_api,
+                                                                                       runner_factory):
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        _, first = await bash(runner, api, "echo first")
+        session = first.session_id
+        assert session
+        out, resumed = await bash(runner, api, "echo second", phase_id="p2", resume_session_id=session)
+        assert resumed.session_id == session
+        api.set_script([Reply.text("never")])
+        request = pb.RunPhaseRequest(job_id="job-other", phase_id="p1", prompt="x", working_dir=str(runner.workdir),
+                                     project_id="other-project", options=pb.PhaseOptions(resume_session_id=session))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async for _ in runner.stub.RunPhase(request, timeout=30):
+                pass
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error_info(refused.value).reason == "SESSION_OF_OTHER_PROJECT"
+    assert "another project" in refused.value.details()
+
+
+# -- degraded modes and `required` ------------------------------------------------------------
+
+
+async def test_without_namespaces_landlock_is_the_boundary(claude_binary, scripted_api, runner_factory):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        api = scripted_api([])
+        async with runner_factory(api, sandbox_skip_layers=["namespaces", "network"]) as runner:
+            out, result = await bash(runner, api, "; ".join([
+                probe(f"head -c 16 {runner.data_dir}/helix-runner.sqlite3 >/dev/null 2>&1"),
+                probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null"),
+                probe("echo mine > own.txt"),
+                probe("echo t > $TMPDIR/t && cat $TMPDIR/t >/dev/null"),
+            ]))
+    assert out.split() == [DENIED, DENIED, OK, OK], out
+    state = layers(result)
+    assert state["namespaces"] is False and state["landlock"] and state["seccomp"], result.diagnostics.sandbox
+    assert state["network"]  # Landlock TCP rules instead of a network namespace
+
+
+async def test_required_refuses_phases_while_a_layer_is_missing(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([Reply.text("never")])
+    async with runner_factory(api, sandbox="required", sandbox_skip_layers=["seccomp"]) as runner:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await runner.run_phase("x")
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = error_info(refused.value)
+    assert info.reason == "SANDBOX_UNAVAILABLE" and info.metadata["layer"] == "seccomp"
+    assert api.message_requests() == []
