@@ -78,7 +78,7 @@ async def test_reading_the_data_dir_another_workspace_and_server_files_is_refuse
 
 
 async def test_a_phase_can_neither_see_nor_signal_processes_outside_it(claude_binary, scripted_api, runner_factory):
-    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # noqa: ASYNC220
     try:
         api = scripted_api([])
         async with runner_factory(api) as runner:

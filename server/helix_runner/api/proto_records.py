@@ -13,7 +13,7 @@ from helix_runner.api.wire import frame_events
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
 from helix_runner.domain.phase_outcome import ResourceFault
-from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult
+from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult, SandboxReport
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
 
