@@ -219,10 +219,9 @@ def _first_child(init: int, bwrap_pid: int) -> int:
                 if name.isdigit() and _ppid(int(name)) == init:
                     return int(name)
         if _ppid(init) is None:
-            status = _status(bwrap_pid)
-            if status == "code 0":
-                return init  # the command has run and ended already; bubblewrap reports its status
-            raise SandboxStartError(f"bubblewrap could not build the sandbox (its exit: {status})")
+            # The sandbox ended before its command was seen: the command ran and exited already, or
+            # bubblewrap failed to build it (its message is on stderr); its exit status says which.
+            return init
         time.sleep(pause)
         pause = min(pause * 2, 0.01)
     raise SandboxStartError(f"the sandboxed command did not start within {START_LIMIT_S:g} s")
