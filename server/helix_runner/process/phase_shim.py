@@ -26,11 +26,20 @@ which keeps its start-up to a few tens of milliseconds, see benchmarks/bench_pha
 
 from __future__ import annotations
 
-import ctypes
-import os
-import signal
-import sys
 import time
+
+_T0 = time.time_ns()
+
+import ctypes  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+_MARKS: list[tuple[str, int]] = [("start", _T0), ("imports", time.time_ns())]
+
+
+def mark(name: str) -> None:
+    _MARKS.append((name, time.time_ns()))
 
 if __package__:
     from helix_runner.process import procfs
@@ -74,7 +83,7 @@ def _prctl(libc: ctypes.CDLL, option: int, value: int) -> None:
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
-def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], dict | None]:
+def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], str | None]:
     status_fd, parent, joins, markers, sandbox = -1, 0, [], [], None
     i = 0
     while i < len(argv) and argv[i] != "--":
@@ -90,11 +99,7 @@ def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], 
         elif flag == "--marker":
             markers.append(value)
         elif flag == "--sandbox":
-            import json
-
-            sandbox = json.loads(value)
-            if not isinstance(sandbox, dict):
-                raise ValueError("--sandbox takes a JSON object")
+            sandbox = value
         else:
             raise ValueError(f"unknown option {flag}")
         i += 2
@@ -167,6 +172,7 @@ def main(argv: list[str]) -> int:
             status.send(f"error cannot join cgroup {path}: {exc.strerror or exc}")
             return EXIT_SETUP_FAILED
     env = dict(os.environ)
+    trace = env.pop("HELIX_SHIM_PROFILE", None)
     for marker in markers:
         name, _, value = marker.partition("=")
         env[name] = value
@@ -177,9 +183,11 @@ def main(argv: list[str]) -> int:
             from helix_runner.process.sandbox import launch
         else:
             from sandbox import launch  # type: ignore[no-redef]
+        mark("import launch")
+        launch.MARK = mark
         try:
-            started = launch.start(sandbox, command, env, reset)
-        except (OSError, launch.SandboxStartError) as exc:
+            started = launch.start(launch.load_spec(sandbox), command, env, reset)
+        except (OSError, ValueError, EOFError, launch.SandboxStartError) as exc:
             status.send(f"error {SANDBOX_ERROR_PREFIX}{getattr(exc, 'strerror', None) or exc}")
             return EXIT_SPAWN_FAILED
         child, reported = started.pid, started.cli_pid
@@ -192,6 +200,12 @@ def main(argv: list[str]) -> int:
             return EXIT_SPAWN_FAILED
         reported = child
     status.send(f"spawned {reported}")
+    mark("spawned")
+    if trace:
+        with open(trace, "w") as f:
+            f.write("".join(f"{n}={t}\n" for n, t in _MARKS))
+    if started is not None:
+        started.relay()  # the phase's connections queue on the listeners until now
     # Let go of the server's pipes: stdout EOF must come when the CLI (and its tools) close them.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -215,10 +229,8 @@ def main(argv: list[str]) -> int:
             ending = True
         elif state["code"] is None:
             try:
-                if started is not None and started.bwrap:
-                    os.kill(reported, info.si_signo)  # the CLI; its group holds bubblewrap too
-                else:
-                    os.killpg(child, info.si_signo)
+                # The CLI's group (sandboxed: not bubblewrap's monitor, see launch.Started.pgid).
+                os.killpg(started.pgid if started is not None else child, info.si_signo)
             except ProcessLookupError:
                 pass
     code = state["code"]

@@ -17,39 +17,55 @@ from helix_runner.process.sandbox.policy import SandboxPolicy, masked
 
 NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
               "--disable-userns")
+# A new session: the command's process group is then its own (PID 1's), not the shim child's,
+# so the server can signal it without signalling bubblewrap's monitor; and no TIOCSTI into a
+# terminal outside.
+SESSION = ("--new-session",)
 
 
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str, ...] = ()) -> list[str]:
-    """``bwrap`` and its options up to (not including) ``--``; the shim adds ``--info-fd``,
-    ``--seccomp`` and the command."""
+    """``bwrap`` and its options up to (not including) ``--``; the shim adds ``--seccomp`` and the
+    command."""
     # /tmp first: allowed paths may lie beneath the host's /tmp (they are mounted on top of it).
-    argv = [bwrap, *NAMESPACES, "--die-with-parent", "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp"]
-    for path in (*policy.read_only, *extra_read_only):
-        if os.path.islink(path) and os.path.dirname(path) == "/":
-            argv += ["--symlink", os.readlink(path), path]  # /bin -> usr/bin on merged-/usr systems
-        elif os.path.exists(path):
-            argv += ["--ro-bind", path, path]
-    argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv = [bwrap, *NAMESPACES, *SESSION, "--die-with-parent", "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp",
+            "--dev", "/dev", "--proc", "/proc"]
     if os.path.isdir("/sys"):
         argv += ["--ro-bind", "/sys", "/sys"]
-    covers = masked(policy)
-    # Not checked for existence: a git worktree is made after this argv (bwrap fails if it is missing).
-    read_write = [p for p in policy.read_write if p != policy.tmp]
-    # A cover inside a read-write path must come after that path's bind, and a read-write path
-    # inside a cover after the cover: bind, cover and re-bind in order of depth.
-    steps = sorted([(p.count("/"), 0, p) for p in read_write] + [(p.count("/"), 1, p) for p in covers]
-                   + [(p.count("/"), 2, p) for p in policy.private_read_only])
-    for _, kind, path in steps:
-        if kind == 0:
-            argv += ["--bind", path, path]
-        elif kind == 2:  # may be written after this argv is made (process/secret_files.py)
-            argv += ["--ro-bind-try", path, path]
-        elif os.path.isdir(path):
-            argv += ["--tmpfs", path]
+    covers = [p for p in masked(policy) if _reachable(p)]
+    # Binds and covers in order of depth, a cover before a bind of the same depth: a cover inside
+    # an allowed path comes after that path's bind, and an allowed path inside a cover after the
+    # cover (an explicitly allowed path wins over a hidden one).
+    steps: list[tuple[int, int, int, str, list[str]]] = []
+
+    def step(path: str, kind: int, args: list[str]) -> None:
+        steps.append((path.count("/"), kind, len(steps), path, args))
+
+    for path in covers:
+        step(path, 0, ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path])
+    for path in (*policy.read_only, *extra_read_only):
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            step(path, 1, ["--symlink", os.readlink(path), path])  # /bin -> usr/bin on merged-/usr systems
         elif os.path.exists(path):
-            argv += ["--ro-bind", "/dev/null", path]
+            step(path, 1, ["--ro-bind", path, path])
+    # Not checked for existence: a git worktree is made after this argv (bwrap fails if it is missing).
+    for path in policy.read_write:
+        if path != policy.tmp:
+            step(path, 1, ["--bind", path, path])
+    for path in policy.private_read_only:  # may be written after this argv is made (process/secret_files.py)
+        step(path, 1, ["--ro-bind-try", path, path])
+    for *_, args in sorted(steps):
+        argv += args
     for path in covers:
         if os.path.isdir(path):
             argv += ["--remount-ro", path]
     argv += ["--chdir", policy.cwd]
     return argv
+
+
+def _reachable(path: str) -> bool:
+    """Whether the phase could reach ``path`` if it were not covered: it exists and the server's
+    user may read, write or enter it (a phase runs as that user, with no capability; root reads
+    what its owner bits allow, so for root every existing path counts)."""
+    if not os.path.lexists(path):
+        return False
+    return os.geteuid() == 0 or any(os.access(path, mode) for mode in (os.R_OK, os.W_OK, os.X_OK))

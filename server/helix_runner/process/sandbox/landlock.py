@@ -1,6 +1,7 @@
 """Landlock through its three system calls (ctypes; no library wraps ABI 6+ scoping yet).
 
-Standard library only: the phase shim imports it (``python -E -s -S -B``, a few ms to start).
+Standard library only, and no module the shim would not load anyway (no ``struct``, no ``stat``):
+the phase shim imports it (``python -E -s -S -B``, a few ms to start).
 
 A Landlock domain is an allowlist the kernel enforces on a process and everything it starts,
 which cannot be lifted from inside. What this module offers (``restrict``):
@@ -19,8 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import stat
-import struct
+import sys
 
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445
@@ -87,6 +87,10 @@ def fs_rights(abi_version: int) -> int:
     return _FS_BY_ABI.get(min(abi_version, 5), 0)
 
 
+def _u64(value: int) -> bytes:
+    return value.to_bytes(8, sys.byteorder)
+
+
 def _call(number: int, *args) -> int:
     result = _syscall().syscall(number, *args)
     if result < 0:
@@ -108,8 +112,7 @@ def restrict(abi_version: int, *, fs: list[tuple[str, int]] | None = None, tcp_p
     handled_fs = all_fs if fs is not None else 0
     handled_net = NET_CONNECT_TCP if tcp_ports is not None and abi_version >= 4 else 0
     scope = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if scoped and abi_version >= 6 else 0
-    attr = struct.pack("QQQ", handled_fs, handled_net, scope) if abi_version >= 6 else \
-        struct.pack("QQ", handled_fs, handled_net) if abi_version >= 4 else struct.pack("Q", handled_fs)
+    attr = _u64(handled_fs) + (_u64(handled_net) if abi_version >= 4 else b"") + (_u64(scope) if abi_version >= 6 else b"")
     if not (handled_fs or handled_net or scope):
         return
     buf = ctypes.create_string_buffer(attr, len(attr))
@@ -122,17 +125,18 @@ def restrict(abi_version: int, *, fs: list[tuple[str, int]] | None = None, tcp_p
                 continue
             try:
                 allowed = rights & all_fs
-                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                if os.fstat(fd).st_mode & 0o170000 != 0o040000:  # not a directory
                     # A rule on a file may hold only the rights that apply to files.
                     allowed &= FS_EXECUTE | FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-                rule = struct.pack("=Qi", allowed, fd)
+                # struct landlock_path_beneath_attr is packed: u64 allowed_access, s32 parent_fd.
+                rule = _u64(allowed) + fd.to_bytes(4, sys.byteorder, signed=True)
                 _call(SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_PATH_BENEATH),
                       ctypes.create_string_buffer(rule, len(rule)), ctypes.c_uint32(0))
             finally:
                 os.close(fd)
         if handled_net:
             for port in tcp_ports or ():
-                rule = struct.pack("QQ", NET_CONNECT_TCP, port)
+                rule = _u64(NET_CONNECT_TCP) + _u64(port)  # struct landlock_net_port_attr
                 _call(SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_NET_PORT),
                       ctypes.create_string_buffer(rule, len(rule)), ctypes.c_uint32(0))
         if _syscall().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

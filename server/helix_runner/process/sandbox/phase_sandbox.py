@@ -9,8 +9,8 @@ is missing (``refusal``). See README "Sandbox" for what each layer blocks.
 
 from __future__ import annotations
 
-import json
 import logging
+import marshal
 import os
 import subprocess
 import sys
@@ -21,7 +21,10 @@ from pathlib import Path
 
 from helix_runner.domain.phase_result import SandboxLayer, SandboxReport
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.process.sandbox import landlock
+
+# The shim imports these by path with -B: imported here too, so their bytecode is cached (the
+# shim would otherwise compile them at every phase's start, a few ms).
+from helix_runner.process.sandbox import capabilities, landlock, launch, relay, seccomp_load  # noqa: F401
 from helix_runner.process.sandbox.bwrap import bwrap_argv
 from helix_runner.process.sandbox.detect import LAYERS, SandboxSupport, detect
 from helix_runner.process.sandbox.policy import SYSTEM_PATHS, SYSTEM_SECRETS, landlock_rules, make_policy
@@ -75,8 +78,13 @@ class PhaseSandbox:
                 out[k] = v
         return out
 
+    @property
+    def spec_path(self) -> Path:
+        """Where the shim reads ``spec`` from (beside the home, out of the phase's sight)."""
+        return self.home.root / "sandbox.spec"
+
     def shim_args(self) -> list[str]:
-        return ["--sandbox", json.dumps(self.spec, separators=(",", ":"))] if self.spec else []
+        return ["--sandbox", str(self.spec_path)] if self.spec else []
 
     def close(self) -> list[str]:
         """The phase has ended: keeps its transcripts for resume, removes its home; returns the
@@ -266,7 +274,12 @@ class Sandbox:
         env = home.env("/tmp" if lay.bwrap else str(home.tmp))
         report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home),
                                egress_ports=policy.egress_ports)
-        return PhaseSandbox(home, spec, env, report, project, self.sessions)
+        phase = PhaseSandbox(home, spec, env, report, project, self.sessions)
+        # marshal: what the shim reads without importing anything (sandbox/launch.py).
+        fd = os.open(phase.spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(marshal.dumps(spec))
+        return phase
 
     def restore_session(self, phase: PhaseSandbox, session_id: str, cwd: str) -> None:
         """Copies this project's transcript of ``session_id`` into the phase's home; RunnerError

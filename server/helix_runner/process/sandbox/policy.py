@@ -60,7 +60,8 @@ def make_policy(*, cwd: str, read_only: Iterable[str], read_write: Iterable[str]
     phase's own read-write directories (its private home lives in the data dir). ``covered``
     (the workspace roots): invisible where an allowed directory holds them, but what is allowed
     inside them explicitly (the phase's workspace, a runtime) stays visible. A read-only path that
-    is a read-write one, or beneath one, is dropped (it is writable already). ``private_read_only``
+    is a read-write one, or beneath one, is dropped (it is writable already), and so is one beneath
+    another read-only one (``outermost``: each bind costs bubblewrap a mount). ``private_read_only``
     paths (the phase's own option files, the key helper's socket) stay visible, read-only, wherever they are.
     """
     hidden_t = _unique(hidden)
@@ -68,9 +69,20 @@ def make_policy(*, cwd: str, read_only: Iterable[str], read_write: Iterable[str]
     ro = tuple(p for p in _unique(read_only)
                if not any(inside(p, h) for h in hidden_t) and not any(inside(p, w) for w in rw))
     hidden_t = _unique([*hidden_t, *covered])
+    ro = outermost(ro, hidden_t)
     return SandboxPolicy(cwd=_norm(cwd), read_only=ro, read_write=rw, hidden=hidden_t, home=_norm(home),
                          tmp=_norm(tmp), egress_ports=tuple(sorted(set(egress_ports))),
                          private_read_only=_unique(private_read_only))
+
+
+def outermost(paths: tuple[str, ...], hidden: tuple[str, ...]) -> tuple[str, ...]:
+    """``paths`` without those that lie inside another of them (the outer one brings them along),
+    unless a hidden path lies in between (its cover would hide them, so they need their own bind)."""
+    def redundant(p: str) -> bool:
+        return any(q != p and inside(p, q) and not any(inside(h, q) and inside(p, h) for h in hidden)
+                   for q in paths)
+
+    return tuple(p for p in paths if not redundant(p))
 
 
 def masked(policy: SandboxPolicy) -> tuple[str, ...]:
