@@ -7,6 +7,7 @@ reads what the tool printed from the request the CLI sent the scripted API next.
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import subprocess
@@ -145,6 +146,20 @@ async def test_a_phase_cannot_plant_hooks_for_the_next_one(claude_binary, script
         # A request that asks for the workspace's settings gets them (and so the hook).
         await bash(runner, api, "echo asked", phase_id="p3", setting_sources="user,project")
         assert marker.exists()
+
+
+async def test_a_timed_out_phase_gets_the_graceful_sigterm_inside_the_sandbox(claude_binary, scripted_api,
+                                                                              runner_factory):
+    """The supervisor ends a phase with SIGTERM to the CLI's process group before it kills the
+    scope. Under bubblewrap that group is the sandbox's new session (led by its PID 1), not the
+    CLI's pid: signalled by pid, the CLI never got the SIGTERM and was SIGKILLed after the grace."""
+    api = scripted_api([Reply.tool_use("Bash", {"command": "python3 -c 'import time; time.sleep(60)'"}),
+                        Reply.text("never")])
+    async with runner_factory(api) as runner:
+        _, result = await runner.run_phase("sleep", allowed_tools=["Bash"], timeout=datetime.timedelta(seconds=3))
+    assert result.status == res.PHASE_STATUS_TIMED_OUT
+    assert layers(result)["namespaces"]
+    assert result.exit_signal != "SIGKILL"  # it ended on the SIGTERM (by it, or with a code of its own)
 
 
 # -- legitimate work --------------------------------------------------------------------------

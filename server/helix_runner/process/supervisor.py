@@ -517,9 +517,11 @@ async def _wait_exit(proc: ChildProcess) -> int:
             os.close(fd)
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signals the process group of ``pid``: the CLI's own group, which the shim made (``pid`` leads
+    it) or, in the sandbox, bubblewrap's new session (led by the sandbox's PID 1, which ignores it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+        os.killpg(os.getpgid(pid), sig)
 
 
 def _signal_name(number: int) -> str:
