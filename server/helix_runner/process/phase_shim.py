@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
         try:
             started = launch.start(launch.load_spec(sandbox), command, env, reset)
         except (OSError, ValueError, EOFError, launch.SandboxStartError) as exc:
-            status.send(f"error {SANDBOX_ERROR_PREFIX}{getattr(exc, 'strerror', None) or exc}")
+            status.send(f"error {SANDBOX_ERROR_PREFIX}{launch.describe(exc)}")
             return EXIT_SPAWN_FAILED
         child, reported = started.pid, started.cli_pid
     else:

@@ -100,6 +100,14 @@ class Started:
             relay.start(self.listeners, self.ports)
 
 
+def describe(exc: BaseException) -> str:
+    """One line for a person: an OSError's text with the file it names (an exec's command, a
+    missing spec), else the exception's own text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
 def load_spec(path: str) -> dict:
     """The spec ``phase_sandbox.PhaseSandbox`` wrote (marshal: no import, and the same interpreter
     writes and reads it)."""
@@ -217,10 +225,8 @@ def start(spec: dict, command: list[str], env: dict[str, str], reset: tuple[int,
             _child(spec, command, env, theirs, creds_theirs, seccomp_fd, program, reset)
             raise OSError("exec returned")
         except BaseException as exc:  # noqa: BLE001 - reported to the shim, which reports it to the server
-            text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            what = command[0] if isinstance(exc, FileNotFoundError) and not use_bwrap else ""
             try:
-                theirs.send(f"error {what + ': ' if what else ''}{text}".encode()[:2000])
+                theirs.send(f"error {describe(exc)}".encode()[:2000])
             finally:
                 os._exit(127)
     _mark("forked")
