@@ -14,7 +14,7 @@ from helix_runner.api.event_summary import summarize
 from helix_runner.api.proto_records import containment_to_proto, sandbox_to_proto
 from helix_runner.api.wire import embedded
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
-from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, StoredToolCall
+from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, ServerStatus, StoredToolCall
 
 # PhaseInspection.recent_events[].summary (resources.proto).
 MAX_SUMMARY_CHARS = 500
@@ -236,3 +236,9 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         )
         ctx.raw_json = usage.raw_json
     return msg
+
+
+def server_status_to_proto(status: ServerStatus) -> resources_pb2.ServerStatus:
+    return resources_pb2.ServerStatus(sandbox=sandbox_to_proto(status.sandbox),
+                                      containment_mode=int(status.containment_mode), refusal=status.refusal,
+                                      version=status.version)

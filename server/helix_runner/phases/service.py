@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.metadata
 import logging
 import os
 import time
@@ -40,6 +41,7 @@ from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.placement import Placements, PlacementTarget, choose_replica, would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.run import LaunchPlan, PhaseRun
+from helix_runner.phases.views import ServerStatus
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.child_env import compose_child_env, missing_commands
 from helix_runner.process.claude_command import build_argv, prompt_line
@@ -48,7 +50,7 @@ from helix_runner.process.containment import MODE_NAMES, Containment, LeftoverRu
 from helix_runner.process.git_worktree import workspace_for
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
-from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox, Sandbox, runtime_paths
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox, Sandbox, off_report, runtime_paths
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.warm_pool import SpawnSignature, WarmPool
@@ -319,6 +321,17 @@ class PhaseService:
         return env
 
     # -- the sandbox (process/sandbox/) ---------------------------------------------------------
+
+    def server_status(self) -> ServerStatus:
+        """The sandbox every phase gets, the containment mode and any refusal (GetServerStatus)."""
+        sandbox = self.sandbox.report() if self.sandbox is not None else off_report()
+        refused = self.sandbox.refusal() if self.sandbox is not None else None
+        try:
+            version = importlib.metadata.version("helix-runner")
+        except importlib.metadata.PackageNotFoundError:
+            version = ""
+        return ServerStatus(sandbox=sandbox, containment_mode=self.containment.mode,
+                            refusal=refused.message if refused is not None else "", version=version)
 
     def _sandboxed_spec(self, spec: PhaseSpec) -> PhaseSpec:
         """In a sandbox, the workspace's own ``.claude/`` settings load only when the request names

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
-from helix_runner.domain.phase_result import SandboxReport
+from helix_runner.domain.phase_result import ContainmentMode, SandboxReport
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
 from helix_runner.process.containment import ContainmentReport
@@ -172,3 +172,13 @@ class Inspection:
     phase: PhaseView
     recent_events: tuple[RecentEvent, ...]
     context_usage: ContextUsage | None = None
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """How this server runs phases (GetServerStatus, ``helix-runner status``)."""
+
+    sandbox: SandboxReport  # the setting and each layer as found at start; no home
+    containment_mode: ContainmentMode
+    refusal: str = ""  # the message every phase is refused with (sandbox = required, a layer missing)
+    version: str = ""

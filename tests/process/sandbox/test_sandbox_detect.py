@@ -153,10 +153,21 @@ def test_required_refuses_naming_each_missing_layer(tmp_path, missing):
     refused = sandbox(tmp_path, "required", lay).refusal()
     assert isinstance(refused, RunnerError)
     assert refused.kind is ErrorKind.FAILED_PRECONDITION and refused.reason == "SANDBOX_UNAVAILABLE"
-    assert refused.metadata["layer"] == missing and refused.metadata["detail"] == lay.notes[missing]
-    assert missing in refused.message and lay.notes[missing] in refused.message
+    assert refused.metadata["layer"] == refused.metadata["layers"] == missing
+    assert refused.metadata["detail"] == refused.metadata[f"{missing}_detail"] == lay.notes[missing]
+    assert f"its {missing} layer is unavailable" in refused.message and lay.notes[missing] in refused.message
     report = {layer.name: layer for layer in sandbox(tmp_path, "required", lay).report_layers()}
     assert not report[missing].active and report[missing].detail == lay.notes[missing]
+
+
+def test_required_names_every_missing_layer(tmp_path):
+    lay = Layers(bwrap=None, netns=False, landlock_abi=7, seccomp=False,
+                 notes={"namespaces": "no bwrap", "network": "no net", "seccomp": "no sc"})
+    refused = sandbox(tmp_path, "required", lay).refusal()
+    assert refused.message == ("the sandbox is required but its namespaces, network and seccomp layers are "
+                               "unavailable on this server: namespaces: no bwrap; network: no net; seccomp: no sc")
+    assert refused.metadata["layers"] == "namespaces,network,seccomp" and refused.metadata["layer"] == "namespaces"
+    assert refused.metadata["network_detail"] == "no net"
 
 
 def test_required_with_every_layer_refuses_nothing(tmp_path):

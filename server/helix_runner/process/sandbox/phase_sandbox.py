@@ -231,16 +231,27 @@ class Sandbox:
             out.append(SandboxLayer("seccomp", False, notes.get("seccomp", "unavailable")))
         return tuple(out)
 
+    def report(self) -> SandboxReport:
+        """The server's sandbox: the setting, each layer, the ports phases may reach (no home)."""
+        return SandboxReport(setting=self.setting, layers=self.report_layers(), egress_ports=self.egress_ports or ())
+
     def refusal(self) -> RunnerError | None:
-        """Under ``required``: FAILED_PRECONDITION naming the first missing layer."""
+        """Under ``required``: FAILED_PRECONDITION naming every missing layer and why it is missing
+        (metadata: ``layer`` the first, ``layers`` all, ``detail`` the first's reason and
+        ``<layer>_detail`` each one's)."""
         if self.setting != "required":
             return None
-        for layer in self.report_layers():
-            if not layer.active:
-                return RunnerError(ErrorKind.FAILED_PRECONDITION, "SANDBOX_UNAVAILABLE",
-                                   f"the sandbox is required but its {layer.name} layer is unavailable on this "
-                                   f"server: {layer.detail}", {"layer": layer.name, "detail": layer.detail})
-        return None
+        missing = [layer for layer in self.report_layers() if not layer.active]
+        if not missing:
+            return None
+        names = [layer.name for layer in missing]
+        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        why = "; ".join(f"{layer.name}: {layer.detail}" for layer in missing)
+        plural = "layers are" if len(names) > 1 else "layer is"
+        return RunnerError(ErrorKind.FAILED_PRECONDITION, "SANDBOX_UNAVAILABLE",
+                           f"the sandbox is required but its {which} {plural} unavailable on this server: {why}",
+                           {"layer": names[0], "layers": ",".join(names), "detail": missing[0].detail,
+                            **{f"{layer.name}_detail": layer.detail for layer in missing}})
 
     # -- phases --------------------------------------------------------------------------------
 
@@ -296,6 +307,12 @@ class Sandbox:
                           f"options.resume_session_id: this server keeps no session {session_id} of the phase's "
                           "project (transcripts are kept per project on the server that ran them)",
                           {"field": "options.resume_session_id", "session_id": session_id})
+
+
+def off_report() -> SandboxReport:
+    """The report of a server that sandboxes nothing (``sandbox = off``, not offline)."""
+    return SandboxReport(setting="off", layers=tuple(SandboxLayer(name, False, "the sandbox is off (sandbox = off)")
+                                                     for name in LAYERS))
 
 
 def runtime_paths(path_env: str, *, claude_path: str = "") -> list[str]:

@@ -35,6 +35,8 @@ __all__ = (
     "GetJobResponse",
     "GetPhaseDiffRequest",
     "GetPhaseDiffResponse",
+    "GetServerStatusRequest",
+    "GetServerStatusResponse",
     "GetTaskOutputRequest",
     "GetTaskOutputResponse",
     "HookEvent",
@@ -95,6 +97,7 @@ __all__ = (
     "RunnerServiceStub",
     "SandboxLayer",
     "SandboxReport",
+    "ServerStatus",
     "SessionInit",
     "SessionWritesLost",
     "SetPhaseModelRequest",
@@ -2409,6 +2412,33 @@ default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse",
 
 
 @dataclass(eq=False, repr=False)
+class GetServerStatusRequest(betterproto2.Message):
+    """
+    GetServerStatusRequest asks for the server's status; it has no fields.
+    """
+
+    pass
+
+
+default_message_pool.register_message("helix.runner.v1", "GetServerStatusRequest", GetServerStatusRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetServerStatusResponse(betterproto2.Message):
+    """
+    GetServerStatusResponse holds the server's status.
+    """
+
+    status: "ServerStatus | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The status.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetServerStatusResponse", GetServerStatusResponse)
+
+
+@dataclass(eq=False, repr=False)
 class GetTaskOutputRequest(betterproto2.Message):
     """
     GetTaskOutputRequest names a background shell task of a running phase.
@@ -4429,6 +4459,41 @@ default_message_pool.register_message("helix.runner.v1", "SandboxReport", Sandbo
 
 
 @dataclass(eq=False, repr=False)
+class ServerStatus(betterproto2.Message):
+    """
+    ServerStatus is how a server runs phases (GetServerStatus).
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox every phase gets: the setting, each layer as detected and probed at start (on,
+    with what it does here; or off, with why), the host loopback ports phases may reach. Its
+    `home` is empty (each phase has its own).
+    """
+
+    containment_mode: "ContainmentMode" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: ContainmentMode(0)
+    )
+    """
+    How the processes of each phase are contained.
+    """
+
+    refusal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Set while the server refuses every phase (`sandbox = required` with a layer missing): the
+    message of the FAILED_PRECONDITION error phases get.
+    """
+
+    version: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The server's version.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ServerStatus", ServerStatus)
+
+
+@dataclass(eq=False, repr=False)
 class SessionInit(betterproto2.Message):
     """
     SessionInit is the CLI's `system/init` line, written at the start of every turn.
@@ -5918,6 +5983,22 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/GetTaskOutput",
             GetTaskOutputRequest.SerializeToString,
             GetTaskOutputResponse.FromString,
+        )(message)
+
+    def get_server_status(self, message: "GetServerStatusRequest | None" = None) -> "GetServerStatusResponse":
+        """
+        How this server runs phases: the per-phase sandbox as detected and probed at start (each
+        layer on or off, and why), the containment mode, and whether phases are refused
+        (`helix-runner status` prints it).
+        """
+
+        if message is None:
+            message = GetServerStatusRequest()
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetServerStatus",
+            GetServerStatusRequest.SerializeToString,
+            GetServerStatusResponse.FromString,
         )(message)
 
 
