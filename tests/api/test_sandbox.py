@@ -8,6 +8,7 @@ reads what the tool printed from the request the CLI sent the scripted API next.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
 import subprocess
@@ -127,7 +128,6 @@ async def test_a_phase_cannot_plant_hooks_for_the_next_one(claude_binary, script
     hook = {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch $HOME/../../HOOK-RAN"}]}],
                       "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
                                                                  "command": "touch /tmp/../HOOK-RAN-2"}]}]}}
-    import json
 
     settings = json.dumps(hook)
     api = scripted_api([])
@@ -181,6 +181,58 @@ async def test_git_python_pipelines_and_add_dirs_work(claude_binary, scripted_ap
         ]), add_dirs=[str(extra)])
     assert out.split()[-4:] == ["2", "42", "5", OK], out
     assert (extra / "from-phase.txt").read_text() == "added\n"
+
+
+# A stdio MCP server with one tool: for each path, whether it can read it.
+MCP_PROBE = r'''
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "probe", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "read", "description": "Reads files",
+                             "inputSchema": {"type": "object", "properties": {"paths": {"type": "array"}}}}]}
+    elif method == "tools/call":
+        said = []
+        for path in msg["params"]["arguments"]["paths"]:
+            try:
+                open(path, "rb").read(1)
+                said.append("HELIX-OK")
+            except OSError:
+                said.append("HELIX-DENIED")
+        result = {"content": [{"type": "text", "text": " ".join(said)}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+'''
+
+
+async def test_a_stdio_mcp_server_of_the_request_works_inside_the_sandbox(claude_binary, scripted_api,
+                                                                          runner_factory):
+    """The CLI starts the request's MCP server inside the phase's sandbox: it works, and it is as
+    confined as the model's own tools (it cannot read the data dir)."""
+    api = scripted_api([])
+    async with runner_factory(api) as runner:
+        (runner.workdir / "mcp_probe.py").write_text(MCP_PROBE)
+        (runner.workdir / "mine.txt").write_text("x")
+        mcp = {"mcpServers": {"probe": {"type": "stdio", "command": sys.executable,
+                                        "args": [str(runner.workdir / "mcp_probe.py")]}}}
+        paths = [str(runner.data_dir / "helix-runner.sqlite3"), str(runner.workdir / "mine.txt")]
+        api.set_script([Reply.tool_use("mcp__probe__read", {"paths": paths}), Reply.text("done")])
+        events, result = await runner.run_phase("probe", mcp_config=json.dumps(mcp), strict_mcp_config=True,
+                                                allowed_tools=["mcp__probe__read"], deadline=90)
+        requests = api.message_requests()
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    init = next(e.session_init for e in events if e.HasField("session_init"))
+    assert list(init.mcp_servers) == ["probe:connected"], init.mcp_servers
+    assert requests[1].tool_result_text().split() == [DENIED, OK], requests[1].tool_result_text()
+    assert all(layers(result).values())
 
 
 async def test_a_git_worktree_phase_commits(claude_binary, scripted_api, runner_factory):

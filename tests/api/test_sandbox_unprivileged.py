@@ -61,7 +61,7 @@ async def test_attacks_are_refused_and_work_is_done_as_an_unprivileged_user(nobo
     (root / "server-token").write_text("t" * 32)
     make_repo(root / "work")
     with socket_listener() as port:
-        outside = subprocess.Popen(as_nobody("/usr/bin/python3", "-c", "import time; time.sleep(120)"))
+        outside = subprocess.Popen(as_nobody("/usr/bin/python3", "-c", "import time; time.sleep(120)"))  # noqa: ASYNC220
         marker = f"helix-nobody-tmp-{os.getpid()}"
         try:
             attack = "; ".join([

@@ -229,8 +229,10 @@ def main(argv: list[str]) -> int:
             ending = True
         elif state["code"] is None:
             try:
-                # The CLI's group (sandboxed: not bubblewrap's monitor, see launch.Started.pgid).
-                os.killpg(started.pgid if started is not None else child, info.si_signo)
+                if started is not None:
+                    started.signal(info.si_signo)  # sandboxed: the CLI, not bubblewrap's monitor
+                else:
+                    os.killpg(child, info.si_signo)
             except ProcessLookupError:
                 pass
     code = state["code"]

@@ -454,7 +454,7 @@ class ProcessSupervisor:
         stopped by a hard pause), then, after kill_grace, the whole scope."""
         child = self._child_pid
         if graceful and child is not None and not wait_task.done() and not self.scope.stopped:
-            _signal_group(child, signal.SIGTERM)  # the CLI ends its own tools on SIGTERM
+            _signal_cli(child, signal.SIGTERM)  # the CLI ends its own tools on SIGTERM
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(wait_task), self.limits.kill_grace)
         await self._end_scope(proc, shim_exit)
@@ -517,11 +517,15 @@ async def _wait_exit(proc: ChildProcess) -> int:
             os.close(fd)
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    """Signals the process group of ``pid``: the CLI's own group, which the shim made (``pid`` leads
-    it) or, in the sandbox, bubblewrap's new session (led by the sandbox's PID 1, which ignores it)."""
+def _signal_cli(pid: int, sig: signal.Signals) -> None:
+    """Signals the CLI's process group, which the shim made for it (``pid`` leads it); in the
+    sandbox the CLI alone (process/sandbox/launch.py): its group is bubblewrap's, whose monitor
+    must not die first (the whole sandbox is killed with it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(os.getpgid(pid), sig)
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
 
 
 def _signal_name(number: int) -> str:

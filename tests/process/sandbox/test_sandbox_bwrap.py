@@ -37,9 +37,10 @@ def test_the_namespaces_the_session_and_no_capabilities(tree):
     argv = bwrap_argv("/usr/bin/bwrap", policy(tree))
     assert argv[0] == "/usr/bin/bwrap"
     for option in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--disable-userns",
-                   "--new-session", "--die-with-parent"):
+                   "--die-with-parent"):
         assert option in argv
     assert "--unshare-net" not in argv  # the shim's child has its own network namespace already
+    assert "--new-session" not in argv  # the CLI stays in the shim's session, which the key broker admits
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[-2:] == ["--chdir", f"{tree}/roots/job"]
 

@@ -17,17 +17,17 @@ from helix_runner.process.sandbox.policy import SandboxPolicy, masked
 
 NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
               "--disable-userns")
-# A new session: the command's process group is then its own (PID 1's), not the shim child's,
-# so the server can signal it without signalling bubblewrap's monitor; and no TIOCSTI into a
-# terminal outside.
-SESSION = ("--new-session",)
+# No --new-session: the CLI stays in the shim's session, which the key broker admits
+# (process/key_broker.py; the model's Bash commands each get a session of their own anyway), and
+# no terminal is there to inject into (the shim leads a session without one). Its process group is
+# bubblewrap's, so the server and the shim signal the CLI by pid (supervisor._signal_cli).
 
 
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str, ...] = ()) -> list[str]:
     """``bwrap`` and its options up to (not including) ``--``; the shim adds ``--seccomp`` and the
     command."""
     # /tmp first: allowed paths may lie beneath the host's /tmp (they are mounted on top of it).
-    argv = [bwrap, *NAMESPACES, *SESSION, "--die-with-parent", "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp",
+    argv = [bwrap, *NAMESPACES, "--die-with-parent", "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp",
             "--dev", "/dev", "--proc", "/proc"]
     if os.path.isdir("/sys"):
         argv += ["--ro-bind", "/sys", "/sys"]

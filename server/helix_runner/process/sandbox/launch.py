@@ -13,8 +13,7 @@ phase's (benchmarks/bench_sandbox.py). The shim forks a child that, before it ex
    bubblewrap (a domain that handles file access may not mount, and bubblewrap must);
 5. without bubblewrap, loads the seccomp filter (``seccomp_load.py``); bubblewrap loads the same
    bytes itself (``--seccomp``) right before it execs the command;
-6. execs bubblewrap (which builds the mount, PID, IPC and UTS namespaces and a new session) or
-   the command itself.
+6. execs bubblewrap (which builds the mount, PID, IPC and UTS namespaces) or the command itself.
 
 Failures before the exec come back on a socket pair (close-on-exec, so EOF means the exec
 happened). Under bubblewrap the command is started by a one-line ``/bin/sh`` (``WRAPPER``) which:
@@ -76,12 +75,15 @@ class Started:
         self.bwrap = bwrap
         self.listeners = listeners
         self.ports = ports
-        try:
-            # Under bubblewrap's --new-session: the group of its PID 1, which holds the command
-            # and what the command starts without a session of its own (not bubblewrap's monitor).
-            self.pgid = os.getpgid(cli_pid)
-        except OSError:
-            self.pgid = pid
+
+    def signal(self, sig: int) -> None:
+        """Forwards ``sig`` to the command: its process group without bubblewrap (the child made
+        it), the command alone under it (its group is bubblewrap's, whose monitor must live on:
+        the sandbox dies with it). ProcessLookupError if it is gone."""
+        if self.bwrap:
+            os.kill(self.cli_pid, sig)
+        else:
+            os.killpg(self.pid, sig)
 
     def exit_code(self, code: int) -> int:
         """The command's status from its child's: bubblewrap reports a command killed by signal N
