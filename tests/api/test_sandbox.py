@@ -269,6 +269,63 @@ async def test_a_later_phase_of_the_project_resumes_a_session_another_project_ma
 # -- degraded modes and `required` ------------------------------------------------------------
 
 
+# io_uring_setup(1, NULL): the seccomp filter answers ENOSYS (38); the kernel itself EFAULT (14).
+IO_URING = "python3 -c 'import ctypes; c = ctypes.CDLL(None, use_errno=True); c.syscall(425, 1, None); " \
+           "print(\"io_uring-errno\", ctypes.get_errno())'"
+
+
+@pytest.mark.parametrize(("skip", "off"), [
+    (["namespaces"], "namespaces"),  # no bubblewrap: a private network, Landlock files and scopes
+    (["landlock"], "landlock"),  # bubblewrap's namespaces alone keep files and processes apart
+    (["seccomp"], "seccomp"),
+], ids=["no-bubblewrap", "no-landlock", "no-seccomp"])
+async def test_each_degraded_mode_still_refuses_the_attacks_the_other_layers_cover(
+        skip, off, claude_binary, scripted_api, runner_factory, tmp_path):
+    other = tmp_path / "other-workspace"
+    other.mkdir()
+    (other / "secret.txt").write_text("another job's file\n")
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # noqa: ASYNC220
+    try:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(8)
+            port = listener.getsockname()[1]
+            api = scripted_api([])
+            async with runner_factory(api, sandbox_skip_layers=skip) as runner:
+                out, result = await bash(runner, api, "; ".join([
+                    probe(f"head -c 16 {runner.data_dir}/helix-runner.sqlite3 >/dev/null 2>&1"),
+                    probe(f"cat {other}/secret.txt >/dev/null 2>&1"),
+                    probe(f"kill -0 {outside.pid} 2>/dev/null"),
+                    probe(f"cat /proc/{outside.pid}/environ >/dev/null 2>&1"),
+                    probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null"),
+                    probe("echo mine > own.txt && echo t > $TMPDIR/t"),
+                    IO_URING,
+                ]))
+        assert outside.poll() is None
+    finally:
+        outside.kill()
+        outside.wait()
+    words = out.split()
+    assert words[:6] == [DENIED] * 5 + [OK], out
+    # The seccomp filter refuses io_uring (ENOSYS); without it the kernel gets to say EFAULT.
+    assert words[6:] == ["io_uring-errno", "14" if off == "seccomp" else "38"], out
+    state = layers(result)
+    assert state == {name: name != off for name in ("namespaces", "network", "landlock", "seccomp")}, state
+    detail = {layer.name: layer.detail for layer in result.diagnostics.sandbox.layers}[off]
+    assert detail == "turned off by configuration (sandbox_skip_layers)"
+
+
+async def test_off_runs_phases_with_the_servers_view_and_says_so(claude_binary, scripted_api, runner_factory):
+    api = scripted_api([])
+    async with runner_factory(api, sandbox="off") as runner:
+        out, result = await bash(runner, api, "; ".join([
+            probe(f"head -c 16 {runner.data_dir}/helix-runner.sqlite3 >/dev/null 2>&1"), IO_URING]))
+        status = (await runner.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=10)).status
+    assert out.split() == [OK, "io_uring-errno", "14"], out  # nothing in the way
+    assert not result.diagnostics.HasField("sandbox")  # unset: run without a sandbox (the proto says so)
+    assert status.sandbox.setting == "off" and not any(x.active for x in status.sandbox.layers)
+
+
 async def test_without_namespaces_landlock_is_the_boundary(claude_binary, scripted_api, runner_factory):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
