@@ -72,9 +72,10 @@ async def test_reading_the_data_dir_another_workspace_and_server_files_is_refuse
             probe(f"cat {other}/secret.txt >/dev/null 2>&1"),
             probe(f"cat {token} >/dev/null 2>&1"),
             probe("head -c1 /etc/shadow >/dev/null 2>&1"),
+            probe("unshare -U true 2>/dev/null"),  # no user namespace of its own
             probe("echo mine > own.txt"),  # the workspace itself is writable
         ]))
-    assert out.split() == [DENIED] * 5 + [OK], out
+    assert out.split() == [DENIED] * 6 + [OK], out
     assert (runner.workdir / "own.txt").read_text() == "mine\n"
     assert all(layers(result).values()), result.diagnostics.sandbox
 
@@ -298,6 +299,9 @@ async def test_each_degraded_mode_still_refuses_the_attacks_the_other_layers_cov
                     probe(f"kill -0 {outside.pid} 2>/dev/null"),
                     probe(f"cat /proc/{outside.pid}/environ >/dev/null 2>&1"),
                     probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null"),
+                    # A user namespace of its own (to gain capabilities, undo mounts): bubblewrap's
+                    # --disable-userns or the seccomp filter refuses it.
+                    probe("unshare -U true 2>/dev/null"),
                     probe("echo mine > own.txt && echo t > $TMPDIR/t"),
                     IO_URING,
                 ]))
@@ -306,9 +310,9 @@ async def test_each_degraded_mode_still_refuses_the_attacks_the_other_layers_cov
         outside.kill()
         outside.wait()
     words = out.split()
-    assert words[:6] == [DENIED] * 5 + [OK], out
+    assert words[:7] == [DENIED] * 6 + [OK], out
     # The seccomp filter refuses io_uring (ENOSYS); without it the kernel gets to say EFAULT.
-    assert words[6:] == ["io_uring-errno", "14" if off == "seccomp" else "38"], out
+    assert words[7:] == ["io_uring-errno", "14" if off == "seccomp" else "38"], out
     state = layers(result)
     assert state == {name: name != off for name in ("namespaces", "network", "landlock", "seccomp")}, state
     detail = {layer.name: layer.detail for layer in result.diagnostics.sandbox.layers}[off]

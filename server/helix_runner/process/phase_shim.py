@@ -38,8 +38,9 @@ import sys  # noqa: E402
 _MARKS: list[tuple[str, int]] = [("start", _T0), ("imports", time.time_ns())]
 
 
-def mark(name: str) -> None:
-    _MARKS.append((name, time.time_ns()))
+def mark(name: str, at: int | None = None) -> None:
+    """Notes when start-up reached ``name`` (kept only for HELIX_SHIM_PROFILE, see bench_sandbox)."""
+    _MARKS.append((name, time.time_ns() if at is None else at))
 
 if __package__:
     from helix_runner.process import procfs

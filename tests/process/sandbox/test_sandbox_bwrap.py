@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from helix_runner.process.sandbox import bwrap
+from helix_runner.process.sandbox import policy as policy_module
 from helix_runner.process.sandbox.bwrap import bwrap_argv
 from helix_runner.process.sandbox.policy import make_policy
 
@@ -39,6 +39,9 @@ def test_the_namespaces_the_session_and_no_capabilities(tree):
     for option in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--disable-userns",
                    "--die-with-parent"):
         assert option in argv
+    # Where the phase's seccomp filter refuses new user namespaces, bubblewrap need not.
+    assert "--disable-userns" not in bwrap_argv("bwrap", policy(tree), seccomp_denies_userns=True)
+    assert "/sys" not in argv  # its recursive bind is the costliest mount, and tools do without it
     assert "--unshare-net" not in argv  # the shim's child has its own network namespace already
     assert "--new-session" not in argv  # the CLI stays in the shim's session, which the key broker admits
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
@@ -50,7 +53,7 @@ def test_the_private_tmp_is_bound_first_and_proc_is_the_namespaces_own(tree):
     first_bind = argv.index("--bind")
     assert argv[first_bind + 1: first_bind + 3] == [f"{tree}/data/homes/r1/tmp", "/tmp"]
     assert argv[argv.index("--proc") + 1] == "/proc" and argv[argv.index("--dev") + 1] == "/dev"
-    assert first_bind < min(i for i, a in enumerate(argv) if a in ("--ro-bind", "--tmpfs") and argv[i + 1] != "/sys")
+    assert first_bind < min(i for i, a in enumerate(argv) if a in ("--ro-bind", "--tmpfs"))
 
 
 def test_allowed_paths_are_bound_and_missing_read_only_ones_skipped(tree):
@@ -92,9 +95,9 @@ def test_the_phases_own_option_files_are_bound_even_if_made_later(tree):
 
 def test_an_unprivileged_server_covers_only_what_it_could_reach(tree, monkeypatch):
     (tree / "etc" / "shadow").chmod(0)
-    monkeypatch.setattr(bwrap.os, "geteuid", lambda: 10001)
+    monkeypatch.setattr(policy_module.os, "geteuid", lambda: 10001)
     real_access = os.access
-    monkeypatch.setattr(bwrap.os, "access", lambda p, m: False if p.endswith("/shadow") else real_access(p, m))
+    monkeypatch.setattr(policy_module.os, "access", lambda p, m: False if p.endswith("/shadow") else real_access(p, m))
     argv = bwrap_argv("bwrap", policy(tree))
     assert f"{tree}/etc/shadow" not in argv  # unreadable to the phase anyway: no mount spent on it
     assert f"{tree}/etc/ssl/private" in pairs(argv, "--tmpfs")

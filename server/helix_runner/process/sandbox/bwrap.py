@@ -5,7 +5,8 @@ path as on the host (so the CLI's session files name the paths its resume will l
 Hidden paths inside an allowed directory are covered (an empty tmpfs over a directory,
 ``/dev/null`` over a file). Also: a new PID namespace with its own ``/proc``, IPC, UTS and cgroup
 namespaces, a minimal ``/dev``, the private temp directory at ``/tmp``, all capabilities
-dropped, no further user namespaces, and ``--die-with-parent``. No network namespace here: the
+dropped, no further user namespaces (bubblewrap's ``--disable-userns``, or the seccomp filter),
+and ``--die-with-parent``. No network namespace here: the
 shim has already moved the child into the phase's private network (``netns.py``).
 """
 
@@ -13,25 +14,28 @@ from __future__ import annotations
 
 import os
 
-from helix_runner.process.sandbox.policy import SandboxPolicy, masked
+from helix_runner.process.sandbox.policy import SandboxPolicy, masked, reachable
 
-NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-              "--disable-userns")
+NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
 # No --new-session: the CLI stays in the shim's session, which the key broker admits
 # (process/key_broker.py; the model's Bash commands each get a session of their own anyway), and
 # no terminal is there to inject into (the shim leads a session without one). Its process group is
 # bubblewrap's, so the server and the shim signal the CLI by pid (supervisor._signal_cli).
 
 
-def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str, ...] = ()) -> list[str]:
+def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str, ...] = (),
+               seccomp_denies_userns: bool = False) -> list[str]:
     """``bwrap`` and its options up to (not including) ``--``; the shim adds ``--seccomp`` and the
-    command."""
+    command. ``seccomp_denies_userns``: the phase's seccomp filter refuses new user namespaces, so
+    bubblewrap's ``--disable-userns`` (a further nested user namespace, half a millisecond) is left out.
+
+    No ``/sys``: its recursive bind (every cgroup, security and debug file system under it) is the
+    costliest mount here, and what tools read there has a fallback (``/proc`` for CPUs, no cgroup
+    limit for Node); it also keeps the host's devices and cgroup tree out of sight."""
     # /tmp first: allowed paths may lie beneath the host's /tmp (they are mounted on top of it).
-    argv = [bwrap, *NAMESPACES, "--die-with-parent", "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp",
-            "--dev", "/dev", "--proc", "/proc"]
-    if os.path.isdir("/sys"):
-        argv += ["--ro-bind", "/sys", "/sys"]
-    covers = [p for p in masked(policy) if _reachable(p)]
+    argv = [bwrap, *NAMESPACES, *(() if seccomp_denies_userns else ("--disable-userns",)), "--die-with-parent",
+            "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp", "--dev", "/dev", "--proc", "/proc"]
+    covers = [p for p in masked(policy) if reachable(p)]
     # Binds and covers in order of depth, a cover before a bind of the same depth: a cover inside
     # an allowed path comes after that path's bind, and an allowed path inside a cover after the
     # cover (an explicitly allowed path wins over a hidden one).
@@ -60,12 +64,3 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str,
             argv += ["--remount-ro", path]
     argv += ["--chdir", policy.cwd]
     return argv
-
-
-def _reachable(path: str) -> bool:
-    """Whether the phase could reach ``path`` if it were not covered: it exists and the server's
-    user may read, write or enter it (a phase runs as that user, with no capability; root reads
-    what its owner bits allow, so for root every existing path counts)."""
-    if not os.path.lexists(path):
-        return False
-    return os.geteuid() == 0 or any(os.access(path, mode) for mode in (os.R_OK, os.W_OK, os.X_OK))

@@ -56,9 +56,9 @@ F_DUPFD_CLOEXEC = 1030
 MARK = None
 
 
-def _mark(name: str) -> None:
+def _mark(name: str, at: int | None = None) -> None:
     if MARK is not None:
-        MARK(name)
+        MARK(name, at)
 
 
 class SandboxStartError(Exception):
@@ -136,12 +136,15 @@ def _high(fd: int) -> int:
 
 def _child(spec: dict, command: list[str], env: dict[str, str], report: _socket.socket, creds: int,
            seccomp_fd: int, program: bytes, reset: tuple[int, ...]) -> None:
+    marks = [b"child=%d" % time.time_ns()] if MARK is not None else None
     os.setpgid(0, 0)
     ports = [int(p) for p in spec.get("ports", ())]
     fds: list[int] = []
     if spec.get("netns"):
         control, listeners = netns.enter(ports)
         fds = [control, *listeners]
+        if marks is not None:
+            marks.append(b"child netns=%d" % time.time_ns())
     bwrap = spec.get("bwrap") or []
     if not bwrap:  # imported before Landlock may hide this package
         if __name__.startswith("helix_runner."):
@@ -157,7 +160,10 @@ def _child(spec: dict, command: list[str], env: dict[str, str], report: _socket.
         if not abi and _libc().prctl(landlock.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         seccomp_load.load(program)
-    report.sendmsg([b"ok"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _ints(fds))] if fds else [])
+    if marks is not None:
+        marks.append(b"child confined=%d" % time.time_ns())
+    said = b"\n".join([b"ok", *marks]) if marks is not None else b"ok"
+    report.sendmsg([said], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _ints(fds))] if fds else [])
     for fd in fds:
         os.close(fd)
     if bwrap:
@@ -240,6 +246,11 @@ def start(spec: dict, command: list[str], env: dict[str, str], reset: tuple[int,
     try:
         msg, ancillary, _, _ = mine.recvmsg(4096, 4096, MSG_CMSG_CLOEXEC)
         fds = _fds(ancillary)
+        if msg.startswith(b"ok\n"):  # with the child's own marks (HELIX_SHIM_PROFILE)
+            msg, *child_marks = msg.split(b"\n")
+            for line in child_marks:
+                name, _, at = line.decode().rpartition("=")
+                _mark(name, int(at))
         if msg != b"ok":
             for fd in fds:
                 os.close(fd)

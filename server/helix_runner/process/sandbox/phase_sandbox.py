@@ -27,7 +27,13 @@ from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.process.sandbox import capabilities, landlock, launch, relay, seccomp_load  # noqa: F401
 from helix_runner.process.sandbox.bwrap import bwrap_argv
 from helix_runner.process.sandbox.detect import LAYERS, SandboxSupport, detect
-from helix_runner.process.sandbox.policy import SYSTEM_PATHS, SYSTEM_SECRETS, landlock_rules, make_policy
+from helix_runner.process.sandbox.policy import (
+    SYSTEM_PATHS,
+    SYSTEM_SECRETS,
+    landlock_rules,
+    make_policy,
+    reachable,
+)
 from helix_runner.process.sandbox.private_home import PrivateHome, SessionStore
 
 log = logging.getLogger(__name__)
@@ -120,6 +126,8 @@ class Sandbox:
         self.egress_note = egress_note
         self.seccomp_dir = seccomp_dir
         self.private_home = private_home
+        # The system's secret files this server's user could read (the others need no hiding).
+        self.system_secrets = tuple(p for p in SYSTEM_SECRETS if reachable(p))
         self.homes = data_dir / "sandbox" / "homes"
         self.sessions = SessionStore(data_dir / "sandbox" / "sessions")
 
@@ -224,8 +232,8 @@ class Sandbox:
             out.append(SandboxLayer("landlock", False, notes.get("landlock", "unavailable")))
         if lay.seccomp:
             out.append(SandboxLayer("seccomp", True, "deny list: io_uring, bpf, perf_event_open, userfaultfd, "
-                                    "keyrings, kexec, modules, mount API, setns" + (
-                                        "" if lay.bwrap else ", new user namespaces") + (
+                                    "keyrings, kexec, modules, mount API, setns, new user namespaces" + (
+                                        "" if lay.landlock_abi else ", ptrace") + (
                                         ", non-TCP sockets" if lay.tcp_rules else "")))
         else:
             out.append(SandboxLayer("seccomp", False, notes.get("seccomp", "unavailable")))
@@ -267,20 +275,23 @@ class Sandbox:
             return PhaseSandbox(home, {}, home.env(str(home.tmp)), report, project, self.sessions)
         policy = make_policy(
             cwd=cwd, read_only=[*SYSTEM_PATHS, *self.read_paths, *read_only],
-            read_write=[cwd, *read_write], hidden=[*SYSTEM_SECRETS, *self.hidden, str(self.data_dir)],
+            read_write=[cwd, *read_write], hidden=[*self.system_secrets, *self.hidden, str(self.data_dir)],
             home=str(home.home), tmp=str(home.tmp), covered=covered, egress_ports=self.egress_ports or (),
             private_read_only=private_read_only)
         spec: dict = {"ports": list(policy.egress_ports), "netns": lay.netns, "landlock_abi": lay.landlock_abi}
+        seccomp = lay.seccomp and self.seccomp_dir is not None
         if lay.bwrap:
-            spec["bwrap"] = bwrap_argv(lay.bwrap, policy)
+            spec["bwrap"] = bwrap_argv(lay.bwrap, policy, seccomp_denies_userns=seccomp)
         elif lay.landlock_abi:
             spec["fs"] = landlock_rules(policy, landlock.READ, landlock.WRITE) + [
                 ("/dev", landlock.DEVICE), ("/proc", landlock.READ), ("/sys", landlock.READ)]
             spec["tcp"] = lay.tcp_rules
-        if lay.seccomp and self.seccomp_dir is not None:
+        if seccomp:
             from helix_runner.process.sandbox.seccomp_filter import variant_name
 
-            name = variant_name(userns=not lay.bwrap, ptrace=not lay.landlock_abi, sockets=lay.tcp_rules)
+            # New user namespaces are refused by the filter in every mode (under bubblewrap in
+            # place of its --disable-userns); ptrace where Landlock does not scope it.
+            name = variant_name(userns=True, ptrace=not lay.landlock_abi, sockets=lay.tcp_rules)
             spec["seccomp"] = str(self.seccomp_dir / f"{name}.bpf")
         env = home.env("/tmp" if lay.bwrap else str(home.tmp))
         report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home),

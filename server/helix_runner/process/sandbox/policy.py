@@ -121,3 +121,14 @@ def landlock_rules(policy: SandboxPolicy, read: int, write: int,
     for path in policy.read_write:
         add(path, read | write)
     return rules
+
+
+def reachable(path: str) -> bool:
+    """Whether a phase could reach ``path`` if the sandbox did not hide it (the one check here that
+    asks the file system): it exists and the server's user may read, write or enter it. A phase
+    runs as that user with no capability; root reads what its owner bits allow, so for root every
+    existing path counts. Hiding an unreachable path would only cost a mount or, under Landlock,
+    replacing its directory by all its other children."""
+    if not os.path.lexists(path):
+        return False
+    return os.geteuid() == 0 or any(os.access(path, mode) for mode in (os.R_OK, os.W_OK, os.X_OK))

@@ -13,10 +13,11 @@ Both variants deny: kernel attack surface a tool never needs (io_uring, ``bpf``,
 and ``setns`` (a sandbox built by bubblewrap must stay as built).
 
 Optional rules, by what the other layers leave open: new user namespaces (``unshare``/``clone``
-with ``CLONE_NEWUSER``; ``clone3`` falls back to ``clone``) without bubblewrap's
-``--disable-userns``; ``ptrace`` without Landlock to scope it; and, when Landlock's TCP rules
-are the network boundary, every socket they cannot see: UDP and raw IP sockets, packet sockets,
-and families other than unix, IPv4, IPv6 and netlink.
+with ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS, so callers fall back to ``clone``, whose flags
+BPF can read), which the server always asks for (under bubblewrap in place of its
+``--disable-userns``, which costs a nested user namespace per phase); ``ptrace`` without Landlock
+to scope it; and, when Landlock's TCP rules are the network boundary, every socket they cannot
+see: UDP and raw IP sockets, packet sockets, and families other than unix, IPv4, IPv6 and netlink.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from pathlib import Path
 
 import pyseccomp as seccomp
 
-# The ns variant runs under bubblewrap with `--disable-userns`, which stops nested user namespaces.
 _COMMON_DENY = (
     "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load",
     "kexec_file_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
