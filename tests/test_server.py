@@ -78,3 +78,18 @@ async def test_a_server_with_retention_prunes_old_jobs_in_the_background(tmp_pat
     finally:
         await running.drain(1.0)
     assert running.retention_task is not None and running.retention_task.done()
+
+
+def test_the_ports_a_sandboxed_phase_may_reach_are_the_model_apis_a_proxys_and_the_clis_collectors(tmp_path):
+    from helix_runner.server import ChildCredentials, egress_ports
+
+    cfg = config(tmp_path, inherit_env=["ANTHROPIC_*", "HTTPS_PROXY", "OTEL_*"])
+    env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:8080", "HTTPS_PROXY": "http://localhost:3128",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector.example:4318"}  # off this host: not reachable
+    assert egress_ports(cfg, env, ChildCredentials({})) == ((8080, 3128, 4318), "")
+    # Not inherited (inherit_env), so not the phase's: no port for it.
+    assert egress_ports(config(tmp_path, inherit_env=["ANTHROPIC_*"]), env, ChildCredentials({}))[0] == (8080,)
+    # The model API off this host and no gateway: no network layer can confine the phase.
+    ports, why = egress_ports(cfg, {"ANTHROPIC_BASE_URL": "https://api.example"}, ChildCredentials({}))
+    assert ports is None and "not on this host's loopback" in why

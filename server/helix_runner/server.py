@@ -203,6 +203,10 @@ def _detect_containment(config: ServerConfig) -> Containment:
     return containment
 
 
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                  "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+
+
 def egress_ports(config: ServerConfig, server_env: dict[str, str],
                  creds: ChildCredentials) -> tuple[tuple[int, ...] | None, str]:
     """The host loopback ports a phase must reach (the model API's, a loopback proxy's), or None
@@ -222,9 +226,11 @@ def egress_ports(config: ServerConfig, server_env: dict[str, str],
     if port is None:
         return None, f"the model API ({base}) is not on this host's loopback: no network layer can confine a phase"
     ports.append(port)
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
-        if (proxy := inherited(name)) and (proxy_port := _loopback_port(proxy)) is not None:
-            ports.append(proxy_port)
+    # A loopback proxy, and the collector the CLI exports its own telemetry to (OTEL_* the
+    # operator lets it inherit): a phase reaches those too. Off this host they stay unreachable.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", *OTLP_ENDPOINTS):
+        if (url := inherited(name)) and (port := _loopback_port(url)) is not None:
+            ports.append(port)
     return tuple(dict.fromkeys(ports)), ""
 
 
