@@ -481,6 +481,10 @@ def inspection_renderables(inspection, what: str) -> list:
             out.append(
                 f"  current tool: {phase.current_tool.name} ({enum_name(phase.current_tool.status).lower()})"
             )
+        sandbox = inspection.sandbox
+        if sandbox is not None and sandbox.setting:
+            layers = ", ".join(f"{x.name} {'on' if x.active else 'OFF'}" for x in sandbox.layers)
+            out.append(f"  sandbox {sandbox.setting}: {layers} (helix-runner status: why a layer is off)")
     if everything or what == "held":
         out.append(Text("held tool calls:", style="bold"))
         if not inspection.pending_calls:
