@@ -12,16 +12,18 @@ It also:
   group, then lets go of those pipes so EOF on them means what it meant without a shim;
 - reports on ``--status-fd``: ``spawned <pid>``, then ``exited <code>`` (negative: killed by
   that signal) when the CLI exits, or ``error <text>`` if it could not start it;
-- with ``--sandbox <json>``, starts the CLI inside the phase's sandbox instead (``sandbox/launch.py``:
-  namespaces through bubblewrap, Landlock, seccomp, a private network whose allowed ports it
-  relays) and reports the CLI's host pid;
+- with ``--sandbox <spec file>``, starts the CLI inside the phase's sandbox instead
+  (``sandbox/launch.py``: namespaces through bubblewrap, Landlock, seccomp, a private network
+  whose allowed ports it relays once it has reported the CLI's host pid);
 - forwards SIGTERM / SIGINT / SIGHUP to the CLI's process group (sandboxed: to the CLI);
 - on SIGUSR1, which is also its parent-death signal (``PR_SET_PDEATHSIG``, so a server killed
   with ``kill -9`` still ends its phases), SIGKILLs every descendant until none is left;
 - exits once the CLI has exited and it has no child left, with the CLI's exit status.
 
 It imports only the standard library, ``procfs`` and, when sandboxed, ``sandbox/`` (run as ``python -E -s -S -B phase_shim.py``,
-which keeps its start-up to a few tens of milliseconds, see benchmarks/bench_phase_shim.py).
+which keeps its start-up to a few tens of milliseconds, see benchmarks/bench_phase_shim.py; the
+sandbox's share is in benchmarks/bench_sandbox.py, whose ``--profile`` reads the marks this
+module records when ``HELIX_SHIM_PROFILE`` names a file).
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ def variant_name(*, userns: bool, ptrace: bool, sockets: bool) -> str:
     return "-".join(["seccomp", *(n for n, on in (("userns", userns), ("ptrace", ptrace), ("sockets", sockets)) if on)])
 
 
-VARIANTS = tuple({"userns": u, "ptrace": p, "sockets": s} for u in (False, True) for p in (False, True)
-                 for s in (False, True))
+# The variants phases get (phase_sandbox.Sandbox.prepare): new user namespaces always refused.
+VARIANTS = tuple({"userns": True, "ptrace": p, "sockets": s} for p in (False, True) for s in (False, True))
 
 
 def _filter(*, userns: bool, ptrace: bool, sockets: bool) -> seccomp.SyscallFilter:
