@@ -138,7 +138,7 @@ async def test_an_unusable_key_file_stops_the_start(tmp_path, content):
         await child_credentials(config(tmp_path, api_key_file=str(key_file)), {})
 
 
-async def test_offline_mode_withholds_every_credential_and_has_its_own_config_dir(tmp_path):
+async def test_offline_mode_withholds_every_credential_and_leaves_the_config_dir_to_the_phase(tmp_path):
     script = tmp_path / "script.json"
     script.write_text('{"turns": []}')
     cfg = without_gateway(tmp_path, offline_script=str(script), api_key_file=str(tmp_path / "unused"))
@@ -146,8 +146,8 @@ async def test_offline_mode_withholds_every_credential_and_has_its_own_config_di
     try:
         assert creds.key_broker is None and creds.withhold == CREDENTIAL_ENV
         assert creds.overrides["ANTHROPIC_API_KEY"] == "offline-mode"
-        assert creds.overrides["CLAUDE_CONFIG_DIR"] == str(cfg.offline_config_dir)
-        assert cfg.offline_config_dir.is_dir()
+        # Each phase's private home holds its config dir (process/sandbox/private_home.py).
+        assert "CLAUDE_CONFIG_DIR" not in creds.overrides
     finally:
         creds.offline_api.stop()
 
@@ -239,3 +239,18 @@ async def test_the_containment_line_is_short_and_its_paths_are_detail(tmp_path, 
     line = TextFormatter().format(record)
     assert "/sys/fs/cgroup" not in line and "detail" not in record.fields and len(line) < 80, line
     assert set(record.fields) == {"mode", "limits"}
+
+
+def test_the_ports_a_sandboxed_phase_may_reach_are_the_model_apis_a_proxys_and_the_clis_collectors(tmp_path):
+    from helix_runner.server import ChildCredentials, egress_ports
+
+    cfg = config(tmp_path, inherit_env=["ANTHROPIC_*", "HTTPS_PROXY", "OTEL_*"])
+    env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:8080", "HTTPS_PROXY": "http://localhost:3128",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector.example:4318"}  # off this host: not reachable
+    assert egress_ports(cfg, env, ChildCredentials({})) == ((8080, 3128, 4318), "")
+    # Not inherited (inherit_env), so not the phase's: no port for it.
+    assert egress_ports(config(tmp_path, inherit_env=["ANTHROPIC_*"]), env, ChildCredentials({}))[0] == (8080,)
+    # The model API off this host and no gateway: no network layer can confine the phase.
+    ports, why = egress_ports(cfg, {"ANTHROPIC_BASE_URL": "https://api.example"}, ChildCredentials({}))
+    assert ports is None and "not on this host's loopback" in why

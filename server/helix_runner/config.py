@@ -79,6 +79,10 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # How phases are contained (process/containment.py): auto picks cgroup v2, then the v1 freezer, then the shim.
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
+# The per-phase sandbox (process/sandbox/): auto uses every layer the host allows, required refuses
+# phases while one is missing, off runs phases with the server's view of everything.
+SANDBOX_SETTINGS = ("auto", "required", "off")
+SANDBOX_LAYERS = ("namespaces", "network", "landlock", "seccomp")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 # An auth token file holding "sha256:<hex>" holds the token's digest (api.auth compares it).
 TOKEN_DIGEST_PREFIX = "sha256:"
@@ -224,6 +228,13 @@ class ServerConfig:
     containment: str = "auto"
     # Where phase cgroups go in each hierarchy: relative to the server's own cgroup, or absolute.
     cgroup_parent: str = "helix-runner"
+    # The per-phase sandbox (README "Sandbox"): auto | required | off; the template a phase's private
+    # HOME is copied from (None: empty); more read-only paths phases see (runtimes outside the
+    # system directories); layers turned off (namespaces, network, landlock, seccomp).
+    sandbox: str = "auto"
+    sandbox_home_template: Path | None = None
+    sandbox_read_paths: tuple[Path, ...] = ()
+    sandbox_skip_layers: tuple[str, ...] = ()
     # Limits for phases that do not set their own (0: none); need a memory / cpu cgroup.
     default_memory_limit_bytes: int = 0
     default_cpu_limit_millicores: int = 0
@@ -292,11 +303,6 @@ class ServerConfig:
     @property
     def recordings_dir(self) -> Path:
         return self.data_dir / "recordings"
-
-    @property
-    def offline_config_dir(self) -> Path:
-        """Offline mode's ``CLAUDE_CONFIG_DIR``: the CLI's settings and session files, apart from ``~/.claude``."""
-        return self.data_dir / "offline-claude-config"
 
     def read_auth_token(self) -> str | None:
         """The bearer token clients must present or its digest (``sha256:<64 hex digits>``, see
@@ -475,6 +481,10 @@ _CONVERTERS: dict[str, Any] = {
     "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     "web_host": str,
     "containment": lambda v: str(v).lower(),
+    "sandbox": lambda v: str(v).lower(),
+    "sandbox_home_template": lambda v: Path(v).expanduser() if v else None,
+    "sandbox_read_paths": _as_path_tuple,
+    "sandbox_skip_layers": lambda v: tuple(x.lower() for x in _as_str_tuple(v)),
     "cgroup_parent": str,
     "default_memory_limit_bytes": _as_bytes,
     "default_cpu_limit_millicores": int,
@@ -599,6 +609,16 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("read_cache_jobs must not be negative (0: no cache)")
     if config.containment not in CONTAINMENT_SETTINGS:
         raise ConfigError(f"containment {config.containment!r} is not one of {', '.join(CONTAINMENT_SETTINGS)}")
+    if config.sandbox not in SANDBOX_SETTINGS:
+        raise ConfigError(f"sandbox {config.sandbox!r} is not one of {', '.join(SANDBOX_SETTINGS)}")
+    for layer in config.sandbox_skip_layers:
+        if layer not in SANDBOX_LAYERS:
+            raise ConfigError(f"sandbox_skip_layers: {layer!r} is not one of {', '.join(SANDBOX_LAYERS)}")
+    if config.sandbox_home_template is not None and not config.sandbox_home_template.is_dir():
+        raise ConfigError(f"sandbox_home_template {config.sandbox_home_template} is not a directory")
+    for path in config.sandbox_read_paths:
+        if not path.is_absolute():
+            raise ConfigError(f"sandbox_read_paths: {path} is not an absolute path")
     if not _CGROUP_PARENT.match(config.cgroup_parent) or ".." in config.cgroup_parent.split("/"):
         raise ConfigError(f"cgroup_parent {config.cgroup_parent!r} must be a path of [A-Za-z0-9_.-] names "
                           "(relative to the server's own cgroup, or absolute), without '..'")

@@ -50,6 +50,7 @@ from helix_runner.process.containment import MODE_NAMES, Containment, Containmen
 from helix_runner.process.data_dir_lock import DataDirInUse, DataDirLock
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
+from helix_runner.process.sandbox.phase_sandbox import Sandbox
 from helix_runner.store.cluster import SINGLE_NODE, Cluster, ReplicaFeed
 from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import Store, StoreError, sweep_interval_seconds
@@ -160,19 +161,13 @@ def _start_offline_api(config: ServerConfig) -> ChildCredentials:
     """Offline mode: a scripted loopback Messages API the CLI talks to instead of Anthropic.
 
     The CLI's model is a script here, and whatever the CLI has, the script's tool calls can read:
-    so the child inherits no credential at all (``CREDENTIAL_ENV``) and gets a config dir of its
-    own under the data dir instead of the server user's ``~/.claude`` (whose settings and
-    credentials it would otherwise read and where it would write its session files).
+    so the child inherits no credential at all (``CREDENTIAL_ENV``); its config dir is the
+    phase's private one (process/sandbox/private_home.py), not the server user's ``~/.claude``.
     """
     try:
         script = Script.load(config.offline_script)
     except (OSError, ScriptError, ValueError) as exc:
         raise StartupError(f"cannot load offline script {config.offline_script}: {exc}") from None
-    config_dir = config.offline_config_dir
-    try:
-        config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StartupError(f"cannot create the offline CLI config dir {config_dir}: {exc.strerror}") from None
     api = ScriptedApi(script).start()
     log.warning("offline mode: the CLI talks to a scripted Messages API, not Anthropic",
                 extra={"fields": {"base_url": api.base_url, "script": str(config.offline_script)}})
@@ -181,7 +176,6 @@ def _start_offline_api(config: ServerConfig) -> ChildCredentials:
             "ANTHROPIC_BASE_URL": api.base_url,
             "ANTHROPIC_API_KEY": "offline-mode",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "CLAUDE_CONFIG_DIR": str(config_dir),
         },
         withhold=CREDENTIAL_ENV,
         offline_api=api,
@@ -296,6 +290,75 @@ def _detect_containment(config: ServerConfig) -> Containment:
     return containment
 
 
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                  "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+
+
+def egress_ports(config: ServerConfig, server_env: dict[str, str],
+                 creds: ChildCredentials) -> tuple[tuple[int, ...] | None, str]:
+    """The host loopback ports a phase must reach (the gateway's and the egress proxy's; with the
+    gateway off, the model API's and a loopback proxy's), or None with the reason when the model API
+    is not on this host: then no network layer can confine a phase."""
+    def inherited(name: str) -> str:
+        if name in creds.overrides:
+            return creds.overrides[name]
+        return server_env.get(name, "") if matches_any(name, config.inherit_env) else ""
+
+    # The gateway and the proxy (helix_runner/egress): the phase's ANTHROPIC_BASE_URL and HTTP(S)_PROXY.
+    ports: list[int] = list(creds.egress.ports) if creds.egress is not None else []
+    base = inherited("ANTHROPIC_BASE_URL")
+    if not base:
+        return None, ("the CLI reaches the model API (api.anthropic.com) directly: no network layer can confine a "
+                      "phase that must reach the internet (no model gateway on this server)")
+    port = _loopback_port(base)
+    if port is None:
+        return None, f"the model API ({base}) is not on this host's loopback: no network layer can confine a phase"
+    ports.append(port)
+    # A loopback proxy, and the collector the CLI exports its own telemetry to (OTEL_* the
+    # operator lets it inherit): a phase reaches those too. Off this host they stay unreachable.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", *OTLP_ENDPOINTS):
+        if (url := inherited(name)) and (port := _loopback_port(url)) is not None:
+            ports.append(port)
+    return tuple(dict.fromkeys(ports)), ""
+
+
+def _loopback_port(url: str) -> int | None:
+    """The port of an http(s) URL on a loopback address, else None."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if host == "localhost":
+        return port
+    try:
+        return port if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+def _start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: ChildCredentials,
+                   key_broker: KeyBroker | None) -> Sandbox | None:
+    """The per-phase sandbox (process/sandbox/), detected and probed once; None when it is off and
+    the phases need no private home either (offline mode always gets one)."""
+    if config.sandbox == "off" and creds.offline_api is None:
+        log.warning("sandbox", extra={"fields": {"setting": "off", "layers": "none: every phase runs with the "
+                                                 "server's view of files, processes and network"}})
+        return None
+    ports, note = egress_ports(config, server_env, creds)
+    hidden = [p for p in (config.auth_token_file, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file,
+                          config.api_key_file) if p is not None]
+    try:
+        return Sandbox.start(config.sandbox, data_dir=config.data_dir, skip=config.sandbox_skip_layers,
+                             egress_ports=ports, egress_note=note, template=config.sandbox_home_template,
+                             read_paths=config.sandbox_read_paths, hidden=hidden)
+    except OSError as exc:
+        raise StartupError(f"cannot set up the phase sandbox: {exc.strerror or exc}") from None
+
+
 async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None,
                        telemetry: Telemetry | None = None) -> RunningServer:
     """Opens the store, recovers phases a previous process left active, binds the port, serves.
@@ -384,12 +447,14 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.push_async_callback(creds.key_broker.stop)
     if creds.egress is not None:
         undo.push_async_callback(creds.egress.stop)
-    # The host ports a phase may connect to (the gateway's and the egress proxy's), for the sandbox.
-    egress_ports = creds.egress.ports if creds.egress is not None else ()
+    try:  # the sandbox's network layer lets a phase reach only the gateway's and the proxy's ports
+        sandbox = await asyncio.to_thread(_start_sandbox, config, server_env, creds, creds.key_broker)
+    except StartupError:
+        await undo.aclose()
+        raise
     service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
-                           telemetry=telemetry, cluster=cluster, egress=creds.egress)
-    log.debug("phases may reach", extra={"fields": {"egress_ports": list(egress_ports)}})
+                           telemetry=telemetry, cluster=cluster, egress=creds.egress, sandbox=sandbox)
     telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if cluster.shared:  # only the phases of replicas that are gone (takeover.py)

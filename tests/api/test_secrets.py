@@ -115,15 +115,19 @@ async def test_offline_mode_passes_no_credential_and_keeps_out_of_home(
     assert not set(SERVER_CREDENTIALS) & set(env), output
     # The scripted API sits behind the gateway: the CLI holds only its phase's capability.
     assert env["ANTHROPIC_API_KEY"].startswith("helix-cap-") and env["ANTHROPIC_BASE_URL"] == gateway_url
-    assert env["CLAUDE_CONFIG_DIR"] == str(runner.data_dir / "offline-claude-config")
+    # The phase's private config dir (process/sandbox/private_home.py), not the server's.
+    assert env["CLAUDE_CONFIG_DIR"] == str(Path(env["HOME"]) / ".claude")
+    assert env["HOME"].startswith(str(runner.data_dir / "sandbox" / "homes") + "/")
     for value in extra.values():
         if len(value) > 1:
             assert value not in output
     assert [r.api_key_sha256 for r in requests] == [sha256("offline-mode")] * len(requests)
-    # Session files go to the server's own offline config dir, not into the real ~/.claude.
+    # Session files go to the phase's private home, not into the real ~/.claude; the home is gone
+    # after the phase, its transcript kept for resume in the project's session store.
     home = tmp_path / "home"
     assert not (home / ".claude").exists() and not (home / ".claude.json").exists()
-    assert any((runner.data_dir / "offline-claude-config" / "projects").rglob("*.jsonl"))
+    assert not Path(env["HOME"]).exists()
+    assert any((runner.data_dir / "sandbox" / "sessions").rglob(f"{result.session_id}.jsonl"))
 
 
 async def test_a_phase_cannot_read_the_server_environment_through_proc(claude_binary, tmp_path):

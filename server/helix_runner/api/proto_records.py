@@ -14,7 +14,7 @@ from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
 from helix_runner.domain.gateway_report import GatewayReport
 from helix_runner.domain.phase_outcome import ResourceFault
-from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult
+from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult, SandboxReport
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
 
@@ -99,6 +99,13 @@ def gateway_report_to_proto(g: GatewayReport) -> resources_pb2.GatewayReport:
     return msg
 
 
+def sandbox_to_proto(s: SandboxReport) -> resources_pb2.SandboxReport:
+    return resources_pb2.SandboxReport(
+        setting=s.setting, home=s.home, egress_ports=list(s.egress_ports),
+        layers=[resources_pb2.SandboxLayer(name=x.name, active=x.active, detail=x.detail) for x in s.layers],
+    )
+
+
 def tool_call_duration_ns(body: bytes) -> int | None:
     """The duration of an encoded ToolCall, None while it ran (for ``SqliteStore.backfill_tool_call_durations``)."""
     try:
@@ -147,6 +154,8 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.diagnostics.containment.CopyFrom(containment_to_proto(d.containment))
     if d.gateway is not None:
         msg.diagnostics.gateway.CopyFrom(gateway_report_to_proto(d.gateway))
+    if d.sandbox is not None:
+        msg.diagnostics.sandbox.CopyFrom(sandbox_to_proto(d.sandbox))
     if r.artifacts is not None:
         msg.artifacts.CopyFrom(artifacts_to_proto(r.artifacts))
     _ts(msg.start_time, r.start_time_ns)

@@ -53,6 +53,7 @@ ROUTES: Mapping[str, Route] = {
     "ListJobs": Route.ANY,
     "ListToolCalls": Route.ANY,
     "GetCostTotals": Route.ANY,
+    "GetServerStatus": Route.ANY,  # the sandbox and containment of the replica asked, not forwarded
     "GetPhaseDiff": Route.OWNER_OR_RECORDER,
     "InspectPhase": Route.OWNER,  # the context usage is asked of the running CLI
     "CancelPhase": Route.OWNER,

@@ -47,6 +47,7 @@ from helix_runner.api.resource_mapping import (
     inspection_to_proto,
     list_jobs_response,
     phase_to_proto,
+    server_status_to_proto,
     tool_call_to_proto,
 )
 from helix_runner.api.retry_options import retry_policy_from_options
@@ -233,6 +234,10 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     async def GetCostTotals(self, request, context):
         totals = self.queries.cost_totals(request.project_id, request.job_id, request.phase_id)
         return runner_service_pb2.GetCostTotalsResponse(totals=cost_totals_to_proto(totals))
+
+    @_unary
+    async def GetServerStatus(self, request, context):
+        return runner_service_pb2.GetServerStatusResponse(status=server_status_to_proto(self.service.server_status()))
 
     @_unary
     async def GetPhaseDiff(self, request, context):

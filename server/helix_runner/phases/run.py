@@ -71,6 +71,7 @@ from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
@@ -108,6 +109,8 @@ class LaunchPlan:
     take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
     # The phase's grant at the model-API gateway and the egress proxy (phases/egress_grant.py).
     egress: PhaseEgress | None = None
+    # The phase's sandbox and private home (process/sandbox/); None: sandbox off.
+    sandbox: PhaseSandbox | None = None
 
 
 class PhaseRun:
@@ -136,6 +139,8 @@ class PhaseRun:
         self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
                                                      project_id=spec.project_id)
         self.plan = plan
+        # The sandbox the phase's processes run in (a warm start brings its own, see _take_warm).
+        self.sandbox = plan.sandbox
         self.store = store
         self.encoder = encoder
         self.events = events
@@ -289,9 +294,13 @@ class PhaseRun:
             exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
                                 start_ns, time.time_ns())
             self.result = self._finish(exit_, None)
+            if self.sandbox is not None:
+                self.sandbox.close()
             raise
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
             self._artifacts = await self.plan.workspace.collect()
+        if self.sandbox is not None:  # keeps the transcripts for resume, removes the private home
+            await asyncio.to_thread(self.sandbox.close)
         self.result = self._finish(exit_, end)
         return self.result
 
@@ -355,6 +364,7 @@ class PhaseRun:
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
+            scope.sandbox_args = self.supervisor.scope.sandbox_args  # the same sandbox and home
             self._open_attempt(argv, dict(self.plan.env), limits, scope, old.breakpoints)
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -398,10 +408,19 @@ class PhaseRun:
         take, cold = self.plan.take_warm, self.supervisor
         if take is None:
             return
-        # Matched on the inline argv: the cold one carries this run's own secret-file paths.
-        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, cold.env, self.plan.scope.limits))
+        if self.spec.resume_session_id:
+            return  # its transcript was restored into this run's own home
+        # Matched on the inline argv (the cold one carries this run's own secret-file paths) and
+        # without the sandbox's per-run variables (each warm process has its own home).
+        env = self.sandbox.unapply(cold.env) if self.sandbox is not None else cold.env
+        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
         if warm is None:
             return
+        if self.sandbox is not None:  # the warm process's home is the phase's from now on
+            self.sandbox.home.remove()
+        self.sandbox = warm.sandbox
+        if self.sandbox is not None:
+            self.sandbox.project = self.spec.project_id or "default"
         warm.adopt(sink=self, limits=cold.limits, on_spawn=self._record_pid)
         if self.plan.egress is not None:  # the capability it was started with becomes this phase's
             self.plan.egress.adopt(warm.env)
@@ -514,6 +533,7 @@ class PhaseRun:
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
                 gateway=self.plan.egress.report() if self.plan.egress is not None else None,
+                sandbox=self.sandbox.report if self.sandbox is not None else None,
             ),
             attempts=tuple(self.attempts),
             resource_fault=fault,
@@ -649,6 +669,7 @@ class PhaseRun:
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
             turn_count=stream.result_count, containment=self.supervisor.scope.report(),
+            sandbox=self.sandbox.report if self.sandbox is not None else None,
             attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
             gateway=self.plan.egress.report() if self.plan.egress is not None else None,
         )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.containment import Containment
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 
@@ -70,7 +71,8 @@ class WarmPool:
     def __init__(self, containment: Containment, signature: SpawnSignature, limits: ResourceLimits, size: int, *,
                  spawn_off_loop: bool = True, secret_files: SecretArgFiles | None = None,
                  extra_env: Callable[[], Mapping[str, str]] | None = None,
-                 release_env: Callable[[Mapping[str, str]], None] | None = None) -> None:
+                 release_env: Callable[[Mapping[str, str]], None] | None = None,
+                 sandbox_for: Callable[[str], PhaseSandbox | None] | None = None) -> None:
         self.containment = containment
         # The signature holds the inline argv (what a request is matched on); the processes get the
         # secret-bearing JSON options as files, as a cold phase does (process.secret_files).
@@ -83,6 +85,9 @@ class WarmPool:
         # per process, phases/egress_grant.py), and what undoes them when a process is discarded untaken.
         self._extra_env = extra_env
         self._release_env = release_env
+        # Each process gets a sandbox and private home of its own (by run id), which the phase
+        # that takes it adopts (phases/run.py).
+        self._sandbox_for = sandbox_for
         self._ready: list[ProcessSupervisor] = []
         self._starting: set[asyncio.Task] = set()
         self._closed = False
@@ -140,20 +145,32 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         sig = self.signature
-        scope = self.containment.scope(f"warm-{uuid.uuid4().hex}", self.limits)
+        run_id = f"warm-{uuid.uuid4().hex}"
+        scope = self.containment.scope(run_id, self.limits)
         argv = self.secret_files.externalize(sig.argv) if self.secret_files else list(sig.argv)
         env = dict(sig.env)
+        sandbox = None
+        if self._sandbox_for is not None:
+            sandbox = await asyncio.to_thread(self._sandbox_for, run_id)
+        if sandbox is not None:
+            env = sandbox.apply(env)
+            scope.sandbox_args = sandbox.shim_args()
         if self._extra_env is not None:
             env.update(self._extra_env())
         sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=env, sink=_NoSink(), limits=ProcessLimits(),
                                 keep_stdin_open=True, scope=scope, spawn_off_loop=self._spawn_off_loop)
+        sup.sandbox = sandbox
         try:
             failed = await sup.prestart()
         except asyncio.CancelledError:
             self._release(sup)
+            if sandbox is not None:
+                sandbox.home.remove()
             return  # prestart ended what it had started
         if failed is not None:
             self._release(sup)
+            if sandbox is not None:
+                sandbox.home.remove()
             log.warning("warm pool: a CLI process did not start", extra={"fields": {"error": failed}})
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)

@@ -399,7 +399,7 @@ class PermissionDenial(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_input_json: _Optional[str] = ...) -> None: ...
 
 class PhaseDiagnostics(_message.Message):
-    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment", "gateway")
+    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment", "gateway", "sandbox")
     STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARSE_ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -410,6 +410,7 @@ class PhaseDiagnostics(_message.Message):
     RECORDING_PATH_FIELD_NUMBER: _ClassVar[int]
     CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     stderr_tail: str
     stderr_bytes: int
     parse_error_count: int
@@ -420,7 +421,8 @@ class PhaseDiagnostics(_message.Message):
     recording_path: str
     containment: PhaseContainment
     gateway: GatewayReport
-    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ...) -> None: ...
+    sandbox: SandboxReport
+    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ...) -> None: ...
 
 class GatewayReport(_message.Message):
     __slots__ = ("requests", "models", "rate_limited", "overloaded", "api_errors", "model_refusals", "upstream_failures", "egress_connections", "egress_refusals", "egress_allowlist", "allowed_models")
@@ -669,7 +671,7 @@ class ContextUsage(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class PhaseInspection(_message.Message):
-    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts", "gateway")
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts", "gateway", "sandbox")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -683,6 +685,7 @@ class PhaseInspection(_message.Message):
     CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     paused: bool
     hard_paused: bool
@@ -696,7 +699,42 @@ class PhaseInspection(_message.Message):
     containment: PhaseContainment
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
     gateway: GatewayReport
-    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ...) -> None: ...
+    sandbox: SandboxReport
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ...) -> None: ...
+
+class SandboxReport(_message.Message):
+    __slots__ = ("setting", "layers", "home", "egress_ports")
+    SETTING_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_PORTS_FIELD_NUMBER: _ClassVar[int]
+    setting: str
+    layers: _containers.RepeatedCompositeFieldContainer[SandboxLayer]
+    home: str
+    egress_ports: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, setting: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[SandboxLayer, _Mapping]]] = ..., home: _Optional[str] = ..., egress_ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ServerStatus(_message.Message):
+    __slots__ = ("sandbox", "containment_mode", "refusal", "version")
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_MODE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    sandbox: SandboxReport
+    containment_mode: ContainmentMode
+    refusal: str
+    version: str
+    def __init__(self, sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ..., containment_mode: _Optional[_Union[ContainmentMode, str]] = ..., refusal: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class SandboxLayer(_message.Message):
+    __slots__ = ("name", "active", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    active: bool
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., active: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class StreamEventRef(_message.Message):
     __slots__ = ("sequence", "kind", "summary", "receive_time")

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -189,6 +189,14 @@ class RunnerService(Protocol):
         """
         The output of one background shell task of a running phase, its tail when long (the CLI's
         `get_task_output`).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_server_status(self, request: GetServerStatusRequest, ctx: RequestContext[GetServerStatusRequest, GetServerStatusResponse], /) -> GetServerStatusResponse:
+        """
+        How this server runs phases: the per-phase sandbox as detected and probed at start (each
+        layer on or off, and why), the containment mode, and whether phases are refused
+        (`helix-runner status` prints it).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -447,6 +455,17 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_task_output,
+                ),
+                "/helix.runner.v1.RunnerService/GetServerStatus": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetServerStatus",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=GetServerStatusRequest,
+                        output=GetServerStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_server_status,
                 ),
             },
             interceptors=interceptors,
@@ -1008,6 +1027,31 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=GetTaskOutputRequest,
                 output=GetTaskOutputResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_server_status(
+        self,
+        request: GetServerStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetServerStatusResponse:
+        """
+        How this server runs phases: the per-phase sandbox as detected and probed at start (each
+        layer on or off, and why), the containment mode, and whether phases are refused
+        (`helix-runner status` prints it).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetServerStatus",
+                service_name="helix.runner.v1.RunnerService",
+                input=GetServerStatusRequest,
+                output=GetServerStatusResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -304,6 +304,16 @@ class ListToolCallsResponse(_message.Message):
     stats: _containers.RepeatedCompositeFieldContainer[_resources_pb2.ToolStats]
     def __init__(self, tool_calls: _Optional[_Iterable[_Union[_resources_pb2.ToolCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., stats: _Optional[_Iterable[_Union[_resources_pb2.ToolStats, _Mapping]]] = ...) -> None: ...
 
+class GetServerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerStatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _resources_pb2.ServerStatus
+    def __init__(self, status: _Optional[_Union[_resources_pb2.ServerStatus, _Mapping]] = ...) -> None: ...
+
 class GetCostTotalsRequest(_message.Message):
     __slots__ = ("project_id", "job_id", "phase_id")
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]

@@ -152,6 +152,11 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputResponse.FromString,
                 _registered_method=True)
+        self.GetServerStatus = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/GetServerStatus',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -331,6 +336,15 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetServerStatus(self, request, context):
+        """How this server runs phases: the per-phase sandbox as detected and probed at start (each
+        layer on or off, and why), the containment mode, and whether phases are refused
+        (`helix-runner status` prints it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -443,6 +457,11 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.GetTaskOutput,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputResponse.SerializeToString,
+            ),
+            'GetServerStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServerStatus,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1047,6 +1066,33 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/GetTaskOutput',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetTaskOutputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServerStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/GetServerStatus',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,8 @@ __all__ = (
     "GetJobResponse",
     "GetPhaseDiffRequest",
     "GetPhaseDiffResponse",
+    "GetServerStatusRequest",
+    "GetServerStatusResponse",
     "GetTaskOutputRequest",
     "GetTaskOutputResponse",
     "HookEvent",
@@ -97,6 +99,9 @@ __all__ = (
     "RunPhaseRequest",
     "RunPhaseResponse",
     "RunnerServiceStub",
+    "SandboxLayer",
+    "SandboxReport",
+    "ServerStatus",
     "SessionInit",
     "SessionWritesLost",
     "SetPhaseModelRequest",
@@ -2613,6 +2618,33 @@ default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse",
 
 
 @dataclass(eq=False, repr=False)
+class GetServerStatusRequest(betterproto2.Message):
+    """
+    GetServerStatusRequest asks for the server's status; it has no fields.
+    """
+
+    pass
+
+
+default_message_pool.register_message("helix.runner.v1", "GetServerStatusRequest", GetServerStatusRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetServerStatusResponse(betterproto2.Message):
+    """
+    GetServerStatusResponse holds the server's status.
+    """
+
+    status: "ServerStatus | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The status.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetServerStatusResponse", GetServerStatusResponse)
+
+
+@dataclass(eq=False, repr=False)
 class GetTaskOutputRequest(betterproto2.Message):
     """
     GetTaskOutputRequest names a background shell task of a running phase.
@@ -3714,6 +3746,12 @@ class PhaseDiagnostics(betterproto2.Message):
     429 / 529 answers; refusals. Unset when the server runs without the gateway and the proxy.
     """
 
+    sandbox: "SandboxReport | None" = betterproto2.field(10, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox the phase ran in: each layer on or off (and why), its private home, the host
+    ports it could reach. Unset: the server ran it without a sandbox (`sandbox = off`).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseDiagnostics", PhaseDiagnostics)
 
@@ -3796,6 +3834,11 @@ class PhaseInspection(betterproto2.Message):
     """
     What the model-API gateway and the egress proxy measured for the phase so far (its result's
     `diagnostics.gateway` once it has ended).
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(13, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox the phase runs in (as `diagnostics.sandbox` of its result once it has ended).
     """
 
 
@@ -4032,7 +4075,10 @@ class PhaseOptions(betterproto2.Message):
     setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
     """
     `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
-    `project`, `local`; empty for none. Unset: the CLI's default (all).
+    `project`, `local`; empty for none. Unset: `user` alone when the server sandboxes phases
+    (the phase's private user config, fresh from the operator's template, so the workspace's
+    `.claude/` settings and hooks load only when a request names `project` or `local`); the
+    CLI's default (all) when the sandbox is off.
     """
 
     json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
@@ -4605,6 +4651,97 @@ class RunPhaseResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "RunPhaseResponse", RunPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class SandboxLayer(betterproto2.Message):
+    """
+    SandboxLayer is one layer of a phase's sandbox.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    `namespaces`, `network`, `landlock` or `seccomp`.
+    """
+
+    active: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Whether the phase runs with it.
+    """
+
+    detail: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    What it does on this server, or why it is off.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SandboxLayer", SandboxLayer)
+
+
+@dataclass(eq=False, repr=False)
+class SandboxReport(betterproto2.Message):
+    """
+    SandboxReport describes the sandbox around a phase's processes (README "Sandbox").
+    """
+
+    setting: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The server's setting: `auto` (every layer the host allows), `required` (a phase is refused
+    while a layer is missing), `off`.
+    """
+
+    layers: "list[SandboxLayer]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Each layer: `namespaces`, `network`, `landlock`, `seccomp`.
+    """
+
+    home: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The phase's private HOME (its CLI config is `<home>/.claude`); removed when the phase ends.
+    """
+
+    egress_ports: "list[int]" = betterproto2.field(4, betterproto2.TYPE_INT32, repeated=True)
+    """
+    The host loopback ports the phase may reach (the model API, the egress proxy).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SandboxReport", SandboxReport)
+
+
+@dataclass(eq=False, repr=False)
+class ServerStatus(betterproto2.Message):
+    """
+    ServerStatus is how a server runs phases (GetServerStatus).
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox every phase gets: the setting, each layer as detected and probed at start (on,
+    with what it does here; or off, with why), the host loopback ports phases may reach. Its
+    `home` is empty (each phase has its own).
+    """
+
+    containment_mode: "ContainmentMode" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: ContainmentMode(0)
+    )
+    """
+    How the processes of each phase are contained.
+    """
+
+    refusal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Set while the server refuses every phase (`sandbox = required` with a layer missing): the
+    message of the FAILED_PRECONDITION error phases get.
+    """
+
+    version: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The server's version.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ServerStatus", ServerStatus)
 
 
 @dataclass(eq=False, repr=False)
@@ -6105,6 +6242,22 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/GetTaskOutput",
             GetTaskOutputRequest.SerializeToString,
             GetTaskOutputResponse.FromString,
+        )(message)
+
+    def get_server_status(self, message: "GetServerStatusRequest | None" = None) -> "GetServerStatusResponse":
+        """
+        How this server runs phases: the per-phase sandbox as detected and probed at start (each
+        layer on or off, and why), the containment mode, and whether phases are refused
+        (`helix-runner status` prints it).
+        """
+
+        if message is None:
+            message = GetServerStatusRequest()
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetServerStatus",
+            GetServerStatusRequest.SerializeToString,
+            GetServerStatusResponse.FromString,
         )(message)
 
 
