@@ -99,7 +99,8 @@ async def test_offline_mode_goes_through_the_gateway(tmp_path):
         assert gateway.settings.api_key() == "offline-mode"
         assert creds.overrides["ANTHROPIC_BASE_URL"] == gateway.base_url
         assert "ANTHROPIC_API_KEY" not in creds.overrides
-        assert creds.overrides["CLAUDE_CONFIG_DIR"] == str(cfg.offline_config_dir)
+        # Each phase's CLI config is its private home's (process/sandbox/private_home.py), not shared.
+        assert "CLAUDE_CONFIG_DIR" not in creds.overrides
     finally:
         await close(creds)
 
