@@ -98,7 +98,9 @@ async def test_a_phase_can_neither_see_nor_signal_processes_outside_it(claude_bi
         outside.wait()
 
 
-async def test_tcp_reaches_the_model_api_only(claude_binary, scripted_api, runner_factory):
+async def test_tcp_reaches_the_gateway_and_the_proxy_only(claude_binary, scripted_api, runner_factory):
+    """The network layer lets a phase connect to the model-API gateway and the egress proxy, nothing
+    else on the host: not a local service, not even the model API behind the gateway."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
@@ -106,12 +108,12 @@ async def test_tcp_reaches_the_model_api_only(claude_binary, scripted_api, runne
         api = scripted_api([])
         api_port = int(api.base_url.rsplit(":", 1)[1])
         async with runner_factory(api) as runner:
-            out, result = await bash(runner, api, "; ".join([
-                probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null"),
-                probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{api_port}' 2>/dev/null"),
-            ]))
-        assert out.split() == [DENIED, OK], out
-        assert list(result.diagnostics.sandbox.egress_ports) == [api_port]
+            gateway, proxy = runner.server.egress_ports
+            out, result = await bash(runner, api, "; ".join(
+                probe(f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{p}' 2>/dev/null")
+                for p in (port, api_port, gateway, proxy)))
+        assert out.split() == [DENIED, DENIED, OK, OK], out
+        assert sorted(result.diagnostics.sandbox.egress_ports) == sorted([gateway, proxy])
 
 
 async def test_tmp_is_private_to_the_phase(claude_binary, scripted_api, runner_factory):
