@@ -18,6 +18,8 @@ READS = {
     "session_transcript": ("vprompt",),  # another CLI's session transcript
     "other_workspace": ("vfile",),  # a file in another job's workspace
     "other_workspace_0600": ("vsecret",),  # ... and one only its owner may read (0600)
+    "via_victim_cwd": ("vsecret",),  # ... through /proc/<victim CLI>/cwd instead of its path
+    "via_server_root": ("vsecret",),  # ... through /proc/<server>/root, the server's view of the host
 }
 
 

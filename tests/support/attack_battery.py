@@ -325,6 +325,20 @@ def other_workspace_0600(f):
 
 
 @probe("stores")
+def via_victim_cwd(f):
+    """Another workspace through the victim CLI's ``/proc/<pid>/cwd`` link, not by its path (which a
+    mount namespace may hide while ``/proc`` still shows the process)."""
+    _read_file_probe("via_victim_cwd", f"/proc/{f['victim']['cli_pid']}/cwd/secret.txt")
+
+
+@probe("stores")
+def via_server_root(f):
+    """Another workspace through the server's ``/proc/<pid>/root``: the host's file system as the
+    server sees it, whatever this phase's own view is."""
+    _read_file_probe("via_server_root", f"/proc/{f['server']['pid']}/root{f['victim']['secret_file']}")
+
+
+@probe("stores")
 def session_transcript(f):
     _read_file_probe("session_transcript", f["victim"]["transcript"])
 

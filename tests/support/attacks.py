@@ -103,7 +103,7 @@ def api_key_evidence(key: str) -> str:
     return attack_battery.evidence(key.encode())[0]
 
 
-@dataclass
+@dataclass(repr=False)
 class AttackOutcome:
     """What the attacker's probes reported and what was observed from outside, for one server user."""
 
@@ -115,6 +115,9 @@ class AttackOutcome:
     setup_problems: dict[str, str] = field(default_factory=dict)
     # probe -> why this machine cannot stage it (a skip, with the reason)
     unavailable: dict[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # short: assertion messages show it
+        return f"AttackOutcome(as {self.user}: {len(self.probes)} probes reported)"
 
     def probe(self, name: str) -> dict[str, Any]:
         """The probe's report; fails the test if the probe did not report or its target was missing."""
@@ -435,7 +438,7 @@ class AttackScenario:
     def lay_out(self) -> CertificateAuthority:
         """Directories and files; the data dir and the credentials are outside every workspace root."""
         s = self.s
-        for d in (self.home, self.victim_ws, self.cancel_ws, self.later_ws, self.root / "creds" / "ws"):
+        for d in (self.home / "tmp", self.victim_ws, self.cancel_ws, self.later_ws, self.root / "creds" / "ws"):
             d.mkdir(parents=True)
         _git_repo(self.attacker_ws)
         (self.victim_ws / "notes.txt").write_text(f"the victim's notes {s['vfile']}\n")
@@ -455,7 +458,7 @@ class AttackScenario:
         assert self.api is not None
         env = {"HOME": str(self.home), "PYTHONUNBUFFERED": "1", "ANTHROPIC_BASE_URL": self.api.base_url,
                "ANTHROPIC_API_KEY": self.s["api_key"], "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-               "CLAUDE_CODE_MAX_RETRIES": "2",
+               "CLAUDE_CODE_MAX_RETRIES": "2", "CLAUDE_CODE_TMPDIR": str(self.home / "tmp"),
                # nobody's Python finds this checkout through PYTHONPATH, and so must the key helper the
                # CLI runs with the child's environment (an image installs the package instead).
                "HELIX_RUNNER_INHERIT_ENV": ",".join((*DEFAULT_INHERIT_ENV, "PYTHONPATH"))}
