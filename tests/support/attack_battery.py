@@ -490,7 +490,8 @@ def connect_get_job(f):
 def metrics(f):
     def go():
         data = http(f"http://127.0.0.1:{f['server']['metrics_port']}/metrics")
-        return evidence(data), f"{data.count(b'helix_runner_')} helix_runner_ samples"
+        samples = data.count(b"\nhelix_")
+        return evidence(data), f"{samples} helix_ samples"
 
     attempt("metrics", go)
 
