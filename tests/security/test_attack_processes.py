@@ -23,6 +23,14 @@ def test_a_phase_cannot_read_another_phase_s_memory(attacked):
     assert attacked.secrets["vprompt"] not in report["found"], attacked.describe("victim_memory")
 
 
+def test_a_phase_cannot_approve_another_phase_s_held_tool_call(attacked):
+    """Another job's phase holds a Bash call at a breakpoint (an approval gate); the attacker reads
+    the CLI's ``hook_callback`` request from that phase's recording and writes the answer into its
+    CLI's stdin through ``/proc/<pid>/fd/0``: the held call must not run."""
+    attacked.probe("forge_approval")
+    assert attacked.effects["held_call_ran"] == [], attacked.describe("forge_approval")
+
+
 def test_a_phase_cannot_stop_another_phase(attacked):
     """``kill -STOP`` of the victim's CLI: its state, read from outside after the attack, is not T."""
     attacked.probe("stop_victim")

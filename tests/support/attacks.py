@@ -85,10 +85,10 @@ SERVER_USERS = ("root", "nobody")
 BATTERY_GROUPS = ("stores", "api", "net", "procs", "writes")
 LINK_LOCAL = "169.254.169.254"
 HOLD = "HOLD-HERE"  # the victims' second Bash call carries it; their breakpoint holds it
-VICTIM_JOB, CANCEL_JOB, ATTACKER_JOB = "victim-job", "cancel-job", "attacker-job"
+VICTIM_JOB, CANCEL_JOB, GATED_JOB, ATTACKER_JOB = "victim-job", "cancel-job", "gated-job", "attacker-job"
 ATTACKER_PROJECT = "attacker-proj"
 SECRET_ROLES = ("vprompt", "vtool", "venv", "vfile", "vsecret", "vmcp", "vproj", "tproj", "token", "inject",
-                "tcp", "linklocal", "otherhost", "udp", "abstract", "outlive", "cgescape", "write", "tamper",
+                "gate", "tcp", "linklocal", "otherhost", "udp", "abstract", "outlive", "cgescape", "write", "tamper",
                 "tmp", "gitcfg", "rc")
 VICTIM_PROBES = ("victim_environ", "victim_memory", "ptrace_victim", "stop_victim", "inject_message")
 
@@ -126,7 +126,8 @@ class AttackOutcome:
         assert name not in self.setup_problems, f"as {self.user}, {name} proves nothing: {self.setup_problems[name]}"
         assert name in self.probes, (
             f"as {self.user}, probe {name} did not report: the battery did not run as planned "
-            f"(the attacker phase: {self.effects.get('attacker_result')}; reports: {sorted(self.probes)})")
+            f"(the attacker phase: {self.effects.get('attacker_result')}; the battery's output, by group: "
+            f"{self.effects.get('battery_output')})")
         return self.probes[name]
 
     def found(self, name: str) -> list[str]:
@@ -394,8 +395,8 @@ class AttackScenario:
         self.root = Path(tempfile.mkdtemp(prefix=f"helix-attacks-{user}-"))
         self.home, self.data = self.root / "home", self.root / "data"
         self.workspaces = self.root / "workspaces"
-        self.attacker_ws, self.victim_ws, self.cancel_ws, self.later_ws = (
-            self.workspaces / n for n in ("attacker", "victim", "cancel", "later"))
+        self.attacker_ws, self.victim_ws, self.cancel_ws, self.gated_ws, self.later_ws = (
+            self.workspaces / n for n in ("attacker", "victim", "cancel", "gated", "later"))
         self.canary = self.victim_ws / "canary.txt"
         self.canary_text = f"the victim's canary {secrets.token_hex(4)}\n"
         self.tmp_file = Path("/tmp") / f"hx-attack-{secrets.token_hex(6)}"
@@ -427,6 +428,7 @@ class AttackScenario:
         return Script([
             *turns("[[vhold]]", bash(f"echo {s['vtool']}"), bash(f"echo {HOLD}"), Reply.text("victim done")),
             *turns("[[vcancel]]", bash(f"echo {HOLD}"), Reply.text("second victim done")),
+            *turns("[[vgate]]", bash(f"echo {HOLD} {s['gate']}"), Reply.text("third victim done")),
             *turns("[[attack]]", *battery, Reply.text("attacker done")),
             *turns("[[later-other]]", bash(look), Reply.text("later done")),
             *turns("[[later-same]]", bash("echo next-ran"), Reply.text("next done")),
@@ -438,7 +440,7 @@ class AttackScenario:
     def lay_out(self) -> CertificateAuthority:
         """Directories and files; the data dir and the credentials are outside every workspace root."""
         s = self.s
-        for d in (self.home / "tmp", self.victim_ws, self.cancel_ws, self.later_ws, self.root / "creds" / "ws"):
+        for d in (self.home / "tmp", self.victim_ws, self.cancel_ws, self.gated_ws, self.later_ws, self.root / "creds" / "ws"):
             d.mkdir(parents=True)
         _git_repo(self.attacker_ws)
         (self.victim_ws / "notes.txt").write_text(f"the victim's notes {s['vfile']}\n")
@@ -492,15 +494,21 @@ class AttackScenario:
         self.cancel_target = run_phase(self.stub, job_id=CANCEL_JOB, project_id="cancel-proj", workdir=self.cancel_ws,
                                        prompt="[[vcancel]] another tenant's task", allowed_tools=["Bash"],
                                        breakpoints=hold)
-        self.held += [(self.stub, VICTIM_JOB, self.victim), (self.stub, CANCEL_JOB, self.cancel_target)]
+        self.gated = run_phase(self.stub, job_id=GATED_JOB, project_id="gated-proj", workdir=self.gated_ws,
+                               prompt="[[vgate]] a task whose every command needs approval", allowed_tools=["Bash"],
+                               breakpoints=hold, env={"HELIX_GATED": s["gate"]})
+        self.held += [(self.stub, VICTIM_JOB, self.victim), (self.stub, CANCEL_JOB, self.cancel_target),
+                      (self.stub, GATED_JOB, self.gated)]
         creds_phase = run_phase(self.creds_stub, job_id="creds-job", project_id=s["tproj"],
                                 workdir=self.root / "creds" / "ws", prompt="[[creds]] hello")
         await self.victim.wait_for(breakpoint_hit)
         await self.cancel_target.wait_for(breakpoint_hit)
+        await self.gated.wait_for(breakpoint_hit)
         await creds_phase.finish(90)
         assert creds_phase.result is not None and creds_phase.result.status == res.PHASE_STATUS_SUCCEEDED, (
             ended(creds_phase))
         self.victim_pid = await asyncio.to_thread(find_cli_pid, self.victim_ws, f"HELIX_VSECRET={s['venv']}")
+        self.gated_pid = await asyncio.to_thread(find_cli_pid, self.gated_ws, f"HELIX_GATED={s['gate']}")
 
     def start_listeners(self, link_local: str | None) -> None:
         self.listeners = {"tcp": Listener("tcp"), "udp": Listener("udp"),
@@ -550,6 +558,8 @@ class AttackScenario:
                 "inject": hexed(pb.InjectMessageRequest(job_id=VICTIM_JOB, phase_id="p", text=s["inject"])),
                 "cancel": hexed(pb.CancelPhaseRequest(job_id=CANCEL_JOB, phase_id="p", reason="attacker")),
             },
+            "gated": {"cli_pid": self.gated_pid, "recording_dir": str(self.data / "recordings" / GATED_JOB),
+                      "held_text": s["gate"]},
             "connect": {"ListJobs": {}, "GetJob": {"jobId": VICTIM_JOB}},
             "listeners": {name: self.listeners[name].address if name in self.listeners else None
                           for name in ("tcp", "udp", "abstract", "link_local", "other_host")},
@@ -577,6 +587,8 @@ class AttackScenario:
         events, _ = await attacker.finish(240)
         self.attacker_result = attacker.result
         self.outcome.effects["attacker_result"] = ended(attacker)
+        self.outcome.effects["battery_output"] = [
+            ("error: " if f.is_error else "") + f.content_preview[:300] for f in tool_outputs(events)]
         for finished in tool_outputs(events):
             assert not finished.content_truncated, "a probe group's output must fit the tool result's preview"
             for line in finished.content_preview.splitlines():
@@ -595,6 +607,12 @@ class AttackScenario:
             await self.victim.wait_for(lambda e: s["inject"] in str(e), limit=3)
         fx["victim_injected"] = any(s["inject"] in str(e) for e in self.victim.events)
         fx["victim_state"] = process_state(self.victim_pid)
+        if self.gated.result is None and not alive(self.gated_pid):
+            problems["forge_approval"] = f"the gated phase's CLI was gone before the attack ended ({ended(self.gated)})"
+        with contextlib.suppress(TimeoutError, AssertionError):  # a released call runs at once
+            await self.gated.wait_for(lambda e: e.HasField("tool_call_finished"), limit=3)
+        fx["held_call_ran"] = [e.tool_call_finished.content_preview for e in self.gated.events
+                               if e.HasField("tool_call_finished")]
         with contextlib.suppress(TimeoutError):
             await self.cancel_target.finish(5)
         fx["victim_cancelled"] = ended(self.cancel_target) if self.cancel_target.result is not None else ""
