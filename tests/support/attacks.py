@@ -356,11 +356,13 @@ def process_state(pid: int) -> str | None:
 def files_holding(root: Path, needle: str, *, suffixes: tuple[str, ...] = ()) -> list[Path]:
     """Regular files under ``root`` (ending in one of ``suffixes``, if given) that contain ``needle``."""
     found = []
-    for path in root.rglob("*"):
-        with contextlib.suppress(OSError):
-            if (path.is_file() and not path.is_symlink() and (not suffixes or path.name.endswith(suffixes))
-                    and needle.encode() in path.read_bytes()):
-                found.append(path)
+    for dirpath, _, names in os.walk(root):  # unlike rglob, walk skips what vanishes as it goes (CLI temp files)
+        for name in names:
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                if (not path.is_symlink() and (not suffixes or name.endswith(suffixes)) and path.is_file()
+                        and needle.encode() in path.read_bytes()):
+                    found.append(path)
     return found
 
 
@@ -518,10 +520,12 @@ class AttackScenario:
             self.listeners["other_host"] = Listener("tcp", host=other_ip)
         else:
             self.outcome.unavailable["tcp_other_host"] = "this machine has no non-loopback IPv4 address"
-        if link_local:
+        try:  # the address may be taken off lo by someone else in between: then there is nothing to attack
+            if link_local is None:
+                raise OSError("it cannot be placed on lo")
             self.listeners["link_local"] = Listener("tcp", host=link_local)
-        else:
-            self.outcome.unavailable["tcp_link_local"] = f"{LINK_LOCAL} cannot be placed on lo here (root and ip)"
+        except OSError as exc:
+            self.outcome.unavailable["tcp_link_local"] = f"no listener on {LINK_LOCAL} here (needs root and ip): {exc}"
 
     def facts(self) -> dict[str, Any]:
         """What the attacker knows or finds out (see attack_battery); never a secret the tests check."""
