@@ -15,12 +15,13 @@ nothing changed where the test looks from outside. Tests are grouped by attack c
   stolen token.
 - ``test_attack_data.py``: the data dir and other workspaces: a copy of the SQLite database with its
   WAL, another phase's recordings, option files (an MCP credential) and session transcript, another
-  workspace's files (0600 too); tampering with the live database; writes into the server's HOME,
+  workspace's files (0600 too, and through ``/proc/<pid>/cwd`` and ``/proc/<server>/root``); tampering with the live database; writes into the server's HOME,
   another workspace, the workspace root, the data dir and the server's installed package; a symlink
   planted where the server writes the phase's diff, and symlinks from the workspace into its artifacts.
 - ``test_attack_processes.py``: other processes through ``/proc`` and signals: another phase's CLI
-  environment and memory, SIGSTOP and ptrace of it, the server's ``fd/``, ptrace and signals to the
-  server; the phase's cgroup (raise its memory limit, move out of it) and processes that outlive
+  environment and memory, SIGSTOP and ptrace of it, approving its held tool call by writing the
+  CLI's control protocol into its stdin (``/proc/<pid>/fd/0``); the server's ``fd/``, ptrace and
+  signals to the server; the phase's cgroup (raise its memory limit, move out of it) and processes that outlive
   the phase (setsid, double fork).
 - ``test_attack_network.py``: TCP to an internal service on loopback, to a link-local (metadata)
   address and to another host; UDP (a DNS query); a raw ICMP socket; an abstract unix socket.
@@ -31,10 +32,16 @@ nothing changed where the test looks from outside. Tests are grouped by attack c
   workspace's ``.claude/settings.json``, ``/tmp``, ``~/.gitconfig`` and ``~/.bashrc``, each checked
   in a later, unrelated phase.
 
-On ``main`` before the sandbox and the gateway (issue 21), most attacks succeed, so most tests fail;
-the table in the final report of the ``attacks`` branch (and the docstring of each test module)
-says which. Tests that pass already are regressions to keep (e.g. the server's ``/proc/<pid>/environ``
-as nobody, whose server is non-dumpable).
+What succeeds today, on ``main`` before the sandbox and the gateway of issue 21 (a failing test
+is an attack that succeeds; this machine: kernel 6.18, no Yama, cgroup v2 containment as root,
+the subreaper fallback as nobody): every attack, as root and as nobody, except
+
+- refused as both already (regressions to keep): the key in the CLI's own environment and through
+  the key helper run by the model (key-helper mode), a setsid'd double fork outliving the phase
+  (containment), symlinks from the workspace into the phase's artifacts (git diff stores links);
+- refused as nobody only (regressions): the server's ``/proc/<pid>/environ``, ``fd/``, ``root``
+  and ptrace (the server is non-dumpable), writing the installed package (root's), a raw socket
+  (no CAP_NET_RAW), raising the memory limit and leaving the cgroup (no cgroup as nobody).
 """
 
 from __future__ import annotations
