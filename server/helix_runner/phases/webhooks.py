@@ -64,10 +64,10 @@ class _Active:
 class Webhooks:
     """The server's webhook subscriptions: commands, the in-memory filters, and outbox rows."""
 
-    def __init__(self, store: Store, *, exceptions: OperatorExceptions = OperatorExceptions(),
+    def __init__(self, store: Store, *, exceptions: OperatorExceptions | None = None,
                  dashboard_url: str = "", clock: Callable[[], int] = time.time_ns):
         self.store = store
-        self.exceptions = exceptions
+        self.exceptions = exceptions or OperatorExceptions()
         self.dashboard_url = dashboard_url
         self.clock = clock
         self._active = _Active()

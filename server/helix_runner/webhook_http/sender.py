@@ -54,7 +54,7 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
 _ANYIO = httpcore2.AnyIOBackend()
 
 
-async def system_connector(ip: IPAddress, port: int, timeout: float | None,
+async def system_connector(ip: IPAddress, port: int, timeout: float | None,  # noqa: ASYNC109 (httpcore's)
                            socket_options: Iterable | None) -> httpcore2.AsyncNetworkStream:
     return await _ANYIO.connect_tcp(str(ip), port, timeout=timeout, socket_options=socket_options)
 
@@ -67,8 +67,9 @@ class CheckedBackend(httpcore2.AsyncNetworkBackend):
         self.resolver = resolver
         self.connector = connector
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                          socket_options: Iterable | None = None) -> httpcore2.AsyncNetworkStream:
+    # httpcore's interface passes its connect timeout in (hence ASYNC109).
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,  # noqa: ASYNC109
+                          local_address: str | None = None, socket_options: Iterable | None = None) -> httpcore2.AsyncNetworkStream:
         literal = parse_ip(host)
         if literal is not None:
             addresses = [literal]
@@ -97,7 +98,7 @@ class CheckedBackend(httpcore2.AsyncNetworkBackend):
         assert failure is not None
         raise failure
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,  # noqa: ASYNC109
                                   socket_options: Iterable | None = None) -> httpcore2.AsyncNetworkStream:
         raise httpcore2.ConnectError("webhooks are delivered over TCP only")
 
