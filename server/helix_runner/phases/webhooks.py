@@ -33,7 +33,14 @@ from helix_runner.domain.webhooks import (
 )
 from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
-from helix_runner.store.protocol import AlreadyExistsError, OutboxRow, Store, WebhookRow
+from helix_runner.store.protocol import (
+    AlreadyExistsError,
+    OutboxRow,
+    Store,
+    WebhookAttemptRow,
+    WebhookDeliveryRow,
+    WebhookRow,
+)
 from helix_runner.webhook_http.signing import check_secret, new_secret
 from helix_runner.webhook_http.target import WebhookUrl
 
@@ -160,6 +167,21 @@ class Webhooks:
         log.info("webhook deleted", extra={"fields": {**_log_fields(row), "cancelled_deliveries": cancelled}})
         self._changed()
         return row, cancelled
+
+    def deliveries(self, webhook_id: str, job_id: str, phase_id: str, states: Sequence[str], limit: int,
+                   before: int | None) -> tuple[list[tuple[WebhookDeliveryRow, list[WebhookAttemptRow]]], int | None]:
+        """A page of the delivery log, newest first, each delivery with its attempts; and the next page's
+        position (None: this is the last page)."""
+        if phase_id and not job_id:
+            raise invalid_field("phase_id", "requires job_id")
+        rows = self.store.list_webhook_deliveries(webhook_id or None, job_id or None, phase_id or None, states,
+                                                  limit + 1, before)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        attempts: dict[str, list[WebhookAttemptRow]] = {}
+        for a in self.store.webhook_attempts([r.delivery_id for r in rows]):
+            attempts.setdefault(a.delivery_id, []).append(a)
+        return [(r, attempts.get(r.delivery_id, [])) for r in rows], (rows[-1].order if more else None)
 
     def load_config(self, specs: Sequence[WebhookSpec]) -> None:
         """Makes the stored config subscriptions the config file's (RunnerError naming a bad one)."""

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/resources.proto.
  */
 export const file_helix_runner_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEirgIKEFBoYXNlQ29udGFpbm1lbnQSLgoEbW9kZRgBIAEoDjIgLmhlbGl4LnJ1bm5lci52MS5Db250YWlubWVudE1vZGUSFAoMY2dyb3VwX3BhdGhzGAIgAygJEhoKEm1lbW9yeV9saW1pdF9ieXRlcxgDIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgEIAEoBRIVCg1wcm9jZXNzX2NvdW50GAUgASgFEiEKFG1lbW9yeV9jdXJyZW50X2J5dGVzGAYgASgDSACIAQESHgoRbWVtb3J5X3BlYWtfYnl0ZXMYByABKANIAYgBARIRCglvb21fa2lsbHMYCCABKANCFwoVX21lbW9yeV9jdXJyZW50X2J5dGVzQhQKEl9tZW1vcnlfcGVha19ieXRlcyKMAgoDSm9iEg4KBmpvYl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnBoYXNlcxgGIAMoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZRIpCgRjb3N0GAcgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMi+wUKBVBoYXNlEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIVCg1zdGF0dXNfcmVhc29uGAUgASgJEi8KC2NyZWF0ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgJIAEoCRINCgVtb2RlbBgKIAEoCRITCgt3b3JraW5nX2RpchgLIAEoCRIoCgRjb3N0GAwgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGA0gAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxIvCgxjdXJyZW50X3Rvb2wYDiABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIsCgZyZXN1bHQYECABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQSNAoNb25fZGlzY29ubmVjdBgRIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSDgoGcHJvbXB0GBIgASgJEioKCGF0dGVtcHRzGBMgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSKgoFcXVldWUYFCABKAsyGy5oZWxpeC5ydW5uZXIudjEuUXVldWVTdGF0ZRITCgthdXRoX3NvdXJjZRgVIAEoCRItCgpxdWV1ZV93YWl0GBYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsEBCgpUb2tlblVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEh8KF2NhY2hlX3JlYWRfaW5wdXRfdG9rZW5zGAMgASgDEiMKG2NhY2hlX3dyaXRlXzVtX2lucHV0X3Rva2VucxgEIAEoAxIjChtjYWNoZV93cml0ZV8xaF9pbnB1dF90b2tlbnMYBSABKAMSGwoTd2ViX3NlYXJjaF9yZXF1ZXN0cxgGIAEoAyLBAQoJTW9kZWxDb3N0Eg0KBW1vZGVsGAEgASgJEisKBnRva2VucxgCIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEhkKDHJlcG9ydGVkX3VzZBgDIAEoAUgAiAEBEhQKDGNvbXB1dGVkX3VzZBgEIAEoARI2Cg5wcmljaW5nX3NvdXJjZRgFIAEoDjIeLmhlbGl4LnJ1bm5lci52MS5QcmljaW5nU291cmNlQg8KDV9yZXBvcnRlZF91c2QihgIKCVBoYXNlQ29zdBIZCgxyZXBvcnRlZF91c2QYASABKAFIAIgBARIUCgxjb21wdXRlZF91c2QYAiABKAESGwoOZGlmZmVyZW5jZV91c2QYAyABKAFIAYgBARIVCg1jb21wdXRlZF9vbmx5GAQgASgIEisKBnRva2VucxgFIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEioKBm1vZGVscxgGIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Nb2RlbENvc3QSFwoPdW5wcmljZWRfbW9kZWxzGAcgAygJQg8KDV9yZXBvcnRlZF91c2RCEQoPX2RpZmZlcmVuY2VfdXNkIuIBCgpDb3N0VG90YWxzEhQKDHJlcG9ydGVkX3VzZBgBIAEoARIUCgxjb21wdXRlZF91c2QYAiABKAESKwoGdG9rZW5zGAMgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2USKgoGbW9kZWxzGAQgAygLMhouaGVsaXgucnVubmVyLnYxLk1vZGVsQ29zdBITCgtwaGFzZV9jb3VudBgFIAEoBRIhChljb21wdXRlZF9vbmx5X3BoYXNlX2NvdW50GAYgASgFEhcKD3VucHJpY2VkX21vZGVscxgHIAMoCSLDBAoIVG9vbENhbGwSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEgwKBG5hbWUYBCABKAkSEgoKaW5wdXRfanNvbhgFIAEoCRITCgtpbnB1dF9ieXRlcxgGIAEoAxIXCg9pbnB1dF90cnVuY2F0ZWQYByABKAgSGgoScGFyZW50X3Rvb2xfdXNlX2lkGAggASgJEi8KBnN0YXR1cxgJIAEoDjIfLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbFN0YXR1cxIuCgpzdGFydF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoIZHVyYXRpb24YDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOcmVzdWx0X3ByZXZpZXcYDSABKAkSFAoMcmVzdWx0X2J5dGVzGA4gASgDEhgKEHJlc3VsdF90cnVuY2F0ZWQYDyABKAgSHgoWc3RydWN0dXJlZF9yZXN1bHRfanNvbhgQIAEoCRIjChtzdHJ1Y3R1cmVkX3Jlc3VsdF90cnVuY2F0ZWQYESABKAgSFgoOc3RhcnRfc2VxdWVuY2UYEiABKAMSFAoMZW5kX3NlcXVlbmNlGBMgASgDEh0KFWhlbGRfYnlfYnJlYWtwb2ludF9pZBgUIAEoCSLkAQoJVG9vbFN0YXRzEgwKBG5hbWUYASABKAkSDQoFY291bnQYAiABKAMSEAoIZmFpbHVyZXMYAyABKAMSEgoKdW5maW5pc2hlZBgEIAEoAxIxCg50b3RhbF9kdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1tZWFuX2R1cmF0aW9uGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHA5NV9kdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJTChBQZXJtaXNzaW9uRGVuaWFsEhEKCXRvb2xfbmFtZRgBIAEoCRITCgt0b29sX3VzZV9pZBgCIAEoCRIXCg90b29sX2lucHV0X2pzb24YAyABKAkisQIKEFBoYXNlRGlhZ25vc3RpY3MSEwoLc3RkZXJyX3RhaWwYASABKAkSFAoMc3RkZXJyX2J5dGVzGAIgASgDEhkKEXBhcnNlX2Vycm9yX2NvdW50GAMgASgDEh0KFXVuZmluaXNoZWRfdG9vbF9jYWxscxgEIAEoAxIUCgxzdGRvdXRfYnl0ZXMYBSABKAMSDAoEYXJndhgGIAMoCRITCgtjbGF1ZGVfcGF0aBgHIAEoCRIWCg5yZWNvcmRpbmdfcGF0aBgIIAEoCRI2Cgtjb250YWlubWVudBgJIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvbnRhaW5tZW50Ei8KB2dhdGV3YXkYCyABKAsyHi5oZWxpeC5ydW5uZXIudjEuR2F0ZXdheVJlcG9ydCKtAgoNR2F0ZXdheVJlcG9ydBIQCghyZXF1ZXN0cxgBIAEoAxIyCgZtb2RlbHMYAiADKAsyIi5oZWxpeC5ydW5uZXIudjEuR2F0ZXdheU1vZGVsVXNhZ2USFAoMcmF0ZV9saW1pdGVkGAMgASgDEhIKCm92ZXJsb2FkZWQYBCABKAMSEgoKYXBpX2Vycm9ycxgFIAEoAxIWCg5tb2RlbF9yZWZ1c2FscxgGIAEoAxIZChF1cHN0cmVhbV9mYWlsdXJlcxgHIAEoAxIaChJlZ3Jlc3NfY29ubmVjdGlvbnMYCCABKAMSFwoPZWdyZXNzX3JlZnVzYWxzGAkgASgDEhgKEGVncmVzc19hbGxvd2xpc3QYCiADKAkSFgoOYWxsb3dlZF9tb2RlbHMYCyADKAkiYQoRR2F0ZXdheU1vZGVsVXNhZ2USDQoFbW9kZWwYASABKAkSEAoIcmVxdWVzdHMYAiABKAMSKwoGdG9rZW5zGAMgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2Ui4wcKC1BoYXNlUmVzdWx0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSDgoGcmVhc29uGAQgASgJEhYKDnJlc3VsdF9zdWJ0eXBlGAUgASgJEhAKCGlzX2Vycm9yGAYgASgIEh0KEGFwaV9lcnJvcl9zdGF0dXMYByABKAVIAIgBARIXCg90ZXJtaW5hbF9yZWFzb24YCCABKAkSEQoJbnVtX3R1cm5zGAkgASgFEhMKC3Jlc3VsdF90ZXh0GAogASgJEg4KBmVycm9ycxgLIAMoCRIWCglleGl0X2NvZGUYDCABKAVIAYgBARITCgtleGl0X3NpZ25hbBgNIAEoCRIUCgxyZXN1bHRfY291bnQYDiABKAUSEgoKc2Vzc2lvbl9pZBgPIAEoCRIoCgRjb3N0GBAgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGBEgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxI9ChJwZXJtaXNzaW9uX2RlbmlhbHMYEiADKAsyIS5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbkRlbmlhbBIuCgpzdGFydF90aW1lGBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbGFzdF9zZXF1ZW5jZRgVIAEoAxI2CgtkaWFnbm9zdGljcxgWIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZURpYWdub3N0aWNzEioKCGF0dGVtcHRzGBcgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSNgoOcmVzb3VyY2VfZmF1bHQYGCABKA4yHi5oZWxpeC5ydW5uZXIudjEuUmVzb3VyY2VGYXVsdBIyCglhcnRpZmFjdHMYGSABKAsyHy5oZWxpeC5ydW5uZXIudjEuUGhhc2VBcnRpZmFjdHMSEwoLYXV0aF9zb3VyY2UYGiABKAkSGQoRc3RydWN0dXJlZF9vdXRwdXQYGyABKAkSIwobc3RydWN0dXJlZF9vdXRwdXRfdHJ1bmNhdGVkGBwgASgIEi0KCnF1ZXVlX3dhaXQYHyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CEwoRX2FwaV9lcnJvcl9zdGF0dXNCDAoKX2V4aXRfY29kZSKbAgoOUGhhc2VBcnRpZmFjdHMSFQoNZ2l0X2F2YWlsYWJsZRgBIAEoCBIaChJ1bmF2YWlsYWJsZV9yZWFzb24YAiABKAkSEwoLYmFzZV9jb21taXQYAyABKAkSFAoMZmluYWxfY29tbWl0GAQgASgJEg4KBmJyYW5jaBgFIAEoCRIVCg13b3JrdHJlZV9wYXRoGAYgASgJEhUKDXdvcmt0cmVlX2tlcHQYByABKAgSMwoNY2hhbmdlZF9maWxlcxgIIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5DaGFuZ2VkRmlsZRIMCgRkaWZmGAkgASgJEhYKDmRpZmZfdHJ1bmNhdGVkGAogASgIEhIKCmRpZmZfYnl0ZXMYCyABKAMieQoLQ2hhbmdlZEZpbGUSDAoEcGF0aBgBIAEoCRIQCghvbGRfcGF0aBgCIAEoCRIOCgZzdGF0dXMYAyABKAkSEwoLbGluZXNfYWRkZWQYBCABKAMSFQoNbGluZXNfZGVsZXRlZBgFIAEoAxIOCgZiaW5hcnkYBiABKAgiwwQKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEiwKBnN0YXR1cxgCIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YAyABKAkSMQoIZW5kX2tpbmQYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdEVuZEtpbmQSEQoJcmV0cnlhYmxlGAUgASgIEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEhMKC2V4aXRfc2lnbmFsGAcgASgJEh0KEGFwaV9lcnJvcl9zdGF0dXMYCCABKAVIAYgBARISCgpzZXNzaW9uX2lkGAkgASgJEhoKEnJlc3VtZWRfc2Vzc2lvbl9pZBgKIAEoCRIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoEY29zdBgNIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSFgoOZmlyc3Rfc2VxdWVuY2UYDiABKAMSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIuCgtyZXRyeV9kZWxheRgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZzdGFydHVwX2ZhaWx1cmVfcmVhc29uGBEgASgJQgwKCl9leGl0X2NvZGVCEwoRX2FwaV9lcnJvcl9zdGF0dXMi6gEKClF1ZXVlU3RhdGUSLAoGcmVhc29uGAEgASgOMhwuaGVsaXgucnVubmVyLnYxLlF1ZXVlUmVhc29uEg4KBmRldGFpbBgCIAEoCRIQCghwb3NpdGlvbhgDIAEoBRIUCgxxdWV1ZWRfY291bnQYBCABKAUSLgoKbm90X2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxuZXh0X2F0dGVtcHQYByABKAUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIpwECg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBI2Cgtjb250YWlubWVudBgLIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvbnRhaW5tZW50EioKCGF0dGVtcHRzGAwgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSLwoHZ2F0ZXdheRgOIAEoCzIeLmhlbGl4LnJ1bm5lci52MS5HYXRld2F5UmVwb3J0InMKDlN0cmVhbUV2ZW50UmVmEhAKCHNlcXVlbmNlGAEgASgDEgwKBGtpbmQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIwCgxyZWNlaXZlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKvcCCgtQaGFzZVN0YXR1cxIcChhQSEFTRV9TVEFUVVNfVU5TUEVDSUZJRUQQABIYChRQSEFTRV9TVEFUVVNfUEVORElORxABEhgKFFBIQVNFX1NUQVRVU19SVU5OSU5HEAISGAoUUEhBU0VfU1RBVFVTX1BBVVNJTkcQAxIXChNQSEFTRV9TVEFUVVNfUEFVU0VEEAQSIgoeUEhBU0VfU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAUSGgoWUEhBU0VfU1RBVFVTX1NVQ0NFRURFRBAGEhcKE1BIQVNFX1NUQVRVU19GQUlMRUQQBxIbChdQSEFTRV9TVEFUVVNfSU5DT01QTEVURRAIEhoKFlBIQVNFX1NUQVRVU19USU1FRF9PVVQQCRIaChZQSEFTRV9TVEFUVVNfQ0FOQ0VMTEVEEAoSHAoYUEhBU0VfU1RBVFVTX0lOVEVSUlVQVEVEEAsSFwoTUEhBU0VfU1RBVFVTX1FVRVVFRBAMKtABCg5QZXJtaXNzaW9uTW9kZRIfChtQRVJNSVNTSU9OX01PREVfVU5TUEVDSUZJRUQQABIbChdQRVJNSVNTSU9OX01PREVfREVGQVVMVBABEiAKHFBFUk1JU1NJT05fTU9ERV9BQ0NFUFRfRURJVFMQAhImCiJQRVJNSVNTSU9OX01PREVfQllQQVNTX1BFUk1JU1NJT05TEAMSGAoUUEVSTUlTU0lPTl9NT0RFX1BMQU4QBBIcChhQRVJNSVNTSU9OX01PREVfRE9OVF9BU0sQBSphCgxPbkRpc2Nvbm5lY3QSHQoZT05fRElTQ09OTkVDVF9VTlNQRUNJRklFRBAAEhgKFE9OX0RJU0NPTk5FQ1RfQ0FOQ0VMEAESGAoUT05fRElTQ09OTkVDVF9ERVRBQ0gQAirJAQoOVG9vbENhbGxTdGF0dXMSIAocVE9PTF9DQUxMX1NUQVRVU19VTlNQRUNJRklFRBAAEhwKGFRPT0xfQ0FMTF9TVEFUVVNfUlVOTklORxABEhkKFVRPT0xfQ0FMTF9TVEFUVVNfSEVMRBACEh4KGlRPT0xfQ0FMTF9TVEFUVVNfU1VDQ0VFREVEEAMSGwoXVE9PTF9DQUxMX1NUQVRVU19GQUlMRUQQBBIfChtUT09MX0NBTExfU1RBVFVTX1VORklOSVNIRUQQBSqJAQoNUHJpY2luZ1NvdXJjZRIeChpQUklDSU5HX1NPVVJDRV9VTlNQRUNJRklFRBAAEh4KGlBSSUNJTkdfU09VUkNFX1BSSUNFX1RBQkxFEAESGwoXUFJJQ0lOR19TT1VSQ0VfT1ZFUlJJREUQAhIbChdQUklDSU5HX1NPVVJDRV9VTlBSSUNFRBADKpMBCg9Db250YWlubWVudE1vZGUSIAocQ09OVEFJTk1FTlRfTU9ERV9VTlNQRUNJRklFRBAAEh4KGkNPTlRBSU5NRU5UX01PREVfQ0dST1VQX1YyEAESHgoaQ09OVEFJTk1FTlRfTU9ERV9DR1JPVVBfVjEQAhIeChpDT05UQUlOTUVOVF9NT0RFX1NVQlJFQVBFUhADKm8KDVJlc291cmNlRmF1bHQSHgoaUkVTT1VSQ0VfRkFVTFRfVU5TUEVDSUZJRUQQABIgChxSRVNPVVJDRV9GQVVMVF9PVVRfT0ZfTUVNT1JZEAESHAoYUkVTT1VSQ0VfRkFVTFRfRElTS19GVUxMEAIq3AYKDkF0dGVtcHRFbmRLaW5kEiAKHEFUVEVNUFRfRU5EX0tJTkRfVU5TUEVDSUZJRUQQABIeChpBVFRFTVBUX0VORF9LSU5EX0NPTVBMRVRFRBABEiMKH0FUVEVNUFRfRU5EX0tJTkRfQVBJX09WRVJMT0FERUQQAhIlCiFBVFRFTVBUX0VORF9LSU5EX0FQSV9SQVRFX0xJTUlURUQQAxIlCiFBVFRFTVBUX0VORF9LSU5EX0FQSV9TRVJWRVJfRVJST1IQBBImCiJBVFRFTVBUX0VORF9LSU5EX0NPTk5FQ1RJT05fRkFJTEVEEAUSHAoYQVRURU1QVF9FTkRfS0lORF9DUkFTSEVEEAYSGQoVQVRURU1QVF9FTkRfS0lORF9IVU5HEAcSJgoiQVRURU1QVF9FTkRfS0lORF9TVEFSVFVQX1RSQU5TSUVOVBAIEigKJEFUVEVNUFRfRU5EX0tJTkRfQVBJX0lOVkFMSURfUkVRVUVTVBAJEicKI0FUVEVNUFRfRU5EX0tJTkRfQVBJX0FVVEhFTlRJQ0FUSU9OEAoSIwofQVRURU1QVF9FTkRfS0lORF9BUElfUEVSTUlTU0lPThALEioKJkFUVEVNUFRfRU5EX0tJTkRfQVBJX1JFUVVFU1RfVE9PX0xBUkdFEAwSHgoaQVRURU1QVF9FTkRfS0lORF9NQVhfVFVSTlMQDRIfChtBVFRFTVBUX0VORF9LSU5EX01BWF9CVURHRVQQDhImCiJBVFRFTVBUX0VORF9LSU5EX1NUUlVDVFVSRURfT1VUUFVUEA8SJAogQVRURU1QVF9FTkRfS0lORF9TVEFSVFVQX1JFRlVTRUQQEBIkCiBBVFRFTVBUX0VORF9LSU5EX0VYRUNVVElPTl9FUlJPUhAREh4KGkFUVEVNUFRfRU5EX0tJTkRfVElNRURfT1VUEBISHgoaQVRURU1QVF9FTkRfS0lORF9DQU5DRUxMRUQQExIqCiZBVFRFTVBUX0VORF9LSU5EX0lOVEVSUlVQVEVEX0JZX0NMSUVOVBAUEiQKIEFUVEVNUFRfRU5EX0tJTkRfU0VSVkVSX1NIVVRET1dOEBUSIQodQVRURU1QVF9FTkRfS0lORF9TUEFXTl9GQUlMRUQQFirHAQoLUXVldWVSZWFzb24SHAoYUVVFVUVfUkVBU09OX1VOU1BFQ0lGSUVEEAASHQoZUVVFVUVfUkVBU09OX1NFUlZFUl9MSU1JVBABEh4KGlFVRVVFX1JFQVNPTl9QUk9KRUNUX0xJTUlUEAISHAoYUVVFVUVfUkVBU09OX1NUQVJUX0xJTUlUEAMSHQoZUVVFVUVfUkVBU09OX1JBVEVfTElNSVRFRBAEEh4KGlFVRVVFX1JFQVNPTl9SRVRSWV9CQUNLT0ZGEAViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch9oZWxpeC9ydW5uZXIvdjEvcmVzb3VyY2VzLnByb3RvEg9oZWxpeC5ydW5uZXIudjEirgIKEFBoYXNlQ29udGFpbm1lbnQSLgoEbW9kZRgBIAEoDjIgLmhlbGl4LnJ1bm5lci52MS5Db250YWlubWVudE1vZGUSFAoMY2dyb3VwX3BhdGhzGAIgAygJEhoKEm1lbW9yeV9saW1pdF9ieXRlcxgDIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgEIAEoBRIVCg1wcm9jZXNzX2NvdW50GAUgASgFEiEKFG1lbW9yeV9jdXJyZW50X2J5dGVzGAYgASgDSACIAQESHgoRbWVtb3J5X3BlYWtfYnl0ZXMYByABKANIAYgBARIRCglvb21fa2lsbHMYCCABKANCFwoVX21lbW9yeV9jdXJyZW50X2J5dGVzQhQKEl9tZW1vcnlfcGVha19ieXRlcyKMAgoDSm9iEg4KBmpvYl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIvCgtjcmVhdGVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnBoYXNlcxgGIAMoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZRIpCgRjb3N0GAcgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMi+wUKBVBoYXNlEg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRISCgpwcm9qZWN0X2lkGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIVCg1zdGF0dXNfcmVhc29uGAUgASgJEi8KC2NyZWF0ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKc2Vzc2lvbl9pZBgJIAEoCRINCgVtb2RlbBgKIAEoCRITCgt3b3JraW5nX2RpchgLIAEoCRIoCgRjb3N0GAwgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGA0gAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxIvCgxjdXJyZW50X3Rvb2wYDiABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIsCgZyZXN1bHQYECABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQSNAoNb25fZGlzY29ubmVjdBgRIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSDgoGcHJvbXB0GBIgASgJEioKCGF0dGVtcHRzGBMgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSKgoFcXVldWUYFCABKAsyGy5oZWxpeC5ydW5uZXIudjEuUXVldWVTdGF0ZRITCgthdXRoX3NvdXJjZRgVIAEoCRItCgpxdWV1ZV93YWl0GBYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsEBCgpUb2tlblVzYWdlEhQKDGlucHV0X3Rva2VucxgBIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAIgASgDEh8KF2NhY2hlX3JlYWRfaW5wdXRfdG9rZW5zGAMgASgDEiMKG2NhY2hlX3dyaXRlXzVtX2lucHV0X3Rva2VucxgEIAEoAxIjChtjYWNoZV93cml0ZV8xaF9pbnB1dF90b2tlbnMYBSABKAMSGwoTd2ViX3NlYXJjaF9yZXF1ZXN0cxgGIAEoAyLBAQoJTW9kZWxDb3N0Eg0KBW1vZGVsGAEgASgJEisKBnRva2VucxgCIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEhkKDHJlcG9ydGVkX3VzZBgDIAEoAUgAiAEBEhQKDGNvbXB1dGVkX3VzZBgEIAEoARI2Cg5wcmljaW5nX3NvdXJjZRgFIAEoDjIeLmhlbGl4LnJ1bm5lci52MS5QcmljaW5nU291cmNlQg8KDV9yZXBvcnRlZF91c2QihgIKCVBoYXNlQ29zdBIZCgxyZXBvcnRlZF91c2QYASABKAFIAIgBARIUCgxjb21wdXRlZF91c2QYAiABKAESGwoOZGlmZmVyZW5jZV91c2QYAyABKAFIAYgBARIVCg1jb21wdXRlZF9vbmx5GAQgASgIEisKBnRva2VucxgFIAEoCzIbLmhlbGl4LnJ1bm5lci52MS5Ub2tlblVzYWdlEioKBm1vZGVscxgGIAMoCzIaLmhlbGl4LnJ1bm5lci52MS5Nb2RlbENvc3QSFwoPdW5wcmljZWRfbW9kZWxzGAcgAygJQg8KDV9yZXBvcnRlZF91c2RCEQoPX2RpZmZlcmVuY2VfdXNkIuIBCgpDb3N0VG90YWxzEhQKDHJlcG9ydGVkX3VzZBgBIAEoARIUCgxjb21wdXRlZF91c2QYAiABKAESKwoGdG9rZW5zGAMgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2USKgoGbW9kZWxzGAQgAygLMhouaGVsaXgucnVubmVyLnYxLk1vZGVsQ29zdBITCgtwaGFzZV9jb3VudBgFIAEoBRIhChljb21wdXRlZF9vbmx5X3BoYXNlX2NvdW50GAYgASgFEhcKD3VucHJpY2VkX21vZGVscxgHIAMoCSLDBAoIVG9vbENhbGwSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEgwKBG5hbWUYBCABKAkSEgoKaW5wdXRfanNvbhgFIAEoCRITCgtpbnB1dF9ieXRlcxgGIAEoAxIXCg9pbnB1dF90cnVuY2F0ZWQYByABKAgSGgoScGFyZW50X3Rvb2xfdXNlX2lkGAggASgJEi8KBnN0YXR1cxgJIAEoDjIfLmhlbGl4LnJ1bm5lci52MS5Ub29sQ2FsbFN0YXR1cxIuCgpzdGFydF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoIZHVyYXRpb24YDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFgoOcmVzdWx0X3ByZXZpZXcYDSABKAkSFAoMcmVzdWx0X2J5dGVzGA4gASgDEhgKEHJlc3VsdF90cnVuY2F0ZWQYDyABKAgSHgoWc3RydWN0dXJlZF9yZXN1bHRfanNvbhgQIAEoCRIjChtzdHJ1Y3R1cmVkX3Jlc3VsdF90cnVuY2F0ZWQYESABKAgSFgoOc3RhcnRfc2VxdWVuY2UYEiABKAMSFAoMZW5kX3NlcXVlbmNlGBMgASgDEh0KFWhlbGRfYnlfYnJlYWtwb2ludF9pZBgUIAEoCSLkAQoJVG9vbFN0YXRzEgwKBG5hbWUYASABKAkSDQoFY291bnQYAiABKAMSEAoIZmFpbHVyZXMYAyABKAMSEgoKdW5maW5pc2hlZBgEIAEoAxIxCg50b3RhbF9kdXJhdGlvbhgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIwCg1tZWFuX2R1cmF0aW9uGAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHA5NV9kdXJhdGlvbhgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJTChBQZXJtaXNzaW9uRGVuaWFsEhEKCXRvb2xfbmFtZRgBIAEoCRITCgt0b29sX3VzZV9pZBgCIAEoCRIXCg90b29sX2lucHV0X2pzb24YAyABKAkisQIKEFBoYXNlRGlhZ25vc3RpY3MSEwoLc3RkZXJyX3RhaWwYASABKAkSFAoMc3RkZXJyX2J5dGVzGAIgASgDEhkKEXBhcnNlX2Vycm9yX2NvdW50GAMgASgDEh0KFXVuZmluaXNoZWRfdG9vbF9jYWxscxgEIAEoAxIUCgxzdGRvdXRfYnl0ZXMYBSABKAMSDAoEYXJndhgGIAMoCRITCgtjbGF1ZGVfcGF0aBgHIAEoCRIWCg5yZWNvcmRpbmdfcGF0aBgIIAEoCRI2Cgtjb250YWlubWVudBgJIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvbnRhaW5tZW50Ei8KB2dhdGV3YXkYCyABKAsyHi5oZWxpeC5ydW5uZXIudjEuR2F0ZXdheVJlcG9ydCKtAgoNR2F0ZXdheVJlcG9ydBIQCghyZXF1ZXN0cxgBIAEoAxIyCgZtb2RlbHMYAiADKAsyIi5oZWxpeC5ydW5uZXIudjEuR2F0ZXdheU1vZGVsVXNhZ2USFAoMcmF0ZV9saW1pdGVkGAMgASgDEhIKCm92ZXJsb2FkZWQYBCABKAMSEgoKYXBpX2Vycm9ycxgFIAEoAxIWCg5tb2RlbF9yZWZ1c2FscxgGIAEoAxIZChF1cHN0cmVhbV9mYWlsdXJlcxgHIAEoAxIaChJlZ3Jlc3NfY29ubmVjdGlvbnMYCCABKAMSFwoPZWdyZXNzX3JlZnVzYWxzGAkgASgDEhgKEGVncmVzc19hbGxvd2xpc3QYCiADKAkSFgoOYWxsb3dlZF9tb2RlbHMYCyADKAkiYQoRR2F0ZXdheU1vZGVsVXNhZ2USDQoFbW9kZWwYASABKAkSEAoIcmVxdWVzdHMYAiABKAMSKwoGdG9rZW5zGAMgASgLMhsuaGVsaXgucnVubmVyLnYxLlRva2VuVXNhZ2Ui4wcKC1BoYXNlUmVzdWx0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIsCgZzdGF0dXMYAyABKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSDgoGcmVhc29uGAQgASgJEhYKDnJlc3VsdF9zdWJ0eXBlGAUgASgJEhAKCGlzX2Vycm9yGAYgASgIEh0KEGFwaV9lcnJvcl9zdGF0dXMYByABKAVIAIgBARIXCg90ZXJtaW5hbF9yZWFzb24YCCABKAkSEQoJbnVtX3R1cm5zGAkgASgFEhMKC3Jlc3VsdF90ZXh0GAogASgJEg4KBmVycm9ycxgLIAMoCRIWCglleGl0X2NvZGUYDCABKAVIAYgBARITCgtleGl0X3NpZ25hbBgNIAEoCRIUCgxyZXN1bHRfY291bnQYDiABKAUSEgoKc2Vzc2lvbl9pZBgPIAEoCRIoCgRjb3N0GBAgASgLMhouaGVsaXgucnVubmVyLnYxLlBoYXNlQ29zdBIuCgp0b29sX3N0YXRzGBEgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cxI9ChJwZXJtaXNzaW9uX2RlbmlhbHMYEiADKAsyIS5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbkRlbmlhbBIuCgpzdGFydF90aW1lGBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbGFzdF9zZXF1ZW5jZRgVIAEoAxI2CgtkaWFnbm9zdGljcxgWIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZURpYWdub3N0aWNzEioKCGF0dGVtcHRzGBcgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSNgoOcmVzb3VyY2VfZmF1bHQYGCABKA4yHi5oZWxpeC5ydW5uZXIudjEuUmVzb3VyY2VGYXVsdBIyCglhcnRpZmFjdHMYGSABKAsyHy5oZWxpeC5ydW5uZXIudjEuUGhhc2VBcnRpZmFjdHMSEwoLYXV0aF9zb3VyY2UYGiABKAkSGQoRc3RydWN0dXJlZF9vdXRwdXQYGyABKAkSIwobc3RydWN0dXJlZF9vdXRwdXRfdHJ1bmNhdGVkGBwgASgIEi0KCnF1ZXVlX3dhaXQYHyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CEwoRX2FwaV9lcnJvcl9zdGF0dXNCDAoKX2V4aXRfY29kZSKbAgoOUGhhc2VBcnRpZmFjdHMSFQoNZ2l0X2F2YWlsYWJsZRgBIAEoCBIaChJ1bmF2YWlsYWJsZV9yZWFzb24YAiABKAkSEwoLYmFzZV9jb21taXQYAyABKAkSFAoMZmluYWxfY29tbWl0GAQgASgJEg4KBmJyYW5jaBgFIAEoCRIVCg13b3JrdHJlZV9wYXRoGAYgASgJEhUKDXdvcmt0cmVlX2tlcHQYByABKAgSMwoNY2hhbmdlZF9maWxlcxgIIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5DaGFuZ2VkRmlsZRIMCgRkaWZmGAkgASgJEhYKDmRpZmZfdHJ1bmNhdGVkGAogASgIEhIKCmRpZmZfYnl0ZXMYCyABKAMieQoLQ2hhbmdlZEZpbGUSDAoEcGF0aBgBIAEoCRIQCghvbGRfcGF0aBgCIAEoCRIOCgZzdGF0dXMYAyABKAkSEwoLbGluZXNfYWRkZWQYBCABKAMSFQoNbGluZXNfZGVsZXRlZBgFIAEoAxIOCgZiaW5hcnkYBiABKAgiwwQKB0F0dGVtcHQSDgoGbnVtYmVyGAEgASgFEiwKBnN0YXR1cxgCIAEoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIOCgZyZWFzb24YAyABKAkSMQoIZW5kX2tpbmQYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuQXR0ZW1wdEVuZEtpbmQSEQoJcmV0cnlhYmxlGAUgASgIEhYKCWV4aXRfY29kZRgGIAEoBUgAiAEBEhMKC2V4aXRfc2lnbmFsGAcgASgJEh0KEGFwaV9lcnJvcl9zdGF0dXMYCCABKAVIAYgBARISCgpzZXNzaW9uX2lkGAkgASgJEhoKEnJlc3VtZWRfc2Vzc2lvbl9pZBgKIAEoCRIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoEY29zdBgNIAEoCzIaLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvc3QSFgoOZmlyc3Rfc2VxdWVuY2UYDiABKAMSFQoNbGFzdF9zZXF1ZW5jZRgPIAEoAxIuCgtyZXRyeV9kZWxheRgQIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZzdGFydHVwX2ZhaWx1cmVfcmVhc29uGBEgASgJQgwKCl9leGl0X2NvZGVCEwoRX2FwaV9lcnJvcl9zdGF0dXMi6gEKClF1ZXVlU3RhdGUSLAoGcmVhc29uGAEgASgOMhwuaGVsaXgucnVubmVyLnYxLlF1ZXVlUmVhc29uEg4KBmRldGFpbBgCIAEoCRIQCghwb3NpdGlvbhgDIAEoBRIUCgxxdWV1ZWRfY291bnQYBCABKAUSLgoKbm90X2JlZm9yZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxuZXh0X2F0dGVtcHQYByABKAUi2wEKCkJyZWFrcG9pbnQSFQoNYnJlYWtwb2ludF9pZBgBIAEoCRITCgl0b29sX25hbWUYAiABKAlIABI/Cg1pbnB1dF9wYXR0ZXJuGAMgASgLMiYuaGVsaXgucnVubmVyLnYxLklucHV0UGF0dGVybkNvbmRpdGlvbkgAEhwKEmNvc3RfdGhyZXNob2xkX3VzZBgEIAEoAUgAEhQKCnR1cm5fY291bnQYBSABKAVIABIMCgRvbmNlGAYgASgIEhEKCWhpdF9jb3VudBgHIAEoA0ILCgljb25kaXRpb24iOQoVSW5wdXRQYXR0ZXJuQ29uZGl0aW9uEg0KBXJlZ2V4GAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCSKVAQoPUGVuZGluZ1Rvb2xDYWxsEicKBGNhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFQoNYnJlYWtwb2ludF9pZBgCIAEoCRITCgtob2xkX3JlYXNvbhgDIAEoCRItCglob2xkX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KDENvbnRleHRVc2FnZRIUCgx0b3RhbF90b2tlbnMYASABKAMSEgoKbWF4X3Rva2VucxgCIAEoAxISCgpwZXJjZW50YWdlGAMgASgBEhAKCHJhd19qc29uGAQgASgJIpwECg9QaGFzZUluc3BlY3Rpb24SJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2USDgoGcGF1c2VkGAIgASgIEhMKC2hhcmRfcGF1c2VkGAMgASgIEjcKDXBlbmRpbmdfY2FsbHMYBCADKAsyIC5oZWxpeC5ydW5uZXIudjEuUGVuZGluZ1Rvb2xDYWxsEjYKDXJlY2VudF9ldmVudHMYBSADKAsyHy5oZWxpeC5ydW5uZXIudjEuU3RyZWFtRXZlbnRSZWYSHwoXYXNzaXN0YW50X21lc3NhZ2VfY291bnQYBiABKAMSGgoSdXNlcl9tZXNzYWdlX2NvdW50GAcgASgDEhIKCnR1cm5fY291bnQYCCABKAMSNAoNY29udGV4dF91c2FnZRgJIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5Db250ZXh0VXNhZ2USMAoLYnJlYWtwb2ludHMYCiADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBI2Cgtjb250YWlubWVudBgLIAEoCzIhLmhlbGl4LnJ1bm5lci52MS5QaGFzZUNvbnRhaW5tZW50EioKCGF0dGVtcHRzGAwgAygLMhguaGVsaXgucnVubmVyLnYxLkF0dGVtcHQSLwoHZ2F0ZXdheRgOIAEoCzIeLmhlbGl4LnJ1bm5lci52MS5HYXRld2F5UmVwb3J0InMKDlN0cmVhbUV2ZW50UmVmEhAKCHNlcXVlbmNlGAEgASgDEgwKBGtpbmQYAiABKAkSDwoHc3VtbWFyeRgDIAEoCRIwCgxyZWNlaXZlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrADCgdXZWJob29rEhIKCndlYmhvb2tfaWQYASABKAkSEgoKcHJvamVjdF9pZBgCIAEoCRILCgN1cmwYAyABKAkSMQoGZXZlbnRzGAQgAygOMiEuaGVsaXgucnVubmVyLnYxLldlYmhvb2tFdmVudFR5cGUSLgoIc3RhdHVzZXMYBSADKA4yHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VTdGF0dXMSHwoSY29zdF90aHJlc2hvbGRfdXNkGAYgASgBSACIAQESLgoGZm9ybWF0GAcgASgOMh4uaGVsaXgucnVubmVyLnYxLldlYmhvb2tGb3JtYXQSEwoLZGVzY3JpcHRpb24YCCABKAkSLwoLY3JlYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2Zyb21fY29uZmlnGAogASgIEjEKDWRpc2FibGVkX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2Rpc2FibGVkX3JlYXNvbhgMIAEoCUIVChNfY29zdF90aHJlc2hvbGRfdXNkIq8BCg5XZWJob29rQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEigKBHRpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC3N0YXR1c19jb2RlGAMgASgFEioKB2xhdGVuY3kYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFZXJyb3IYBSABKAkSEgoKcmVwbGljYV9pZBgGIAEoCSLyAwoPV2ViaG9va0RlbGl2ZXJ5EhMKC2RlbGl2ZXJ5X2lkGAEgASgJEhIKCndlYmhvb2tfaWQYAiABKAkSMAoFZXZlbnQYAyABKA4yIS5oZWxpeC5ydW5uZXIudjEuV2ViaG9va0V2ZW50VHlwZRIOCgZqb2JfaWQYBCABKAkSEAoIcGhhc2VfaWQYBSABKAkSEAoIc2VxdWVuY2UYBiABKAMSNAoFc3RhdGUYByABKA4yJS5oZWxpeC5ydW5uZXIudjEuV2ViaG9va0RlbGl2ZXJ5U3RhdGUSFQoNYXR0ZW1wdF9jb3VudBgIIAEoBRIvCgtjcmVhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRbmV4dF9hdHRlbXB0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIxCghhdHRlbXB0cxgMIAMoCzIfLmhlbGl4LnJ1bm5lci52MS5XZWJob29rQXR0ZW1wdBIMCgRib2R5GA0gASgJEhgKEGxhc3Rfc3RhdHVzX2NvZGUYDiABKAUSEgoKbGFzdF9lcnJvchgPIAEoCSr3AgoLUGhhc2VTdGF0dXMSHAoYUEhBU0VfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGAoUUEhBU0VfU1RBVFVTX1BFTkRJTkcQARIYChRQSEFTRV9TVEFUVVNfUlVOTklORxACEhgKFFBIQVNFX1NUQVRVU19QQVVTSU5HEAMSFwoTUEhBU0VfU1RBVFVTX1BBVVNFRBAEEiIKHlBIQVNFX1NUQVRVU19BV0FJVElOR19BUFBST1ZBTBAFEhoKFlBIQVNFX1NUQVRVU19TVUNDRUVERUQQBhIXChNQSEFTRV9TVEFUVVNfRkFJTEVEEAcSGwoXUEhBU0VfU1RBVFVTX0lOQ09NUExFVEUQCBIaChZQSEFTRV9TVEFUVVNfVElNRURfT1VUEAkSGgoWUEhBU0VfU1RBVFVTX0NBTkNFTExFRBAKEhwKGFBIQVNFX1NUQVRVU19JTlRFUlJVUFRFRBALEhcKE1BIQVNFX1NUQVRVU19RVUVVRUQQDCrQAQoOUGVybWlzc2lvbk1vZGUSHwobUEVSTUlTU0lPTl9NT0RFX1VOU1BFQ0lGSUVEEAASGwoXUEVSTUlTU0lPTl9NT0RFX0RFRkFVTFQQARIgChxQRVJNSVNTSU9OX01PREVfQUNDRVBUX0VESVRTEAISJgoiUEVSTUlTU0lPTl9NT0RFX0JZUEFTU19QRVJNSVNTSU9OUxADEhgKFFBFUk1JU1NJT05fTU9ERV9QTEFOEAQSHAoYUEVSTUlTU0lPTl9NT0RFX0RPTlRfQVNLEAUqYQoMT25EaXNjb25uZWN0Eh0KGU9OX0RJU0NPTk5FQ1RfVU5TUEVDSUZJRUQQABIYChRPTl9ESVNDT05ORUNUX0NBTkNFTBABEhgKFE9OX0RJU0NPTk5FQ1RfREVUQUNIEAIqyQEKDlRvb2xDYWxsU3RhdHVzEiAKHFRPT0xfQ0FMTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhUT09MX0NBTExfU1RBVFVTX1JVTk5JTkcQARIZChVUT09MX0NBTExfU1RBVFVTX0hFTEQQAhIeChpUT09MX0NBTExfU1RBVFVTX1NVQ0NFRURFRBADEhsKF1RPT0xfQ0FMTF9TVEFUVVNfRkFJTEVEEAQSHwobVE9PTF9DQUxMX1NUQVRVU19VTkZJTklTSEVEEAUqiQEKDVByaWNpbmdTb3VyY2USHgoaUFJJQ0lOR19TT1VSQ0VfVU5TUEVDSUZJRUQQABIeChpQUklDSU5HX1NPVVJDRV9QUklDRV9UQUJMRRABEhsKF1BSSUNJTkdfU09VUkNFX09WRVJSSURFEAISGwoXUFJJQ0lOR19TT1VSQ0VfVU5QUklDRUQQAyqTAQoPQ29udGFpbm1lbnRNb2RlEiAKHENPTlRBSU5NRU5UX01PREVfVU5TUEVDSUZJRUQQABIeChpDT05UQUlOTUVOVF9NT0RFX0NHUk9VUF9WMhABEh4KGkNPTlRBSU5NRU5UX01PREVfQ0dST1VQX1YxEAISHgoaQ09OVEFJTk1FTlRfTU9ERV9TVUJSRUFQRVIQAypvCg1SZXNvdXJjZUZhdWx0Eh4KGlJFU09VUkNFX0ZBVUxUX1VOU1BFQ0lGSUVEEAASIAocUkVTT1VSQ0VfRkFVTFRfT1VUX09GX01FTU9SWRABEhwKGFJFU09VUkNFX0ZBVUxUX0RJU0tfRlVMTBACKtwGCg5BdHRlbXB0RW5kS2luZBIgChxBVFRFTVBUX0VORF9LSU5EX1VOU1BFQ0lGSUVEEAASHgoaQVRURU1QVF9FTkRfS0lORF9DT01QTEVURUQQARIjCh9BVFRFTVBUX0VORF9LSU5EX0FQSV9PVkVSTE9BREVEEAISJQohQVRURU1QVF9FTkRfS0lORF9BUElfUkFURV9MSU1JVEVEEAMSJQohQVRURU1QVF9FTkRfS0lORF9BUElfU0VSVkVSX0VSUk9SEAQSJgoiQVRURU1QVF9FTkRfS0lORF9DT05ORUNUSU9OX0ZBSUxFRBAFEhwKGEFUVEVNUFRfRU5EX0tJTkRfQ1JBU0hFRBAGEhkKFUFUVEVNUFRfRU5EX0tJTkRfSFVORxAHEiYKIkFUVEVNUFRfRU5EX0tJTkRfU1RBUlRVUF9UUkFOU0lFTlQQCBIoCiRBVFRFTVBUX0VORF9LSU5EX0FQSV9JTlZBTElEX1JFUVVFU1QQCRInCiNBVFRFTVBUX0VORF9LSU5EX0FQSV9BVVRIRU5USUNBVElPThAKEiMKH0FUVEVNUFRfRU5EX0tJTkRfQVBJX1BFUk1JU1NJT04QCxIqCiZBVFRFTVBUX0VORF9LSU5EX0FQSV9SRVFVRVNUX1RPT19MQVJHRRAMEh4KGkFUVEVNUFRfRU5EX0tJTkRfTUFYX1RVUk5TEA0SHwobQVRURU1QVF9FTkRfS0lORF9NQVhfQlVER0VUEA4SJgoiQVRURU1QVF9FTkRfS0lORF9TVFJVQ1RVUkVEX09VVFBVVBAPEiQKIEFUVEVNUFRfRU5EX0tJTkRfU1RBUlRVUF9SRUZVU0VEEBASJAogQVRURU1QVF9FTkRfS0lORF9FWEVDVVRJT05fRVJST1IQERIeChpBVFRFTVBUX0VORF9LSU5EX1RJTUVEX09VVBASEh4KGkFUVEVNUFRfRU5EX0tJTkRfQ0FOQ0VMTEVEEBMSKgomQVRURU1QVF9FTkRfS0lORF9JTlRFUlJVUFRFRF9CWV9DTElFTlQQFBIkCiBBVFRFTVBUX0VORF9LSU5EX1NFUlZFUl9TSFVURE9XThAVEiEKHUFUVEVNUFRfRU5EX0tJTkRfU1BBV05fRkFJTEVEEBYqxwEKC1F1ZXVlUmVhc29uEhwKGFFVRVVFX1JFQVNPTl9VTlNQRUNJRklFRBAAEh0KGVFVRVVFX1JFQVNPTl9TRVJWRVJfTElNSVQQARIeChpRVUVVRV9SRUFTT05fUFJPSkVDVF9MSU1JVBACEhwKGFFVRVVFX1JFQVNPTl9TVEFSVF9MSU1JVBADEh0KGVFVRVVFX1JFQVNPTl9SQVRFX0xJTUlURUQQBBIeChpRVUVVRV9SRUFTT05fUkVUUllfQkFDS09GRhAFKrACChBXZWJob29rRXZlbnRUeXBlEiIKHldFQkhPT0tfRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEiUKIVdFQkhPT0tfRVZFTlRfVFlQRV9QSEFTRV9GSU5JU0hFRBABEi4KKldFQkhPT0tfRVZFTlRfVFlQRV9QSEFTRV9BV0FJVElOR19BUFBST1ZBTBACEisKJ1dFQkhPT0tfRVZFTlRfVFlQRV9QSEFTRV9DT1NUX1RIUkVTSE9MRBADEiwKKFdFQkhPT0tfRVZFTlRfVFlQRV9QSEFTRV9SRVRSWV9TQ0hFRFVMRUQQBBIhCh1XRUJIT09LX0VWRU5UX1RZUEVfUVVFVUVfRlVMTBAFEiMKH1dFQkhPT0tfRVZFTlRfVFlQRV9KT0JfRklOSVNIRUQQBipmCg1XZWJob29rRm9ybWF0Eh4KGldFQkhPT0tfRk9STUFUX1VOU1BFQ0lGSUVEEAASGwoXV0VCSE9PS19GT1JNQVRfU1RBTkRBUkQQARIYChRXRUJIT09LX0ZPUk1BVF9TTEFDSxACKs8BChRXZWJob29rRGVsaXZlcnlTdGF0ZRImCiJXRUJIT09LX0RFTElWRVJZX1NUQVRFX1VOU1BFQ0lGSUVEEAASIgoeV0VCSE9PS19ERUxJVkVSWV9TVEFURV9QRU5ESU5HEAESJAogV0VCSE9PS19ERUxJVkVSWV9TVEFURV9ERUxJVkVSRUQQAhIfChtXRUJIT09LX0RFTElWRVJZX1NUQVRFX0RFQUQQAxIkCiBXRUJIT09LX0RFTElWRVJZX1NUQVRFX0NBTkNFTExFRBAEYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PhaseContainment describes how a phase's processes are contained and what they use.
@@ -1959,6 +1959,282 @@ export const StreamEventRefSchema: GenMessage<StreamEventRef> = /*@__PURE__*/
   messageDesc(file_helix_runner_v1_resources, 23);
 
 /**
+ * Webhook is one subscription. Its secret is never returned (only CreateWebhookResponse.secret,
+ * once, when the server made it).
+ *
+ * @generated from message helix.runner.v1.Webhook
+ */
+export type Webhook = Message<"helix.runner.v1.Webhook"> & {
+  /**
+   * The subscription's id (`wh_...`, or the config file's `id`).
+   *
+   * @generated from field: string webhook_id = 1;
+   */
+  webhookId: string;
+
+  /**
+   * Only this project's phases (empty: every project).
+   *
+   * @generated from field: string project_id = 2;
+   */
+  projectId: string;
+
+  /**
+   * Where deliveries are POSTed.
+   *
+   * @generated from field: string url = 3;
+   */
+  url: string;
+
+  /**
+   * What it is told about.
+   *
+   * @generated from field: repeated helix.runner.v1.WebhookEventType events = 4;
+   */
+  events: WebhookEventType[];
+
+  /**
+   * Only these final statuses for PHASE_FINISHED and JOB_FINISHED (empty: any).
+   *
+   * @generated from field: repeated helix.runner.v1.PhaseStatus statuses = 5;
+   */
+  statuses: PhaseStatus[];
+
+  /**
+   * The threshold of PHASE_COST_THRESHOLD, in USD.
+   *
+   * @generated from field: optional double cost_threshold_usd = 6;
+   */
+  costThresholdUsd?: number | undefined;
+
+  /**
+   * The body's format.
+   *
+   * @generated from field: helix.runner.v1.WebhookFormat format = 7;
+   */
+  format: WebhookFormat;
+
+  /**
+   * A note for people (at most 256 characters).
+   *
+   * @generated from field: string description = 8;
+   */
+  description: string;
+
+  /**
+   * When it was created (for the config file's: when the server stored it).
+   *
+   * @generated from field: google.protobuf.Timestamp create_time = 9;
+   */
+  createTime?: Timestamp | undefined;
+
+  /**
+   * Defined in the server's config file (it cannot be deleted through the API).
+   *
+   * @generated from field: bool from_config = 10;
+   */
+  fromConfig: boolean;
+
+  /**
+   * Set when the subscription was disabled (its receiver answered 410 Gone); nothing is
+   * delivered to it any more.
+   *
+   * @generated from field: google.protobuf.Timestamp disabled_time = 11;
+   */
+  disabledTime?: Timestamp | undefined;
+
+  /**
+   * Why it was disabled.
+   *
+   * @generated from field: string disabled_reason = 12;
+   */
+  disabledReason: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.Webhook.
+ * Use `create(WebhookSchema)` to create a new message.
+ */
+export const WebhookSchema: GenMessage<Webhook> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 24);
+
+/**
+ * WebhookAttempt is one try of a delivery.
+ *
+ * @generated from message helix.runner.v1.WebhookAttempt
+ */
+export type WebhookAttempt = Message<"helix.runner.v1.WebhookAttempt"> & {
+  /**
+   * 1 for the first try.
+   *
+   * @generated from field: int32 attempt = 1;
+   */
+  attempt: number;
+
+  /**
+   * When the request was sent.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 2;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * The receiver's HTTP status; 0 when there was no answer (see `error`).
+   *
+   * @generated from field: int32 status_code = 3;
+   */
+  statusCode: number;
+
+  /**
+   * From sending the request to the answer's end (or the failure).
+   *
+   * @generated from field: google.protobuf.Duration latency = 4;
+   */
+  latency?: Duration | undefined;
+
+  /**
+   * Why the attempt failed (refused destination, connection, TLS, timeout, or a non-2xx status);
+   * empty when it was delivered.
+   *
+   * @generated from field: string error = 5;
+   */
+  error: string;
+
+  /**
+   * The replica that made it (empty on a server alone on its database).
+   *
+   * @generated from field: string replica_id = 6;
+   */
+  replicaId: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.WebhookAttempt.
+ * Use `create(WebhookAttemptSchema)` to create a new message.
+ */
+export const WebhookAttemptSchema: GenMessage<WebhookAttempt> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 25);
+
+/**
+ * WebhookDelivery is one notification to one subscription, with its attempts.
+ *
+ * @generated from message helix.runner.v1.WebhookDelivery
+ */
+export type WebhookDelivery = Message<"helix.runner.v1.WebhookDelivery"> & {
+  /**
+   * The `webhook-id` header of every attempt (`msg_...`): receivers deduplicate by it.
+   *
+   * @generated from field: string delivery_id = 1;
+   */
+  deliveryId: string;
+
+  /**
+   * The subscription.
+   *
+   * @generated from field: string webhook_id = 2;
+   */
+  webhookId: string;
+
+  /**
+   * What happened.
+   *
+   * @generated from field: helix.runner.v1.WebhookEventType event = 3;
+   */
+  event: WebhookEventType;
+
+  /**
+   * The phase it is about (job only for some events; both empty for none).
+   *
+   * @generated from field: string job_id = 4;
+   */
+  jobId: string;
+
+  /**
+   * Phase id.
+   *
+   * @generated from field: string phase_id = 5;
+   */
+  phaseId: string;
+
+  /**
+   * The phase's event sequence of the cause (0: no event, e.g. QUEUE_FULL); also in the body.
+   *
+   * @generated from field: int64 sequence = 6;
+   */
+  sequence: bigint;
+
+  /**
+   * Where it stands.
+   *
+   * @generated from field: helix.runner.v1.WebhookDeliveryState state = 7;
+   */
+  state: WebhookDeliveryState;
+
+  /**
+   * Attempts made so far.
+   *
+   * @generated from field: int32 attempt_count = 8;
+   */
+  attemptCount: number;
+
+  /**
+   * When it was written (with the event that caused it).
+   *
+   * @generated from field: google.protobuf.Timestamp create_time = 9;
+   */
+  createTime?: Timestamp | undefined;
+
+  /**
+   * When a PENDING delivery is tried next.
+   *
+   * @generated from field: google.protobuf.Timestamp next_attempt_time = 10;
+   */
+  nextAttemptTime?: Timestamp | undefined;
+
+  /**
+   * When it left PENDING.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 11;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The attempts, oldest first.
+   *
+   * @generated from field: repeated helix.runner.v1.WebhookAttempt attempts = 12;
+   */
+  attempts: WebhookAttempt[];
+
+  /**
+   * The request body every attempt sends (JSON).
+   *
+   * @generated from field: string body = 13;
+   */
+  body: string;
+
+  /**
+   * The last attempt's status (0: none, or no answer) and error.
+   *
+   * @generated from field: int32 last_status_code = 14;
+   */
+  lastStatusCode: number;
+
+  /**
+   * See `last_status_code`.
+   *
+   * @generated from field: string last_error = 15;
+   */
+  lastError: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.WebhookDelivery.
+ * Use `create(WebhookDeliverySchema)` to create a new message.
+ */
+export const WebhookDeliverySchema: GenMessage<WebhookDelivery> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_resources, 26);
+
+/**
  * PhaseStatus is the lifecycle of one phase (one run of the Claude Code CLI).
  * Clients must tolerate values added in later versions.
  *
@@ -2571,4 +2847,151 @@ export enum QueueReason {
  */
 export const QueueReasonSchema: GenEnum<QueueReason> = /*@__PURE__*/
   enumDesc(file_helix_runner_v1_resources, 8);
+
+/**
+ * WebhookEventType is what a webhook subscription can be told about (README "Webhooks"). The
+ * body's `type` is the lower-case dotted form (e.g. `phase.awaiting_approval`).
+ *
+ * @generated from enum helix.runner.v1.WebhookEventType
+ */
+export enum WebhookEventType {
+  /**
+   * Not used.
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * `phase.finished`: a phase reached a final status (narrowed by `Webhook.statuses`).
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_PHASE_FINISHED = 1;
+   */
+  PHASE_FINISHED = 1,
+
+  /**
+   * `phase.awaiting_approval`: a tool call is held at a breakpoint.
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL = 2;
+   */
+  PHASE_AWAITING_APPROVAL = 2,
+
+  /**
+   * `phase.cost_threshold`: the phase's cost crossed `Webhook.cost_threshold_usd` (once per phase).
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD = 3;
+   */
+  PHASE_COST_THRESHOLD = 3,
+
+  /**
+   * `phase.retry_scheduled`: an attempt ended transiently and another one will start.
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED = 4;
+   */
+  PHASE_RETRY_SCHEDULED = 4,
+
+  /**
+   * `queue.full`: a RunPhase was refused because the admission queue was full.
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_QUEUE_FULL = 5;
+   */
+  QUEUE_FULL = 5,
+
+  /**
+   * `job.finished`: a phase ended and no other phase of its job is active (narrowed by
+   * `Webhook.statuses`, the status of the phase that ended last).
+   *
+   * @generated from enum value: WEBHOOK_EVENT_TYPE_JOB_FINISHED = 6;
+   */
+  JOB_FINISHED = 6,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WebhookEventType.
+ */
+export const WebhookEventTypeSchema: GenEnum<WebhookEventType> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 9);
+
+/**
+ * WebhookFormat is how a subscription's request bodies look.
+ *
+ * @generated from enum helix.runner.v1.WebhookFormat
+ */
+export enum WebhookFormat {
+  /**
+   * The default: STANDARD.
+   *
+   * @generated from enum value: WEBHOOK_FORMAT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A Standard Webhooks JSON body: `{"type", "timestamp", "data": {job_id, phase_id,
+   * project_id, sequence, status, reason, cost_usd, url, ...}}`.
+   *
+   * @generated from enum value: WEBHOOK_FORMAT_STANDARD = 1;
+   */
+  STANDARD = 1,
+
+  /**
+   * A Slack incoming-webhook message: `{"text": "..."}` (the signature headers are sent too).
+   *
+   * @generated from enum value: WEBHOOK_FORMAT_SLACK = 2;
+   */
+  SLACK = 2,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WebhookFormat.
+ */
+export const WebhookFormatSchema: GenEnum<WebhookFormat> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 10);
+
+/**
+ * WebhookDeliveryState is where one delivery (one notification to one subscription) stands.
+ *
+ * @generated from enum helix.runner.v1.WebhookDeliveryState
+ */
+export enum WebhookDeliveryState {
+  /**
+   * Not used.
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Not delivered yet: due now, or waiting for its next attempt.
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATE_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * The receiver answered 2xx.
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATE_DELIVERED = 2;
+   */
+  DELIVERED = 2,
+
+  /**
+   * Given up (the dead letter): the last attempt failed, or the subscription was disabled.
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATE_DEAD = 3;
+   */
+  DEAD = 3,
+
+  /**
+   * The subscription was deleted before it was delivered.
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATE_CANCELLED = 4;
+   */
+  CANCELLED = 4,
+}
+
+/**
+ * Describes the enum helix.runner.v1.WebhookDeliveryState.
+ */
+export const WebhookDeliveryStateSchema: GenEnum<WebhookDeliveryState> = /*@__PURE__*/
+  enumDesc(file_helix_runner_v1_resources, 11);
 

@@ -8,7 +8,7 @@ import type { Duration } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
 import type { StreamEvent } from "./events_pb.js";
 import { file_helix_runner_v1_events } from "./events_pb.js";
-import type { Breakpoint, CostTotals, Job, OnDisconnect, PermissionMode, Phase, PhaseInspection, PhaseResult, PhaseStatus, ToolCall, ToolStats } from "./resources_pb.js";
+import type { Breakpoint, CostTotals, Job, OnDisconnect, PermissionMode, Phase, PhaseInspection, PhaseResult, PhaseStatus, ToolCall, ToolStats, Webhook, WebhookDelivery, WebhookDeliveryState, WebhookEventType, WebhookFormat } from "./resources_pb.js";
 import { file_helix_runner_v1_resources } from "./resources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file helix/runner/v1/runner_service.proto.
  */
 export const file_helix_runner_v1_runner_service: GenFile = /*@__PURE__*/
-  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSLrCQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRIxCgl3b3Jrc3BhY2UYFCABKA4yHi5oZWxpeC5ydW5uZXIudjEuV29ya3NwYWNlTW9kZRIQCghiYXNlX3JlZhgVIAEoCRI+ChJ3b3JrdHJlZV9yZXRlbnRpb24YFiABKA4yIi5oZWxpeC5ydW5uZXIudjEuV29ya3RyZWVSZXRlbnRpb24SEAoIYWRkX2RpcnMYFyADKAkSFQoNc3lzdGVtX3Byb21wdBgYIAEoCRIOCgZlZmZvcnQYGSABKAkSEgoFdG9vbHMYGiABKAlIAYgBARISCgpzZXNzaW9uX2lkGBsgASgJEhQKDGZvcmtfc2Vzc2lvbhgcIAEoCBIbChNpbmNsdWRlX2hvb2tfZXZlbnRzGB0gASgIEh4KFm5vX3Nlc3Npb25fcGVyc2lzdGVuY2UYHiABKAgSDAoEYmFyZRgfIAEoCBISCgptY3BfY29uZmlnGCAgASgJEhkKEXN0cmljdF9tY3BfY29uZmlnGCEgASgIEg4KBmFnZW50cxgiIAEoCRIQCghzZXR0aW5ncxgjIAEoCRIcCg9zZXR0aW5nX3NvdXJjZXMYJCABKAlIAogBARITCgtqc29uX3NjaGVtYRglIAEoCRIYChBlZ3Jlc3NfYWxsb3dsaXN0GCggAygJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEQoPX21heF9idWRnZXRfdXNkQggKBl90b29sc0ISChBfc2V0dGluZ19zb3VyY2VzItgBCgtSZXRyeVBvbGljeRIUCgxtYXhfYXR0ZW1wdHMYASABKAUSMgoPaW5pdGlhbF9iYWNrb2ZmGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhoKEmJhY2tvZmZfbXVsdGlwbGllchgDIAEoARIuCgttYXhfYmFja29mZhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5kaXNhYmxlX2ppdHRlchgFIAEoCBIbChNjb250aW51YXRpb25fcHJvbXB0GAYgASgJIpwBCg9SdW5QaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDgoGcHJvbXB0GAQgASgJEhMKC3dvcmtpbmdfZGlyGAUgASgJEi4KB29wdGlvbnMYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zIm4KEFJ1blBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCJNChFXYXRjaFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFgoOYWZ0ZXJfc2VxdWVuY2UYAyABKAMicAoSV2F0Y2hQaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMwoOR2V0Sm9iUmVzcG9uc2USIQoDam9iGAEgASgLMhQuaGVsaXgucnVubmVyLnYxLkpvYiJ8Cg9MaXN0Sm9ic1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIuCghzdGF0dXNlcxgCIAMoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJPChBMaXN0Sm9ic1Jlc3BvbnNlEiIKBGpvYnMYASADKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKHAQoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRITCgtvbmx5X2ZhaWxlZBgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCSKKAQoVTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEi0KCnRvb2xfY2FsbHMYASADKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEikKBXN0YXRzGAMgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cyJMChRHZXRDb3N0VG90YWxzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIQCghwaGFzZV9pZBgDIAEoCSJEChVHZXRDb3N0VG90YWxzUmVzcG9uc2USKwoGdG90YWxzGAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMiXwoRUGF1c2VQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEigKBG1vZGUYAyABKA4yGi5oZWxpeC5ydW5uZXIudjEuUGF1c2VNb2RlIjsKElBhdXNlUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI2ChJSZXN1bWVQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjwKE1Jlc3VtZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNAoQU3RlcFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiOgoRU3RlcFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiOQoVSW50ZXJydXB0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI/ChZJbnRlcnJ1cHRQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIkYKEkNhbmNlbFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjwKE0NhbmNlbFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicQoUSW5qZWN0TWVzc2FnZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEgwKBHRleHQYAyABKAkSKQoEbW9kZRgEIAEoDjIbLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNb2RlIj8KFUluamVjdE1lc3NhZ2VSZXNwb25zZRIUCgxtZXNzYWdlX3V1aWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAMiVgoTSW5zcGVjdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSHQoVaW5jbHVkZV9jb250ZXh0X3VzYWdlGAMgASgIIkwKFEluc3BlY3RQaGFzZVJlc3BvbnNlEjQKCmluc3BlY3Rpb24YASABKAsyIC5oZWxpeC5ydW5uZXIudjEuUGhhc2VJbnNwZWN0aW9uImkKFEFkZEJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIvCgpicmVha3BvaW50GAMgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiSAoVQWRkQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCI6ChZMaXN0QnJlYWtwb2ludHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSJLChdMaXN0QnJlYWtwb2ludHNSZXNwb25zZRIwCgticmVha3BvaW50cxgBIAMoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IlIKF1JlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIVCg1icmVha3BvaW50X2lkGAMgASgJIksKGFJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQi7gEKFlJlc29sdmVUb29sQ2FsbFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEjMKB2FwcHJvdmUYBCABKAsyIC5oZWxpeC5ydW5uZXIudjEuQXBwcm92ZURlY2lzaW9uSAASLQoEZGVueRgFIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5EZW55RGVjaXNpb25IABItCgRlZGl0GAYgASgLMh0uaGVsaXgucnVubmVyLnYxLkVkaXREZWNpc2lvbkgAQgoKCGRlY2lzaW9uIhEKD0FwcHJvdmVEZWNpc2lvbiIfCgxEZW55RGVjaXNpb24SDwoHbWVzc2FnZRgBIAEoCSIiCgxFZGl0RGVjaXNpb24SEgoKaW5wdXRfanNvbhgBIAEoCSJHChdSZXNvbHZlVG9vbENhbGxSZXNwb25zZRIsCgl0b29sX2NhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwiXgoTR2V0UGhhc2VEaWZmUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiUwoUR2V0UGhhc2VEaWZmUmVzcG9uc2USDQoFY2h1bmsYASABKAwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhMKC3RvdGFsX2J5dGVzGAMgASgDIkcKFFNldFBoYXNlTW9kZWxSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRINCgVtb2RlbBgDIAEoCSI+ChVTZXRQaGFzZU1vZGVsUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicAodU2V0UGhhc2VQZXJtaXNzaW9uTW9kZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEi0KBG1vZGUYAyABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUiVQoeU2V0UGhhc2VQZXJtaXNzaW9uTW9kZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSJQoFcGhhc2UYAiABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiRAoPU3RvcFRhc2tSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJIjkKEFN0b3BUYXNrUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiXAoUR2V0VGFza091dHB1dFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEg8KB3Rhc2tfaWQYAyABKAkSEQoJbWF4X2J5dGVzGAQgASgFIk8KFUdldFRhc2tPdXRwdXRSZXNwb25zZRIOCgZvdXRwdXQYASABKAkSEwoLdG90YWxfYnl0ZXMYAiABKAMSEQoJdHJ1bmNhdGVkGAMgASgIKsoGCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpFUlJPUl9SRUFTT05fSU5WQUxJRF9GSUVMRBABEioKJkVSUk9SX1JFQVNPTl9XT1JLSU5HX0RJUl9PVVRTSURFX1JPT1RTEAISHgoaRVJST1JfUkVBU09OX0pPQl9OT1RfRk9VTkQQAxIgChxFUlJPUl9SRUFTT05fUEhBU0VfTk9UX0ZPVU5EEAQSJQohRVJST1JfUkVBU09OX1BIQVNFX0FMUkVBRFlfRVhJU1RTEAUSIwofRVJST1JfUkVBU09OX0lMTEVHQUxfVFJBTlNJVElPThAGEiIKHkVSUk9SX1JFQVNPTl9QSEFTRV9OT1RfUlVOTklORxAHEiEKHUVSUk9SX1JFQVNPTl9DTEFVREVfTk9UX0ZPVU5EEAgSIQodRVJST1JfUkVBU09OX1BSRUZMSUdIVF9GQUlMRUQQCRIgChxFUlJPUl9SRUFTT05fRU5WX05PVF9BTExPV0VEEAoSGQoVRVJST1JfUkVBU09OX0RSQUlOSU5HEAsSIAocRVJST1JfUkVBU09OX05PVF9JTVBMRU1FTlRFRBAMEiQKIEVSUk9SX1JFQVNPTl9DVVJTT1JfT1VUX09GX1JBTkdFEA0SIQodRVJST1JfUkVBU09OX1dBVENIRVJfVE9PX1NMT1cQDhIjCh9FUlJPUl9SRUFTT05fVE9PTF9DQUxMX05PVF9IRUxEEA8SJQohRVJST1JfUkVBU09OX0JSRUFLUE9JTlRfTk9UX0ZPVU5EEBASIAocRVJST1JfUkVBU09OX1VOQVVUSEVOVElDQVRFRBAREiAKHEVSUk9SX1JFQVNPTl9UT09fTUFOWV9QSEFTRVMQEhIjCh9FUlJPUl9SRUFTT05fSU5WQUxJRF9QQUdFX1RPS0VOEBMSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBQSGwoXRVJST1JfUkVBU09OX1FVRVVFX0ZVTEwQFRIjCh9FUlJPUl9SRUFTT05fRElGRl9OT1RfQVZBSUxBQkxFEBYSHwobRVJST1JfUkVBU09OX1RBU0tfTk9UX0ZPVU5EEBcqZAoKSW5qZWN0TW9kZRIbChdJTkpFQ1RfTU9ERV9VTlNQRUNJRklFRBAAEhUKEUlOSkVDVF9NT0RFX1FVRVVFEAESIgoeSU5KRUNUX01PREVfSU5URVJSVVBUX0FORF9TRU5EEAIqXQoJUGF1c2VNb2RlEhoKFlBBVVNFX01PREVfVU5TUEVDSUZJRUQQABIfChtQQVVTRV9NT0RFX0JFRk9SRV9ORVhUX1RPT0wQARITCg9QQVVTRV9NT0RFX0hBUkQQAiptCg1Xb3Jrc3BhY2VNb2RlEh4KGldPUktTUEFDRV9NT0RFX1VOU1BFQ0lGSUVEEAASGwoXV09SS1NQQUNFX01PREVfSU5fUExBQ0UQARIfChtXT1JLU1BBQ0VfTU9ERV9HSVRfV09SS1RSRUUQAiqdAQoRV29ya3RyZWVSZXRlbnRpb24SIgoeV09SS1RSRUVfUkVURU5USU9OX1VOU1BFQ0lGSUVEEAASGwoXV09SS1RSRUVfUkVURU5USU9OX0tFRVAQARIdChlXT1JLVFJFRV9SRVRFTlRJT05fUkVNT1ZFEAISKAokV09SS1RSRUVfUkVURU5USU9OX1JFTU9WRV9PTl9TVUNDRVNTEAMylBAKDVJ1bm5lclNlcnZpY2USUQoIUnVuUGhhc2USIC5oZWxpeC5ydW5uZXIudjEuUnVuUGhhc2VSZXF1ZXN0GiEuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVzcG9uc2UwARJXCgpXYXRjaFBoYXNlEiIuaGVsaXgucnVubmVyLnYxLldhdGNoUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLldhdGNoUGhhc2VSZXNwb25zZTABEkkKBkdldEpvYhIeLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXF1ZXN0Gh8uaGVsaXgucnVubmVyLnYxLkdldEpvYlJlc3BvbnNlEk8KCExpc3RKb2JzEiAuaGVsaXgucnVubmVyLnYxLkxpc3RKb2JzUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1Jlc3BvbnNlEl4KDUxpc3RUb29sQ2FsbHMSJS5oZWxpeC5ydW5uZXIudjEuTGlzdFRvb2xDYWxsc1JlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEl4KDUdldENvc3RUb3RhbHMSJS5oZWxpeC5ydW5uZXIudjEuR2V0Q29zdFRvdGFsc1JlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuR2V0Q29zdFRvdGFsc1Jlc3BvbnNlElUKClBhdXNlUGhhc2USIi5oZWxpeC5ydW5uZXIudjEuUGF1c2VQaGFzZVJlcXVlc3QaIy5oZWxpeC5ydW5uZXIudjEuUGF1c2VQaGFzZVJlc3BvbnNlElgKC1Jlc3VtZVBoYXNlEiMuaGVsaXgucnVubmVyLnYxLlJlc3VtZVBoYXNlUmVxdWVzdBokLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlc3BvbnNlElIKCVN0ZXBQaGFzZRIhLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXF1ZXN0GiIuaGVsaXgucnVubmVyLnYxLlN0ZXBQaGFzZVJlc3BvbnNlEmEKDkludGVycnVwdFBoYXNlEiYuaGVsaXgucnVubmVyLnYxLkludGVycnVwdFBoYXNlUmVxdWVzdBonLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlc3BvbnNlElgKC0NhbmNlbFBoYXNlEiMuaGVsaXgucnVubmVyLnYxLkNhbmNlbFBoYXNlUmVxdWVzdBokLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlc3BvbnNlEl4KDUluamVjdE1lc3NhZ2USJS5oZWxpeC5ydW5uZXIudjEuSW5qZWN0TWVzc2FnZVJlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuSW5qZWN0TWVzc2FnZVJlc3BvbnNlElsKDEluc3BlY3RQaGFzZRIkLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXF1ZXN0GiUuaGVsaXgucnVubmVyLnYxLkluc3BlY3RQaGFzZVJlc3BvbnNlEl4KDUFkZEJyZWFrcG9pbnQSJS5oZWxpeC5ydW5uZXIudjEuQWRkQnJlYWtwb2ludFJlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuQWRkQnJlYWtwb2ludFJlc3BvbnNlEmQKD0xpc3RCcmVha3BvaW50cxInLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXF1ZXN0GiguaGVsaXgucnVubmVyLnYxLkxpc3RCcmVha3BvaW50c1Jlc3BvbnNlEmcKEFJlbW92ZUJyZWFrcG9pbnQSKC5oZWxpeC5ydW5uZXIudjEuUmVtb3ZlQnJlYWtwb2ludFJlcXVlc3QaKS5oZWxpeC5ydW5uZXIudjEuUmVtb3ZlQnJlYWtwb2ludFJlc3BvbnNlEmQKD1Jlc29sdmVUb29sQ2FsbBInLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXF1ZXN0GiguaGVsaXgucnVubmVyLnYxLlJlc29sdmVUb29sQ2FsbFJlc3BvbnNlElsKDEdldFBoYXNlRGlmZhIkLmhlbGl4LnJ1bm5lci52MS5HZXRQaGFzZURpZmZSZXF1ZXN0GiUuaGVsaXgucnVubmVyLnYxLkdldFBoYXNlRGlmZlJlc3BvbnNlEl4KDVNldFBoYXNlTW9kZWwSJS5oZWxpeC5ydW5uZXIudjEuU2V0UGhhc2VNb2RlbFJlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuU2V0UGhhc2VNb2RlbFJlc3BvbnNlEnkKFlNldFBoYXNlUGVybWlzc2lvbk1vZGUSLi5oZWxpeC5ydW5uZXIudjEuU2V0UGhhc2VQZXJtaXNzaW9uTW9kZVJlcXVlc3QaLy5oZWxpeC5ydW5uZXIudjEuU2V0UGhhc2VQZXJtaXNzaW9uTW9kZVJlc3BvbnNlEk8KCFN0b3BUYXNrEiAuaGVsaXgucnVubmVyLnYxLlN0b3BUYXNrUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5TdG9wVGFza1Jlc3BvbnNlEl4KDUdldFRhc2tPdXRwdXQSJS5oZWxpeC5ydW5uZXIudjEuR2V0VGFza091dHB1dFJlcXVlc3QaJi5oZWxpeC5ydW5uZXIudjEuR2V0VGFza091dHB1dFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
+  fileDesc("CiRoZWxpeC9ydW5uZXIvdjEvcnVubmVyX3NlcnZpY2UucHJvdG8SD2hlbGl4LnJ1bm5lci52MSLrCQoMUGhhc2VPcHRpb25zEg0KBW1vZGVsGAEgASgJEhUKDWFsbG93ZWRfdG9vbHMYAiADKAkSGAoQZGlzYWxsb3dlZF90b29scxgDIAMoCRI4Cg9wZXJtaXNzaW9uX21vZGUYBCABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUSEQoJbWF4X3R1cm5zGAUgASgFEhsKDm1heF9idWRnZXRfdXNkGAYgASgBSACIAQESHAoUYXBwZW5kX3N5c3RlbV9wcm9tcHQYByABKAkSGQoRcmVzdW1lX3Nlc3Npb25faWQYCCABKAkSKgoHdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIgChhpbmNsdWRlX3BhcnRpYWxfbWVzc2FnZXMYCiABKAgSNAoNb25fZGlzY29ubmVjdBgLIAEoDjIdLmhlbGl4LnJ1bm5lci52MS5PbkRpc2Nvbm5lY3QSMAoLYnJlYWtwb2ludHMYDCADKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludBIzCgNlbnYYDSADKAsyJi5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zLkVudkVudHJ5EhsKE2luY2x1ZGVfcmF3X3Vua25vd24YDiABKAgSLwoMaWRsZV90aW1lb3V0GA8gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhYKDmZhbGxiYWNrX21vZGVsGBAgASgJEisKBXJldHJ5GBEgASgLMhwuaGVsaXgucnVubmVyLnYxLlJldHJ5UG9saWN5EhoKEm1lbW9yeV9saW1pdF9ieXRlcxgSIAEoAxIcChRjcHVfbGltaXRfbWlsbGljb3JlcxgTIAEoBRIxCgl3b3Jrc3BhY2UYFCABKA4yHi5oZWxpeC5ydW5uZXIudjEuV29ya3NwYWNlTW9kZRIQCghiYXNlX3JlZhgVIAEoCRI+ChJ3b3JrdHJlZV9yZXRlbnRpb24YFiABKA4yIi5oZWxpeC5ydW5uZXIudjEuV29ya3RyZWVSZXRlbnRpb24SEAoIYWRkX2RpcnMYFyADKAkSFQoNc3lzdGVtX3Byb21wdBgYIAEoCRIOCgZlZmZvcnQYGSABKAkSEgoFdG9vbHMYGiABKAlIAYgBARISCgpzZXNzaW9uX2lkGBsgASgJEhQKDGZvcmtfc2Vzc2lvbhgcIAEoCBIbChNpbmNsdWRlX2hvb2tfZXZlbnRzGB0gASgIEh4KFm5vX3Nlc3Npb25fcGVyc2lzdGVuY2UYHiABKAgSDAoEYmFyZRgfIAEoCBISCgptY3BfY29uZmlnGCAgASgJEhkKEXN0cmljdF9tY3BfY29uZmlnGCEgASgIEg4KBmFnZW50cxgiIAEoCRIQCghzZXR0aW5ncxgjIAEoCRIcCg9zZXR0aW5nX3NvdXJjZXMYJCABKAlIAogBARITCgtqc29uX3NjaGVtYRglIAEoCRIYChBlZ3Jlc3NfYWxsb3dsaXN0GCggAygJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEQoPX21heF9idWRnZXRfdXNkQggKBl90b29sc0ISChBfc2V0dGluZ19zb3VyY2VzItgBCgtSZXRyeVBvbGljeRIUCgxtYXhfYXR0ZW1wdHMYASABKAUSMgoPaW5pdGlhbF9iYWNrb2ZmGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhoKEmJhY2tvZmZfbXVsdGlwbGllchgDIAEoARIuCgttYXhfYmFja29mZhgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5kaXNhYmxlX2ppdHRlchgFIAEoCBIbChNjb250aW51YXRpb25fcHJvbXB0GAYgASgJIpwBCg9SdW5QaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhIKCnByb2plY3RfaWQYAyABKAkSDgoGcHJvbXB0GAQgASgJEhMKC3dvcmtpbmdfZGlyGAUgASgJEi4KB29wdGlvbnMYBiABKAsyHS5oZWxpeC5ydW5uZXIudjEuUGhhc2VPcHRpb25zIm4KEFJ1blBoYXNlUmVzcG9uc2USLAoGZXZlbnRzGAEgAygLMhwuaGVsaXgucnVubmVyLnYxLlN0cmVhbUV2ZW50EiwKBnJlc3VsdBgCIAEoCzIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVJlc3VsdCJNChFXYXRjaFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSFgoOYWZ0ZXJfc2VxdWVuY2UYAyABKAMicAoSV2F0Y2hQaGFzZVJlc3BvbnNlEiwKBmV2ZW50cxgBIAMoCzIcLmhlbGl4LnJ1bm5lci52MS5TdHJlYW1FdmVudBIsCgZyZXN1bHQYAiABKAsyHC5oZWxpeC5ydW5uZXIudjEuUGhhc2VSZXN1bHQiHwoNR2V0Sm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiMwoOR2V0Sm9iUmVzcG9uc2USIQoDam9iGAEgASgLMhQuaGVsaXgucnVubmVyLnYxLkpvYiJ8Cg9MaXN0Sm9ic1JlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIuCghzdGF0dXNlcxgCIAMoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJPChBMaXN0Sm9ic1Jlc3BvbnNlEiIKBGpvYnMYASADKAsyFC5oZWxpeC5ydW5uZXIudjEuSm9iEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKHAQoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhEKCXRvb2xfbmFtZRgDIAEoCRITCgtvbmx5X2ZhaWxlZBgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCSKKAQoVTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEi0KCnRvb2xfY2FsbHMYASADKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEikKBXN0YXRzGAMgAygLMhouaGVsaXgucnVubmVyLnYxLlRvb2xTdGF0cyJMChRHZXRDb3N0VG90YWxzUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEg4KBmpvYl9pZBgCIAEoCRIQCghwaGFzZV9pZBgDIAEoCSJEChVHZXRDb3N0VG90YWxzUmVzcG9uc2USKwoGdG90YWxzGAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkNvc3RUb3RhbHMiXwoRUGF1c2VQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEigKBG1vZGUYAyABKA4yGi5oZWxpeC5ydW5uZXIudjEuUGF1c2VNb2RlIjsKElBhdXNlUGhhc2VSZXNwb25zZRIlCgVwaGFzZRgBIAEoCzIWLmhlbGl4LnJ1bm5lci52MS5QaGFzZSI2ChJSZXN1bWVQaGFzZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJIjwKE1Jlc3VtZVBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiNAoQU3RlcFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkiOgoRU3RlcFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiOQoVSW50ZXJydXB0UGhhc2VSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSI/ChZJbnRlcnJ1cHRQaGFzZVJlc3BvbnNlEiUKBXBoYXNlGAEgASgLMhYuaGVsaXgucnVubmVyLnYxLlBoYXNlIkYKEkNhbmNlbFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSDgoGcmVhc29uGAMgASgJIjwKE0NhbmNlbFBoYXNlUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicQoUSW5qZWN0TWVzc2FnZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEgwKBHRleHQYAyABKAkSKQoEbW9kZRgEIAEoDjIbLmhlbGl4LnJ1bm5lci52MS5JbmplY3RNb2RlIj8KFUluamVjdE1lc3NhZ2VSZXNwb25zZRIUCgxtZXNzYWdlX3V1aWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAMiVgoTSW5zcGVjdFBoYXNlUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSHQoVaW5jbHVkZV9jb250ZXh0X3VzYWdlGAMgASgIIkwKFEluc3BlY3RQaGFzZVJlc3BvbnNlEjQKCmluc3BlY3Rpb24YASABKAsyIC5oZWxpeC5ydW5uZXIudjEuUGhhc2VJbnNwZWN0aW9uImkKFEFkZEJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIvCgpicmVha3BvaW50GAMgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQiSAoVQWRkQnJlYWtwb2ludFJlc3BvbnNlEi8KCmJyZWFrcG9pbnQYASABKAsyGy5oZWxpeC5ydW5uZXIudjEuQnJlYWtwb2ludCI6ChZMaXN0QnJlYWtwb2ludHNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCSJLChdMaXN0QnJlYWtwb2ludHNSZXNwb25zZRIwCgticmVha3BvaW50cxgBIAMoCzIbLmhlbGl4LnJ1bm5lci52MS5CcmVha3BvaW50IlIKF1JlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIVCg1icmVha3BvaW50X2lkGAMgASgJIksKGFJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRIvCgpicmVha3BvaW50GAEgASgLMhsuaGVsaXgucnVubmVyLnYxLkJyZWFrcG9pbnQi7gEKFlJlc29sdmVUb29sQ2FsbFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEhMKC3Rvb2xfdXNlX2lkGAMgASgJEjMKB2FwcHJvdmUYBCABKAsyIC5oZWxpeC5ydW5uZXIudjEuQXBwcm92ZURlY2lzaW9uSAASLQoEZGVueRgFIAEoCzIdLmhlbGl4LnJ1bm5lci52MS5EZW55RGVjaXNpb25IABItCgRlZGl0GAYgASgLMh0uaGVsaXgucnVubmVyLnYxLkVkaXREZWNpc2lvbkgAQgoKCGRlY2lzaW9uIhEKD0FwcHJvdmVEZWNpc2lvbiIfCgxEZW55RGVjaXNpb24SDwoHbWVzc2FnZRgBIAEoCSIiCgxFZGl0RGVjaXNpb24SEgoKaW5wdXRfanNvbhgBIAEoCSJHChdSZXNvbHZlVG9vbENhbGxSZXNwb25zZRIsCgl0b29sX2NhbGwYASABKAsyGS5oZWxpeC5ydW5uZXIudjEuVG9vbENhbGwiXgoTR2V0UGhhc2VEaWZmUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEAoIcGhhc2VfaWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiUwoUR2V0UGhhc2VEaWZmUmVzcG9uc2USDQoFY2h1bmsYASABKAwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhMKC3RvdGFsX2J5dGVzGAMgASgDIkcKFFNldFBoYXNlTW9kZWxSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRINCgVtb2RlbBgDIAEoCSI+ChVTZXRQaGFzZU1vZGVsUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UicAodU2V0UGhhc2VQZXJtaXNzaW9uTW9kZVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEi0KBG1vZGUYAyABKA4yHy5oZWxpeC5ydW5uZXIudjEuUGVybWlzc2lvbk1vZGUiVQoeU2V0UGhhc2VQZXJtaXNzaW9uTW9kZVJlc3BvbnNlEgwKBG1vZGUYASABKAkSJQoFcGhhc2UYAiABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiRAoPU3RvcFRhc2tSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIQCghwaGFzZV9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJIjkKEFN0b3BUYXNrUmVzcG9uc2USJQoFcGhhc2UYASABKAsyFi5oZWxpeC5ydW5uZXIudjEuUGhhc2UiXAoUR2V0VGFza091dHB1dFJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhAKCHBoYXNlX2lkGAIgASgJEg8KB3Rhc2tfaWQYAyABKAkSEQoJbWF4X2J5dGVzGAQgASgFIk8KFUdldFRhc2tPdXRwdXRSZXNwb25zZRIOCgZvdXRwdXQYASABKAkSEwoLdG90YWxfYnl0ZXMYAiABKAMSEQoJdHJ1bmNhdGVkGAMgASgIIqcCChRDcmVhdGVXZWJob29rUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJEgsKA3VybBgCIAEoCRIxCgZldmVudHMYAyADKA4yIS5oZWxpeC5ydW5uZXIudjEuV2ViaG9va0V2ZW50VHlwZRIuCghzdGF0dXNlcxgEIAMoDjIcLmhlbGl4LnJ1bm5lci52MS5QaGFzZVN0YXR1cxIfChJjb3N0X3RocmVzaG9sZF91c2QYBSABKAFIAIgBARIuCgZmb3JtYXQYBiABKA4yHi5oZWxpeC5ydW5uZXIudjEuV2ViaG9va0Zvcm1hdBITCgtkZXNjcmlwdGlvbhgHIAEoCRIOCgZzZWNyZXQYCCABKAlCFQoTX2Nvc3RfdGhyZXNob2xkX3VzZCJSChVDcmVhdGVXZWJob29rUmVzcG9uc2USKQoHd2ViaG9vaxgBIAEoCzIYLmhlbGl4LnJ1bm5lci52MS5XZWJob29rEg4KBnNlY3JldBgCIAEoCSIpChNMaXN0V2ViaG9va3NSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiQgoUTGlzdFdlYmhvb2tzUmVzcG9uc2USKgoId2ViaG9va3MYASADKAsyGC5oZWxpeC5ydW5uZXIudjEuV2ViaG9vayIqChREZWxldGVXZWJob29rUmVxdWVzdBISCgp3ZWJob29rX2lkGAEgASgJImAKFURlbGV0ZVdlYmhvb2tSZXNwb25zZRIpCgd3ZWJob29rGAEgASgLMhguaGVsaXgucnVubmVyLnYxLldlYmhvb2sSHAoUY2FuY2VsbGVkX2RlbGl2ZXJpZXMYAiABKAUisgEKHExpc3RXZWJob29rRGVsaXZlcmllc1JlcXVlc3QSEgoKd2ViaG9va19pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEAoIcGhhc2VfaWQYAyABKAkSNQoGc3RhdGVzGAQgAygOMiUuaGVsaXgucnVubmVyLnYxLldlYmhvb2tEZWxpdmVyeVN0YXRlEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJIm4KHUxpc3RXZWJob29rRGVsaXZlcmllc1Jlc3BvbnNlEjQKCmRlbGl2ZXJpZXMYASADKAsyIC5oZWxpeC5ydW5uZXIudjEuV2ViaG9va0RlbGl2ZXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSrmBwoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaRVJST1JfUkVBU09OX0lOVkFMSURfRklFTEQQARIqCiZFUlJPUl9SRUFTT05fV09SS0lOR19ESVJfT1VUU0lERV9ST09UUxACEh4KGkVSUk9SX1JFQVNPTl9KT0JfTk9UX0ZPVU5EEAMSIAocRVJST1JfUkVBU09OX1BIQVNFX05PVF9GT1VORBAEEiUKIUVSUk9SX1JFQVNPTl9QSEFTRV9BTFJFQURZX0VYSVNUUxAFEiMKH0VSUk9SX1JFQVNPTl9JTExFR0FMX1RSQU5TSVRJT04QBhIiCh5FUlJPUl9SRUFTT05fUEhBU0VfTk9UX1JVTk5JTkcQBxIhCh1FUlJPUl9SRUFTT05fQ0xBVURFX05PVF9GT1VORBAIEiEKHUVSUk9SX1JFQVNPTl9QUkVGTElHSFRfRkFJTEVEEAkSIAocRVJST1JfUkVBU09OX0VOVl9OT1RfQUxMT1dFRBAKEhkKFUVSUk9SX1JFQVNPTl9EUkFJTklORxALEiAKHEVSUk9SX1JFQVNPTl9OT1RfSU1QTEVNRU5URUQQDBIkCiBFUlJPUl9SRUFTT05fQ1VSU09SX09VVF9PRl9SQU5HRRANEiEKHUVSUk9SX1JFQVNPTl9XQVRDSEVSX1RPT19TTE9XEA4SIwofRVJST1JfUkVBU09OX1RPT0xfQ0FMTF9OT1RfSEVMRBAPEiUKIUVSUk9SX1JFQVNPTl9CUkVBS1BPSU5UX05PVF9GT1VORBAQEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQERIgChxFUlJPUl9SRUFTT05fVE9PX01BTllfUEhBU0VTEBISIwofRVJST1JfUkVBU09OX0lOVkFMSURfUEFHRV9UT0tFThATEhkKFUVSUk9SX1JFQVNPTl9JTlRFUk5BTBAUEhsKF0VSUk9SX1JFQVNPTl9RVUVVRV9GVUxMEBUSIwofRVJST1JfUkVBU09OX0RJRkZfTk9UX0FWQUlMQUJMRRAWEh8KG0VSUk9SX1JFQVNPTl9UQVNLX05PVF9GT1VORBAXEiIKHkVSUk9SX1JFQVNPTl9XRUJIT09LX05PVF9GT1VORBAYEiwKKEVSUk9SX1JFQVNPTl9XRUJIT09LX0RFU1RJTkFUSU9OX1JFRlVTRUQQGRIkCiBFUlJPUl9SRUFTT05fV0VCSE9PS19GUk9NX0NPTkZJRxAaEiIKHkVSUk9SX1JFQVNPTl9UT09fTUFOWV9XRUJIT09LUxAbKmQKCkluamVjdE1vZGUSGwoXSU5KRUNUX01PREVfVU5TUEVDSUZJRUQQABIVChFJTkpFQ1RfTU9ERV9RVUVVRRABEiIKHklOSkVDVF9NT0RFX0lOVEVSUlVQVF9BTkRfU0VORBACKl0KCVBhdXNlTW9kZRIaChZQQVVTRV9NT0RFX1VOU1BFQ0lGSUVEEAASHwobUEFVU0VfTU9ERV9CRUZPUkVfTkVYVF9UT09MEAESEwoPUEFVU0VfTU9ERV9IQVJEEAIqbQoNV29ya3NwYWNlTW9kZRIeChpXT1JLU1BBQ0VfTU9ERV9VTlNQRUNJRklFRBAAEhsKF1dPUktTUEFDRV9NT0RFX0lOX1BMQUNFEAESHwobV09SS1NQQUNFX01PREVfR0lUX1dPUktUUkVFEAIqnQEKEVdvcmt0cmVlUmV0ZW50aW9uEiIKHldPUktUUkVFX1JFVEVOVElPTl9VTlNQRUNJRklFRBAAEhsKF1dPUktUUkVFX1JFVEVOVElPTl9LRUVQEAESHQoZV09SS1RSRUVfUkVURU5USU9OX1JFTU9WRRACEigKJFdPUktUUkVFX1JFVEVOVElPTl9SRU1PVkVfT05fU1VDQ0VTUxADMqkTCg1SdW5uZXJTZXJ2aWNlElEKCFJ1blBoYXNlEiAuaGVsaXgucnVubmVyLnYxLlJ1blBoYXNlUmVxdWVzdBohLmhlbGl4LnJ1bm5lci52MS5SdW5QaGFzZVJlc3BvbnNlMAESVwoKV2F0Y2hQaGFzZRIiLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVxdWVzdBojLmhlbGl4LnJ1bm5lci52MS5XYXRjaFBoYXNlUmVzcG9uc2UwARJJCgZHZXRKb2ISHi5oZWxpeC5ydW5uZXIudjEuR2V0Sm9iUmVxdWVzdBofLmhlbGl4LnJ1bm5lci52MS5HZXRKb2JSZXNwb25zZRJPCghMaXN0Sm9icxIgLmhlbGl4LnJ1bm5lci52MS5MaXN0Sm9ic1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuTGlzdEpvYnNSZXNwb25zZRJeCg1MaXN0VG9vbENhbGxzEiUuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZRJeCg1HZXRDb3N0VG90YWxzEiUuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldENvc3RUb3RhbHNSZXNwb25zZRJVCgpQYXVzZVBoYXNlEiIuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXF1ZXN0GiMuaGVsaXgucnVubmVyLnYxLlBhdXNlUGhhc2VSZXNwb25zZRJYCgtSZXN1bWVQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5SZXN1bWVQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuUmVzdW1lUGhhc2VSZXNwb25zZRJSCglTdGVwUGhhc2USIS5oZWxpeC5ydW5uZXIudjEuU3RlcFBoYXNlUmVxdWVzdBoiLmhlbGl4LnJ1bm5lci52MS5TdGVwUGhhc2VSZXNwb25zZRJhCg5JbnRlcnJ1cHRQaGFzZRImLmhlbGl4LnJ1bm5lci52MS5JbnRlcnJ1cHRQaGFzZVJlcXVlc3QaJy5oZWxpeC5ydW5uZXIudjEuSW50ZXJydXB0UGhhc2VSZXNwb25zZRJYCgtDYW5jZWxQaGFzZRIjLmhlbGl4LnJ1bm5lci52MS5DYW5jZWxQaGFzZVJlcXVlc3QaJC5oZWxpeC5ydW5uZXIudjEuQ2FuY2VsUGhhc2VSZXNwb25zZRJeCg1JbmplY3RNZXNzYWdlEiUuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkluamVjdE1lc3NhZ2VSZXNwb25zZRJbCgxJbnNwZWN0UGhhc2USJC5oZWxpeC5ydW5uZXIudjEuSW5zcGVjdFBoYXNlUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5JbnNwZWN0UGhhc2VSZXNwb25zZRJeCg1BZGRCcmVha3BvaW50EiUuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkFkZEJyZWFrcG9pbnRSZXNwb25zZRJkCg9MaXN0QnJlYWtwb2ludHMSJy5oZWxpeC5ydW5uZXIudjEuTGlzdEJyZWFrcG9pbnRzUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5MaXN0QnJlYWtwb2ludHNSZXNwb25zZRJnChBSZW1vdmVCcmVha3BvaW50EiguaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXF1ZXN0GikuaGVsaXgucnVubmVyLnYxLlJlbW92ZUJyZWFrcG9pbnRSZXNwb25zZRJkCg9SZXNvbHZlVG9vbENhbGwSJy5oZWxpeC5ydW5uZXIudjEuUmVzb2x2ZVRvb2xDYWxsUmVxdWVzdBooLmhlbGl4LnJ1bm5lci52MS5SZXNvbHZlVG9vbENhbGxSZXNwb25zZRJbCgxHZXRQaGFzZURpZmYSJC5oZWxpeC5ydW5uZXIudjEuR2V0UGhhc2VEaWZmUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5HZXRQaGFzZURpZmZSZXNwb25zZRJeCg1TZXRQaGFzZU1vZGVsEiUuaGVsaXgucnVubmVyLnYxLlNldFBoYXNlTW9kZWxSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLlNldFBoYXNlTW9kZWxSZXNwb25zZRJ5ChZTZXRQaGFzZVBlcm1pc3Npb25Nb2RlEi4uaGVsaXgucnVubmVyLnYxLlNldFBoYXNlUGVybWlzc2lvbk1vZGVSZXF1ZXN0Gi8uaGVsaXgucnVubmVyLnYxLlNldFBoYXNlUGVybWlzc2lvbk1vZGVSZXNwb25zZRJPCghTdG9wVGFzaxIgLmhlbGl4LnJ1bm5lci52MS5TdG9wVGFza1JlcXVlc3QaIS5oZWxpeC5ydW5uZXIudjEuU3RvcFRhc2tSZXNwb25zZRJeCg1HZXRUYXNrT3V0cHV0EiUuaGVsaXgucnVubmVyLnYxLkdldFRhc2tPdXRwdXRSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkdldFRhc2tPdXRwdXRSZXNwb25zZRJeCg1DcmVhdGVXZWJob29rEiUuaGVsaXgucnVubmVyLnYxLkNyZWF0ZVdlYmhvb2tSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkNyZWF0ZVdlYmhvb2tSZXNwb25zZRJbCgxMaXN0V2ViaG9va3MSJC5oZWxpeC5ydW5uZXIudjEuTGlzdFdlYmhvb2tzUmVxdWVzdBolLmhlbGl4LnJ1bm5lci52MS5MaXN0V2ViaG9va3NSZXNwb25zZRJeCg1EZWxldGVXZWJob29rEiUuaGVsaXgucnVubmVyLnYxLkRlbGV0ZVdlYmhvb2tSZXF1ZXN0GiYuaGVsaXgucnVubmVyLnYxLkRlbGV0ZVdlYmhvb2tSZXNwb25zZRJ2ChVMaXN0V2ViaG9va0RlbGl2ZXJpZXMSLS5oZWxpeC5ydW5uZXIudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBouLmhlbGl4LnJ1bm5lci52MS5MaXN0V2ViaG9va0RlbGl2ZXJpZXNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_helix_runner_v1_events, file_helix_runner_v1_resources]);
 
 /**
  * PhaseOptions are the run options of a phase (CLI flags and server behaviour).
@@ -1839,6 +1839,282 @@ export const GetTaskOutputResponseSchema: GenMessage<GetTaskOutputResponse> = /*
   messageDesc(file_helix_runner_v1_runner_service, 48);
 
 /**
+ * CreateWebhookRequest describes a subscription.
+ *
+ * @generated from message helix.runner.v1.CreateWebhookRequest
+ */
+export type CreateWebhookRequest = Message<"helix.runner.v1.CreateWebhookRequest"> & {
+  /**
+   * Only this project's phases (empty: every project).
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+
+  /**
+   * An http:// or https:// URL without user info or fragment, at most 2048 characters. Its
+   * addresses must be public unless the server's `webhook_private_allow` names its host:port
+   * (an IP literal is checked now, a name at each delivery, after it is resolved).
+   *
+   * @generated from field: string url = 2;
+   */
+  url: string;
+
+  /**
+   * What to be told about (at least one).
+   *
+   * @generated from field: repeated helix.runner.v1.WebhookEventType events = 3;
+   */
+  events: WebhookEventType[];
+
+  /**
+   * Only these final statuses for PHASE_FINISHED and JOB_FINISHED (empty: any).
+   *
+   * @generated from field: repeated helix.runner.v1.PhaseStatus statuses = 4;
+   */
+  statuses: PhaseStatus[];
+
+  /**
+   * PHASE_COST_THRESHOLD's threshold in USD (required with it, refused without it).
+   *
+   * @generated from field: optional double cost_threshold_usd = 5;
+   */
+  costThresholdUsd?: number | undefined;
+
+  /**
+   * The body's format (UNSPECIFIED: STANDARD).
+   *
+   * @generated from field: helix.runner.v1.WebhookFormat format = 6;
+   */
+  format: WebhookFormat;
+
+  /**
+   * A note for people (at most 256 characters).
+   *
+   * @generated from field: string description = 7;
+   */
+  description: string;
+
+  /**
+   * The signing secret, `whsec_` and the base64 of 24 to 64 bytes; empty: the server makes one
+   * and returns it in the response. Never returned otherwise, never logged.
+   *
+   * @generated from field: string secret = 8;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.CreateWebhookRequest.
+ * Use `create(CreateWebhookRequestSchema)` to create a new message.
+ */
+export const CreateWebhookRequestSchema: GenMessage<CreateWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 49);
+
+/**
+ * CreateWebhookResponse is the new subscription.
+ *
+ * @generated from message helix.runner.v1.CreateWebhookResponse
+ */
+export type CreateWebhookResponse = Message<"helix.runner.v1.CreateWebhookResponse"> & {
+  /**
+   * The subscription.
+   *
+   * @generated from field: helix.runner.v1.Webhook webhook = 1;
+   */
+  webhook?: Webhook | undefined;
+
+  /**
+   * The secret the server made (empty when the request gave one): keep it, it is not shown again.
+   *
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.CreateWebhookResponse.
+ * Use `create(CreateWebhookResponseSchema)` to create a new message.
+ */
+export const CreateWebhookResponseSchema: GenMessage<CreateWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 50);
+
+/**
+ * ListWebhooksRequest filters the subscriptions.
+ *
+ * @generated from message helix.runner.v1.ListWebhooksRequest
+ */
+export type ListWebhooksRequest = Message<"helix.runner.v1.ListWebhooksRequest"> & {
+  /**
+   * Only this project's and the server-wide ones (empty: all).
+   *
+   * @generated from field: string project_id = 1;
+   */
+  projectId: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.ListWebhooksRequest.
+ * Use `create(ListWebhooksRequestSchema)` to create a new message.
+ */
+export const ListWebhooksRequestSchema: GenMessage<ListWebhooksRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 51);
+
+/**
+ * ListWebhooksResponse lists them by creation time.
+ *
+ * @generated from message helix.runner.v1.ListWebhooksResponse
+ */
+export type ListWebhooksResponse = Message<"helix.runner.v1.ListWebhooksResponse"> & {
+  /**
+   * The subscriptions.
+   *
+   * @generated from field: repeated helix.runner.v1.Webhook webhooks = 1;
+   */
+  webhooks: Webhook[];
+};
+
+/**
+ * Describes the message helix.runner.v1.ListWebhooksResponse.
+ * Use `create(ListWebhooksResponseSchema)` to create a new message.
+ */
+export const ListWebhooksResponseSchema: GenMessage<ListWebhooksResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 52);
+
+/**
+ * DeleteWebhookRequest names a subscription.
+ *
+ * @generated from message helix.runner.v1.DeleteWebhookRequest
+ */
+export type DeleteWebhookRequest = Message<"helix.runner.v1.DeleteWebhookRequest"> & {
+  /**
+   * The subscription's id.
+   *
+   * @generated from field: string webhook_id = 1;
+   */
+  webhookId: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.DeleteWebhookRequest.
+ * Use `create(DeleteWebhookRequestSchema)` to create a new message.
+ */
+export const DeleteWebhookRequestSchema: GenMessage<DeleteWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 53);
+
+/**
+ * DeleteWebhookResponse is what was deleted.
+ *
+ * @generated from message helix.runner.v1.DeleteWebhookResponse
+ */
+export type DeleteWebhookResponse = Message<"helix.runner.v1.DeleteWebhookResponse"> & {
+  /**
+   * The subscription as it was.
+   *
+   * @generated from field: helix.runner.v1.Webhook webhook = 1;
+   */
+  webhook?: Webhook | undefined;
+
+  /**
+   * Its pending deliveries, now CANCELLED.
+   *
+   * @generated from field: int32 cancelled_deliveries = 2;
+   */
+  cancelledDeliveries: number;
+};
+
+/**
+ * Describes the message helix.runner.v1.DeleteWebhookResponse.
+ * Use `create(DeleteWebhookResponseSchema)` to create a new message.
+ */
+export const DeleteWebhookResponseSchema: GenMessage<DeleteWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 54);
+
+/**
+ * ListWebhookDeliveriesRequest filters the delivery log.
+ *
+ * @generated from message helix.runner.v1.ListWebhookDeliveriesRequest
+ */
+export type ListWebhookDeliveriesRequest = Message<"helix.runner.v1.ListWebhookDeliveriesRequest"> & {
+  /**
+   * Only this subscription's (empty: all).
+   *
+   * @generated from field: string webhook_id = 1;
+   */
+  webhookId: string;
+
+  /**
+   * Only this job's.
+   *
+   * @generated from field: string job_id = 2;
+   */
+  jobId: string;
+
+  /**
+   * Only this phase's (requires job_id).
+   *
+   * @generated from field: string phase_id = 3;
+   */
+  phaseId: string;
+
+  /**
+   * Only deliveries in these states (empty: any).
+   *
+   * @generated from field: repeated helix.runner.v1.WebhookDeliveryState states = 4;
+   */
+  states: WebhookDeliveryState[];
+
+  /**
+   * Deliveries per page (0: 50; at most 500).
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous response; the other fields must match that request.
+   *
+   * @generated from field: string page_token = 6;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.ListWebhookDeliveriesRequest.
+ * Use `create(ListWebhookDeliveriesRequestSchema)` to create a new message.
+ */
+export const ListWebhookDeliveriesRequestSchema: GenMessage<ListWebhookDeliveriesRequest> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 55);
+
+/**
+ * ListWebhookDeliveriesResponse is one page of the delivery log, newest first.
+ *
+ * @generated from message helix.runner.v1.ListWebhookDeliveriesResponse
+ */
+export type ListWebhookDeliveriesResponse = Message<"helix.runner.v1.ListWebhookDeliveriesResponse"> & {
+  /**
+   * Deliveries with their attempts.
+   *
+   * @generated from field: repeated helix.runner.v1.WebhookDelivery deliveries = 1;
+   */
+  deliveries: WebhookDelivery[];
+
+  /**
+   * The next page's token; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message helix.runner.v1.ListWebhookDeliveriesResponse.
+ * Use `create(ListWebhookDeliveriesResponseSchema)` to create a new message.
+ */
+export const ListWebhookDeliveriesResponseSchema: GenMessage<ListWebhookDeliveriesResponse> = /*@__PURE__*/
+  messageDesc(file_helix_runner_v1_runner_service, 56);
+
+/**
  * ErrorReason documents the `ErrorInfo.reason` values of this service (sent without the
  * `ERROR_REASON_` prefix).
  *
@@ -2019,6 +2295,36 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_TASK_NOT_FOUND = 23;
    */
   TASK_NOT_FOUND = 23,
+
+  /**
+   * The webhook does not exist; metadata `webhook_id`.
+   *
+   * @generated from enum value: ERROR_REASON_WEBHOOK_NOT_FOUND = 24;
+   */
+  WEBHOOK_NOT_FOUND = 24,
+
+  /**
+   * CreateWebhook: the URL's host is an address webhooks may not reach (loopback, private,
+   * link-local...) and the server's `webhook_private_allow` does not name it; metadata `field`,
+   * `host`, `port`, `problem`. A name is checked after it is resolved, at each delivery.
+   *
+   * @generated from enum value: ERROR_REASON_WEBHOOK_DESTINATION_REFUSED = 25;
+   */
+  WEBHOOK_DESTINATION_REFUSED = 25,
+
+  /**
+   * DeleteWebhook: the webhook is defined in the server's config file; metadata `webhook_id`.
+   *
+   * @generated from enum value: ERROR_REASON_WEBHOOK_FROM_CONFIG = 26;
+   */
+  WEBHOOK_FROM_CONFIG = 26,
+
+  /**
+   * CreateWebhook: the server has as many webhooks as it keeps; metadata `limit`.
+   *
+   * @generated from enum value: ERROR_REASON_TOO_MANY_WEBHOOKS = 27;
+   */
+  TOO_MANY_WEBHOOKS = 27,
 }
 
 /**
@@ -2420,6 +2726,48 @@ export const RunnerService: GenService<{
     methodKind: "unary";
     input: typeof GetTaskOutputRequestSchema;
     output: typeof GetTaskOutputResponseSchema;
+  },
+  /**
+   * Subscribes a URL to notifications (README "Webhooks"): signed Standard Webhooks
+   * deliveries, at least once. The response carries the signing secret when the server made it,
+   * the only time it is ever returned.
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.CreateWebhook
+   */
+  createWebhook: {
+    methodKind: "unary";
+    input: typeof CreateWebhookRequestSchema;
+    output: typeof CreateWebhookResponseSchema;
+  },
+  /**
+   * Lists the subscriptions (never their secrets).
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.ListWebhooks
+   */
+  listWebhooks: {
+    methodKind: "unary";
+    input: typeof ListWebhooksRequestSchema;
+    output: typeof ListWebhooksResponseSchema;
+  },
+  /**
+   * Deletes a subscription made through the API; its pending deliveries are cancelled.
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.DeleteWebhook
+   */
+  deleteWebhook: {
+    methodKind: "unary";
+    input: typeof DeleteWebhookRequestSchema;
+    output: typeof DeleteWebhookResponseSchema;
+  },
+  /**
+   * Pages through deliveries, newest first, with their attempts (the delivery log).
+   *
+   * @generated from rpc helix.runner.v1.RunnerService.ListWebhookDeliveries
+   */
+  listWebhookDeliveries: {
+    methodKind: "unary";
+    input: typeof ListWebhookDeliveriesRequestSchema;
+    output: typeof ListWebhookDeliveriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_helix_runner_v1_runner_service, 0);
