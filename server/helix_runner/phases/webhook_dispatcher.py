@@ -65,6 +65,8 @@ class WebhookDispatcher:
         self.sender = sender
         self.settings = settings
         self.shared = shared
+        # Attempts name the replica that made them on a shared database (alone: nobody else could have).
+        self.replica = settings.owner if shared else ""
         self.rand = rand
         self._wakeup = asyncio.Event()
         self._in_flight: set[asyncio.Task] = set()
@@ -148,8 +150,8 @@ class WebhookDispatcher:
         now = time.time()
         if row is None or row.disabled_time_ns is not None:
             why = "the webhook was deleted" if row is None else f"the webhook is disabled: {row.disabled_reason}"
-            self._finish(d, WebhookAttemptRow(d.delivery_id, number, time.time_ns(), None, 0, why,
-                                              self.settings.owner), "CANCELLED" if row is None else "DEAD", None)
+            self._finish(d, WebhookAttemptRow(d.delivery_id, number, time.time_ns(), None, 0, why, self.replica),
+                         "CANCELLED" if row is None else "DEAD", None)
             return
         refused = WebhookUrl.parse(row.url).literal_refusal(self.webhooks.exceptions)
         if refused is not None:  # the operator's allowance was withdrawn since it was created
@@ -159,7 +161,7 @@ class WebhookDispatcher:
             result_status, latency, retry_after, error = (result.status_code, result.latency_ns, result.retry_after,
                                                           result.error)
         attempt = WebhookAttemptRow(d.delivery_id, number, int(now * 1e9), result_status, latency,
-                                    error or _status_text(result_status), self.settings.owner)
+                                    error or _status_text(result_status), self.replica)
         outcome = outcome_of(result_status)
         if outcome is AttemptOutcome.DELIVERED:
             self._finish(d, attempt, "DELIVERED", None)
