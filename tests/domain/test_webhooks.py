@@ -38,7 +38,7 @@ E = WebhookEvent
 
 
 def ev(seq: int, payload) -> Event:
-    return Event(seq, 1_700_000_000_000_000_000 + seq, "s", "", "", "", payload)
+    return Event(seq, 1_700_000_000_000_000_000 + seq * 1_001_000, "s", "", "", "", payload)
 
 
 def cost(usd: float, reported: bool = False) -> CostUpdate:
@@ -132,7 +132,7 @@ def test_the_body_is_the_standard_webhooks_shape_with_a_link_to_the_phase():
     body = orjson.loads(render_body(held, WebhookFormat.STANDARD, "https://runner.example.com/"))
     assert body == {
         "type": "phase.awaiting_approval",
-        "timestamp": "2023-11-14T22:13:20.000Z",
+        "timestamp": "2023-11-14T22:13:20.004004Z",
         "data": {"job_id": "job 1", "phase_id": "p/2", "project_id": "proj", "sequence": 4,
                  "status": "AWAITING_APPROVAL", "reason": "tool call Bash (toolu_1) held: breakpoint bp-1",
                  "cost_usd": 0.4, "url": "https://runner.example.com/#/jobs/job%201/phases/p%2F2",

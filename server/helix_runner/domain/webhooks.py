@@ -277,7 +277,9 @@ def _slack_escape(text: str) -> str:
 
 
 def _rfc3339(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC with microseconds (as Standard Webhooks' examples), from integer nanoseconds (no float rounding)."""
+    when = datetime.fromtimestamp(ns // 1_000_000_000, UTC).replace(microsecond=ns // 1000 % 1_000_000)
+    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # -- retries -----------------------------------------------------------------------------------------
