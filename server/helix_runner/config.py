@@ -259,8 +259,8 @@ class ServerConfig:
     # TLS (the kubelet's gRPC probes); it answers the same liveness/readiness as the API port.
     health_port: int | None = None
     # --- Webhooks (README "Webhooks"). Subscriptions from the config file ([[webhooks]] tables: id,
-    # url, events, and optionally project, statuses, cost_threshold_usd, format, description,
-    # secret_file), besides those created through the API; replaced in the store at each start.
+    # url, events, secret_file, and optionally project, statuses, cost_threshold_usd, format,
+    # description), besides those created through the API; replaced in the store at each start.
     webhooks: tuple[Mapping[str, Any], ...] = ()
     # host:port pairs a webhook may reach although their addresses are loopback, private or
     # link-local (as egress_private_allow for phases); nothing else that is not public.
@@ -351,13 +351,13 @@ def webhook_specs(config: ServerConfig) -> list[WebhookSpec]:
     """The config file's webhook subscriptions, their secrets read from their files (ConfigError if one cannot be)."""
     specs = []
     for table in config.webhooks:
-        secret = ""
-        if table.get("secret_file"):
-            path = Path(str(table["secret_file"])).expanduser()
-            try:
-                secret = path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(f"webhooks: {table['id']}: cannot read secret_file {path}: {exc.strerror}") from None
+        path = Path(str(table["secret_file"])).expanduser()
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"webhooks: {table['id']}: cannot read secret_file {path}: {exc.strerror}") from None
+        if not secret:
+            raise ConfigError(f"webhooks: {table['id']}: secret_file {path} is empty")
         threshold = table.get("cost_threshold_usd")
         specs.append(WebhookSpec(
             url=table["url"], events=tuple(WebhookEvent(e) for e in table["events"]),
@@ -451,6 +451,9 @@ def _webhooks(value: Any) -> tuple[dict[str, Any], ...]:
         seen.add(name)
         if not isinstance(table.get("url"), str) or not table["url"]:
             raise ValueError(f"{name}: url is required")
+        if not isinstance(table.get("secret_file"), str) or not table["secret_file"]:
+            # A secret made at start would change at every start, and no receiver could know it.
+            raise ValueError(f"{name}: secret_file is required (one line: whsec_ and base64, the receiver's too)")
         events = table.get("events")
         if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
             raise ValueError(f"{name}: events must be a non-empty list of event types (e.g. [\"phase.finished\"])")
