@@ -72,6 +72,7 @@ class WebhookDispatcher:
         self._in_flight: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
         self._closing = False
+        self._refreshed = 0.0  # when the subscriptions were last read (monotonic)
         # After each attempt (the telemetry and benchmark hook): the delivery and what the attempt got.
         self.on_attempt: Callable[[WebhookDeliveryRow, WebhookAttemptRow, str], None] = lambda d, a, state: None
         webhooks.on_change = self.wake
@@ -106,8 +107,9 @@ class WebhookDispatcher:
             self._wakeup.clear()
             timeout = self.settings.poll_s  # the safety net, and what finds other replicas' rows
             try:
-                if self.shared:
+                if self.shared and time.monotonic() - self._refreshed >= self.settings.poll_s:
                     self.webhooks.refresh()  # subscriptions created or deleted on other replicas
+                    self._refreshed = time.monotonic()
                 if self.webhooks.any:
                     timeout = self._claim_and_start()
             except asyncio.CancelledError:
