@@ -172,19 +172,22 @@ class NotificationMapper:
         out: list[Notification] = []
         for e in events:
             p = e.payload
-            if isinstance(p, CostUpdate):
+            kind = type(p)  # on every event of every phase: exact type checks, the cheapest test
+            if kind is not CostUpdate and kind is not PhaseStatusChanged and kind is not ControlEvent:
+                continue
+            if kind is CostUpdate:
                 cost = _cost(p)
                 if cost > self.cost_usd:
                     out.append(self._note(WebhookEvent.PHASE_COST_THRESHOLD, e, previous_cost_usd=self.cost_usd,
                                           cost_usd=cost))
                 self.cost_usd = max(self.cost_usd, cost)
-            elif isinstance(p, PhaseStatusChanged):
+            elif kind is PhaseStatusChanged:
                 self.status = p.to_status
                 if p.to_status in FINAL_STATUSES and p.from_status not in FINAL_STATUSES:
                     out.append(self._note(WebhookEvent.PHASE_FINISHED, e, reason=p.reason))
                     if job_done():
                         out.append(self._note(WebhookEvent.JOB_FINISHED, e, reason=p.reason))
-            elif isinstance(p, ControlEvent):
+            else:  # a ControlEvent
                 if p.kind is ControlEventKind.BREAKPOINT_HIT:
                     out.append(self._note(WebhookEvent.PHASE_AWAITING_APPROVAL, e, status=PhaseStatus.AWAITING_APPROVAL,
                                           reason=f"tool call {p.tool_name} ({p.tool_use_id}) held: breakpoint "
