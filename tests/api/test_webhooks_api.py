@@ -175,3 +175,31 @@ def _queue_full_error():
 
     return RunnerError(ErrorKind.RESOURCE_EXHAUSTED, "QUEUE_FULL", "the admission queue is full (1 waiting)",
                        {"limit": "1", "scope": "server", "retry_after_ms": "1000"})
+
+
+async def test_a_phase_a_crashed_server_left_running_is_told_when_the_server_starts_again(runner_factory, tmp_path):
+    """SQLite, one process: recovery records the phase INTERRUPTED and its phase.finished in one transaction."""
+    from helix_runner.domain.phase_status import PhaseStatus
+    from helix_runner.domain.webhooks import WebhookEvent, WebhookSpec
+    from helix_runner.egress.addresses import OperatorExceptions
+    from helix_runner.phases.webhooks import Webhooks
+    from helix_runner.store.protocol import EventRow, PhaseRow
+    from helix_runner.store.sqlite_store import SqliteStore
+
+    receiver = WebhookReceiver(new_secret()).start()
+    try:
+        store = SqliteStore(tmp_path / "data" / "helix-runner.sqlite3")  # what the crashed server left
+        Webhooks(store, exceptions=OperatorExceptions.parse([receiver.allow])).create(WebhookSpec(
+            url=receiver.url, events=(WebhookEvent.PHASE_FINISHED, WebhookEvent.JOB_FINISHED), secret=receiver.secret))
+        store.get_or_create_job("j", "proj", 1)
+        store.insert_phase(PhaseRow(job_id="j", phase_id="x", ordinal=0, project_id="proj",
+                                    status=PhaseStatus.AWAITING_APPROVAL, create_time_ns=1, computed_usd=0.5))
+        store.append_events([("j", "x", [EventRow(1, 2, "k", b"")])])
+        store.close()
+        async with runner_factory(None, webhook_private_allow=[receiver.allow]):
+            got = await receiver.arrived(2)
+    finally:
+        receiver.stop()
+    assert [r.json["type"] for r in got] == ["phase.finished", "job.finished"] and all(r.verified for r in got)
+    data = got[0].json["data"]
+    assert (data["status"], data["sequence"], data["cost_usd"], data["project_id"]) == ("INTERRUPTED", 2, 0.5, "proj")
