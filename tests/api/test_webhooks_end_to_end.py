@@ -141,3 +141,31 @@ async def test_two_replicas_deliver_each_event_once(claude_binary, scripted_api,
     assert sorted(d.delivery_id for d in log) == sorted(r.webhook_id for r in got)
     assert all(d.state == res.WEBHOOK_DELIVERY_STATE_DELIVERED and d.attempt_count == 1 for d in log)
     assert {d.attempts[0].replica_id for d in log} <= {"replica-a", "replica-b"}
+
+
+async def test_a_retry_and_a_crossed_cost_threshold_are_told(claude_binary, scripted_api, runner_factory, receiver):
+    from google.protobuf.duration_pb2 import Duration
+
+    from helix_runner.offline import ApiError, Usage
+
+    api = scripted_api([
+        Reply.tool_use("Bash", {"command": "echo first"}, usage=Usage(input_tokens=100_000, output_tokens=50)),
+        ApiError(529, times=3),  # the harness gives the CLI 2 retries of its own: all three fail
+        Reply.text("Done after the overload.", usage=Usage(input_tokens=100_000, output_tokens=20)),
+    ])
+    async with runner_factory(api, webhook_private_allow=[receiver.allow]) as runner:
+        await subscribe(runner.stub, receiver, [res.WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED,
+                                                res.WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD],
+                        cost_threshold_usd=0.0001)
+        _, result = await runner.run_phase("echo, then say done", allowed_tools=["Bash"], deadline=120,
+                                           retry=pb.RetryPolicy(max_attempts=3, initial_backoff=Duration(nanos=10**7)))
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        got = await receiver.arrived(2)
+        await asyncio.sleep(0.5)  # a second threshold crossing would have come by now
+    got = receiver.snapshot()
+    assert sorted(r.json["type"] for r in got) == ["phase.cost_threshold", "phase.retry_scheduled"]
+    assert all(r.verified for r in got)
+    retried = next(r.json["data"] for r in got if r.json["type"] == "phase.retry_scheduled")
+    assert (retried["attempt"], retried["max_attempts"], retried["end_kind"]) == (1, 3, "API_OVERLOADED")
+    crossed = next(r.json["data"] for r in got if r.json["type"] == "phase.cost_threshold")
+    assert crossed["previous_cost_usd"] < 0.0001 <= crossed["cost_usd"]
