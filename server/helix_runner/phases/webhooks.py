@@ -202,7 +202,9 @@ class Webhooks:
                                       spec.description)
         if problems:
             name, problem = problems[0]
-            raise invalid_field(name, problem)
+            # The request's values the message names are in the ErrorInfo too.
+            values = {"statuses": ",".join(s.name for s in spec.statuses)} if name == "statuses" else {}
+            raise invalid_field(name, problem, **values)
         secret = spec.secret or new_secret()
         bad = check_secret(secret)
         if bad is not None:

@@ -34,7 +34,7 @@ def check_secret(secret: str) -> str | None:
     except (binascii.Error, ValueError):
         return f"must be {SECRET_PREFIX} followed by base64"
     if not MIN_SECRET_BYTES <= len(raw) <= MAX_SECRET_BYTES:
-        return f"must hold {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes (it holds {len(raw)})"
+        return f"must hold {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes"
     return None
 
 
