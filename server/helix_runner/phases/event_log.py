@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from helix_runner.store.protocol import EventRow, FencedError, Store
+from helix_runner.store.protocol import EventRow, FencedError, OutboxRow, Store
 
 HISTORY_PAGE = 500
 DEFAULT_QUEUE_EVENTS = 8192
@@ -46,14 +46,20 @@ class EventWriter:
     def __init__(self, store: Store):
         self.store = store
         self._pending: list[tuple[str, str, Sequence[EventRow], Callable[[], None]]] = []
+        # Webhook deliveries the pending events cause: committed in the same transaction.
+        self._outbox: list[OutboxRow] = []
+        self.on_outbox: Callable[[], None] = lambda: None  # rows were committed: the dispatcher's wake-up
         self._scheduled = False
         self.commit_timer: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext  # telemetry hook
         # A shared database refused some phases' appends (another replica took them over): told
         # once per refused phase per flush, so their runs can be stopped (PhaseService.on_fenced).
         self.on_fenced: Callable[[str, str], None] = lambda job_id, phase_id: None
 
-    def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None]) -> None:
+    def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None],
+               outbox: Sequence[OutboxRow] = ()) -> None:
         self._pending.append((job_id, phase_id, rows, on_durable))
+        if outbox:
+            self._outbox.extend(outbox)
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -62,14 +68,21 @@ class EventWriter:
         """Commits everything pending, then runs its callbacks (also called at shutdown)."""
         self._scheduled = False
         pending, self._pending = self._pending, []
+        outbox, self._outbox = self._outbox, []
         if not pending:
             return
         refused: set[tuple[str, str]] = set()
         try:
             with self.commit_timer():
-                self.store.append_events([(job, phase, rows) for job, phase, rows, _ in pending if rows])
+                batches = [(job, phase, rows) for job, phase, rows, _ in pending if rows]
+                if outbox:
+                    self.store.append_events(batches, outbox=outbox)
+                else:  # the call as it was before webhooks (a store without them needs nothing new)
+                    self.store.append_events(batches)
         except FencedError as exc:  # the other phases' rows are committed (store/protocol.py)
             refused = set(exc.refused)
+        if outbox:
+            self.on_outbox()
         for job, phase, _, on_durable in pending:
             if (job, phase) not in refused:
                 on_durable()  # a refused phase's rows are not in the store: never offered to watchers
@@ -211,18 +224,24 @@ class PhaseEventLog:
         self.fenced = True
         self._close(result)
 
-    def publish(self, rows: Sequence[EventRow]) -> None:
-        """Persists the rows (sequences must continue the log), then offers them to subscribers."""
+    def publish(self, rows: Sequence[EventRow], outbox: Sequence[OutboxRow] = ()) -> None:
+        """Persists the rows (sequences must continue the log), then offers them to subscribers.
+
+        ``outbox``: the webhook deliveries these events cause, written in the same transaction.
+        """
         if not rows or self.fenced:
             return
         if rows[0].sequence != self.submitted_sequence + 1:
             raise ValueError(f"sequence gap: expected {self.submitted_sequence + 1}, got {rows[0].sequence}")
         self.submitted_sequence = rows[-1].sequence
         if self.writer is None:
-            self.store.append_events([(self.job_id, self.phase_id, rows)])
+            if outbox:
+                self.store.append_events([(self.job_id, self.phase_id, rows)], outbox=outbox)
+            else:
+                self.store.append_events([(self.job_id, self.phase_id, rows)])
             self._offer(rows)
         else:
-            self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows))
+            self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows), outbox)
 
     def _offer(self, rows: Sequence[EventRow]) -> None:
         if self.fenced:

@@ -65,6 +65,7 @@ from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.views import HeldCall, RunSnapshot
+from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
@@ -123,8 +124,10 @@ class PhaseRun:
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
-                 accepted_ns: int | None = None):
+                 accepted_ns: int | None = None, notifier: PhaseNotifier | None = None):
         self.spec = spec
+        # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
+        self.notifier = notifier
         # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
         self.accepted_ns = time.time_ns() if accepted_ns is None else accepted_ns
         # Retry policy and admission (phases.attempts); the attempts so far, oldest first.
@@ -577,7 +580,8 @@ class PhaseRun:
     def _persist_and_offer(self, events: list[Event]) -> None:
         encoder, job, phase = self.encoder, self.job_id, self.phase_id
         self.events.publish([EventRow(e.sequence, e.receive_time_ns, encoder.event_kind(e),
-                                      encoder.encode_event(job, phase, e)) for e in events])
+                                      encoder.encode_event(job, phase, e)) for e in events],
+                            self.notifier.outbox(events) if self.notifier is not None else ())
 
     def _note_stream_facts(self, events: list[Event]) -> None:
         """Message counts, the session and model (written to the phase row when they change), lost writes."""

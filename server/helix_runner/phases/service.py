@@ -45,6 +45,7 @@ from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import LaunchPlan, PhaseRun
 from helix_runner.phases.views import ServerStatus
+from helix_runner.phases.webhooks import PhaseNotifier, Webhooks
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.child_env import compose_child_env, missing_commands
 from helix_runner.process.claude_command import build_argv, prompt_line
@@ -87,8 +88,11 @@ class PhaseService:
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
                  telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE,
-                 egress: Egress | None = None, sandbox: Sandbox | None = None):
+                 egress: Egress | None = None, sandbox: Sandbox | None = None,
+                 webhooks: Webhooks | None = None):
         self.config = config
+        # Webhook subscriptions: each run maps its events to outbox rows (phases/webhooks.py).
+        self.webhooks = webhooks
         self.containment = containment
         self.telemetry = telemetry or Telemetry()
         self.store = store
@@ -144,7 +148,12 @@ class PhaseService:
         request leaves nothing behind, so its phase id stays free for a corrected retry.
         """
         with self.telemetry.admission():  # telemetry: counts refusals by reason
-            return await self._start(spec, breakpoints, retry or self.retry_defaults)
+            try:
+                return await self._start(spec, breakpoints, retry or self.retry_defaults)
+            except RunnerError as exc:
+                if exc.reason == "QUEUE_FULL" and self.webhooks is not None:
+                    self.webhooks.queue_full(spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT, exc)
+                raise
 
     async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy) -> LivePhase:
         breakpoints = list(breakpoints or [])
@@ -271,7 +280,7 @@ class PhaseService:
             # A write refused by the fence (another replica took the phase over) stops the run.
             run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
             run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries, accepted_ns=now)
+                           retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             if plan.secret_files is not None:
@@ -285,6 +294,22 @@ class PhaseService:
                                                      "working_dir": str(workdir),
                                                      "containment": plan.scope.describe()}})
         return live
+
+    def _notifier(self, job_id: str, phase_id: str, project: str, cost_usd: float = 0.0) -> PhaseNotifier | None:
+        """The phase's webhook notifier (None: webhooks are off)."""
+        if self.webhooks is None:
+            return None
+        return self.webhooks.notifier(job_id, phase_id, project, functools.partial(self.job_done, job_id, phase_id),
+                                      cost_usd)
+
+    def notifier_of(self, row: PhaseRow) -> PhaseNotifier | None:
+        """The webhook notifier of a phase that ended without its run (recovery, a takeover's sweep)."""
+        return self._notifier(row.job_id, row.phase_id, row.project_id,
+                              row.reported_usd if row.reported_usd is not None else row.computed_usd)
+
+    def job_done(self, job_id: str, phase_id: str) -> bool:
+        """Whether every phase of the job but this one is final (its end then finishes the job: job.finished)."""
+        return all(p.status.is_final for p in self.store.phases_of_jobs([job_id]) if p.phase_id != phase_id)
 
     def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
         """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
@@ -541,10 +566,11 @@ class PhaseService:
             seq = row.last_sequence + 1
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                      reason))
+            notifier = self.notifier_of(row)
             self.store.append_events([(row.job_id, row.phase_id, [
                 EventRow(seq, now, self.encoder.event_kind(event), self.encoder.encode_event(row.job_id, row.phase_id,
                                                                                           event))
-            ])])
+            ])], outbox=notifier.outbox([event]) if notifier is not None else ())
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,

@@ -30,9 +30,9 @@ from helix_runner.store.postgres_cluster import (
 )
 from helix_runner.store.postgres_migrations import migrate_from
 from helix_runner.store.postgres_notify import EventPointer, notify
-from helix_runner.store.protocol import AlreadyExistsError, EventRow, PhaseRow, StoreError
+from helix_runner.store.protocol import AlreadyExistsError, EventRow, OutboxRow, PhaseRow, StoreError
 from helix_runner.store.rows import phase_value
-from helix_runner.store.sql_store import ACTIVE, FINISHED, PHASE_COLUMNS, POSTGRESQL, SqlStore
+from helix_runner.store.sql_store import ACTIVE, FINISHED, PHASE_COLUMNS, POSTGRESQL, SqlStore, insert_outbox
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,11 @@ class PostgresStore(SqlStore):
         ).fetchone()
         notify(tx, [EventPointer(job_id, phase_id, last)])
 
+    def _now_ns(self, tx) -> int:
+        # The database's clock: claims and retry times must mean the same to every replica.
+        (now,) = tx.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1e9)::bigint").fetchone()
+        return int(now)
+
     # -- written for PostgreSQL -------------------------------------------------------------------
 
 
@@ -150,17 +155,21 @@ class PostgresStore(SqlStore):
         return row
 
 
-    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]],
+                      outbox: Sequence[OutboxRow] = ()) -> None:
         """Appends the events of one or more phases in one transaction (group commit), then notifies.
 
         Phases this replica may not write are left out and named by the ``FencedError`` raised
-        after the others were committed.
+        after the others were committed; so are the ``outbox`` rows (webhook deliveries) of theirs.
         """
         batches = [b for b in batches if b[2]]
-        if not batches:
+        if not batches and not outbox:
             return
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            writable, refused = self.replica.lock_for_write(cur, [(j, p) for j, p, _ in batches])
+            writable, refused = self.replica.lock_for_write(
+                cur, list(dict.fromkeys([(j, p) for j, p, _ in batches] + [(o.job_id, o.phase_id) for o in outbox])))
+            if outbox:  # the webhook deliveries these events cause (sql_store.insert_outbox)
+                insert_outbox(POSTGRESQL, cur, [o for o in outbox if (o.job_id, o.phase_id) in writable])
             cols: tuple[list, ...] = ([], [], [], [], [], [])
             last: dict[tuple[str, str], int] = {}
             for job_id, phase_id, events in batches:
