@@ -39,12 +39,16 @@ FROM ${PYTHON_IMAGE}
 #                   listed so the dependency does not silently disappear with a base change.
 #   procps          ps/kill/pkill for the agent's Bash tool and for inspecting process groups
 #                   with `kubectl exec` when a phase misbehaves.
+#   bubblewrap      builds each phase's sandbox namespaces (README "Sandbox"; needs user namespaces,
+#                   see deploy/k8s); libseccomp2 compiles the phase sandbox's seccomp filter.
 # Versions are not pinned (DL3008 ignored in .hadolint.yaml): the pinned base tag fixes the
 # Debian release, and bookworm-security drops superseded versions, which would break rebuilds.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
+        bubblewrap \
         ca-certificates \
         git \
+        libseccomp2 \
         procps \
         tini \
     && rm -rf /var/lib/apt/lists/*

@@ -276,6 +276,72 @@ def replicas(ctx: Context) -> Result:
     return Result(figure, r["median"] >= r["goal"] and s["bad"] == 0, f"{s['k']} phases x {s['lines']} lines")
 
 
+def _gateway(ctx: Context) -> dict:
+    return ctx.run_json("bench_gateway.py", ["--quick"] if ctx.quick else [], 600 if ctx.quick else 1200)
+
+
+def gateway_ttft(ctx: Context) -> Result:
+    """Issue 21: time the gateway adds to the first token, p50 of paired requests (default config)."""
+    lat = _gateway(ctx)["latency"]
+    gw = lat["gateway"]
+    figure = (f"+{gw['ttft_added_paired_p50']:.2f} ms (difference of medians +{gw['ttft_added_p50']:.2f}); "
+              f"TTFT p50 {lat['direct']['ttft_p50']:.2f} direct, {gw['ttft_p50']:.2f} through it")
+    return Result(figure, gw["ttft_added_paired_p50"] <= 1.0)
+
+
+def gateway_ttft_allowlist(ctx: Context) -> Result:
+    """The same with a project model allowlist (the body's top level decoded and re-encoded)."""
+    allow = _gateway(ctx)["latency"]["gateway + allowlist"]
+    figure = f"+{allow['ttft_added_paired_p50']:.2f} ms (difference of medians +{allow['ttft_added_p50']:.2f})"
+    return Result(figure, allow["ttft_added_paired_p50"] <= 1.0)
+
+
+def gateway_chunks(ctx: Context) -> Result:
+    """Issue 21: delay per chunk through the gateway: the last event's offset from the first, minus direct's."""
+    lat = _gateway(ctx)["latency"]
+    gw = lat["gateway"]
+    figure = (f"last of {gw['events']} events {gw['last_shift_p50']:+.2f} ms vs direct (p50); gaps p50 "
+              f"{gw['gap_p50']:.2f} vs {lat['direct']['gap_p50']:.2f} ms")
+    # Later events arriving later relative to the first than direct ones would be a delay per chunk;
+    # earlier (negative) is the first event's own added latency.
+    return Result(figure, gw["last_shift_p50"] <= 0.5)
+
+
+def gateway_throughput(ctx: Context) -> Result:
+    """Issue 21: single-phase events/s (bench_run_phase P2) with the gateway and proxy on vs off."""
+    t = _gateway(ctx)["throughput"]
+    ratios = sorted(t["ratios"])
+    figure = (f"{t['ratio_median']:.2f}x (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}); server CPU per event "
+              f"{t['cpu_ratio_median']:.2f}x")
+    # Judged on server CPU per event: events/s swings 2x between rounds on a shared machine.
+    return Result(figure, t["cpu_ratio_median"] <= 1.05)
+
+
+def _webhooks(ctx: Context) -> dict:
+    return ctx.run_json("bench_webhooks.py", ["--quick"] if ctx.quick else [], 600 if ctx.quick else 1200)
+
+
+def webhook_latency(ctx: Context) -> Result:
+    """Issue 26: delivery p99 after the event, phase.finished (fake CLI) and awaiting approval (real CLI)."""
+    s = _webhooks(ctx)
+    fin, appr = s["finished"], s.get("approval")
+    figure = f"p99 {fin['p99']:.1f} ms (p50 {fin['p50']:.1f}, n {fin['n']})"
+    if appr:
+        figure += f"; awaiting approval p99 {appr['p99']:.1f} ms (n {appr['n']})"
+    met = fin["p99"] <= s["goal_p99_ms"] and (appr is None or appr["p99"] <= s["goal_p99_ms"])
+    return Result(figure, met)
+
+
+def webhook_throughput(ctx: Context) -> Result:
+    """Issue 26: P2 events/s and server CPU per event with a subscription to every event type, vs the
+    commit before webhooks (bench_webhooks, rounds alternating)."""
+    t = _webhooks(ctx)["throughput"]
+    ref = t["reference"]
+    figure = (f"every event {t['ratio']['every event']:.2f}x, none {t['ratio']['no webhook']:.2f}x {ref}'s events/s; "
+              f"CPU/event {t['cpu_ratio']['every event']:.2f}x / {t['cpu_ratio']['no webhook']:.2f}x")
+    return Result(figure, t["cpu_ratio"]["no webhook"] <= 1.05)
+
+
 # --------------------------------------------------------------------------------------------------
 # The table: the issue's goals P1-P8 (the issue has no P4), each with its measure function.
 
@@ -308,7 +374,20 @@ GOALS: list[Goal] = [
     Goal("P7", "ListJobs (20 jobs a page) vs GetJob req/s, 10 callers (bench_read_model)", "0.18x", ">= 0.5x", read_model),
     Goal("P8", "events/s, 2 server processes on one PostgreSQL vs 1 (bench_replicas)", "not possible yet", ">= 1.7x",
          replicas),
+    # Issue 21's bounds for the model-API gateway (bench_gateway).
+    Goal("GW-ttft", "time the API gateway adds to the first token, p50 (bench_gateway)", "no gateway", "<= 1 ms",
+         gateway_ttft),
+    Goal("GW-ttft-allow", "the same with a model allowlist configured (bench_gateway)", "no gateway", "<= 1 ms",
+         gateway_ttft_allowlist),
+    Goal("GW-chunk", "delay per chunk through the gateway (bench_gateway)", "no gateway", "none (<= 0.5 ms at the "
+         "last event)", gateway_chunks),
+    Goal("GW-tput", "single-phase events/s and server CPU per event, gateway and proxy on vs off "
+         "(bench_gateway, P2's setup)", "1x", "CPU/event <= 1.05x", gateway_throughput),
     # Figures the existing benchmarks measure, with their README goals (not yet assigned to a P goal).
+    Goal("WH-lat", "webhook delivery after its event, p99 on a quiet machine (bench_webhooks)", "no webhooks",
+         "<= 200 ms", webhook_latency),
+    Goal("WH-tput", "P2 events/s and server CPU per event, webhooks on vs the commit before (bench_webhooks)",
+         "no webhooks", "unchanged", webhook_throughput),
     Goal("RP-lat", "RunPhase latency at 50 phases, steady p99 (bench_run_phase)", "", "< 5 ms", run_phase_latency),
     Goal("RP-loss", "events lost/reordered at 200 phases (bench_run_phase)", "", "none", run_phase_loss),
     Goal("RP-mem", "server memory per running phase (bench_run_phase)", "", "< 5 MB", run_phase_memory),

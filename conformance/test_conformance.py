@@ -172,29 +172,42 @@ def test_transcript_matches_golden(language: str, server: Server) -> None:
         GOLDEN.write_text(json.dumps(transcript, indent=2, sort_keys=True) + "\n")
     golden = json.loads(GOLDEN.read_text())
     assert transcript == golden, f"{language} differs from golden.json:\n{describe_difference(golden, transcript)}"
-    # The cancel scenarios' tool really ran (it wrote its pid once started) and did not outlive the cancel.
+    # The cancel scenarios' tool really ran (it wrote its pid and start time once started; inside the
+    # phase's PID namespace the pid is the namespace's) and did not outlive the cancel.
     for job in ("cancel", "drop"):
         started = server.workdir / f"conf-{language}-{job}.started"
         assert started.exists(), f"the {job} scenario's tool never started running"
-        pid = int(started.read_text())
-        assert _gone(pid), f"the {job} scenario's tool (pid {pid}) still runs after its phase was cancelled"
+        identity = started.read_text()
+        assert _gone(identity), f"the {job} scenario's tool ({identity}) still runs after its phase was cancelled"
     # The worktree phase wrote into its own worktree: the repository's main worktree is untouched.
     assert git(repo, "status", "--porcelain") == "" and not (repo / "notes.txt").exists()
     assert f"helix/conf-{language}-{spec['worktree']['job']}/" in git(repo, "branch", "--list")
 
 
-def _gone(pid: int, timeout: float = 10.0) -> bool:
-    """Whether the process is gone (or a zombie), waiting up to ``timeout`` seconds."""
+def _gone(identity: str, timeout: float = 10.0) -> bool:
+    """Whether the process that wrote ``identity`` ("<pid> <start ticks>") is gone (or a zombie),
+    waiting up to ``timeout`` seconds (as tests/support/processes.py ``find_process``, standalone here)."""
+    own, start = (int(x) for x in identity.split())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            return True
-        if stat[stat.rindex(")") + 2] == "Z":
+        if not any(_is(pid, own, start) for pid in os.listdir("/proc") if pid.isdigit()):
             return True
         time.sleep(0.1)
     return False
+
+
+def _is(pid: str, own: int, start: int) -> bool:
+    """Whether live process ``pid`` started at ``start`` ticks with pid ``own`` in its innermost namespace."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z" or int(fields[19]) != start:
+            return False
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except (OSError, ValueError, IndexError):
+        return False
+    nspid = next((line.split()[1:] for line in status if line.startswith("NSpid:")), [pid])
+    return int(nspid[-1]) == own
 
 
 @pytest.mark.real_cli

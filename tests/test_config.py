@@ -165,3 +165,39 @@ def test_the_replica_lease_comes_from_file_env_or_flag_and_keeps_the_takeover_bo
     cfg = load_config(flags={**roots, "replica_lease_seconds": 22.5}, environ=env, config_file=cfg_file)
     # The longest lease still keeps a dead replica's phases within the documented bound.
     assert cfg.replica_lease_seconds + sweep_interval_seconds(cfg.replica_lease_seconds) == TAKEOVER_BOUND_SECONDS
+
+
+def test_gateway_and_egress_keys_from_file_and_environment(tmp_path):
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text(
+        f'workspace_roots = ["{tmp_path}"]\n'
+        'egress_allowlist = ["pypi.org", "*.pythonhosted.org"]\negress_private_allow = ["registry.internal:8080"]\n'
+        '[model_allowlist]\ndefault = ["claude-sonnet-4-5*"]\n"*" = ["claude-haiku-*"]\n')
+    env = {"HELIX_RUNNER_EGRESS_ALLOWED_PORTS": "443,8443", "HELIX_RUNNER_API_UPSTREAM_URL": "https://gw.example.com/a"}
+    cfg = load_config(environ=env, config_file=cfg_file)
+    assert cfg.api_gateway and cfg.egress_proxy  # the defaults
+    assert cfg.egress_allowlist == ("pypi.org", "*.pythonhosted.org") and cfg.egress_allowed_ports == (443, 8443)
+    assert cfg.model_allowlist == {"default": ("claude-sonnet-4-5*",), "*": ("claude-haiku-*",)}
+    assert cfg.api_upstream_url == "https://gw.example.com/a"
+    env_json = {"HELIX_RUNNER_MODEL_ALLOWLIST": '{"p1": ["claude-x"]}'}
+    assert load_config(flags={"workspace_roots": [str(tmp_path)]}, environ=env_json).model_allowlist == {
+        "p1": ("claude-x",)}
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"api_upstream_url": "http://api.example.com"}, "unencrypted"),
+    ({"api_upstream_url": "ftp://x"}, "api_upstream_url"),
+    ({"api_upstream_url": "https://u:p@api.example.com"}, "credentials"),
+    ({"egress_allowlist": "10.0.0.1"}, "egress_allowlist: '10.0.0.1': IP addresses"),
+    ({"egress_allowlist": "example.com:22"}, "port 22 is not allowed"),
+    ({"egress_allowed_ports": "0"}, "egress_allowed_ports"),
+    ({"egress_private_allow": "registry.internal"}, "egress_private_allow"),
+    ({"model_allowlist": '{"default": "claude-x"}'}, "non-empty list"),
+    ({"model_allowlist": '{"bad project!": ["x"]}'}, "not a project id"),
+    ({"api_gateway_port": 70000}, "api_gateway_port"),
+])  # fmt: skip
+def test_bad_gateway_and_egress_values_are_one_line_errors(tmp_path, flags, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(flags={"workspace_roots": [str(tmp_path)], **flags}, environ={})
+    assert load_config(flags={"workspace_roots": [str(tmp_path)], "api_upstream_url": "http://127.0.0.1:8080"},
+                       environ={}).api_upstream_url == "http://127.0.0.1:8080"

@@ -30,8 +30,83 @@ def config(tmp_path, **flags):
     )
 
 
+def without_gateway(tmp_path, **flags):
+    """The modes from before the gateway: key helper, the key in the environment, offline direct."""
+    return config(tmp_path, api_gateway="false", egress_proxy="false", **flags)
+
+
+async def close(creds) -> None:
+    if creds.offline_api is not None:
+        creds.offline_api.stop()
+    if creds.egress is not None:
+        await creds.egress.stop()
+    if creds.key_broker is not None:
+        await creds.key_broker.stop()
+
+
+async def test_by_default_the_key_stays_in_the_server_and_the_phase_reaches_the_gateway_and_the_proxy(tmp_path):
+    env = {"ANTHROPIC_API_KEY": "sk-ant-env", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/api"}
+    creds = await child_credentials(config(tmp_path), env)
+    try:
+        assert creds.key_broker is None and creds.egress is not None
+        gateway, proxy = creds.egress.gateway, creds.egress.proxy
+        assert gateway is not None and proxy is not None
+        assert creds.overrides["ANTHROPIC_BASE_URL"] == gateway.base_url
+        assert creds.overrides["NO_PROXY"] == creds.overrides["no_proxy"] == "127.0.0.1,localhost,::1"
+        assert "ANTHROPIC_API_KEY" not in creds.overrides  # each phase's capability comes with the phase
+        assert set(CREDENTIAL_ENV) <= set(creds.withhold) and {"HTTPS_PROXY", "http_proxy"} <= set(creds.withhold)
+        # The server's own ANTHROPIC_BASE_URL is where the gateway forwards, with the server's key.
+        assert str(gateway.settings.upstream) == "http://127.0.0.1:9/api"
+        assert gateway.settings.api_key() == "sk-ant-env"
+        assert creds.egress.ports == (gateway.port, proxy.port)
+    finally:
+        await close(creds)
+
+
+async def test_the_gateway_forwards_to_api_upstream_url_and_re_reads_a_key_file(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-ant-one\n")
+    cfg = config(tmp_path, api_key_file=str(key_file), api_upstream_url="https://api.example.com/anthropic",
+                 egress_proxy="false")
+    creds = await child_credentials(cfg, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+    try:
+        settings = creds.egress.gateway.settings
+        assert str(settings.upstream) == "https://api.example.com/anthropic" and creds.egress.proxy is None
+        key_file.write_text("sk-ant-two\n")  # rotated: the next request uses the new key
+        assert settings.api_key() == "sk-ant-two"
+        assert "NO_PROXY" not in creds.overrides
+    finally:
+        await close(creds)
+
+
+async def test_without_a_key_the_gateway_is_not_used_but_the_proxy_is(tmp_path):
+    creds = await child_credentials(config(tmp_path), {"CLAUDE_CODE_OAUTH_TOKEN": "o"})
+    try:
+        assert creds.egress is not None and creds.egress.gateway is None and creds.egress.proxy is not None
+        assert "ANTHROPIC_BASE_URL" not in creds.overrides and "CLAUDE_CODE_OAUTH_TOKEN" not in creds.withhold
+    finally:
+        await close(creds)
+
+
+async def test_offline_mode_goes_through_the_gateway(tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text('{"turns": []}')
+    cfg = config(tmp_path, offline_script=str(script))
+    creds = await child_credentials(cfg, {"ANTHROPIC_API_KEY": "sk-ant-real"})
+    try:
+        gateway = creds.egress.gateway
+        assert str(gateway.settings.upstream) == creds.offline_api.base_url
+        assert gateway.settings.api_key() == "offline-mode"
+        assert creds.overrides["ANTHROPIC_BASE_URL"] == gateway.base_url
+        assert "ANTHROPIC_API_KEY" not in creds.overrides
+        # Each phase's CLI config is its private home's (process/sandbox/private_home.py), not shared.
+        assert "CLAUDE_CONFIG_DIR" not in creds.overrides
+    finally:
+        await close(creds)
+
+
 async def test_an_api_key_in_the_server_env_is_served_by_the_helper_not_inherited(tmp_path):
-    creds = await child_credentials(config(tmp_path), {"ANTHROPIC_API_KEY": "sk-ant-env"})
+    creds = await child_credentials(without_gateway(tmp_path), {"ANTHROPIC_API_KEY": "sk-ant-env"})
     try:
         assert creds.key_broker is not None and creds.key_broker.source.read() == "sk-ant-env"
         assert creds.withhold == ("ANTHROPIC_API_KEY",) and creds.overrides == {}
@@ -40,17 +115,18 @@ async def test_an_api_key_in_the_server_env_is_served_by_the_helper_not_inherite
 
 
 async def test_no_api_key_means_no_helper(tmp_path):
-    creds = await child_credentials(config(tmp_path), {"CLAUDE_CODE_OAUTH_TOKEN": "o"})
+    creds = await child_credentials(without_gateway(tmp_path), {"CLAUDE_CODE_OAUTH_TOKEN": "o"})
     assert creds.key_broker is None and creds.withhold == () and creds.overrides == {}
     # A key the operator does not let the child inherit is not served either.
-    creds = await child_credentials(config(tmp_path, inherit_env="HOME"), {"ANTHROPIC_API_KEY": "sk"})
+    creds = await child_credentials(without_gateway(tmp_path, inherit_env="HOME"), {"ANTHROPIC_API_KEY": "sk"})
     assert creds.key_broker is None
 
 
 async def test_helper_off_puts_the_key_file_in_the_environment(tmp_path):
     key_file = tmp_path / "key"
     key_file.write_text("sk-ant-file\n")
-    creds = await child_credentials(config(tmp_path, api_key_file=str(key_file), api_key_helper="false"), {})
+    creds = await child_credentials(without_gateway(tmp_path, api_key_file=str(key_file), api_key_helper="false"),
+                                    {})
     assert creds.key_broker is None and creds.overrides == {"ANTHROPIC_API_KEY": "sk-ant-file"}
 
 
@@ -63,16 +139,16 @@ async def test_an_unusable_key_file_stops_the_start(tmp_path, content):
         await child_credentials(config(tmp_path, api_key_file=str(key_file)), {})
 
 
-async def test_offline_mode_withholds_every_credential_and_has_its_own_config_dir(tmp_path):
+async def test_offline_mode_withholds_every_credential_and_leaves_the_config_dir_to_the_phase(tmp_path):
     script = tmp_path / "script.json"
     script.write_text('{"turns": []}')
-    cfg = config(tmp_path, offline_script=str(script), api_key_file=str(tmp_path / "unused"))
+    cfg = without_gateway(tmp_path, offline_script=str(script), api_key_file=str(tmp_path / "unused"))
     creds = await child_credentials(cfg, {"ANTHROPIC_API_KEY": "sk-ant-real"})
     try:
         assert creds.key_broker is None and creds.withhold == CREDENTIAL_ENV
         assert creds.overrides["ANTHROPIC_API_KEY"] == "offline-mode"
-        assert creds.overrides["CLAUDE_CONFIG_DIR"] == str(cfg.offline_config_dir)
-        assert cfg.offline_config_dir.is_dir()
+        # Each phase's private home holds its config dir (process/sandbox/private_home.py).
+        assert "CLAUDE_CONFIG_DIR" not in creds.overrides
     finally:
         creds.offline_api.stop()
 
@@ -164,3 +240,18 @@ async def test_the_containment_line_is_short_and_its_paths_are_detail(tmp_path, 
     line = TextFormatter().format(record)
     assert "/sys/fs/cgroup" not in line and "detail" not in record.fields and len(line) < 80, line
     assert set(record.fields) == {"mode", "limits"}
+
+
+def test_the_ports_a_sandboxed_phase_may_reach_are_the_model_apis_a_proxys_and_the_clis_collectors(tmp_path):
+    from helix_runner.server import ChildCredentials, egress_ports
+
+    cfg = config(tmp_path, inherit_env=["ANTHROPIC_*", "HTTPS_PROXY", "OTEL_*"])
+    env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:8080", "HTTPS_PROXY": "http://localhost:3128",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+           "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector.example:4318"}  # off this host: not reachable
+    assert egress_ports(cfg, env, ChildCredentials({})) == ((8080, 3128, 4318), "")
+    # Not inherited (inherit_env), so not the phase's: no port for it.
+    assert egress_ports(config(tmp_path, inherit_env=["ANTHROPIC_*"]), env, ChildCredentials({}))[0] == (8080,)
+    # The model API off this host and no gateway: no network layer can confine the phase.
+    ports, why = egress_ports(cfg, {"ANTHROPIC_BASE_URL": "https://api.example"}, ChildCredentials({}))
+    assert ports is None and "not on this host's loopback" in why

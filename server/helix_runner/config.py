@@ -22,8 +22,19 @@ from helix_runner.domain.phase_spec import (
     MIN_CPU_LIMIT_MILLICORES,
     MIN_MEMORY_LIMIT_BYTES,
 )
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import ModelPrice
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.domain.webhooks import (
+    RetrySchedule,
+    WebhookEvent,
+    WebhookFormat,
+    WebhookSpec,
+    check_subscription,
+)
+from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.egress.allowlist import parse_pattern
+from helix_runner.egress.upstream import UpstreamUrl
 from helix_runner.errors import RunnerError
 from helix_runner.store.database_url import DatabaseUrl, default_database_url, parse_database_url
 from helix_runner.store.protocol import (
@@ -32,6 +43,7 @@ from helix_runner.store.protocol import (
     MIN_LEASE_SECONDS,
     TAKEOVER_BOUND_SECONDS,
 )
+from helix_runner.webhook_http.target import WebhookUrl
 
 ENV_PREFIX = "HELIX_RUNNER_"
 
@@ -76,6 +88,10 @@ DEFAULT_REQUEST_ENV_ALLOWLIST = (
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # How phases are contained (process/containment.py): auto picks cgroup v2, then the v1 freezer, then the shim.
 CONTAINMENT_SETTINGS = ("auto", "cgroup", "cgroup-v2", "cgroup-v1", "subreaper")
+# The per-phase sandbox (process/sandbox/): auto uses every layer the host allows, required refuses
+# phases while one is missing, off runs phases with the server's view of everything.
+SANDBOX_SETTINGS = ("auto", "required", "off")
+SANDBOX_LAYERS = ("namespaces", "network", "landlock", "seccomp")
 _CGROUP_PARENT = re.compile(r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 # An auth token file holding "sha256:<hex>" holds the token's digest (api.auth compares it).
 TOKEN_DIGEST_PREFIX = "sha256:"
@@ -83,6 +99,8 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
 _ADVERTISE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}$")
 _REPLICA_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_PROJECT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_MODEL_PATTERN = re.compile(r"^[A-Za-z0-9_.:@/\[\]*-]{1,200}$")
 # auto: human-readable lines when stderr is a terminal, JSON otherwise (structured_logging.py).
 LOG_FORMATS = ("auto", "json", "text")
 TRACING_MODES = ("auto", "on", "off")
@@ -183,6 +201,26 @@ class ServerConfig:
     # never enters the child's environment; off = the child inherits ANTHROPIC_API_KEY (every
     # command the model runs can read it).
     api_key_helper: bool = True
+    # The model-API gateway (helix_runner/egress): the CLI's ANTHROPIC_BASE_URL on 127.0.0.1, which
+    # forwards its requests with the real key; the phase holds only a per-phase capability. Off: the
+    # key reaches the phase as before (key-helper mode or its environment).
+    api_gateway: bool = True
+    api_gateway_port: int = 0  # 0: an ephemeral port
+    # Where the gateway forwards to; empty: the server's own ANTHROPIC_BASE_URL, else the Anthropic API.
+    api_upstream_url: str = ""
+    # A PEM CA bundle to verify the upstream's certificate with instead of the system's roots.
+    api_upstream_ca_file: Path | None = None
+    # Models each project may use ({"project": ["claude-sonnet-4-5*", ...], "*": [...] for the rest});
+    # empty: any model. Enforced by the gateway.
+    model_allowlist: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The egress proxy: the phases' HTTP(S)_PROXY, on 127.0.0.1, allowing only egress_allowlist
+    # (plus what a request adds) on egress_allowed_ports, never a private, loopback or link-local
+    # address unless egress_private_allow names that host:port.
+    egress_proxy: bool = True
+    egress_proxy_port: int = 0  # 0: an ephemeral port
+    egress_allowlist: tuple[str, ...] = ()
+    egress_allowed_ports: tuple[int, ...] = (80, 443)
+    egress_private_allow: tuple[str, ...] = ()
     # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
     # days are deleted with their rows and recordings; the oldest finished phases' recordings are
     # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
@@ -199,6 +237,13 @@ class ServerConfig:
     containment: str = "auto"
     # Where phase cgroups go in each hierarchy: relative to the server's own cgroup, or absolute.
     cgroup_parent: str = "helix-runner"
+    # The per-phase sandbox (README "Sandbox"): auto | required | off; the template a phase's private
+    # HOME is copied from (None: empty); more read-only paths phases see (runtimes outside the
+    # system directories); layers turned off (namespaces, network, landlock, seccomp).
+    sandbox: str = "auto"
+    sandbox_home_template: Path | None = None
+    sandbox_read_paths: tuple[Path, ...] = ()
+    sandbox_skip_layers: tuple[str, ...] = ()
     # Limits for phases that do not set their own (0: none); need a memory / cpu cgroup.
     default_memory_limit_bytes: int = 0
     default_cpu_limit_millicores: int = 0
@@ -224,6 +269,28 @@ class ServerConfig:
     # A plaintext port serving only grpc.health.v1.Health (None: off), for probes that cannot speak
     # TLS (the kubelet's gRPC probes); it answers the same liveness/readiness as the API port.
     health_port: int | None = None
+    # --- Webhooks (README "Webhooks"). Subscriptions from the config file ([[webhooks]] tables: id,
+    # url, events, secret_file, and optionally project, statuses, cost_threshold_usd, format,
+    # description), besides those created through the API; replaced in the store at each start.
+    webhooks: tuple[Mapping[str, Any], ...] = ()
+    # host:port pairs a webhook may reach although their addresses are loopback, private or
+    # link-local (as egress_private_allow for phases); nothing else that is not public.
+    webhook_private_allow: tuple[str, ...] = ()
+    # Tries of a delivery before it is dead-lettered, and the backoff between them (with jitter;
+    # a receiver's Retry-After is honoured, up to 6 hours).
+    webhook_max_attempts: int = 12
+    webhook_initial_backoff_seconds: float = 5.0
+    webhook_backoff_multiplier: float = 3.0
+    webhook_max_backoff_seconds: float = 21600.0
+    # One attempt's bound (connect, send, the answer's head and up to webhook_max_response_bytes of
+    # its body, the rest dropped).
+    webhook_timeout_seconds: float = 10.0
+    webhook_max_response_bytes: int = 64 * 1024
+    # A PEM CA bundle receivers' certificates are verified with instead of the system's roots.
+    webhook_ca_file: Path | None = None
+    # The dashboard's public base URL (e.g. https://runner.example.com): webhook bodies link to a
+    # phase's page under it. Empty: no link.
+    dashboard_url: str = ""
 
     @property
     def tls(self) -> bool:
@@ -268,11 +335,6 @@ class ServerConfig:
     def recordings_dir(self) -> Path:
         return self.data_dir / "recordings"
 
-    @property
-    def offline_config_dir(self) -> Path:
-        """Offline mode's ``CLAUDE_CONFIG_DIR``: the CLI's settings and session files, apart from ``~/.claude``."""
-        return self.data_dir / "offline-claude-config"
-
     def read_auth_token(self) -> str | None:
         """The bearer token clients must present or its digest (``sha256:<64 hex digits>``, see
         api.auth), or None when auth is off."""
@@ -289,6 +351,34 @@ class ServerConfig:
         elif len(token) < 16:
             raise ConfigError(f"auth token in {self.auth_token_file} is shorter than 16 characters")
         return token
+
+
+def webhook_specs(config: ServerConfig) -> list[WebhookSpec]:
+    """The config file's webhook subscriptions, their secrets read from their files (ConfigError if one cannot be)."""
+    specs = []
+    for table in config.webhooks:
+        path = Path(str(table["secret_file"])).expanduser()
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"webhooks: {table['id']}: cannot read secret_file {path}: {exc.strerror}") from None
+        if not secret:
+            raise ConfigError(f"webhooks: {table['id']}: secret_file {path} is empty")
+        threshold = table.get("cost_threshold_usd")
+        specs.append(WebhookSpec(
+            url=table["url"], events=tuple(WebhookEvent(e) for e in table["events"]),
+            project_id=str(table.get("project", "")),
+            statuses=tuple(PhaseStatus[s.upper()] for s in table.get("statuses", [])),
+            cost_threshold_usd=float(threshold) if threshold is not None else None,
+            format=WebhookFormat(table.get("format", WebhookFormat.STANDARD.value)),
+            description=str(table.get("description", "")), secret=secret, subscription_id=str(table["id"])))
+    return specs
+
+
+def webhook_schedule(config: ServerConfig) -> RetrySchedule:
+    """The retry schedule of webhook deliveries (the ``webhook_*`` keys)."""
+    return RetrySchedule(config.webhook_max_attempts, config.webhook_initial_backoff_seconds,
+                         config.webhook_backoff_multiplier, config.webhook_max_backoff_seconds)
 
 
 def _default_data_dir() -> Path:
@@ -323,6 +413,76 @@ def _warm_pool(value: Any) -> dict[str, Any]:
     if not isinstance(table.get("options", {}), Mapping):
         raise ValueError("options must be a table of phase options")
     return dict(table)
+
+
+def _model_allowlist(value: Any) -> dict[str, tuple[str, ...]]:
+    """{project id or "*": [model id or pattern, ...]} (a TOML table, or JSON text from the environment)."""
+    table = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(table, Mapping):
+        raise ValueError("must be a table of project id -> list of model ids or patterns")
+    out = {}
+    for project, models in table.items():
+        if project != "*" and not _PROJECT_ID.match(str(project)):
+            raise ValueError(f"{str(project)[:80]!r} is not a project id (or '*' for every other project)")
+        if isinstance(models, str) or not isinstance(models, list | tuple) or not models:
+            raise ValueError(f"{project}: needs a non-empty list of model ids or patterns")
+        if not all(isinstance(m, str) and _MODEL_PATTERN.match(m) for m in models):
+            raise ValueError(f"{project}: model ids and patterns are letters, digits and . _ : @ / [ ] - *")
+        out[str(project)] = tuple(models)
+    return out
+
+
+_WEBHOOK_KEYS = {"id", "url", "events", "project", "statuses", "cost_threshold_usd", "format", "description",
+                 "secret_file"}
+
+
+def _webhooks(value: Any) -> tuple[dict[str, Any], ...]:
+    """``[[webhooks]]`` tables (or JSON text from the environment), their shape checked; each becomes a
+    subscription at start (``ServerConfig.webhook_specs``), where its URL and filters are checked too."""
+    tables = json.loads(value) if isinstance(value, str) else value
+    if isinstance(tables, Mapping) or not isinstance(tables, list | tuple):
+        raise ValueError("must be a list of tables ([[webhooks]] in TOML)")
+    out, seen = [], set()
+    for i, table in enumerate(tables):
+        if not isinstance(table, Mapping):
+            raise ValueError(f"entry {i} is not a table")
+        unknown = set(table) - _WEBHOOK_KEYS
+        if unknown:
+            raise ValueError(f"entry {i}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_WEBHOOK_KEYS))})")
+        name = table.get("id")
+        if not isinstance(name, str) or not _REPLICA_ID.match(name):
+            raise ValueError(f"entry {i}: id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+        if name in seen:
+            raise ValueError(f"entry {i}: id {name!r} is used twice")
+        seen.add(name)
+        if not isinstance(table.get("url"), str) or not table["url"]:
+            raise ValueError(f"{name}: url is required")
+        if not isinstance(table.get("secret_file"), str) or not table["secret_file"]:
+            # A secret made at start would change at every start, and no receiver could know it.
+            raise ValueError(f"{name}: secret_file is required (one line: whsec_ and base64, the receiver's too)")
+        events = table.get("events")
+        if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+            raise ValueError(f"{name}: events must be a non-empty list of event types (e.g. [\"phase.finished\"])")
+        try:
+            [WebhookEvent(e) for e in events]
+        except ValueError:
+            raise ValueError(f"{name}: events are among {', '.join(e.value for e in WebhookEvent)}") from None
+        statuses = table.get("statuses", [])
+        if not isinstance(statuses, list) or not all(isinstance(s, str) and s.upper() in PhaseStatus.__members__
+                                                     for s in statuses):
+            raise ValueError(f"{name}: statuses must be a list of phase statuses (e.g. [\"FAILED\"])")
+        if "format" in table and table["format"] not in [f.value for f in WebhookFormat]:
+            raise ValueError(f"{name}: format is one of {', '.join(f.value for f in WebhookFormat)}")
+        threshold = table.get("cost_threshold_usd")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
+            raise ValueError(f"{name}: cost_threshold_usd must be a number")
+        out.append(dict(table))
+    return tuple(out)
+
+
+def _as_int_tuple(value: Any) -> tuple[int, ...]:
+    return tuple(int(p) for p in _as_str_tuple(value) if str(p).strip()) if isinstance(value, str) \
+        else tuple(int(p) for p in value)
 
 
 def _price_overrides(value: Any) -> dict[str, ModelPrice]:
@@ -411,6 +571,16 @@ _CONVERTERS: dict[str, Any] = {
     "offline_script": lambda v: Path(v).expanduser() if v else None,
     "api_key_file": lambda v: Path(v).expanduser() if v else None,
     "api_key_helper": _as_bool,
+    "api_gateway": _as_bool,
+    "api_gateway_port": int,
+    "api_upstream_url": lambda v: str(v).strip(),
+    "api_upstream_ca_file": lambda v: Path(v).expanduser() if v else None,
+    "model_allowlist": lambda v: _model_allowlist(v),
+    "egress_proxy": _as_bool,
+    "egress_proxy_port": int,
+    "egress_allowlist": _as_str_tuple,
+    "egress_allowed_ports": _as_int_tuple,
+    "egress_private_allow": _as_str_tuple,
     "retention_days": float,
     "recordings_max_bytes": int,
     "retention_interval_seconds": float,
@@ -418,6 +588,10 @@ _CONVERTERS: dict[str, Any] = {
     "web_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     "web_host": str,
     "containment": lambda v: str(v).lower(),
+    "sandbox": lambda v: str(v).lower(),
+    "sandbox_home_template": lambda v: Path(v).expanduser() if v else None,
+    "sandbox_read_paths": _as_path_tuple,
+    "sandbox_skip_layers": lambda v: tuple(x.lower() for x in _as_str_tuple(v)),
     "cgroup_parent": str,
     "default_memory_limit_bytes": _as_bytes,
     "default_cpu_limit_millicores": int,
@@ -432,6 +606,17 @@ _CONVERTERS: dict[str, Any] = {
     "tls_client_ca_file": lambda v: Path(v).expanduser() if v else None,
     "tls_server_name": lambda v: str(v).strip(),
     "health_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
+    # Webhooks (grouped with the fields above)
+    "webhooks": lambda v: _webhooks(v),
+    "webhook_private_allow": _as_str_tuple,
+    "webhook_max_attempts": int,
+    "webhook_initial_backoff_seconds": float,
+    "webhook_backoff_multiplier": float,
+    "webhook_max_backoff_seconds": float,
+    "webhook_timeout_seconds": float,
+    "webhook_max_response_bytes": _as_bytes,
+    "webhook_ca_file": lambda v: Path(v).expanduser() if v else None,
+    "dashboard_url": lambda v: str(v).strip(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -542,6 +727,16 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("read_cache_jobs must not be negative (0: no cache)")
     if config.containment not in CONTAINMENT_SETTINGS:
         raise ConfigError(f"containment {config.containment!r} is not one of {', '.join(CONTAINMENT_SETTINGS)}")
+    if config.sandbox not in SANDBOX_SETTINGS:
+        raise ConfigError(f"sandbox {config.sandbox!r} is not one of {', '.join(SANDBOX_SETTINGS)}")
+    for layer in config.sandbox_skip_layers:
+        if layer not in SANDBOX_LAYERS:
+            raise ConfigError(f"sandbox_skip_layers: {layer!r} is not one of {', '.join(SANDBOX_LAYERS)}")
+    if config.sandbox_home_template is not None and not config.sandbox_home_template.is_dir():
+        raise ConfigError(f"sandbox_home_template {config.sandbox_home_template} is not a directory")
+    for path in config.sandbox_read_paths:
+        if not path.is_absolute():
+            raise ConfigError(f"sandbox_read_paths: {path} is not an absolute path")
     if not _CGROUP_PARENT.match(config.cgroup_parent) or ".." in config.cgroup_parent.split("/"):
         raise ConfigError(f"cgroup_parent {config.cgroup_parent!r} must be a path of [A-Za-z0-9_.-] names "
                           "(relative to the server's own cgroup, or absolute), without '..'")
@@ -551,6 +746,8 @@ def validate(config: ServerConfig) -> ServerConfig:
             0 < config.default_cpu_limit_millicores < MIN_CPU_LIMIT_MILLICORES:
         raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
                           f"{MAX_CPU_LIMIT_MILLICORES}")
+    _validate_egress(config)
+    _validate_webhooks(config)
     if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
         raise ConfigError("worktree_retention must be KEEP, REMOVE or REMOVE_ON_SUCCESS")
     roots = config.workspace_roots or (Path.cwd(),)
@@ -578,6 +775,83 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"database_url: {exc}") from None
     return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
                    database_url=database_url)
+
+
+def _validate_egress(config: ServerConfig) -> None:
+    """The gateway's and the egress proxy's settings (one line naming the bad key and value)."""
+    for name in ("api_gateway_port", "egress_proxy_port"):
+        if not 0 <= getattr(config, name) <= 65535:
+            raise ConfigError(f"{name} {getattr(config, name)} is out of range 0-65535")
+    if config.api_upstream_url:
+        try:
+            upstream = UpstreamUrl.parse(config.api_upstream_url)
+        except ValueError as exc:
+            raise ConfigError(f"api_upstream_url: {exc}") from None
+        if upstream.scheme == "http" and not _loopback_host(upstream.host):
+            raise ConfigError("api_upstream_url: http:// would send the API key unencrypted; use https:// (or a "
+                              "loopback host)")
+    if config.api_upstream_ca_file is not None and not config.api_upstream_ca_file.is_file():
+        raise ConfigError(f"api_upstream_ca_file {config.api_upstream_ca_file} is not a file")
+    ports = config.egress_allowed_ports
+    if not ports or len(ports) > 32 or not all(0 < p < 65536 for p in ports):
+        raise ConfigError("egress_allowed_ports must list 1 to 32 ports (1-65535)")
+    for entry in config.egress_allowlist:
+        try:
+            parse_pattern(entry, frozenset(ports))
+        except ValueError as exc:
+            raise ConfigError(f"egress_allowlist: {entry[:80]!r}: {exc}") from None
+    try:
+        OperatorExceptions.parse(config.egress_private_allow)
+    except ValueError as exc:
+        raise ConfigError(f"egress_private_allow: {exc}") from None
+
+
+def _validate_webhooks(config: ServerConfig) -> None:
+    """The webhook settings (one line naming the bad key); each subscription's URL and filters too."""
+    if not 1 <= config.webhook_max_attempts <= 100:
+        raise ConfigError("webhook_max_attempts must be 1 to 100")
+    if not 0 < config.webhook_initial_backoff_seconds <= config.webhook_max_backoff_seconds:
+        raise ConfigError("webhook_initial_backoff_seconds must be above 0 and at most webhook_max_backoff_seconds")
+    if not 1 <= config.webhook_backoff_multiplier <= 100:
+        raise ConfigError("webhook_backoff_multiplier must be 1 to 100")
+    if not 0.1 <= config.webhook_timeout_seconds <= 300:
+        raise ConfigError("webhook_timeout_seconds must be 0.1 to 300")
+    if not 1024 <= config.webhook_max_response_bytes <= 16 * 1024 * 1024:
+        raise ConfigError("webhook_max_response_bytes must be 1 KiB to 16 MiB")
+    if config.webhook_ca_file is not None and not config.webhook_ca_file.is_file():
+        raise ConfigError(f"webhook_ca_file {config.webhook_ca_file} is not a file")
+    try:
+        exceptions = OperatorExceptions.parse(config.webhook_private_allow)
+    except ValueError as exc:
+        raise ConfigError(f"webhook_private_allow: {exc}") from None
+    if config.dashboard_url:
+        try:
+            WebhookUrl.parse(config.dashboard_url)
+        except ValueError as exc:
+            raise ConfigError(f"dashboard_url: {exc}") from None
+    for table in config.webhooks:
+        name = table["id"]
+        try:
+            url = WebhookUrl.parse(table["url"])
+        except ValueError as exc:
+            raise ConfigError(f"webhooks: {name}: url {exc}") from None
+        why = url.literal_refusal(exceptions)
+        if why is not None:
+            raise ConfigError(f"webhooks: {name}: url: {why}")
+        problems = check_subscription(
+            [WebhookEvent(e) for e in table["events"]], [PhaseStatus[s.upper()] for s in table.get("statuses", [])],
+            table.get("cost_threshold_usd"), str(table.get("project", "")), str(table.get("description", "")))
+        if problems:
+            raise ConfigError(f"webhooks: {name}: {problems[0][0]} {problems[0][1]}")
+
+
+def _loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _validate_tls(config: ServerConfig) -> None:

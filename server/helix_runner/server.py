@@ -29,8 +29,14 @@ from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
 from helix_runner.api.web import WebServer, bind_web, start_web
-from helix_runner.config import ConfigError, ServerConfig
+from helix_runner.config import ConfigError, ServerConfig, webhook_schedule, webhook_specs
 from helix_runner.domain import pricing
+from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.egress.allowlist import EgressPolicy, parse_pattern
+from helix_runner.egress.gateway import GatewaySettings
+from helix_runner.egress.proxy import ProxySettings
+from helix_runner.egress.service import Egress, EgressSettings
+from helix_runner.egress.upstream import UpstreamUrl
 from helix_runner.errors import RunnerError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.phases.event_log import PhaseEventLog
@@ -38,17 +44,21 @@ from helix_runner.phases.queries import PhaseQueries
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.phases.service import PhaseService
 from helix_runner.phases.takeover import Takeover
+from helix_runner.phases.webhook_dispatcher import DispatchSettings, WebhookDispatcher
+from helix_runner.phases.webhooks import Webhooks
 from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
 from helix_runner.process.data_dir_lock import DataDirInUse, DataDirLock
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
+from helix_runner.process.sandbox.phase_sandbox import Sandbox
 from helix_runner.store.cluster import SINGLE_NODE, Cluster, ReplicaFeed
 from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import Store, StoreError, sweep_interval_seconds
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
+from helix_runner.webhook_http.sender import SenderSettings, WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +92,13 @@ class RunningServer:
     health_port: int | None = None
     cluster: Cluster = SINGLE_NODE  # the replicas sharing the store (store/cluster.py)
     data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
+    egress: Egress | None = None  # the model-API gateway and the egress proxy (helix_runner/egress)
+    webhook_dispatcher: WebhookDispatcher | None = None  # delivers the webhook outbox
+
+    @property
+    def egress_ports(self) -> tuple[int, ...]:
+        """The host ports a phase may reach: the gateway's and the egress proxy's."""
+        return self.egress.ports if self.egress is not None else ()
 
     async def drain(self, grace: float) -> None:
         """Stops accepting phases, gives running ones ``grace`` seconds, records the rest INTERRUPTED."""
@@ -108,6 +125,8 @@ class RunningServer:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self.service.close()
+        if self.webhook_dispatcher is not None:  # attempts in flight get a moment; the rest stay PENDING
+            await self.webhook_dispatcher.stop(2.0)
         # Streams have delivered their final results by now; give them a moment to flush.
         if self.web is not None:
             await self.web.stop(1.0)
@@ -124,6 +143,8 @@ class RunningServer:
             self.offline_api.stop()
         if self.key_broker is not None:
             await self.key_broker.stop()
+        if self.egress is not None:
+            await self.egress.stop()
         if self.telemetry is not None:  # telemetry: stop /metrics, flush spans
             await self.telemetry.stop()
         if self.data_dir_lock is not None:  # last: nothing of this server touches the data dir any more
@@ -132,31 +153,27 @@ class RunningServer:
 
 @dataclass
 class ChildCredentials:
-    """What a phase's child gets for talking to the model: env overrides, withheld variables, a key broker."""
+    """What a phase's child gets for talking to the model and the network: env overrides, withheld
+    variables, and the key broker or the gateway and egress proxy."""
 
     overrides: dict[str, str]
     withhold: tuple[str, ...] = ()
     key_broker: KeyBroker | None = None
     offline_api: ScriptedApi | None = None
+    egress: Egress | None = None
 
 
 def _start_offline_api(config: ServerConfig) -> ChildCredentials:
     """Offline mode: a scripted loopback Messages API the CLI talks to instead of Anthropic.
 
     The CLI's model is a script here, and whatever the CLI has, the script's tool calls can read:
-    so the child inherits no credential at all (``CREDENTIAL_ENV``) and gets a config dir of its
-    own under the data dir instead of the server user's ``~/.claude`` (whose settings and
-    credentials it would otherwise read and where it would write its session files).
+    so the child inherits no credential at all (``CREDENTIAL_ENV``); its config dir is the
+    phase's private one (process/sandbox/private_home.py), not the server user's ``~/.claude``.
     """
     try:
         script = Script.load(config.offline_script)
     except (OSError, ScriptError, ValueError) as exc:
         raise StartupError(f"cannot load offline script {config.offline_script}: {exc}") from None
-    config_dir = config.offline_config_dir
-    try:
-        config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StartupError(f"cannot create the offline CLI config dir {config_dir}: {exc.strerror}") from None
     api = ScriptedApi(script).start()
     log.warning("offline mode: the CLI talks to a scripted Messages API, not Anthropic",
                 extra={"fields": {"base_url": api.base_url, "script": str(config.offline_script)}})
@@ -165,7 +182,6 @@ def _start_offline_api(config: ServerConfig) -> ChildCredentials:
             "ANTHROPIC_BASE_URL": api.base_url,
             "ANTHROPIC_API_KEY": "offline-mode",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "CLAUDE_CONFIG_DIR": str(config_dir),
         },
         withhold=CREDENTIAL_ENV,
         offline_api=api,
@@ -173,28 +189,88 @@ def _start_offline_api(config: ServerConfig) -> ChildCredentials:
 
 
 async def child_credentials(config: ServerConfig, server_env: dict[str, str]) -> ChildCredentials:
-    """Decides how the CLI gets its credentials: offline, key helper (the default), or the environment."""
+    """Decides how the CLI reaches the model and the network: through the gateway (the default, with
+    a key or offline), the key helper, or the environment; and whether the egress proxy is its way out."""
+    creds, key = await _model_credentials(config, server_env)
+    gateway = None
+    if config.api_gateway and (creds.offline_api is not None or key is not None):
+        gateway = _gateway_settings(config, server_env, creds.offline_api, key)
+    elif config.api_gateway:
+        log.warning("api_gateway is on but the server has no API key (api_key_file, ANTHROPIC_API_KEY): the CLI "
+                    "uses its own credentials (OAuth, Bedrock, Vertex) and reaches the API without the gateway")
+    if gateway is None and not config.egress_proxy:
+        return creds
+    try:
+        egress = await Egress(EgressSettings(
+            gateway=gateway, proxy=ProxySettings(config.egress_proxy_port) if config.egress_proxy else None,
+            policy=_egress_policy(config))).start()
+    except OSError as exc:
+        if creds.offline_api is not None:
+            creds.offline_api.stop()
+        raise StartupError(f"cannot start the API gateway or the egress proxy on 127.0.0.1: {exc.strerror or exc} "
+                           "(is api_gateway_port or egress_proxy_port in use?)") from None
+    creds.egress = egress
+    if gateway is not None:
+        # The phase holds no credential at all (its capability comes per phase): as offline mode.
+        creds.withhold = tuple(dict.fromkeys((*creds.withhold, *CREDENTIAL_ENV)))
+        creds.overrides = {k: v for k, v in creds.overrides.items() if k not in ("ANTHROPIC_BASE_URL",
+                                                                               "ANTHROPIC_API_KEY")}
+    creds.withhold = tuple(dict.fromkeys((*creds.withhold, *egress.withheld_env)))
+    creds.overrides.update(egress.static_env())
+    return creds
+
+
+async def _model_credentials(config: ServerConfig, server_env: dict[str, str]) -> tuple[ChildCredentials, object]:
+    """Without the gateway's part: offline, key helper (the default with a key), the environment, or
+    nothing; and the key source (None without a key)."""
     if config.offline_script is not None:
-        return _start_offline_api(config)
+        return _start_offline_api(config), None
     env_key = server_env.get("ANTHROPIC_API_KEY") if matches_any("ANTHROPIC_API_KEY", config.inherit_env) else None
     if config.api_key_file is not None:
         source = KeySource(path=config.api_key_file)
     elif env_key:
         source = KeySource(value=env_key)
     else:  # no API key: OAuth, Bedrock, Vertex or a proxy token, passed as configured
-        return ChildCredentials({})
+        return ChildCredentials({}), None
     try:
         key = source.read()
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot read the API key from {source.describe()}: {exc}") from None
+    if config.api_gateway:  # the gateway adds the key; it never reaches the phase
+        log.info("API gateway: the CLI holds a per-phase capability; the server adds the API key",
+                 extra={"fields": {"source": source.describe()}})
+        return ChildCredentials({}), source
     if not config.api_key_helper:
         log.warning("the API key is in every phase's environment: any command the model runs can read it "
-                    "(api_key_helper = true keeps it out)")
-        return ChildCredentials({"ANTHROPIC_API_KEY": key})
+                    "(api_gateway = true or api_key_helper = true keeps it out)")
+        return ChildCredentials({"ANTHROPIC_API_KEY": key}), source
     broker = await KeyBroker(source).start()
     log.info("key-helper mode: the CLI asks the server for the API key; it is not in the phase's environment",
              extra={"fields": {"source": source.describe(), "socket": str(broker.socket_path)}})
-    return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker)
+    return ChildCredentials({}, withhold=("ANTHROPIC_API_KEY",), key_broker=broker), source
+
+
+def _gateway_settings(config: ServerConfig, server_env: dict[str, str], offline_api: ScriptedApi | None,
+                      source) -> GatewaySettings:
+    """Where the gateway forwards: offline mode's scripted API, ``api_upstream_url``, the server's own
+    ``ANTHROPIC_BASE_URL``, or the Anthropic API."""
+    if offline_api is not None:
+        url, key = offline_api.base_url, (lambda: "offline-mode")
+    else:
+        url = config.api_upstream_url or server_env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+        key = source.read
+    try:
+        upstream = UpstreamUrl.parse(url)
+    except ValueError as exc:
+        raise StartupError(f"the API gateway's upstream: {exc}") from None
+    return GatewaySettings(upstream, key, ca_file=config.api_upstream_ca_file, port=config.api_gateway_port)
+
+
+def _egress_policy(config: ServerConfig) -> EgressPolicy:
+    """The server's part of every phase's egress policy (the config validated each entry)."""
+    ports = frozenset(config.egress_allowed_ports)
+    return EgressPolicy(allowlist=tuple(parse_pattern(e, ports) for e in config.egress_allowlist), ports=ports,
+                        exceptions=OperatorExceptions.parse(config.egress_private_allow))
 
 
 def _detect_containment(config: ServerConfig) -> Containment:
@@ -218,6 +294,75 @@ def _detect_containment(config: ServerConfig) -> Containment:
             log.warning("default limit not enforced: no cgroup with this controller",
                         extra={"fields": {"limit": name, "value": value}})
     return containment
+
+
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                  "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT")
+
+
+def egress_ports(config: ServerConfig, server_env: dict[str, str],
+                 creds: ChildCredentials) -> tuple[tuple[int, ...] | None, str]:
+    """The host loopback ports a phase must reach (the gateway's and the egress proxy's; with the
+    gateway off, the model API's and a loopback proxy's), or None with the reason when the model API
+    is not on this host: then no network layer can confine a phase."""
+    def inherited(name: str) -> str:
+        if name in creds.overrides:
+            return creds.overrides[name]
+        return server_env.get(name, "") if matches_any(name, config.inherit_env) else ""
+
+    # The gateway and the proxy (helix_runner/egress): the phase's ANTHROPIC_BASE_URL and HTTP(S)_PROXY.
+    ports: list[int] = list(creds.egress.ports) if creds.egress is not None else []
+    base = inherited("ANTHROPIC_BASE_URL")
+    if not base:
+        return None, ("the CLI reaches the model API (api.anthropic.com) directly: no network layer can confine a "
+                      "phase that must reach the internet (no model gateway on this server)")
+    port = _loopback_port(base)
+    if port is None:
+        return None, f"the model API ({base}) is not on this host's loopback: no network layer can confine a phase"
+    ports.append(port)
+    # A loopback proxy, and the collector the CLI exports its own telemetry to (OTEL_* the
+    # operator lets it inherit): a phase reaches those too. Off this host they stay unreachable.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", *OTLP_ENDPOINTS):
+        if (url := inherited(name)) and (port := _loopback_port(url)) is not None:
+            ports.append(port)
+    return tuple(dict.fromkeys(ports)), ""
+
+
+def _loopback_port(url: str) -> int | None:
+    """The port of an http(s) URL on a loopback address, else None."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if host == "localhost":
+        return port
+    try:
+        return port if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+def _start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: ChildCredentials,
+                   key_broker: KeyBroker | None) -> Sandbox | None:
+    """The per-phase sandbox (process/sandbox/), detected and probed once; None when it is off and
+    the phases need no private home either (offline mode always gets one)."""
+    if config.sandbox == "off" and creds.offline_api is None:
+        log.warning("sandbox", extra={"fields": {"setting": "off", "layers": "none: every phase runs with the "
+                                                 "server's view of files, processes and network"}})
+        return None
+    ports, note = egress_ports(config, server_env, creds)
+    hidden = [p for p in (config.auth_token_file, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file,
+                          config.api_key_file) if p is not None]
+    try:
+        return Sandbox.start(config.sandbox, data_dir=config.data_dir, skip=config.sandbox_skip_layers,
+                             egress_ports=ports, egress_note=note, template=config.sandbox_home_template,
+                             read_paths=config.sandbox_read_paths, hidden=hidden)
+    except OSError as exc:
+        raise StartupError(f"cannot set up the phase sandbox: {exc.strerror or exc}") from None
 
 
 async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None,
@@ -306,14 +451,25 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.callback(creds.offline_api.stop)
     if creds.key_broker is not None:
         undo.push_async_callback(creds.key_broker.stop)
+    if creds.egress is not None:
+        undo.push_async_callback(creds.egress.stop)
+    try:  # the sandbox's network layer lets a phase reach only the gateway's and the proxy's ports
+        sandbox = await asyncio.to_thread(_start_sandbox, config, server_env, creds, creds.key_broker)
+        # Webhook subscriptions: the config file's replace those it stored before (phases/webhooks.py).
+        webhooks = _webhooks(config, store)
+    except StartupError:
+        await undo.aclose()
+        raise
     service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
-                           telemetry=telemetry, cluster=cluster)
+                           telemetry=telemetry, cluster=cluster, egress=creds.egress, sandbox=sandbox,
+                           webhooks=webhooks)
     telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if cluster.shared:  # only the phases of replicas that are gone (takeover.py)
         takeover = Takeover(cluster, service.encoder,
-                            interval_seconds=sweep_interval_seconds(config.replica_lease_seconds))
+                            interval_seconds=sweep_interval_seconds(config.replica_lease_seconds),
+                            notifier=service.notifier_of)
         recovered = takeover.sweep()
     else:  # alone on its database: every phase a previous process left active
         recovered = await service.recover()
@@ -399,6 +555,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                     "reads the counters, costs and tool, model and project names (no job or phase id, no "
                     "secret); restrict the port with a firewall or network policy, or keep metrics_host on "
                     "loopback", extra={"fields": {"address": f"{config.metrics_host}:{telemetry.metrics_port}"}})
+    if creds.egress is not None:  # the proxy never connects a phase to one of the server's own ports
+        creds.egress.own_ports([port, own_port, health_port or 0, telemetry.metrics_port or 0,
+                                web_socket.getsockname()[1] if web_socket is not None else 0])
     undo.pop_all()  # from here on the running server owns all of it (its drain stops it)
     await server.start()
     if health_server is not None:
@@ -429,6 +588,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         sweeper = RetentionSweeper(store, config.recordings_dir, policy, shared=cluster.shared)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
+    # Webhook deliveries: woken by every group commit that wrote outbox rows (phases/webhook_dispatcher.py).
+    dispatcher = _webhook_dispatcher(config, store, webhooks, cluster).start()
+    service.writer.on_outbox = dispatcher.wake
     try:  # once nothing can fail the start any more (its processes end at drain)
         service.start_warm_pool()
     except RunnerError as exc:  # the server still serves; every phase then starts cold
@@ -439,7 +601,31 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, feed, forwarder,
-                         health_server, health_port, cluster, lock)
+                         health_server, health_port, cluster, lock, creds.egress, dispatcher)
+
+
+def _webhooks(config: ServerConfig, store: Store) -> Webhooks:
+    """The subscriptions, with the config file's loaded into the store (StartupError naming a bad one)."""
+    webhooks = Webhooks(store, exceptions=OperatorExceptions.parse(config.webhook_private_allow),
+                        dashboard_url=config.dashboard_url)
+    try:
+        webhooks.load_config(webhook_specs(config))
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    except RunnerError as exc:
+        raise StartupError(f"webhooks: {exc.message}") from None
+    return webhooks
+
+
+def _webhook_dispatcher(config: ServerConfig, store: Store, webhooks: Webhooks, cluster: Cluster) -> WebhookDispatcher:
+    """The delivery loop and its HTTP client (webhook_http/sender.py), as configured."""
+    sender = WebhookSender(SenderSettings(
+        timeout_s=config.webhook_timeout_seconds, connect_timeout_s=min(5.0, config.webhook_timeout_seconds),
+        max_response_bytes=config.webhook_max_response_bytes, exceptions=webhooks.exceptions,
+        ca_file=config.webhook_ca_file))
+    settings = DispatchSettings(schedule=webhook_schedule(config), lease_s=config.webhook_timeout_seconds + 20,
+                                owner=cluster.replica_id or "local")
+    return WebhookDispatcher(store, webhooks, sender, settings, shared=cluster.shared)
 
 
 def _listen_address(host: str, port: int) -> str:

@@ -84,6 +84,8 @@ SAMPLES: list[d.Payload] = [
     d.ParseError(d.ParseErrorReason.INVALID_JSON, 30, 7, 100, "at char 29"),
     d.Unknown("brand_new", "x", "", 40),
     d.SessionWritesLost("ENOSPC", ("transcript", "global_config"), ("s-1",)),
+    d.GatewayEvent(d.GatewayEventKind.RATE_LIMITED, 429, "claude-x", "rate_limit_error: slow down", "",
+                   7_000_000_000, "req_1"),
 ]
 
 

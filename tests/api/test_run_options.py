@@ -32,7 +32,8 @@ async def test_session_id_effort_and_tools_reach_the_cli_and_a_breakpoint_holds(
         inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids()), timeout=10)).inspection
         assert [c.call.name for c in inspection.pending_calls] == ["Bash"]
         live = (await runner.stub.GetJob(pb.GetJobRequest(job_id="bare"), timeout=10)).job.phases[0]
-        assert live.auth_source == "apiKeyHelper"  # from the running phase's init line
+        # From the running phase's init line: the gateway's capability, in the CLI's ANTHROPIC_API_KEY.
+        assert live.auth_source == "ANTHROPIC_API_KEY"
         await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
             **phase.ids(), tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
         result = await phase.finish(90)
@@ -64,6 +65,9 @@ async def test_session_id_effort_and_tools_reach_the_cli_and_a_breakpoint_holds(
     ({"agents": '{"a b": {"description": "d", "prompt": "p"}}'}, "options.agents"),
     ({"settings": "[]"}, "options.settings"),
     ({"setting_sources": "user,global"}, "options.setting_sources"),
+    ({"egress_allowlist": ["169.254.169.254"]}, "options.egress_allowlist"),
+    ({"egress_allowlist": ["example.com:22"]}, "options.egress_allowlist"),
+    ({"egress_allowlist": [f"h{i}.example.com" for i in range(33)]}, "options.egress_allowlist"),
 ])
 async def test_bad_run_options_are_refused_before_spawning(runner_factory, options, field):
     async with runner_factory(None, claude_path="/nonexistent/claude") as runner:
@@ -98,7 +102,7 @@ async def test_mcp_config_agents_and_settings_reach_the_cli_and_their_secrets_st
     # The caller's own apiKeyHelper must lose to the server's (else the CLI would send this key).
     settings = {"apiKeyHelper": f"echo {settings_secret}", "env": {"SOME_TOKEN": settings_secret}}
     api = scripted_api([Reply.text("done")])
-    async with runner_factory(api, api_key_file=str(tmp_path / "api-key")) as runner:
+    async with runner_factory(api, api_key_file=str(tmp_path / "api-key"), api_gateway=False) as runner:
         assert runner.server.key_broker is not None
         events, result = await runner.run_phase(
             "go", deadline=90, mcp_config=json.dumps(mcp), strict_mcp_config=True, agents=json.dumps(agents),
@@ -122,17 +126,23 @@ async def test_mcp_config_agents_and_settings_reach_the_cli_and_their_secrets_st
         "the store's file must be among what was searched"
 
 
-@pytest.mark.parametrize("key_helper", [False, True])
-async def test_the_phase_records_how_the_cli_authenticated(claude_binary, scripted_api, runner_factory, key_helper):
-    # The scripted API's environment holds ANTHROPIC_API_KEY; the server hands it out through its key
-    # helper unless told not to.
-    config = {} if key_helper else {"api_key_helper": False}
+@pytest.mark.parametrize(("config", "source"), [
+    ({}, "ANTHROPIC_API_KEY"),  # the gateway's capability
+    ({"api_gateway": False}, "apiKeyHelper"),
+    ({"api_gateway": False, "api_key_helper": False}, "ANTHROPIC_API_KEY"),  # the key itself
+], ids=["gateway", "key-helper", "environment"])
+async def test_the_phase_records_how_the_cli_authenticated(claude_binary, scripted_api, runner_factory, config,
+                                                           source):
+    # The scripted API's environment holds ANTHROPIC_API_KEY; the server keeps it and hands the CLI a
+    # capability for its gateway, or (gateway off) hands the key out through its key helper unless told not to.
     api = scripted_api([Reply.text("done")])
     async with runner_factory(api, **config) as runner:
         events, result = await runner.run_phase("go")
         job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="job-1"), timeout=10)).job
-        assert (runner.server.key_broker is not None) == key_helper
+        assert (runner.server.key_broker is not None) == (source == "apiKeyHelper")
+        egress = runner.server.egress  # the proxy stays on; the gateway only where it is not turned off
+        assert (egress is not None and egress.gateway is not None) == ("api_gateway" not in config)
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     init = next(e.session_init for e in events if e.HasField("session_init"))
-    assert result.auth_source == init.api_key_source == ("apiKeyHelper" if key_helper else "ANTHROPIC_API_KEY")
+    assert result.auth_source == init.api_key_source == source
     assert job.phases[0].auth_source == result.auth_source  # the stored phase, after its end

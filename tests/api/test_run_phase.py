@@ -13,7 +13,7 @@ import time
 
 import grpc
 import pytest
-from support.processes import alive
+from support.processes import SELF_IDENTITY, alive, find_process
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -180,10 +180,13 @@ async def test_timeout_ends_timed_out(claude_binary, scripted_api, runner_factor
 async def test_client_cancel_kills_the_process_group(claude_binary, scripted_api, runner_factory, tmp_path):
     pid_file = tmp_path / "work" / "grandchild.pid"
     api = scripted_api([
-        Reply.tool_use("Bash", {"command": f"{SLEEP.format(300)} & echo $! > {pid_file}; {SLEEP.format(300)}"}),
+        Reply.tool_use("Bash", {"command": f"python3 grandchild.py & {SLEEP.format(300)}"}),
         Reply.text("never"),
     ])
     async with runner_factory(api) as runner:
+        # It writes who it is (its pid inside the sandbox's PID namespace means nothing out here).
+        (runner.workdir / "grandchild.py").write_text(
+            f"import os, time\nopen('grandchild.pid', 'w').write({SELF_IDENTITY})\ntime.sleep(300)\n")
         call = runner.stub.RunPhase(pb.RunPhaseRequest(job_id="job-c", phase_id="p", prompt="wait",
                                                        working_dir=str(runner.workdir),
                                                        options=pb.PhaseOptions(allowed_tools=["Bash"])), timeout=60)
@@ -194,8 +197,8 @@ async def test_client_cancel_kills_the_process_group(claude_binary, scripted_api
             if pid_file.exists() and pid_file.read_text().strip():
                 break
             await asyncio.sleep(0.1)
-        grandchild = int(pid_file.read_text())
-        assert alive(grandchild)
+        grandchild = find_process(pid_file.read_text())
+        assert grandchild is not None and alive(grandchild)
         call.cancel()
         for _ in range(100):
             phase = (await runner.stub.GetJob(pb.GetJobRequest(job_id="job-c"), timeout=10)).job.phases[0]

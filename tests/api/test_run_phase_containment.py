@@ -20,7 +20,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support.processes import alive, scope_processes, serving_port, start_serve, wait_gone
+from support.processes import (
+    SELF_IDENTITY,
+    alive,
+    find_process,
+    scope_processes,
+    serving_port,
+    start_serve,
+    wait_gone,
+)
 from support.streams import start_phase
 
 from helix.runner.v1 import resources_pb2 as res
@@ -32,17 +40,20 @@ from helix_runner.process import procfs
 from helix_runner.process.containment import MARKER_NAME, instance_id
 
 MODES = ["auto", "subreaper"]
+# The phases run in the default sandbox, a PID namespace among its layers: the tools write down who
+# they are (support.processes.SELF_IDENTITY: their pid in their own namespace and their start
+# time), and the test finds them on the host from that (find_process).
 
 # Helpers the Bash tool runs (a standalone `sleep N` is refused by the CLI's Bash tool).
-SLEEPER = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+SLEEPER = f"import os, sys, time\nopen(sys.argv[1], 'w').write({SELF_IDENTITY})\ntime.sleep(120)\n"
 # Counts to N, one tick per 0.1 s, writing the count (a hard pause must hold it).
 TICKER = textwrap.dedent("""
     import os, sys, time
-    open(sys.argv[1] + ".pid", "w").write(str(os.getpid()))
+    open(sys.argv[1] + ".pid", "w").write(IDENTITY)
     for i in range(1, int(sys.argv[2]) + 1):
         open(sys.argv[1], "w").write(str(i))
         time.sleep(0.1)
-""")
+""").replace("IDENTITY", SELF_IDENTITY)
 # Returns once every named file exists (so the tool's jobs are known before it returns).
 WAIT_FOR = textwrap.dedent("""
     import os, sys, time
@@ -65,8 +76,17 @@ def helpers(workdir: Path) -> None:
     (workdir / "wait_for.py").write_text(WAIT_FOR)
 
 
-def pids(workdir: Path, *names: str) -> list[int]:
-    return [int((workdir / name).read_text()) for name in names]
+def identities(workdir: Path, *names: str) -> list[str]:
+    """What the tools wrote down about themselves (``SELF_IDENTITY``)."""
+    return [(workdir / name).read_text() for name in names]
+
+
+async def host_pid(path: Path) -> int:
+    """The host pid of the live tool that wrote ``path``."""
+    identity = await wait_file(path)
+    pid = find_process(identity)
+    assert pid is not None, f"no live process wrote {identity!r}"
+    return pid
 
 
 async def until(predicate, limit: float = 30.0) -> None:
@@ -87,11 +107,13 @@ def expected_mode(setting: str) -> set[int]:
     return {res.CONTAINMENT_MODE_CGROUP_V2, res.CONTAINMENT_MODE_CGROUP_V1, res.CONTAINMENT_MODE_SUBREAPER}
 
 
-def assert_contained_and_gone(result, data_dir: Path, setting: str, *tool_pids: int) -> None:
-    """Nothing of the phase is left: its tools' pids, its marked processes, its cgroup."""
+def assert_contained_and_gone(result, data_dir: Path, setting: str, *tools: int | str) -> None:
+    """Nothing of the phase is left: its tools (host pids, or what they wrote about themselves),
+    its marked processes, its cgroup; and it ran in the sandbox's PID namespace."""
     containment = result.diagnostics.containment
     assert containment.mode in expected_mode(setting)
-    assert [p for p in tool_pids if alive(p)] == []
+    assert {layer.name: layer.active for layer in result.diagnostics.sandbox.layers}["namespaces"]
+    assert [t for t in tools if (alive(t) if isinstance(t, int) else find_process(t) is not None)] == []
     assert scope_processes(data_dir, result.diagnostics.recording_path) == []
     if containment.mode != res.CONTAINMENT_MODE_SUBREAPER:
         assert containment.cgroup_paths and not any(Path(p).exists() for p in containment.cgroup_paths)
@@ -114,7 +136,7 @@ async def test_background_setsid_and_double_forked_jobs_end_with_the_phase(
         finished = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
         assert "started" in finished[0].content_preview  # the jobs really ran...
         assert_contained_and_gone(
-            result, runner.data_dir, setting, *pids(runner.workdir, *JOB_FILES)
+            result, runner.data_dir, setting, *identities(runner.workdir, *JOB_FILES)
         )  # ...and are gone
 
 
@@ -129,7 +151,7 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
         helpers(runner.workdir)
         phase = start_phase(runner, "hard", allowed_tools=["Bash"])
         ticks = runner.workdir / "ticks"
-        tool = int(await wait_file(runner.workdir / "ticks.pid"))
+        tool = await host_pid(runner.workdir / "ticks.pid")
         await until(lambda: ticks.exists() and int(ticks.read_text() or "0") >= 3)
         paused = (
             await runner.stub.PausePhase(
@@ -150,6 +172,10 @@ async def test_hard_pause_stops_the_running_tool_until_resume(
         ).inspection
         assert inspection.hard_paused and inspection.containment.mode in expected_mode(setting)
         assert inspection.containment.process_count == len(phase_pids) + 1  # and the shim
+        if inspection.containment.mode != res.CONTAINMENT_MODE_SUBREAPER and inspection.containment.cgroup_paths:
+            # The cgroup holds the whole sandbox (the CLI alone takes well over 10 MB).
+            if inspection.containment.HasField("memory_current_bytes"):
+                assert inspection.containment.memory_current_bytes > 10 << 20
         await runner.stub.ResumePhase(pb.ResumePhaseRequest(**phase.ids()), timeout=10)
         assert procfs.process_state(tool) != "T"
         result = await phase.finish(90)
@@ -169,7 +195,7 @@ async def test_cancel_while_hard_paused_ends_the_stopped_tool(
     async with runner_factory(api, containment=setting) as runner:
         helpers(runner.workdir)
         phase = start_phase(runner, "cancel", allowed_tools=["Bash"])
-        tool = int(await wait_file(runner.workdir / "tool.pid"))
+        tool = await host_pid(runner.workdir / "tool.pid")
         await runner.stub.PausePhase(pb.PausePhaseRequest(**phase.ids(), mode=pb.PAUSE_MODE_HARD), timeout=20)
         live = runner.server.service.get_live("cancel", "p").run
         cli, shim = live.supervisor.pid, live.plan.scope.shim_pid
@@ -200,8 +226,12 @@ def _kill_server_and_shims(server: subprocess.Popen, data_dir: Path) -> list[int
 
 
 @pytest.mark.real_cli
-@pytest.mark.parametrize("setting", MODES)
-async def test_server_kill_9_then_restart_ends_the_running_tools(setting, claude_binary, tmp_path):
+@pytest.mark.parametrize(("setting", "pid_namespace"), [("auto", True), ("subreaper", True), ("auto", False),
+                                                         ("subreaper", False)])
+async def test_server_kill_9_then_restart_ends_the_running_tools(setting, pid_namespace, claude_binary, tmp_path):
+    """In the sandbox's PID namespace, the kill of the shims ends every tool at once (bubblewrap dies
+    with its parent, and the namespace with its PID 1); without one (``namespaces`` off, as where
+    user namespaces are refused), the tools outlive the kill and recovery must find and end them."""
     work = tmp_path / "work"
     work.mkdir()
     helpers(work)
@@ -211,7 +241,8 @@ async def test_server_kill_9_then_restart_ends_the_running_tools(setting, claude
             "setsid python3 sleeper.py bg.pid >/dev/null 2>&1 </dev/null & python3 sleeper.py fg.pid; echo x"
         )
     ).save(offline)
-    args = ("--offline-script", str(offline), "--containment", setting)
+    args = ("--offline-script", str(offline), "--containment", setting,
+            *(() if pid_namespace else ("--sandbox-skip-layers", "namespaces")))
     log1 = tmp_path / "serve1.log"
     server = start_serve(tmp_path, log1, *args)
     try:
@@ -229,15 +260,18 @@ async def test_server_kill_9_then_restart_ends_the_running_tools(setting, claude
                 timeout=60,
             )
             reader = asyncio.create_task(call.read())
-            tools = [int(await wait_file(work / name)) for name in ("bg.pid", "fg.pid")]
+            tools = [await host_pid(work / name) for name in ("bg.pid", "fg.pid")]
             everything = _kill_server_and_shims(server, tmp_path / "data")
             reader.cancel()
             assert set(tools) <= set(everything)
     finally:
         if server.poll() is None:
             server.kill()
-    await asyncio.sleep(0.2)
-    assert all(alive(p) for p in tools)  # orphaned and still running: what recovery used to miss
+    if pid_namespace:
+        assert wait_gone(everything) == []  # the kernel ended the PID namespace with the shim
+    else:
+        await asyncio.sleep(0.2)
+        assert all(alive(p) for p in tools)  # orphaned and still running: what recovery used to miss
 
     log2 = tmp_path / "serve2.log"
     restarted = start_serve(tmp_path, log2, *args)
@@ -247,7 +281,8 @@ async def test_server_kill_9_then_restart_ends_the_running_tools(setting, claude
             stub = pb_grpc.RunnerServiceStub(channel)
             (phase,) = (await stub.GetJob(pb.GetJobRequest(job_id="crash"), timeout=10)).job.phases
         assert phase.status == res.PHASE_STATUS_INTERRUPTED
-        assert "leftover process(es) of the phase were found and ended" in phase.status_reason
+        if not pid_namespace:
+            assert "leftover process(es) of the phase were found and ended" in phase.status_reason
         assert wait_gone(everything) == []  # SIGKILLed at recovery; the kernel may take a moment
         assert procfs.marked(f"{MARKER_NAME}={instance_id(tmp_path / 'data')}.".encode()) == []
     finally:
@@ -328,7 +363,8 @@ async def test_a_full_disk_fails_the_phase_with_the_clis_notice(
     full_home, claude_binary, scripted_api, runner_factory
 ):
     api = scripted_api([Reply.text("answered, but not saved")])
-    async with runner_factory(api) as runner:
+    # The full disk is the server's HOME, which the CLI uses only without the sandbox's private home.
+    async with runner_factory(api, sandbox="off") as runner:
         events, result = await runner.run_phase("hi", deadline=90)
     lost = [e.session_writes_lost for e in events if e.HasField("session_writes_lost")]
     assert lost and lost[0].error_code == "ENOSPC" and "transcript" in lost[0].lost

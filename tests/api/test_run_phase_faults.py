@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from support.processes import alive, serving_port, start_serve
+from support.processes import SELF_IDENTITY, find_process, serving_port, start_serve
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
@@ -185,9 +185,9 @@ async def killed_mid_run_then_restarted(tmp_path: Path, claude: str, options: pb
 @pytest.mark.slow  # several server processes or a kill and restart: the slower tier
 async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
     claude = fake_claude(tmp_path, f"""
-        import sys, time
+        import os, sys, time
         sys.stdin.readline()
-        open({str(tmp_path / "child.pid")!r}, "w").write(str(__import__("os").getpid()))
+        open("child.pid", "w").write({SELF_IDENTITY})  # its working directory: the sandbox lets it write there
         print({INIT!r}); print({TOOL_USE!r}, flush=True)
         time.sleep(120)
     """)
@@ -210,9 +210,9 @@ async def test_server_killed_mid_run_then_restarted_marks_interrupted(tmp_path):
         assert [c.status for c in calls] == [res.TOOL_CALL_STATUS_UNFINISHED]
         # The dead server's CLI was ended (by its shim on the server's death, or by recovery),
         # and the reason says what recovery found.
-        child = int((tmp_path / "child.pid").read_text())
+        child = (tmp_path / "work" / "child.pid").read_text()
         assert "outlived the server" in phase.status_reason or "leftover" in phase.status_reason
-        assert not alive(child)
+        assert find_process(child) is None
 
 
 @pytest.mark.slow  # several server processes or a kill and restart: the slower tier

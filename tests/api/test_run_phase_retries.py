@@ -117,9 +117,11 @@ async def test_permanent_failures_are_not_retried(claude_binary, scripted_api, r
     assert not controls(events, ev.CONTROL_EVENT_KIND_RETRY_SCHEDULED)
 
 
+# The log goes to the working directory: the fake runs sandboxed, and its own directory (a
+# workspace root beside the workspace) is read-only to it.
 CRASHING = f"""
     import os, sys
-    with open(os.path.join(os.path.dirname(sys.argv[0]), "argv.log"), "a") as log:
+    with open("argv.log", "a") as log:
         log.write(" ".join(sys.argv[1:]) + "\\n")
     sys.stdin.readline(); sys.stdin.readline()
     print({INIT!r}, flush=True)
@@ -128,9 +130,9 @@ CRASHING = f"""
 
 
 async def test_a_crash_every_attempt_ends_incomplete_with_each_attempt_listed(tmp_path, runner_factory):
-    log = tmp_path / "argv.log"
     claude = fake_claude(tmp_path, CRASHING)
     async with runner_factory(None, claude_path=claude) as runner:
+        log = runner.workdir / "argv.log"
         events, result = await runner.run_phase("hi", retry=retry(3), deadline=60)
         # A finished phase's inspection lists every attempt of its result.
         inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(job_id="job-1", phase_id="p1"),

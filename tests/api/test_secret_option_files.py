@@ -62,14 +62,15 @@ async def test_mcp_config_and_settings_secrets_are_absent_from_the_cli_s_cmdline
         claude_binary, scripted_api, runner_factory, tmp_path):
     secret = "mcp-secret-" + secrets.token_hex(12)
     settings_secret = "settings-secret-" + secrets.token_hex(12)
-    server = tmp_path / "mcp_server.py"
-    server.write_text(MCP_SERVER)
-    seen = tmp_path / "mcp-saw-password"
-    mcp = {"mcpServers": {"db": {"type": "stdio", "command": sys.executable, "args": [str(server), str(seen)],
-                                 "env": {"DB_PASSWORD": secret}}}}
     settings = {"env": {"SOME_TOKEN": settings_secret}}
     api = scripted_api([Reply.tool_use("Bash", {"command": "echo ran > out.txt"}), Reply.text("done")])
     async with runner_factory(api) as runner:
+        # In the workspace: the MCP server runs in the phase's sandbox, which sees no more of tmp_path.
+        server = runner.workdir / "mcp_server.py"
+        server.write_text(MCP_SERVER)
+        seen = runner.workdir / "mcp-saw-password"
+        mcp = {"mcpServers": {"db": {"type": "stdio", "command": sys.executable, "args": [str(server), str(seen)],
+                                     "env": {"DB_PASSWORD": secret}}}}
         secrets_root = runner.data_dir / "phase-secrets"
         phase = PhaseCall(runner.stub, "j", "p", runner.workdir, mcp_config=json.dumps(mcp), strict_mcp_config=True,
                           settings=json.dumps(settings), allowed_tools=["Bash"],

@@ -56,9 +56,9 @@ async def test_key_helper_mode_keeps_the_key_out_of_the_model_s_reach(
     key_file = tmp_path / "api-key"
     key_file.write_text(key + "\n")
     api = scripted_api()
-    async with runner_factory(api, api_key_file=str(key_file)) as runner:
+    async with runner_factory(api, api_key_file=str(key_file), api_gateway=False) as runner:
         broker = runner.server.key_broker
-        assert broker is not None, "an API key and the default config must mean key-helper mode"
+        assert broker is not None, "an API key without the gateway must mean key-helper mode"
         # The model runs env, then tries the very command the CLI runs for its key.
         command = f"env; {broker.helper_command()}; echo helper-exit=$?"
         api.set_script([Reply.tool_use("Bash", {"command": command}), Reply.text("Looked.")])
@@ -85,7 +85,7 @@ async def test_without_key_helper_the_key_is_in_the_child_environment(
     key_file = tmp_path / "api-key"
     key_file.write_text("sk-ant-env-" + secrets.token_hex(8))
     api = scripted_api([Reply.tool_use("Bash", {"command": "env"}), Reply.text("Looked.")])
-    async with runner_factory(api, api_key_file=str(key_file), api_key_helper=False) as runner:
+    async with runner_factory(api, api_key_file=str(key_file), api_key_helper=False, api_gateway=False) as runner:
         assert runner.server.key_broker is None
         _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
@@ -107,21 +107,27 @@ async def test_offline_mode_passes_no_credential_and_keeps_out_of_home(
     async with runner_factory(None, offline_script=str(script), server_env_extra=extra) as runner:
         _, result = await runner.run_phase("look around", allowed_tools=["Bash"])
         requests = runner.server.offline_api.message_requests()
+        gateway_url = runner.server.egress.gateway.base_url
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     output = requests[1].tool_result_text()
     env = env_lines(output)
     assert "PATH" in env, output
     assert not set(SERVER_CREDENTIALS) & set(env), output
-    assert env["ANTHROPIC_API_KEY"] == "offline-mode"
-    assert env["CLAUDE_CONFIG_DIR"] == str(runner.data_dir / "offline-claude-config")
+    # The scripted API sits behind the gateway: the CLI holds only its phase's capability.
+    assert env["ANTHROPIC_API_KEY"].startswith("helix-cap-") and env["ANTHROPIC_BASE_URL"] == gateway_url
+    # The phase's private config dir (process/sandbox/private_home.py), not the server's.
+    assert env["CLAUDE_CONFIG_DIR"] == str(Path(env["HOME"]) / ".claude")
+    assert env["HOME"].startswith(str(runner.data_dir / "sandbox" / "homes") + "/")
     for value in extra.values():
         if len(value) > 1:
             assert value not in output
     assert [r.api_key_sha256 for r in requests] == [sha256("offline-mode")] * len(requests)
-    # Session files go to the server's own offline config dir, not into the real ~/.claude.
+    # Session files go to the phase's private home, not into the real ~/.claude; the home is gone
+    # after the phase, its transcript kept for resume in the project's session store.
     home = tmp_path / "home"
     assert not (home / ".claude").exists() and not (home / ".claude.json").exists()
-    assert any((runner.data_dir / "offline-claude-config" / "projects").rglob("*.jsonl"))
+    assert not Path(env["HOME"]).exists()
+    assert any((runner.data_dir / "sandbox" / "sessions").rglob(f"{result.session_id}.jsonl"))
 
 
 async def test_a_phase_cannot_read_the_server_environment_through_proc(claude_binary, tmp_path):

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import psycopg
 import pytest
-from support.processes import alive, serve_argv, serve_env, serving_port, wait_gone
+from support.processes import alive, find_process, serve_argv, serve_env, serving_port, wait_gone
 from support.runner_server import collect
 from support.streams import Stream
 
@@ -199,12 +199,14 @@ TAKEOVER_SLACK_S = 10.0
 async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_nothing_behind(
     claude_binary, postgres_url, tmp_path
 ):
-    marker = tmp_path / "tool.pid"
     script = tmp_path / "script.json"
+    # The tool's shell writes who it is into its working directory: its pid in the sandbox's PID
+    # namespace and its start time (support.processes.find_process finds it on the host).
     Script(
         [
             Reply.tool_use(
-                "Bash", {"command": f"echo $$ > {marker} && sleep 300", "description": "A long step"}
+                "Bash", {"command": "echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > tool.pid && sleep 300",
+                         "description": "A long step"}
             ),
             Reply.text("never reached"),
         ]
@@ -219,11 +221,12 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
         await run.wait_for(lambda e: e.HasField("tool_call_started"))
         # The tool's shell writes its pid, then forks `sleep 300`: the scope is complete (the CLI, the
         # shell and its sleep) only once the fork happened, a moment after the marker appears.
+        marker = a.workdir / "tool.pid"
         scope: list[int] = []
         async with asyncio.timeout(30):
             while True:
-                if marker.exists() and marker.read_text().strip().isdigit():
-                    tool = int(marker.read_text())
+                if marker.exists() and len(marker.read_text().split()) == 2:
+                    tool = find_process(marker.read_text())
                     scope = a.scope_processes()
                     if tool in scope and len(scope) >= 3:
                         break

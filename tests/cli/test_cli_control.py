@@ -181,6 +181,7 @@ async def test_hard_pause_interrupt_then_cancel_of_an_ended_phase(
         assert hard.lines == ["paused: phase p1 of job xj is PAUSED; its process group is stopped"], hard.err
         status = await helix(at, "inspect", "xj", "p1", "status")
         assert "hard-paused (process group stopped)" in status.out
+        assert "  sandbox auto: namespaces on, network on, landlock on, seccomp on" in status.out, status.out
         refused = await helix(at, "step", "xj", "p1")
         assert refused.code == 4 and refused.err.splitlines() == [
             "helix-runner: error: cannot step: a hard pause stops the whole process; resume it instead "

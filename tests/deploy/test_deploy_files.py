@@ -252,8 +252,8 @@ def test_secrets_reach_the_container_as_intended() -> None:
     ]
     assert volume["secret"]["secretName"] == "helix-runner"
     assert volume["secret"]["items"] == [{"key": "auth-token", "path": token_path.name}]
-    # The key reaches the children only through the key helper, never their environment.
-    assert config_toml()["api_key_helper"] is True
+    # The key stays in the server: the children hold a capability for its gateway, never the key.
+    assert config_toml()["api_gateway"] is True and config_toml()["egress_proxy"] is True
 
 
 def test_retention_is_configured_and_valid() -> None:
@@ -495,3 +495,132 @@ def test_replicas_drain_within_the_grace_period_one_at_a_time() -> None:
     assert pdb["spec"]["maxUnavailable"] == 1 < replica_patch()["spec"]["replicas"]
     pod_labels = statefulset()["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+# --- the full per-phase sandbox (deploy/k8s/sandbox) ----------------------------------------------
+
+SANDBOX = K8S / "sandbox"
+PROFILE = SANDBOX / "helix-runner-sandbox.json"
+# What RuntimeDefault refuses a container without CAP_SYS_ADMIN and bubblewrap or the shim's private
+# network need (containerd's and Docker's default profiles gate these on that capability); clone only
+# with a namespace flag (a plain fork is a clone too).
+NAMESPACE_CALLS = ("unshare", "clone", "mount", "umount2", "pivot_root")
+
+
+def _merge(base, patch):
+    """A strategic merge as kustomize does it for these objects: maps recursively, lists of named
+    items (containers, env) by name, other lists replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        return {**base, **{k: _merge(base[k], v) if k in base else v for k, v in patch.items()}}
+    if isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) and "name" in x
+                                                                   for x in base + patch):
+        by_name = {x["name"]: x for x in patch}
+        merged = [_merge(x, by_name.pop(x["name"])) if x["name"] in by_name else x for x in base]
+        return merged + list(by_name.values())
+    return patch
+
+
+def sandbox_statefulset() -> dict:
+    (patch,) = load("statefulset-patch.yaml", SANDBOX)
+    return _merge(statefulset(), patch)
+
+
+def test_the_sandbox_overlay_renders_a_valid_statefulset(tmp_path: Path) -> None:
+    (kustomization,) = load("kustomization.yaml", SANDBOX)
+    assert kustomization["resources"] == ["../base"]
+    assert [p["path"] for p in kustomization["patches"]] == ["statefulset-patch.yaml", "namespace-patch.yaml"]
+    (namespace,) = load("namespace.yaml")
+    (namespace_patch,) = load("namespace-patch.yaml", SANDBOX)
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all([sandbox_statefulset(), _merge(namespace, namespace_patch)]))
+    versions = [arg for v in KUBERNETES_VERSIONS for arg in ("-k", v)]
+    result = run(tool("kubernetes-validate"), "--strict", "--quiet", *versions, str(rendered))
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_the_sandbox_overlay_states_what_the_sandbox_needs() -> None:
+    from helix_runner.config import load_config
+
+    pod = sandbox_statefulset()["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["hostUsers"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "Localhost", "localhostProfile": PROFILE.name}
+    assert c["securityContext"]["procMount"] == "Unmasked"  # only safe with hostUsers: false
+    assert c["securityContext"]["appArmorProfile"] == {"type": "Unconfined"}
+    # The rest of the base's hardening stays.
+    assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert load_config(environ={"HELIX_RUNNER_SANDBOX": env["HELIX_RUNNER_SANDBOX"]}).sandbox == "required"
+    # The base runs Landlock-only under RuntimeDefault, and says so.
+    assert statefulset()["spec"]["template"]["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert config_toml()["sandbox"] == "auto"
+    # Unconfined AppArmor is outside baseline: enforce privileged, still warn about restricted.
+    (namespace_patch,) = load("namespace-patch.yaml", SANDBOX)
+    labels = namespace_patch["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+def test_the_sandbox_seccomp_profile_names_real_syscalls_and_allows_the_namespace_calls() -> None:
+    import pyseccomp
+
+    profile = json.loads(PROFILE.read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    denied = [name for rule in profile["syscalls"] for name in rule["names"]]
+    assert len(denied) == len(set(denied))
+    assert [n for n in denied if pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, n) == -1] == []  # no typo
+    assert not set(NAMESPACE_CALLS) & set(denied)
+    assert {"bpf", "kexec_load", "keyctl", "perf_event_open", "setns", "userfaultfd", "io_uring_setup"} <= set(denied)
+
+
+# Loads a seccomp profile (argv[1], plus the calls in argv[2:] denied) into this process, then finds
+# the sandbox a phase would get here, as the server does at start (detection and a probe through the
+# shim): prints each layer as JSON.
+_UNDER_PROFILE = """
+import json, sys, tempfile
+from pathlib import Path
+import pyseccomp
+profile = json.loads(Path(sys.argv[1]).read_text())
+f = pyseccomp.SyscallFilter(defaction=pyseccomp.ALLOW)
+for rule in profile["syscalls"]:
+    for name in rule["names"]:
+        if pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) >= 0:
+            f.add_rule(pyseccomp.ERRNO(rule.get("errnoRet", 1)), name)
+for name in sys.argv[2:]:
+    if name == "clone":  # with any namespace flag
+        for flag in (0x20000, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000):
+            f.add_rule(pyseccomp.ERRNO(1), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+    else:
+        f.add_rule(pyseccomp.ERRNO(1), name)
+f.load()
+from helix_runner.process.sandbox.phase_sandbox import Sandbox
+sandbox = Sandbox.start("auto", data_dir=Path(tempfile.mkdtemp()), egress_ports=(9,))
+print(json.dumps({x.name: [x.active, x.detail] for x in sandbox.report_layers()}))
+"""
+
+
+def _layers_under_profile(*also_denied: str) -> dict[str, list]:
+    from helix_runner.process.sandbox.detect import detect
+
+    if detect(frozenset({"landlock", "seccomp"})).bwrap is None:
+        pytest.skip("no bubblewrap sandbox on this host to check the profile against")
+    result = subprocess.run([sys.executable, "-c", _UNDER_PROFILE, str(PROFILE), *also_denied],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_under_the_sandbox_profile_a_phase_gets_every_layer() -> None:
+    layers = _layers_under_profile()
+    assert {name: active for name, (active, _) in layers.items()} == dict.fromkeys(
+        ("namespaces", "network", "landlock", "seccomp"), True), layers
+
+
+def test_without_the_namespace_calls_as_under_runtime_default_phases_run_landlock_only() -> None:
+    # The base's case: the calls RuntimeDefault refuses are refused, and the server falls back to
+    # Landlock (files, TCP, signals) and its seccomp filter, saying why bubblewrap is off.
+    layers = _layers_under_profile(*NAMESPACE_CALLS)
+    assert {name: active for name, (active, _) in layers.items()} == {
+        "namespaces": False, "network": True, "landlock": True, "seccomp": True}, layers
+    assert "user namespaces" in layers["namespaces"][1] and "Landlock TCP" in layers["network"][1]

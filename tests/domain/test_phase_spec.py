@@ -93,6 +93,18 @@ def test_a_draft_07_json_schema_is_accepted_and_passed_as_one_argument(schema):
     assert f"--json-schema={schema}" in build_argv("claude", spec)
 
 
+
+def test_an_invalid_json_schema_names_where_and_why_in_the_error_metadata():
+    """The check's error carries the schema's path and the validator's message (it raised a
+    TypeError instead, an INTERNAL, when a metadata key clashed with an argument name)."""
+    with pytest.raises(RunnerError) as caught:
+        PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="hi", working_dir="/w",
+                         json_schema='{"type": "object", "properties": {"a": {"type": 5}}}')
+    assert caught.value.kind == ErrorKind.INVALID_ARGUMENT
+    meta = caught.value.metadata
+    assert meta["field"] == "options.json_schema" and meta["at"] == "properties/a/type"
+    assert "5" in meta["schema_error"] and meta["schema_error"] in caught.value.message
+
 def _nested(depth: int) -> str:
     """An object nested ``depth`` levels: {"a": {"a": ... 1 ...}}."""
     return '{"a":' * (depth - 1) + '{"a": 1}' + "}" * (depth - 1)

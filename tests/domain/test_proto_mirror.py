@@ -16,7 +16,7 @@ import typing
 import pytest
 
 from helix.runner.v1 import events_pb2, resources_pb2
-from helix_runner.domain import cost, events, phase_result, tool_tracker, usage
+from helix_runner.domain import cost, events, gateway_report, phase_result, tool_tracker, usage
 
 # (domain class, proto message)
 PAIRS = [
@@ -25,7 +25,7 @@ PAIRS = [
         "ApiError", "RateLimit", "TaskEvent", "Compaction", "CliStatus", "HookEvent", "PermissionDenied",
         "PartialDelta", "TurnResult", "ControlResponse", "ControlRequest", "UserMessage", "ToolProgress",
         "CostUpdate", "StderrOutput", "PhaseStatusChanged", "ControlEvent", "ParseError", "Unknown",
-        "SessionWritesLost",
+        "SessionWritesLost", "GatewayEvent",
     )],
     (events.QueueState, resources_pb2.QueueState.DESCRIPTOR),
     (usage.ModelUsage, events_pb2.ModelUsage.DESCRIPTOR),
@@ -38,6 +38,8 @@ PAIRS = [
     (tool_tracker.ToolStats, resources_pb2.ToolStats.DESCRIPTOR),
     (phase_result.PhaseResult, resources_pb2.PhaseResult.DESCRIPTOR),
     (phase_result.PhaseDiagnostics, resources_pb2.PhaseDiagnostics.DESCRIPTOR),
+    (gateway_report.GatewayReport, resources_pb2.GatewayReport.DESCRIPTOR),
+    (gateway_report.GatewayModelUsage, resources_pb2.GatewayModelUsage.DESCRIPTOR),
 ]  # fmt: skip
 
 # Intentional differences: (domain class name, field) → why.

@@ -22,6 +22,10 @@ def test_the_protocol_names_every_method_the_application_uses():
         "list_tool_calls", "mark_tool_calls_unfinished", "model_cost_sums", "phase_cost_sums", "phases_of_jobs",
         "read_events", "referenced_recordings", "replace_model_costs", "tool_call_stats", "update_phase",
         "upsert_tool_calls", "write_phases",
+        # webhooks (issue 26)
+        "claim_webhook_deliveries", "create_webhook", "delete_webhook", "enqueue_webhooks", "finish_webhook_attempt",
+        "get_webhook", "list_webhook_deliveries", "list_webhooks", "next_webhook_due_s", "release_webhook_claims",
+        "replace_config_webhooks", "webhook_attempts",
     ])  # fmt: skip
 
 

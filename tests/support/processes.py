@@ -13,12 +13,37 @@ import sysconfig
 import time
 from pathlib import Path
 
+from helix_runner.process import procfs
 from helix_runner.process.procfs import process_state
 
 
 def alive(pid: int) -> bool:
     """Whether the process exists and is not a zombie (a zombie still answers kill(0))."""
     return process_state(pid) not in (None, "Z")
+
+
+# What a tool writes down for a test to find it on the host, from inside a sandbox too (where its
+# pid is its PID namespace's): "<its pid> <its start time in clock ticks since boot>" (the same
+# clock on the host). ``SELF_IDENTITY`` is the Python expression; ``find_process`` reads it back.
+SELF_IDENTITY = ("f'{os.getpid()} {open(\"/proc/self/stat\").read().rsplit(\")\", 1)[1].split()[19]}'")
+
+
+def find_process(identity: str) -> int | None:
+    """The host pid of the live process that wrote ``identity`` (``SELF_IDENTITY``), or None once it
+    is gone: the process that started at that tick and whose pid in its own (innermost) PID
+    namespace is the one it wrote (``NSpid``, the host pid when it has no namespace of its own)."""
+    own, start = (int(x) for x in identity.split())
+    for pid in procfs.pids():
+        if procfs.start_ticks(pid) != start or not alive(pid):
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [str(pid)])
+        except OSError:
+            continue
+        if int(nspid[-1]) == own:
+            return pid
+    return None
 
 
 def serve_env(tmp_path: Path) -> dict[str, str]:
@@ -28,10 +53,11 @@ def serve_env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
 
-def serve_argv(python: str, root: Path, *extra_args: str) -> list[str]:
-    """`helix-runner serve` on a free port with its data dir and workspace root under ``root``, JSON logs."""
+def serve_argv(python: str, root: Path, *extra_args: str, workspace_root: Path | None = None) -> list[str]:
+    """`helix-runner serve` on a free port with its data dir under ``root`` and ``root`` as workspace
+    root (or ``workspace_root``, for a layout whose data dir is outside every workspace), JSON logs."""
     return [python, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(root / "data"),
-            "--workspace-root", str(root), "--log-format", "json", *extra_args]
+            "--workspace-root", str(workspace_root or root), "--log-format", "json", *extra_args]
 
 
 def start_serve(tmp_path: Path, log: Path, *extra_args: str) -> subprocess.Popen:

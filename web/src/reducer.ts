@@ -11,6 +11,7 @@ import { plural, usd } from "./format.js";
 import {
   ControlEventKind,
   ControlEventKindSchema,
+  GatewayEventKindSchema,
   PhaseStatus,
   PhaseStatusSchema,
   TaskEventKindSchema,
@@ -420,6 +421,11 @@ export function summarize(event: StreamEvent): { kind: string; text: string; ton
       return { kind: "parse error", text: `line ${p.value.lineNumber} (${p.value.lineBytes} bytes) ${p.value.detail}`, tone: "error" };
     case "unknown":
       return { kind: "unknown", text: `${p.value.type}/${p.value.subtype}`, tone: "muted" };
+    case "gateway": {
+      const kind = enumName(GatewayEventKindSchema, p.value.kind).replace(/^GATEWAY_EVENT_KIND_/, "").toLowerCase().replace(/_/g, " ");
+      const what = p.value.destination || p.value.model;
+      return { kind: "gateway", text: `${kind}${what ? ` ${what}` : ""} (HTTP ${p.value.httpStatus}) ${clip(p.value.message, 160)}`, tone: "error" };
+    }
     default:
       return undefined;
   }

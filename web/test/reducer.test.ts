@@ -5,6 +5,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
   ControlEventKind,
+  GatewayEventKind,
   PhaseResultSchema,
   PhaseStatus,
   StreamEventSchema,
@@ -175,4 +176,14 @@ test("the log keeps the newest entries only", () => {
   assert.equal(view.log.length, LOG_LIMIT);
   assert.equal(view.log.at(-1)?.seq, LOG_LIMIT + 20);
   assert.equal(view.eventCount, LOG_LIMIT + 20);
+});
+
+test("a gateway event (429, a refused destination) is a line of the log, in the error tone", () => {
+  const view = fold([
+    ev(1, { case: "gateway", value: { kind: GatewayEventKind.RATE_LIMITED, httpStatus: 429, model: "claude-x", message: "rate_limit_error: slow down" } }),
+    ev(2, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_REFUSED, httpStatus: 403, destination: "evil.example:443", message: "not in the allowlist" } }),
+  ]);
+  assert.deepEqual(view.log.map((l) => [l.kind, l.tone]), [["gateway", "error"], ["gateway", "error"]]);
+  assert.match(view.log[0].text, /^rate limited claude-x \(HTTP 429\) rate_limit_error: slow down$/);
+  assert.match(view.log[1].text, /^egress refused evil\.example:443 \(HTTP 403\)/);
 });

@@ -195,6 +195,7 @@ impl pb::StreamEvent {
             Some(P::Control(_)) => "control",
             Some(P::ParseError(_)) => "parse_error",
             Some(P::Unknown(_)) => "unknown",
+            Some(P::Gateway(_)) => "gateway",
         }
     }
 }

@@ -436,6 +436,17 @@ def _parse_error(p: d.ParseError, m: ev.ParseError) -> None:
     m.repaired = p.repaired
 
 
+def _gateway(p: d.GatewayEvent, m: ev.GatewayEvent) -> None:
+    m.kind = int(p.kind)
+    m.http_status = _i32(p.http_status)
+    m.model = p.model
+    m.message = p.message
+    m.destination = p.destination
+    if p.retry_after_ns is not None:
+        _set_duration_ns(m.retry_after, p.retry_after_ns)
+    m.request_id = p.request_id
+
+
 def _session_writes_lost(p: d.SessionWritesLost, m: ev.SessionWritesLost) -> None:
     m.error_code = p.error_code
     m.lost.extend(p.lost)
@@ -477,6 +488,7 @@ PAYLOAD_FIELDS: dict[type, tuple[str, Callable[[Any, Any], None]]] = {
     d.ControlEvent: ("control", _control),
     d.ParseError: ("parse_error", _parse_error),
     d.Unknown: ("unknown", _unknown),
+    d.GatewayEvent: ("gateway", _gateway),
 }
 
 

@@ -24,6 +24,10 @@ def describe(event: events_pb2.StreamEvent) -> str | None:
         return f"turn result: {p.subtype} is_error={p.is_error}"
     if kind == "stderr":
         return f"stderr: {p.text[:200]}"
+    if kind == "gateway":
+        what = events_pb2.GatewayEventKind.Name(p.kind).removeprefix("GATEWAY_EVENT_KIND_").lower()
+        where = p.destination or p.model
+        return f"gateway: {what.replace('_', ' ')}{f' {where}' if where else ''} (HTTP {p.http_status}) {p.message[:160]}"
     if kind == "parse_error":
         if p.repaired:
             return f"repaired stdout line ({p.line_bytes} bytes): {p.detail}"

@@ -12,8 +12,9 @@ from helix_runner.api.artifact_mapping import artifacts_to_proto
 from helix_runner.api.wire import frame_events
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
+from helix_runner.domain.gateway_report import GatewayReport
 from helix_runner.domain.phase_outcome import ResourceFault
-from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult
+from helix_runner.domain.phase_result import Attempt, ContainmentReport, PhaseResult, SandboxReport
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
 
 
@@ -86,6 +87,25 @@ def containment_to_proto(c: ContainmentReport) -> resources_pb2.PhaseContainment
     return msg
 
 
+def gateway_report_to_proto(g: GatewayReport) -> resources_pb2.GatewayReport:
+    msg = resources_pb2.GatewayReport(
+        requests=g.requests, rate_limited=g.rate_limited, overloaded=g.overloaded, api_errors=g.api_errors,
+        model_refusals=g.model_refusals, upstream_failures=g.upstream_failures,
+        egress_connections=g.egress_connections, egress_refusals=g.egress_refusals,
+        egress_allowlist=list(g.egress_allowlist), allowed_models=list(g.allowed_models),
+    )
+    for usage in g.models:
+        msg.models.add(model=usage.model, requests=usage.requests).tokens.CopyFrom(m.token_usage_to_proto(usage.tokens))
+    return msg
+
+
+def sandbox_to_proto(s: SandboxReport) -> resources_pb2.SandboxReport:
+    return resources_pb2.SandboxReport(
+        setting=s.setting, home=s.home, egress_ports=list(s.egress_ports),
+        layers=[resources_pb2.SandboxLayer(name=x.name, active=x.active, detail=x.detail) for x in s.layers],
+    )
+
+
 def tool_call_duration_ns(body: bytes) -> int | None:
     """The duration of an encoded ToolCall, None while it ran (for ``SqliteStore.backfill_tool_call_durations``)."""
     try:
@@ -132,6 +152,10 @@ def result_to_proto(r: PhaseResult) -> resources_pb2.PhaseResult:
         msg.cost.CopyFrom(m.phase_cost_to_proto(r.cost))
     if d.containment is not None:
         msg.diagnostics.containment.CopyFrom(containment_to_proto(d.containment))
+    if d.gateway is not None:
+        msg.diagnostics.gateway.CopyFrom(gateway_report_to_proto(d.gateway))
+    if d.sandbox is not None:
+        msg.diagnostics.sandbox.CopyFrom(sandbox_to_proto(d.sandbox))
     if r.artifacts is not None:
         msg.artifacts.CopyFrom(artifacts_to_proto(r.artifacts))
     _ts(msg.start_time, r.start_time_ns)

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.event_summary import summarize
-from helix_runner.api.proto_records import containment_to_proto
+from helix_runner.api.proto_records import containment_to_proto, gateway_report_to_proto, sandbox_to_proto
 from helix_runner.api.wire import embedded
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.phase_result import queue_wait_ns
-from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, StoredToolCall
+from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, ServerStatus, StoredToolCall
 
 # PhaseInspection.recent_events[].summary (resources.proto).
 MAX_SUMMARY_CHARS = 500
@@ -209,9 +209,17 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         if msg.phase.result.diagnostics.HasField("containment"):
             msg.containment.CopyFrom(msg.phase.result.diagnostics.containment)
         msg.turn_count = msg.phase.result.result_count
+        if msg.phase.result.diagnostics.HasField("gateway"):
+            msg.gateway.CopyFrom(msg.phase.result.diagnostics.gateway)
+        if msg.phase.result.diagnostics.HasField("sandbox"):
+            msg.sandbox.CopyFrom(msg.phase.result.diagnostics.sandbox)
         return msg
     if live.containment is not None:
         msg.containment.CopyFrom(containment_to_proto(live.containment))
+    if live.gateway is not None:
+        msg.gateway.CopyFrom(gateway_report_to_proto(live.gateway))
+    if live.sandbox is not None:
+        msg.sandbox.CopyFrom(sandbox_to_proto(live.sandbox))
     msg.paused = live.paused
     msg.hard_paused = live.hard_paused
     for held in live.held_calls:
@@ -236,3 +244,9 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
         )
         ctx.raw_json = usage.raw_json
     return msg
+
+
+def server_status_to_proto(status: ServerStatus) -> resources_pb2.ServerStatus:
+    return resources_pb2.ServerStatus(sandbox=sandbox_to_proto(status.sandbox),
+                                      containment_mode=int(status.containment_mode), refusal=status.refusal,
+                                      version=status.version)

@@ -53,6 +53,7 @@ ROUTES: Mapping[str, Route] = {
     "ListJobs": Route.ANY,
     "ListToolCalls": Route.ANY,
     "GetCostTotals": Route.ANY,
+    "GetServerStatus": Route.ANY,  # the sandbox and containment of the replica asked, not forwarded
     "GetPhaseDiff": Route.OWNER_OR_RECORDER,
     "InspectPhase": Route.OWNER,  # the context usage is asked of the running CLI
     "CancelPhase": Route.OWNER,
@@ -69,6 +70,11 @@ ROUTES: Mapping[str, Route] = {
     "ListBreakpoints": Route.OWNER,
     "RemoveBreakpoint": Route.OWNER,
     "ResolveToolCall": Route.OWNER,
+    # Webhooks live in the shared database: any replica creates, lists, deletes and reads them.
+    "CreateWebhook": Route.ANY,
+    "ListWebhooks": Route.ANY,
+    "DeleteWebhook": Route.ANY,
+    "ListWebhookDeliveries": Route.ANY,
 }
 
 _PHASE_IDS = frozenset({"job_id", "phase_id"})

@@ -48,4 +48,5 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "settings": o.settings,
         "setting_sources": o.setting_sources if o.HasField("setting_sources") else None,
         "json_schema": o.json_schema,
+        "egress_allowlist": tuple(o.egress_allowlist),
     }

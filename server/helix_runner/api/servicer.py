@@ -47,12 +47,19 @@ from helix_runner.api.resource_mapping import (
     inspection_to_proto,
     list_jobs_response,
     phase_to_proto,
+    server_status_to_proto,
     tool_call_to_proto,
 )
 from helix_runner.api.retry_options import retry_policy_from_options
 from helix_runner.api.routing import Forward, Place, Router, check_routes
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.validation import check_enums
+from helix_runner.api.webhook_mapping import (
+    delivery_to_proto,
+    states_from_request,
+    webhook_spec_from_request,
+    webhook_to_proto,
+)
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
@@ -235,6 +242,10 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         return runner_service_pb2.GetCostTotalsResponse(totals=cost_totals_to_proto(totals))
 
     @_unary
+    async def GetServerStatus(self, request, context):
+        return runner_service_pb2.GetServerStatusResponse(status=server_status_to_proto(self.service.server_status()))
+
+    @_unary
     async def GetPhaseDiff(self, request, context):
         return read_diff_page(self.service.require_phase(request.job_id, request.phase_id), request)
 
@@ -349,6 +360,45 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         msg = (m.tool_call_to_proto(call, job_id=request.job_id, phase_id=request.phase_id) if call
                else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
+
+
+    # -- webhooks (README "Webhooks"; phases/webhooks.py) --------------------------------------
+
+    def _webhooks(self):
+        if self.service.webhooks is None:
+            raise RunnerError(ErrorKind.UNIMPLEMENTED, "NOT_IMPLEMENTED", "webhooks are not enabled on this server",
+                              {"missing": "webhooks"})
+        return self.service.webhooks
+
+    @_unary
+    async def CreateWebhook(self, request, context):
+        row, secret = self._webhooks().create(webhook_spec_from_request(request))
+        # The secret goes back only when the server made it, and only now.
+        return runner_service_pb2.CreateWebhookResponse(webhook=webhook_to_proto(row),
+                                                        secret="" if request.secret else secret)
+
+    @_unary
+    async def ListWebhooks(self, request, context):
+        return runner_service_pb2.ListWebhooksResponse(
+            webhooks=[webhook_to_proto(r) for r in self._webhooks().list(request.project_id)])
+
+    @_unary
+    async def DeleteWebhook(self, request, context):
+        if not request.webhook_id:
+            raise invalid_field("webhook_id", "is required")
+        row, cancelled = self._webhooks().delete(request.webhook_id)
+        return runner_service_pb2.DeleteWebhookResponse(webhook=webhook_to_proto(row), cancelled_deliveries=cancelled)
+
+    @_unary
+    async def ListWebhookDeliveries(self, request, context):
+        states = states_from_request(request.states)
+        query = {"webhook": request.webhook_id, "job": request.job_id, "phase": request.phase_id, "states": states}
+        after = read_token(request.page_token, query, (int,))
+        page, more = self._webhooks().deliveries(request.webhook_id, request.job_id, request.phase_id, states,
+                                                 page_size(request.page_size, 50, 500), after[0] if after else None)
+        return runner_service_pb2.ListWebhookDeliveriesResponse(
+            deliveries=[delivery_to_proto(row, attempts) for row, attempts in page],
+            next_page_token=make_token(query, [more]) if more is not None else "")
 
 
 def _pass_through(message: bytes | Any) -> bytes:

@@ -1,4 +1,4 @@
-"""Read verbs: ``jobs``, ``phases``, ``sessions``, ``costs``, ``tools`` (tables, or ``--json``)."""
+"""Read verbs: ``jobs``, ``phases``, ``sessions``, ``costs``, ``tools``, ``status`` (tables, or ``--json``)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--failed", action="store_true", help="with --calls: only calls that failed or never finished"
     )
     p.set_defaults(handler=with_client(_tools))
+
+
+    p = _parser(
+        sub,
+        "status",
+        "how the server runs phases: its sandbox's layers (on, or off and why), containment, refusals",
+        "Prints the per-phase sandbox the server found and probed at start: its setting (auto, "
+        "required, off), each layer (namespaces, network, landlock, seccomp) with what it does on "
+        "this host or why it is off, the host ports phases may reach; the containment mode; and, "
+        "under sandbox = required with a layer missing, the refusal every phase gets.",
+    )
+    p.set_defaults(handler=with_client(_status))
 
 
 def _status_arg(text: str) -> str:
@@ -486,6 +498,10 @@ def inspection_renderables(inspection, what: str) -> list:
             out.append(
                 f"  current tool: {phase.current_tool.name} ({enum_name(phase.current_tool.status).lower()})"
             )
+        sandbox = inspection.sandbox
+        if sandbox is not None and sandbox.setting:
+            layers = ", ".join(f"{x.name} {'on' if x.active else 'OFF'}" for x in sandbox.layers)
+            out.append(f"  sandbox {sandbox.setting}: {layers} (helix-runner status: why a layer is off)")
     if everything or what == "held":
         out.append(Text("held tool calls:", style="bold"))
         if not inspection.pending_calls:
@@ -545,3 +561,24 @@ def inspection_renderables(inspection, what: str) -> list:
                 f"  {fmt_clock(ref.receive_time)} #{ref.sequence:<5} {ref.kind:<18} {one_line(ref.summary, 120)}"
             )
     return out
+
+
+async def _status(client, args) -> int:
+    from helix_runner.cli.render import enum_name
+
+    status = await client.get_server_status()
+    if args.json:
+        print_json(_dict(status))
+        return EXIT_OK
+    console = make_console()
+    sandbox = status.sandbox
+    console.print(f"helix-runner {status.version or '(version unknown)'}", soft_wrap=True)
+    console.print(f"sandbox: {sandbox.setting if sandbox else 'unknown'}", soft_wrap=True)
+    for layer in sandbox.layers if sandbox else ():  # lines, not a table: the details are long
+        console.print(f"  {layer.name:<10}  {'on' if layer.active else 'OFF':<3}  {layer.detail}", soft_wrap=True)
+    ports = ", ".join(str(p) for p in sandbox.egress_ports) if sandbox and sandbox.egress_ports else "none"
+    console.print(f"host loopback ports phases may reach: {ports}", soft_wrap=True)
+    console.print(f"containment: {enum_name(status.containment_mode).lower().replace('_', '-')}", soft_wrap=True)
+    if status.refusal:
+        console.print(f"every phase is refused: {status.refusal}", soft_wrap=True)
+    return EXIT_OK

@@ -168,7 +168,7 @@ FILTER_GROUPS: dict[str, frozenset[str]] = {
     "text": frozenset({"assistant_text", "thinking", "user_message"}),
     "cost": frozenset({"cost_update", "turn_result"}),
     "control": frozenset({"control", "status_changed"}),
-    "errors": frozenset({"api_error", "api_retry", "parse_error", "stderr", "permission_denied"}),
+    "errors": frozenset({"api_error", "api_retry", "parse_error", "stderr", "permission_denied", "gateway"}),
     "status": frozenset({"status_changed"}),
 }
 EVENT_KINDS = frozenset(
@@ -219,6 +219,7 @@ _KIND_STYLES = {
     "stderr": "red",
     "parse_error": "red",
     "permission_denied": "red",
+    "gateway": "bold red",
     "control": "magenta",
     "status_changed": "bold magenta",
     "assistant_text": "white",
@@ -321,6 +322,13 @@ def _kind_detail(kind: str, p, event: pb.StreamEvent) -> Text:
             t.append(f"  {one_line(p.message, 100)}")
     elif kind == "parse_error":
         t.append(f"{enum_name(p.reason).lower()} line {p.line_number} ({p.line_bytes} bytes)")
+    elif kind == "gateway":
+        t.append(enum_name(p.kind).lower().replace("_", " "), style="bold red")
+        t.append(f" HTTP {p.http_status}")
+        if p.destination or p.model:
+            t.append(f" {p.destination or p.model}")
+        if p.message:
+            t.append(f": {one_line(p.message, 140)}")
     elif kind == "unknown":
         t.append(f"{p.type}/{p.subtype}" if p.subtype else p.type)
     return t

@@ -7,7 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from helix_runner.config import CONTAINMENT_SETTINGS
+from helix_runner.config import CONTAINMENT_SETTINGS, SANDBOX_SETTINGS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,6 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--containment",
         choices=CONTAINMENT_SETTINGS,
         help="how phases are contained (default auto: cgroup v2, then v1, then a subreaper shim)",
+    )
+    p.add_argument(
+        "--sandbox", choices=SANDBOX_SETTINGS,
+        help="the per-phase sandbox (default auto: every layer the host allows; required: refuse phases "
+        "while a layer is missing; off)",
+    )
+    p.add_argument(
+        "--sandbox-skip-layers",
+        help="comma-separated sandbox layers to leave off: namespaces, network, landlock, seccomp",
     )
     p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
     p.add_argument(

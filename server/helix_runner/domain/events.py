@@ -127,6 +127,17 @@ class ControlEventKind(enum.IntEnum):
     QUEUED = 17  # the phase waits for admission, or what it waits for changed
 
 
+class GatewayEventKind(enum.IntEnum):
+    """What the model-API gateway or the egress proxy saw (``events.proto`` GatewayEventKind)."""
+
+    UNSPECIFIED = 0
+    RATE_LIMITED = 1  # the API answered 429
+    OVERLOADED = 2  # the API answered 529, or sent an overloaded_error event mid-stream
+    MODEL_REFUSED = 3  # the project's model allowlist refused the request's model
+    EGRESS_REFUSED = 4  # the egress proxy refused a destination
+    UPSTREAM_FAILED = 5  # the gateway could not reach the API (connection, TLS, timeout)
+
+
 class AttemptEndKind(enum.IntEnum):
     """How an attempt ended, which decides whether another attempt may help (``resources.proto``)."""
 
@@ -537,6 +548,19 @@ class ControlEvent(_Payload):
     queue: QueueState | None = None
 
 
+class GatewayEvent(_Payload):
+    """A request of the phase the gateway or the egress proxy refused, or the API answered with
+    a rate limit or an overload, as it happened; ``message`` at most 1 KiB."""
+
+    kind: GatewayEventKind
+    http_status: int = 0
+    model: str = ""
+    message: str = ""
+    destination: str = ""  # EGRESS_REFUSED: host:port
+    retry_after_ns: int | None = None  # the API's retry-after, when it sent one
+    request_id: str = ""  # the API's request-id (or the gateway's own for a refusal)
+
+
 class ParseError(_Payload):
     """A stdout line that could not be parsed as written. Never contains the line itself (redacted by design).
 
@@ -579,6 +603,7 @@ Payload = (
     | ControlEvent
     | ParseError
     | Unknown
+    | GatewayEvent
 )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.cost import PhaseCostSnapshot
 from helix_runner.domain.events import AttemptEndKind, PermissionDenial
+from helix_runner.domain.gateway_report import GatewayReport
 from helix_runner.domain.phase_outcome import ResourceFault
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolStats
@@ -37,6 +38,35 @@ class ContainmentReport:
 
 
 @dataclass(frozen=True)
+class SandboxLayer:
+    """One layer of a phase's sandbox (``namespaces``, ``network``, ``landlock``, ``seccomp``): on or
+    off, and what it does here or why it is missing."""
+
+    name: str
+    active: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxReport:
+    """The sandbox a phase runs in: the server's setting (``auto``, ``required``, ``off``), each
+    layer, its private home and the host loopback ports it may reach."""
+
+    setting: str = ""
+    layers: tuple[SandboxLayer, ...] = ()
+    home: str = ""
+    egress_ports: tuple[int, ...] = ()
+
+    def layer(self, name: str) -> SandboxLayer | None:
+        return next((layer for layer in self.layers if layer.name == name), None)
+
+    def describe(self) -> str:
+        """One line: the setting and each layer's state."""
+        parts = [f"{layer.name} {'on' if layer.active else 'off'}" for layer in self.layers]
+        return f"{self.setting}: " + (", ".join(parts) if parts else "no layer")
+
+
+@dataclass(frozen=True)
 class PhaseDiagnostics:
     """What helps explain how a phase ended."""
 
@@ -49,6 +79,8 @@ class PhaseDiagnostics:
     claude_path: str = ""
     recording_path: str = ""
     containment: ContainmentReport | None = None
+    gateway: GatewayReport | None = None  # what the model-API gateway and the egress proxy measured
+    sandbox: SandboxReport | None = None
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,9 @@ class PhaseSpec:
     setting_sources: str | None = None  # None: the CLI's default sources
     # `--json-schema`: a JSON Schema (object) for the final answer; "" for free text.
     json_schema: str = ""
+    # Domains the egress proxy allows this phase besides the server's (validated by the phases layer
+    # with the proxy's rules, helix_runner/egress/allowlist.py).
+    egress_allowlist: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -304,4 +307,4 @@ def _check_json_schema(schema: dict) -> None:
         where = "/".join(str(p) for p in e.absolute_path) or "the root"
         raise invalid_field("options.json_schema", f"is not a valid JSON Schema (at {where[:200]}: "
                                                    f"{e.message[:200]})", at=where[:200],
-                            problem=e.message[:200]) from None
+                            schema_error=e.message[:200]) from None

@@ -18,7 +18,9 @@ can lose is what the writer holds and has not committed: at most its backlog (``
 plus one stdout chunk per phase), usually one batch. A run's writes (its events, status, tool
 calls, costs, result) are committed in the order it made them, each batch in one transaction, so
 what survives a crash is a prefix of each phase's writes: never a status or a result without the
-events before it.
+events before it. The webhook deliveries a batch of events causes (issue 26) are handed over with
+it and commit in its transaction: a delivery is never queued for an event that is not stored, nor
+lost for one that is.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from dataclasses import dataclass, field
 from helix_runner.store.protocol import (
     AppendEvents,
     EventRow,
+    InsertOutbox,
     ModelCostRow,
+    OutboxRow,
     PhaseWrite,
     ReplaceModelCosts,
     Store,
@@ -79,7 +83,8 @@ _Entry = tuple[PhaseWrite | None, Callable[[], None] | None, int]
 @dataclass(slots=True)
 class _Outcome:
     """How a batch ended: the phases the store refused (fenced), those whose writes it would not
-    take at all (lost), and those whose row writes it would not take (their events are committed)."""
+    take at all (lost), and those whose row writes it would not take (their events are committed,
+    with the webhook deliveries they cause)."""
 
     refused: set[tuple[str, str]] = field(default_factory=set)
     lost: set[tuple[str, str]] = field(default_factory=set)
@@ -119,6 +124,10 @@ class EventWriter:
         # A shared database refused some phases' writes (another replica took them over): told
         # once per refused phase per batch, so their runs can be stopped (PhaseService.on_fenced).
         self.on_fenced: Callable[[str, str], None] = lambda job_id, phase_id: None
+        # A batch that carried webhook deliveries was committed: the dispatcher's wake-up.
+        self.on_outbox: Callable[[], None] = lambda: None
+        # The last status of each phase handed over and not committed yet (``pending_statuses``).
+        self._statuses: dict[tuple[str, str], UpdatePhase] = {}
 
     @property
     def off_loop(self) -> bool:
@@ -132,16 +141,32 @@ class EventWriter:
 
     # -- what a run hands over -----------------------------------------------------------------
 
-    def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None]) -> None:
-        """Events of a phase (none: a marker), and what to run once they are committed."""
+    def submit(self, job_id: str, phase_id: str, rows: Sequence[EventRow], on_durable: Callable[[], None],
+               outbox: Sequence[OutboxRow] = ()) -> None:
+        """Events of a phase (none: a marker), and what to run once they are committed.
+
+        ``outbox``: the webhook deliveries these events cause, handed over with them: the same
+        batch, so the same transaction (a batch is never split), and refused with them.
+        """
         size = _EVENT_OVERHEAD * len(rows)
         for row in rows:
             size += len(row.body)
         self._add((AppendEvents(job_id, phase_id, rows), on_durable, size))
+        if outbox:
+            self._add((InsertOutbox(job_id, phase_id, outbox), None,
+                       sum(_EVENT_OVERHEAD + len(row.body) for row in outbox)))
 
     def write(self, write: PhaseWrite) -> None:
         """A row write of a running phase, committed after everything it handed over before."""
+        if type(write) is UpdatePhase and "status" in write.values:
+            self._statuses[(write.job_id, write.phase_id)] = write
         self._add((write, None, _ROW_WRITE_SIZE))
+
+    def pending_statuses(self, job_id: str) -> dict[str, object]:
+        """The statuses of the job's phases handed over and not committed yet (phase id -> the last
+        one): newer than what the store has. A webhook's ``job.finished`` asks whether every other
+        phase of the job is final, before the status of one that just ended may be committed."""
+        return {phase: w.values["status"] for (job, phase), w in self._statuses.items() if job == job_id}
 
     # The store calls a ``PhaseRun`` makes (``RunStore``), queued behind its events. A write the
     # database refuses because another replica took the phase over reaches ``on_fenced``.
@@ -252,8 +277,9 @@ class EventWriter:
                 raise
             except StoreError:
                 pass
-            # Its events at least (they are its history; a row write is what the database refused).
-            events = [w for w in phase_writes if type(w) is AppendEvents]
+            # Its events at least (they are its history; a row write is what the database refused),
+            # with the webhook deliveries they cause (never committed apart from them).
+            events = [w for w in phase_writes if type(w) is AppendEvents or type(w) is InsertOutbox]
             try:
                 outcome.refused |= self._committer.commit(events, retry=retry)
                 outcome.rows_dropped.add(key)
@@ -272,13 +298,21 @@ class EventWriter:
     def _finish(self, batch: list[_Entry], outcome: _Outcome) -> None:
         """On the loop, once a batch is committed: its callbacks in order, then the refused phases."""
         stopped = outcome.refused | outcome.lost
+        deliveries = False
         for write, on_durable, size in batch:
             self._backlog -= size
+            kind = type(write)
+            if kind is UpdatePhase and self._statuses.get((write.job_id, write.phase_id)) is write:
+                del self._statuses[(write.job_id, write.phase_id)]  # committed, or never will be
+            elif kind is InsertOutbox and (write.job_id, write.phase_id) not in stopped:
+                deliveries = True
             if on_durable is not None and (write is None or (write.job_id, write.phase_id) not in stopped):
                 try:
                     on_durable()  # a refused phase's rows are not in the store: never offered to watchers
                 except Exception:
                     log.exception("a callback of committed phase writes failed")
+        if deliveries:  # after their commit: the dispatcher finds them
+            self.on_outbox()
         # A phase whose writes the database will not take is stopped as a fenced one is: nothing
         # more of it is written or offered, its watchers end, its process is stopped.
         for job, phase in sorted(stopped):
@@ -542,18 +576,24 @@ class PhaseEventLog:
         if self.writer is not None:
             await self.writer.room()
 
-    def publish(self, rows: Sequence[EventRow]) -> None:
-        """Persists the rows (sequences must continue the log), then offers them to subscribers."""
+    def publish(self, rows: Sequence[EventRow], outbox: Sequence[OutboxRow] = ()) -> None:
+        """Persists the rows (sequences must continue the log), then offers them to subscribers.
+
+        ``outbox``: the webhook deliveries these events cause, written in the same transaction.
+        """
         if not rows or self.fenced:
             return
         if rows[0].sequence != self.submitted_sequence + 1:
             raise ValueError(f"sequence gap: expected {self.submitted_sequence + 1}, got {rows[0].sequence}")
         self.submitted_sequence = rows[-1].sequence
         if self.writer is None:
-            self.store.append_events([(self.job_id, self.phase_id, rows)])
+            if outbox:
+                self.store.append_events([(self.job_id, self.phase_id, rows)], outbox=outbox)
+            else:
+                self.store.append_events([(self.job_id, self.phase_id, rows)])
             self._offer(rows)
         else:
-            self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows))
+            self.writer.submit(self.job_id, self.phase_id, rows, lambda: self._offer(rows), outbox)
 
     def _offer(self, rows: Sequence[EventRow]) -> None:
         if self.fenced:

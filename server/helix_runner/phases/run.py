@@ -60,16 +60,19 @@ from helix_runner.phases.attempts import (
     retry_scheduled_event,
 )
 from helix_runner.phases.control import PhaseController
+from helix_runner.phases.egress_grant import PhaseEgress
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.views import HeldCall, RunSnapshot
+from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import PhaseWorkspace
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
@@ -105,6 +108,10 @@ class LaunchPlan:
     spawn_off_loop: bool = True
     # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (process/warm_pool.py).
     take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
+    # The phase's grant at the model-API gateway and the egress proxy (phases/egress_grant.py).
+    egress: PhaseEgress | None = None
+    # The phase's sandbox and private home (process/sandbox/); None: sandbox off.
+    sandbox: PhaseSandbox | None = None
 
 
 class PhaseRun:
@@ -117,8 +124,10 @@ class PhaseRun:
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: RunStore, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
-                 accepted_ns: int | None = None):
+                 accepted_ns: int | None = None, notifier: PhaseNotifier | None = None):
         self.spec = spec
+        # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
+        self.notifier = notifier
         # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
         self.accepted_ns = time.time_ns() if accepted_ns is None else accepted_ns
         # Retry policy and admission (phases.attempts); the attempts so far, oldest first.
@@ -133,6 +142,8 @@ class PhaseRun:
         self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
                                                      project_id=spec.project_id)
         self.plan = plan
+        # The sandbox the phase's processes run in (a warm start brings its own, see _take_warm).
+        self.sandbox = plan.sandbox
         self.store = store
         self.encoder = encoder
         self.events = events
@@ -140,6 +151,8 @@ class PhaseRun:
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
         self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope, list(breakpoints))
+        if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
+            plan.egress.attach(self.emit, self.telemetry)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
@@ -288,9 +301,13 @@ class PhaseRun:
             exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
                                 start_ns, time.time_ns())
             self.result = self._finish(exit_, None)
+            if self.sandbox is not None:
+                self.sandbox.close()
             raise
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
             self._artifacts = await self.plan.workspace.collect()
+        if self.sandbox is not None:  # keeps the transcripts for resume, removes the private home
+            await asyncio.to_thread(self.sandbox.close)
         self.result = self._finish(exit_, end)
         return self.result
 
@@ -354,6 +371,7 @@ class PhaseRun:
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
+            scope.sandbox_args = self.supervisor.scope.sandbox_args  # the same sandbox and home
             self._open_attempt(argv, dict(self.plan.env), limits, scope, old.breakpoints)
             self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -363,6 +381,8 @@ class PhaseRun:
             self._take_warm()
         if not self.supervisor.warm:  # a warm process's environment was fixed when it started
             self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
+        if self.plan.egress is not None and not self.supervisor.warm:  # its capability, kept across attempts
+            self.supervisor.env.update(self.plan.egress.child_env())
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self._ticket_starting = self._ticket is not None
@@ -395,11 +415,22 @@ class PhaseRun:
         take, cold = self.plan.take_warm, self.supervisor
         if take is None:
             return
-        # Matched on the inline argv: the cold one carries this run's own secret-file paths.
-        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, cold.env, self.plan.scope.limits))
+        if self.spec.resume_session_id:
+            return  # its transcript was restored into this run's own home
+        # Matched on the inline argv (the cold one carries this run's own secret-file paths) and
+        # without the sandbox's per-run variables (each warm process has its own home).
+        env = self.sandbox.unapply(cold.env) if self.sandbox is not None else cold.env
+        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
         if warm is None:
             return
+        if self.sandbox is not None:  # the warm process's home is the phase's from now on
+            self.sandbox.home.remove()
+        self.sandbox = warm.sandbox
+        if self.sandbox is not None:
+            self.sandbox.project = self.spec.project_id or "default"
         warm.adopt(sink=self, limits=cold.limits, on_spawn=self._record_pid)
+        if self.plan.egress is not None:  # the capability it was started with becomes this phase's
+            self.plan.egress.adopt(warm.env)
         warm.set_stdin_lines(cold.stdin_lines)  # initialize (with the hook) and the prompt
         self.supervisor = warm
         log.info("phase starts warm", extra={"fields": {**self._log_fields(), "shim_pid": warm.scope.shim_pid}})
@@ -450,6 +481,8 @@ class PhaseRun:
 
     def _finish(self, exit_: ProcessExit, end: AttemptEnd | None) -> PhaseResult:
         self._revoke_key()
+        if self.plan.egress is not None:  # nothing of the phase reaches the API or the proxy any more
+            self.plan.egress.revoke()
         if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
             self.plan.secret_files.remove()
         self.control.close("the phase ended")
@@ -506,6 +539,8 @@ class PhaseRun:
                 claude_path=self.plan.claude_path,
                 recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
+                gateway=self.plan.egress.report() if self.plan.egress is not None else None,
+                sandbox=self.sandbox.report if self.sandbox is not None else None,
             ),
             attempts=tuple(self.attempts),
             resource_fault=fault,
@@ -547,7 +582,8 @@ class PhaseRun:
     def _persist_and_offer(self, events: list[Event]) -> None:
         encoder, job, phase = self.encoder, self.job_id, self.phase_id
         self.events.publish([EventRow(e.sequence, e.receive_time_ns, encoder.event_kind(e),
-                                      encoder.encode_event(job, phase, e)) for e in events])
+                                      encoder.encode_event(job, phase, e)) for e in events],
+                            self.notifier.outbox(events) if self.notifier is not None else ())
 
     def _note_stream_facts(self, events: list[Event]) -> None:
         """Message counts, the session and model (written to the phase row when they change), lost writes."""
@@ -639,7 +675,9 @@ class PhaseRun:
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
             assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
             turn_count=stream.result_count, containment=self.supervisor.scope.report(),
+            sandbox=self.sandbox.report if self.sandbox is not None else None,
             attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
+            gateway=self.plan.egress.report() if self.plan.egress is not None else None,
         )
 
     def tool_call(self, tool_use_id: str) -> ToolCall | None:

@@ -13,13 +13,15 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import importlib.metadata
 import logging
 import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
@@ -32,15 +34,19 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.egress.service import Egress
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupted_attempt
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
+from helix_runner.phases.egress_grant import PhaseEgress, allowed_models, prestart_env, release_prestart_env
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import LaunchPlan, PhaseRun
+from helix_runner.phases.views import ServerStatus
+from helix_runner.phases.webhooks import PhaseNotifier, Webhooks
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.child_env import compose_child_env, missing_commands
 from helix_runner.process.claude_command import build_argv, prompt_line
@@ -49,6 +55,7 @@ from helix_runner.process.containment import MODE_NAMES, Containment, LeftoverRu
 from helix_runner.process.git_worktree import workspace_for
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.process_group import kill_leftover_group
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox, Sandbox, off_report, runtime_paths
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.warm_pool import SpawnSignature, WarmPool
@@ -82,8 +89,12 @@ class PhaseService:
     def __init__(self, config: ServerConfig, store: Store, encoder: RecordEncoder, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
-                 telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE):
+                 telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE,
+                 egress: Egress | None = None, sandbox: Sandbox | None = None,
+                 webhooks: Webhooks | None = None):
         self.config = config
+        # Webhook subscriptions: each run maps its events to outbox rows (phases/webhooks.py).
+        self.webhooks = webhooks
         self.containment = containment
         self.telemetry = telemetry or Telemetry()
         self.store = store
@@ -94,6 +105,10 @@ class PhaseService:
         # Server variables the child never gets (credentials; see server.child_credentials).
         self.env_withhold = env_withhold
         self.key_broker = key_broker
+        # The model-API gateway and the egress proxy (helix_runner/egress); each phase gets a grant.
+        self.egress = egress
+        # The per-phase sandbox (process/sandbox/); None: phases run as before it existed (sandbox = off).
+        self.sandbox = sandbox
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._claude: ClaudeBinary | None = None
@@ -136,18 +151,27 @@ class PhaseService:
         request leaves nothing behind, so its phase id stays free for a corrected retry.
         """
         with self.telemetry.admission():  # telemetry: counts refusals by reason
-            return await self._start(spec, breakpoints, retry or self.retry_defaults)
+            try:
+                return await self._start(spec, breakpoints, retry or self.retry_defaults)
+            except RunnerError as exc:
+                if exc.reason == "QUEUE_FULL" and self.webhooks is not None:
+                    self.webhooks.queue_full(spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT, exc)
+                raise
 
     async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy) -> LivePhase:
         breakpoints = list(breakpoints or [])
         BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
+        if self.sandbox is not None and (refused := self.sandbox.refusal()) is not None:
+            raise refused  # sandbox = required and a layer is missing on this host
         workdir = resolve_working_dir(spec.working_dir, self.config.workspace_roots)
+        spec = self._sandboxed_spec(spec)
         if spec.permission_mode == "bypassPermissions" and not self.config.allow_bypass_permissions:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               "options.permission_mode: bypassPermissions is disabled on this server",
                               {"field": "options.permission_mode"})
+        egress = self._egress_grant(spec, spec.project_id or DEFAULT_PROJECT)  # validates options.egress_allowlist
         env = self._child_env(spec)
         missing = missing_commands(self.config.required_commands, env)
         if missing:
@@ -170,6 +194,24 @@ class PhaseService:
             workspace_for, spec, workdir, roots=self.config.workspace_roots, data_dir=self.config.data_dir,
             default_retention=self.config.worktree_retention, recording_dir=recording_dir,
             resolve_dir=resolve_working_dir)
+        phase_sandbox = await asyncio.to_thread(self._prepare_sandbox, run_id, spec, workspace, env, str(claude.path),
+                                                project)
+        try:
+            return await self._plan_and_launch(spec, project, workdir, recording_dir, workspace, env, claude, limits,
+                                               run_id, retry, breakpoints, phase_sandbox, egress)
+        except BaseException:
+            if phase_sandbox is not None:
+                phase_sandbox.home.remove()
+            raise
+
+    async def _plan_and_launch(self, spec: PhaseSpec, project: str, workdir: Path, recording_dir: Path, workspace,
+                               env: dict[str, str], claude: ClaudeBinary, limits: ResourceLimits, run_id: str,
+                               retry: RetryPolicy, breakpoints: list[Breakpoint],
+                               phase_sandbox: PhaseSandbox | None, egress: PhaseEgress | None) -> LivePhase:
+        scope = self.containment.scope(run_id, limits)
+        if phase_sandbox is not None:
+            env = phase_sandbox.apply(env)
+            scope.sandbox_args = phase_sandbox.shim_args()
         plan = LaunchPlan(
             argv=self._argv(str(claude.path), spec),
             cwd=workspace.cwd,
@@ -182,7 +224,7 @@ class PhaseService:
             ),
             claude_path=f"{claude.path} ({claude.found_via})",
             recording_dir=recording_dir,
-            scope=self.containment.scope(run_id, limits),
+            scope=scope,
             stream_options=PhaseStreamOptions(
                 max_line_bytes=self.config.max_line_bytes,
                 include_partial_messages=spec.include_partial_messages,
@@ -195,6 +237,8 @@ class PhaseService:
             argv_for=lambda attempt_spec: build_argv(
                 str(claude.path), attempt_spec, settings=self.key_broker.cli_settings() if self.key_broker else None),
             secret_files=SecretArgFiles(self.config.data_dir, run_id),
+            egress=egress,
+            sandbox=phase_sandbox,
         )
 
         # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
@@ -244,7 +288,7 @@ class PhaseService:
             # The run's row writes are queued behind its events; a write refused by the fence (another
             # replica took the phase over) stops the run (the writer's on_fenced).
             run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries, accepted_ns=now)
+                           retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             if plan.secret_files is not None:
@@ -275,6 +319,27 @@ class PhaseService:
         except asyncio.CancelledError:
             await asyncio.wait([future])
             raise
+
+    def _notifier(self, job_id: str, phase_id: str, project: str, cost_usd: float = 0.0) -> PhaseNotifier | None:
+        """The phase's webhook notifier (None: webhooks are off)."""
+        if self.webhooks is None:
+            return None
+        return self.webhooks.notifier(job_id, phase_id, project, functools.partial(self.job_done, job_id, phase_id),
+                                      cost_usd)
+
+    def notifier_of(self, row: PhaseRow) -> PhaseNotifier | None:
+        """The webhook notifier of a phase that ended without its run (recovery, a takeover's sweep)."""
+        return self._notifier(row.job_id, row.phase_id, row.project_id,
+                              row.reported_usd if row.reported_usd is not None else row.computed_usd)
+
+    def job_done(self, job_id: str, phase_id: str) -> bool:
+        """Whether every phase of the job but this one is final (its end then finishes the job: job.finished).
+
+        A status this replica handed to the writer and has not committed yet is newer than the store's.
+        """
+        handed = self.writer.pending_statuses(job_id)
+        return all(handed.get(p.phase_id, p.status).is_final
+                   for p in self.store.phases_of_jobs([job_id]) if p.phase_id != phase_id)
 
     def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
         """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
@@ -310,6 +375,66 @@ class PhaseService:
         env.setdefault("CLAUDE_CODE_STARTUP_FAILURE_RESULTS", "1")
         return env
 
+    def _egress_grant(self, spec: PhaseSpec, project: str) -> PhaseEgress | None:
+        """The phase's grant at the gateway and the proxy (phases/egress_grant.py); INVALID_FIELD for a
+        bad ``options.egress_allowlist`` entry."""
+        if self.egress is None:
+            return None
+        return PhaseEgress(self.egress, job_id=spec.job_id, phase_id=spec.phase_id, project=project,
+                           models=allowed_models(self.config, project), request_entries=spec.egress_allowlist)
+
+    # -- the sandbox (process/sandbox/) ---------------------------------------------------------
+
+    def server_status(self) -> ServerStatus:
+        """The sandbox every phase gets, the containment mode and any refusal (GetServerStatus)."""
+        sandbox = self.sandbox.report() if self.sandbox is not None else off_report()
+        refused = self.sandbox.refusal() if self.sandbox is not None else None
+        try:
+            version = importlib.metadata.version("helix-runner")
+        except importlib.metadata.PackageNotFoundError:
+            version = ""
+        return ServerStatus(sandbox=sandbox, containment_mode=self.containment.mode,
+                            refusal=refused.message if refused is not None else "", version=version)
+
+    def _sandboxed_spec(self, spec: PhaseSpec) -> PhaseSpec:
+        """In a sandbox, the workspace's own ``.claude/`` settings load only when the request names
+        them: ``setting_sources`` unset means the private user config alone (README "Sandbox")."""
+        if self.sandbox is not None and self.sandbox.on and spec.setting_sources is None:
+            return replace(spec, setting_sources="user")
+        return spec
+
+    def _prepare_sandbox(self, run_id: str, spec: PhaseSpec, workspace, env: dict[str, str], claude_path: str,
+                         project: str, *, secrets_dir: Path | None = None) -> PhaseSandbox | None:
+        """A phase run's sandbox: private home, policy, the shim's argument (None: sandbox off and not
+        offline). Restores the transcript ``resume_session_id`` names (RunnerError if not this project's)."""
+        if self.sandbox is None:
+            return None
+        cwd = str(workspace.cwd)
+        read_write = [*spec.add_dirs]
+        read_only = runtime_paths(env.get("PATH", ""), claude_path=claude_path)
+        read_only += [str(p) for p in self.config.path_prefix]
+        # The phase's own option files (process/secret_files.py; made later, bound if they exist by
+        # then) and the key helper's socket: read-only, whatever holds them.
+        private = [str(secrets_dir or self.config.data_dir / "phase-secrets" / run_id)]
+        if self.key_broker is not None:
+            private.append(str(self.key_broker.socket_path.parent))
+        if workspace.mode == "GIT_WORKTREE" and workspace.worktree_path is not None:
+            read_write.append(str(workspace.worktree_path))
+        if workspace.toplevel is not None:  # git needs the repository's own directory to commit
+            read_only.append(str(workspace.toplevel))
+            common = workspace.toplevel / ".git"
+            if common.is_dir():
+                read_write.append(str(common))
+        phase = self.sandbox.prepare(run_id, cwd=cwd, project=project, read_write=read_write, read_only=read_only,
+                                     covered=[str(r) for r in self.config.workspace_roots], private_read_only=private)
+        if spec.resume_session_id:
+            try:
+                self.sandbox.restore_session(phase, spec.resume_session_id, cwd)
+            except BaseException:
+                phase.home.remove()
+                raise
+        return phase
+
     def _argv(self, claude_path: str, spec: PhaseSpec) -> tuple[str, ...]:
         return tuple(build_argv(claude_path, spec, settings=self.key_broker.cli_settings() if self.key_broker else None))
 
@@ -327,13 +452,26 @@ class PhaseService:
                                     working_dir=str(declared["working_dir"]), **dict(declared.get("options") or {}))
         except TypeError as exc:  # an option that is no PhaseSpec field
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD", f"options: {exc}") from None
+        spec = self._sandboxed_spec(spec)
         cwd = resolve_working_dir(spec.working_dir, self.config.workspace_roots)
         limits = self._limits(spec)
         claude = self.locate_claude()
         signature = SpawnSignature.of(self._argv(str(claude.path), spec), cwd, self._child_env(spec), limits)
+        egress = self.egress
+        workspace = SimpleNamespace(cwd=cwd, mode="IN_PLACE", worktree_path=None, toplevel=None)
+        env = self._child_env(spec)
+        sandbox_for = None
+        if self.sandbox is not None:
+            def sandbox_for(run_id: str) -> PhaseSandbox | None:
+                return self._prepare_sandbox(run_id, spec, workspace, env, str(claude.path), "",
+                                             secrets_dir=self.config.data_dir / "phase-secrets" / "warm-pool")
         self.warm_pool = WarmPool(self.containment, signature, limits, int(declared["size"]),
                                   spawn_off_loop=self.config.spawn_off_loop,
-                                  secret_files=SecretArgFiles(self.config.data_dir, "warm-pool"))
+                                  secret_files=SecretArgFiles(self.config.data_dir, "warm-pool"),
+                                  extra_env=None if egress is None else functools.partial(prestart_env, egress),
+                                  release_env=None if egress is None else functools.partial(release_prestart_env,
+                                                                                            egress),
+                                  sandbox_for=sandbox_for)
         self.warm_pool.start()
         log.info("warm pool started", extra={"fields": {"size": declared["size"], "working_dir": str(cwd)}})
 
@@ -461,10 +599,11 @@ class PhaseService:
             seq = row.last_sequence + 1
             event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                      reason))
+            notifier = self.notifier_of(row)
             self.store.append_events([(row.job_id, row.phase_id, [
                 EventRow(seq, now, self.encoder.event_kind(event), self.encoder.encode_event(row.job_id, row.phase_id,
                                                                                           event))
-            ])])
+            ])], outbox=notifier.outbox([event]) if notifier is not None else ())
             self.store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
             result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                                  reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,

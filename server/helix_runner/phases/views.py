@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.cost_ledger import ModelCost, PhaseCostSnapshot
 from helix_runner.domain.events import TokenUsage
+from helix_runner.domain.gateway_report import GatewayReport
+from helix_runner.domain.phase_result import ContainmentMode, SandboxReport
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus, ToolStats
 from helix_runner.process.containment import ContainmentReport
@@ -63,9 +65,11 @@ class RunSnapshot:
     user_message_count: int
     turn_count: int  # turn results seen
     containment: ContainmentReport | None = None  # the phase's processes, cgroup and limits now
+    sandbox: SandboxReport | None = None  # the phase's sandbox layers, private home and egress ports
     attempts: tuple = ()  # phases.attempts Attempt records, oldest first (the running one last)
     queue: object | None = None  # the admission QueueState while the phase waits (QUEUED)
     auth_source: str = ""  # the latest init line's `apiKeySource` ("" before one came)
+    gateway: GatewayReport | None = None  # what the gateway and the egress proxy measured so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +174,13 @@ class Inspection:
     phase: PhaseView
     recent_events: tuple[RecentEvent, ...]
     context_usage: ContextUsage | None = None
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """How this server runs phases (GetServerStatus, ``helix-runner status``)."""
+
+    sandbox: SandboxReport  # the setting and each layer as found at start; no home
+    containment_mode: ContainmentMode
+    refusal: str = ""  # the message every phase is refused with (sandbox = required, a layer missing)
+    version: str = ""

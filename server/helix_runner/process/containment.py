@@ -97,6 +97,7 @@ def shim_command(
     joins: Sequence[Path] = (),
     marker: str = "",
     parent: int | None = None,
+    sandbox: Sequence[str] = (),
 ) -> list[str]:
     """The command line that runs ``argv`` under the phase shim, as a child of ``parent`` (default:
     this process; the shim exits at once if its parent is not that one any more)."""
@@ -116,7 +117,7 @@ def shim_command(
         cmd += ["--join", str(path)]
     if marker:
         cmd += ["--marker", marker]
-    return [*cmd, "--", *argv]
+    return [*cmd, *sandbox, "--", *argv]
 
 
 def _alive(pid: int | None, start: int | None = None) -> bool:
@@ -180,6 +181,8 @@ class PhaseScope:
             )
         self.shim_pid: int | None = None
         self.shim_start: int | None = None
+        # The shim's `--sandbox` argument (process/sandbox/phase_sandbox.py); empty: no sandbox.
+        self.sandbox_args: list[str] = []
         self.stopped = False
         self._final: ScopeStats | None = None
 
@@ -206,7 +209,7 @@ class PhaseScope:
     def command(self, argv: Sequence[str], status_fd: int) -> list[str]:
         """The shim's command line for this scope."""
         joins = self.cgroup.procs_files if self.cgroup else ()
-        return shim_command(argv, status_fd=status_fd, joins=joins, marker=self.marker)
+        return shim_command(argv, status_fd=status_fd, joins=joins, marker=self.marker, sandbox=self.sandbox_args)
 
     def attach(self, shim_pid: int) -> None:
         self.shim_pid = shim_pid

@@ -12,27 +12,44 @@ It also:
   group, then lets go of those pipes so EOF on them means what it meant without a shim;
 - reports on ``--status-fd``: ``spawned <pid>``, then ``exited <code>`` (negative: killed by
   that signal) when the CLI exits, or ``error <text>`` if it could not start it;
-- forwards SIGTERM / SIGINT / SIGHUP to the CLI's process group;
+- with ``--sandbox <spec file>``, starts the CLI inside the phase's sandbox instead
+  (``sandbox/launch.py``: namespaces through bubblewrap, Landlock, seccomp, a private network
+  whose allowed ports it relays once it has reported the CLI's host pid);
+- forwards SIGTERM / SIGINT / SIGHUP to the CLI's process group (sandboxed: to the CLI);
 - on SIGUSR1, which is also its parent-death signal (``PR_SET_PDEATHSIG``, so a server killed
   with ``kill -9`` still ends its phases), SIGKILLs every descendant until none is left;
 - exits once the CLI has exited and it has no child left, with the CLI's exit status.
 
-It imports only the standard library and ``procfs`` (run as ``python -E -s -S -B phase_shim.py``,
-which keeps its start-up to a few tens of milliseconds, see benchmarks/bench_phase_shim.py).
+It imports only the standard library, ``procfs`` and, when sandboxed, ``sandbox/`` (run as ``python -E -s -S -B phase_shim.py``,
+which keeps its start-up to a few tens of milliseconds, see benchmarks/bench_phase_shim.py; the
+sandbox's share is in benchmarks/bench_sandbox.py, whose ``--profile`` reads the marks this
+module records when ``HELIX_SHIM_PROFILE`` names a file).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import signal
-import sys
 import time
+
+_T0 = time.time_ns()
+
+import ctypes  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+_MARKS: list[tuple[str, int]] = [("start", _T0), ("imports", time.time_ns())]
+
+
+def mark(name: str, at: int | None = None) -> None:
+    """Notes when start-up reached ``name`` (kept only for HELIX_SHIM_PROFILE, see bench_sandbox)."""
+    _MARKS.append((name, time.time_ns() if at is None else at))
 
 if __package__:
     from helix_runner.process import procfs
 else:  # run by path: its own directory is sys.path[0]
     import procfs  # type: ignore[no-redef]
+
+SANDBOX_ERROR_PREFIX = "cannot start the sandbox: "
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -69,8 +86,8 @@ def _prctl(libc: ctypes.CDLL, option: int, value: int) -> None:
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
-def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str]]:
-    status_fd, parent, joins, markers = -1, 0, [], []
+def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], str | None]:
+    status_fd, parent, joins, markers, sandbox = -1, 0, [], [], None
     i = 0
     while i < len(argv) and argv[i] != "--":
         flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
@@ -84,16 +101,18 @@ def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str]]:
             joins.append(value)
         elif flag == "--marker":
             markers.append(value)
+        elif flag == "--sandbox":
+            sandbox = value
         else:
             raise ValueError(f"unknown option {flag}")
         i += 2
     command = argv[i + 1 :]
     if not command:
         raise ValueError("no command after --")
-    return status_fd, parent, joins, markers, command
+    return status_fd, parent, joins, markers, command, sandbox
 
 
-def _reap(child: int, status: _Status, state: dict[str, int | None]) -> bool:
+def _reap(child: int, status: _Status, state: dict) -> bool:
     """Reaps every exited child; returns False once the shim has no child at all."""
     while True:
         try:
@@ -104,11 +123,14 @@ def _reap(child: int, status: _Status, state: dict[str, int | None]) -> bool:
             return True
         if pid == child:
             code = os.waitstatus_to_exitcode(raw)
+            decode = state.get("decode")
+            if decode is not None:
+                code = decode(code)
             state["code"] = code
             status.send(f"exited {code}")
 
 
-def _end_everything(child: int, status: _Status, state: dict[str, int | None]) -> None:
+def _end_everything(child: int, status: _Status, state: dict) -> None:
     """SIGKILLs every descendant until none is left (a killed parent forks no more)."""
     me = os.getpid()
     deadline = time.monotonic() + END_DEADLINE_S
@@ -127,7 +149,7 @@ def _end_everything(child: int, status: _Status, state: dict[str, int | None]) -
 
 def main(argv: list[str]) -> int:
     try:
-        status_fd, parent, joins, markers, command = _parse(argv)
+        status_fd, parent, joins, markers, command, sandbox = _parse(argv)
     except ValueError as exc:
         print(f"phase_shim: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -153,30 +175,48 @@ def main(argv: list[str]) -> int:
             status.send(f"error cannot join cgroup {path}: {exc.strerror or exc}")
             return EXIT_SETUP_FAILED
     env = dict(os.environ)
+    trace = env.pop("HELIX_SHIM_PROFILE", None)
     for marker in markers:
         name, _, value = marker.partition("=")
         env[name] = value
-    try:
-        # Own process group, default signal mask and dispositions (Python ignores SIGPIPE / SIGXFSZ).
-        child = os.posix_spawnp(
-            command[0],
-            command,
-            env,
-            setpgroup=0,
-            setsigmask=(),
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, *WATCHED),
-        )
-    except OSError as exc:
-        status.send(f"error cannot start {command[0]}: {exc.strerror or exc}")
-        return EXIT_SPAWN_FAILED
-    status.send(f"spawned {child}")
+    reset = (signal.SIGPIPE, signal.SIGXFSZ, *WATCHED)
+    started = None
+    if sandbox is not None:
+        if __package__:
+            from helix_runner.process.sandbox import launch
+        else:
+            from sandbox import launch  # type: ignore[no-redef]
+        mark("import launch")
+        launch.MARK = mark
+        try:
+            started = launch.start(launch.load_spec(sandbox), command, env, reset)
+        except (OSError, ValueError, EOFError, launch.SandboxStartError) as exc:
+            status.send(f"error {SANDBOX_ERROR_PREFIX}{launch.describe(exc)}")
+            return EXIT_SPAWN_FAILED
+        child, reported = started.pid, started.cli_pid
+    else:
+        try:
+            # Own process group, default signal mask and dispositions (Python ignores SIGPIPE / SIGXFSZ).
+            child = os.posix_spawnp(command[0], command, env, setpgroup=0, setsigmask=(), setsigdef=reset)
+        except OSError as exc:
+            status.send(f"error cannot start {command[0]}: {exc.strerror or exc}")
+            return EXIT_SPAWN_FAILED
+        reported = child
+    status.send(f"spawned {reported}")
+    mark("spawned")
+    if trace:
+        with open(trace, "w") as f:
+            f.write("".join(f"{n}={t}\n" for n, t in _MARKS))
+    if started is not None:
+        started.relay()  # the phase's connections queue on the listeners until now
     # Let go of the server's pipes: stdout EOF must come when the CLI (and its tools) close them.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
 
-    state: dict[str, int | None] = {"code": None}
+    # The CLI's exit code once known, and how to read it from the child's (bubblewrap's) status.
+    state: dict = {"code": None, "decode": started.exit_code if started is not None else None}
     ending = False
     while True:
         if not _reap(child, status, state):
@@ -192,7 +232,10 @@ def main(argv: list[str]) -> int:
             ending = True
         elif state["code"] is None:
             try:
-                os.killpg(child, info.si_signo)
+                if started is not None:
+                    started.signal(info.si_signo)  # sandboxed: the CLI, not bubblewrap's monitor
+                else:
+                    os.killpg(child, info.si_signo)
             except ProcessLookupError:
                 pass
     code = state["code"]

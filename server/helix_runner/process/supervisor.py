@@ -112,6 +112,9 @@ class ProcessSupervisor:
         self._started: tuple[ChildProcess, _ShimStatus, asyncio.Task] | None = None
         # Whether the process was started ahead and adopted by a phase (a warm start).
         self.warm = False
+        # A prestarted process's own sandbox and private home (process/sandbox/), which the phase
+        # that adopts it takes over; removed with the process if no phase does.
+        self.sandbox = None
         self._child_pid: int | None = None
         self.final_stats: ScopeStats | None = None
         self._stop_cause: EndCause | None = None
@@ -202,6 +205,8 @@ class ProcessSupervisor:
         await self._end_scope(proc, shim_exit)
         status.close()
         self.scope.close()
+        if self.sandbox is not None:
+            self.sandbox.home.remove()
 
     @property
     def prestarted_alive(self) -> bool:
@@ -464,7 +469,7 @@ class ProcessSupervisor:
         stopped by a hard pause), then, after kill_grace, the whole scope."""
         child = self._child_pid
         if graceful and child is not None and not wait_task.done() and not self.scope.stopped:
-            _signal_group(child, signal.SIGTERM)  # the CLI ends its own tools on SIGTERM
+            _signal_cli(child, signal.SIGTERM)  # the CLI ends its own tools on SIGTERM
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(wait_task), self.limits.kill_grace)
         await self._end_scope(proc, shim_exit)
@@ -527,9 +532,15 @@ async def _wait_exit(proc: ChildProcess) -> int:
             os.close(fd)
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def _signal_cli(pid: int, sig: signal.Signals) -> None:
+    """Signals the CLI's process group, which the shim made for it (``pid`` leads it); in the
+    sandbox the CLI alone (process/sandbox/launch.py): its group is bubblewrap's, whose monitor
+    must not die first (the whole sandbox is killed with it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
 
 
 def _signal_name(number: int) -> str:

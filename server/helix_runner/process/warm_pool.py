@@ -24,12 +24,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.containment import Containment
+from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 
@@ -71,7 +72,10 @@ class WarmPool:
     """Keeps up to ``size`` CLI processes of one signature started and waiting for a phase."""
 
     def __init__(self, containment: Containment, signature: SpawnSignature, limits: ResourceLimits, size: int, *,
-                 spawn_off_loop: bool = True, secret_files: SecretArgFiles | None = None) -> None:
+                 spawn_off_loop: bool = True, secret_files: SecretArgFiles | None = None,
+                 extra_env: Callable[[], Mapping[str, str]] | None = None,
+                 release_env: Callable[[Mapping[str, str]], None] | None = None,
+                 sandbox_for: Callable[[str], PhaseSandbox | None] | None = None) -> None:
         self.containment = containment
         # The signature holds the inline argv (what a request is matched on); the processes get the
         # secret-bearing JSON options as files, as a cold phase does (process.secret_files).
@@ -80,6 +84,13 @@ class WarmPool:
         self.limits = limits
         self.size = size
         self._spawn_off_loop = spawn_off_loop
+        # Variables each process gets on top of the signature's, not part of it (a capability issued
+        # per process, phases/egress_grant.py), and what undoes them when a process is discarded untaken.
+        self._extra_env = extra_env
+        self._release_env = release_env
+        # Each process gets a sandbox and private home of its own (by run id), which the phase
+        # that takes it adopts (phases/run.py).
+        self._sandbox_for = sandbox_for
         self._ready: list[ProcessSupervisor] = []
         self._starting: set[asyncio.Task] = set()
         self._closed = False
@@ -104,6 +115,7 @@ class WarmPool:
                 self.taken += 1
                 self._fill()
                 return sup
+            self._release(sup)
             self._reap(sup)  # it died while it waited: end what is left, try the next
         self._fill()
         return None
@@ -115,6 +127,8 @@ class WarmPool:
             task.cancel()
         await asyncio.gather(*self._starting, return_exceptions=True)
         ready, self._ready = self._ready, []
+        for sup in ready:
+            self._release(sup)
         await asyncio.gather(*(s.discard() for s in ready), return_exceptions=True)
         if self.secret_files is not None:  # the phases that took a process have ended by now (drain)
             self.secret_files.remove()
@@ -134,15 +148,32 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         sig = self.signature
-        scope = self.containment.scope(f"warm-{uuid.uuid4().hex}", self.limits)
+        run_id = f"warm-{uuid.uuid4().hex}"
+        scope = self.containment.scope(run_id, self.limits)
         argv = self.secret_files.externalize(sig.argv) if self.secret_files else list(sig.argv)
-        sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=dict(sig.env), sink=_NoSink(), limits=ProcessLimits(),
+        env = dict(sig.env)
+        sandbox = None
+        if self._sandbox_for is not None:
+            sandbox = await asyncio.to_thread(self._sandbox_for, run_id)
+        if sandbox is not None:
+            env = sandbox.apply(env)
+            scope.sandbox_args = sandbox.shim_args()
+        if self._extra_env is not None:
+            env.update(self._extra_env())
+        sup = ProcessSupervisor(argv, cwd=Path(sig.cwd), env=env, sink=_NoSink(), limits=ProcessLimits(),
                                 keep_stdin_open=True, scope=scope, spawn_off_loop=self._spawn_off_loop)
+        sup.sandbox = sandbox
         try:
             failed = await sup.prestart()
         except asyncio.CancelledError:
+            self._release(sup)
+            if sandbox is not None:
+                sandbox.home.remove()
             return  # prestart ended what it had started
         if failed is not None:
+            self._release(sup)
+            if sandbox is not None:
+                sandbox.home.remove()
             log.warning("warm pool: a CLI process did not start", extra={"fields": {"error": failed}})
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)
@@ -151,6 +182,11 @@ class WarmPool:
                 self._fill()
             return
         if self._closed:
+            self._release(sup)
             await sup.discard()
             return
         self._ready.append(sup)
+
+    def _release(self, sup: ProcessSupervisor) -> None:
+        if self._release_env is not None:
+            self._release_env(sup.env)

@@ -24,12 +24,19 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow
+from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow, SweepOutbox
 from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
 from helix_runner.store.postgres_notify import EventListener, EventPointer, notify
 from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError, PhaseRow, Store
 from helix_runner.store.rows import phase_row, phase_value
-from helix_runner.store.sql_store import ACTIVE, PHASE_COLUMNS, POSTGRESQL, SELECT_PHASES, mark_unfinished
+from helix_runner.store.sql_store import (
+    ACTIVE,
+    PHASE_COLUMNS,
+    POSTGRESQL,
+    SELECT_PHASES,
+    insert_outbox,
+    mark_unfinished,
+)
 
 # Defined with the protocol (the application handles them; the config reads the lease); imported from here too.
 __all__ = ["DEFAULT_LEASE_SECONDS", "FencedError"]
@@ -367,7 +374,8 @@ class PostgresCluster:
         return EventListener(self._conninfo, store=self._store)
 
 
-    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100,
+                             outbox: SweepOutbox | None = None) -> list[PhaseRow]:
         """Marks active phases whose owner's lease ran out INTERRUPTED; returns them as they were.
 
         Also the phases this replica adopted from its previous incarnation (a stable replica id):
@@ -408,6 +416,8 @@ class PostgresCluster:
                     "VALUES (%s,%s,%s,%s,%s,%s)",
                     (row.job_id, row.phase_id, event.sequence, event.receive_time_ns, event.kind, event.body),
                 )
+                if outbox is not None:  # the webhook deliveries the terminal event causes
+                    insert_outbox(POSTGRESQL, cur, outbox(row, seq))
                 mark_unfinished(POSTGRESQL, cur, row.job_id, row.phase_id)
                 sets = ",".join(f"{k} = %s" for k in values)
                 cur.execute(

@@ -146,6 +146,11 @@ class PostgresStore(SqlStore):
         self._committers.append(committer)
         return committer
 
+    def _now_ns(self, tx) -> int:
+        # The database's clock: claims and retry times must mean the same to every replica.
+        (now,) = tx.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1e9)::bigint").fetchone()
+        return int(now)
+
     # -- written for PostgreSQL -------------------------------------------------------------------
 
 

@@ -8,9 +8,10 @@ exists. ``SqlStore`` holds those queries; a store subclasses it and supplies its
 (``_lock_phases``, ``_fence``, ``_announce``), how it inserts many events at once
 (``_insert_events``), and the few methods written for its database alone (``insert_phase``,
 ``tool_call_stats``). Every write of a running phase's history (events, phase columns, tool calls,
-costs) is one ``_write_phases_in`` over a transaction, whoever commits it: the single-write
-methods, ``write_phases``, or a PostgreSQL writer's own connection (store/postgres_writer.py). Shared queries use ``?`` placeholders; the PostgreSQL
-dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
+costs, the webhook deliveries its events cause) is one ``_write_phases_in`` over a transaction,
+whoever commits it: the single-write methods, ``append_events``, ``write_phases``, or a PostgreSQL
+writer's own connection (store/postgres_writer.py). Shared queries use ``?`` placeholders; the
+PostgreSQL dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
 ``pkg/storage/sqlcommon`` under its sqlite/postgres/mysql datastores, procrastinate's one
 ``queries.sql`` run by every connector. The contract suite (tests/store/test_store_contract.py)
 runs every query on both databases.
@@ -19,6 +20,7 @@ runs every query on both databases.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
@@ -29,11 +31,14 @@ from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
+    AlreadyExistsError,
     AppendEvents,
     EventRow,
     FencedError,
+    InsertOutbox,
     JobRow,
     ModelCostRow,
+    OutboxRow,
     PhaseCostSums,
     PhaseRow,
     PhaseWrite,
@@ -41,14 +46,22 @@ from helix_runner.store.protocol import (
     ToolCallRow,
     UpdatePhase,
     UpsertToolCalls,
+    WebhookAttemptRow,
+    WebhookDeliveryRow,
+    WebhookRow,
 )
 from helix_runner.store.rows import (
+    WEBHOOK_COLUMNS,
     job_row,
     model_cost_row,
     model_cost_values,
     phase_row,
     phase_value,
     tool_call_row,
+    webhook_attempt_row,
+    webhook_delivery_row,
+    webhook_row,
+    webhook_values,
 )
 
 # PhaseRow fields are the phases table's columns; last_sequence, the last field, is not stored: it is
@@ -87,6 +100,9 @@ class Dialect:
     """A list is bound as one array parameter (``= ANY(?)``); else as one parameter per value."""
     index_exists: str
     """A query with one parameter, the index's name, that returns a row when the index exists."""
+    skip_locked: str = ""
+    """Appended to a SELECT whose rows one writer claims: rows another transaction locked are skipped
+    (PostgreSQL's ``FOR UPDATE SKIP LOCKED``; SQLite has one writer at a time and needs none)."""
 
     def sql(self, text: str) -> str:
         """``text`` with ``?`` placeholders in the driver's style."""
@@ -101,6 +117,31 @@ class Dialect:
     def not_in_list(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         term, args = self.in_list(column, values)
         return f"NOT ({term})", args
+
+
+OUTBOX_COLUMNS = "delivery_id, subscription_id, event_type, job_id, phase_id, sequence, body, create_time_ns"
+DELIVERY_COLUMNS = (f"id, {OUTBOX_COLUMNS}, state, attempts, next_attempt_ns, last_status_code, last_error, "
+                    "end_time_ns")
+
+
+# A PENDING delivery of the same subscription and phase before ``d`` (which then waits: in-order delivery).
+_EARLIER_PENDING = ("SELECT 1 FROM webhook_deliveries e WHERE e.state = 'PENDING' AND e.subscription_id = d.subscription_id "
+                    "AND e.job_id = d.job_id AND e.phase_id = d.phase_id AND e.id < d.id")
+
+
+def insert_outbox(dialect: Dialect, tx: Any, rows: Sequence[OutboxRow]) -> None:
+    """In ``tx``: new PENDING deliveries, due now, in the order given (their ``id`` order).
+
+    A delivery id already stored is skipped: the writer sends a batch again when it cannot know
+    whether the first try committed (``StoreUnavailable``), and a delivery must be queued once.
+    """
+    if rows:
+        tx.executemany(
+            dialect.sql(f"INSERT INTO webhook_deliveries ({OUTBOX_COLUMNS}, state, next_attempt_ns) "
+                        "VALUES (?,?,?,?,?,?,?,?,'PENDING',?) ON CONFLICT (delivery_id) DO NOTHING"),
+            [(r.delivery_id, r.subscription_id, r.event_type, r.job_id, r.phase_id, r.sequence, r.body,
+              r.create_time_ns, r.create_time_ns) for r in rows],
+        )
 
 
 def mark_unfinished(dialect: Dialect, tx: Any, job_id: str, phase_id: str) -> int:
@@ -123,11 +164,13 @@ _APPLY = {
     UpdatePhase: "_update_phase_in",
     UpsertToolCalls: "_upsert_tool_calls_in",
     ReplaceModelCosts: "_replace_model_costs_in",
+    InsertOutbox: "_insert_outbox_in",
 }
 
 SQLITE = Dialect("sqlite", "?", arrays=False,
                  index_exists="SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?")
-POSTGRESQL = Dialect("postgresql", "%s", arrays=True, index_exists="SELECT 1 WHERE to_regclass(?) IS NOT NULL")
+POSTGRESQL = Dialect("postgresql", "%s", arrays=True, index_exists="SELECT 1 WHERE to_regclass(?) IS NOT NULL",
+                     skip_locked=" FOR UPDATE SKIP LOCKED")
 
 
 class SqlStore:
@@ -179,6 +222,11 @@ class SqlStore:
     def _announce(self, tx: Any, pointers: Sequence[tuple[str, str, int]], changed: Sequence[tuple[str, str]]) -> None:
         """Tells other processes, when ``tx`` commits, that these phases have events up to the given
         sequence (job, phase, sequence), and that these other phases' status or result changed."""
+
+    def _now_ns(self, tx: Any) -> int:
+        """The clock claims and retry times are kept by: this process's, alone; the database's, shared
+        (so the replicas' clocks never have to agree)."""
+        return time.time_ns()
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -285,9 +333,9 @@ class SqlStore:
             key = (w.job_id, w.phase_id)
             if key not in writable or type(w) is AppendEvents:
                 continue
-            # Each other kind of write by its own statements, in order, in this transaction: a new
-            # kind (e.g. an outbox row that must commit with the status change that causes it) is a
-            # record in store/protocol.py's PhaseWrite and its method here, fenced with its phase.
+            # Each other kind of write by its own statements, in order, in this transaction: a kind
+            # (e.g. InsertOutbox, the deliveries that must commit with the change that causes them) is
+            # a record in store/protocol.py's PhaseWrite and its method here, fenced with its phase.
             getattr(self, _APPLY[type(w)])(tx, w)
             if type(w) is UpdatePhase and ("status" in w.values or "result_pb" in w.values):
                 changed[key] = None
@@ -295,6 +343,9 @@ class SqlStore:
             self._announce(tx, [(j, p, s) for (j, p), s in last.items()],
                            [key for key in changed if key not in last])
         return refused
+
+    def _insert_outbox_in(self, tx: Any, w: InsertOutbox) -> None:
+        insert_outbox(self.dialect, tx, w.rows)
 
     def _update_phase_in(self, tx: Any, w: UpdatePhase) -> None:
         if not w.values:
@@ -334,13 +385,19 @@ class SqlStore:
 
     # -- events ------------------------------------------------------------------------------------
 
-    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
-        """Appends the events of one or more phases in one transaction (group commit).
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]],
+                      outbox: Sequence[OutboxRow] = ()) -> None:
+        """Appends the events of one or more phases in one transaction (group commit), with the
+        webhook deliveries they cause (``outbox``).
 
-        Phases this handle may not write are left out and named by the ``FencedError`` raised after
-        the others were committed.
+        Phases this handle may not write are left out, their deliveries with them, and named by the
+        ``FencedError`` raised after the others were committed.
         """
-        writes = [AppendEvents(job_id, phase_id, rows) for job_id, phase_id, rows in batches if rows]
+        writes: list[PhaseWrite] = [AppendEvents(job_id, phase_id, rows) for job_id, phase_id, rows in batches if rows]
+        by_phase: dict[tuple[str, str], list[OutboxRow]] = {}
+        for row in outbox:
+            by_phase.setdefault((row.job_id, row.phase_id), []).append(row)
+        writes += [InsertOutbox(job_id, phase_id, rows) for (job_id, phase_id), rows in by_phase.items()]
         refused = self.write_phases(writes)
         if refused:
             raise FencedError([key for key in dict.fromkeys((w.job_id, w.phase_id) for w in writes) if key in refused])
@@ -548,7 +605,9 @@ class SqlStore:
         q = self.dialect.sql
         with self._transaction() as tx:
             # Explicit deletes in dependency order (cheaper than row-by-row cascades on events).
-            for table in ("events", "tool_calls", "model_costs"):
+            tx.execute(q(f"DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT delivery_id FROM "
+                         f"webhook_deliveries WHERE {term})"), args)
+            for table in ("events", "tool_calls", "model_costs", "webhook_deliveries"):
                 tx.execute(q(f"DELETE FROM {table} WHERE {term}"), args)
             phases = tx.execute(q(f"DELETE FROM phases WHERE {term}"), args).rowcount
             tx.execute(q(f"DELETE FROM jobs WHERE {term}"), args)
@@ -573,4 +632,151 @@ class SqlStore:
         for start in range(0, len(recording_dirs), _CHUNK):
             term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
             found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
+        return found
+
+    # -- webhooks ----------------------------------------------------------------------------------
+
+    def create_webhook(self, row: WebhookRow) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            created = tx.execute(
+                q(f"INSERT INTO webhook_subscriptions ({WEBHOOK_COLUMNS}) VALUES ({','.join('?' * 13)}) "
+                  "ON CONFLICT (subscription_id) DO NOTHING RETURNING subscription_id"), webhook_values(row),
+            ).fetchone()
+        if created is None:
+            raise AlreadyExistsError(f"webhook {row.subscription_id} already exists")
+
+    def get_webhook(self, subscription_id: str) -> WebhookRow | None:
+        r = self._read_one(f"SELECT {WEBHOOK_COLUMNS} FROM webhook_subscriptions WHERE subscription_id = ?",
+                           (subscription_id,))
+        return webhook_row(r) if r else None
+
+    def list_webhooks(self, project_id: str | None = None) -> list[WebhookRow]:
+        sql, args = f"SELECT {WEBHOOK_COLUMNS} FROM webhook_subscriptions", []
+        if project_id:
+            sql, args = sql + " WHERE project_id IN (?, '')", [project_id]
+        return [webhook_row(r) for r in self._read(sql + " ORDER BY create_time_ns, subscription_id", args)]
+
+    def delete_webhook(self, subscription_id: str, now_ns: int) -> int | None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            if tx.execute(q("DELETE FROM webhook_subscriptions WHERE subscription_id = ?"),
+                          (subscription_id,)).rowcount == 0:
+                return None
+            return tx.execute(
+                q("UPDATE webhook_deliveries SET state = 'CANCELLED', end_time_ns = ?, claimed_by = '', "
+                  "claimed_until_ns = 0, last_error = 'the webhook was deleted' "
+                  "WHERE subscription_id = ? AND state = 'PENDING'"), (now_ns, subscription_id)).rowcount
+
+    def replace_config_webhooks(self, rows: Sequence[WebhookRow]) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            old = {r[0]: (r[1], r[2]) for r in tx.execute(
+                q("SELECT subscription_id, url, secret FROM webhook_subscriptions WHERE source = 'config'")).fetchall()}
+            keep = [r.subscription_id for r in rows]
+            gone = [sid for sid in old if sid not in keep]
+            if gone:
+                term, args = self.dialect.in_list("subscription_id", gone)
+                tx.execute(q(f"DELETE FROM webhook_subscriptions WHERE {term}"), args)
+                tx.execute(q("UPDATE webhook_deliveries SET state = 'CANCELLED', last_error = 'the webhook was "
+                             f"removed from the config file' WHERE state = 'PENDING' AND {term}"), args)
+            for row in rows:
+                if row.subscription_id not in old:
+                    tx.execute(q(f"INSERT INTO webhook_subscriptions ({WEBHOOK_COLUMNS}) VALUES ({','.join('?' * 13)}) "
+                                 "ON CONFLICT (subscription_id) DO NOTHING"), webhook_values(row))
+                    continue
+                changed = old[row.subscription_id] != (row.url, row.secret)
+                tx.execute(q(
+                    "UPDATE webhook_subscriptions SET project_id = ?, url = ?, secret = ?, events = ?, statuses = ?, "
+                    "cost_threshold_usd = ?, format = ?, description = ?"
+                    + (", disabled_reason = '', disabled_time_ns = NULL" if changed else "")
+                    + " WHERE subscription_id = ? AND source = 'config'"),
+                    (row.project_id, row.url, row.secret, ",".join(row.events), ",".join(row.statuses),
+                     row.cost_threshold_usd, row.format, row.description, row.subscription_id))
+
+    def enqueue_webhooks(self, rows: Sequence[OutboxRow]) -> None:
+        if rows:
+            with self._transaction() as tx:
+                insert_outbox(self.dialect, tx, rows)
+
+    def claim_webhook_deliveries(self, owner: str, limit: int, lease_s: float) -> list[WebhookDeliveryRow]:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            now = self._now_ns(tx)
+            rows = tx.execute(q(
+                "UPDATE webhook_deliveries SET claimed_by = ?, claimed_until_ns = ? WHERE id IN ("
+                "SELECT d.id FROM webhook_deliveries d WHERE d.state = 'PENDING' AND d.next_attempt_ns <= ? "
+                f"AND d.claimed_until_ns <= ? AND NOT EXISTS ({_EARLIER_PENDING}) "
+                f"ORDER BY d.next_attempt_ns, d.id LIMIT ?{self.dialect.skip_locked}) RETURNING {DELIVERY_COLUMNS}"),
+                (owner, now + round(lease_s * 1e9), now, now, limit)).fetchall()
+        return sorted((webhook_delivery_row(r) for r in rows), key=lambda d: d.order)
+
+    def finish_webhook_attempt(self, owner: str, attempt: WebhookAttemptRow, state: str,
+                               retry_in_s: float | None, disable_reason: str = "") -> bool:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            now = self._now_ns(tx)
+            tx.execute(q("INSERT INTO webhook_attempts (delivery_id, attempt, time_ns, status_code, latency_ns, error, "
+                         "replica_id) VALUES (?,?,?,?,?,?,?)"),
+                       (attempt.delivery_id, attempt.attempt, attempt.time_ns, attempt.status_code, attempt.latency_ns,
+                        attempt.error, attempt.replica_id))
+            next_ns = now + round((retry_in_s or 0.0) * 1e9)
+            end = None if state == "PENDING" else now
+            row = tx.execute(q(
+                "UPDATE webhook_deliveries SET attempts = attempts + 1, state = ?, next_attempt_ns = ?, claimed_by = '', "
+                "claimed_until_ns = 0, last_status_code = ?, last_error = ?, end_time_ns = ? "
+                "WHERE delivery_id = ? AND claimed_by = ? AND state = 'PENDING' RETURNING subscription_id"),
+                (state, next_ns, attempt.status_code, attempt.error, end, attempt.delivery_id, owner)).fetchone()
+            if row is not None and disable_reason:
+                tx.execute(q("UPDATE webhook_subscriptions SET disabled_reason = ?, disabled_time_ns = ? "
+                             "WHERE subscription_id = ? AND disabled_time_ns IS NULL"), (disable_reason, now, row[0]))
+                tx.execute(q("UPDATE webhook_deliveries SET state = 'DEAD', end_time_ns = ?, last_error = ?, "
+                             "claimed_by = '', claimed_until_ns = 0 WHERE subscription_id = ? AND state = 'PENDING'"),
+                           (now, f"the webhook was disabled: {disable_reason}", row[0]))
+        return row is not None
+
+    def release_webhook_claims(self, owner: str) -> int:
+        with self._transaction() as tx:
+            return tx.execute(self.dialect.sql(
+                "UPDATE webhook_deliveries SET claimed_by = '', claimed_until_ns = 0 "
+                "WHERE claimed_by = ? AND state = 'PENDING'"), (owner,)).rowcount
+
+    def next_webhook_due_s(self) -> float | None:
+        with self._reading() as db:
+            now = self._now_ns(db)
+            # Only the first PENDING delivery of each subscription and phase can be due (in order).
+            (due,) = db.execute(self.dialect.sql(
+                "SELECT MIN(CASE WHEN d.claimed_until_ns > d.next_attempt_ns THEN d.claimed_until_ns "
+                "ELSE d.next_attempt_ns END) FROM webhook_deliveries d WHERE d.state = 'PENDING' AND NOT EXISTS "
+                f"({_EARLIER_PENDING})")).fetchone()
+        return None if due is None else (due - now) / 1e9
+
+    def list_webhook_deliveries(self, subscription_id: str | None, job_id: str | None, phase_id: str | None,
+                                states: Sequence[str], limit: int, before: int | None = None
+                                ) -> list[WebhookDeliveryRow]:
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("subscription_id", subscription_id), ("job_id", job_id), ("phase_id", phase_id)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if states:
+            term, values = self.dialect.in_list("state", list(states))
+            where.append(term)
+            args.extend(values)
+        if before is not None:
+            where.append("id < ?")
+            args.append(before)
+        sql = f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [webhook_delivery_row(r) for r in self._read(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])]
+
+    def webhook_attempts(self, delivery_ids: Sequence[str]) -> list[WebhookAttemptRow]:
+        found: list[WebhookAttemptRow] = []
+        for start in range(0, len(delivery_ids), _CHUNK):
+            term, args = self.dialect.in_list("delivery_id", delivery_ids[start : start + _CHUNK])
+            found += [webhook_attempt_row(r) for r in self._read(
+                "SELECT delivery_id, attempt, time_ns, status_code, latency_ns, error, replica_id FROM webhook_attempts "
+                f"WHERE {term} ORDER BY delivery_id, time_ns, attempt", args)]
         return found

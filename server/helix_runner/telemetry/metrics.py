@@ -174,6 +174,33 @@ class Metrics:
             "helix_events_published", "Events published to the store and watchers.", registry=r
         )
 
+        # The model-API gateway and the egress proxy (helix_runner/egress), measured at the wire.
+        self.gateway_requests = Counter(
+            "helix_gateway_requests",
+            "Messages API requests the gateway forwarded and the API answered, by model, project and the "
+            "API's HTTP status.",
+            ["model", "project", "status"],
+            registry=r,
+        )
+        self.gateway_tokens = Counter(
+            "helix_gateway_tokens",
+            "Tokens the API reported in its answers as they passed the gateway, by model and kind "
+            "(compare helix_tokens, the CLI's own report).",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.gateway_events = Counter(
+            "helix_gateway_events",
+            "What the gateway and the egress proxy saw, by project and kind (rate_limited, overloaded, "
+            "model_refused, egress_refused, upstream_failed).",
+            ["project", "kind"],
+            registry=r,
+        )
+        self.egress_connections = Counter(
+            "helix_egress_connections", "Connections the egress proxy opened for phases, by project.", ["project"],
+            registry=r,
+        )
+
         # The server.
         self.event_loop_lag = Histogram(
             "helix_event_loop_lag_seconds",

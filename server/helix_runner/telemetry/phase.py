@@ -50,6 +50,7 @@ from helix_runner.domain.events import (
     ControlEventKind,
     CostUpdate,
     Event,
+    GatewayEventKind,
     ParseError,
     PhaseStatusChanged,
     RateLimit,
@@ -63,9 +64,10 @@ from helix_runner.domain.events import (
     TurnResult,
 )
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.usage import TokenUsage
 from helix_runner.telemetry import tracing as t
 from helix_runner.telemetry.child_env import trace_context_env
-from helix_runner.telemetry.metrics import Metrics, rate_limit_label, status_label
+from helix_runner.telemetry.metrics import TOKEN_KINDS, Metrics, rate_limit_label, status_label
 
 if TYPE_CHECKING:
     from helix_runner.domain.cost_ledger import PhaseCostSnapshot
@@ -216,6 +218,28 @@ class PhaseTelemetry:
         self._chats.clear()
         self._requesting.clear()
         self._dispatch = self._traced
+
+    # -- the gateway and the egress proxy (phases/egress_grant.py) -------------------------------------
+    def on_gateway_response(self, model: str, status: int, usage: TokenUsage | None) -> None:
+        """The API answered one of the phase's requests through the gateway."""
+        if self._m is None:
+            return
+        label = self._m.model(model or "unknown")
+        self._m.gateway_requests.labels(label, self._project, status_label(status)).inc()
+        if usage is not None:
+            for kind, value in zip(TOKEN_KINDS, (usage.input_tokens, usage.output_tokens,
+                                                 usage.cache_read_input_tokens, usage.cache_write_5m_input_tokens,
+                                                 usage.cache_write_1h_input_tokens), strict=True):
+                if value:
+                    self._m.gateway_tokens.labels(label, kind).inc(value)
+
+    def on_gateway_event(self, kind: GatewayEventKind) -> None:
+        if self._m is not None:
+            self._m.gateway_events.labels(self._project, kind.name.lower()).inc()
+
+    def on_egress_connection(self) -> None:
+        if self._m is not None:
+            self._m.egress_connections.labels(self._project).inc()
 
     def child_env(self, inherited: Mapping[str, str]) -> dict[str, str]:
         """``TRACEPARENT`` (the current attempt) and ``OTEL_RESOURCE_ATTRIBUTES`` for the CLI; {} when off."""

@@ -44,6 +44,12 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
      pb.SetPhasePermissionModeResponse, False),
     ("stop_task", "StopTask", pb.StopTaskRequest, pb.StopTaskResponse, False),
     ("get_task_output", "GetTaskOutput", pb.GetTaskOutputRequest, pb.GetTaskOutputResponse, False),
+    ("get_server_status", "GetServerStatus", pb.GetServerStatusRequest, pb.GetServerStatusResponse, False),
+    ("create_webhook", "CreateWebhook", pb.CreateWebhookRequest, pb.CreateWebhookResponse, False),
+    ("list_webhooks", "ListWebhooks", pb.ListWebhooksRequest, pb.ListWebhooksResponse, False),
+    ("delete_webhook", "DeleteWebhook", pb.DeleteWebhookRequest, pb.DeleteWebhookResponse, False),
+    ("list_webhook_deliveries", "ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest,
+     pb.ListWebhookDeliveriesResponse, False),
 )
 
 
@@ -252,6 +258,11 @@ class RunnerClient:
         request = pb.GetCostTotalsRequest(project_id=project_id, job_id=job_id, phase_id=phase_id)
         response = await self.call("get_cost_totals", request)
         return response.totals
+
+    async def get_server_status(self) -> pb.ServerStatus:
+        """How the server runs phases: its sandbox's layers, its containment mode, any refusal."""
+        response = await self.call("get_server_status", pb.GetServerStatusRequest())
+        return response.status
 
     async def cancel_phase(self, job_id: str, phase_id: str, reason: str = "") -> pb.Phase:
         request = pb.CancelPhaseRequest(job_id=job_id, phase_id=phase_id, reason=reason)

@@ -62,6 +62,15 @@ class ControlEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTROL_EVENT_KIND_ATTEMPT_STARTED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_QUEUED: _ClassVar[ControlEventKind]
 
+class GatewayEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GATEWAY_EVENT_KIND_UNSPECIFIED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_RATE_LIMITED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_OVERLOADED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_MODEL_REFUSED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_EGRESS_REFUSED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_UPSTREAM_FAILED: _ClassVar[GatewayEventKind]
+
 class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PARSE_ERROR_REASON_UNSPECIFIED: _ClassVar[ParseErrorReason]
@@ -111,6 +120,12 @@ CONTROL_EVENT_KIND_DETACHED: ControlEventKind
 CONTROL_EVENT_KIND_RETRY_SCHEDULED: ControlEventKind
 CONTROL_EVENT_KIND_ATTEMPT_STARTED: ControlEventKind
 CONTROL_EVENT_KIND_QUEUED: ControlEventKind
+GATEWAY_EVENT_KIND_UNSPECIFIED: GatewayEventKind
+GATEWAY_EVENT_KIND_RATE_LIMITED: GatewayEventKind
+GATEWAY_EVENT_KIND_OVERLOADED: GatewayEventKind
+GATEWAY_EVENT_KIND_MODEL_REFUSED: GatewayEventKind
+GATEWAY_EVENT_KIND_EGRESS_REFUSED: GatewayEventKind
+GATEWAY_EVENT_KIND_UPSTREAM_FAILED: GatewayEventKind
 PARSE_ERROR_REASON_UNSPECIFIED: ParseErrorReason
 PARSE_ERROR_REASON_NOT_JSON: ParseErrorReason
 PARSE_ERROR_REASON_INVALID_JSON: ParseErrorReason
@@ -122,7 +137,7 @@ PARSE_ERROR_REASON_BAD_SHAPE: ParseErrorReason
 PARSE_ERROR_REASON_UNPAIRED_SURROGATE: ParseErrorReason
 
 class StreamEvent(_message.Message):
-    __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "session_writes_lost", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown")
+    __slots__ = ("sequence", "receive_time", "job_id", "phase_id", "session_id", "parent_tool_use_id", "agent_id", "uuid", "session_init", "assistant_text", "thinking", "tool_call_started", "tool_call_finished", "api_retry", "api_error", "rate_limit", "task", "compaction", "cli_status", "hook", "permission_denied", "partial_delta", "turn_result", "control_response", "control_request", "user_message", "tool_progress", "session_writes_lost", "cost_update", "stderr", "status_changed", "control", "parse_error", "unknown", "gateway")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RECEIVE_TIME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +172,7 @@ class StreamEvent(_message.Message):
     CONTROL_FIELD_NUMBER: _ClassVar[int]
     PARSE_ERROR_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     receive_time: _timestamp_pb2.Timestamp
     job_id: str
@@ -191,7 +207,8 @@ class StreamEvent(_message.Message):
     control: ControlEvent
     parse_error: ParseError
     unknown: Unknown
-    def __init__(self, sequence: _Optional[int] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_tool_use_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., uuid: _Optional[str] = ..., session_init: _Optional[_Union[SessionInit, _Mapping]] = ..., assistant_text: _Optional[_Union[AssistantText, _Mapping]] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., api_retry: _Optional[_Union[ApiRetry, _Mapping]] = ..., api_error: _Optional[_Union[ApiError, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., task: _Optional[_Union[TaskEvent, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., cli_status: _Optional[_Union[CliStatus, _Mapping]] = ..., hook: _Optional[_Union[HookEvent, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., partial_delta: _Optional[_Union[PartialDelta, _Mapping]] = ..., turn_result: _Optional[_Union[TurnResult, _Mapping]] = ..., control_response: _Optional[_Union[ControlResponse, _Mapping]] = ..., control_request: _Optional[_Union[ControlRequest, _Mapping]] = ..., user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., session_writes_lost: _Optional[_Union[SessionWritesLost, _Mapping]] = ..., cost_update: _Optional[_Union[CostUpdate, _Mapping]] = ..., stderr: _Optional[_Union[StderrOutput, _Mapping]] = ..., status_changed: _Optional[_Union[PhaseStatusChanged, _Mapping]] = ..., control: _Optional[_Union[ControlEvent, _Mapping]] = ..., parse_error: _Optional[_Union[ParseError, _Mapping]] = ..., unknown: _Optional[_Union[Unknown, _Mapping]] = ...) -> None: ...
+    gateway: GatewayEvent
+    def __init__(self, sequence: _Optional[int] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., session_id: _Optional[str] = ..., parent_tool_use_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., uuid: _Optional[str] = ..., session_init: _Optional[_Union[SessionInit, _Mapping]] = ..., assistant_text: _Optional[_Union[AssistantText, _Mapping]] = ..., thinking: _Optional[_Union[Thinking, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., api_retry: _Optional[_Union[ApiRetry, _Mapping]] = ..., api_error: _Optional[_Union[ApiError, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ..., task: _Optional[_Union[TaskEvent, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., cli_status: _Optional[_Union[CliStatus, _Mapping]] = ..., hook: _Optional[_Union[HookEvent, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., partial_delta: _Optional[_Union[PartialDelta, _Mapping]] = ..., turn_result: _Optional[_Union[TurnResult, _Mapping]] = ..., control_response: _Optional[_Union[ControlResponse, _Mapping]] = ..., control_request: _Optional[_Union[ControlRequest, _Mapping]] = ..., user_message: _Optional[_Union[UserMessage, _Mapping]] = ..., tool_progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., session_writes_lost: _Optional[_Union[SessionWritesLost, _Mapping]] = ..., cost_update: _Optional[_Union[CostUpdate, _Mapping]] = ..., stderr: _Optional[_Union[StderrOutput, _Mapping]] = ..., status_changed: _Optional[_Union[PhaseStatusChanged, _Mapping]] = ..., control: _Optional[_Union[ControlEvent, _Mapping]] = ..., parse_error: _Optional[_Union[ParseError, _Mapping]] = ..., unknown: _Optional[_Union[Unknown, _Mapping]] = ..., gateway: _Optional[_Union[GatewayEvent, _Mapping]] = ...) -> None: ...
 
 class SessionInit(_message.Message):
     __slots__ = ("model", "tools", "cwd", "cli_version", "permission_mode", "mcp_servers", "capabilities", "api_key_source", "turn_index")
@@ -580,6 +597,24 @@ class ControlEvent(_message.Message):
     resumed_session_id: str
     queue: _resources_pb2.QueueState
     def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ...) -> None: ...
+
+class GatewayEvent(_message.Message):
+    __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    kind: GatewayEventKind
+    http_status: int
+    model: str
+    message: str
+    destination: str
+    retry_after: _duration_pb2.Duration
+    request_id: str
+    def __init__(self, kind: _Optional[_Union[GatewayEventKind, str]] = ..., http_status: _Optional[int] = ..., model: _Optional[str] = ..., message: _Optional[str] = ..., destination: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ParseError(_message.Message):
     __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail", "repaired")

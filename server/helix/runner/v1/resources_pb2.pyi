@@ -105,6 +105,30 @@ class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUEUE_REASON_START_LIMIT: _ClassVar[QueueReason]
     QUEUE_REASON_RATE_LIMITED: _ClassVar[QueueReason]
     QUEUE_REASON_RETRY_BACKOFF: _ClassVar[QueueReason]
+
+class WebhookEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEBHOOK_EVENT_TYPE_UNSPECIFIED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_FINISHED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_QUEUE_FULL: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_JOB_FINISHED: _ClassVar[WebhookEventType]
+
+class WebhookFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEBHOOK_FORMAT_UNSPECIFIED: _ClassVar[WebhookFormat]
+    WEBHOOK_FORMAT_STANDARD: _ClassVar[WebhookFormat]
+    WEBHOOK_FORMAT_SLACK: _ClassVar[WebhookFormat]
+
+class WebhookDeliveryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEBHOOK_DELIVERY_STATE_UNSPECIFIED: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_PENDING: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_DELIVERED: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_DEAD: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_CANCELLED: _ClassVar[WebhookDeliveryState]
 PHASE_STATUS_UNSPECIFIED: PhaseStatus
 PHASE_STATUS_PENDING: PhaseStatus
 PHASE_STATUS_RUNNING: PhaseStatus
@@ -173,6 +197,21 @@ QUEUE_REASON_PROJECT_LIMIT: QueueReason
 QUEUE_REASON_START_LIMIT: QueueReason
 QUEUE_REASON_RATE_LIMITED: QueueReason
 QUEUE_REASON_RETRY_BACKOFF: QueueReason
+WEBHOOK_EVENT_TYPE_UNSPECIFIED: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_FINISHED: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: WebhookEventType
+WEBHOOK_EVENT_TYPE_QUEUE_FULL: WebhookEventType
+WEBHOOK_EVENT_TYPE_JOB_FINISHED: WebhookEventType
+WEBHOOK_FORMAT_UNSPECIFIED: WebhookFormat
+WEBHOOK_FORMAT_STANDARD: WebhookFormat
+WEBHOOK_FORMAT_SLACK: WebhookFormat
+WEBHOOK_DELIVERY_STATE_UNSPECIFIED: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_PENDING: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_DELIVERED: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_DEAD: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_CANCELLED: WebhookDeliveryState
 
 class PhaseContainment(_message.Message):
     __slots__ = ("mode", "cgroup_paths", "memory_limit_bytes", "cpu_limit_millicores", "process_count", "memory_current_bytes", "memory_peak_bytes", "oom_kills")
@@ -399,7 +438,7 @@ class PermissionDenial(_message.Message):
     def __init__(self, tool_name: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_input_json: _Optional[str] = ...) -> None: ...
 
 class PhaseDiagnostics(_message.Message):
-    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment")
+    __slots__ = ("stderr_tail", "stderr_bytes", "parse_error_count", "unfinished_tool_calls", "stdout_bytes", "argv", "claude_path", "recording_path", "containment", "gateway", "sandbox")
     STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARSE_ERROR_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -409,6 +448,8 @@ class PhaseDiagnostics(_message.Message):
     CLAUDE_PATH_FIELD_NUMBER: _ClassVar[int]
     RECORDING_PATH_FIELD_NUMBER: _ClassVar[int]
     CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     stderr_tail: str
     stderr_bytes: int
     parse_error_count: int
@@ -418,7 +459,45 @@ class PhaseDiagnostics(_message.Message):
     claude_path: str
     recording_path: str
     containment: PhaseContainment
-    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ...) -> None: ...
+    gateway: GatewayReport
+    sandbox: SandboxReport
+    def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ...) -> None: ...
+
+class GatewayReport(_message.Message):
+    __slots__ = ("requests", "models", "rate_limited", "overloaded", "api_errors", "model_refusals", "upstream_failures", "egress_connections", "egress_refusals", "egress_allowlist", "allowed_models")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    OVERLOADED_FIELD_NUMBER: _ClassVar[int]
+    API_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    requests: int
+    models: _containers.RepeatedCompositeFieldContainer[GatewayModelUsage]
+    rate_limited: int
+    overloaded: int
+    api_errors: int
+    model_refusals: int
+    upstream_failures: int
+    egress_connections: int
+    egress_refusals: int
+    egress_allowlist: _containers.RepeatedScalarFieldContainer[str]
+    allowed_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, requests: _Optional[int] = ..., models: _Optional[_Iterable[_Union[GatewayModelUsage, _Mapping]]] = ..., rate_limited: _Optional[int] = ..., overloaded: _Optional[int] = ..., api_errors: _Optional[int] = ..., model_refusals: _Optional[int] = ..., upstream_failures: _Optional[int] = ..., egress_connections: _Optional[int] = ..., egress_refusals: _Optional[int] = ..., egress_allowlist: _Optional[_Iterable[str]] = ..., allowed_models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GatewayModelUsage(_message.Message):
+    __slots__ = ("model", "requests", "tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    requests: int
+    tokens: TokenUsage
+    def __init__(self, model: _Optional[str] = ..., requests: _Optional[int] = ..., tokens: _Optional[_Union[TokenUsage, _Mapping]] = ...) -> None: ...
 
 class PhaseResult(_message.Message):
     __slots__ = ("job_id", "phase_id", "status", "reason", "result_subtype", "is_error", "api_error_status", "terminal_reason", "num_turns", "result_text", "errors", "exit_code", "exit_signal", "result_count", "session_id", "cost", "tool_stats", "permission_denials", "start_time", "end_time", "last_sequence", "diagnostics", "attempts", "resource_fault", "artifacts", "auth_source", "structured_output", "structured_output_truncated", "queue_wait")
@@ -631,7 +710,7 @@ class ContextUsage(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class PhaseInspection(_message.Message):
-    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts")
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts", "gateway", "sandbox")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -644,6 +723,8 @@ class PhaseInspection(_message.Message):
     BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
     CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    GATEWAY_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     paused: bool
     hard_paused: bool
@@ -656,7 +737,43 @@ class PhaseInspection(_message.Message):
     breakpoints: _containers.RepeatedCompositeFieldContainer[Breakpoint]
     containment: PhaseContainment
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    gateway: GatewayReport
+    sandbox: SandboxReport
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ...) -> None: ...
+
+class SandboxReport(_message.Message):
+    __slots__ = ("setting", "layers", "home", "egress_ports")
+    SETTING_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_PORTS_FIELD_NUMBER: _ClassVar[int]
+    setting: str
+    layers: _containers.RepeatedCompositeFieldContainer[SandboxLayer]
+    home: str
+    egress_ports: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, setting: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[SandboxLayer, _Mapping]]] = ..., home: _Optional[str] = ..., egress_ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ServerStatus(_message.Message):
+    __slots__ = ("sandbox", "containment_mode", "refusal", "version")
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_MODE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    sandbox: SandboxReport
+    containment_mode: ContainmentMode
+    refusal: str
+    version: str
+    def __init__(self, sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ..., containment_mode: _Optional[_Union[ContainmentMode, str]] = ..., refusal: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class SandboxLayer(_message.Message):
+    __slots__ = ("name", "active", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    active: bool
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., active: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class StreamEventRef(_message.Message):
     __slots__ = ("sequence", "kind", "summary", "receive_time")
@@ -669,3 +786,81 @@ class StreamEventRef(_message.Message):
     summary: str
     receive_time: _timestamp_pb2.Timestamp
     def __init__(self, sequence: _Optional[int] = ..., kind: _Optional[str] = ..., summary: _Optional[str] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Webhook(_message.Message):
+    __slots__ = ("webhook_id", "project_id", "url", "events", "statuses", "cost_threshold_usd", "format", "description", "create_time", "from_config", "disabled_time", "disabled_reason")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    COST_THRESHOLD_USD_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FROM_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_REASON_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    project_id: str
+    url: str
+    events: _containers.RepeatedScalarFieldContainer[WebhookEventType]
+    statuses: _containers.RepeatedScalarFieldContainer[PhaseStatus]
+    cost_threshold_usd: float
+    format: WebhookFormat
+    description: str
+    create_time: _timestamp_pb2.Timestamp
+    from_config: bool
+    disabled_time: _timestamp_pb2.Timestamp
+    disabled_reason: str
+    def __init__(self, webhook_id: _Optional[str] = ..., project_id: _Optional[str] = ..., url: _Optional[str] = ..., events: _Optional[_Iterable[_Union[WebhookEventType, str]]] = ..., statuses: _Optional[_Iterable[_Union[PhaseStatus, str]]] = ..., cost_threshold_usd: _Optional[float] = ..., format: _Optional[_Union[WebhookFormat, str]] = ..., description: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., from_config: _Optional[bool] = ..., disabled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disabled_reason: _Optional[str] = ...) -> None: ...
+
+class WebhookAttempt(_message.Message):
+    __slots__ = ("attempt", "time", "status_code", "latency", "error", "replica_id")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    time: _timestamp_pb2.Timestamp
+    status_code: int
+    latency: _duration_pb2.Duration
+    error: str
+    replica_id: str
+    def __init__(self, attempt: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status_code: _Optional[int] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
+class WebhookDelivery(_message.Message):
+    __slots__ = ("delivery_id", "webhook_id", "event", "job_id", "phase_id", "sequence", "state", "attempt_count", "create_time", "next_attempt_time", "end_time", "attempts", "body", "last_status_code", "last_error")
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: str
+    webhook_id: str
+    event: WebhookEventType
+    job_id: str
+    phase_id: str
+    sequence: int
+    state: WebhookDeliveryState
+    attempt_count: int
+    create_time: _timestamp_pb2.Timestamp
+    next_attempt_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    attempts: _containers.RepeatedCompositeFieldContainer[WebhookAttempt]
+    body: str
+    last_status_code: int
+    last_error: str
+    def __init__(self, delivery_id: _Optional[str] = ..., webhook_id: _Optional[str] = ..., event: _Optional[_Union[WebhookEventType, str]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., sequence: _Optional[int] = ..., state: _Optional[_Union[WebhookDeliveryState, str]] = ..., attempt_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[WebhookAttempt, _Mapping]]] = ..., body: _Optional[str] = ..., last_status_code: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...

@@ -38,6 +38,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_QUEUE_FULL: _ClassVar[ErrorReason]
     ERROR_REASON_DIFF_NOT_AVAILABLE: _ClassVar[ErrorReason]
     ERROR_REASON_TASK_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_WEBHOOK_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: _ClassVar[ErrorReason]
+    ERROR_REASON_WEBHOOK_FROM_CONFIG: _ClassVar[ErrorReason]
+    ERROR_REASON_TOO_MANY_WEBHOOKS: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -87,6 +91,10 @@ ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_QUEUE_FULL: ErrorReason
 ERROR_REASON_DIFF_NOT_AVAILABLE: ErrorReason
 ERROR_REASON_TASK_NOT_FOUND: ErrorReason
+ERROR_REASON_WEBHOOK_NOT_FOUND: ErrorReason
+ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: ErrorReason
+ERROR_REASON_WEBHOOK_FROM_CONFIG: ErrorReason
+ERROR_REASON_TOO_MANY_WEBHOOKS: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -102,7 +110,7 @@ WORKTREE_RETENTION_REMOVE: WorktreeRetention
 WORKTREE_RETENTION_REMOVE_ON_SUCCESS: WorktreeRetention
 
 class PhaseOptions(_message.Message):
-    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare", "mcp_config", "strict_mcp_config", "agents", "settings", "setting_sources", "json_schema")
+    __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare", "mcp_config", "strict_mcp_config", "agents", "settings", "setting_sources", "json_schema", "egress_allowlist")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +155,7 @@ class PhaseOptions(_message.Message):
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     SETTING_SOURCES_FIELD_NUMBER: _ClassVar[int]
     JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
     model: str
     allowed_tools: _containers.RepeatedScalarFieldContainer[str]
     disallowed_tools: _containers.RepeatedScalarFieldContainer[str]
@@ -184,7 +193,8 @@ class PhaseOptions(_message.Message):
     settings: str
     setting_sources: str
     json_schema: str
-    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., workspace: _Optional[_Union[WorkspaceMode, str]] = ..., base_ref: _Optional[str] = ..., worktree_retention: _Optional[_Union[WorktreeRetention, str]] = ..., add_dirs: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., effort: _Optional[str] = ..., tools: _Optional[str] = ..., session_id: _Optional[str] = ..., fork_session: _Optional[bool] = ..., include_hook_events: _Optional[bool] = ..., no_session_persistence: _Optional[bool] = ..., bare: _Optional[bool] = ..., mcp_config: _Optional[str] = ..., strict_mcp_config: _Optional[bool] = ..., agents: _Optional[str] = ..., settings: _Optional[str] = ..., setting_sources: _Optional[str] = ..., json_schema: _Optional[str] = ...) -> None: ...
+    egress_allowlist: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ..., disallowed_tools: _Optional[_Iterable[str]] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., max_turns: _Optional[int] = ..., max_budget_usd: _Optional[float] = ..., append_system_prompt: _Optional[str] = ..., resume_session_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., include_partial_messages: _Optional[bool] = ..., on_disconnect: _Optional[_Union[_resources_pb2.OnDisconnect, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., env: _Optional[_Mapping[str, str]] = ..., include_raw_unknown: _Optional[bool] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_model: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., memory_limit_bytes: _Optional[int] = ..., cpu_limit_millicores: _Optional[int] = ..., workspace: _Optional[_Union[WorkspaceMode, str]] = ..., base_ref: _Optional[str] = ..., worktree_retention: _Optional[_Union[WorktreeRetention, str]] = ..., add_dirs: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., effort: _Optional[str] = ..., tools: _Optional[str] = ..., session_id: _Optional[str] = ..., fork_session: _Optional[bool] = ..., include_hook_events: _Optional[bool] = ..., no_session_persistence: _Optional[bool] = ..., bare: _Optional[bool] = ..., mcp_config: _Optional[str] = ..., strict_mcp_config: _Optional[bool] = ..., agents: _Optional[str] = ..., settings: _Optional[str] = ..., setting_sources: _Optional[str] = ..., json_schema: _Optional[str] = ..., egress_allowlist: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "backoff_multiplier", "max_backoff", "disable_jitter", "continuation_prompt")
@@ -301,6 +311,16 @@ class ListToolCallsResponse(_message.Message):
     next_page_token: str
     stats: _containers.RepeatedCompositeFieldContainer[_resources_pb2.ToolStats]
     def __init__(self, tool_calls: _Optional[_Iterable[_Union[_resources_pb2.ToolCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., stats: _Optional[_Iterable[_Union[_resources_pb2.ToolStats, _Mapping]]] = ...) -> None: ...
+
+class GetServerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerStatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _resources_pb2.ServerStatus
+    def __init__(self, status: _Optional[_Union[_resources_pb2.ServerStatus, _Mapping]] = ...) -> None: ...
 
 class GetCostTotalsRequest(_message.Message):
     __slots__ = ("project_id", "job_id", "phase_id")
@@ -605,3 +625,81 @@ class GetTaskOutputResponse(_message.Message):
     total_bytes: int
     truncated: bool
     def __init__(self, output: _Optional[str] = ..., total_bytes: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class CreateWebhookRequest(_message.Message):
+    __slots__ = ("project_id", "url", "events", "statuses", "cost_threshold_usd", "format", "description", "secret")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    COST_THRESHOLD_USD_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    url: str
+    events: _containers.RepeatedScalarFieldContainer[_resources_pb2.WebhookEventType]
+    statuses: _containers.RepeatedScalarFieldContainer[_resources_pb2.PhaseStatus]
+    cost_threshold_usd: float
+    format: _resources_pb2.WebhookFormat
+    description: str
+    secret: str
+    def __init__(self, project_id: _Optional[str] = ..., url: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_resources_pb2.WebhookEventType, str]]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.PhaseStatus, str]]] = ..., cost_threshold_usd: _Optional[float] = ..., format: _Optional[_Union[_resources_pb2.WebhookFormat, str]] = ..., description: _Optional[str] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class CreateWebhookResponse(_message.Message):
+    __slots__ = ("webhook", "secret")
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    webhook: _resources_pb2.Webhook
+    secret: str
+    def __init__(self, webhook: _Optional[_Union[_resources_pb2.Webhook, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksRequest(_message.Message):
+    __slots__ = ("project_id",)
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    def __init__(self, project_id: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksResponse(_message.Message):
+    __slots__ = ("webhooks",)
+    WEBHOOKS_FIELD_NUMBER: _ClassVar[int]
+    webhooks: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Webhook]
+    def __init__(self, webhooks: _Optional[_Iterable[_Union[_resources_pb2.Webhook, _Mapping]]] = ...) -> None: ...
+
+class DeleteWebhookRequest(_message.Message):
+    __slots__ = ("webhook_id",)
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    def __init__(self, webhook_id: _Optional[str] = ...) -> None: ...
+
+class DeleteWebhookResponse(_message.Message):
+    __slots__ = ("webhook", "cancelled_deliveries")
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    webhook: _resources_pb2.Webhook
+    cancelled_deliveries: int
+    def __init__(self, webhook: _Optional[_Union[_resources_pb2.Webhook, _Mapping]] = ..., cancelled_deliveries: _Optional[int] = ...) -> None: ...
+
+class ListWebhookDeliveriesRequest(_message.Message):
+    __slots__ = ("webhook_id", "job_id", "phase_id", "states", "page_size", "page_token")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    job_id: str
+    phase_id: str
+    states: _containers.RepeatedScalarFieldContainer[_resources_pb2.WebhookDeliveryState]
+    page_size: int
+    page_token: str
+    def __init__(self, webhook_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_resources_pb2.WebhookDeliveryState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListWebhookDeliveriesResponse(_message.Message):
+    __slots__ = ("deliveries", "next_page_token")
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[_resources_pb2.WebhookDelivery]
+    next_page_token: str
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[_resources_pb2.WebhookDelivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -26,15 +26,25 @@ __all__ = (
     "ControlResponse",
     "CostTotals",
     "CostUpdate",
+    "CreateWebhookRequest",
+    "CreateWebhookResponse",
+    "DeleteWebhookRequest",
+    "DeleteWebhookResponse",
     "DenyDecision",
     "EditDecision",
     "ErrorReason",
+    "GatewayEvent",
+    "GatewayEventKind",
+    "GatewayModelUsage",
+    "GatewayReport",
     "GetCostTotalsRequest",
     "GetCostTotalsResponse",
     "GetJobRequest",
     "GetJobResponse",
     "GetPhaseDiffRequest",
     "GetPhaseDiffResponse",
+    "GetServerStatusRequest",
+    "GetServerStatusResponse",
     "GetTaskOutputRequest",
     "GetTaskOutputResponse",
     "HookEvent",
@@ -54,6 +64,10 @@ __all__ = (
     "ListJobsResponse",
     "ListToolCallsRequest",
     "ListToolCallsResponse",
+    "ListWebhookDeliveriesRequest",
+    "ListWebhookDeliveriesResponse",
+    "ListWebhooksRequest",
+    "ListWebhooksResponse",
     "ModelCost",
     "ModelUsage",
     "OnDisconnect",
@@ -93,6 +107,9 @@ __all__ = (
     "RunPhaseRequest",
     "RunPhaseResponse",
     "RunnerServiceStub",
+    "SandboxLayer",
+    "SandboxReport",
+    "ServerStatus",
     "SessionInit",
     "SessionWritesLost",
     "SetPhaseModelRequest",
@@ -121,6 +138,12 @@ __all__ = (
     "UserMessage",
     "WatchPhaseRequest",
     "WatchPhaseResponse",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookDeliveryState",
+    "WebhookEventType",
+    "WebhookFormat",
     "WorkspaceMode",
     "WorktreeRetention",
 )
@@ -652,6 +675,28 @@ class ErrorReason(betterproto2.Enum):
     metadata `task_id`.
     """
 
+    WEBHOOK_NOT_FOUND = 24
+    """
+    The webhook does not exist; metadata `webhook_id`.
+    """
+
+    WEBHOOK_DESTINATION_REFUSED = 25
+    """
+    CreateWebhook: the URL's host is an address webhooks may not reach (loopback, private,
+    link-local...) and the server's `webhook_private_allow` does not name it; metadata `field`,
+    `host`, `port`, `problem`. A name is checked after it is resolved, at each delivery.
+    """
+
+    WEBHOOK_FROM_CONFIG = 26
+    """
+    DeleteWebhook: the webhook is defined in the server's config file; metadata `webhook_id`.
+    """
+
+    TOO_MANY_WEBHOOKS = 27
+    """
+    CreateWebhook: the server has as many webhooks as it keeps; metadata `limit`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -679,6 +724,10 @@ class ErrorReason(betterproto2.Enum):
             21: "ERROR_REASON_QUEUE_FULL",
             22: "ERROR_REASON_DIFF_NOT_AVAILABLE",
             23: "ERROR_REASON_TASK_NOT_FOUND",
+            24: "ERROR_REASON_WEBHOOK_NOT_FOUND",
+            25: "ERROR_REASON_WEBHOOK_DESTINATION_REFUSED",
+            26: "ERROR_REASON_WEBHOOK_FROM_CONFIG",
+            27: "ERROR_REASON_TOO_MANY_WEBHOOKS",
         }
 
     @classmethod
@@ -708,6 +757,71 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_QUEUE_FULL": 21,
             "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
             "ERROR_REASON_TASK_NOT_FOUND": 23,
+            "ERROR_REASON_WEBHOOK_NOT_FOUND": 24,
+            "ERROR_REASON_WEBHOOK_DESTINATION_REFUSED": 25,
+            "ERROR_REASON_WEBHOOK_FROM_CONFIG": 26,
+            "ERROR_REASON_TOO_MANY_WEBHOOKS": 27,
+        }
+
+
+class GatewayEventKind(betterproto2.Enum):
+    """
+    GatewayEventKind says what the gateway or the egress proxy saw.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not set.
+    """
+
+    RATE_LIMITED = 1
+    """
+    The API answered 429 (rate limited); `retry_after` when it said how long to wait.
+    """
+
+    OVERLOADED = 2
+    """
+    The API answered 529 (overloaded), or sent an `overloaded_error` event in a stream that had
+    begun with 200 (`http_status` 200 then).
+    """
+
+    MODEL_REFUSED = 3
+    """
+    The project's model allowlist (server config `model_allowlist`) refused the request's `model`;
+    the CLI got a 403 `permission_error` saying so.
+    """
+
+    EGRESS_REFUSED = 4
+    """
+    The egress proxy refused `destination` (not in the phase's allowlist, a port or an address it
+    may not reach); the tool got a 403 saying why.
+    """
+
+    UPSTREAM_FAILED = 5
+    """
+    The gateway could not reach the API (connection, TLS verification, timeout); the CLI got a 502.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "GATEWAY_EVENT_KIND_UNSPECIFIED",
+            1: "GATEWAY_EVENT_KIND_RATE_LIMITED",
+            2: "GATEWAY_EVENT_KIND_OVERLOADED",
+            3: "GATEWAY_EVENT_KIND_MODEL_REFUSED",
+            4: "GATEWAY_EVENT_KIND_EGRESS_REFUSED",
+            5: "GATEWAY_EVENT_KIND_UPSTREAM_FAILED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "GATEWAY_EVENT_KIND_UNSPECIFIED": 0,
+            "GATEWAY_EVENT_KIND_RATE_LIMITED": 1,
+            "GATEWAY_EVENT_KIND_OVERLOADED": 2,
+            "GATEWAY_EVENT_KIND_MODEL_REFUSED": 3,
+            "GATEWAY_EVENT_KIND_EGRESS_REFUSED": 4,
+            "GATEWAY_EVENT_KIND_UPSTREAM_FAILED": 5,
         }
 
 
@@ -1472,6 +1586,162 @@ class ToolCallStatus(betterproto2.Enum):
             "TOOL_CALL_STATUS_SUCCEEDED": 3,
             "TOOL_CALL_STATUS_FAILED": 4,
             "TOOL_CALL_STATUS_UNFINISHED": 5,
+        }
+
+
+class WebhookDeliveryState(betterproto2.Enum):
+    """
+    WebhookDeliveryState is where one delivery (one notification to one subscription) stands.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not used.
+    """
+
+    PENDING = 1
+    """
+    Not delivered yet: due now, or waiting for its next attempt.
+    """
+
+    DELIVERED = 2
+    """
+    The receiver answered 2xx.
+    """
+
+    DEAD = 3
+    """
+    Given up (the dead letter): the last attempt failed, or the subscription was disabled.
+    """
+
+    CANCELLED = 4
+    """
+    The subscription was deleted before it was delivered.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WEBHOOK_DELIVERY_STATE_UNSPECIFIED",
+            1: "WEBHOOK_DELIVERY_STATE_PENDING",
+            2: "WEBHOOK_DELIVERY_STATE_DELIVERED",
+            3: "WEBHOOK_DELIVERY_STATE_DEAD",
+            4: "WEBHOOK_DELIVERY_STATE_CANCELLED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WEBHOOK_DELIVERY_STATE_UNSPECIFIED": 0,
+            "WEBHOOK_DELIVERY_STATE_PENDING": 1,
+            "WEBHOOK_DELIVERY_STATE_DELIVERED": 2,
+            "WEBHOOK_DELIVERY_STATE_DEAD": 3,
+            "WEBHOOK_DELIVERY_STATE_CANCELLED": 4,
+        }
+
+
+class WebhookEventType(betterproto2.Enum):
+    """
+    WebhookEventType is what a webhook subscription can be told about (README "Webhooks"). The
+    body's `type` is the lower-case dotted form (e.g. `phase.awaiting_approval`).
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not used.
+    """
+
+    PHASE_FINISHED = 1
+    """
+    `phase.finished`: a phase reached a final status (narrowed by `Webhook.statuses`).
+    """
+
+    PHASE_AWAITING_APPROVAL = 2
+    """
+    `phase.awaiting_approval`: a tool call is held at a breakpoint.
+    """
+
+    PHASE_COST_THRESHOLD = 3
+    """
+    `phase.cost_threshold`: the phase's cost crossed `Webhook.cost_threshold_usd` (once per phase).
+    """
+
+    PHASE_RETRY_SCHEDULED = 4
+    """
+    `phase.retry_scheduled`: an attempt ended transiently and another one will start.
+    """
+
+    QUEUE_FULL = 5
+    """
+    `queue.full`: a RunPhase was refused because the admission queue was full.
+    """
+
+    JOB_FINISHED = 6
+    """
+    `job.finished`: a phase ended and no other phase of its job is active (narrowed by
+    `Webhook.statuses`, the status of the phase that ended last).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WEBHOOK_EVENT_TYPE_UNSPECIFIED",
+            1: "WEBHOOK_EVENT_TYPE_PHASE_FINISHED",
+            2: "WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL",
+            3: "WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD",
+            4: "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED",
+            5: "WEBHOOK_EVENT_TYPE_QUEUE_FULL",
+            6: "WEBHOOK_EVENT_TYPE_JOB_FINISHED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WEBHOOK_EVENT_TYPE_UNSPECIFIED": 0,
+            "WEBHOOK_EVENT_TYPE_PHASE_FINISHED": 1,
+            "WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL": 2,
+            "WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD": 3,
+            "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED": 4,
+            "WEBHOOK_EVENT_TYPE_QUEUE_FULL": 5,
+            "WEBHOOK_EVENT_TYPE_JOB_FINISHED": 6,
+        }
+
+
+class WebhookFormat(betterproto2.Enum):
+    """
+    WebhookFormat is how a subscription's request bodies look.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The default: STANDARD.
+    """
+
+    STANDARD = 1
+    """
+    A Standard Webhooks JSON body: `{"type", "timestamp", "data": {job_id, phase_id,
+    project_id, sequence, status, reason, cost_usd, url, ...}}`.
+    """
+
+    SLACK = 2
+    """
+    A Slack incoming-webhook message: `{"text": "..."}` (the signature headers are sent too).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WEBHOOK_FORMAT_UNSPECIFIED",
+            1: "WEBHOOK_FORMAT_STANDARD",
+            2: "WEBHOOK_FORMAT_SLACK",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WEBHOOK_FORMAT_UNSPECIFIED": 0,
+            "WEBHOOK_FORMAT_STANDARD": 1,
+            "WEBHOOK_FORMAT_SLACK": 2,
         }
 
 
@@ -2250,6 +2520,116 @@ default_message_pool.register_message("helix.runner.v1", "CostUpdate", CostUpdat
 
 
 @dataclass(eq=False, repr=False)
+class CreateWebhookRequest(betterproto2.Message):
+    """
+    CreateWebhookRequest describes a subscription.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this project's phases (empty: every project).
+    """
+
+    url: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    An http:// or https:// URL without user info or fragment, at most 2048 characters. Its
+    addresses must be public unless the server's `webhook_private_allow` names its host:port
+    (an IP literal is checked now, a name at each delivery, after it is resolved).
+    """
+
+    events: "list[WebhookEventType]" = betterproto2.field(3, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    What to be told about (at least one).
+    """
+
+    statuses: "list[PhaseStatus]" = betterproto2.field(4, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only these final statuses for PHASE_FINISHED and JOB_FINISHED (empty: any).
+    """
+
+    cost_threshold_usd: "float | None" = betterproto2.field(5, betterproto2.TYPE_DOUBLE, optional=True)
+    """
+    PHASE_COST_THRESHOLD's threshold in USD (required with it, refused without it).
+    """
+
+    format: "WebhookFormat" = betterproto2.field(
+        6, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookFormat(0)
+    )
+    """
+    The body's format (UNSPECIFIED: STANDARD).
+    """
+
+    description: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    A note for people (at most 256 characters).
+    """
+
+    secret: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The signing secret, `whsec_` and the base64 of 24 to 64 bytes; empty: the server makes one
+    and returns it in the response. Never returned otherwise, never logged.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "CreateWebhookRequest", CreateWebhookRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateWebhookResponse(betterproto2.Message):
+    """
+    CreateWebhookResponse is the new subscription.
+    """
+
+    webhook: "Webhook | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The subscription.
+    """
+
+    secret: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The secret the server made (empty when the request gave one): keep it, it is not shown again.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "CreateWebhookResponse", CreateWebhookResponse)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteWebhookRequest(betterproto2.Message):
+    """
+    DeleteWebhookRequest names a subscription.
+    """
+
+    webhook_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The subscription's id.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "DeleteWebhookRequest", DeleteWebhookRequest)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteWebhookResponse(betterproto2.Message):
+    """
+    DeleteWebhookResponse is what was deleted.
+    """
+
+    webhook: "Webhook | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The subscription as it was.
+    """
+
+    cancelled_deliveries: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    Its pending deliveries, now CANCELLED.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "DeleteWebhookResponse", DeleteWebhookResponse)
+
+
+@dataclass(eq=False, repr=False)
 class DenyDecision(betterproto2.Message):
     """
     DenyDecision refuses a held call.
@@ -2277,6 +2657,147 @@ class EditDecision(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "EditDecision", EditDecision)
+
+
+@dataclass(eq=False, repr=False)
+class GatewayEvent(betterproto2.Message):
+    """
+    GatewayEvent is one thing the gateway or the egress proxy saw of the phase's traffic. At most
+    200 per phase reach the stream; every one is counted in GatewayReport.
+    """
+
+    kind: "GatewayEventKind" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: GatewayEventKind(0)
+    )
+    """
+    What happened.
+    """
+
+    http_status: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    The HTTP status the requester got (429, 529, 403, 502; 200 for an overload mid-stream).
+    """
+
+    model: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The request's model (the answer's, when the API named it), when known.
+    """
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    What happened, in words (the API's error message, or why it was refused); at most 1 KiB.
+    """
+
+    destination: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    EGRESS_REFUSED: the refused `host:port`.
+    """
+
+    retry_after: "datetime.timedelta | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    The API's `retry-after`, when it sent one.
+    """
+
+    request_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The API's `request-id` header, when it sent one.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GatewayEvent", GatewayEvent)
+
+
+@dataclass(eq=False, repr=False)
+class GatewayModelUsage(betterproto2.Message):
+    """
+    GatewayModelUsage is one model's measured requests and tokens.
+    """
+
+    model: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The model the API answered with.
+    """
+
+    requests: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Requests answered.
+    """
+
+    tokens: "TokenUsage | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Tokens, as the API reported them.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GatewayModelUsage", GatewayModelUsage)
+
+
+@dataclass(eq=False, repr=False)
+class GatewayReport(betterproto2.Message):
+    """
+    GatewayReport is what the model-API gateway and the egress proxy measured for one phase.
+    """
+
+    requests: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Messages API requests the API answered (whatever the status).
+    """
+
+    models: "list[GatewayModelUsage]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Requests and tokens per model, as the API reported them (the SSE `message_start` and
+    `message_delta` usage, or the JSON body's).
+    """
+
+    rate_limited: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    429 answers.
+    """
+
+    overloaded: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    529 answers and `overloaded_error` events mid-stream.
+    """
+
+    api_errors: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Other error answers of the API (4xx, 5xx).
+    """
+
+    model_refusals: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Requests refused by the project's model allowlist.
+    """
+
+    upstream_failures: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+    """
+    Requests the gateway could not forward (the API unreachable, TLS, timeout).
+    """
+
+    egress_connections: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    Connections the egress proxy opened for the phase.
+    """
+
+    egress_refusals: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+    """
+    Destinations the egress proxy refused.
+    """
+
+    egress_allowlist: "list[str]" = betterproto2.field(10, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The phase's egress allowlist: the server's entries and its request's.
+    """
+
+    allowed_models: "list[str]" = betterproto2.field(11, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The project's model allowlist (empty: any model).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GatewayReport", GatewayReport)
 
 
 @dataclass(eq=False, repr=False)
@@ -2404,6 +2925,33 @@ class GetPhaseDiffResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse", GetPhaseDiffResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetServerStatusRequest(betterproto2.Message):
+    """
+    GetServerStatusRequest asks for the server's status; it has no fields.
+    """
+
+    pass
+
+
+default_message_pool.register_message("helix.runner.v1", "GetServerStatusRequest", GetServerStatusRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetServerStatusResponse(betterproto2.Message):
+    """
+    GetServerStatusResponse holds the server's status.
+    """
+
+    status: "ServerStatus | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The status.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetServerStatusResponse", GetServerStatusResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2855,6 +3403,100 @@ class ListToolCallsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "ListToolCallsResponse", ListToolCallsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhookDeliveriesRequest(betterproto2.Message):
+    """
+    ListWebhookDeliveriesRequest filters the delivery log.
+    """
+
+    webhook_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this subscription's (empty: all).
+    """
+
+    job_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only this job's.
+    """
+
+    phase_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Only this phase's (requires job_id).
+    """
+
+    states: "list[WebhookDeliveryState]" = betterproto2.field(4, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only deliveries in these states (empty: any).
+    """
+
+    page_size: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Deliveries per page (0: 50; at most 500).
+    """
+
+    page_token: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    From a previous response; the other fields must match that request.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListWebhookDeliveriesRequest", ListWebhookDeliveriesRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhookDeliveriesResponse(betterproto2.Message):
+    """
+    ListWebhookDeliveriesResponse is one page of the delivery log, newest first.
+    """
+
+    deliveries: "list[WebhookDelivery]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Deliveries with their attempts.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The next page's token; empty on the last page.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListWebhookDeliveriesResponse", ListWebhookDeliveriesResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhooksRequest(betterproto2.Message):
+    """
+    ListWebhooksRequest filters the subscriptions.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this project's and the server-wide ones (empty: all).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListWebhooksRequest", ListWebhooksRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhooksResponse(betterproto2.Message):
+    """
+    ListWebhooksResponse lists them by creation time.
+    """
+
+    webhooks: "list[Webhook]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The subscriptions.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListWebhooksResponse", ListWebhooksResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3501,6 +4143,19 @@ class PhaseDiagnostics(betterproto2.Message):
     How the phase's processes were contained, and the most memory they used.
     """
 
+    gateway: "GatewayReport | None" = betterproto2.field(11, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the model-API gateway and the egress proxy measured for the phase (all attempts): the
+    tokens the API reported per model, next to the CLI's own report in `PhaseResult.cost`; the
+    429 / 529 answers; refusals. Unset when the server runs without the gateway and the proxy.
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(10, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox the phase ran in: each layer on or off (and why), its private home, the host
+    ports it could reach. Unset: the server ran it without a sandbox (`sandbox = off`).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseDiagnostics", PhaseDiagnostics)
 
@@ -3577,6 +4232,17 @@ class PhaseInspection(betterproto2.Message):
     it, each with its outcome, exit code and cost. While the phase runs, the ended attempts; once
     it has ended, every attempt of its result (also for a phase recovered after a crash or taken
     over from a stopped replica).
+    """
+
+    gateway: "GatewayReport | None" = betterproto2.field(14, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    What the model-API gateway and the egress proxy measured for the phase so far (its result's
+    `diagnostics.gateway` once it has ended).
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(13, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox the phase runs in (as `diagnostics.sandbox` of its result once it has ended).
     """
 
 
@@ -3813,7 +4479,10 @@ class PhaseOptions(betterproto2.Message):
     setting_sources: "str | None" = betterproto2.field(36, betterproto2.TYPE_STRING, optional=True)
     """
     `--setting-sources`: which settings files the CLI loads, comma-separated from `user`,
-    `project`, `local`; empty for none. Unset: the CLI's default (all).
+    `project`, `local`; empty for none. Unset: `user` alone when the server sandboxes phases
+    (the phase's private user config, fresh from the operator's template, so the workspace's
+    `.claude/` settings and hooks load only when a request names `project` or `local`); the
+    CLI's default (all) when the sandbox is off.
     """
 
     json_schema: "str" = betterproto2.field(37, betterproto2.TYPE_STRING)
@@ -3824,6 +4493,16 @@ class PhaseOptions(betterproto2.Message):
     A schema that is not a valid JSON Schema is INVALID_ARGUMENT before anything runs. The phase
     is FAILED when the model gives up (the CLI's `error_max_structured_output_retries`) or ends
     without ever calling the tool.
+    """
+
+    egress_allowlist: "list[str]" = betterproto2.field(40, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Domains this phase may reach through the server's egress proxy, besides the server's own
+    `egress_allowlist`: `pypi.org` (that name only), `*.pythonhosted.org` (every name below it),
+    optionally with one port (`example.com:8443`) from the server's `egress_allowed_ports`. At most
+    32 entries; IP addresses are refused (INVALID_ARGUMENT naming the entry). Names are resolved
+    by the proxy, and private, loopback and link-local addresses stay refused whatever a name
+    resolves to. Ignored when the server runs without the egress proxy.
     """
 
 
@@ -4379,6 +5058,97 @@ default_message_pool.register_message("helix.runner.v1", "RunPhaseResponse", Run
 
 
 @dataclass(eq=False, repr=False)
+class SandboxLayer(betterproto2.Message):
+    """
+    SandboxLayer is one layer of a phase's sandbox.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    `namespaces`, `network`, `landlock` or `seccomp`.
+    """
+
+    active: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Whether the phase runs with it.
+    """
+
+    detail: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    What it does on this server, or why it is off.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SandboxLayer", SandboxLayer)
+
+
+@dataclass(eq=False, repr=False)
+class SandboxReport(betterproto2.Message):
+    """
+    SandboxReport describes the sandbox around a phase's processes (README "Sandbox").
+    """
+
+    setting: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The server's setting: `auto` (every layer the host allows), `required` (a phase is refused
+    while a layer is missing), `off`.
+    """
+
+    layers: "list[SandboxLayer]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Each layer: `namespaces`, `network`, `landlock`, `seccomp`.
+    """
+
+    home: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The phase's private HOME (its CLI config is `<home>/.claude`); removed when the phase ends.
+    """
+
+    egress_ports: "list[int]" = betterproto2.field(4, betterproto2.TYPE_INT32, repeated=True)
+    """
+    The host loopback ports the phase may reach (the model API, the egress proxy).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SandboxReport", SandboxReport)
+
+
+@dataclass(eq=False, repr=False)
+class ServerStatus(betterproto2.Message):
+    """
+    ServerStatus is how a server runs phases (GetServerStatus).
+    """
+
+    sandbox: "SandboxReport | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The sandbox every phase gets: the setting, each layer as detected and probed at start (on,
+    with what it does here; or off, with why), the host loopback ports phases may reach. Its
+    `home` is empty (each phase has its own).
+    """
+
+    containment_mode: "ContainmentMode" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: ContainmentMode(0)
+    )
+    """
+    How the processes of each phase are contained.
+    """
+
+    refusal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Set while the server refuses every phase (`sandbox = required` with a layer missing): the
+    message of the FAILED_PRECONDITION error phases get.
+    """
+
+    version: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The server's version.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ServerStatus", ServerStatus)
+
+
+@dataclass(eq=False, repr=False)
 class SessionInit(betterproto2.Message):
     """
     SessionInit is the CLI's `system/init` line, written at the start of every turn.
@@ -4886,6 +5656,14 @@ class StreamEvent(betterproto2.Message):
     )
     """
     A line of a type or subtype this server does not know (the format is additive).
+    """
+
+    gateway: "GatewayEvent | None" = betterproto2.field(
+        56, betterproto2.TYPE_MESSAGE, optional=True, group="payload"
+    )
+    """
+    Service: the model-API gateway or the egress proxy refused one of the phase's requests, or
+    the API answered one with a rate limit (429) or an overload (529), as it happened.
     """
 
 
@@ -5599,6 +6377,224 @@ class WatchPhaseResponse(betterproto2.Message):
 default_message_pool.register_message("helix.runner.v1", "WatchPhaseResponse", WatchPhaseResponse)
 
 
+@dataclass(eq=False, repr=False)
+class Webhook(betterproto2.Message):
+    """
+    Webhook is one subscription. Its secret is never returned (only CreateWebhookResponse.secret,
+    once, when the server made it).
+    """
+
+    webhook_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The subscription's id (`wh_...`, or the config file's `id`).
+    """
+
+    project_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only this project's phases (empty: every project).
+    """
+
+    url: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Where deliveries are POSTed.
+    """
+
+    events: "list[WebhookEventType]" = betterproto2.field(4, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    What it is told about.
+    """
+
+    statuses: "list[PhaseStatus]" = betterproto2.field(5, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only these final statuses for PHASE_FINISHED and JOB_FINISHED (empty: any).
+    """
+
+    cost_threshold_usd: "float | None" = betterproto2.field(6, betterproto2.TYPE_DOUBLE, optional=True)
+    """
+    The threshold of PHASE_COST_THRESHOLD, in USD.
+    """
+
+    format: "WebhookFormat" = betterproto2.field(
+        7, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookFormat(0)
+    )
+    """
+    The body's format.
+    """
+
+    description: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    A note for people (at most 256 characters).
+    """
+
+    create_time: "datetime.datetime | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it was created (for the config file's: when the server stored it).
+    """
+
+    from_config: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Defined in the server's config file (it cannot be deleted through the API).
+    """
+
+    disabled_time: "datetime.datetime | None" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    Set when the subscription was disabled (its receiver answered 410 Gone); nothing is
+    delivered to it any more.
+    """
+
+    disabled_reason: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    Why it was disabled.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Webhook", Webhook)
+
+
+@dataclass(eq=False, repr=False)
+class WebhookAttempt(betterproto2.Message):
+    """
+    WebhookAttempt is one try of a delivery.
+    """
+
+    attempt: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    1 for the first try.
+    """
+
+    time: "datetime.datetime | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the request was sent.
+    """
+
+    status_code: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    The receiver's HTTP status; 0 when there was no answer (see `error`).
+    """
+
+    latency: "datetime.timedelta | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    From sending the request to the answer's end (or the failure).
+    """
+
+    error: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Why the attempt failed (refused destination, connection, TLS, timeout, or a non-2xx status);
+    empty when it was delivered.
+    """
+
+    replica_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The replica that made it (empty on a server alone on its database).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "WebhookAttempt", WebhookAttempt)
+
+
+@dataclass(eq=False, repr=False)
+class WebhookDelivery(betterproto2.Message):
+    """
+    WebhookDelivery is one notification to one subscription, with its attempts.
+    """
+
+    delivery_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The `webhook-id` header of every attempt (`msg_...`): receivers deduplicate by it.
+    """
+
+    webhook_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The subscription.
+    """
+
+    event: "WebhookEventType" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookEventType(0)
+    )
+    """
+    What happened.
+    """
+
+    job_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The phase it is about (job only for some events; both empty for none).
+    """
+
+    phase_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    sequence: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    The phase's event sequence of the cause (0: no event, e.g. QUEUE_FULL); also in the body.
+    """
+
+    state: "WebhookDeliveryState" = betterproto2.field(
+        7, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookDeliveryState(0)
+    )
+    """
+    Where it stands.
+    """
+
+    attempt_count: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+    """
+    Attempts made so far.
+    """
+
+    create_time: "datetime.datetime | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it was written (with the event that caused it).
+    """
+
+    next_attempt_time: "datetime.datetime | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When a PENDING delivery is tried next.
+    """
+
+    end_time: "datetime.datetime | None" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it left PENDING.
+    """
+
+    attempts: "list[WebhookAttempt]" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The attempts, oldest first.
+    """
+
+    body: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    The request body every attempt sends (JSON).
+    """
+
+    last_status_code: "int" = betterproto2.field(14, betterproto2.TYPE_INT32)
+    """
+    The last attempt's status (0: none, or no answer) and error.
+    """
+
+    last_error: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    See `last_status_code`.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "WebhookDelivery", WebhookDelivery)
+
+
 class RunnerServiceStub:
     """
     RunnerService runs Claude Code phases and makes them observable and controllable.
@@ -5868,6 +6864,70 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/GetTaskOutput",
             GetTaskOutputRequest.SerializeToString,
             GetTaskOutputResponse.FromString,
+        )(message)
+
+    def get_server_status(self, message: "GetServerStatusRequest | None" = None) -> "GetServerStatusResponse":
+        """
+        How this server runs phases: the per-phase sandbox as detected and probed at start (each
+        layer on or off, and why), the containment mode, and whether phases are refused
+        (`helix-runner status` prints it).
+        """
+
+        if message is None:
+            message = GetServerStatusRequest()
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetServerStatus",
+            GetServerStatusRequest.SerializeToString,
+            GetServerStatusResponse.FromString,
+        )(message)
+
+    def create_webhook(self, message: "CreateWebhookRequest") -> "CreateWebhookResponse":
+        """
+        Subscribes a URL to notifications (README "Webhooks"): signed Standard Webhooks
+        deliveries, at least once. The response carries the signing secret when the server made it,
+        the only time it is ever returned.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/CreateWebhook",
+            CreateWebhookRequest.SerializeToString,
+            CreateWebhookResponse.FromString,
+        )(message)
+
+    def list_webhooks(self, message: "ListWebhooksRequest") -> "ListWebhooksResponse":
+        """
+        Lists the subscriptions (never their secrets).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListWebhooks",
+            ListWebhooksRequest.SerializeToString,
+            ListWebhooksResponse.FromString,
+        )(message)
+
+    def delete_webhook(self, message: "DeleteWebhookRequest") -> "DeleteWebhookResponse":
+        """
+        Deletes a subscription made through the API; its pending deliveries are cancelled.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/DeleteWebhook",
+            DeleteWebhookRequest.SerializeToString,
+            DeleteWebhookResponse.FromString,
+        )(message)
+
+    def list_webhook_deliveries(
+        self, message: "ListWebhookDeliveriesRequest"
+    ) -> "ListWebhookDeliveriesResponse":
+        """
+        Pages through deliveries, newest first, with their attempts (the delivery log).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListWebhookDeliveries",
+            ListWebhookDeliveriesRequest.SerializeToString,
+            ListWebhookDeliveriesResponse.FromString,
         )(message)
 
 

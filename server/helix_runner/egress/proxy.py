@@ -1,0 +1,453 @@
+"""The egress proxy: a phase's only way to the network besides the model API, on 127.0.0.1.
+
+An HTTP proxy: ``CONNECT host:port`` opens a tunnel (HTTPS, git, anything over TLS), an
+absolute-URI request (``GET http://host/path``) is forwarded once over a new connection (plain
+HTTP). Every request must carry its phase's capability as ``Proxy-Authorization: Basic`` (the
+phase's ``HTTP(S)_PROXY`` is ``http://phase:<capability>@127.0.0.1:<port>``), so each phase gets
+its own policy and nothing else on the host can use the proxy as an open relay.
+
+For each request the proxy checks the name against the phase's policy (allowlist.py), resolves it
+itself, checks every address it would connect to (addresses.py: no loopback, private, link-local,
+metadata, multicast or unspecified address unless the operator allowed that host:port; never one of
+the server's own ports), and connects only to an address it checked, so a name that answers
+differently the second time (DNS rebinding) gains nothing. Refusals are answered with a short text
+saying why (403) and reported to the phase's grant, which shows them in its stream.
+
+Bounded: a head of at most 16 KiB within 30 s, a connection within 10 s, a tunnel idle for at
+most 5 minutes, at most 128 connections per phase and 1024 in all; each direction pauses reading
+while the other side's write buffer is full (asyncio's high-water mark), so no buffer grows
+beyond a socket's worth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import httptools
+
+from helix_runner.domain.events import GatewayEvent, GatewayEventKind
+from helix_runner.egress.addresses import IPAddress, parse_ip, split_host_port
+from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability, tell
+from helix_runner.egress.idle_timer import IdleTimer
+from helix_runner.egress.log_throttle import LogThrottle
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 16 * 1024
+HEAD_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 300.0
+MAX_CONNECTIONS = 1024
+MAX_CONNECTIONS_PER_PHASE = 128
+_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
+                         b"proxy-authenticate", b"te", b"trailer", b"upgrade"})
+
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+Connector = Callable[[Callable[[], asyncio.Protocol], IPAddress, int], Awaitable[tuple[asyncio.Transport, asyncio.Protocol]]]
+
+
+async def system_resolver(host: str, port: int) -> list[IPAddress]:
+    """The host's addresses, in the resolver's order, each once (OSError when it has none)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses: list[IPAddress] = []
+    for _, _, _, _, sockaddr in infos:
+        ip = parse_ip(str(sockaddr[0]))
+        if ip is not None and ip not in addresses:
+            addresses.append(ip)
+    return addresses
+
+
+async def system_connector(factory: Callable[[], asyncio.Protocol], ip: IPAddress, port: int):
+    """A TCP connection to exactly ``ip`` (never a name: that would be resolved again)."""
+    return await asyncio.get_running_loop().create_connection(factory, str(ip), port)
+
+
+def is_local_address(ip: IPAddress) -> bool:
+    """Whether ``ip`` is one of this machine's addresses (the kernel lets a socket bind only to those)."""
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((str(ip), 0))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    port: int = 0
+
+
+class EgressProxy:
+    """The proxy's listening socket and what its connections share."""
+
+    def __init__(self, settings: ProxySettings, capabilities: Capabilities, *, resolver: Resolver = system_resolver,
+                 connector: Connector = system_connector,
+                 is_local: Callable[[IPAddress], bool] = is_local_address) -> None:
+        self.settings = settings
+        self.capabilities = capabilities
+        self.resolver = resolver
+        self.connector = connector
+        self.is_local = is_local
+        self._server: asyncio.Server | None = None
+        self.connections: set[_ProxyClient] = set()
+        self.per_phase: dict[tuple[str, str], int] = {}
+        self.unauthenticated = LogThrottle(log, "egress proxy: a request without a live phase capability")
+
+    async def start(self) -> EgressProxy:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _ProxyClient(self), "127.0.0.1", self.settings.port)
+        return self
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the proxy is not started"
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self.connections):
+                conn.abort()
+            await self._server.wait_closed()
+            self._server = None
+
+
+class _Upstream(asyncio.Protocol):
+    """The connection to the destination: what it sends goes to the client as it is."""
+
+    def __init__(self, client: _ProxyClient) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.client.from_upstream(data)
+
+    def eof_received(self) -> bool | None:
+        self.client.upstream_eof()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost()
+
+    def pause_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.client.transport is not None and not self.client.closed:
+            self.client.transport.resume_reading()
+
+
+class _ProxyClient(asyncio.Protocol):
+    """One connection of a phase's tool to the proxy: its request, then a tunnel or one forwarded exchange."""
+
+    def __init__(self, proxy: EgressProxy) -> None:
+        self.proxy = proxy
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.parser = httptools.HttpRequestParser(self)
+        self.state = "head"  # head -> connecting -> tunnel | forward
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
+        self.pending: list[bytes] = []  # the client's bytes that came before the destination answered
+        self.chunked = False
+        self.messages = 0  # a forwarded connection carries one request; what follows it is dropped
+        self.grant: Grant | None = None
+        self.destination = ""
+        self.upstream: _Upstream | None = None
+        self._counted: tuple[str, str] | None = None
+        self._timer = IdleTimer(HEAD_TIMEOUT_S, self.close)
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if len(self.proxy.connections) >= MAX_CONNECTIONS:
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.proxy.connections.add(self)
+        self._arm(HEAD_TIMEOUT_S)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state == "tunnel":
+            self._arm(IDLE_TIMEOUT_S)
+            self._to_upstream(data)
+            return
+        if self.state == "forward":
+            self._arm(IDLE_TIMEOUT_S)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            if self.parser.get_method() != b"CONNECT":
+                self._answer(400, "upgrades are not proxied")
+                return
+            self.pending.append(data[upgrade.args[0]:])  # e.g. a TLS ClientHello sent right away
+            self._begin(connect=True)
+        except httptools.HttpParserError:
+            self._answer(400, "the request is not valid HTTP/1.1")
+
+    def eof_received(self) -> bool | None:
+        if self.state == "tunnel" and self.upstream is not None and self.upstream.transport is not None \
+                and self.upstream.transport.can_write_eof():
+            self.upstream.transport.write_eof()  # the client is done sending; the answer may still come
+            return True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._disarm()
+        self.proxy.connections.discard(self)
+        if self._counted is not None:
+            left = self.proxy.per_phase.get(self._counted, 1) - 1
+            if left > 0:
+                self.proxy.per_phase[self._counted] = left
+            else:
+                self.proxy.per_phase.pop(self._counted, None)
+            self._counted = None
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.resume_reading()
+
+    # -- httptools callbacks (the request head, then a forwarded request's body) ----------------------
+    def on_message_begin(self) -> None:
+        self.messages += 1
+
+    def on_url(self, url: bytes) -> None:
+        if self.messages > 1:
+            return
+        self.url += url
+        self._count(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.messages > 1:
+            return
+        self._count(len(name) + len(value))
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        if self.state == "head" and self.parser.get_method() != b"CONNECT":
+            self._begin(connect=False)
+
+    def on_body(self, body: bytes) -> None:
+        if self.messages > 1:
+            return
+        if self.state != "forward":
+            self.pending.append(self._frame(body))
+        else:
+            self._to_upstream(self._frame(body))
+
+    def on_message_complete(self) -> None:
+        if self.chunked and self.messages == 1:
+            if self.state == "forward":
+                self._to_upstream(b"0\r\n\r\n")
+            else:
+                self.pending.append(b"0\r\n\r\n")
+
+    def _count(self, n: int) -> None:
+        self.head_bytes += n
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise ValueError("head too large")  # httptools turns it into a parser error: answered 400
+
+    def _frame(self, body: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(body), body) if self.chunked else body
+
+    # -- the request ----------------------------------------------------------------------------
+    def _begin(self, *, connect: bool) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()  # nothing more until the destination is decided
+        self.state = "connecting"
+        self.grant = self.proxy.capabilities.grant(
+            presented_proxy_capability(next((v for k, v in self.headers if k == b"proxy-authorization"), None)))
+        if self.grant is None:
+            self.proxy.unauthenticated.warning(target=self.url[:200].decode("latin-1"))
+            self._answer(407, "this proxy serves only the phases of this server (Proxy-Authorization: the phase's "
+                              "capability)")
+            return
+        try:
+            host, port, head = self._target(connect)
+        except ValueError as exc:
+            self._answer(400, str(exc))
+            return
+        self.destination = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        key = (self.grant.job_id, self.grant.phase_id)
+        if self.proxy.per_phase.get(key, 0) >= MAX_CONNECTIONS_PER_PHASE:
+            self._answer(503, f"the phase has {MAX_CONNECTIONS_PER_PHASE} proxied connections open already")
+            return
+        self.proxy.per_phase[key] = self.proxy.per_phase.get(key, 0) + 1
+        self._counted = key
+        self._disarm()
+        asyncio.ensure_future(self._open(host, port, head, connect))
+
+    def _target(self, connect: bool) -> tuple[str, int, bytes]:
+        """Host, port and (plain HTTP) the head to send on; ValueError saying what is wrong."""
+        if connect:
+            host, port = split_host_port(self.url.decode("latin-1"))
+            if port is None or not host:
+                raise ValueError("CONNECT needs host:port")
+            return host, port, b""
+        try:
+            url = httptools.parse_url(self.url)
+        except httptools.HttpParserInvalidURLError:
+            raise ValueError("the request target is not a URL") from None
+        if url.schema != b"http" or not url.host:
+            raise ValueError("this is a proxy: send CONNECT host:port, or an absolute http:// URL")
+        host = url.host.decode("latin-1")
+        port = url.port or 80
+        target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
+        lines = [b"%s %s HTTP/1.1" % (self.parser.get_method(), target)]
+        lines += [k + b": " + v for k, v in self.headers if k not in _HOP_BY_HOP]
+        lines.append(b"connection: close")  # one exchange per connection: its end is the answer's end
+        self.chunked = any(k == b"transfer-encoding" and b"chunked" in v.lower() for k, v in self.headers)
+        return host, port, b"\r\n".join(lines) + b"\r\n\r\n"
+
+    async def _open(self, host: str, port: int, head: bytes, connect: bool) -> None:
+        grant = self.grant
+        assert grant is not None
+        policy = grant.egress
+        why = policy.check_name(host, port)
+        addresses: list[IPAddress] = []
+        if why is None:
+            literal = parse_ip(host)
+            if literal is not None:
+                addresses = [literal]
+            else:
+                try:
+                    addresses = await asyncio.wait_for(self.proxy.resolver(host, port), CONNECT_TIMEOUT_S)
+                except (OSError, TimeoutError) as exc:
+                    self._answer(502, f"cannot resolve {host}: {getattr(exc, 'strerror', None) or 'no answer'}")
+                    return
+            reasons = []
+            allowed = []
+            for ip in addresses:
+                refused = policy.check_address(host, port, ip, local=port in policy.own_ports
+                                               and self.proxy.is_local(ip))
+                if refused is None:
+                    allowed.append(ip)
+                else:
+                    reasons.append(refused)
+            if not allowed:
+                why = reasons[0] if reasons else f"{host} has no address"
+            addresses = allowed
+        if why is not None:
+            self._refused(why)
+            return
+        failure = ""
+        for ip in addresses:  # only addresses checked above; the name is never resolved again
+            if self.closed:
+                return
+            try:
+                transport, upstream = await asyncio.wait_for(
+                    self.proxy.connector(lambda: _Upstream(self), ip, port), CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                failure = f"no connection to {ip}:{port} within {CONNECT_TIMEOUT_S:g} s"
+                continue
+            except OSError as exc:
+                failure = f"cannot connect to {ip}:{port}: {exc.strerror or exc}"
+                continue
+            self.upstream = upstream  # type: ignore[assignment]
+            break
+        else:
+            self._answer(502, failure or f"cannot connect to {self.destination}")
+            return
+        if self.closed:
+            transport.close()
+            return
+        tell(grant.sink.on_egress_connection, self.destination)
+        log.debug("egress proxy connected", extra={"fields": {"job_id": grant.job_id, "phase_id": grant.phase_id,
+                                                              "destination": self.destination}})
+        if connect:
+            self._write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            self.state = "tunnel"
+        else:
+            self._to_upstream(head)
+            self.state = "forward"
+        pending, self.pending = self.pending, []
+        for part in pending:
+            if part:
+                self._to_upstream(part)
+        self._arm(IDLE_TIMEOUT_S)
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    # -- relaying -------------------------------------------------------------------------------
+    def _to_upstream(self, data: bytes) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.write(data)
+
+    def from_upstream(self, data: bytes) -> None:
+        self._arm(IDLE_TIMEOUT_S)
+        self._write(data)
+
+    def upstream_eof(self) -> None:
+        if self.state == "tunnel" and self.transport is not None and self.transport.can_write_eof():
+            self.transport.write_eof()  # half-close, as TCP does: the client may still send
+        else:
+            self.close()
+
+    def upstream_lost(self) -> None:
+        self.close()
+
+    # -- endings ----------------------------------------------------------------------------------
+    def _refused(self, why: str) -> None:
+        grant = self.grant
+        assert grant is not None
+        log.info("egress proxy refused a destination", extra={"fields": {
+            "job_id": grant.job_id, "phase_id": grant.phase_id, "destination": self.destination, "reason": why}})
+        tell(grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
+                                               message=why[:1024], destination=self.destination))
+        self._answer(403, f"egress to {self.destination} refused: {why}")
+
+    def _answer(self, status: int, text: str) -> None:
+        reason = {400: b"Bad Request", 403: b"Forbidden", 407: b"Proxy Authentication Required",
+                  502: b"Bad Gateway", 503: b"Service Unavailable"}.get(status, b"Error")
+        body = f"helix-runner egress proxy: {text}\n".encode()
+        head = [b"HTTP/1.1 %d %s" % (status, reason), b"content-type: text/plain; charset=utf-8",
+                b"content-length: %d" % len(body), b"connection: close"]
+        if status == 407:
+            head.append(b'proxy-authenticate: Basic realm="helix-runner egress"')
+        self._write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        self.close()
+
+    def _write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self.upstream is not None and self.upstream.transport is not None:
+            with contextlib.suppress(Exception):
+                self.upstream.transport.abort()
+
+    def _arm(self, seconds: float) -> None:
+        """Closes the connection after ``seconds`` without traffic (each call counts as traffic)."""
+        self._timer.start(seconds)
+
+    def _disarm(self) -> None:
+        self._timer.cancel()
