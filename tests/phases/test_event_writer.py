@@ -16,7 +16,14 @@ import pytest
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases import event_log
 from helix_runner.phases.event_log import EventWriter, PhaseEventLog
-from helix_runner.store.protocol import EventRow, PhaseRow, StoreError, StoreUnavailable, UpdatePhase
+from helix_runner.store.protocol import (
+    EventRow,
+    OutboxRow,
+    PhaseRow,
+    StoreError,
+    StoreUnavailable,
+    UpdatePhase,
+)
 
 
 class HeldCommitter:
@@ -270,3 +277,40 @@ async def test_on_sqlite_a_turns_writes_commit_in_one_transaction_at_its_end(sto
     await writer.committed()
     assert sum(s.startswith("BEGIN") for s in statements) == 1 and offered == [2, 3]
     assert stored(store) == [1, 2, 3] and store.get_phase("j", "p").model == "m"
+
+
+def delivery(delivery_id: str, phase: str, sequence: int = 1) -> OutboxRow:
+    return OutboxRow(delivery_id, "wh_1", "phase.finished", "j", phase, sequence, b"{}", 1)
+
+
+def deliveries(store, phase: str) -> list[str]:
+    return sorted(d.delivery_id for d in store.list_webhook_deliveries(None, "j", phase, (), 100))
+
+
+async def test_a_refused_phases_deliveries_are_dropped_with_it_and_wake_no_dispatcher(phases, held):
+    committer, writer = held
+    committer.refuse = {("j", "q")}  # another replica took q over
+    woken = []
+    writer.on_outbox = lambda: woken.append(deliveries(phases, "p"))
+    writer.submit("j", "q", rows(1, 1), lambda: None, [delivery("mq", "q")])
+    await asyncio.wait_for(writer.committed(), 10)
+    assert deliveries(phases, "q") == [] and woken == []  # nothing committed: nothing to wake for
+    writer.submit("j", "p", rows(1, 1), lambda: None, [delivery("mp", "p")])
+    writer.submit("j", "q", rows(2, 1), lambda: None, [delivery("mq2", "q")])
+    await asyncio.wait_for(writer.committed(), 10)
+    assert deliveries(phases, "p") == ["mp"] and deliveries(phases, "q") == []
+    assert woken == [["mp"]]  # once, after the commit that carried p's
+
+
+async def test_a_phase_whose_row_writes_are_refused_keeps_its_events_with_their_deliveries(phases, held):
+    committer, writer = held
+    committer.reject = {("j", "q")}  # its status will not be stored (e.g. a text PostgreSQL refuses)
+    woken = []
+    writer.on_outbox = lambda: woken.append(deliveries(phases, "q"))
+    writer.update_phase("j", "q", 5, status=PhaseStatus.SUCCEEDED)
+    writer.submit("j", "q", rows(1, 1), lambda: None, [delivery("mq", "q")])
+    await asyncio.wait_for(writer.committed(), 10)
+    # The batch, then q alone, then q's history alone: its event and the delivery it causes together.
+    assert [n for n, _ in committer.calls] == [3, 3, 2]
+    assert stored(phases, "q") == [1] and deliveries(phases, "q") == ["mq"] and woken == [["mq"]]
+    assert phases.get_phase("j", "q").status is PhaseStatus.RUNNING

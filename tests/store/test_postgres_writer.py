@@ -24,6 +24,8 @@ from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import (
     AppendEvents,
     EventRow,
+    InsertOutbox,
+    OutboxRow,
     PhaseRow,
     StoreUnavailable,
     ToolCallRow,
@@ -53,6 +55,15 @@ def sequences(store, phase: str) -> list[int]:
     return [r.sequence for r in store.read_events("j", phase, 0, 100_000)]
 
 
+def outbox(phase: str, *delivery_ids: str) -> InsertOutbox:
+    return InsertOutbox("j", phase, [OutboxRow(d, "wh_1", "phase.finished", "j", phase, 1, b"{}", 1)
+                                     for d in delivery_ids])
+
+
+def deliveries(store, phase: str) -> list[str]:
+    return sorted(d.delivery_id for d in store.list_webhook_deliveries(None, "j", phase, (), 100))
+
+
 def test_a_batch_of_many_phases_is_one_transaction_in_two_round_trips(store):
     committer = store.committer()
     committer.commit([AppendEvents("j", "p", events(1, 1))])  # connected
@@ -61,6 +72,7 @@ def test_a_batch_of_many_phases_is_one_transaction_in_two_round_trips(store):
     refused = committer.commit([
         AppendEvents("j", "p", events(2, 3)),
         UpdatePhase("j", "p", 5, {"status": PhaseStatus.PAUSED}),
+        outbox("p", "m1", "m2"),  # the webhook deliveries the status causes
         AppendEvents("j", "q", events(1, 2)),
         UpsertToolCalls("j", "q", [ToolCallRow("t1", "Bash", ToolCallStatus.RUNNING, 2, b"call")]),
         UpdatePhase("j", "r", 6, {"model": "m"}),
@@ -76,17 +88,20 @@ def test_a_batch_of_many_phases_is_one_transaction_in_two_round_trips(store):
     assert sequences(store, "p") == [1, 2, 3, 4] and sequences(store, "q") == [1, 2]
     assert store.get_phase("j", "p").status is PhaseStatus.PAUSED and store.get_phase("j", "r").model == "m"
     assert [c.tool_use_id for c in store.list_tool_calls("j", "q", None, [], 10)] == ["t1"]
+    assert deliveries(store, "p") == ["m1", "m2"]
 
 
 def test_a_batch_sent_again_after_a_lost_connection_changes_nothing(store):
     committer = store.committer()
     batch = [AppendEvents("j", "p", events(1, 3)), UpdatePhase("j", "p", 5, {"model": "m"}),
-             AppendEvents("j", "q", events(1, 1))]
+             outbox("p", "m1"), AppendEvents("j", "q", events(1, 1))]
     committer.commit(batch)
     # The connection dropped while the COMMIT's answer was on its way: the writer cannot know it
     # was committed and sends the batch again, as a retry.
     assert committer.commit(batch, retry=True) == set()
     assert sequences(store, "p") == [1, 2, 3] and sequences(store, "q") == [1]
+    # One delivery: a dispatcher may have sent it already; queued again, it would go out twice.
+    assert deliveries(store, "p") == ["m1"]
     with pytest.raises(psycopg.errors.UniqueViolation):  # a first attempt may not repeat rows: a bug would show
         with store._transaction() as tx:
             store._write_phases_in(tx, [AppendEvents("j", "p", events(3, 1))])
@@ -117,8 +132,9 @@ def test_a_phase_taken_over_before_the_batch_gets_none_of_its_writes(store, post
         assert sorted(r.phase_id for r in swept) == ["p", "q", "r"]
         refused = committer.commit([AppendEvents("j", "p", events(2, 1)),
                                     UpdatePhase("j", "q", 9, {"status": PhaseStatus.SUCCEEDED}),
-                                    AppendEvents("j", "q", events(2, 1))])
+                                    AppendEvents("j", "q", events(2, 1)), outbox("q", "mq")])
         assert refused == {("j", "p"), ("j", "q")}
+        assert deliveries(store, "q") == []  # the deliveries its refused status would cause
         # The taker's history stands: its terminal event last, its status, nothing of ours after.
         assert sequences(store, "p") == [1, 2] and store.read_events("j", "p", 1, 1)[0].kind == "interrupted"
         assert sequences(store, "q") == [1, 2] and store.get_phase("j", "q").status is PhaseStatus.INTERRUPTED
