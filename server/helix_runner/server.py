@@ -133,7 +133,7 @@ class RunningServer:
         await self.server.stop(1.0)
         if self.health_server is not None:
             await self.health_server.stop(None)
-        self.service.writer.flush()
+        self.service.writer.close()  # commits what is left, stops its thread (before the store closes)
         if self.feed is not None:
             await self.feed.stop()
         if self.forwarder is not None:

@@ -116,6 +116,9 @@ class CollectingSink:
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:
         self.stderr.append((line, truncated))
 
+    async def room(self) -> None:
+        pass
+
 
 NOBODY = 65534
 SERVER_SRC = str(Path(__file__).resolve().parents[2] / "server")

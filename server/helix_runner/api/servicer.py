@@ -256,45 +256,48 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     # -- job control -----------------------------------------------------------------------
 
-    def _phase(self, job_id: str, phase_id: str) -> resources_pb2.Phase:
+    async def _phase(self, job_id: str, phase_id: str) -> resources_pb2.Phase:
+        """The phase after a control call: once this replica's writes so far are committed (the
+        status the call set is in the store, for a read here or on any replica)."""
+        await self.service.writer.committed()
         return phase_to_proto(self.queries.phase(job_id, phase_id))
 
     @_unary
     async def CancelPhase(self, request, context):
         live = self.service.cancel(request.job_id, request.phase_id, cancel_reason(request))
         await live.done.wait()
-        return runner_service_pb2.CancelPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.CancelPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def PausePhase(self, request, context):
         live = self.service.require_live(request.job_id, request.phase_id, "pause")
         await live.run.control.pause(hard=enum_value(HARD_PAUSE, request.mode, "mode"))
-        return runner_service_pb2.PausePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.PausePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def ResumePhase(self, request, context):
         live = self.service.require_live(request.job_id, request.phase_id, "resume")
         await live.run.control.resume()
-        return runner_service_pb2.ResumePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.ResumePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StepPhase(self, request, context):
         live = self.service.require_live(request.job_id, request.phase_id, "step")
         live.run.control.step()
-        return runner_service_pb2.StepPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.StepPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def InterruptPhase(self, request, context):
         live = self.service.require_live(request.job_id, request.phase_id, "interrupt")
         await live.run.control.interrupt()
-        return runner_service_pb2.InterruptPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.InterruptPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhaseModel(self, request, context):
         live = self.service.require_live(request.job_id, request.phase_id, "set the model")
         await live.run.control.set_model(request.model)
         live.run.model_switched(request.model)
-        return runner_service_pb2.SetPhaseModelResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.SetPhaseModelResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhasePermissionMode(self, request, context):
@@ -306,13 +309,13 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         live = self.service.require_live(request.job_id, request.phase_id, "set the permission mode")
         effective = await live.run.control.set_permission_mode(mode)
         return runner_service_pb2.SetPhasePermissionModeResponse(
-            mode=effective, phase=self._phase(request.job_id, request.phase_id))
+            mode=effective, phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StopTask(self, request, context):
         live = self.service.require_live(request.job_id, request.phase_id, "stop a task")
         await live.run.control.stop_task(request.task_id)
-        return runner_service_pb2.StopTaskResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.StopTaskResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def GetTaskOutput(self, request, context):

@@ -63,7 +63,7 @@ from helix_runner.phases.control import PhaseController
 from helix_runner.phases.egress_grant import PhaseEgress
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
-from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
@@ -76,7 +76,7 @@ from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
-from helix_runner.store.protocol import EventRow, ModelCostRow, Store, ToolCallRow
+from helix_runner.store.protocol import EventRow, ModelCostRow, ToolCallRow
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class PhaseRun:
     the stream and the status only through the members listed there.
     """
 
-    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, encoder: RecordEncoder,
+    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: RunStore, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
                  accepted_ns: int | None = None, notifier: PhaseNotifier | None = None):
@@ -254,6 +254,10 @@ class PhaseRun:
             self.retries.admission.started(self._ticket)  # type: ignore[union-attr,arg-type]
         self._stdout_file.write(chunk)
         self._publish(self.stream.feed(chunk))
+
+    async def room(self) -> None:
+        """Returns once the writer's backlog has room for more output (back-pressure on the CLI)."""
+        await self.events.room()
 
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:
         self._stderr_file.write(line + b"\n")
@@ -544,10 +548,8 @@ class PhaseRun:
         )
         self.telemetry.on_end(result)  # telemetry
         encoded = self.encoder.encode_result(result)
-        if self.events.writer is not None:
-            # The result marks the phase final for watchers on other replicas (postgres_notify's
-            # follow loop): every event must be committed before it is written.
-            self.events.writer.flush()
+        # The result marks the phase final for watchers on other replicas (postgres_notify's follow
+        # loop): it is committed after every event (the writer keeps a run's writes in order).
         self.store.update_phase(
             self.job_id, self.phase_id, time.time_ns(),
             result_pb=encoded, tool_stats_pb=self.encoder.encode_tool_stats(list(result.tool_stats)),

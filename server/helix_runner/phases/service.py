@@ -10,6 +10,7 @@ records them INTERRUPTED too.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import importlib.metadata
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
@@ -39,7 +41,6 @@ from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries, interrupte
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.egress_grant import PhaseEgress, allowed_models, prestart_env, release_prestart_env
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
-from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.replicas import Replicas
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 # (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
 Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
+T = TypeVar("T")
 
 
 
@@ -112,6 +114,7 @@ class PhaseService:
         self._claude: ClaudeBinary | None = None
         self.writer = EventWriter(store)
         self.writer.on_fenced = self.on_fenced
+        self._store_calls: concurrent.futures.ThreadPoolExecutor | None = None  # _off_loop's thread
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
@@ -177,7 +180,7 @@ class PhaseService:
                               {"missing": ",".join(missing)})
         claude = self.locate_claude()
         limits = self._limits(spec)
-        existing = self.store.get_job(spec.job_id)
+        existing = await self._off_loop(self.store.get_job, spec.job_id)
         project = spec.project_id or DEFAULT_PROJECT
         if existing is not None and existing.project_id != project:
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
@@ -257,17 +260,22 @@ class PhaseService:
                                  plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries) -> LivePhase:
         # Persisted from here on.
         now = time.time_ns()
-        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
+        job, _ = await self._off_loop(self.store.get_or_create_job, spec.job_id, project, now)
         if job.project_id != project:  # another request created the job just now
             raise RunnerError(ErrorKind.INVALID_ARGUMENT, "INVALID_FIELD",
                               f"project_id: job {spec.job_id} belongs to project {job.project_id}",
                               {"field": "project_id", "job_id": spec.job_id, "project_id": job.project_id})
+        row = PhaseRow(
+            job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
+            status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
+            model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
+        )
         try:
-            self.store.insert_phase(PhaseRow(
-                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
-                status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(workdir), prompt=spec.prompt,
-                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(recording_dir),
-            ))
+            await self._off_loop(self.store.insert_phase, row)
+        except asyncio.CancelledError:
+            if row.ordinal:  # inserted (the ordinal is assigned) before the call went away: not left PENDING
+                self._fail_unstarted(spec.job_id, spec.phase_id, now)
+            raise
         except AlreadyExistsError:
             raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
                               f"phase {spec.phase_id} already exists in job {spec.job_id}",
@@ -277,9 +285,9 @@ class PhaseService:
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
                                    frame=self.encoder.frame_events)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            # A write refused by the fence (another replica took the phase over) stops the run.
-            run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
-            run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
+            # The run's row writes are queued behind its events; a write refused by the fence (another
+            # replica took the phase over) stops the run (the writer's on_fenced).
+            run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
@@ -295,6 +303,23 @@ class PhaseService:
                                                      "containment": plan.scope.describe()}})
         return live
 
+    async def _off_loop(self, call: Callable[..., T], *args: object) -> T:
+        """A store call, on a worker thread when the store's calls wait on a database server (the
+        writer's store says so: ``Committer.off_loop``), else here. It is never cut short: a cancel
+        while it runs waits for it to end (so the caller knows what it did), then propagates."""
+        if not self.writer.off_loop:
+            return call(*args)
+        if self._store_calls is None:
+            # One thread: a burst of phase starts queues here instead of waking many threads that
+            # would all contend with the loop for the GIL (measured: benchmarks/README.md).
+            self._store_calls = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="helix-store-call")
+        future = asyncio.get_running_loop().run_in_executor(self._store_calls, call, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            raise
+
     def _notifier(self, job_id: str, phase_id: str, project: str, cost_usd: float = 0.0) -> PhaseNotifier | None:
         """The phase's webhook notifier (None: webhooks are off)."""
         if self.webhooks is None:
@@ -308,8 +333,13 @@ class PhaseService:
                               row.reported_usd if row.reported_usd is not None else row.computed_usd)
 
     def job_done(self, job_id: str, phase_id: str) -> bool:
-        """Whether every phase of the job but this one is final (its end then finishes the job: job.finished)."""
-        return all(p.status.is_final for p in self.store.phases_of_jobs([job_id]) if p.phase_id != phase_id)
+        """Whether every phase of the job but this one is final (its end then finishes the job: job.finished).
+
+        A status this replica handed to the writer and has not committed yet is newer than the store's.
+        """
+        handed = self.writer.pending_statuses(job_id)
+        return all(handed.get(p.phase_id, p.status).is_final
+                   for p in self.store.phases_of_jobs([job_id]) if p.phase_id != phase_id)
 
     def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
         """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
@@ -542,8 +572,11 @@ class PhaseService:
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
 
     def close(self) -> None:
-        """Removes this server's (now empty) containment directories."""
+        """Removes this server's (now empty) containment directories; stops the store-call thread."""
         self.containment.close()
+        if self._store_calls is not None:
+            self._store_calls.shutdown(wait=True)
+            self._store_calls = None
 
     # -- recovery --------------------------------------------------------------------------
 
@@ -627,7 +660,7 @@ class PhaseService:
         """A phase running on another replica: its events from the database, then its result.
 
         The follower ends once the phase is final and every event is read; the owner writes the
-        result only after its last events are committed (``PhaseRun`` flushes the writer first).
+        result only after its last events are committed (its writer keeps a run's writes in order).
         """
         assert self.follower is not None
         async for rows in self.follower(job_id, phase_id, after_sequence):

@@ -231,8 +231,16 @@ class ReplicaMembership:
         COMMITTED a locking read that waited sees the newest row, so it sees a new fence.
         """
         keys = list(dict.fromkeys(keys))
+        writable, _ = self.lock_phases(cur, keys)
+        return writable, [k for k in keys if k not in writable]
+
+    def lock_phases(
+        self, cur: psycopg.Cursor, keys: Sequence[tuple[str, str]]
+    ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """``lock_for_write`` answering (writable, existing): the phases this handle may write, and
+        those that exist at all. One statement (its rows are the round trip a pipeline waits for)."""
         if not keys:
-            return set(), []
+            return set(), set()
         rows = cur.execute(
             "SELECT p.job_id, p.phase_id, p.fence, p.owner_id, COALESCE(r.lease_expires_at > now(), false) "
             "FROM phases p LEFT JOIN replicas r ON r.replica_id = p.owner_id "
@@ -243,8 +251,9 @@ class ReplicaMembership:
         with self._lock:
             held = {k: self._fences.get(k) for k in keys}
             me = self._replica_id
-        writable = set()
+        writable, existing = set(), set()
         for job_id, phase_id, fence, owner, owner_live in rows:
+            existing.add((job_id, phase_id))
             mine = held[(job_id, phase_id)]
             if mine is not None:
                 ok = fence == mine and owner == me and owner_live
@@ -252,7 +261,7 @@ class ReplicaMembership:
                 ok = owner is None
             if ok:
                 writable.add((job_id, phase_id))
-        return writable, [k for k in keys if k not in writable]
+        return writable, existing
 
     def require_writable(
         self, cur: psycopg.Cursor, job_id: str, phase_id: str, *, missing_ok: bool = False

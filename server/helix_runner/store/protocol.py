@@ -10,8 +10,8 @@ not events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
@@ -49,6 +49,13 @@ class StoreError(Exception):
 
 class AlreadyExistsError(StoreError):
     """A row with this key already exists."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached while committing: nothing, or everything, was committed.
+
+    The same writes may be committed again (``Committer.commit(..., retry=True)`` makes that safe).
+    """
 
 
 class FencedError(StoreError):
@@ -243,6 +250,99 @@ class PhaseCostSums:
     computed_only_phase_count: int = 0
 
 
+# -- a phase run's writes, as data -------------------------------------------------------------------
+# What a running phase writes goes to the store as these records, queued in the order the run made
+# them (phases/event_log.EventWriter) and committed in batches, each batch one transaction
+# (``Store.write_phases``, ``Committer.commit``). A row that must commit together with a phase's
+# change is one more record here, with its statement in ``SqlStore`` (``_APPLY``): handed to the
+# writer with the change, it lands in the same transaction, never an earlier one, and is refused
+# with its phase. The webhook outbox is one (``InsertOutbox``, issue 26).
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEvents:
+    """Events of one phase, their sequences continuing what it has."""
+
+    job_id: str
+    phase_id: str
+    rows: Sequence[EventRow]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePhase:
+    """``Store.update_phase``: PhaseRow columns of one phase (a status change also the job's)."""
+
+    job_id: str
+    phase_id: str
+    now_ns: int
+    values: Mapping[str, object]
+
+    def __post_init__(self) -> None:
+        unknown = set(self.values) - _PHASE_FIELDS
+        if unknown:
+            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertToolCalls:
+    """``Store.upsert_tool_calls`` of one phase."""
+
+    job_id: str
+    phase_id: str
+    calls: Sequence[ToolCallRow]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceModelCosts:
+    """``Store.replace_model_costs`` of one phase."""
+
+    job_id: str
+    phase_id: str
+    project_id: str
+    rows: Sequence[ModelCostRow]
+
+
+@dataclass(frozen=True, slots=True)
+class InsertOutbox:
+    """Webhook deliveries one phase's events cause (``OutboxRow``s of that phase), committed with
+    those events. Idempotent: a delivery id already stored is skipped (a batch sent again after a
+    lost connection must not queue a delivery twice)."""
+
+    job_id: str
+    phase_id: str
+    rows: Sequence[OutboxRow]
+
+
+PhaseWrite = AppendEvents | UpdatePhase | UpsertToolCalls | ReplaceModelCosts | InsertOutbox
+# The columns a write may set: PhaseRow's fields but last_sequence (derived on read, never written).
+_PHASE_FIELDS = frozenset(f.name for f in fields(PhaseRow)) - {"last_sequence"}
+
+
+class Committer(Protocol):
+    """Commits batches of phase writes for one writer, each batch one transaction.
+
+    ``off_loop`` says where a commit should run: False when it costs the caller's CPU (SQLite: a
+    commit is a few microseconds of work, holding the GIL), True when it mostly waits for the
+    database (PostgreSQL: a network round trip; a thread of its own overlaps it with the event loop).
+    """
+
+    off_loop: bool
+
+    def commit(self, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
+        """Applies ``writes`` in order, in one transaction; returns the phases refused (fenced).
+
+        A refused phase has none of its writes applied; the others are committed. An
+        ``UpdatePhase`` of a phase that does not exist is dropped (as ``Store.update_phase``); any
+        other write of one refuses it. ``retry``: these writes may have been committed already
+        (after ``StoreUnavailable``); applying them again changes nothing. Raises
+        ``StoreUnavailable`` when the database cannot be reached, another ``StoreError`` or the
+        driver's error when it refuses the writes.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
 class Store(Protocol):
     """Persistence of jobs, phases, events, tool calls and costs, as the application uses it.
 
@@ -307,6 +407,16 @@ class Store(Protocol):
         ``outbox``: webhook deliveries the events cause, written in the same transaction (a row
         of a phase whose events are refused by the fence is left out with them).
         """
+        ...
+
+    def write_phases(self, writes: Sequence[PhaseWrite]) -> set[tuple[str, str]]:
+        """A running phase's writes (of one or more phases) in one transaction, in order; returns
+        the refused phases, as ``Committer.commit``."""
+        ...
+
+    def committer(self) -> Committer:
+        """What commits a writer's batches (``phases/event_log.EventWriter``): on this store's own
+        connection (SQLite), or on a connection of its own (PostgreSQL). Closed with the store."""
         ...
 
     def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]: ...

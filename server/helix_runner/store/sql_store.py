@@ -5,9 +5,13 @@ rows), so most of the ``Store`` protocol is the same SQL with other tokens: plac
 is bound (``IN (?, ?)`` against one array parameter, ``= ANY(?)``) and how to ask whether an index
 exists. ``SqlStore`` holds those queries; a store subclasses it and supplies its connection handling
 (``_reading``, ``_transaction``), what a shared database adds to a write of a phase's history
-(``_fence``, ``_announce``), and the few methods written for its database alone (``insert_phase``,
-``append_events``, ``tool_call_stats``). Shared queries use ``?`` placeholders; the PostgreSQL
-dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
+(``_lock_phases``, ``_fence``, ``_announce``), how it inserts many events at once
+(``_insert_events``), and the few methods written for its database alone (``insert_phase``,
+``tool_call_stats``). Every write of a running phase's history (events, phase columns, tool calls,
+costs, the webhook deliveries its events cause) is one ``_write_phases_in`` over a transaction,
+whoever commits it: the single-write methods, ``append_events``, ``write_phases``, or a PostgreSQL
+writer's own connection (store/postgres_writer.py). Shared queries use ``?`` placeholders; the
+PostgreSQL dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
 ``pkg/storage/sqlcommon`` under its sqlite/postgres/mysql datastores, procrastinate's one
 ``queries.sql`` run by every connector. The contract suite (tests/store/test_store_contract.py)
 runs every query on both databases.
@@ -28,13 +32,20 @@ from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
+    AppendEvents,
     EventRow,
+    FencedError,
+    InsertOutbox,
     JobRow,
     ModelCostRow,
     OutboxRow,
     PhaseCostSums,
     PhaseRow,
+    PhaseWrite,
+    ReplaceModelCosts,
     ToolCallRow,
+    UpdatePhase,
+    UpsertToolCalls,
     WebhookAttemptRow,
     WebhookDeliveryRow,
     WebhookRow,
@@ -119,11 +130,15 @@ _EARLIER_PENDING = ("SELECT 1 FROM webhook_deliveries e WHERE e.state = 'PENDING
 
 
 def insert_outbox(dialect: Dialect, tx: Any, rows: Sequence[OutboxRow]) -> None:
-    """In ``tx``: new PENDING deliveries, due now, in the order given (their ``id`` order)."""
+    """In ``tx``: new PENDING deliveries, due now, in the order given (their ``id`` order).
+
+    A delivery id already stored is skipped: the writer sends a batch again when it cannot know
+    whether the first try committed (``StoreUnavailable``), and a delivery must be queued once.
+    """
     if rows:
         tx.executemany(
             dialect.sql(f"INSERT INTO webhook_deliveries ({OUTBOX_COLUMNS}, state, next_attempt_ns) "
-                        "VALUES (?,?,?,?,?,?,?,?,'PENDING',?)"),
+                        "VALUES (?,?,?,?,?,?,?,?,'PENDING',?) ON CONFLICT (delivery_id) DO NOTHING"),
             [(r.delivery_id, r.subscription_id, r.event_type, r.job_id, r.phase_id, r.sequence, r.body,
               r.create_time_ns, r.create_time_ns) for r in rows],
         )
@@ -143,6 +158,14 @@ def _format_style(text: str) -> str:
     # psycopg's placeholders are %s; a literal % must be doubled.
     return text.replace("%", "%%").replace("?", "%s")
 
+
+# The method of ``SqlStore`` that applies each kind of row write (``_write_phases_in``).
+_APPLY = {
+    UpdatePhase: "_update_phase_in",
+    UpsertToolCalls: "_upsert_tool_calls_in",
+    ReplaceModelCosts: "_replace_model_costs_in",
+    InsertOutbox: "_insert_outbox_in",
+}
 
 SQLITE = Dialect("sqlite", "?", arrays=False,
                  index_exists="SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?")
@@ -178,8 +201,27 @@ class SqlStore:
         """
         return True
 
-    def _announce(self, tx: Any, job_id: str, phase_id: str) -> None:
-        """Tells other processes, when ``tx`` commits, that the phase's status or result changed."""
+    def _lock_phases(self, tx: Any, keys: Sequence[tuple[str, str]]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """(writable, existing) of these phases, held so until ``tx`` ends (``_fence`` for many).
+
+        Alone, a process writes every phase; whether one exists does not matter (an update of a
+        missing phase changes no row).
+        """
+        return set(keys), set(keys)
+
+    def _insert_events(self, tx: Any, rows: list[tuple], *, retry: bool) -> None:
+        """Inserts (job_id, phase_id, sequence, receive_time_ns, kind, body) rows; with ``retry``,
+        rows already there (the same rows, committed by the attempt that was retried) are skipped."""
+        conflict = " ON CONFLICT (job_id, phase_id, sequence) DO NOTHING" if retry else ""
+        tx.executemany(
+            self.dialect.sql("INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
+                             f"VALUES (?,?,?,?,?,?){conflict}"),
+            rows,
+        )
+
+    def _announce(self, tx: Any, pointers: Sequence[tuple[str, str, int]], changed: Sequence[tuple[str, str]]) -> None:
+        """Tells other processes, when ``tx`` commits, that these phases have events up to the given
+        sequence (job, phase, sequence), and that these other phases' status or result changed."""
 
     def _now_ns(self, tx: Any) -> int:
         """The clock claims and retry times are kept by: this process's, alone; the database's, shared
@@ -245,31 +287,85 @@ class SqlStore:
 
     def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
         """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
-        unknown = set(values) - set(PHASE_COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
-        if not values:
+        write = UpdatePhase(job_id, phase_id, now_ns, values)  # ValueError for an unknown column
+        if values:
+            self._write_one(write)
+
+    def _write_one(self, write: PhaseWrite) -> None:
+        """One write in a transaction of its own; ``FencedError`` when it was refused."""
+        refused = self.write_phases([write])
+        if refused:
+            raise FencedError(sorted(refused))
+
+    # -- a running phase's writes ------------------------------------------------------------------
+
+    def write_phases(self, writes: Sequence[PhaseWrite]) -> set[tuple[str, str]]:
+        """Applies a running phase's writes (of one or more phases) in order, in one transaction;
+        returns the refused phases (``Committer.commit``: none of their writes is applied)."""
+        if not writes:
+            return set()
+        with self._transaction() as tx:
+            return self._write_phases_in(tx, writes)
+
+    def _write_phases_in(self, tx: Any, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
+        """``write_phases`` in ``tx``: one fence check for every phase, one insert for every event,
+        each other write as its own method would, one announcement; returns the refused phases."""
+        keys = list(dict.fromkeys((w.job_id, w.phase_id) for w in writes))
+        writable, existing = self._lock_phases(tx, keys)
+        refused = set()
+        if len(writable) < len(keys):
+            for w in writes:
+                key = (w.job_id, w.phase_id)
+                # An update of a phase that does not exist is no refusal (update_phase's rule).
+                if key not in writable and (key in existing or type(w) is not UpdatePhase):
+                    refused.add(key)
+        events: list[tuple] = []
+        last: dict[tuple[str, str], int] = {}
+        for w in writes:
+            if type(w) is AppendEvents and w.rows and (w.job_id, w.phase_id) in writable:
+                job_id, phase_id = w.job_id, w.phase_id
+                events.extend((job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body) for e in w.rows)
+                last[(job_id, phase_id)] = max(last.get((job_id, phase_id), 0), w.rows[-1].sequence)
+        if events:
+            self._insert_events(tx, events, retry=retry)
+        changed: dict[tuple[str, str], None] = {}
+        for w in writes:
+            key = (w.job_id, w.phase_id)
+            if key not in writable or type(w) is AppendEvents:
+                continue
+            # Each other kind of write by its own statements, in order, in this transaction: a kind
+            # (e.g. InsertOutbox, the deliveries that must commit with the change that causes them) is
+            # a record in store/protocol.py's PhaseWrite and its method here, fenced with its phase.
+            getattr(self, _APPLY[type(w)])(tx, w)
+            if type(w) is UpdatePhase and ("status" in w.values or "result_pb" in w.values):
+                changed[key] = None
+        if last or changed:
+            self._announce(tx, [(j, p, s) for (j, p), s in last.items()],
+                           [key for key in changed if key not in last])
+        return refused
+
+    def _insert_outbox_in(self, tx: Any, w: InsertOutbox) -> None:
+        insert_outbox(self.dialect, tx, w.rows)
+
+    def _update_phase_in(self, tx: Any, w: UpdatePhase) -> None:
+        if not w.values:
             return
-        stored = {k: phase_value(k, v) for k, v in values.items()}
+        stored = {k: phase_value(k, v) for k, v in w.values.items()}
         q = self.dialect.sql
         sets = ",".join(f"{k} = ?" for k in stored)
-        with self._transaction() as tx:
-            exists = self._fence(tx, job_id, phase_id, missing_ok=True)
-            tx.execute(q(f"UPDATE phases SET {sets} WHERE job_id = ? AND phase_id = ?"),
-                       [*stored.values(), job_id, phase_id])
-            if "status" in stored:
-                tx.execute(
-                    q("UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ? AND ? = "
-                      "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)"),
-                    (stored["status"], now_ns, job_id, phase_id, job_id),
-                )
-                # Also when it is not the latest phase: the job's view shows every phase.
-                tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
-            else:
-                tx.execute(q("UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?"),
-                           (now_ns, job_id))
-            if exists and ("status" in stored or "result_pb" in stored):
-                self._announce(tx, job_id, phase_id)
+        tx.execute(q(f"UPDATE phases SET {sets} WHERE job_id = ? AND phase_id = ?"),
+                   [*stored.values(), w.job_id, w.phase_id])
+        if "status" in stored:
+            tx.execute(
+                q("UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ? AND ? = "
+                  "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)"),
+                (stored["status"], w.now_ns, w.job_id, w.phase_id, w.job_id),
+            )
+            # Also when it is not the latest phase: the job's view shows every phase.
+            tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (w.job_id,))
+        else:
+            tx.execute(q("UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?"),
+                       (w.now_ns, w.job_id))
 
     def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
         r = self._read_one(f"{SELECT_PHASES} WHERE p.job_id = ? AND p.phase_id = ?", (job_id, phase_id))
@@ -289,6 +385,23 @@ class SqlStore:
 
     # -- events ------------------------------------------------------------------------------------
 
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]],
+                      outbox: Sequence[OutboxRow] = ()) -> None:
+        """Appends the events of one or more phases in one transaction (group commit), with the
+        webhook deliveries they cause (``outbox``).
+
+        Phases this handle may not write are left out, their deliveries with them, and named by the
+        ``FencedError`` raised after the others were committed.
+        """
+        writes: list[PhaseWrite] = [AppendEvents(job_id, phase_id, rows) for job_id, phase_id, rows in batches if rows]
+        by_phase: dict[tuple[str, str], list[OutboxRow]] = {}
+        for row in outbox:
+            by_phase.setdefault((row.job_id, row.phase_id), []).append(row)
+        writes += [InsertOutbox(job_id, phase_id, rows) for (job_id, phase_id), rows in by_phase.items()]
+        refused = self.write_phases(writes)
+        if refused:
+            raise FencedError([key for key in dict.fromkeys((w.job_id, w.phase_id) for w in writes) if key in refused])
+
     def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
         rows = self._read(
             "SELECT sequence, receive_time_ns, kind, body FROM events "
@@ -300,14 +413,17 @@ class SqlStore:
     # -- tool calls --------------------------------------------------------------------------------
 
     def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+        calls = list(calls)
+        if calls:
+            self._write_one(UpsertToolCalls(job_id, phase_id, calls))
+
+    def _upsert_tool_calls_in(self, tx: Any, w: UpsertToolCalls) -> None:
+        job_id, phase_id = w.job_id, w.phase_id
         rows = [
             (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
-            for c in calls
+            for c in w.calls
         ]
-        if not rows:
-            return
-        with self._transaction() as tx:
-            self._fence(tx, job_id, phase_id)
+        if rows:
             tx.executemany(
                 self.dialect.sql(
                     "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body, "
@@ -401,14 +517,16 @@ class SqlStore:
 
     def replace_model_costs(self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]) -> None:
         """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
+        self._write_one(ReplaceModelCosts(job_id, phase_id, project_id, list(rows)))
+
+    def _replace_model_costs_in(self, tx: Any, w: ReplaceModelCosts) -> None:
         q = self.dialect.sql
-        with self._transaction() as tx:
-            self._fence(tx, job_id, phase_id)
-            tx.execute(q("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?"), (job_id, phase_id))
-            if rows:
-                tx.executemany(q("INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
-                               [model_cost_values(job_id, phase_id, project_id, r) for r in rows])
-            tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
+        job_id, phase_id = w.job_id, w.phase_id
+        tx.execute(q("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?"), (job_id, phase_id))
+        if w.rows:
+            tx.executemany(q("INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+                           [model_cost_values(job_id, phase_id, w.project_id, r) for r in w.rows])
+        tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
 
     def _scope(
         self, project_id: str | None, job_ids: Sequence[str], phase_id: str | None

@@ -22,13 +22,12 @@ from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.protocol import (
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
-    EventRow,
-    OutboxRow,
     PhaseRow,
+    PhaseWrite,
     StoreError,
 )
 from helix_runner.store.rows import phase_value
-from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, SqlStore, insert_outbox
+from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, SqlStore
 
 # Version 1: the unversioned schema (a `meta` table said so). Version 2: blob columns named for
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
@@ -368,23 +367,9 @@ class SqliteStore(SqlStore):
             raise AlreadyExistsError(f"phase {row.phase_id} already exists in job {row.job_id}") from None
         return row
 
-    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]],
-                      outbox: Sequence[OutboxRow] = ()) -> None:
-        """Appends the events of one or more phases in one transaction (group commit), with the
-        webhook deliveries they cause (``outbox``) in the same transaction."""
-        rows = [
-            (job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body)
-            for job_id, phase_id, events in batches
-            for e in events
-        ]
-        if not rows and not outbox:
-            return
-        with self._transaction() as tx:
-            tx.executemany(
-                "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
-                rows,
-            )
-            insert_outbox(SQLITE, tx, outbox)
+    def committer(self) -> SqliteCommitter:
+        """Commits on this store's connection, in the caller's thread (``Committer.off_loop`` False)."""
+        return SqliteCommitter(self)
 
     def tool_call_stats(
         self,
@@ -435,3 +420,28 @@ class SqliteStore(SqlStore):
             )
             for name, calls, failures, done, total, timed in tallies
         ]
+
+
+class SqliteCommitter:
+    """A writer's batches committed on the store's one connection, where the writer runs.
+
+    A commit here is microseconds of work that holds the GIL; a thread of its own would cost the
+    hand-offs and save nothing (benchmarks/README.md, "The group commit on a writer thread").
+    """
+
+    off_loop = False
+
+    def __init__(self, store: SqliteStore):
+        self._store = store
+
+    def commit(self, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
+        if not writes:
+            return set()
+        try:
+            with self._store._transaction() as tx:
+                return self._store._write_phases_in(tx, writes, retry=retry)
+        except sqlite3.Error as exc:  # rolled back (a full disk, an I/O error)
+            raise StoreError(f"the database refused the writes: {exc}") from exc
+
+    def close(self) -> None:
+        pass
