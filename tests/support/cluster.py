@@ -20,6 +20,8 @@ from pathlib import Path
 import grpc
 
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
+from helix_runner.offline import Reply, Script
+from helix_runner.offline.script import RequestMatcher
 from helix_runner.process.containment import MARKER_NAME, instance_id
 from helix_runner.process.procfs import marked
 from support.processes import serve_argv, serve_env, serving_port
@@ -180,6 +182,29 @@ def service_target(group: list[Replica]) -> str:
 
 
 SERVICE_OPTIONS = [("grpc.lb_policy_name", "round_robin")]
+
+
+def done(k: int) -> str:
+    return f"<done-{k}>"
+
+
+def stepped_script(steps: int, sleep_s: float) -> Script:
+    """A script a phase can follow across replicas (each has its own scripted API, which counts
+    turn uses per session and per process): every step is chosen by what the conversation holds.
+    ``steps`` Bash calls, then a final text. Step k sleeps, appends k to ``steps.txt`` in the
+    phase's directory and prints ``<done-k>`` (written in the command so that the command itself
+    never contains it); it is served while the conversation holds ``<done-(k-1)>`` and not
+    ``<done-k>``. ``times`` is per session and per stand-in: never the limit here."""
+    turns = []
+    for k in range(1, steps + 1):
+        command = f'sleep {sleep_s}; echo {k} >> steps.txt; echo "<done-$(({k - 1}+1))>"'
+        match = RequestMatcher(contains=done(k - 1) if k > 1 else None, not_contains=done(k))
+        turns.append(Reply.tool_use("Bash", {"command": command, "description": f"step {k}"}, match=match,
+                                    times=1000, label=f"step {k}"))  # fmt: skip
+    turns.append(
+        Reply.text("All steps done.", match=RequestMatcher(contains=done(steps)), times=1000, label="end")
+    )
+    return Script(turns)
 
 
 def follow(call) -> Stream:
