@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 
 import grpc  # noqa: E402
 from bench_run_phase import pct  # noqa: E402
-from support.cluster import SERVICE_OPTIONS, cluster, service_target, stepped_script  # noqa: E402
+from support.cluster import SERVICE_OPTIONS, cluster, service_target, shared_workspace, stepped_script  # noqa: E402
 from support.postgres import PostgresCluster, PostgresUnavailable  # noqa: E402
 
 from helix.runner.v1 import events_pb2 as ev  # noqa: E402
@@ -129,8 +129,7 @@ def show(name: str, samples_s: list[float], base: list[float] | None = None) -> 
 async def run(args: argparse.Namespace, root: Path, database_url: str) -> int:
     script = root / "script.json"
     stepped_script(args.steps, args.step).save(script)
-    shared = root / "shared"
-    shared.mkdir()
+    shared = shared_workspace(root / "shared")  # a root every replica reaches: phases can move
     async with cluster(root, database_url, "--offline-script", str(script), env=ENV, fixed_ports=True,
                        workspace_root=shared) as replicas:  # fmt: skip
         # Baseline: fresh phases on live replicas, one at a time, before anything moves.

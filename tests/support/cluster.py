@@ -28,6 +28,16 @@ from support.processes import serve_argv, serve_env, serving_port
 from support.streams import Stream
 
 NAMES = ("a", "b", "c")
+# The file that marks a workspace root as a volume every replica mounts at the same path: only a
+# phase under such a root can move to another replica (issue 24; phases/handover.py SHARED_MARKER).
+SHARED_MARKER = ".helix-runner-shared"
+
+
+def shared_workspace(path: Path) -> Path:
+    """``path`` made a workspace root every replica shares (created, with the marker file)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / SHARED_MARKER).write_text("")
+    return path
 
 
 def free_port() -> int:
