@@ -65,10 +65,11 @@ class FakeRunner:
         self.jobs = [pb.Job(job_id=f"job-{i}") for i in range(5)]
         self.watches: list[int] = []  # after_sequence of each WatchPhase
         self.draining_answers = 1  # re-attaches the draining replica still answers PHASE_MOVED
+        self.watching = asyncio.Event()
 
     async def run_phase(self, request: pb.RunPhaseRequest, context: grpc.aio.ServicerContext):
         self.authorization.append(dict(context.invocation_metadata()).get("authorization"))
-        if request.job_id in ("moving", "lost"):  # the replica drains after event 2
+        if request.job_id in ("moving", "lost", "stuck"):  # the replica drains after event 2
             yield pb.RunPhaseResponse(events=[event(1), event(2)])
             await context.abort_with_status(
                 moved(request.job_id, 2, retry_delay=15.0 if request.job_id == "moving" else 0.1)
@@ -90,6 +91,13 @@ class FakeRunner:
 
     async def watch_phase(self, request: pb.WatchPhaseRequest, context: grpc.aio.ServicerContext):
         self.watches.append(request.after_sequence)
+        if request.job_id == "stuck":  # the re-attached watch waits (for the adopter)
+            self.watching.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
         if request.job_id == "lost":  # every replica it reaches is the draining one
             await context.abort_with_status(moved("lost", request.after_sequence, retry_delay=0.1))
         if request.job_id == "moving":
@@ -274,6 +282,26 @@ async def test_a_move_no_replica_takes_raises_after_the_move_timeout(fake):
             await asyncio.wait_for(phase.collect(), 30)
     assert raised.value.phase_moved
     assert len(fake.watches) >= 2 and set(fake.watches) == {2}  # retried, always after what it had
+
+
+async def test_cancelling_while_following_a_move_cancels_the_watch(fake):
+    async with RunnerClient(fake.address) as client:
+        phase = client.run_phase(
+            pb.RunPhaseRequest(job_id="stuck", phase_id="p1", prompt="hi", working_dir="/tmp")
+        )
+        seen = []
+
+        async def read():
+            async for e in phase:
+                seen.append(e.sequence)
+
+        reader = asyncio.create_task(read())
+        await asyncio.wait_for(fake.watching.wait(), 10)  # it follows the move and waits in WatchPhase
+        phase.cancel()
+        await asyncio.wait_for(fake.cancelled.wait(), 5)  # the watch call itself was cancelled
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+    assert seen == [1, 2] and phase.result is None
 
 
 def test_error_info_decoding_ignores_other_trailers_and_reasons():

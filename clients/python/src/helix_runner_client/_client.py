@@ -203,11 +203,16 @@ class PhaseStream(Generic[_Response]):
         deadline = loop.time() + max(self._move_timeout, moved.retry_delay or 0.0)
         backoff = _FIRST_BACKOFF_S
         while True:
+            if self._done:  # cancelled by the caller meanwhile
+                return
             call = self._reattach(self.last_sequence)
+            self._call = call  # so that cancel() reaches the call being made
             responses = call.__aiter__()
             try:
                 first = await responses.__anext__()
             except (grpc.aio.AioRpcError, StopAsyncIteration) as exc:
+                if self._done:
+                    return
                 error = (
                     RunnerError.from_rpc_error(exc)
                     if isinstance(exc, grpc.aio.AioRpcError)
@@ -224,7 +229,6 @@ class PhaseStream(Generic[_Response]):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
                 continue
-            self._call = call
             self._responses = _prepend(first, responses)
             return
 
