@@ -37,6 +37,7 @@ from helix_runner_client import RunnerClient
 from helix_runner_client import pb as cpb
 from support.cluster import (
     SERVICE_OPTIONS,
+    SHORT,
     Replica,
     cluster,
     follow,
@@ -511,3 +512,118 @@ async def test_an_approval_sent_while_the_held_call_moves_is_applied_once(
         assert run.events == events[:after]
         assert check_attempts(result, events, "held") == [a.replica_id]
         assert MOVED_FROM.format(a.replica_id) in move_reasons(result, events, 2)
+
+
+# -- the queue follows the room -----------------------------------------------------------------
+
+# One running phase per replica: a phase sent to a full replica waits in its queue (placement by
+# free slots finds no room elsewhere either, docs/scale-out.md "Placement by free slots").
+QUEUE_ENV = {**ENV, "HELIX_RUNNER_MAX_RUNNING_PHASES": "1"}
+LONG_STEPS, SHORT_STEPS, QUEUE_SLEEP_S = 8, 2, 3
+
+
+def request(job_id: str, workdir: Path, prompt: str = "go") -> pb.RunPhaseRequest:
+    return pb.RunPhaseRequest(job_id=job_id, phase_id="p1", prompt=prompt, working_dir=str(workdir),
+                              options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
+
+
+async def occupy(replica: Replica, shared: Path, job_id: str, prompt: str = "go"):
+    """A phase running on ``replica`` (in its first tool call): the replica's one slot is taken."""
+    (shared / job_id).mkdir()
+    run = follow(replica.stub.RunPhase(request(job_id, shared / job_id, prompt), timeout=300))
+    await run.wait_for(lambda e: e.HasField("tool_call_started"))
+    return run
+
+
+def queued_event(e) -> bool:
+    return e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_QUEUED
+
+
+def ns_of(timestamp) -> int:
+    return timestamp.seconds * 1_000_000_000 + timestamp.nanos
+
+
+async def test_a_queued_phase_moves_to_the_replica_where_room_frees(claude_binary, postgres_url, tmp_path):
+    script = tmp_path / "script.json"
+    stepped_script(LONG_STEPS, QUEUE_SLEEP_S, short=SHORT_STEPS).save(script)
+    shared = shared_workspace(tmp_path / "shared")
+    async with cluster(tmp_path, postgres_url, "--offline-script", str(script), env=QUEUE_ENV,
+                       workspace_root=shared) as (a, b, c):  # fmt: skip
+        long_a = await occupy(a, shared, "long-a")
+        long_c = await occupy(c, shared, "long-c")
+        short_b = await occupy(b, shared, "short-b", f"{SHORT} go")
+        (shared / "queued").mkdir()
+        # Sent to A, full like the others: it waits in A's queue. Its caller uses the client, which
+        # follows the phase if it moves (PHASE_MOVED).
+        async with RunnerClient(f"127.0.0.1:{a.port}") as client:
+            queued_call = client.run_phase(
+                cpb.RunPhaseRequest(job_id="queued", phase_id="p1", prompt=f"{SHORT} go",
+                                    working_dir=str(shared / "queued"),
+                                    options=cpb.PhaseOptions(allowed_tools=["Bash"]))
+            )  # fmt: skip
+            watch = follow(
+                c.stub.WatchPhase(pb.WatchPhaseRequest(job_id="queued", phase_id="p1"), timeout=300)
+            )
+            await watch.wait_for(queued_event)
+            # B's short phase ends: B has room while A's long phase still runs; the queued phase
+            # goes there rather than waiting for A.
+            _, short_result = await short_b.finish(120)
+            assert short_result.status == res.PHASE_STATUS_SUCCEEDED, short_result.reason
+            followed, followed_result = await asyncio.wait_for(queued_call.collect(), 240)
+        events, result = await watch.finish(60)
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert gap_free(events) and [ev.StreamEvent.FromString(bytes(e)) for e in followed] == events
+        assert steps_ran(shared / "queued") == list(range(1, SHORT_STEPS + 1))
+        assert [x.replica_id for x in result.attempts] == [b.replica_id]  # it ran where room freed
+        (started,) = [
+            e
+            for e in events
+            if e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_ATTEMPT_STARTED
+        ]
+        _, long_result = await long_a.finish(240)
+        assert long_result.status == res.PHASE_STATUS_SUCCEEDED, long_result.reason
+        assert ns_of(started.receive_time) < ns_of(long_result.end_time)  # it did not wait for A's room
+        _, long_c_result = await long_c.finish(240)
+        assert long_c_result.status == res.PHASE_STATUS_SUCCEEDED, long_c_result.reason
+
+
+async def test_a_phase_queued_on_a_killed_replica_runs_on_another(claude_binary, postgres_url, tmp_path):
+    script = tmp_path / "script.json"
+    stepped_script(LONG_STEPS, QUEUE_SLEEP_S, short=SHORT_STEPS).save(script)
+    shared = shared_workspace(tmp_path / "shared")
+    async with cluster(tmp_path, postgres_url, "--offline-script", str(script), "--replica-lease-seconds",
+                       str(LEASE_S), env=QUEUE_ENV, workspace_root=shared) as (a, b, c):  # fmt: skip
+        long_a = await occupy(a, shared, "long-a")
+        short_b = await occupy(b, shared, "short-b", f"{SHORT} go")
+        short_c = await occupy(c, shared, "short-c", f"{SHORT} go")
+        (shared / "queued").mkdir()
+        queued_run = follow(a.stub.RunPhase(request("queued", shared / "queued", f"{SHORT} go"), timeout=300))
+        await queued_run.wait_for(queued_event)
+        watches = {
+            job_id: follow(b.stub.WatchPhase(pb.WatchPhaseRequest(job_id=job_id, phase_id="p1"), timeout=300))
+            for job_id in ("queued", "long-a")
+        }
+        for watch in watches.values():
+            await watch.wait_for(lambda e: True)
+
+        await a.kill()
+        # The queued phase never ran: it is admitted by a live replica once it has room (after its
+        # short phase), and runs there; A's running phase resumes too.
+        for job_id, watch in watches.items():
+            events, result = await watch.finish(300)
+            assert watch.error is None and result.status == res.PHASE_STATUS_SUCCEEDED, (
+                job_id,
+                result.reason,
+            )
+            assert gap_free(events), job_id
+            assert res.PHASE_STATUS_INTERRUPTED not in [
+                e.status_changed.to_status for e in events if e.HasField("status_changed")
+            ], job_id
+        _, queued_result = await watches["queued"].finish(1)
+        assert [x.replica_id for x in queued_result.attempts][-1] in (b.replica_id, c.replica_id)
+        assert steps_ran(shared / "queued") == list(range(1, SHORT_STEPS + 1))
+        for run in (queued_run, long_a):  # their callers were connected to A
+            assert run.error is not None and run.error.code() == grpc.StatusCode.UNAVAILABLE
+        for run in (short_b, short_c):
+            _, short_result = await run.finish(120)
+            assert short_result.status == res.PHASE_STATUS_SUCCEEDED, short_result.reason

@@ -198,14 +198,23 @@ def done(k: int) -> str:
     return f"<done-{k}>"
 
 
-def stepped_script(steps: int, sleep_s: float) -> Script:
+SHORT = "[short]"
+"""In a phase's prompt: with ``stepped_script(short=n)``, the phase ends after n steps."""
+
+
+def stepped_script(steps: int, sleep_s: float, *, short: int | None = None) -> Script:
     """A script a phase can follow across replicas (each has its own scripted API, which counts
     turn uses per session and per process): every step is chosen by what the conversation holds.
     ``steps`` Bash calls, then a final text. Step k sleeps, appends k to ``steps.txt`` in the
     phase's directory and prints ``<done-k>`` (written in the command so that the command itself
     never contains it); it is served while the conversation holds ``<done-(k-1)>`` and not
-    ``<done-k>``. ``times`` is per session and per stand-in: never the limit here."""
+    ``<done-k>``. ``times`` is per session and per stand-in: never the limit here.
+    A phase whose prompt holds ``SHORT`` ends after ``short`` steps instead (its end turn comes
+    first, so it is served before step ``short + 1``)."""
     turns = []
+    if short is not None:
+        end = RequestMatcher(first_user_contains=SHORT, contains=done(short))
+        turns.append(Reply.text("Short phase done.", match=end, times=1000, label="short end"))
     for k in range(1, steps + 1):
         command = f'sleep {sleep_s}; echo {k} >> steps.txt; echo "<done-$(({k - 1}+1))>"'
         match = RequestMatcher(contains=done(k - 1) if k > 1 else None, not_contains=done(k))
