@@ -147,7 +147,9 @@ class PhaseRun:
         self.stream = PhaseStream(plan.stream_options, price_table=prices)
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
-        self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope, list(breakpoints))
+        self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope)
+        # Job control: one controller for all the phase's attempts (attached to each in _run_attempt).
+        self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare)
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
             plan.egress.attach(self.emit, self.telemetry)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -162,8 +164,7 @@ class PhaseRun:
             self._write_tool_rows,
             self._write_cost_rows,
             self._watch_attempt,
-            # Looked up per batch: each attempt gets a controller of its own (phases.attempts).
-            lambda events: self.control.on_events(events),
+            self.control.on_events,
         ])
         plan.recording_dir.mkdir(parents=True, exist_ok=True)
         # O_NOFOLLOW: a symlink planted in the recording directory is refused, never written through.
@@ -356,17 +357,16 @@ class PhaseRun:
         """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
         attempt_ns = time.time_ns()
         if plan.number > 1:
-            old = self.control
             # A hard pause taken during the backoff holds the next attempt until it is resumed.
-            while old.hard_paused and self._stop is None:
+            while self.control.hard_paused and self._stop is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), 0.1)
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
             argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
             scope.sandbox_args = self.supervisor.scope.sandbox_args  # the same sandbox and home
-            self._open_attempt(argv, dict(self.plan.env), limits, scope, old.breakpoints)
-            self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
+            self._open_attempt(argv, dict(self.plan.env), limits, scope)
+            self.control.attach(self)  # its breakpoints, a pause asked for and step credits carry over
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             self.telemetry.start_attempt(attempt_ns)
         else:
@@ -386,7 +386,7 @@ class PhaseRun:
             self.set_status(PhaseStatus.RUNNING, "a prestarted claude process takes the phase (warm start)"
                             if self.supervisor.warm else "the claude process is starting", **columns)
             if self.control.pause_requested:
-                self.control._settle_status()
+                self.control.settle_status()
             if self._stop is not None:
                 self.supervisor.request_stop(*self._stop)
             exit_ = await self.supervisor.run()
@@ -457,16 +457,13 @@ class PhaseRun:
     def _stop_or_interrupted(self) -> tuple[EndCause, str]:
         return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
 
-    def _open_attempt(self, argv: Sequence[str], env: dict[str, str], limits: ProcessLimits, scope: PhaseScope,
-                      breakpoints: list[Breakpoint]) -> None:
-        """An attempt's supervisor (its CLI not started yet) and control channel."""
+    def _open_attempt(self, argv: Sequence[str], env: dict[str, str], limits: ProcessLimits, scope: PhaseScope) -> None:
+        """An attempt's supervisor (its CLI not started yet)."""
         self._argv_record = redact_argv(argv)  # the inline form: names, never the values
         self.supervisor = ProcessSupervisor(
             self._exec_argv(argv), cwd=self.plan.cwd, env=env, sink=self, limits=limits, keep_stdin_open=True,
             on_spawn=self._record_pid, scope=scope, spawn_off_loop=self.plan.spawn_off_loop,
         )
-        self.control = PhaseController(self, breakpoints)
-        self.control.gate_every_call = self.spec.bare
 
     def _exec_argv(self, argv: Sequence[str]) -> list[str]:
         """``argv`` with the secret-bearing JSON values moved into the run's private files."""

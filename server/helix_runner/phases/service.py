@@ -59,7 +59,7 @@ from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.process.warm_pool import SpawnSignature, WarmPool
 from helix_runner.process.workspace import resolve_working_dir
 from helix_runner.store.cluster import SINGLE_NODE, Cluster
-from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, JobRow, PhaseRow, Store
+from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, PhaseRow, Store
 from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -463,16 +463,6 @@ class PhaseService:
     def get_live(self, job_id: str, phase_id: str) -> LivePhase | None:
         return self.live.get((job_id, phase_id))
 
-    def require_live(self, job_id: str, phase_id: str, operation: str) -> LivePhase:
-        """The running phase; NOT_FOUND if unknown, FAILED_PRECONDITION if it is not running here."""
-        live = self.get_live(job_id, phase_id)
-        if live is None or live.done.is_set():
-            row = self.require_phase(job_id, phase_id)
-            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
-                              f"cannot {operation}: phase {phase_id} is {row.status.name}, not running",
-                              {"status": row.status.name, "operation": operation})
-        return live
-
     def on_fenced(self, job_id: str, phase_id: str) -> None:
         """The database refused a write for this phase: another replica took it over (docs/scale-out.md).
 
@@ -487,17 +477,6 @@ class PhaseService:
         row = self.store.get_phase(job_id, phase_id)
         live.events.fence((row.result_pb if row is not None else None) or b"")
         live.run.request_stop_with_reason(EndCause.INTERRUPTED, "another replica took this phase over")
-
-    def cancel(self, job_id: str, phase_id: str, reason: str = "") -> LivePhase:
-        live = self.get_live(job_id, phase_id)
-        if live is None:
-            row = self.require_phase(job_id, phase_id)
-            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
-                              f"phase {phase_id} is {row.status.name}, not running; it cannot be cancelled",
-                              {"status": row.status.name, "operation": "cancel", "job_id": job_id,
-                               "phase_id": phase_id})
-        live.run.request_stop_with_reason(EndCause.CANCELLED, reason or "cancelled by a client")
-        return live
 
     async def drain(self, grace: float) -> None:
         """Stops admitting phases, gives running ones ``grace`` seconds, then interrupts them."""
@@ -566,12 +545,6 @@ class PhaseService:
         return recovered
 
     # -- queries ---------------------------------------------------------------------------
-
-    def require_job(self, job_id: str) -> JobRow:
-        job = self.store.get_job(job_id)
-        if job is None:
-            raise RunnerError(ErrorKind.NOT_FOUND, "JOB_NOT_FOUND", f"job {job_id} does not exist", {"job_id": job_id})
-        return job
 
     def require_phase(self, job_id: str, phase_id: str) -> PhaseRow:
         row = self.store.get_phase(job_id, phase_id)
