@@ -42,7 +42,7 @@ class RecordEncoder(Protocol):
     ) -> bytes:
         """The encoded result; ``cost_pb`` / ``attempts_pb`` (a phase row's stored cost and ended
         attempts) fill a result that has none of its own: one built from the row by recovery or a
-        takeover, whose process is gone with its figures (phases/service.py, phases/takeover.py).
+        takeover, whose process is gone with its figures (phases/recovery.py, phases/takeover.py).
         ``interrupted``: the attempt that process was running, listed (and numbered) after them."""
 
     def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:
