@@ -68,7 +68,7 @@ class LivePhase:
 
 
 class PhaseService:
-    """Starts phases and answers for them; one per server."""
+    """Starts phases and lets them be watched; one per server."""
 
     def __init__(self, config: ServerConfig, store: Store, encoder: RecordEncoder, containment: Containment, *,
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
@@ -199,7 +199,7 @@ class PhaseService:
         self.store.update_phase(job_id, phase_id, now, status=PhaseStatus.FAILED, status_reason=reason,
                                 end_time_ns=now, result_pb=self.encoder.encode_result(result))
 
-    # -- the sandbox (process/sandbox/) ---------------------------------------------------------
+    # -- the server ------------------------------------------------------------------------
 
     def server_status(self) -> ServerStatus:
         """The sandbox every phase gets, the containment mode and any refusal (GetServerStatus)."""
@@ -237,9 +237,10 @@ class PhaseService:
     def new_phase_id(self) -> str:
         return f"phase-{uuid.uuid4().hex[:12]}"
 
-    # -- control ---------------------------------------------------------------------------
+    # -- running phases ----------------------------------------------------------------------
 
     def get_live(self, job_id: str, phase_id: str) -> LivePhase | None:
+        """The phase if it runs in this server (job control goes through ``phases/commands.py``)."""
         return self.live.get((job_id, phase_id))
 
     def on_fenced(self, job_id: str, phase_id: str) -> None:
