@@ -76,10 +76,13 @@ log = logging.getLogger(__name__)
 
 
 class PhaseRun:
-    """One phase in flight; ``run()`` drives it to its final result.
+    """One phase in flight; ``run()`` drives its attempts to its one result.
 
-    It is the controller's host (``phases.ports.PhaseHost``): the controller reaches the process,
-    the stream and the status only through the members listed there.
+    It keeps the attempt loop, is the controller's host (``phases.ports.PhaseHost``: the controller
+    reaches the process, the stream and the status only through the members listed there) and
+    gives the read model its snapshot. What it is launched with was decided before it
+    (``phases/launch.py``); its rows are written by its ``PhaseRecorder``, its result is built by
+    ``phases/result.py``.
     """
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, encoder: RecordEncoder,
