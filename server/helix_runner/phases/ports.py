@@ -59,7 +59,8 @@ class PhaseHost(Protocol):
     """What job control needs from the phase it controls; implemented by ``phases.run.PhaseRun``.
 
     The controller (``phases.control``) sees the phase through this port only, so it can be
-    built and tested without a process, and ``control`` does not import ``run``.
+    built and tested without a process, and ``control`` does not import ``run``. A phase has one
+    controller; it is attached to the host of each attempt in turn (``PhaseController.attach``).
     """
 
     @property
