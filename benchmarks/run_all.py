@@ -317,6 +317,31 @@ def gateway_throughput(ctx: Context) -> Result:
     return Result(figure, t["cpu_ratio_median"] <= 1.05)
 
 
+def _webhooks(ctx: Context) -> dict:
+    return ctx.run_json("bench_webhooks.py", ["--quick"] if ctx.quick else [], 600 if ctx.quick else 1200)
+
+
+def webhook_latency(ctx: Context) -> Result:
+    """Issue 26: delivery p99 after the event, phase.finished (fake CLI) and awaiting approval (real CLI)."""
+    s = _webhooks(ctx)
+    fin, appr = s["finished"], s.get("approval")
+    figure = f"p99 {fin['p99']:.1f} ms (p50 {fin['p50']:.1f}, n {fin['n']})"
+    if appr:
+        figure += f"; awaiting approval p99 {appr['p99']:.1f} ms (n {appr['n']})"
+    met = fin["p99"] <= s["goal_p99_ms"] and (appr is None or appr["p99"] <= s["goal_p99_ms"])
+    return Result(figure, met)
+
+
+def webhook_throughput(ctx: Context) -> Result:
+    """Issue 26: P2 events/s and server CPU per event with a subscription to every event type, vs the
+    commit before webhooks (bench_webhooks, rounds alternating)."""
+    t = _webhooks(ctx)["throughput"]
+    ref = t["reference"]
+    figure = (f"every event {t['ratio']['every event']:.2f}x, none {t['ratio']['no webhook']:.2f}x {ref}'s events/s; "
+              f"CPU/event {t['cpu_ratio']['every event']:.2f}x / {t['cpu_ratio']['no webhook']:.2f}x")
+    return Result(figure, t["cpu_ratio"]["no webhook"] <= 1.05)
+
+
 # --------------------------------------------------------------------------------------------------
 # The table: the issue's goals P1-P8 (the issue has no P4), each with its measure function.
 
@@ -359,6 +384,10 @@ GOALS: list[Goal] = [
     Goal("GW-tput", "single-phase events/s and server CPU per event, gateway and proxy on vs off "
          "(bench_gateway, P2's setup)", "1x", "CPU/event <= 1.05x", gateway_throughput),
     # Figures the existing benchmarks measure, with their README goals (not yet assigned to a P goal).
+    Goal("WH-lat", "webhook delivery after its event, p99 on a quiet machine (bench_webhooks)", "no webhooks",
+         "<= 200 ms", webhook_latency),
+    Goal("WH-tput", "P2 events/s and server CPU per event, webhooks on vs the commit before (bench_webhooks)",
+         "no webhooks", "unchanged", webhook_throughput),
     Goal("RP-lat", "RunPhase latency at 50 phases, steady p99 (bench_run_phase)", "", "< 5 ms", run_phase_latency),
     Goal("RP-loss", "events lost/reordered at 200 phases (bench_run_phase)", "", "none", run_phase_loss),
     Goal("RP-mem", "server memory per running phase (bench_run_phase)", "", "< 5 MB", run_phase_memory),

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
@@ -57,6 +58,8 @@ class ServerProcess:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env,
                                      cwd=str(tmp), start_new_session=True)
         self.pid = self.proc.pid
+        # With HELIX_RUNNER_METRICS_PORT (0: any free port) in env_extra: where /metrics is served.
+        self.metrics_address: str | None = None
         self.address = self._wait_serving(30.0)
 
     def _wait_serving(self, limit_s: float) -> str:
@@ -67,10 +70,38 @@ class ServerProcess:
             for line in self.log_path.read_text(errors="replace").splitlines():
                 with contextlib.suppress(ValueError):
                     rec = json.loads(line)
+                    if rec.get("msg") == "serving metrics" and rec.get("address"):
+                        self.metrics_address = rec["address"]
                     if rec.get("msg") == "serving" and rec.get("address"):
                         return rec["address"]
             time.sleep(0.05)
         raise RuntimeError(f"server did not log 'serving' within {limit_s} s:\n{self.log_tail()}")
+
+    def loop_thread_cpu(self) -> float:
+        """CPU seconds of the server's main thread, which runs the event loop (its other threads:
+        gRPC's, a store writer's, the heartbeat, are not counted)."""
+        with open(f"/proc/{self.pid}/task/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def loop_thread_waited(self) -> float:
+        """Seconds the event-loop thread has spent runnable but waiting for a CPU (schedstat)."""
+        with open(f"/proc/{self.pid}/task/{self.pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+
+    def histogram(self, name: str) -> dict[float, float]:
+        """The cumulative buckets (upper bound -> count) of one histogram on the server's /metrics."""
+        if self.metrics_address is None:
+            return {}
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        buckets = {}
+        prefix = f"{name}_bucket{{le=\""
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                bound, _, value = line[len(prefix):].partition("\"} ")
+                buckets[float(bound)] = float(value)
+        return buckets
 
     def log_tail(self, n: int = 20) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
@@ -96,3 +127,23 @@ def export_baseline(ref: str, tmp: Path) -> Path:
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     return target / "server"
+
+
+def histogram_quantile(before: dict[float, float], after: dict[float, float], q: float) -> tuple[float, int, float]:
+    """(the q-quantile, samples, share at or under 10 ms) of the samples taken between two readings of a
+    cumulative histogram, interpolated linearly within the bucket as Prometheus' histogram_quantile does
+    (the last bucket, +Inf, answers with the highest finite bound)."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return float("nan"), 0, float("nan")
+    under_10ms = next((c for b, c in zip(bounds, counts, strict=True) if b >= 0.01), total) / total
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower, int(total), under_10ms
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-9), int(total), under_10ms
+        lower, below = bound, count
+    return lower, int(total), under_10ms

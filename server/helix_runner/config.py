@@ -22,8 +22,16 @@ from helix_runner.domain.phase_spec import (
     MIN_CPU_LIMIT_MILLICORES,
     MIN_MEMORY_LIMIT_BYTES,
 )
+from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import ModelPrice
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.domain.webhooks import (
+    RetrySchedule,
+    WebhookEvent,
+    WebhookFormat,
+    WebhookSpec,
+    check_subscription,
+)
 from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.egress.allowlist import parse_pattern
 from helix_runner.egress.upstream import UpstreamUrl
@@ -35,6 +43,7 @@ from helix_runner.store.protocol import (
     MIN_LEASE_SECONDS,
     TAKEOVER_BOUND_SECONDS,
 )
+from helix_runner.webhook_http.target import WebhookUrl
 
 ENV_PREFIX = "HELIX_RUNNER_"
 
@@ -260,6 +269,28 @@ class ServerConfig:
     # A plaintext port serving only grpc.health.v1.Health (None: off), for probes that cannot speak
     # TLS (the kubelet's gRPC probes); it answers the same liveness/readiness as the API port.
     health_port: int | None = None
+    # --- Webhooks (README "Webhooks"). Subscriptions from the config file ([[webhooks]] tables: id,
+    # url, events, secret_file, and optionally project, statuses, cost_threshold_usd, format,
+    # description), besides those created through the API; replaced in the store at each start.
+    webhooks: tuple[Mapping[str, Any], ...] = ()
+    # host:port pairs a webhook may reach although their addresses are loopback, private or
+    # link-local (as egress_private_allow for phases); nothing else that is not public.
+    webhook_private_allow: tuple[str, ...] = ()
+    # Tries of a delivery before it is dead-lettered, and the backoff between them (with jitter;
+    # a receiver's Retry-After is honoured, up to 6 hours).
+    webhook_max_attempts: int = 12
+    webhook_initial_backoff_seconds: float = 5.0
+    webhook_backoff_multiplier: float = 3.0
+    webhook_max_backoff_seconds: float = 21600.0
+    # One attempt's bound (connect, send, the answer's head and up to webhook_max_response_bytes of
+    # its body, the rest dropped).
+    webhook_timeout_seconds: float = 10.0
+    webhook_max_response_bytes: int = 64 * 1024
+    # A PEM CA bundle receivers' certificates are verified with instead of the system's roots.
+    webhook_ca_file: Path | None = None
+    # The dashboard's public base URL (e.g. https://runner.example.com): webhook bodies link to a
+    # phase's page under it. Empty: no link.
+    dashboard_url: str = ""
 
     @property
     def tls(self) -> bool:
@@ -322,6 +353,34 @@ class ServerConfig:
         return token
 
 
+def webhook_specs(config: ServerConfig) -> list[WebhookSpec]:
+    """The config file's webhook subscriptions, their secrets read from their files (ConfigError if one cannot be)."""
+    specs = []
+    for table in config.webhooks:
+        path = Path(str(table["secret_file"])).expanduser()
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"webhooks: {table['id']}: cannot read secret_file {path}: {exc.strerror}") from None
+        if not secret:
+            raise ConfigError(f"webhooks: {table['id']}: secret_file {path} is empty")
+        threshold = table.get("cost_threshold_usd")
+        specs.append(WebhookSpec(
+            url=table["url"], events=tuple(WebhookEvent(e) for e in table["events"]),
+            project_id=str(table.get("project", "")),
+            statuses=tuple(PhaseStatus[s.upper()] for s in table.get("statuses", [])),
+            cost_threshold_usd=float(threshold) if threshold is not None else None,
+            format=WebhookFormat(table.get("format", WebhookFormat.STANDARD.value)),
+            description=str(table.get("description", "")), secret=secret, subscription_id=str(table["id"])))
+    return specs
+
+
+def webhook_schedule(config: ServerConfig) -> RetrySchedule:
+    """The retry schedule of webhook deliveries (the ``webhook_*`` keys)."""
+    return RetrySchedule(config.webhook_max_attempts, config.webhook_initial_backoff_seconds,
+                         config.webhook_backoff_multiplier, config.webhook_max_backoff_seconds)
+
+
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "helix-runner"
@@ -371,6 +430,54 @@ def _model_allowlist(value: Any) -> dict[str, tuple[str, ...]]:
             raise ValueError(f"{project}: model ids and patterns are letters, digits and . _ : @ / [ ] - *")
         out[str(project)] = tuple(models)
     return out
+
+
+_WEBHOOK_KEYS = {"id", "url", "events", "project", "statuses", "cost_threshold_usd", "format", "description",
+                 "secret_file"}
+
+
+def _webhooks(value: Any) -> tuple[dict[str, Any], ...]:
+    """``[[webhooks]]`` tables (or JSON text from the environment), their shape checked; each becomes a
+    subscription at start (``ServerConfig.webhook_specs``), where its URL and filters are checked too."""
+    tables = json.loads(value) if isinstance(value, str) else value
+    if isinstance(tables, Mapping) or not isinstance(tables, list | tuple):
+        raise ValueError("must be a list of tables ([[webhooks]] in TOML)")
+    out, seen = [], set()
+    for i, table in enumerate(tables):
+        if not isinstance(table, Mapping):
+            raise ValueError(f"entry {i} is not a table")
+        unknown = set(table) - _WEBHOOK_KEYS
+        if unknown:
+            raise ValueError(f"entry {i}: unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_WEBHOOK_KEYS))})")
+        name = table.get("id")
+        if not isinstance(name, str) or not _REPLICA_ID.match(name):
+            raise ValueError(f"entry {i}: id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+        if name in seen:
+            raise ValueError(f"entry {i}: id {name!r} is used twice")
+        seen.add(name)
+        if not isinstance(table.get("url"), str) or not table["url"]:
+            raise ValueError(f"{name}: url is required")
+        if not isinstance(table.get("secret_file"), str) or not table["secret_file"]:
+            # A secret made at start would change at every start, and no receiver could know it.
+            raise ValueError(f"{name}: secret_file is required (one line: whsec_ and base64, the receiver's too)")
+        events = table.get("events")
+        if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+            raise ValueError(f"{name}: events must be a non-empty list of event types (e.g. [\"phase.finished\"])")
+        try:
+            [WebhookEvent(e) for e in events]
+        except ValueError:
+            raise ValueError(f"{name}: events are among {', '.join(e.value for e in WebhookEvent)}") from None
+        statuses = table.get("statuses", [])
+        if not isinstance(statuses, list) or not all(isinstance(s, str) and s.upper() in PhaseStatus.__members__
+                                                     for s in statuses):
+            raise ValueError(f"{name}: statuses must be a list of phase statuses (e.g. [\"FAILED\"])")
+        if "format" in table and table["format"] not in [f.value for f in WebhookFormat]:
+            raise ValueError(f"{name}: format is one of {', '.join(f.value for f in WebhookFormat)}")
+        threshold = table.get("cost_threshold_usd")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
+            raise ValueError(f"{name}: cost_threshold_usd must be a number")
+        out.append(dict(table))
+    return tuple(out)
 
 
 def _as_int_tuple(value: Any) -> tuple[int, ...]:
@@ -499,6 +606,17 @@ _CONVERTERS: dict[str, Any] = {
     "tls_client_ca_file": lambda v: Path(v).expanduser() if v else None,
     "tls_server_name": lambda v: str(v).strip(),
     "health_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
+    # Webhooks (grouped with the fields above)
+    "webhooks": lambda v: _webhooks(v),
+    "webhook_private_allow": _as_str_tuple,
+    "webhook_max_attempts": int,
+    "webhook_initial_backoff_seconds": float,
+    "webhook_backoff_multiplier": float,
+    "webhook_max_backoff_seconds": float,
+    "webhook_timeout_seconds": float,
+    "webhook_max_response_bytes": _as_bytes,
+    "webhook_ca_file": lambda v: Path(v).expanduser() if v else None,
+    "dashboard_url": lambda v: str(v).strip(),
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
@@ -629,6 +747,7 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
                           f"{MAX_CPU_LIMIT_MILLICORES}")
     _validate_egress(config)
+    _validate_webhooks(config)
     if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
         raise ConfigError("worktree_retention must be KEEP, REMOVE or REMOVE_ON_SUCCESS")
     roots = config.workspace_roots or (Path.cwd(),)
@@ -685,6 +804,45 @@ def _validate_egress(config: ServerConfig) -> None:
         OperatorExceptions.parse(config.egress_private_allow)
     except ValueError as exc:
         raise ConfigError(f"egress_private_allow: {exc}") from None
+
+
+def _validate_webhooks(config: ServerConfig) -> None:
+    """The webhook settings (one line naming the bad key); each subscription's URL and filters too."""
+    if not 1 <= config.webhook_max_attempts <= 100:
+        raise ConfigError("webhook_max_attempts must be 1 to 100")
+    if not 0 < config.webhook_initial_backoff_seconds <= config.webhook_max_backoff_seconds:
+        raise ConfigError("webhook_initial_backoff_seconds must be above 0 and at most webhook_max_backoff_seconds")
+    if not 1 <= config.webhook_backoff_multiplier <= 100:
+        raise ConfigError("webhook_backoff_multiplier must be 1 to 100")
+    if not 0.1 <= config.webhook_timeout_seconds <= 300:
+        raise ConfigError("webhook_timeout_seconds must be 0.1 to 300")
+    if not 1024 <= config.webhook_max_response_bytes <= 16 * 1024 * 1024:
+        raise ConfigError("webhook_max_response_bytes must be 1 KiB to 16 MiB")
+    if config.webhook_ca_file is not None and not config.webhook_ca_file.is_file():
+        raise ConfigError(f"webhook_ca_file {config.webhook_ca_file} is not a file")
+    try:
+        exceptions = OperatorExceptions.parse(config.webhook_private_allow)
+    except ValueError as exc:
+        raise ConfigError(f"webhook_private_allow: {exc}") from None
+    if config.dashboard_url:
+        try:
+            WebhookUrl.parse(config.dashboard_url)
+        except ValueError as exc:
+            raise ConfigError(f"dashboard_url: {exc}") from None
+    for table in config.webhooks:
+        name = table["id"]
+        try:
+            url = WebhookUrl.parse(table["url"])
+        except ValueError as exc:
+            raise ConfigError(f"webhooks: {name}: url {exc}") from None
+        why = url.literal_refusal(exceptions)
+        if why is not None:
+            raise ConfigError(f"webhooks: {name}: url: {why}")
+        problems = check_subscription(
+            [WebhookEvent(e) for e in table["events"]], [PhaseStatus[s.upper()] for s in table.get("statuses", [])],
+            table.get("cost_threshold_usd"), str(table.get("project", "")), str(table.get("description", "")))
+        if problems:
+            raise ConfigError(f"webhooks: {name}: {problems[0][0]} {problems[0][1]}")
 
 
 def _loopback_host(host: str) -> bool:

@@ -29,7 +29,7 @@ from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.tls import CertificateFiles, ForwardingCredentials
 from helix_runner.api.web import WebServer, bind_web, start_web
-from helix_runner.config import ConfigError, ServerConfig
+from helix_runner.config import ConfigError, ServerConfig, webhook_schedule, webhook_specs
 from helix_runner.domain import pricing
 from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.egress.allowlist import EgressPolicy, parse_pattern
@@ -45,6 +45,8 @@ from helix_runner.phases.recovery import recover
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.phases.service import PhaseService
 from helix_runner.phases.takeover import Takeover
+from helix_runner.phases.webhook_dispatcher import DispatchSettings, WebhookDispatcher
+from helix_runner.phases.webhooks import Webhooks
 from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
@@ -57,6 +59,7 @@ from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import Store, StoreError, sweep_interval_seconds
 from helix_runner.telemetry import Telemetry
 from helix_runner.telemetry.tracing import TracingConfigError
+from helix_runner.webhook_http.sender import SenderSettings, WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,7 @@ class RunningServer:
     cluster: Cluster = SINGLE_NODE  # the replicas sharing the store (store/cluster.py)
     data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
     egress: Egress | None = None  # the model-API gateway and the egress proxy (helix_runner/egress)
+    webhook_dispatcher: WebhookDispatcher | None = None  # delivers the webhook outbox
 
     @property
     def egress_ports(self) -> tuple[int, ...]:
@@ -122,13 +126,15 @@ class RunningServer:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self.service.close()
+        if self.webhook_dispatcher is not None:  # attempts in flight get a moment; the rest stay PENDING
+            await self.webhook_dispatcher.stop(2.0)
         # Streams have delivered their final results by now; give them a moment to flush.
         if self.web is not None:
             await self.web.stop(1.0)
         await self.server.stop(1.0)
         if self.health_server is not None:
             await self.health_server.stop(None)
-        self.service.writer.flush()
+        self.service.writer.close()  # commits what is left, stops its thread (before the store closes)
         if self.feed is not None:
             await self.feed.stop()
         if self.forwarder is not None:
@@ -450,20 +456,24 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.push_async_callback(creds.egress.stop)
     try:  # the sandbox's network layer lets a phase reach only the gateway's and the proxy's ports
         sandbox = await asyncio.to_thread(_start_sandbox, config, server_env, creds, creds.key_broker)
+        # Webhook subscriptions: the config file's replace those it stored before (phases/webhooks.py).
+        webhooks = _webhooks(config, store)
     except StartupError:
         await undo.aclose()
         raise
     service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
-                           telemetry=telemetry, cluster=cluster, egress=creds.egress, sandbox=sandbox)
+                           telemetry=telemetry, cluster=cluster, egress=creds.egress, sandbox=sandbox,
+                           webhooks=webhooks)
     telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None
     if cluster.shared:  # only the phases of replicas that are gone (takeover.py)
         takeover = Takeover(cluster, service.encoder,
-                            interval_seconds=sweep_interval_seconds(config.replica_lease_seconds))
+                            interval_seconds=sweep_interval_seconds(config.replica_lease_seconds),
+                            notifier=service.notifier_of)
         recovered = takeover.sweep()
     else:  # alone on its database: every phase a previous process left active
-        recovered = await recover(store, service.encoder, containment)
+        recovered = await recover(store, service.encoder, containment, service.notifier_of)
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy
@@ -579,6 +589,9 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         sweeper = RetentionSweeper(store, config.recordings_dir, policy, shared=cluster.shared)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
+    # Webhook deliveries: woken by every group commit that wrote outbox rows (phases/webhook_dispatcher.py).
+    dispatcher = _webhook_dispatcher(config, store, webhooks, cluster).start()
+    service.writer.on_outbox = dispatcher.wake
     try:  # once nothing can fail the start any more (its processes end at drain)
         service.start_warm_pool()
     except RunnerError as exc:  # the server still serves; every phase then starts cold
@@ -589,7 +602,31 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, feed, forwarder,
-                         health_server, health_port, cluster, lock, creds.egress)
+                         health_server, health_port, cluster, lock, creds.egress, dispatcher)
+
+
+def _webhooks(config: ServerConfig, store: Store) -> Webhooks:
+    """The subscriptions, with the config file's loaded into the store (StartupError naming a bad one)."""
+    webhooks = Webhooks(store, exceptions=OperatorExceptions.parse(config.webhook_private_allow),
+                        dashboard_url=config.dashboard_url)
+    try:
+        webhooks.load_config(webhook_specs(config))
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    except RunnerError as exc:
+        raise StartupError(f"webhooks: {exc.message}") from None
+    return webhooks
+
+
+def _webhook_dispatcher(config: ServerConfig, store: Store, webhooks: Webhooks, cluster: Cluster) -> WebhookDispatcher:
+    """The delivery loop and its HTTP client (webhook_http/sender.py), as configured."""
+    sender = WebhookSender(SenderSettings(
+        timeout_s=config.webhook_timeout_seconds, connect_timeout_s=min(5.0, config.webhook_timeout_seconds),
+        max_response_bytes=config.webhook_max_response_bytes, exceptions=webhooks.exceptions,
+        ca_file=config.webhook_ca_file))
+    settings = DispatchSettings(schedule=webhook_schedule(config), lease_s=config.webhook_timeout_seconds + 20,
+                                owner=cluster.replica_id or "local")
+    return WebhookDispatcher(store, webhooks, sender, settings, shared=cluster.shared)
 
 
 def _listen_address(host: str, port: int) -> str:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from support.runner_server import collect
+from support.webhook_receiver import WebhookReceiver
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.proto_records import ProtoRecordEncoder
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.webhooks import WebhookEvent, WebhookSpec
+from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.phases.takeover import REASON, Takeover
+from helix_runner.phases.webhooks import Webhooks
 from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import EventRow, PhaseRow
+from helix_runner.webhook_http.signing import new_secret
 
 # What the dead replica recorded before it stopped: its running cost and one ended attempt (a retry).
 COST = res.PhaseCost(reported_usd=0.25, computed_usd=0.5)
@@ -24,7 +29,8 @@ def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: st
     dead.get_or_create_job(job, "p", 1)
     dead.insert_phase(PhaseRow(job_id=job, phase_id=phase, ordinal=0, project_id="p", status=PhaseStatus.RUNNING,
                                create_time_ns=1, start_time_ns=2, session_id="sess",
-                               cost_pb=COST.SerializeToString(), attempts_pb=ATTEMPTS.SerializeToString()))
+                               cost_pb=COST.SerializeToString(), reported_usd=0.25, computed_usd=0.5,
+                               attempts_pb=ATTEMPTS.SerializeToString()))
     dead.append_events([(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])])
     # Its process (and heartbeat) stopped without a clean close: the lease runs out on its own.
     cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
@@ -75,3 +81,22 @@ async def test_a_server_on_postgres_takes_over_at_start_and_answers_from_the_dat
     # A clean stop ends the lease at once: nobody has to wait for it to run out.
     assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM replicas WHERE lease_expires_at > now()") \
         == [(0,)]
+
+
+async def test_a_phase_taken_over_from_a_dead_replica_is_told_to_webhooks(postgres_url, postgres_cluster, runner_factory):
+    receiver = WebhookReceiver(new_secret()).start()
+    try:
+        # The subscription exists before the replica dies; the survivor's start sweeps the phase.
+        store = PostgresStore(postgres_url, heartbeat=False)
+        Webhooks(store, exceptions=OperatorExceptions.parse([receiver.allow])).create(
+            WebhookSpec(url=receiver.url, events=(WebhookEvent.PHASE_FINISHED,), secret=receiver.secret))
+        store.close()
+        running_phase_of_a_dead_replica(postgres_url, postgres_cluster)
+        async with runner_factory(None, database_url=postgres_url, webhook_private_allow=[receiver.allow]):
+            (told,) = await receiver.arrived(1)
+    finally:
+        receiver.stop()
+    body = told.json
+    assert told.verified and body["type"] == "phase.finished"
+    assert (body["data"]["status"], body["data"]["sequence"], body["data"]["reason"]) == ("INTERRUPTED", 2, REASON)
+    assert body["data"]["cost_usd"] == 0.25  # what the dead replica had recorded

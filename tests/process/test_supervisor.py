@@ -198,3 +198,46 @@ async def test_write_stdin_after_close_returns_false(tmp_path, hold):
     result = await asyncio.wait_for(sup.run(), 30)
     assert result.exit_code == 0
     assert await sup.write_stdin(b"{}") is False
+
+
+class GatedSink(CollectingSink):
+    """A sink whose writes are behind (its ``room`` waits until ``open``): the supervisor must not read on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = asyncio.Event()
+
+    async def room(self) -> None:
+        await self.open.wait()
+
+
+async def test_a_sink_without_room_holds_the_reads_and_the_child_blocks_on_its_writes(tmp_path):
+    started, done = tmp_path / "started", tmp_path / "wrote-everything"
+    sink = GatedSink()
+    body = f"""
+        import os, sys
+        open({str(started)!r}, "w").write(str(os.getpid()))
+        sys.stdout.write("x" * 4_000_000); sys.stdout.flush()
+        open({str(done)!r}, "w").close()
+    """
+    sup = ProcessSupervisor(_script(tmp_path, body), cwd=tmp_path, env=dict(os.environ), sink=sink,
+                            limits=ProcessLimits(timeout=60, idle_timeout=60))
+    run = asyncio.ensure_future(sup.run())
+
+    def blocked_writing() -> bool:  # asleep in the kernel's pipe write (``anon_pipe_write`` on 6.x)
+        try:
+            return "pipe_write" in Path(f"/proc/{int(started.read_text())}/wchan").read_text()
+        except (OSError, ValueError):
+            return False
+
+    for _ in range(3000):  # until the child is stuck in its write, or the sink got output (30 s at most)
+        if sink.stdout or blocked_writing():
+            break
+        await asyncio.sleep(0.01)
+    # Nothing was handed to the sink, and the child waits in its write: the pipe and the reader's
+    # buffer hold a few hundred KiB, not 4 MB.
+    assert bytes(sink.stdout) == b"" and blocked_writing() and not done.exists()
+    sink.open.set()
+    result = await asyncio.wait_for(run, 60)
+    assert result.cause is EndCause.EXITED and result.exit_code == 0
+    assert len(sink.stdout) == 4_000_000 and done.exists()

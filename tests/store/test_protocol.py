@@ -17,11 +17,15 @@ PROTOCOL_METHODS = sorted(
 
 def test_the_protocol_names_every_method_the_application_uses():
     assert PROTOCOL_METHODS == sorted([
-        "active_phases", "append_events", "backfill_tool_call_durations", "close", "delete_jobs", "expired_jobs", "finished_recordings",
+        "active_phases", "append_events", "backfill_tool_call_durations", "close", "committer", "delete_jobs", "expired_jobs", "finished_recordings",
         "forget_recording", "get_job", "get_or_create_job", "get_phase", "insert_phase", "list_jobs",
         "list_tool_calls", "mark_tool_calls_unfinished", "model_cost_sums", "phase_cost_sums", "phases_of_jobs",
         "read_events", "referenced_recordings", "replace_model_costs", "tool_call_stats", "update_phase",
-        "upsert_tool_calls",
+        "upsert_tool_calls", "write_phases",
+        # webhooks (issue 26)
+        "claim_webhook_deliveries", "create_webhook", "delete_webhook", "enqueue_webhooks", "finish_webhook_attempt",
+        "get_webhook", "list_webhook_deliveries", "list_webhooks", "next_webhook_due_s", "release_webhook_claims",
+        "replace_config_webhooks", "webhook_attempts",
     ])  # fmt: skip
 
 

@@ -21,11 +21,16 @@ from helix_runner.store.factory import open_storage
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     AlreadyExistsError,
+    AppendEvents,
     EventRow,
     ModelCostRow,
     PhaseCostSums,
     PhaseRow,
+    ReplaceModelCosts,
+    StoreError,
     ToolCallRow,
+    UpdatePhase,
+    UpsertToolCalls,
 )
 
 S = PhaseStatus
@@ -126,6 +131,64 @@ def test_list_jobs_pages_newest_first_and_filters(store):
     store.insert_phase(phase("j3", "a", "odd", status=S.RUNNING))
     assert [(j.job_id, j.status) for j in store.list_jobs(None, [S.RUNNING], 10)] == [("j3", S.RUNNING)]
     assert [j.job_id for j in store.list_jobs("even", [S.RUNNING, S.FAILED], 10)] == []
+
+
+def batch_of_two_phases() -> list:
+    """What two running phases hand the writer in one batch: events, row writes, in their order."""
+    cost = ModelCostRow("m", 1, 2, 0, 0, 0, 0, 0.5, 0.5, PricingSource.PRICE_TABLE)
+    return [
+        AppendEvents("j", "a", events(1, 2)),
+        UpdatePhase("j", "a", 20, {"status": S.RUNNING, "status_reason": "running", "start_time_ns": 19}),
+        AppendEvents("j", "b", events(1, 1)),
+        UpsertToolCalls("j", "a", [ToolCallRow("t1", "Bash", T.RUNNING, 2, b"started")]),
+        AppendEvents("j", "a", events(3, 1)),
+        UpsertToolCalls("j", "a", [ToolCallRow("t1", "Bash", T.SUCCEEDED, 2, b"done", duration_ns=7)]),
+        UpdatePhase("j", "b", 21, {"model": "first"}),
+        ReplaceModelCosts("j", "a", "p", [cost]),
+        UpdatePhase("j", "b", 22, {"model": "second", "session_id": "s"}),
+        UpdatePhase("j", "a", 23, {"status": S.SUCCEEDED, "result_pb": b"r", "end_time_ns": 23}),
+    ]
+
+
+def test_a_batch_of_phase_writes_ends_as_the_writes_one_by_one_would(store):
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(phase("j", "a"))
+    store.insert_phase(phase("j", "b"))  # b is the job's latest phase
+    before = store.get_job("j").view_version
+    assert store.write_phases(batch_of_two_phases()) == set()
+    assert [e.sequence for e in store.read_events("j", "a", 0, 10)] == [1, 2, 3]
+    assert [e.sequence for e in store.read_events("j", "b", 0, 10)] == [1]
+    a, b = store.get_phase("j", "a"), store.get_phase("j", "b")
+    assert (a.status, a.status_reason, a.start_time_ns, a.end_time_ns, a.result_pb) == (
+        S.SUCCEEDED, "running", 19, 23, b"r")
+    assert (b.model, b.session_id, b.status) == ("second", "s", S.PENDING)  # later writes win
+    [call] = store.list_tool_calls("j", "a", None, [], 10)
+    assert (call.status, call.body, call.duration_ns) == (T.SUCCEEDED, b"done", 7)
+    assert [m.model for _, m in store.model_cost_sums(job_ids=["j"])] == ["m"]
+    job = store.get_job("j")
+    # a is not the job's latest phase: the job keeps b's status; b's writes touched it last (22).
+    assert (job.status, job.update_time_ns) == (S.PENDING, 22) and job.view_version > before
+
+
+def test_a_batch_is_all_or_nothing_and_a_retry_of_a_committed_one_changes_nothing(store):
+    store.get_or_create_job("j", "p", 1)
+    store.insert_phase(phase("j", "a"))
+    store.insert_phase(phase("j", "b"))
+    committer = store.committer()
+    batch = batch_of_two_phases()
+    assert committer.commit(batch) == set()
+    # Sent again after a lost connection (the commit may have happened): nothing doubles.
+    assert committer.commit(batch, retry=True) == set()
+    assert [e.sequence for e in store.read_events("j", "a", 0, 10)] == [1, 2, 3]
+    # Not a retry: a sequence written twice refuses the whole batch, the model write with it.
+    with pytest.raises((StoreError, sqlite3.Error, psycopg.Error)):
+        committer.commit([UpdatePhase("j", "b", 30, {"model": "third"}), AppendEvents("j", "b", events(1, 1))])
+    assert store.get_phase("j", "b").model == "second" and len(store.read_events("j", "b", 0, 10)) == 1
+    committer.commit([UpdatePhase("j", "b", 31, {"model": "fourth"})])  # the committer is usable after
+    assert store.get_phase("j", "b").model == "fourth"
+    assert committer.commit([]) == set()
+    with pytest.raises(ValueError, match="unknown phase columns"):
+        UpdatePhase("j", "b", 1, {"last_sequence": 3})
 
 
 def test_events_append_and_read_in_sequence_order(store):

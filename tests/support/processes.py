@@ -53,10 +53,11 @@ def serve_env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1"}
 
 
-def serve_argv(python: str, root: Path, *extra_args: str) -> list[str]:
-    """`helix-runner serve` on a free port with its data dir and workspace root under ``root``, JSON logs."""
+def serve_argv(python: str, root: Path, *extra_args: str, workspace_root: Path | None = None) -> list[str]:
+    """`helix-runner serve` on a free port with its data dir under ``root`` and ``root`` as workspace
+    root (or ``workspace_root``, for a layout whose data dir is outside every workspace), JSON logs."""
     return [python, "-m", "helix_runner", "serve", "--port", "0", "--data-dir", str(root / "data"),
-            "--workspace-root", str(root), "--log-format", "json", *extra_args]
+            "--workspace-root", str(workspace_root or root), "--log-format", "json", *extra_args]
 
 
 def start_serve(tmp_path: Path, log: Path, *extra_args: str) -> subprocess.Popen:
@@ -114,6 +115,9 @@ class CollectingSink:
 
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:
         self.stderr.append((line, truncated))
+
+    async def room(self) -> None:
+        pass
 
 
 NOBODY = 65534

@@ -1,21 +1,24 @@
-/** The dashboard's entry point: a hash router over the four views. */
+/** The dashboard's entry point: a hash router over the five views. */
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import "./app.css";
 import { CostsView } from "./views/costs.js";
 import { JobsView, JobView } from "./views/jobs.js";
 import { PhaseView } from "./views/phase.js";
+import { WebhooksView } from "./views/webhooks.js";
 
 type Route =
   | { view: "jobs" }
   | { view: "job"; jobId: string }
   | { view: "phase"; jobId: string; phaseId: string }
-  | { view: "costs"; params: URLSearchParams };
+  | { view: "costs"; params: URLSearchParams }
+  | { view: "webhooks" };
 
 export function parseRoute(hash: string): Route {
   const [path, query = ""] = hash.replace(/^#\/?/, "").split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   if (parts[0] === "costs") return { view: "costs", params: new URLSearchParams(query) };
+  if (parts[0] === "webhooks") return { view: "webhooks" };
   if (parts[0] === "jobs" && parts[1] && parts[2] === "phases" && parts[3]) return { view: "phase", jobId: parts[1], phaseId: parts[3] };
   if (parts[0] === "jobs" && parts[1]) return { view: "job", jobId: parts[1] };
   return { view: "jobs" };
@@ -42,6 +45,9 @@ function App() {
           <a href="#/costs" class={route.view === "costs" ? "active" : ""}>
             Costs
           </a>
+          <a href="#/webhooks" class={route.view === "webhooks" ? "active" : ""}>
+            Webhooks
+          </a>
         </nav>
       </header>
       <main>
@@ -49,6 +55,7 @@ function App() {
         {route.view === "job" && <JobView key={route.jobId} jobId={route.jobId} />}
         {route.view === "phase" && <PhaseView key={`${route.jobId}/${route.phaseId}`} jobId={route.jobId} phaseId={route.phaseId} />}
         {route.view === "costs" && <CostsView params={route.params} />}
+        {route.view === "webhooks" && <WebhooksView />}
       </main>
     </>
   );

@@ -70,6 +70,11 @@ ROUTES: Mapping[str, Route] = {
     "ListBreakpoints": Route.OWNER,
     "RemoveBreakpoint": Route.OWNER,
     "ResolveToolCall": Route.OWNER,
+    # Webhooks live in the shared database: any replica creates, lists, deletes and reads them.
+    "CreateWebhook": Route.ANY,
+    "ListWebhooks": Route.ANY,
+    "DeleteWebhook": Route.ANY,
+    "ListWebhookDeliveries": Route.ANY,
 }
 
 _PHASE_IDS = frozenset({"job_id", "phase_id"})

@@ -57,6 +57,12 @@ from helix_runner.api.retry_options import retry_policy_from_options
 from helix_runner.api.routing import Forward, Place, Router, check_routes
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.validation import check_enums
+from helix_runner.api.webhook_mapping import (
+    delivery_to_proto,
+    states_from_request,
+    webhook_spec_from_request,
+    webhook_to_proto,
+)
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.commands import PhaseCommands
@@ -251,50 +257,53 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     # -- job control -----------------------------------------------------------------------
 
-    def _phase(self, job_id: str, phase_id: str) -> resources_pb2.Phase:
+    async def _phase(self, job_id: str, phase_id: str) -> resources_pb2.Phase:
+        """The phase after a control call: once this replica's writes so far are committed (the
+        status the call set is in the store, for a read here or on any replica)."""
+        await self.service.writer.committed()
         return phase_to_proto(self.queries.phase(job_id, phase_id))
 
     @_unary
     async def CancelPhase(self, request, context):
         await self.commands.cancel(request.job_id, request.phase_id, cancel_reason(request))
-        return runner_service_pb2.CancelPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.CancelPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def PausePhase(self, request, context):
         await self.commands.pause(request.job_id, request.phase_id, hard=enum_value(HARD_PAUSE, request.mode, "mode"))
-        return runner_service_pb2.PausePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.PausePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def ResumePhase(self, request, context):
         await self.commands.resume(request.job_id, request.phase_id)
-        return runner_service_pb2.ResumePhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.ResumePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StepPhase(self, request, context):
         self.commands.step(request.job_id, request.phase_id)
-        return runner_service_pb2.StepPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.StepPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def InterruptPhase(self, request, context):
         await self.commands.interrupt(request.job_id, request.phase_id)
-        return runner_service_pb2.InterruptPhaseResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.InterruptPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhaseModel(self, request, context):
         await self.commands.set_model(request.job_id, request.phase_id, request.model)
-        return runner_service_pb2.SetPhaseModelResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.SetPhaseModelResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhasePermissionMode(self, request, context):
         effective = await self.commands.set_permission_mode(request.job_id, request.phase_id,
                                                             permission_mode_from_request(request))
         return runner_service_pb2.SetPhasePermissionModeResponse(
-            mode=effective, phase=self._phase(request.job_id, request.phase_id))
+            mode=effective, phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StopTask(self, request, context):
         await self.commands.stop_task(request.job_id, request.phase_id, request.task_id)
-        return runner_service_pb2.StopTaskResponse(phase=self._phase(request.job_id, request.phase_id))
+        return runner_service_pb2.StopTaskResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def GetTaskOutput(self, request, context):
@@ -331,6 +340,45 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         msg = (m.tool_call_to_proto(call, job_id=request.job_id, phase_id=request.phase_id) if call
                else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
+
+
+    # -- webhooks (README "Webhooks"; phases/webhooks.py) --------------------------------------
+
+    def _webhooks(self):
+        if self.service.webhooks is None:
+            raise RunnerError(ErrorKind.UNIMPLEMENTED, "NOT_IMPLEMENTED", "webhooks are not enabled on this server",
+                              {"missing": "webhooks"})
+        return self.service.webhooks
+
+    @_unary
+    async def CreateWebhook(self, request, context):
+        row, secret = self._webhooks().create(webhook_spec_from_request(request))
+        # The secret goes back only when the server made it, and only now.
+        return runner_service_pb2.CreateWebhookResponse(webhook=webhook_to_proto(row),
+                                                        secret="" if request.secret else secret)
+
+    @_unary
+    async def ListWebhooks(self, request, context):
+        return runner_service_pb2.ListWebhooksResponse(
+            webhooks=[webhook_to_proto(r) for r in self._webhooks().list(request.project_id)])
+
+    @_unary
+    async def DeleteWebhook(self, request, context):
+        if not request.webhook_id:
+            raise invalid_field("webhook_id", "is required")
+        row, cancelled = self._webhooks().delete(request.webhook_id)
+        return runner_service_pb2.DeleteWebhookResponse(webhook=webhook_to_proto(row), cancelled_deliveries=cancelled)
+
+    @_unary
+    async def ListWebhookDeliveries(self, request, context):
+        states = states_from_request(request.states)
+        query = {"webhook": request.webhook_id, "job": request.job_id, "phase": request.phase_id, "states": states}
+        after = read_token(request.page_token, query, (int,))
+        page, more = self._webhooks().deliveries(request.webhook_id, request.job_id, request.phase_id, states,
+                                                 page_size(request.page_size, 50, 500), after[0] if after else None)
+        return runner_service_pb2.ListWebhookDeliveriesResponse(
+            deliveries=[delivery_to_proto(row, attempts) for row, attempts in page],
+            next_page_token=make_token(query, [more]) if more is not None else "")
 
 
 def _pass_through(message: bytes | Any) -> bytes:

@@ -1,6 +1,7 @@
 """The ``helix-runner`` entry point: argument parsing, dispatch, and errors as one line.
 
-Verbs live one group per module (``serve``, ``run``, ``read``, ``control``, ``watch``, ``attach``);
+Verbs live one group per module (``serve``, ``run``, ``read``, ``control``, ``watch``, ``attach``,
+``webhooks``);
 each registers its parser and a handler that returns the exit status. Heavy imports (grpc, the
 client, rich, textual) happen inside handlers, so ``serve`` and ``--help`` start quickly.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from helix_runner.cli import attach, control, read, run, serve, watch
+from helix_runner.cli import attach, control, read, run, serve, watch, webhooks
 from helix_runner.cli.common import (
     ENV_HELP,
     EXIT_CODES_HELP,
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch.register(sub)
     attach.register(sub)
     control.register(sub)
+    webhooks.register(sub)
     return parser
 
 

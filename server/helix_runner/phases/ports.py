@@ -2,12 +2,13 @@
 
 The application layer persists and fans out opaque bytes; the API layer provides the encoder (it
 encodes with the protobuf contract, so stored events are sent to watchers without re-encoding).
-``PhaseHost`` is the narrow view of a running phase that the controller depends on.
+``PhaseHost`` is the narrow view of a running phase that the controller depends on; ``RunStore`` the
+writes a run makes besides its events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
@@ -15,6 +16,18 @@ from helix_runner.domain.events import Event, Payload
 from helix_runner.domain.phase_result import Attempt, PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCall, ToolStats
+from helix_runner.store.protocol import ModelCostRow, ToolCallRow
+
+
+class RunStore(Protocol):
+    """The writes a running phase makes besides its events: ``event_log.EventWriter`` in a server
+    (queued behind the phase's events, committed in order), any ``Store`` in a test."""
+
+    def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None: ...
+
+    def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None: ...
+
+    def replace_model_costs(self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]) -> None: ...
 
 
 class RecordEncoder(Protocol):

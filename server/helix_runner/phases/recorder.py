@@ -22,14 +22,14 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.domain.tool_tracker import ToolCall
-from helix_runner.phases.ports import RecordEncoder
-from helix_runner.store.protocol import ModelCostRow, Store, ToolCallRow
+from helix_runner.phases.ports import RecordEncoder, RunStore
+from helix_runner.store.protocol import ModelCostRow, ToolCallRow
 
 
 class PhaseRecorder:
     """Writes one phase's tool-call rows, cost columns and rows, session and model as its events come."""
 
-    def __init__(self, store: Store, encoder: RecordEncoder, job_id: str, phase_id: str, project: str,
+    def __init__(self, store: RunStore, encoder: RecordEncoder, job_id: str, phase_id: str, project: str,
                  stream: PhaseStream):
         self.store = store
         self.encoder = encoder

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from helix_runner.domain.events import Event, PhaseStatusChanged
@@ -19,6 +20,7 @@ from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.attempts import interrupted_attempt
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.containment import Containment, LeftoverRun
 from helix_runner.process.process_group import kill_leftover_group
 from helix_runner.store.protocol import EventRow, PhaseRow, Store
@@ -26,9 +28,13 @@ from helix_runner.store.protocol import EventRow, PhaseRow, Store
 log = logging.getLogger(__name__)
 
 
-async def recover(store: Store, encoder: RecordEncoder, containment: Containment) -> list[PhaseRow]:
+async def recover(store: Store, encoder: RecordEncoder, containment: Containment,
+                  notifier_of: Callable[[PhaseRow], PhaseNotifier | None] = lambda row: None) -> list[PhaseRow]:
     """Marks phases a previous server process left active as INTERRUPTED, with a reason and an
-    event, after ending every process they left (their cgroups, shims and marked strays)."""
+    event, after ending every process they left (their cgroups, shims and marked strays).
+
+    ``notifier_of`` gives a phase's webhook notifier (``PhaseService.notifier_of``): the deliveries
+    its INTERRUPTED event causes are written with the event."""
     recovered = store.active_phases()
     runs = [LeftoverRun(_run_id(row.recording_dir), row.pid, row.pid_start_ticks) for row in recovered]
     ended = await containment.recover(runs)
@@ -45,9 +51,10 @@ async def recover(store: Store, encoder: RecordEncoder, containment: Containment
         seq = row.last_sequence + 1
         event = Event(seq, now, row.session_id, "", "", "", PhaseStatusChanged(previous, PhaseStatus.INTERRUPTED,
                                                                                  reason))
+        notifier = notifier_of(row)
         store.append_events([(row.job_id, row.phase_id, [
             EventRow(seq, now, encoder.event_kind(event), encoder.encode_event(row.job_id, row.phase_id, event))
-        ])])
+        ])], outbox=notifier.outbox([event]) if notifier is not None else ())
         store.mark_tool_calls_unfinished(row.job_id, row.phase_id)
         result = PhaseResult(job_id=row.job_id, phase_id=row.phase_id, status=PhaseStatus.INTERRUPTED,
                              reason=reason, session_id=row.session_id, start_time_ns=row.start_time_ns,

@@ -59,17 +59,18 @@ from helix_runner.phases.control import PhaseController
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.launch import LaunchPlan
-from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.recorder import PhaseRecorder
 from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.views import HeldCall, RunSnapshot
+from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.procfs import start_ticks
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
-from helix_runner.store.protocol import EventRow, Store
+from helix_runner.store.protocol import EventRow
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
@@ -85,11 +86,13 @@ class PhaseRun:
     ``phases/result.py``.
     """
 
-    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: Store, encoder: RecordEncoder,
+    def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: RunStore, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
-                 accepted_ns: int | None = None):
+                 accepted_ns: int | None = None, notifier: PhaseNotifier | None = None):
         self.spec = spec
+        # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
+        self.notifier = notifier
         # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
         self.accepted_ns = time.time_ns() if accepted_ns is None else accepted_ns
         # Retry policy and admission (phases.attempts); the attempts so far, oldest first.
@@ -214,6 +217,10 @@ class PhaseRun:
             self.retries.admission.started(self._ticket)  # type: ignore[union-attr,arg-type]
         self._stdout_file.write(chunk)
         self._publish(self.stream.feed(chunk))
+
+    async def room(self) -> None:
+        """Returns once the writer's backlog has room for more output (back-pressure on the CLI)."""
+        await self.events.room()
 
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:
         self._stderr_file.write(line + b"\n")
@@ -460,10 +467,8 @@ class PhaseRun:
         )
         self.telemetry.on_end(result)  # telemetry
         encoded = self.encoder.encode_result(result)
-        if self.events.writer is not None:
-            # The result marks the phase final for watchers on other replicas (postgres_notify's
-            # follow loop): every event must be committed before it is written.
-            self.events.writer.flush()
+        # The result marks the phase final for watchers on other replicas (postgres_notify's follow
+        # loop): it is committed after every event (the writer keeps a run's writes in order).
         self.store.update_phase(
             self.job_id, self.phase_id, time.time_ns(),
             result_pb=encoded, tool_stats_pb=self.encoder.encode_tool_stats(list(result.tool_stats)),
@@ -496,7 +501,8 @@ class PhaseRun:
     def _persist_and_offer(self, events: list[Event]) -> None:
         encoder, job, phase = self.encoder, self.job_id, self.phase_id
         self.events.publish([EventRow(e.sequence, e.receive_time_ns, encoder.event_kind(e),
-                                      encoder.encode_event(job, phase, e)) for e in events])
+                                      encoder.encode_event(job, phase, e)) for e in events],
+                            self.notifier.outbox(events) if self.notifier is not None else ())
 
     def _note_stream_facts(self, events: list[Event]) -> None:
         """Message counts, how the CLI was billed, lost session writes."""

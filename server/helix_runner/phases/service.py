@@ -11,6 +11,7 @@ running phase is ``phases/commands.py``; phases a previous server left active ar
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import importlib.metadata
@@ -20,12 +21,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import PhaseResult
-from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
@@ -35,13 +37,13 @@ from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, Queue
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
-from helix_runner.phases.fencing import FencedPhaseStore
 from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch, project_mismatch, start_warm_pool
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import PhaseRun
 from helix_runner.phases.views import ServerStatus
+from helix_runner.phases.webhooks import PhaseNotifier, Webhooks
 from helix_runner.process.containment import Containment
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.sandbox.phase_sandbox import Sandbox, off_report
@@ -55,6 +57,7 @@ log = logging.getLogger(__name__)
 # (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
 Follower = Callable[[str, str, int], AsyncIterator[list[EventRow]]]
+T = TypeVar("T")
 
 
 @dataclass
@@ -74,8 +77,11 @@ class PhaseService:
                  server_env: Mapping[str, str] | None = None, env_overrides: Mapping[str, str] | None = None,
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
                  telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE,
-                 egress: Egress | None = None, sandbox: Sandbox | None = None):
+                 egress: Egress | None = None, sandbox: Sandbox | None = None,
+                 webhooks: Webhooks | None = None):
         self.config = config
+        # Webhook subscriptions: each run maps its events to outbox rows (phases/webhooks.py).
+        self.webhooks = webhooks
         self.containment = containment
         self.telemetry = telemetry or Telemetry()
         self.store = store
@@ -87,6 +93,7 @@ class PhaseService:
         self.draining = False
         self.writer = EventWriter(store)
         self.writer.on_fenced = self.on_fenced
+        self._store_calls: concurrent.futures.ThreadPoolExecutor | None = None  # _off_loop's thread
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
@@ -116,14 +123,19 @@ class PhaseService:
         request leaves nothing behind, so its phase id stays free for a corrected retry.
         """
         with self.telemetry.admission():  # telemetry: counts refusals by reason
-            return await self._start(spec, breakpoints, retry or self.retry_defaults)
+            try:
+                return await self._start(spec, breakpoints, retry or self.retry_defaults)
+            except RunnerError as exc:
+                if exc.reason == "QUEUE_FULL" and self.webhooks is not None:
+                    self.webhooks.queue_full(spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT, exc)
+                raise
 
     async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy) -> LivePhase:
         breakpoints = list(breakpoints or [])
         BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
-        job = self.store.get_job(spec.job_id)
+        job = await self._off_loop(self.store.get_job, spec.job_id)
         plan = await plan_launch(spec, self.config, self.launcher, job_project=job.project_id if job else None)
         try:
             # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
@@ -149,15 +161,20 @@ class PhaseService:
         # Persisted from here on.
         spec, project = plan.spec, plan.project
         now = time.time_ns()
-        job, _ = self.store.get_or_create_job(spec.job_id, project, now)
+        job, _ = await self._off_loop(self.store.get_or_create_job, spec.job_id, project, now)
         if job.project_id != project:  # another request created the job just now
             raise project_mismatch(spec.job_id, job.project_id)
+        row = PhaseRow(
+            job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
+            status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(plan.working_dir), prompt=spec.prompt,
+            model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(plan.recording_dir),
+        )
         try:
-            self.store.insert_phase(PhaseRow(
-                job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
-                status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(plan.working_dir), prompt=spec.prompt,
-                model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(plan.recording_dir),
-            ))
+            await self._off_loop(self.store.insert_phase, row)
+        except asyncio.CancelledError:
+            if row.ordinal:  # inserted (the ordinal is assigned) before the call went away: not left PENDING
+                self._fail_unstarted(spec.job_id, spec.phase_id, now)
+            raise
         except AlreadyExistsError:
             raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
                               f"phase {spec.phase_id} already exists in job {spec.job_id}",
@@ -167,10 +184,10 @@ class PhaseService:
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
                                    frame=self.encoder.frame_events)
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            # A write refused by the fence (another replica took the phase over) stops the run.
-            run_store = FencedPhaseStore(self.store, functools.partial(self.on_fenced, spec.job_id, spec.phase_id))
-            run = PhaseRun(spec, plan, run_store, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries, accepted_ns=now)
+            # The run's row writes are queued behind its events; a write refused by the fence (another
+            # replica took the phase over) stops the run (the writer's on_fenced).
+            run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
+                           retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             self._fail_unstarted(spec.job_id, spec.phase_id, now)
@@ -182,6 +199,44 @@ class PhaseService:
                                                      "working_dir": str(plan.working_dir),
                                                      "containment": plan.scope.describe()}})
         return live
+
+    async def _off_loop(self, call: Callable[..., T], *args: object) -> T:
+        """A store call, on a worker thread when the store's calls wait on a database server (the
+        writer's store says so: ``Committer.off_loop``), else here. It is never cut short: a cancel
+        while it runs waits for it to end (so the caller knows what it did), then propagates."""
+        if not self.writer.off_loop:
+            return call(*args)
+        if self._store_calls is None:
+            # One thread: a burst of phase starts queues here instead of waking many threads that
+            # would all contend with the loop for the GIL (measured: benchmarks/README.md).
+            self._store_calls = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="helix-store-call")
+        future = asyncio.get_running_loop().run_in_executor(self._store_calls, call, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.wait([future])
+            raise
+
+    def _notifier(self, job_id: str, phase_id: str, project: str, cost_usd: float = 0.0) -> PhaseNotifier | None:
+        """The phase's webhook notifier (None: webhooks are off)."""
+        if self.webhooks is None:
+            return None
+        return self.webhooks.notifier(job_id, phase_id, project, functools.partial(self.job_done, job_id, phase_id),
+                                      cost_usd)
+
+    def notifier_of(self, row: PhaseRow) -> PhaseNotifier | None:
+        """The webhook notifier of a phase that ended without its run (recovery, a takeover's sweep)."""
+        return self._notifier(row.job_id, row.phase_id, row.project_id,
+                              row.reported_usd if row.reported_usd is not None else row.computed_usd)
+
+    def job_done(self, job_id: str, phase_id: str) -> bool:
+        """Whether every phase of the job but this one is final (its end then finishes the job: job.finished).
+
+        A status this replica handed to the writer and has not committed yet is newer than the store's.
+        """
+        handed = self.writer.pending_statuses(job_id)
+        return all(handed.get(p.phase_id, p.status).is_final
+                   for p in self.store.phases_of_jobs([job_id]) if p.phase_id != phase_id)
 
     def _on_queue_change(self, ticket: Ticket, status: QueueStatus) -> None:
         """What a queued phase waits for changed: its run reports it (QUEUED event and status)."""
@@ -276,8 +331,11 @@ class PhaseService:
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
 
     def close(self) -> None:
-        """Removes this server's (now empty) containment directories."""
+        """Removes this server's (now empty) containment directories; stops the store-call thread."""
         self.containment.close()
+        if self._store_calls is not None:
+            self._store_calls.shutdown(wait=True)
+            self._store_calls = None
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -309,7 +367,7 @@ class PhaseService:
         """A phase running on another replica: its events from the database, then its result.
 
         The follower ends once the phase is final and every event is read; the owner writes the
-        result only after its last events are committed (``PhaseRun`` flushes the writer first).
+        result only after its last events are committed (its writer keeps a run's writes in order).
         """
         assert self.follower is not None
         async for rows in self.follower(job_id, phase_id, after_sequence):

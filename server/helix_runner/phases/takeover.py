@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
 
 from helix_runner.domain.events import Event, PhaseStatusChanged
 from helix_runner.domain.phase_result import PhaseResult, queue_wait_ns
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.phases.attempts import interrupted_attempt
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.store.cluster import Cluster
-from helix_runner.store.protocol import EventRow, PhaseRow, StoreError
+from helix_runner.store.protocol import EventRow, OutboxRow, PhaseRow, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +31,31 @@ REASON = "the replica running the phase stopped (its lease ran out, or it restar
 class Takeover:
     """Sweeps phases of dead replicas into INTERRUPTED, with the same event and result as recovery."""
 
-    def __init__(self, cluster: Cluster, encoder: RecordEncoder, *, interval_seconds: float):
+    def __init__(self, cluster: Cluster, encoder: RecordEncoder, *, interval_seconds: float,
+                 notifier: Callable[[PhaseRow], PhaseNotifier | None] = lambda row: None):
         self.cluster = cluster
         self.encoder = encoder
         self.interval_seconds = interval_seconds
+        # A swept phase's webhook notifier (PhaseService.notifier_of): its deliveries ride the sweep.
+        self.notifier = notifier
+        self._events: dict[tuple[str, str], Event] = {}
+
+    def _event(self, row: PhaseRow, sequence: int) -> Event:
+        """The terminal event of a swept phase (made once: the outbox maps the one the sweep writes)."""
+        key = (row.job_id, row.phase_id)
+        event = self._events.get(key)
+        if event is None or event.sequence != sequence:
+            change = PhaseStatusChanged(row.status, PhaseStatus.INTERRUPTED, REASON)
+            event = self._events[key] = Event(sequence, time.time_ns(), row.session_id, "", "", "", change)
+        return event
+
+    def _outbox(self, row: PhaseRow, sequence: int) -> Sequence[OutboxRow]:
+        notifier = self.notifier(row)
+        return notifier.outbox([self._event(row, sequence)]) if notifier is not None else ()
 
     def _interrupt(self, row: PhaseRow, sequence: int) -> tuple[EventRow, dict[str, object]]:
-        now = time.time_ns()
-        change = PhaseStatusChanged(row.status, PhaseStatus.INTERRUPTED, REASON)
-        event = Event(sequence, now, row.session_id, "", "", "", change)
+        event = self._event(row, sequence)
+        now = event.receive_time_ns
         result = PhaseResult(
             job_id=row.job_id,
             phase_id=row.phase_id,
@@ -67,8 +85,11 @@ class Takeover:
     def sweep(self) -> list[PhaseRow]:
         """One sweep until nothing is left to take; returns the phases it interrupted."""
         swept: list[PhaseRow] = []
-        while batch := self.cluster.sweep_expired_owners(self._interrupt):
-            swept.extend(batch)
+        try:
+            while batch := self.cluster.sweep_expired_owners(self._interrupt, outbox=self._outbox):
+                swept.extend(batch)
+        finally:
+            self._events.clear()
         return swept
 
     async def run(self) -> None:

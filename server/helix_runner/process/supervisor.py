@@ -44,11 +44,18 @@ OOM_CHECK_S = 0.25
 
 
 class ProcessSink(Protocol):
-    """Receives the child's output as it arrives. Must not block (it runs on the event loop)."""
+    """Receives the child's output as it arrives. Must not block (it runs on the event loop).
+
+    Before each read of either pipe the supervisor awaits ``room()``: a sink that cannot take
+    more yet (its writes to the store are behind) makes the reads wait, the pipe fills, and the
+    child's writes block: back-pressure instead of output piling up in memory.
+    """
 
     def on_stdout(self, chunk: bytes) -> None: ...
 
     def on_stderr_line(self, line: bytes, truncated: bool) -> None: ...
+
+    async def room(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -405,7 +412,11 @@ class ProcessSupervisor:
 
     async def _read_stdout(self, proc: ChildProcess) -> None:
         assert proc.stdout is not None
-        while chunk := await proc.stdout.read(STDOUT_CHUNK):
+        while True:
+            await self.sink.room()
+            chunk = await proc.stdout.read(STDOUT_CHUNK)
+            if not chunk:
+                break
             self._clock.last_activity = time.monotonic()
             self._stdout_bytes += len(chunk)
             self.sink.on_stdout(chunk)
@@ -414,7 +425,11 @@ class ProcessSupervisor:
         assert proc.stderr is not None
         pending = bytearray()
         dropping = False
-        while chunk := await proc.stderr.read(STDOUT_CHUNK):
+        while True:
+            await self.sink.room()
+            chunk = await proc.stderr.read(STDOUT_CHUNK)
+            if not chunk:
+                break
             self._clock.last_activity = time.monotonic()
             self._stderr_bytes += len(chunk)
             self._stderr_tail += chunk

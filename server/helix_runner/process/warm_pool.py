@@ -64,6 +64,9 @@ class _NoSink:
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:  # pragma: no cover
         pass
 
+    async def room(self) -> None:  # pragma: no cover
+        pass
+
 
 class WarmPool:
     """Keeps up to ``size`` CLI processes of one signature started and waiting for a phase."""

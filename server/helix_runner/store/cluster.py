@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from helix_runner.store.protocol import EventRow, PhaseRow, StoreError
+from helix_runner.store.protocol import EventRow, OutboxRow, PhaseRow, StoreError
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,8 @@ class PhaseOwner:
 # A sweep's callback gets the phase and the sequence its terminal event must carry; it returns that
 # event and the phase's other new columns (reason, end time, encoded result).
 Interrupt = Callable[[PhaseRow, int], tuple[EventRow, dict[str, object]]]
+# The webhook deliveries a swept phase's terminal event causes (same arguments as ``Interrupt``).
+SweepOutbox = Callable[[PhaseRow, int], Sequence[OutboxRow]]
 
 
 # -- cluster admission (docs/scale-out.md "Cluster admission") ---------------------------------------
@@ -209,9 +211,11 @@ class Cluster(Protocol):
         """The cluster-wide admission queue and limits; None when there is no cluster to share them with."""
         ...
 
-    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100,
+                             outbox: SweepOutbox | None = None) -> list[PhaseRow]:
         """Records the active phases of replicas whose lease ran out INTERRUPTED (each with the event and
-        columns ``interrupt`` makes); returns them as they were."""
+        columns ``interrupt`` makes, and the webhook deliveries ``outbox`` makes, in the same transaction);
+        returns them as they were."""
         ...
 
     def feed(self) -> ReplicaFeed | None:
@@ -247,7 +251,8 @@ class SingleNode:
     def admission_ledger(self) -> AdmissionLedger | None:
         return None
 
-    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100,
+                             outbox: SweepOutbox | None = None) -> list[PhaseRow]:
         return []
 
     def feed(self) -> ReplicaFeed | None:

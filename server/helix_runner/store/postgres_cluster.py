@@ -24,12 +24,19 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow
+from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow, SweepOutbox
 from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
 from helix_runner.store.postgres_notify import EventListener, EventPointer, notify
 from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError, PhaseRow, Store
 from helix_runner.store.rows import phase_row, phase_value
-from helix_runner.store.sql_store import ACTIVE, PHASE_COLUMNS, POSTGRESQL, SELECT_PHASES, mark_unfinished
+from helix_runner.store.sql_store import (
+    ACTIVE,
+    PHASE_COLUMNS,
+    POSTGRESQL,
+    SELECT_PHASES,
+    insert_outbox,
+    mark_unfinished,
+)
 
 # Defined with the protocol (the application handles them; the config reads the lease); imported from here too.
 __all__ = ["DEFAULT_LEASE_SECONDS", "FencedError"]
@@ -224,8 +231,16 @@ class ReplicaMembership:
         COMMITTED a locking read that waited sees the newest row, so it sees a new fence.
         """
         keys = list(dict.fromkeys(keys))
+        writable, _ = self.lock_phases(cur, keys)
+        return writable, [k for k in keys if k not in writable]
+
+    def lock_phases(
+        self, cur: psycopg.Cursor, keys: Sequence[tuple[str, str]]
+    ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """``lock_for_write`` answering (writable, existing): the phases this handle may write, and
+        those that exist at all. One statement (its rows are the round trip a pipeline waits for)."""
         if not keys:
-            return set(), []
+            return set(), set()
         rows = cur.execute(
             "SELECT p.job_id, p.phase_id, p.fence, p.owner_id, COALESCE(r.lease_expires_at > now(), false) "
             "FROM phases p LEFT JOIN replicas r ON r.replica_id = p.owner_id "
@@ -236,8 +251,9 @@ class ReplicaMembership:
         with self._lock:
             held = {k: self._fences.get(k) for k in keys}
             me = self._replica_id
-        writable = set()
+        writable, existing = set(), set()
         for job_id, phase_id, fence, owner, owner_live in rows:
+            existing.add((job_id, phase_id))
             mine = held[(job_id, phase_id)]
             if mine is not None:
                 ok = fence == mine and owner == me and owner_live
@@ -245,7 +261,7 @@ class ReplicaMembership:
                 ok = owner is None
             if ok:
                 writable.add((job_id, phase_id))
-        return writable, [k for k in keys if k not in writable]
+        return writable, existing
 
     def require_writable(
         self, cur: psycopg.Cursor, job_id: str, phase_id: str, *, missing_ok: bool = False
@@ -358,7 +374,8 @@ class PostgresCluster:
         return EventListener(self._conninfo, store=self._store)
 
 
-    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100) -> list[PhaseRow]:
+    def sweep_expired_owners(self, interrupt: Interrupt, *, limit: int = 100,
+                             outbox: SweepOutbox | None = None) -> list[PhaseRow]:
         """Marks active phases whose owner's lease ran out INTERRUPTED; returns them as they were.
 
         Also the phases this replica adopted from its previous incarnation (a stable replica id):
@@ -399,6 +416,8 @@ class PostgresCluster:
                     "VALUES (%s,%s,%s,%s,%s,%s)",
                     (row.job_id, row.phase_id, event.sequence, event.receive_time_ns, event.kind, event.body),
                 )
+                if outbox is not None:  # the webhook deliveries the terminal event causes
+                    insert_outbox(POSTGRESQL, cur, outbox(row, seq))
                 mark_unfinished(POSTGRESQL, cur, row.job_id, row.phase_id)
                 sets = ",".join(f"{k} = %s" for k in values)
                 cur.execute(

@@ -10,8 +10,8 @@ not events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
@@ -49,6 +49,13 @@ class StoreError(Exception):
 
 class AlreadyExistsError(StoreError):
     """A row with this key already exists."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached while committing: nothing, or everything, was committed.
+
+    The same writes may be committed again (``Committer.commit(..., retry=True)`` makes that safe).
+    """
 
 
 class FencedError(StoreError):
@@ -155,6 +162,84 @@ class ModelCostRow:
     pricing_source: PricingSource
 
 
+# -- webhooks (issue 26; domain/webhooks.py, phases/webhook_*.py) ------------------------------------
+
+# A delivery's state: PENDING until it is delivered, given up (DEAD: the last try failed, or its
+# subscription was disabled) or CANCELLED (its subscription was deleted).
+DELIVERY_STATES = ("PENDING", "DELIVERED", "DEAD", "CANCELLED")
+
+
+@dataclass
+class WebhookRow:
+    """A webhook subscription as stored: its filters by their names, its secret as given."""
+
+    subscription_id: str
+    project_id: str  # "" = every project
+    url: str
+    secret: str  # whsec_...; written, read by the dispatcher, never returned by the API
+    events: tuple[str, ...]  # WebhookEvent values
+    statuses: tuple[str, ...]  # PhaseStatus names (phase.finished / job.finished filter; empty = any)
+    cost_threshold_usd: float | None
+    format: str  # WebhookFormat value
+    description: str
+    source: str  # "api" or "config" (the config file's subscriptions are replaced at each start)
+    create_time_ns: int
+    disabled_reason: str = ""
+    disabled_time_ns: int | None = None
+
+
+@dataclass
+class OutboxRow:
+    """A notification to deliver to one subscription, written with the state change that caused it.
+
+    ``delivery_id`` is the ``webhook-id`` every attempt sends (the receiver's idempotency key);
+    ``sequence`` the phase's event sequence of the cause (0: no event, e.g. queue.full).
+    """
+
+    delivery_id: str
+    subscription_id: str
+    event_type: str
+    job_id: str
+    phase_id: str
+    sequence: int
+    body: bytes
+    create_time_ns: int
+
+
+@dataclass
+class WebhookDeliveryRow:
+    """A delivery with its state (``DELIVERY_STATES``); ``order`` is its place in the outbox (insertion order)."""
+
+    order: int
+    delivery_id: str
+    subscription_id: str
+    event_type: str
+    job_id: str
+    phase_id: str
+    sequence: int
+    body: bytes
+    create_time_ns: int
+    state: str
+    attempts: int
+    next_attempt_ns: int
+    last_status_code: int | None
+    last_error: str
+    end_time_ns: int | None
+
+
+@dataclass
+class WebhookAttemptRow:
+    """One try of a delivery: when, what the receiver answered (None: no answer), how long it took."""
+
+    delivery_id: str
+    attempt: int
+    time_ns: int
+    status_code: int | None
+    latency_ns: int
+    error: str
+    replica_id: str = ""
+
+
 @dataclass(frozen=True)
 class PhaseCostSums:
     """Cost columns of the phases in a scope, summed (``reported_usd``: phases without one add 0)."""
@@ -163,6 +248,99 @@ class PhaseCostSums:
     reported_usd: float = 0.0
     computed_usd: float = 0.0
     computed_only_phase_count: int = 0
+
+
+# -- a phase run's writes, as data -------------------------------------------------------------------
+# What a running phase writes goes to the store as these records, queued in the order the run made
+# them (phases/event_log.EventWriter) and committed in batches, each batch one transaction
+# (``Store.write_phases``, ``Committer.commit``). A row that must commit together with a phase's
+# change is one more record here, with its statement in ``SqlStore`` (``_APPLY``): handed to the
+# writer with the change, it lands in the same transaction, never an earlier one, and is refused
+# with its phase. The webhook outbox is one (``InsertOutbox``, issue 26).
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEvents:
+    """Events of one phase, their sequences continuing what it has."""
+
+    job_id: str
+    phase_id: str
+    rows: Sequence[EventRow]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePhase:
+    """``Store.update_phase``: PhaseRow columns of one phase (a status change also the job's)."""
+
+    job_id: str
+    phase_id: str
+    now_ns: int
+    values: Mapping[str, object]
+
+    def __post_init__(self) -> None:
+        unknown = set(self.values) - _PHASE_FIELDS
+        if unknown:
+            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertToolCalls:
+    """``Store.upsert_tool_calls`` of one phase."""
+
+    job_id: str
+    phase_id: str
+    calls: Sequence[ToolCallRow]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceModelCosts:
+    """``Store.replace_model_costs`` of one phase."""
+
+    job_id: str
+    phase_id: str
+    project_id: str
+    rows: Sequence[ModelCostRow]
+
+
+@dataclass(frozen=True, slots=True)
+class InsertOutbox:
+    """Webhook deliveries one phase's events cause (``OutboxRow``s of that phase), committed with
+    those events. Idempotent: a delivery id already stored is skipped (a batch sent again after a
+    lost connection must not queue a delivery twice)."""
+
+    job_id: str
+    phase_id: str
+    rows: Sequence[OutboxRow]
+
+
+PhaseWrite = AppendEvents | UpdatePhase | UpsertToolCalls | ReplaceModelCosts | InsertOutbox
+# The columns a write may set: PhaseRow's fields but last_sequence (derived on read, never written).
+_PHASE_FIELDS = frozenset(f.name for f in fields(PhaseRow)) - {"last_sequence"}
+
+
+class Committer(Protocol):
+    """Commits batches of phase writes for one writer, each batch one transaction.
+
+    ``off_loop`` says where a commit should run: False when it costs the caller's CPU (SQLite: a
+    commit is a few microseconds of work, holding the GIL), True when it mostly waits for the
+    database (PostgreSQL: a network round trip; a thread of its own overlaps it with the event loop).
+    """
+
+    off_loop: bool
+
+    def commit(self, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
+        """Applies ``writes`` in order, in one transaction; returns the phases refused (fenced).
+
+        A refused phase has none of its writes applied; the others are committed. An
+        ``UpdatePhase`` of a phase that does not exist is dropped (as ``Store.update_phase``); any
+        other write of one refuses it. ``retry``: these writes may have been committed already
+        (after ``StoreUnavailable``); applying them again changes nothing. Raises
+        ``StoreUnavailable`` when the database cannot be reached, another ``StoreError`` or the
+        driver's error when it refuses the writes.
+        """
+        ...
+
+    def close(self) -> None: ...
 
 
 class Store(Protocol):
@@ -222,8 +400,23 @@ class Store(Protocol):
 
     # -- events -----------------------------------------------------------------------------
 
-    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
-        """Appends (job_id, phase_id, events) batches of one or more phases in one transaction."""
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]],
+                      outbox: Sequence[OutboxRow] = ()) -> None:
+        """Appends (job_id, phase_id, events) batches of one or more phases in one transaction.
+
+        ``outbox``: webhook deliveries the events cause, written in the same transaction (a row
+        of a phase whose events are refused by the fence is left out with them).
+        """
+        ...
+
+    def write_phases(self, writes: Sequence[PhaseWrite]) -> set[tuple[str, str]]:
+        """A running phase's writes (of one or more phases) in one transaction, in order; returns
+        the refused phases, as ``Committer.commit``."""
+        ...
+
+    def committer(self) -> Committer:
+        """What commits a writer's batches (``phases/event_log.EventWriter``): on this store's own
+        connection (SQLite), or on a connection of its own (PostgreSQL). Closed with the store."""
         ...
 
     def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]: ...
@@ -308,4 +501,66 @@ class Store(Protocol):
 
     def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
         """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        ...
+
+    # -- webhooks ---------------------------------------------------------------------------
+
+    def create_webhook(self, row: WebhookRow) -> None:
+        """Adds a subscription; AlreadyExistsError if its id is taken."""
+        ...
+
+    def get_webhook(self, subscription_id: str) -> WebhookRow | None: ...
+
+    def list_webhooks(self, project_id: str | None = None) -> list[WebhookRow]:
+        """Subscriptions by creation time; ``project_id`` given: that project's and the server-wide ones."""
+        ...
+
+    def delete_webhook(self, subscription_id: str, now_ns: int) -> int | None:
+        """Deletes a subscription and cancels its pending deliveries (how many); None if it did not exist."""
+        ...
+
+    def replace_config_webhooks(self, rows: Sequence[WebhookRow]) -> None:
+        """Makes the config file's subscriptions (``source`` "config") exactly ``rows``; a kept one stays
+        disabled unless its URL or secret changed."""
+        ...
+
+    def enqueue_webhooks(self, rows: Sequence[OutboxRow]) -> None:
+        """Writes deliveries that no event carries (queue.full) in a transaction of their own."""
+        ...
+
+    def claim_webhook_deliveries(self, owner: str, limit: int, lease_s: float) -> list[WebhookDeliveryRow]:
+        """Up to ``limit`` due deliveries, claimed for ``owner`` for ``lease_s`` seconds.
+
+        A delivery is due when it is PENDING, its next attempt time has come, no live claim holds
+        it, and no earlier PENDING delivery of the same subscription and phase exists (one phase's
+        deliveries go out in order). Replicas claiming at once never get the same delivery.
+        """
+        ...
+
+    def finish_webhook_attempt(self, owner: str, attempt: WebhookAttemptRow, state: str,
+                               retry_in_s: float | None, disable_reason: str = "") -> bool:
+        """Records an attempt of a delivery ``owner`` claimed and releases the claim.
+
+        ``state``: the delivery's new state; PENDING with ``retry_in_s`` schedules the next try.
+        ``disable_reason``: the subscription is disabled too and its other PENDING deliveries end
+        DEAD. False when the claim was lost meanwhile (the attempt is still recorded).
+        """
+        ...
+
+    def release_webhook_claims(self, owner: str) -> int:
+        """Releases every claim ``owner`` holds (a restart under the same name); how many."""
+        ...
+
+    def next_webhook_due_s(self) -> float | None:
+        """Seconds until the earliest PENDING delivery is due (0 or less: now), None when none is pending."""
+        ...
+
+    def list_webhook_deliveries(self, subscription_id: str | None, job_id: str | None, phase_id: str | None,
+                                states: Sequence[str], limit: int, before: int | None = None
+                                ) -> list[WebhookDeliveryRow]:
+        """Deliveries newest first; ``before`` is the previous page's last ``order``."""
+        ...
+
+    def webhook_attempts(self, delivery_ids: Sequence[str]) -> list[WebhookAttemptRow]:
+        """The attempts of these deliveries, by delivery, oldest first."""
         ...

@@ -11,7 +11,18 @@ from collections.abc import Sequence
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.store.protocol import JobRow, ModelCostRow, PhaseRow, ToolCallRow
+from helix_runner.store.protocol import (
+    JobRow,
+    ModelCostRow,
+    PhaseRow,
+    ToolCallRow,
+    WebhookAttemptRow,
+    WebhookDeliveryRow,
+    WebhookRow,
+)
+
+WEBHOOK_COLUMNS = ("subscription_id, project_id, url, secret, events, statuses, cost_threshold_usd, format, "
+                   "description, source, create_time_ns, disabled_reason, disabled_time_ns")
 
 
 def phase_row(r: Sequence) -> PhaseRow:
@@ -62,3 +73,25 @@ def model_cost_values(job_id: str, phase_id: str, project_id: str, r: ModelCostR
         r.computed_usd,
         r.pricing_source.name,
     )
+
+
+def webhook_values(r: WebhookRow) -> tuple:
+    """The columns of one ``webhook_subscriptions`` row (``WEBHOOK_COLUMNS``): lists as comma-separated names."""
+    return (r.subscription_id, r.project_id, r.url, r.secret, ",".join(r.events), ",".join(r.statuses),
+            r.cost_threshold_usd, r.format, r.description, r.source, r.create_time_ns, r.disabled_reason,
+            r.disabled_time_ns)
+
+
+def webhook_row(r: Sequence) -> WebhookRow:
+    """A subscription read back (``WEBHOOK_COLUMNS``)."""
+    return WebhookRow(r[0], r[1], r[2], r[3], tuple(filter(None, r[4].split(","))),
+                      tuple(filter(None, r[5].split(","))), r[6], r[7], r[8], r[9], r[10], r[11], r[12])
+
+
+def webhook_delivery_row(r: Sequence) -> WebhookDeliveryRow:
+    """A delivery read back (``sql_store.DELIVERY_COLUMNS``)."""
+    return WebhookDeliveryRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bytes(r[7]), *r[8:])
+
+
+def webhook_attempt_row(r: Sequence) -> WebhookAttemptRow:
+    return WebhookAttemptRow(*r)

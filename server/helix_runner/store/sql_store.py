@@ -5,9 +5,13 @@ rows), so most of the ``Store`` protocol is the same SQL with other tokens: plac
 is bound (``IN (?, ?)`` against one array parameter, ``= ANY(?)``) and how to ask whether an index
 exists. ``SqlStore`` holds those queries; a store subclasses it and supplies its connection handling
 (``_reading``, ``_transaction``), what a shared database adds to a write of a phase's history
-(``_fence``, ``_announce``), and the few methods written for its database alone (``insert_phase``,
-``append_events``, ``tool_call_stats``). Shared queries use ``?`` placeholders; the PostgreSQL
-dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
+(``_lock_phases``, ``_fence``, ``_announce``), how it inserts many events at once
+(``_insert_events``), and the few methods written for its database alone (``insert_phase``,
+``tool_call_stats``). Every write of a running phase's history (events, phase columns, tool calls,
+costs, the webhook deliveries its events cause) is one ``_write_phases_in`` over a transaction,
+whoever commits it: the single-write methods, ``append_events``, ``write_phases``, or a PostgreSQL
+writer's own connection (store/postgres_writer.py). Shared queries use ``?`` placeholders; the
+PostgreSQL dialect turns them into psycopg's ``%s`` once per query text. The model: openfga's
 ``pkg/storage/sqlcommon`` under its sqlite/postgres/mysql datastores, procrastinate's one
 ``queries.sql`` run by every connector. The contract suite (tests/store/test_store_contract.py)
 runs every query on both databases.
@@ -16,6 +20,7 @@ runs every query on both databases.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
@@ -26,20 +31,37 @@ from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
+    AlreadyExistsError,
+    AppendEvents,
     EventRow,
+    FencedError,
+    InsertOutbox,
     JobRow,
     ModelCostRow,
+    OutboxRow,
     PhaseCostSums,
     PhaseRow,
+    PhaseWrite,
+    ReplaceModelCosts,
     ToolCallRow,
+    UpdatePhase,
+    UpsertToolCalls,
+    WebhookAttemptRow,
+    WebhookDeliveryRow,
+    WebhookRow,
 )
 from helix_runner.store.rows import (
+    WEBHOOK_COLUMNS,
     job_row,
     model_cost_row,
     model_cost_values,
     phase_row,
     phase_value,
     tool_call_row,
+    webhook_attempt_row,
+    webhook_delivery_row,
+    webhook_row,
+    webhook_values,
 )
 
 # PhaseRow fields are the phases table's columns; last_sequence, the last field, is not stored: it is
@@ -78,6 +100,9 @@ class Dialect:
     """A list is bound as one array parameter (``= ANY(?)``); else as one parameter per value."""
     index_exists: str
     """A query with one parameter, the index's name, that returns a row when the index exists."""
+    skip_locked: str = ""
+    """Appended to a SELECT whose rows one writer claims: rows another transaction locked are skipped
+    (PostgreSQL's ``FOR UPDATE SKIP LOCKED``; SQLite has one writer at a time and needs none)."""
 
     def sql(self, text: str) -> str:
         """``text`` with ``?`` placeholders in the driver's style."""
@@ -92,6 +117,31 @@ class Dialect:
     def not_in_list(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         term, args = self.in_list(column, values)
         return f"NOT ({term})", args
+
+
+OUTBOX_COLUMNS = "delivery_id, subscription_id, event_type, job_id, phase_id, sequence, body, create_time_ns"
+DELIVERY_COLUMNS = (f"id, {OUTBOX_COLUMNS}, state, attempts, next_attempt_ns, last_status_code, last_error, "
+                    "end_time_ns")
+
+
+# A PENDING delivery of the same subscription and phase before ``d`` (which then waits: in-order delivery).
+_EARLIER_PENDING = ("SELECT 1 FROM webhook_deliveries e WHERE e.state = 'PENDING' AND e.subscription_id = d.subscription_id "
+                    "AND e.job_id = d.job_id AND e.phase_id = d.phase_id AND e.id < d.id")
+
+
+def insert_outbox(dialect: Dialect, tx: Any, rows: Sequence[OutboxRow]) -> None:
+    """In ``tx``: new PENDING deliveries, due now, in the order given (their ``id`` order).
+
+    A delivery id already stored is skipped: the writer sends a batch again when it cannot know
+    whether the first try committed (``StoreUnavailable``), and a delivery must be queued once.
+    """
+    if rows:
+        tx.executemany(
+            dialect.sql(f"INSERT INTO webhook_deliveries ({OUTBOX_COLUMNS}, state, next_attempt_ns) "
+                        "VALUES (?,?,?,?,?,?,?,?,'PENDING',?) ON CONFLICT (delivery_id) DO NOTHING"),
+            [(r.delivery_id, r.subscription_id, r.event_type, r.job_id, r.phase_id, r.sequence, r.body,
+              r.create_time_ns, r.create_time_ns) for r in rows],
+        )
 
 
 def mark_unfinished(dialect: Dialect, tx: Any, job_id: str, phase_id: str) -> int:
@@ -109,9 +159,18 @@ def _format_style(text: str) -> str:
     return text.replace("%", "%%").replace("?", "%s")
 
 
+# The method of ``SqlStore`` that applies each kind of row write (``_write_phases_in``).
+_APPLY = {
+    UpdatePhase: "_update_phase_in",
+    UpsertToolCalls: "_upsert_tool_calls_in",
+    ReplaceModelCosts: "_replace_model_costs_in",
+    InsertOutbox: "_insert_outbox_in",
+}
+
 SQLITE = Dialect("sqlite", "?", arrays=False,
                  index_exists="SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?")
-POSTGRESQL = Dialect("postgresql", "%s", arrays=True, index_exists="SELECT 1 WHERE to_regclass(?) IS NOT NULL")
+POSTGRESQL = Dialect("postgresql", "%s", arrays=True, index_exists="SELECT 1 WHERE to_regclass(?) IS NOT NULL",
+                     skip_locked=" FOR UPDATE SKIP LOCKED")
 
 
 class SqlStore:
@@ -142,8 +201,32 @@ class SqlStore:
         """
         return True
 
-    def _announce(self, tx: Any, job_id: str, phase_id: str) -> None:
-        """Tells other processes, when ``tx`` commits, that the phase's status or result changed."""
+    def _lock_phases(self, tx: Any, keys: Sequence[tuple[str, str]]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """(writable, existing) of these phases, held so until ``tx`` ends (``_fence`` for many).
+
+        Alone, a process writes every phase; whether one exists does not matter (an update of a
+        missing phase changes no row).
+        """
+        return set(keys), set(keys)
+
+    def _insert_events(self, tx: Any, rows: list[tuple], *, retry: bool) -> None:
+        """Inserts (job_id, phase_id, sequence, receive_time_ns, kind, body) rows; with ``retry``,
+        rows already there (the same rows, committed by the attempt that was retried) are skipped."""
+        conflict = " ON CONFLICT (job_id, phase_id, sequence) DO NOTHING" if retry else ""
+        tx.executemany(
+            self.dialect.sql("INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) "
+                             f"VALUES (?,?,?,?,?,?){conflict}"),
+            rows,
+        )
+
+    def _announce(self, tx: Any, pointers: Sequence[tuple[str, str, int]], changed: Sequence[tuple[str, str]]) -> None:
+        """Tells other processes, when ``tx`` commits, that these phases have events up to the given
+        sequence (job, phase, sequence), and that these other phases' status or result changed."""
+
+    def _now_ns(self, tx: Any) -> int:
+        """The clock claims and retry times are kept by: this process's, alone; the database's, shared
+        (so the replicas' clocks never have to agree)."""
+        return time.time_ns()
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -204,31 +287,85 @@ class SqlStore:
 
     def update_phase(self, job_id: str, phase_id: str, now_ns: int, **values: object) -> None:
         """Updates phase columns; a status change also becomes the job's status if this is its latest phase."""
-        unknown = set(values) - set(PHASE_COLUMNS)
-        if unknown:
-            raise ValueError(f"unknown phase columns: {sorted(unknown)}")
-        if not values:
+        write = UpdatePhase(job_id, phase_id, now_ns, values)  # ValueError for an unknown column
+        if values:
+            self._write_one(write)
+
+    def _write_one(self, write: PhaseWrite) -> None:
+        """One write in a transaction of its own; ``FencedError`` when it was refused."""
+        refused = self.write_phases([write])
+        if refused:
+            raise FencedError(sorted(refused))
+
+    # -- a running phase's writes ------------------------------------------------------------------
+
+    def write_phases(self, writes: Sequence[PhaseWrite]) -> set[tuple[str, str]]:
+        """Applies a running phase's writes (of one or more phases) in order, in one transaction;
+        returns the refused phases (``Committer.commit``: none of their writes is applied)."""
+        if not writes:
+            return set()
+        with self._transaction() as tx:
+            return self._write_phases_in(tx, writes)
+
+    def _write_phases_in(self, tx: Any, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
+        """``write_phases`` in ``tx``: one fence check for every phase, one insert for every event,
+        each other write as its own method would, one announcement; returns the refused phases."""
+        keys = list(dict.fromkeys((w.job_id, w.phase_id) for w in writes))
+        writable, existing = self._lock_phases(tx, keys)
+        refused = set()
+        if len(writable) < len(keys):
+            for w in writes:
+                key = (w.job_id, w.phase_id)
+                # An update of a phase that does not exist is no refusal (update_phase's rule).
+                if key not in writable and (key in existing or type(w) is not UpdatePhase):
+                    refused.add(key)
+        events: list[tuple] = []
+        last: dict[tuple[str, str], int] = {}
+        for w in writes:
+            if type(w) is AppendEvents and w.rows and (w.job_id, w.phase_id) in writable:
+                job_id, phase_id = w.job_id, w.phase_id
+                events.extend((job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body) for e in w.rows)
+                last[(job_id, phase_id)] = max(last.get((job_id, phase_id), 0), w.rows[-1].sequence)
+        if events:
+            self._insert_events(tx, events, retry=retry)
+        changed: dict[tuple[str, str], None] = {}
+        for w in writes:
+            key = (w.job_id, w.phase_id)
+            if key not in writable or type(w) is AppendEvents:
+                continue
+            # Each other kind of write by its own statements, in order, in this transaction: a kind
+            # (e.g. InsertOutbox, the deliveries that must commit with the change that causes them) is
+            # a record in store/protocol.py's PhaseWrite and its method here, fenced with its phase.
+            getattr(self, _APPLY[type(w)])(tx, w)
+            if type(w) is UpdatePhase and ("status" in w.values or "result_pb" in w.values):
+                changed[key] = None
+        if last or changed:
+            self._announce(tx, [(j, p, s) for (j, p), s in last.items()],
+                           [key for key in changed if key not in last])
+        return refused
+
+    def _insert_outbox_in(self, tx: Any, w: InsertOutbox) -> None:
+        insert_outbox(self.dialect, tx, w.rows)
+
+    def _update_phase_in(self, tx: Any, w: UpdatePhase) -> None:
+        if not w.values:
             return
-        stored = {k: phase_value(k, v) for k, v in values.items()}
+        stored = {k: phase_value(k, v) for k, v in w.values.items()}
         q = self.dialect.sql
         sets = ",".join(f"{k} = ?" for k in stored)
-        with self._transaction() as tx:
-            exists = self._fence(tx, job_id, phase_id, missing_ok=True)
-            tx.execute(q(f"UPDATE phases SET {sets} WHERE job_id = ? AND phase_id = ?"),
-                       [*stored.values(), job_id, phase_id])
-            if "status" in stored:
-                tx.execute(
-                    q("UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ? AND ? = "
-                      "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)"),
-                    (stored["status"], now_ns, job_id, phase_id, job_id),
-                )
-                # Also when it is not the latest phase: the job's view shows every phase.
-                tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
-            else:
-                tx.execute(q("UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?"),
-                           (now_ns, job_id))
-            if exists and ("status" in stored or "result_pb" in stored):
-                self._announce(tx, job_id, phase_id)
+        tx.execute(q(f"UPDATE phases SET {sets} WHERE job_id = ? AND phase_id = ?"),
+                   [*stored.values(), w.job_id, w.phase_id])
+        if "status" in stored:
+            tx.execute(
+                q("UPDATE jobs SET status = ?, update_time_ns = ? WHERE job_id = ? AND ? = "
+                  "(SELECT phase_id FROM phases WHERE job_id = ? ORDER BY ordinal DESC LIMIT 1)"),
+                (stored["status"], w.now_ns, w.job_id, w.phase_id, w.job_id),
+            )
+            # Also when it is not the latest phase: the job's view shows every phase.
+            tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (w.job_id,))
+        else:
+            tx.execute(q("UPDATE jobs SET update_time_ns = ?, view_version = view_version + 1 WHERE job_id = ?"),
+                       (w.now_ns, w.job_id))
 
     def get_phase(self, job_id: str, phase_id: str) -> PhaseRow | None:
         r = self._read_one(f"{SELECT_PHASES} WHERE p.job_id = ? AND p.phase_id = ?", (job_id, phase_id))
@@ -248,6 +385,23 @@ class SqlStore:
 
     # -- events ------------------------------------------------------------------------------------
 
+    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]],
+                      outbox: Sequence[OutboxRow] = ()) -> None:
+        """Appends the events of one or more phases in one transaction (group commit), with the
+        webhook deliveries they cause (``outbox``).
+
+        Phases this handle may not write are left out, their deliveries with them, and named by the
+        ``FencedError`` raised after the others were committed.
+        """
+        writes: list[PhaseWrite] = [AppendEvents(job_id, phase_id, rows) for job_id, phase_id, rows in batches if rows]
+        by_phase: dict[tuple[str, str], list[OutboxRow]] = {}
+        for row in outbox:
+            by_phase.setdefault((row.job_id, row.phase_id), []).append(row)
+        writes += [InsertOutbox(job_id, phase_id, rows) for (job_id, phase_id), rows in by_phase.items()]
+        refused = self.write_phases(writes)
+        if refused:
+            raise FencedError([key for key in dict.fromkeys((w.job_id, w.phase_id) for w in writes) if key in refused])
+
     def read_events(self, job_id: str, phase_id: str, after_sequence: int, limit: int) -> list[EventRow]:
         rows = self._read(
             "SELECT sequence, receive_time_ns, kind, body FROM events "
@@ -259,14 +413,17 @@ class SqlStore:
     # -- tool calls --------------------------------------------------------------------------------
 
     def upsert_tool_calls(self, job_id: str, phase_id: str, calls: Iterable[ToolCallRow]) -> None:
+        calls = list(calls)
+        if calls:
+            self._write_one(UpsertToolCalls(job_id, phase_id, calls))
+
+    def _upsert_tool_calls_in(self, tx: Any, w: UpsertToolCalls) -> None:
+        job_id, phase_id = w.job_id, w.phase_id
         rows = [
             (job_id, phase_id, c.tool_use_id, c.name, c.status.name, c.start_sequence, c.body, c.duration_ns)
-            for c in calls
+            for c in w.calls
         ]
-        if not rows:
-            return
-        with self._transaction() as tx:
-            self._fence(tx, job_id, phase_id)
+        if rows:
             tx.executemany(
                 self.dialect.sql(
                     "INSERT INTO tool_calls (job_id, phase_id, tool_use_id, name, status, start_sequence, body, "
@@ -360,14 +517,16 @@ class SqlStore:
 
     def replace_model_costs(self, job_id: str, phase_id: str, project_id: str, rows: Sequence[ModelCostRow]) -> None:
         """Replaces the per-model cost rows of a phase (costs are snapshots, never summed)."""
+        self._write_one(ReplaceModelCosts(job_id, phase_id, project_id, list(rows)))
+
+    def _replace_model_costs_in(self, tx: Any, w: ReplaceModelCosts) -> None:
         q = self.dialect.sql
-        with self._transaction() as tx:
-            self._fence(tx, job_id, phase_id)
-            tx.execute(q("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?"), (job_id, phase_id))
-            if rows:
-                tx.executemany(q("INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
-                               [model_cost_values(job_id, phase_id, project_id, r) for r in rows])
-            tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
+        job_id, phase_id = w.job_id, w.phase_id
+        tx.execute(q("DELETE FROM model_costs WHERE job_id = ? AND phase_id = ?"), (job_id, phase_id))
+        if w.rows:
+            tx.executemany(q("INSERT INTO model_costs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
+                           [model_cost_values(job_id, phase_id, w.project_id, r) for r in w.rows])
+        tx.execute(q("UPDATE jobs SET view_version = view_version + 1 WHERE job_id = ?"), (job_id,))
 
     def _scope(
         self, project_id: str | None, job_ids: Sequence[str], phase_id: str | None
@@ -446,7 +605,9 @@ class SqlStore:
         q = self.dialect.sql
         with self._transaction() as tx:
             # Explicit deletes in dependency order (cheaper than row-by-row cascades on events).
-            for table in ("events", "tool_calls", "model_costs"):
+            tx.execute(q(f"DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT delivery_id FROM "
+                         f"webhook_deliveries WHERE {term})"), args)
+            for table in ("events", "tool_calls", "model_costs", "webhook_deliveries"):
                 tx.execute(q(f"DELETE FROM {table} WHERE {term}"), args)
             phases = tx.execute(q(f"DELETE FROM phases WHERE {term}"), args).rowcount
             tx.execute(q(f"DELETE FROM jobs WHERE {term}"), args)
@@ -471,4 +632,151 @@ class SqlStore:
         for start in range(0, len(recording_dirs), _CHUNK):
             term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
             found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
+        return found
+
+    # -- webhooks ----------------------------------------------------------------------------------
+
+    def create_webhook(self, row: WebhookRow) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            created = tx.execute(
+                q(f"INSERT INTO webhook_subscriptions ({WEBHOOK_COLUMNS}) VALUES ({','.join('?' * 13)}) "
+                  "ON CONFLICT (subscription_id) DO NOTHING RETURNING subscription_id"), webhook_values(row),
+            ).fetchone()
+        if created is None:
+            raise AlreadyExistsError(f"webhook {row.subscription_id} already exists")
+
+    def get_webhook(self, subscription_id: str) -> WebhookRow | None:
+        r = self._read_one(f"SELECT {WEBHOOK_COLUMNS} FROM webhook_subscriptions WHERE subscription_id = ?",
+                           (subscription_id,))
+        return webhook_row(r) if r else None
+
+    def list_webhooks(self, project_id: str | None = None) -> list[WebhookRow]:
+        sql, args = f"SELECT {WEBHOOK_COLUMNS} FROM webhook_subscriptions", []
+        if project_id:
+            sql, args = sql + " WHERE project_id IN (?, '')", [project_id]
+        return [webhook_row(r) for r in self._read(sql + " ORDER BY create_time_ns, subscription_id", args)]
+
+    def delete_webhook(self, subscription_id: str, now_ns: int) -> int | None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            if tx.execute(q("DELETE FROM webhook_subscriptions WHERE subscription_id = ?"),
+                          (subscription_id,)).rowcount == 0:
+                return None
+            return tx.execute(
+                q("UPDATE webhook_deliveries SET state = 'CANCELLED', end_time_ns = ?, claimed_by = '', "
+                  "claimed_until_ns = 0, last_error = 'the webhook was deleted' "
+                  "WHERE subscription_id = ? AND state = 'PENDING'"), (now_ns, subscription_id)).rowcount
+
+    def replace_config_webhooks(self, rows: Sequence[WebhookRow]) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            old = {r[0]: (r[1], r[2]) for r in tx.execute(
+                q("SELECT subscription_id, url, secret FROM webhook_subscriptions WHERE source = 'config'")).fetchall()}
+            keep = [r.subscription_id for r in rows]
+            gone = [sid for sid in old if sid not in keep]
+            if gone:
+                term, args = self.dialect.in_list("subscription_id", gone)
+                tx.execute(q(f"DELETE FROM webhook_subscriptions WHERE {term}"), args)
+                tx.execute(q("UPDATE webhook_deliveries SET state = 'CANCELLED', last_error = 'the webhook was "
+                             f"removed from the config file' WHERE state = 'PENDING' AND {term}"), args)
+            for row in rows:
+                if row.subscription_id not in old:
+                    tx.execute(q(f"INSERT INTO webhook_subscriptions ({WEBHOOK_COLUMNS}) VALUES ({','.join('?' * 13)}) "
+                                 "ON CONFLICT (subscription_id) DO NOTHING"), webhook_values(row))
+                    continue
+                changed = old[row.subscription_id] != (row.url, row.secret)
+                tx.execute(q(
+                    "UPDATE webhook_subscriptions SET project_id = ?, url = ?, secret = ?, events = ?, statuses = ?, "
+                    "cost_threshold_usd = ?, format = ?, description = ?"
+                    + (", disabled_reason = '', disabled_time_ns = NULL" if changed else "")
+                    + " WHERE subscription_id = ? AND source = 'config'"),
+                    (row.project_id, row.url, row.secret, ",".join(row.events), ",".join(row.statuses),
+                     row.cost_threshold_usd, row.format, row.description, row.subscription_id))
+
+    def enqueue_webhooks(self, rows: Sequence[OutboxRow]) -> None:
+        if rows:
+            with self._transaction() as tx:
+                insert_outbox(self.dialect, tx, rows)
+
+    def claim_webhook_deliveries(self, owner: str, limit: int, lease_s: float) -> list[WebhookDeliveryRow]:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            now = self._now_ns(tx)
+            rows = tx.execute(q(
+                "UPDATE webhook_deliveries SET claimed_by = ?, claimed_until_ns = ? WHERE id IN ("
+                "SELECT d.id FROM webhook_deliveries d WHERE d.state = 'PENDING' AND d.next_attempt_ns <= ? "
+                f"AND d.claimed_until_ns <= ? AND NOT EXISTS ({_EARLIER_PENDING}) "
+                f"ORDER BY d.next_attempt_ns, d.id LIMIT ?{self.dialect.skip_locked}) RETURNING {DELIVERY_COLUMNS}"),
+                (owner, now + round(lease_s * 1e9), now, now, limit)).fetchall()
+        return sorted((webhook_delivery_row(r) for r in rows), key=lambda d: d.order)
+
+    def finish_webhook_attempt(self, owner: str, attempt: WebhookAttemptRow, state: str,
+                               retry_in_s: float | None, disable_reason: str = "") -> bool:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            now = self._now_ns(tx)
+            tx.execute(q("INSERT INTO webhook_attempts (delivery_id, attempt, time_ns, status_code, latency_ns, error, "
+                         "replica_id) VALUES (?,?,?,?,?,?,?)"),
+                       (attempt.delivery_id, attempt.attempt, attempt.time_ns, attempt.status_code, attempt.latency_ns,
+                        attempt.error, attempt.replica_id))
+            next_ns = now + round((retry_in_s or 0.0) * 1e9)
+            end = None if state == "PENDING" else now
+            row = tx.execute(q(
+                "UPDATE webhook_deliveries SET attempts = attempts + 1, state = ?, next_attempt_ns = ?, claimed_by = '', "
+                "claimed_until_ns = 0, last_status_code = ?, last_error = ?, end_time_ns = ? "
+                "WHERE delivery_id = ? AND claimed_by = ? AND state = 'PENDING' RETURNING subscription_id"),
+                (state, next_ns, attempt.status_code, attempt.error, end, attempt.delivery_id, owner)).fetchone()
+            if row is not None and disable_reason:
+                tx.execute(q("UPDATE webhook_subscriptions SET disabled_reason = ?, disabled_time_ns = ? "
+                             "WHERE subscription_id = ? AND disabled_time_ns IS NULL"), (disable_reason, now, row[0]))
+                tx.execute(q("UPDATE webhook_deliveries SET state = 'DEAD', end_time_ns = ?, last_error = ?, "
+                             "claimed_by = '', claimed_until_ns = 0 WHERE subscription_id = ? AND state = 'PENDING'"),
+                           (now, f"the webhook was disabled: {disable_reason}", row[0]))
+        return row is not None
+
+    def release_webhook_claims(self, owner: str) -> int:
+        with self._transaction() as tx:
+            return tx.execute(self.dialect.sql(
+                "UPDATE webhook_deliveries SET claimed_by = '', claimed_until_ns = 0 "
+                "WHERE claimed_by = ? AND state = 'PENDING'"), (owner,)).rowcount
+
+    def next_webhook_due_s(self) -> float | None:
+        with self._reading() as db:
+            now = self._now_ns(db)
+            # Only the first PENDING delivery of each subscription and phase can be due (in order).
+            (due,) = db.execute(self.dialect.sql(
+                "SELECT MIN(CASE WHEN d.claimed_until_ns > d.next_attempt_ns THEN d.claimed_until_ns "
+                "ELSE d.next_attempt_ns END) FROM webhook_deliveries d WHERE d.state = 'PENDING' AND NOT EXISTS "
+                f"({_EARLIER_PENDING})")).fetchone()
+        return None if due is None else (due - now) / 1e9
+
+    def list_webhook_deliveries(self, subscription_id: str | None, job_id: str | None, phase_id: str | None,
+                                states: Sequence[str], limit: int, before: int | None = None
+                                ) -> list[WebhookDeliveryRow]:
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("subscription_id", subscription_id), ("job_id", job_id), ("phase_id", phase_id)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if states:
+            term, values = self.dialect.in_list("state", list(states))
+            where.append(term)
+            args.extend(values)
+        if before is not None:
+            where.append("id < ?")
+            args.append(before)
+        sql = f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [webhook_delivery_row(r) for r in self._read(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])]
+
+    def webhook_attempts(self, delivery_ids: Sequence[str]) -> list[WebhookAttemptRow]:
+        found: list[WebhookAttemptRow] = []
+        for start in range(0, len(delivery_ids), _CHUNK):
+            term, args = self.dialect.in_list("delivery_id", delivery_ids[start : start + _CHUNK])
+            found += [webhook_attempt_row(r) for r in self._read(
+                "SELECT delivery_id, attempt, time_ns, status_code, latency_ns, error, replica_id FROM webhook_attempts "
+                f"WHERE {term} ORDER BY delivery_id, time_ns, attempt", args)]
         return found

@@ -22,8 +22,8 @@ from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 from helix_runner.store.protocol import (
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
-    EventRow,
     PhaseRow,
+    PhaseWrite,
     StoreError,
 )
 from helix_runner.store.rows import phase_value
@@ -33,8 +33,10 @@ from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, 
 # their protobuf content (*_pb), options_json dropped, tool_calls.duration_ns for SQL statistics.
 # Version 3: jobs.view_version, bumped by every write that changes a job's view but appended events
 # (the read model's job-view cache; JobRow). Version 4: phases.attempts_pb, the phase's ended
-# attempts (store/protocol.py PhaseRow), so recovery and reads keep them after a crash.
-SCHEMA_VERSION = 5
+# attempts (store/protocol.py PhaseRow), so recovery and reads keep them after a crash. Version 5:
+# per-model costs of phases without a project under "default". Version 6: webhook subscriptions,
+# their deliveries (the outbox, written with the events that cause them) and the attempts' log.
+SCHEMA_VERSION = 6
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -116,6 +118,59 @@ CREATE TABLE IF NOT EXISTS model_costs (
 CREATE INDEX IF NOT EXISTS model_costs_by_project ON model_costs (project_id);
 """
 
+_WEBHOOKS = (
+    """CREATE TABLE IF NOT EXISTS webhook_subscriptions (
+    subscription_id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    events TEXT NOT NULL,
+    statuses TEXT NOT NULL DEFAULT '',
+    cost_threshold_usd REAL,
+    format TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    source TEXT NOT NULL,
+    create_time_ns INTEGER NOT NULL,
+    disabled_reason TEXT NOT NULL DEFAULT '',
+    disabled_time_ns INTEGER
+)""",
+    # id: the outbox order (one phase's deliveries go out in it); delivery_id: the webhook-id header.
+    """CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    delivery_id TEXT NOT NULL UNIQUE,
+    subscription_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    phase_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    create_time_ns INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_ns INTEGER NOT NULL,
+    claimed_by TEXT NOT NULL DEFAULT '',
+    claimed_until_ns INTEGER NOT NULL DEFAULT 0,
+    last_status_code INTEGER,
+    last_error TEXT NOT NULL DEFAULT '',
+    end_time_ns INTEGER
+)""",
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries (next_attempt_ns) WHERE state = 'PENDING'",
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_in_order ON webhook_deliveries (subscription_id, job_id, phase_id, id) "
+    "WHERE state = 'PENDING'",
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_by_phase ON webhook_deliveries (job_id, phase_id)",
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_by_subscription ON webhook_deliveries (subscription_id, id)",
+    """CREATE TABLE IF NOT EXISTS webhook_attempts (
+    delivery_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    time_ns INTEGER NOT NULL,
+    status_code INTEGER,
+    latency_ns INTEGER NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
+    replica_id TEXT NOT NULL DEFAULT ''
+)""",
+    "CREATE INDEX IF NOT EXISTS webhook_attempts_by_delivery ON webhook_attempts (delivery_id, time_ns)",
+)
+
 _FINISHED = ",".join(f"'{s.name}'" for s in FINISHED_TOOL_STATUSES)
 # Compound SELECTs per statement (SQLite's SQLITE_MAX_COMPOUND_SELECT is 500).
 _MAX_UNION = 400
@@ -151,6 +206,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (_ADD_VIEW_VERSION,),
     (_ADD_ATTEMPTS,),
     (_DEFAULT_PROJECT_MODEL_COSTS,),
+    _WEBHOOKS,  # version 6 (PostgreSQL: migration 0008_webhooks.sql)
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
@@ -230,6 +286,8 @@ class SqliteStore(SqlStore):
             )
         if version == 0:
             db.executescript(_SCHEMA)  # idempotent (IF NOT EXISTS), so an interrupted creation redoes it
+            for statement in _WEBHOOKS:
+                db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return None
         if version == SCHEMA_VERSION:
@@ -309,20 +367,9 @@ class SqliteStore(SqlStore):
             raise AlreadyExistsError(f"phase {row.phase_id} already exists in job {row.job_id}") from None
         return row
 
-    def append_events(self, batches: Sequence[tuple[str, str, Sequence[EventRow]]]) -> None:
-        """Appends the events of one or more phases in one transaction (group commit)."""
-        rows = [
-            (job_id, phase_id, e.sequence, e.receive_time_ns, e.kind, e.body)
-            for job_id, phase_id, events in batches
-            for e in events
-        ]
-        if not rows:
-            return
-        with self._transaction() as tx:
-            tx.executemany(
-                "INSERT INTO events (job_id, phase_id, sequence, receive_time_ns, kind, body) VALUES (?,?,?,?,?,?)",
-                rows,
-            )
+    def committer(self) -> SqliteCommitter:
+        """Commits on this store's connection, in the caller's thread (``Committer.off_loop`` False)."""
+        return SqliteCommitter(self)
 
     def tool_call_stats(
         self,
@@ -373,3 +420,28 @@ class SqliteStore(SqlStore):
             )
             for name, calls, failures, done, total, timed in tallies
         ]
+
+
+class SqliteCommitter:
+    """A writer's batches committed on the store's one connection, where the writer runs.
+
+    A commit here is microseconds of work that holds the GIL; a thread of its own would cost the
+    hand-offs and save nothing (benchmarks/README.md, "The group commit on a writer thread").
+    """
+
+    off_loop = False
+
+    def __init__(self, store: SqliteStore):
+        self._store = store
+
+    def commit(self, writes: Sequence[PhaseWrite], *, retry: bool = False) -> set[tuple[str, str]]:
+        if not writes:
+            return set()
+        try:
+            with self._store._transaction() as tx:
+                return self._store._write_phases_in(tx, writes, retry=retry)
+        except sqlite3.Error as exc:  # rolled back (a full disk, an I/O error)
+            raise StoreError(f"the database refused the writes: {exc}") from exc
+
+    def close(self) -> None:
+        pass

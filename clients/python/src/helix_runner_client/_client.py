@@ -45,6 +45,11 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("stop_task", "StopTask", pb.StopTaskRequest, pb.StopTaskResponse, False),
     ("get_task_output", "GetTaskOutput", pb.GetTaskOutputRequest, pb.GetTaskOutputResponse, False),
     ("get_server_status", "GetServerStatus", pb.GetServerStatusRequest, pb.GetServerStatusResponse, False),
+    ("create_webhook", "CreateWebhook", pb.CreateWebhookRequest, pb.CreateWebhookResponse, False),
+    ("list_webhooks", "ListWebhooks", pb.ListWebhooksRequest, pb.ListWebhooksResponse, False),
+    ("delete_webhook", "DeleteWebhook", pb.DeleteWebhookRequest, pb.DeleteWebhookResponse, False),
+    ("list_webhook_deliveries", "ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest,
+     pb.ListWebhookDeliveriesResponse, False),
 )
 
 

@@ -105,6 +105,30 @@ class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUEUE_REASON_START_LIMIT: _ClassVar[QueueReason]
     QUEUE_REASON_RATE_LIMITED: _ClassVar[QueueReason]
     QUEUE_REASON_RETRY_BACKOFF: _ClassVar[QueueReason]
+
+class WebhookEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEBHOOK_EVENT_TYPE_UNSPECIFIED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_FINISHED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_QUEUE_FULL: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_JOB_FINISHED: _ClassVar[WebhookEventType]
+
+class WebhookFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEBHOOK_FORMAT_UNSPECIFIED: _ClassVar[WebhookFormat]
+    WEBHOOK_FORMAT_STANDARD: _ClassVar[WebhookFormat]
+    WEBHOOK_FORMAT_SLACK: _ClassVar[WebhookFormat]
+
+class WebhookDeliveryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEBHOOK_DELIVERY_STATE_UNSPECIFIED: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_PENDING: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_DELIVERED: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_DEAD: _ClassVar[WebhookDeliveryState]
+    WEBHOOK_DELIVERY_STATE_CANCELLED: _ClassVar[WebhookDeliveryState]
 PHASE_STATUS_UNSPECIFIED: PhaseStatus
 PHASE_STATUS_PENDING: PhaseStatus
 PHASE_STATUS_RUNNING: PhaseStatus
@@ -173,6 +197,21 @@ QUEUE_REASON_PROJECT_LIMIT: QueueReason
 QUEUE_REASON_START_LIMIT: QueueReason
 QUEUE_REASON_RATE_LIMITED: QueueReason
 QUEUE_REASON_RETRY_BACKOFF: QueueReason
+WEBHOOK_EVENT_TYPE_UNSPECIFIED: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_FINISHED: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD: WebhookEventType
+WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: WebhookEventType
+WEBHOOK_EVENT_TYPE_QUEUE_FULL: WebhookEventType
+WEBHOOK_EVENT_TYPE_JOB_FINISHED: WebhookEventType
+WEBHOOK_FORMAT_UNSPECIFIED: WebhookFormat
+WEBHOOK_FORMAT_STANDARD: WebhookFormat
+WEBHOOK_FORMAT_SLACK: WebhookFormat
+WEBHOOK_DELIVERY_STATE_UNSPECIFIED: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_PENDING: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_DELIVERED: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_DEAD: WebhookDeliveryState
+WEBHOOK_DELIVERY_STATE_CANCELLED: WebhookDeliveryState
 
 class PhaseContainment(_message.Message):
     __slots__ = ("mode", "cgroup_paths", "memory_limit_bytes", "cpu_limit_millicores", "process_count", "memory_current_bytes", "memory_peak_bytes", "oom_kills")
@@ -747,3 +786,81 @@ class StreamEventRef(_message.Message):
     summary: str
     receive_time: _timestamp_pb2.Timestamp
     def __init__(self, sequence: _Optional[int] = ..., kind: _Optional[str] = ..., summary: _Optional[str] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Webhook(_message.Message):
+    __slots__ = ("webhook_id", "project_id", "url", "events", "statuses", "cost_threshold_usd", "format", "description", "create_time", "from_config", "disabled_time", "disabled_reason")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    COST_THRESHOLD_USD_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FROM_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_REASON_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    project_id: str
+    url: str
+    events: _containers.RepeatedScalarFieldContainer[WebhookEventType]
+    statuses: _containers.RepeatedScalarFieldContainer[PhaseStatus]
+    cost_threshold_usd: float
+    format: WebhookFormat
+    description: str
+    create_time: _timestamp_pb2.Timestamp
+    from_config: bool
+    disabled_time: _timestamp_pb2.Timestamp
+    disabled_reason: str
+    def __init__(self, webhook_id: _Optional[str] = ..., project_id: _Optional[str] = ..., url: _Optional[str] = ..., events: _Optional[_Iterable[_Union[WebhookEventType, str]]] = ..., statuses: _Optional[_Iterable[_Union[PhaseStatus, str]]] = ..., cost_threshold_usd: _Optional[float] = ..., format: _Optional[_Union[WebhookFormat, str]] = ..., description: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., from_config: _Optional[bool] = ..., disabled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disabled_reason: _Optional[str] = ...) -> None: ...
+
+class WebhookAttempt(_message.Message):
+    __slots__ = ("attempt", "time", "status_code", "latency", "error", "replica_id")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    time: _timestamp_pb2.Timestamp
+    status_code: int
+    latency: _duration_pb2.Duration
+    error: str
+    replica_id: str
+    def __init__(self, attempt: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status_code: _Optional[int] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., error: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
+class WebhookDelivery(_message.Message):
+    __slots__ = ("delivery_id", "webhook_id", "event", "job_id", "phase_id", "sequence", "state", "attempt_count", "create_time", "next_attempt_time", "end_time", "attempts", "body", "last_status_code", "last_error")
+    DELIVERY_ID_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATUS_CODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    delivery_id: str
+    webhook_id: str
+    event: WebhookEventType
+    job_id: str
+    phase_id: str
+    sequence: int
+    state: WebhookDeliveryState
+    attempt_count: int
+    create_time: _timestamp_pb2.Timestamp
+    next_attempt_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    attempts: _containers.RepeatedCompositeFieldContainer[WebhookAttempt]
+    body: str
+    last_status_code: int
+    last_error: str
+    def __init__(self, delivery_id: _Optional[str] = ..., webhook_id: _Optional[str] = ..., event: _Optional[_Union[WebhookEventType, str]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., sequence: _Optional[int] = ..., state: _Optional[_Union[WebhookDeliveryState, str]] = ..., attempt_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[WebhookAttempt, _Mapping]]] = ..., body: _Optional[str] = ..., last_status_code: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteWebhookRequest, DeleteWebhookResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -197,6 +197,32 @@ class RunnerService(Protocol):
         How this server runs phases: the per-phase sandbox as detected and probed at start (each
         layer on or off, and why), the containment mode, and whether phases are refused
         (`helix-runner status` prints it).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def create_webhook(self, request: CreateWebhookRequest, ctx: RequestContext[CreateWebhookRequest, CreateWebhookResponse], /) -> CreateWebhookResponse:
+        """
+        Subscribes a URL to notifications (README "Webhooks"): signed Standard Webhooks
+        deliveries, at least once. The response carries the signing secret when the server made it,
+        the only time it is ever returned.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_webhooks(self, request: ListWebhooksRequest, ctx: RequestContext[ListWebhooksRequest, ListWebhooksResponse], /) -> ListWebhooksResponse:
+        """
+        Lists the subscriptions (never their secrets).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def delete_webhook(self, request: DeleteWebhookRequest, ctx: RequestContext[DeleteWebhookRequest, DeleteWebhookResponse], /) -> DeleteWebhookResponse:
+        """
+        Deletes a subscription made through the API; its pending deliveries are cancelled.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_webhook_deliveries(self, request: ListWebhookDeliveriesRequest, ctx: RequestContext[ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse], /) -> ListWebhookDeliveriesResponse:
+        """
+        Pages through deliveries, newest first, with their attempts (the delivery log).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -466,6 +492,50 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_server_status,
+                ),
+                "/helix.runner.v1.RunnerService/CreateWebhook": Endpoint.unary(
+                    method=MethodInfo(
+                        name="CreateWebhook",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=CreateWebhookRequest,
+                        output=CreateWebhookResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.create_webhook,
+                ),
+                "/helix.runner.v1.RunnerService/ListWebhooks": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListWebhooks",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ListWebhooksRequest,
+                        output=ListWebhooksResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_webhooks,
+                ),
+                "/helix.runner.v1.RunnerService/DeleteWebhook": Endpoint.unary(
+                    method=MethodInfo(
+                        name="DeleteWebhook",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=DeleteWebhookRequest,
+                        output=DeleteWebhookResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.delete_webhook,
+                ),
+                "/helix.runner.v1.RunnerService/ListWebhookDeliveries": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListWebhookDeliveries",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ListWebhookDeliveriesRequest,
+                        output=ListWebhookDeliveriesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_webhook_deliveries,
                 ),
             },
             interceptors=interceptors,
@@ -1052,6 +1122,100 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=GetServerStatusRequest,
                 output=GetServerStatusResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def create_webhook(
+        self,
+        request: CreateWebhookRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> CreateWebhookResponse:
+        """
+        Subscribes a URL to notifications (README "Webhooks"): signed Standard Webhooks
+        deliveries, at least once. The response carries the signing secret when the server made it,
+        the only time it is ever returned.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="CreateWebhook",
+                service_name="helix.runner.v1.RunnerService",
+                input=CreateWebhookRequest,
+                output=CreateWebhookResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_webhooks(
+        self,
+        request: ListWebhooksRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListWebhooksResponse:
+        """
+        Lists the subscriptions (never their secrets).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListWebhooks",
+                service_name="helix.runner.v1.RunnerService",
+                input=ListWebhooksRequest,
+                output=ListWebhooksResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def delete_webhook(
+        self,
+        request: DeleteWebhookRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> DeleteWebhookResponse:
+        """
+        Deletes a subscription made through the API; its pending deliveries are cancelled.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="DeleteWebhook",
+                service_name="helix.runner.v1.RunnerService",
+                input=DeleteWebhookRequest,
+                output=DeleteWebhookResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_webhook_deliveries(
+        self,
+        request: ListWebhookDeliveriesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListWebhookDeliveriesResponse:
+        """
+        Pages through deliveries, newest first, with their attempts (the delivery log).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListWebhookDeliveries",
+                service_name="helix.runner.v1.RunnerService",
+                input=ListWebhookDeliveriesRequest,
+                output=ListWebhookDeliveriesResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

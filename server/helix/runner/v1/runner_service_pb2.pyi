@@ -38,6 +38,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_QUEUE_FULL: _ClassVar[ErrorReason]
     ERROR_REASON_DIFF_NOT_AVAILABLE: _ClassVar[ErrorReason]
     ERROR_REASON_TASK_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_WEBHOOK_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: _ClassVar[ErrorReason]
+    ERROR_REASON_WEBHOOK_FROM_CONFIG: _ClassVar[ErrorReason]
+    ERROR_REASON_TOO_MANY_WEBHOOKS: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -87,6 +91,10 @@ ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_QUEUE_FULL: ErrorReason
 ERROR_REASON_DIFF_NOT_AVAILABLE: ErrorReason
 ERROR_REASON_TASK_NOT_FOUND: ErrorReason
+ERROR_REASON_WEBHOOK_NOT_FOUND: ErrorReason
+ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: ErrorReason
+ERROR_REASON_WEBHOOK_FROM_CONFIG: ErrorReason
+ERROR_REASON_TOO_MANY_WEBHOOKS: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -617,3 +625,81 @@ class GetTaskOutputResponse(_message.Message):
     total_bytes: int
     truncated: bool
     def __init__(self, output: _Optional[str] = ..., total_bytes: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class CreateWebhookRequest(_message.Message):
+    __slots__ = ("project_id", "url", "events", "statuses", "cost_threshold_usd", "format", "description", "secret")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    COST_THRESHOLD_USD_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    url: str
+    events: _containers.RepeatedScalarFieldContainer[_resources_pb2.WebhookEventType]
+    statuses: _containers.RepeatedScalarFieldContainer[_resources_pb2.PhaseStatus]
+    cost_threshold_usd: float
+    format: _resources_pb2.WebhookFormat
+    description: str
+    secret: str
+    def __init__(self, project_id: _Optional[str] = ..., url: _Optional[str] = ..., events: _Optional[_Iterable[_Union[_resources_pb2.WebhookEventType, str]]] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.PhaseStatus, str]]] = ..., cost_threshold_usd: _Optional[float] = ..., format: _Optional[_Union[_resources_pb2.WebhookFormat, str]] = ..., description: _Optional[str] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class CreateWebhookResponse(_message.Message):
+    __slots__ = ("webhook", "secret")
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    webhook: _resources_pb2.Webhook
+    secret: str
+    def __init__(self, webhook: _Optional[_Union[_resources_pb2.Webhook, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksRequest(_message.Message):
+    __slots__ = ("project_id",)
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    def __init__(self, project_id: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksResponse(_message.Message):
+    __slots__ = ("webhooks",)
+    WEBHOOKS_FIELD_NUMBER: _ClassVar[int]
+    webhooks: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Webhook]
+    def __init__(self, webhooks: _Optional[_Iterable[_Union[_resources_pb2.Webhook, _Mapping]]] = ...) -> None: ...
+
+class DeleteWebhookRequest(_message.Message):
+    __slots__ = ("webhook_id",)
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    def __init__(self, webhook_id: _Optional[str] = ...) -> None: ...
+
+class DeleteWebhookResponse(_message.Message):
+    __slots__ = ("webhook", "cancelled_deliveries")
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    webhook: _resources_pb2.Webhook
+    cancelled_deliveries: int
+    def __init__(self, webhook: _Optional[_Union[_resources_pb2.Webhook, _Mapping]] = ..., cancelled_deliveries: _Optional[int] = ...) -> None: ...
+
+class ListWebhookDeliveriesRequest(_message.Message):
+    __slots__ = ("webhook_id", "job_id", "phase_id", "states", "page_size", "page_token")
+    WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    webhook_id: str
+    job_id: str
+    phase_id: str
+    states: _containers.RepeatedScalarFieldContainer[_resources_pb2.WebhookDeliveryState]
+    page_size: int
+    page_token: str
+    def __init__(self, webhook_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_resources_pb2.WebhookDeliveryState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListWebhookDeliveriesResponse(_message.Message):
+    __slots__ = ("deliveries", "next_page_token")
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[_resources_pb2.WebhookDelivery]
+    next_page_token: str
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[_resources_pb2.WebhookDelivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

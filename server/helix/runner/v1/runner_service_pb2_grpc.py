@@ -157,6 +157,26 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusResponse.FromString,
                 _registered_method=True)
+        self.CreateWebhook = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/CreateWebhook',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.CreateWebhookRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.CreateWebhookResponse.FromString,
+                _registered_method=True)
+        self.ListWebhooks = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ListWebhooks',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhooksRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhooksResponse.FromString,
+                _registered_method=True)
+        self.DeleteWebhook = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/DeleteWebhook',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteWebhookRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteWebhookResponse.FromString,
+                _registered_method=True)
+        self.ListWebhookDeliveries = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ListWebhookDeliveries',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -345,6 +365,36 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateWebhook(self, request, context):
+        """Subscribes a URL to notifications (README "Webhooks"): signed Standard Webhooks
+        deliveries, at least once. The response carries the signing secret when the server made it,
+        the only time it is ever returned.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWebhooks(self, request, context):
+        """Lists the subscriptions (never their secrets).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteWebhook(self, request, context):
+        """Deletes a subscription made through the API; its pending deliveries are cancelled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWebhookDeliveries(self, request, context):
+        """Pages through deliveries, newest first, with their attempts (the delivery log).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -462,6 +512,26 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.GetServerStatus,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusResponse.SerializeToString,
+            ),
+            'CreateWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWebhook,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.CreateWebhookRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.CreateWebhookResponse.SerializeToString,
+            ),
+            'ListWebhooks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhooks,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhooksRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhooksResponse.SerializeToString,
+            ),
+            'DeleteWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteWebhook,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteWebhookRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteWebhookResponse.SerializeToString,
+            ),
+            'ListWebhookDeliveries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhookDeliveries,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1093,6 +1163,114 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/GetServerStatus',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetServerStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/CreateWebhook',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.CreateWebhookRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.CreateWebhookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWebhooks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ListWebhooks',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhooksRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhooksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/DeleteWebhook',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteWebhookRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteWebhookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWebhookDeliveries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ListWebhookDeliveries',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

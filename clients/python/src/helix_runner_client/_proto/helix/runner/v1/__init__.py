@@ -26,6 +26,10 @@ __all__ = (
     "ControlResponse",
     "CostTotals",
     "CostUpdate",
+    "CreateWebhookRequest",
+    "CreateWebhookResponse",
+    "DeleteWebhookRequest",
+    "DeleteWebhookResponse",
     "DenyDecision",
     "EditDecision",
     "ErrorReason",
@@ -60,6 +64,10 @@ __all__ = (
     "ListJobsResponse",
     "ListToolCallsRequest",
     "ListToolCallsResponse",
+    "ListWebhookDeliveriesRequest",
+    "ListWebhookDeliveriesResponse",
+    "ListWebhooksRequest",
+    "ListWebhooksResponse",
     "ModelCost",
     "ModelUsage",
     "OnDisconnect",
@@ -130,6 +138,12 @@ __all__ = (
     "UserMessage",
     "WatchPhaseRequest",
     "WatchPhaseResponse",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookDeliveryState",
+    "WebhookEventType",
+    "WebhookFormat",
     "WorkspaceMode",
     "WorktreeRetention",
 )
@@ -661,6 +675,28 @@ class ErrorReason(betterproto2.Enum):
     metadata `task_id`.
     """
 
+    WEBHOOK_NOT_FOUND = 24
+    """
+    The webhook does not exist; metadata `webhook_id`.
+    """
+
+    WEBHOOK_DESTINATION_REFUSED = 25
+    """
+    CreateWebhook: the URL's host is an address webhooks may not reach (loopback, private,
+    link-local...) and the server's `webhook_private_allow` does not name it; metadata `field`,
+    `host`, `port`, `problem`. A name is checked after it is resolved, at each delivery.
+    """
+
+    WEBHOOK_FROM_CONFIG = 26
+    """
+    DeleteWebhook: the webhook is defined in the server's config file; metadata `webhook_id`.
+    """
+
+    TOO_MANY_WEBHOOKS = 27
+    """
+    CreateWebhook: the server has as many webhooks as it keeps; metadata `limit`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -688,6 +724,10 @@ class ErrorReason(betterproto2.Enum):
             21: "ERROR_REASON_QUEUE_FULL",
             22: "ERROR_REASON_DIFF_NOT_AVAILABLE",
             23: "ERROR_REASON_TASK_NOT_FOUND",
+            24: "ERROR_REASON_WEBHOOK_NOT_FOUND",
+            25: "ERROR_REASON_WEBHOOK_DESTINATION_REFUSED",
+            26: "ERROR_REASON_WEBHOOK_FROM_CONFIG",
+            27: "ERROR_REASON_TOO_MANY_WEBHOOKS",
         }
 
     @classmethod
@@ -717,6 +757,10 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_QUEUE_FULL": 21,
             "ERROR_REASON_DIFF_NOT_AVAILABLE": 22,
             "ERROR_REASON_TASK_NOT_FOUND": 23,
+            "ERROR_REASON_WEBHOOK_NOT_FOUND": 24,
+            "ERROR_REASON_WEBHOOK_DESTINATION_REFUSED": 25,
+            "ERROR_REASON_WEBHOOK_FROM_CONFIG": 26,
+            "ERROR_REASON_TOO_MANY_WEBHOOKS": 27,
         }
 
 
@@ -1545,6 +1589,162 @@ class ToolCallStatus(betterproto2.Enum):
         }
 
 
+class WebhookDeliveryState(betterproto2.Enum):
+    """
+    WebhookDeliveryState is where one delivery (one notification to one subscription) stands.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not used.
+    """
+
+    PENDING = 1
+    """
+    Not delivered yet: due now, or waiting for its next attempt.
+    """
+
+    DELIVERED = 2
+    """
+    The receiver answered 2xx.
+    """
+
+    DEAD = 3
+    """
+    Given up (the dead letter): the last attempt failed, or the subscription was disabled.
+    """
+
+    CANCELLED = 4
+    """
+    The subscription was deleted before it was delivered.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WEBHOOK_DELIVERY_STATE_UNSPECIFIED",
+            1: "WEBHOOK_DELIVERY_STATE_PENDING",
+            2: "WEBHOOK_DELIVERY_STATE_DELIVERED",
+            3: "WEBHOOK_DELIVERY_STATE_DEAD",
+            4: "WEBHOOK_DELIVERY_STATE_CANCELLED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WEBHOOK_DELIVERY_STATE_UNSPECIFIED": 0,
+            "WEBHOOK_DELIVERY_STATE_PENDING": 1,
+            "WEBHOOK_DELIVERY_STATE_DELIVERED": 2,
+            "WEBHOOK_DELIVERY_STATE_DEAD": 3,
+            "WEBHOOK_DELIVERY_STATE_CANCELLED": 4,
+        }
+
+
+class WebhookEventType(betterproto2.Enum):
+    """
+    WebhookEventType is what a webhook subscription can be told about (README "Webhooks"). The
+    body's `type` is the lower-case dotted form (e.g. `phase.awaiting_approval`).
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not used.
+    """
+
+    PHASE_FINISHED = 1
+    """
+    `phase.finished`: a phase reached a final status (narrowed by `Webhook.statuses`).
+    """
+
+    PHASE_AWAITING_APPROVAL = 2
+    """
+    `phase.awaiting_approval`: a tool call is held at a breakpoint.
+    """
+
+    PHASE_COST_THRESHOLD = 3
+    """
+    `phase.cost_threshold`: the phase's cost crossed `Webhook.cost_threshold_usd` (once per phase).
+    """
+
+    PHASE_RETRY_SCHEDULED = 4
+    """
+    `phase.retry_scheduled`: an attempt ended transiently and another one will start.
+    """
+
+    QUEUE_FULL = 5
+    """
+    `queue.full`: a RunPhase was refused because the admission queue was full.
+    """
+
+    JOB_FINISHED = 6
+    """
+    `job.finished`: a phase ended and no other phase of its job is active (narrowed by
+    `Webhook.statuses`, the status of the phase that ended last).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WEBHOOK_EVENT_TYPE_UNSPECIFIED",
+            1: "WEBHOOK_EVENT_TYPE_PHASE_FINISHED",
+            2: "WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL",
+            3: "WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD",
+            4: "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED",
+            5: "WEBHOOK_EVENT_TYPE_QUEUE_FULL",
+            6: "WEBHOOK_EVENT_TYPE_JOB_FINISHED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WEBHOOK_EVENT_TYPE_UNSPECIFIED": 0,
+            "WEBHOOK_EVENT_TYPE_PHASE_FINISHED": 1,
+            "WEBHOOK_EVENT_TYPE_PHASE_AWAITING_APPROVAL": 2,
+            "WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD": 3,
+            "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED": 4,
+            "WEBHOOK_EVENT_TYPE_QUEUE_FULL": 5,
+            "WEBHOOK_EVENT_TYPE_JOB_FINISHED": 6,
+        }
+
+
+class WebhookFormat(betterproto2.Enum):
+    """
+    WebhookFormat is how a subscription's request bodies look.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The default: STANDARD.
+    """
+
+    STANDARD = 1
+    """
+    A Standard Webhooks JSON body: `{"type", "timestamp", "data": {job_id, phase_id,
+    project_id, sequence, status, reason, cost_usd, url, ...}}`.
+    """
+
+    SLACK = 2
+    """
+    A Slack incoming-webhook message: `{"text": "..."}` (the signature headers are sent too).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "WEBHOOK_FORMAT_UNSPECIFIED",
+            1: "WEBHOOK_FORMAT_STANDARD",
+            2: "WEBHOOK_FORMAT_SLACK",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "WEBHOOK_FORMAT_UNSPECIFIED": 0,
+            "WEBHOOK_FORMAT_STANDARD": 1,
+            "WEBHOOK_FORMAT_SLACK": 2,
+        }
+
+
 class WorkspaceMode(betterproto2.Enum):
     """
     WorkspaceMode says where a phase runs.
@@ -2317,6 +2517,116 @@ class CostUpdate(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "CostUpdate", CostUpdate)
+
+
+@dataclass(eq=False, repr=False)
+class CreateWebhookRequest(betterproto2.Message):
+    """
+    CreateWebhookRequest describes a subscription.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this project's phases (empty: every project).
+    """
+
+    url: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    An http:// or https:// URL without user info or fragment, at most 2048 characters. Its
+    addresses must be public unless the server's `webhook_private_allow` names its host:port
+    (an IP literal is checked now, a name at each delivery, after it is resolved).
+    """
+
+    events: "list[WebhookEventType]" = betterproto2.field(3, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    What to be told about (at least one).
+    """
+
+    statuses: "list[PhaseStatus]" = betterproto2.field(4, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only these final statuses for PHASE_FINISHED and JOB_FINISHED (empty: any).
+    """
+
+    cost_threshold_usd: "float | None" = betterproto2.field(5, betterproto2.TYPE_DOUBLE, optional=True)
+    """
+    PHASE_COST_THRESHOLD's threshold in USD (required with it, refused without it).
+    """
+
+    format: "WebhookFormat" = betterproto2.field(
+        6, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookFormat(0)
+    )
+    """
+    The body's format (UNSPECIFIED: STANDARD).
+    """
+
+    description: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    A note for people (at most 256 characters).
+    """
+
+    secret: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The signing secret, `whsec_` and the base64 of 24 to 64 bytes; empty: the server makes one
+    and returns it in the response. Never returned otherwise, never logged.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "CreateWebhookRequest", CreateWebhookRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateWebhookResponse(betterproto2.Message):
+    """
+    CreateWebhookResponse is the new subscription.
+    """
+
+    webhook: "Webhook | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The subscription.
+    """
+
+    secret: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The secret the server made (empty when the request gave one): keep it, it is not shown again.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "CreateWebhookResponse", CreateWebhookResponse)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteWebhookRequest(betterproto2.Message):
+    """
+    DeleteWebhookRequest names a subscription.
+    """
+
+    webhook_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The subscription's id.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "DeleteWebhookRequest", DeleteWebhookRequest)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteWebhookResponse(betterproto2.Message):
+    """
+    DeleteWebhookResponse is what was deleted.
+    """
+
+    webhook: "Webhook | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The subscription as it was.
+    """
+
+    cancelled_deliveries: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+    """
+    Its pending deliveries, now CANCELLED.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "DeleteWebhookResponse", DeleteWebhookResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3093,6 +3403,100 @@ class ListToolCallsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "ListToolCallsResponse", ListToolCallsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhookDeliveriesRequest(betterproto2.Message):
+    """
+    ListWebhookDeliveriesRequest filters the delivery log.
+    """
+
+    webhook_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this subscription's (empty: all).
+    """
+
+    job_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only this job's.
+    """
+
+    phase_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Only this phase's (requires job_id).
+    """
+
+    states: "list[WebhookDeliveryState]" = betterproto2.field(4, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only deliveries in these states (empty: any).
+    """
+
+    page_size: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Deliveries per page (0: 50; at most 500).
+    """
+
+    page_token: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    From a previous response; the other fields must match that request.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListWebhookDeliveriesRequest", ListWebhookDeliveriesRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhookDeliveriesResponse(betterproto2.Message):
+    """
+    ListWebhookDeliveriesResponse is one page of the delivery log, newest first.
+    """
+
+    deliveries: "list[WebhookDelivery]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Deliveries with their attempts.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The next page's token; empty on the last page.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListWebhookDeliveriesResponse", ListWebhookDeliveriesResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhooksRequest(betterproto2.Message):
+    """
+    ListWebhooksRequest filters the subscriptions.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this project's and the server-wide ones (empty: all).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListWebhooksRequest", ListWebhooksRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListWebhooksResponse(betterproto2.Message):
+    """
+    ListWebhooksResponse lists them by creation time.
+    """
+
+    webhooks: "list[Webhook]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The subscriptions.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListWebhooksResponse", ListWebhooksResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -5973,6 +6377,224 @@ class WatchPhaseResponse(betterproto2.Message):
 default_message_pool.register_message("helix.runner.v1", "WatchPhaseResponse", WatchPhaseResponse)
 
 
+@dataclass(eq=False, repr=False)
+class Webhook(betterproto2.Message):
+    """
+    Webhook is one subscription. Its secret is never returned (only CreateWebhookResponse.secret,
+    once, when the server made it).
+    """
+
+    webhook_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The subscription's id (`wh_...`, or the config file's `id`).
+    """
+
+    project_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only this project's phases (empty: every project).
+    """
+
+    url: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Where deliveries are POSTed.
+    """
+
+    events: "list[WebhookEventType]" = betterproto2.field(4, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    What it is told about.
+    """
+
+    statuses: "list[PhaseStatus]" = betterproto2.field(5, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only these final statuses for PHASE_FINISHED and JOB_FINISHED (empty: any).
+    """
+
+    cost_threshold_usd: "float | None" = betterproto2.field(6, betterproto2.TYPE_DOUBLE, optional=True)
+    """
+    The threshold of PHASE_COST_THRESHOLD, in USD.
+    """
+
+    format: "WebhookFormat" = betterproto2.field(
+        7, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookFormat(0)
+    )
+    """
+    The body's format.
+    """
+
+    description: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    A note for people (at most 256 characters).
+    """
+
+    create_time: "datetime.datetime | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it was created (for the config file's: when the server stored it).
+    """
+
+    from_config: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Defined in the server's config file (it cannot be deleted through the API).
+    """
+
+    disabled_time: "datetime.datetime | None" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    Set when the subscription was disabled (its receiver answered 410 Gone); nothing is
+    delivered to it any more.
+    """
+
+    disabled_reason: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    Why it was disabled.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Webhook", Webhook)
+
+
+@dataclass(eq=False, repr=False)
+class WebhookAttempt(betterproto2.Message):
+    """
+    WebhookAttempt is one try of a delivery.
+    """
+
+    attempt: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    1 for the first try.
+    """
+
+    time: "datetime.datetime | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the request was sent.
+    """
+
+    status_code: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    The receiver's HTTP status; 0 when there was no answer (see `error`).
+    """
+
+    latency: "datetime.timedelta | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    From sending the request to the answer's end (or the failure).
+    """
+
+    error: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Why the attempt failed (refused destination, connection, TLS, timeout, or a non-2xx status);
+    empty when it was delivered.
+    """
+
+    replica_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The replica that made it (empty on a server alone on its database).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "WebhookAttempt", WebhookAttempt)
+
+
+@dataclass(eq=False, repr=False)
+class WebhookDelivery(betterproto2.Message):
+    """
+    WebhookDelivery is one notification to one subscription, with its attempts.
+    """
+
+    delivery_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The `webhook-id` header of every attempt (`msg_...`): receivers deduplicate by it.
+    """
+
+    webhook_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The subscription.
+    """
+
+    event: "WebhookEventType" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookEventType(0)
+    )
+    """
+    What happened.
+    """
+
+    job_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The phase it is about (job only for some events; both empty for none).
+    """
+
+    phase_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Phase id.
+    """
+
+    sequence: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    The phase's event sequence of the cause (0: no event, e.g. QUEUE_FULL); also in the body.
+    """
+
+    state: "WebhookDeliveryState" = betterproto2.field(
+        7, betterproto2.TYPE_ENUM, default_factory=lambda: WebhookDeliveryState(0)
+    )
+    """
+    Where it stands.
+    """
+
+    attempt_count: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+    """
+    Attempts made so far.
+    """
+
+    create_time: "datetime.datetime | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it was written (with the event that caused it).
+    """
+
+    next_attempt_time: "datetime.datetime | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When a PENDING delivery is tried next.
+    """
+
+    end_time: "datetime.datetime | None" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it left PENDING.
+    """
+
+    attempts: "list[WebhookAttempt]" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The attempts, oldest first.
+    """
+
+    body: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    The request body every attempt sends (JSON).
+    """
+
+    last_status_code: "int" = betterproto2.field(14, betterproto2.TYPE_INT32)
+    """
+    The last attempt's status (0: none, or no answer) and error.
+    """
+
+    last_error: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    See `last_status_code`.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "WebhookDelivery", WebhookDelivery)
+
+
 class RunnerServiceStub:
     """
     RunnerService runs Claude Code phases and makes them observable and controllable.
@@ -6258,6 +6880,54 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/GetServerStatus",
             GetServerStatusRequest.SerializeToString,
             GetServerStatusResponse.FromString,
+        )(message)
+
+    def create_webhook(self, message: "CreateWebhookRequest") -> "CreateWebhookResponse":
+        """
+        Subscribes a URL to notifications (README "Webhooks"): signed Standard Webhooks
+        deliveries, at least once. The response carries the signing secret when the server made it,
+        the only time it is ever returned.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/CreateWebhook",
+            CreateWebhookRequest.SerializeToString,
+            CreateWebhookResponse.FromString,
+        )(message)
+
+    def list_webhooks(self, message: "ListWebhooksRequest") -> "ListWebhooksResponse":
+        """
+        Lists the subscriptions (never their secrets).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListWebhooks",
+            ListWebhooksRequest.SerializeToString,
+            ListWebhooksResponse.FromString,
+        )(message)
+
+    def delete_webhook(self, message: "DeleteWebhookRequest") -> "DeleteWebhookResponse":
+        """
+        Deletes a subscription made through the API; its pending deliveries are cancelled.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/DeleteWebhook",
+            DeleteWebhookRequest.SerializeToString,
+            DeleteWebhookResponse.FromString,
+        )(message)
+
+    def list_webhook_deliveries(
+        self, message: "ListWebhookDeliveriesRequest"
+    ) -> "ListWebhookDeliveriesResponse":
+        """
+        Pages through deliveries, newest first, with their attempts (the delivery log).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListWebhookDeliveries",
+            ListWebhookDeliveriesRequest.SerializeToString,
+            ListWebhookDeliveriesResponse.FromString,
         )(message)
 
 

@@ -1,0 +1,58 @@
+"""The attack suite: a hostile model inside a real phase, with the server as root and as nobody.
+
+(README of tests/security/; the scenario is ``tests/support/attacks.py``, the probes
+``tests/support/attack_battery.py``.)
+
+Each server user gets one scenario (the session fixture ``attacked``): a realistic server with a
+victim phase of another job held at a breakpoint, and an attacker phase whose scripted model runs a
+battery of probes through the real CLI's Bash tool. Every test asserts that one attack is
+**refused**, judged by its effect: a secret marker the attacker was never told did not come back, or
+nothing changed where the test looks from outside. Tests are grouped by attack class:
+
+- ``test_attack_service_api.py``: the service's own API on loopback (gRPC without a token, the
+  dashboard's Connect API, ``/metrics``): list jobs, read another phase's prompt and events, inject
+  into it, cancel it; the token file and the TLS key of a hardened server, and a call with the
+  stolen token.
+- ``test_attack_data.py``: the data dir and other workspaces: a copy of the SQLite database with its
+  WAL, another phase's recordings, option files (an MCP credential) and session transcript, another
+  workspace's files (0600 too, and through ``/proc/<pid>/cwd`` and ``/proc/<server>/root``); tampering with the live database; writes into the server's HOME,
+  another workspace, the workspace root, the data dir and the server's installed package; a symlink
+  planted where the server writes the phase's diff, and symlinks from the workspace into its artifacts.
+- ``test_attack_processes.py``: other processes through ``/proc`` and signals: another phase's CLI
+  environment and memory, SIGSTOP and ptrace of it, approving its held tool call by writing the
+  CLI's control protocol into its stdin (``/proc/<pid>/fd/0``); the server's ``fd/``, ptrace and
+  signals to the server; the phase's cgroup (raise its memory limit, move out of it) and processes that outlive
+  the phase (setsid, double fork).
+- ``test_attack_network.py``: TCP to an internal service on loopback, to a link-local (metadata)
+  address and to another host; UDP (a DNS query); a raw ICMP socket; an abstract unix socket.
+- ``test_attack_api_key.py``: the API key from the server's environment, the CLI's own environment
+  and memory, the key helper run by the model, and the key helper run by an MCP server planted in
+  the workspace for the project's next phase.
+- ``test_attack_persistence.py``: hooks planted in the CLI's user configuration and in the
+  workspace's ``.claude/settings.json``, ``/tmp``, ``~/.gitconfig`` and ``~/.bashrc``, each checked
+  in a later, unrelated phase.
+
+What succeeds today, on ``main`` before the sandbox and the gateway of issue 21 (a failing test
+is an attack that succeeds; this machine: kernel 6.18, no Yama, cgroup v2 containment as root,
+the subreaper fallback as nobody): every attack, as root and as nobody, except
+
+- refused as both already (regressions to keep): the key in the CLI's own environment and through
+  the key helper run by the model (key-helper mode), a setsid'd double fork outliving the phase
+  (containment), symlinks from the workspace into the phase's artifacts (git diff stores links);
+- refused as nobody only (regressions): the server's ``/proc/<pid>/environ``, ``fd/``, ``root``
+  and ptrace (the server is non-dumpable), writing the installed package (root's), a raw socket
+  (no CAP_NET_RAW), raising the memory limit and leaving the cgroup (no cgroup as nobody).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from support.attacks import SERVER_USERS, AttackOutcome, run_attack_scenario
+
+
+@pytest.fixture(scope="session", params=SERVER_USERS)
+def attacked(request) -> AttackOutcome:
+    """The scenario's outcome with the server as ``root`` or ``nobody`` (run once per user, torn down)."""
+    return asyncio.run(run_attack_scenario(request.param))
