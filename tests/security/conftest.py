@@ -49,10 +49,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.attacks import SERVER_USERS, AttackOutcome, run_attack_scenario
+from support.attacks import SCENARIOS, AttackOutcome, run_attack_scenario
 
 
-@pytest.fixture(scope="session", params=SERVER_USERS)
+@pytest.fixture(scope="session", params=SCENARIOS, ids=[f"{mode}-{user}" for mode, user in SCENARIOS])
 def attacked(request) -> AttackOutcome:
-    """The scenario's outcome with the server as ``root`` or ``nobody`` (run once per user, torn down)."""
-    return asyncio.run(run_attack_scenario(request.param))
+    """The scenario's outcome in one sandbox mode with the server as ``root`` or ``nobody`` (run once
+    per mode and user, torn down)."""
+    return asyncio.run(run_attack_scenario(*request.param))

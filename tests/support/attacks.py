@@ -82,6 +82,15 @@ from support.processes import (
 from support.streams import Stream, breakpoint_hit
 
 SERVER_USERS = ("root", "nobody")
+# Sandbox modes the scenario runs in: name -> the layers turned off (config ``sandbox_skip_layers``).
+# ``landlock-only`` is what most Kubernetes pods get (RuntimeDefault refuses user namespaces, so no
+# bubblewrap and no private network): Landlock's file and TCP rules, its scopes, and seccomp.
+SANDBOX_MODES = {"every-layer": (), "landlock-only": ("namespaces", "network")}
+# What the server must report in each mode (``GetServerStatus``), or the scenario attacks the wrong thing.
+MODE_LAYERS = {"every-layer": {"namespaces": True, "network": True, "landlock": True, "seccomp": True},
+               "landlock-only": {"namespaces": False, "network": True, "landlock": True, "seccomp": True}}
+# (sandbox mode, server user): every mode as both users.
+SCENARIOS = tuple((mode, user) for mode in SANDBOX_MODES for user in SERVER_USERS)
 BATTERY_GROUPS = ("stores", "api", "net", "procs", "writes")
 LINK_LOCAL = "169.254.169.254"
 HOLD = "HOLD-HERE"  # the victims' second Bash call carries it; their breakpoint holds it
@@ -105,9 +114,11 @@ def api_key_evidence(key: str) -> str:
 
 @dataclass(repr=False)
 class AttackOutcome:
-    """What the attacker's probes reported and what was observed from outside, for one server user."""
+    """What the attacker's probes reported and what was observed from outside, for one server user
+    and sandbox mode."""
 
     user: str
+    mode: str
     secrets: dict[str, str]
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
     effects: dict[str, Any] = field(default_factory=dict)
@@ -117,15 +128,19 @@ class AttackOutcome:
     unavailable: dict[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # short: assertion messages show it
-        return f"AttackOutcome(as {self.user}: {len(self.probes)} probes reported)"
+        return f"AttackOutcome({self.who}: {len(self.probes)} probes reported)"
+
+    @property
+    def who(self) -> str:
+        return f"as {self.user}, {self.mode}"
 
     def probe(self, name: str) -> dict[str, Any]:
         """The probe's report; fails the test if the probe did not report or its target was missing."""
         if name in self.unavailable:
             pytest.skip(self.unavailable[name])
-        assert name not in self.setup_problems, f"as {self.user}, {name} proves nothing: {self.setup_problems[name]}"
+        assert name not in self.setup_problems, f"{self.who}, {name} proves nothing: {self.setup_problems[name]}"
         assert name in self.probes, (
-            f"as {self.user}, probe {name} did not report: the battery did not run as planned "
+            f"{self.who}, probe {name} did not report: the battery did not run as planned "
             f"(the attacker phase: {self.effects.get('attacker_result')}; the battery's output, by group: "
             f"{self.effects.get('battery_output')})")
         return self.probes[name]
@@ -135,7 +150,7 @@ class AttackOutcome:
 
     def describe(self, name: str) -> str:
         report = self.probe(name)
-        return f"as {self.user}, {name} got {report['found']} ({report['note']})"
+        return f"{self.who}, {name} got {report['found']} ({report['note']})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -389,12 +404,13 @@ def _git_repo(path: Path) -> None:
 class AttackScenario:
     """One run of the scenario (see the module docstring); ``run()`` returns the outcome, torn down."""
 
-    def __init__(self, user: str):
+    def __init__(self, mode: str, user: str):
+        self.mode = mode
         self.user = user
         self.s = {role: marker(role) for role in SECRET_ROLES}
         self.s["api_key"] = "sk-ant-api03-" + secrets.token_urlsafe(70) + "AA"
-        self.outcome = AttackOutcome(user, self.s)
-        self.root = Path(tempfile.mkdtemp(prefix=f"helix-attacks-{user}-"))
+        self.outcome = AttackOutcome(user, mode, self.s)
+        self.root = Path(tempfile.mkdtemp(prefix=f"helix-attacks-{mode}-{user}-"))
         self.home, self.data = self.root / "home", self.root / "data"
         self.workspaces = self.root / "workspaces"
         self.attacker_ws, self.victim_ws, self.cancel_ws, self.gated_ws, self.later_ws = (
@@ -466,6 +482,8 @@ class AttackScenario:
                # nobody's Python finds this checkout through PYTHONPATH, and so must the key helper the
                # CLI runs with the child's environment (an image installs the package instead).
                "HELIX_RUNNER_INHERIT_ENV": ",".join((*DEFAULT_INHERIT_ENV, "PYTHONPATH"))}
+        if SANDBOX_MODES[self.mode]:
+            env["HELIX_RUNNER_SANDBOX_SKIP_LAYERS"] = ",".join(SANDBOX_MODES[self.mode])
         self.server = ServeProcess.start(self.user, self.root, self.root / "serve.log", env, "--web-port", "0",
                                          "--metrics-port", "0", workspace_root=self.workspaces)
         self.servers.append(self.server)
@@ -483,6 +501,12 @@ class AttackScenario:
             grpc.ssl_channel_credentials(root_certificates=pki.ca), grpc.access_token_call_credentials(self.s["token"])))
         self.channels += [channel, creds_channel]
         self.stub, self.creds_stub = pb_grpc.RunnerServiceStub(channel), pb_grpc.RunnerServiceStub(creds_channel)
+        status = (await self.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)).status
+        layers = {layer.name: layer.active for layer in status.sandbox.layers}
+        assert layers == MODE_LAYERS[self.mode], (
+            f"the server runs with the layers {layers}, not those of {self.mode}: "
+            f"{[(layer.name, layer.detail) for layer in status.sandbox.layers]}")
+        self.egress_ports = tuple(status.sandbox.egress_ports)
 
     async def start_victims(self) -> None:
         """The victims held at their breakpoint, and the hardened server's one finished job."""
@@ -735,10 +759,11 @@ class AttackScenario:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-async def run_attack_scenario(user: str) -> AttackOutcome:
-    """The whole scenario with the server as ``user`` (``root`` or ``nobody``); skips where it cannot run."""
+async def run_attack_scenario(mode: str, user: str) -> AttackOutcome:
+    """The whole scenario in sandbox ``mode`` (``SANDBOX_MODES``) with the server as ``user`` (``root``
+    or ``nobody``); skips where it cannot run."""
     if user == "nobody" and nobody_python() is None:
         pytest.skip("needs root, setpriv and a Python that nobody can run")
     if os.geteuid() != 0:
         pytest.skip("stages root-owned servers and a link-local address: needs root")
-    return await AttackScenario(user).run()
+    return await AttackScenario(mode, user).run()
