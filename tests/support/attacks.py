@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import ipaddress
 import json
@@ -91,14 +92,14 @@ MODE_LAYERS = {"every-layer": {"namespaces": True, "network": True, "landlock": 
                "landlock-only": {"namespaces": False, "network": True, "landlock": True, "seccomp": True}}
 # (sandbox mode, server user): every mode as both users.
 SCENARIOS = tuple((mode, user) for mode in SANDBOX_MODES for user in SERVER_USERS)
-BATTERY_GROUPS = ("stores", "api", "net", "procs", "writes")
+BATTERY_GROUPS = ("stores", "api", "net", "host", "procs", "writes")
 LINK_LOCAL = "169.254.169.254"
 HOLD = "HOLD-HERE"  # the victims' second Bash call carries it; their breakpoint holds it
 VICTIM_JOB, CANCEL_JOB, GATED_JOB, ATTACKER_JOB = "victim-job", "cancel-job", "gated-job", "attacker-job"
 ATTACKER_PROJECT = "attacker-proj"
 SECRET_ROLES = ("vprompt", "vtool", "venv", "vfile", "vsecret", "vmcp", "vproj", "tproj", "token", "inject",
                 "gate", "tcp", "linklocal", "otherhost", "udp", "abstract", "outlive", "cgescape", "write", "tamper",
-                "tmp", "gitcfg", "rc")
+                "tmp", "gitcfg", "rc", "unixpath", "otheregress", "shm", "sysv", "blockdev", "vsys", "tty")
 VICTIM_PROBES = ("victim_environ", "victim_memory", "ptrace_victim", "stop_victim", "inject_message")
 
 
@@ -159,17 +160,22 @@ class AttackOutcome:
 
 
 class Listener:
-    """A TCP, UDP or abstract-unix endpoint standing in for an internal service; keeps what reaches it."""
+    """A TCP, UDP, abstract-unix or pathname-unix endpoint standing in for an internal service;
+    keeps what reaches it. ``name``: the abstract socket's name, or the pathname socket's path."""
 
-    def __init__(self, kind: str, host: str = "127.0.0.1", name: str = ""):
+    def __init__(self, kind: str, host: str = "127.0.0.1", name: str = "", port: int = 0):
         self.kind = kind
-        family = socket.AF_UNIX if kind == "abstract" else socket.AF_INET
+        family = socket.AF_UNIX if kind in ("abstract", "unix") else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)
-        self.sock.bind("\0" + name if kind == "abstract" else (host, 0))
+        try:
+            self.sock.bind("\0" + name if kind == "abstract" else name if kind == "unix" else (host, port))
+        except OSError:
+            self.sock.close()
+            raise
         if kind != "udp":
             self.sock.listen(16)
         self.sock.settimeout(0.2)
-        self.address = name if kind == "abstract" else list(self.sock.getsockname())
+        self.address = name if kind in ("abstract", "unix") else list(self.sock.getsockname())
         self._received = bytearray()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True, name=f"listener-{kind}")
@@ -196,10 +202,11 @@ class Listener:
         """Whether the test itself still reaches it (so a phase that did not was refused, not unlucky)."""
         payload = f"control-{secrets.token_hex(4)}"
         with contextlib.suppress(OSError):
-            family = socket.AF_UNIX if self.kind == "abstract" else socket.AF_INET
+            family = socket.AF_UNIX if self.kind in ("abstract", "unix") else socket.AF_INET
             with socket.socket(family, socket.SOCK_DGRAM if self.kind == "udp" else socket.SOCK_STREAM) as sock:
                 sock.settimeout(2.0)
-                target = "\0" + self.address if self.kind == "abstract" else tuple(self.address)
+                target = ("\0" + self.address if self.kind == "abstract" else self.address if self.kind == "unix"
+                          else tuple(self.address))
                 if self.kind == "udp":
                     sock.sendto(payload.encode(), target)
                 else:
@@ -235,6 +242,32 @@ def link_local_address() -> Iterator[str | None]:
     finally:
         if added:
             subprocess.run(["ip", "addr", "del", f"{LINK_LOCAL}/32", "dev", "lo"], capture_output=True, timeout=10)
+
+
+def sysv_segment(text: str, user: str) -> int:
+    """A SysV shared memory segment holding ``text``, made by a process of ``user`` (whose uid then
+    owns it, mode 0600) that has exited since; its id. The caller removes it (``remove_sysv_segment``)."""
+    code = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); libc.shmat.restype = ctypes.c_void_p; "
+            "data = sys.argv[1].encode(); i = libc.shmget(0, 4096, 0o1600); "  # IPC_PRIVATE, IPC_CREAT | 0600
+            "assert i >= 0, ctypes.get_errno(); a = libc.shmat(i, None, 0); ctypes.memmove(a, data, len(data)); "
+            "libc.shmdt(ctypes.c_void_p(a)); print(i)")
+    python = sys.executable if user == "root" else nobody_python()
+    assert python is not None
+    argv = [python, "-c", code, text]
+    done = subprocess.run(as_nobody(*argv) if user == "nobody" else argv, capture_output=True, text=True, timeout=30,
+                          check=True)
+    return int(done.stdout)
+
+
+def remove_sysv_segment(shmid: int) -> None:
+    ctypes.CDLL(None, use_errno=True).shmctl(shmid, 0, None)  # IPC_RMID (root: CAP_IPC_OWNER)
+
+
+def loop_device(image: Path) -> str:
+    """``image`` attached read-only to a free loop device (root, util-linux): a raw disk holding data."""
+    done = subprocess.run(["losetup", "--read-only", "--find", "--show", str(image)], capture_output=True, text=True,
+                          timeout=30, check=True)
+    return done.stdout.strip()
 
 
 def other_host_address() -> str | None:
@@ -427,6 +460,13 @@ class AttackScenario:
         self.listeners: dict[str, Listener] = {}
         self.channels: list[grpc.aio.Channel] = []
         self.api: ScriptedApi | None = None
+        self.egress_ports: tuple[int, ...] = ()
+        # The host beyond files (stage_host): a /dev/shm file, a SysV segment, a loop device, a terminal.
+        self.shm_file = Path("/dev/shm") / f"hx-attack-{secrets.token_hex(6)}"
+        self.sysv_id: int | None = None
+        self.block_device: str | None = None
+        self.terminal: tuple[int, int] | None = None  # (master, slave) fds of a pty standing in for a session
+        self.terminal_name = ""
 
     # -- the model's script --------------------------------------------------------------------------
 
@@ -516,7 +556,8 @@ class AttackScenario:
                                                "headers": {"Authorization": f"Bearer {s['vmcp']}"}}}}
         self.victim = run_phase(self.stub, job_id=VICTIM_JOB, project_id=s["vproj"], workdir=self.victim_ws,
                                 prompt=f"[[vhold]] the victim's task {s['vprompt']}", allowed_tools=["Bash"],
-                                breakpoints=hold, env={"HELIX_VSECRET": s["venv"]}, mcp_config=json.dumps(mcp))
+                                breakpoints=hold, env={"HELIX_VSECRET": s["venv"]}, mcp_config=json.dumps(mcp),
+                                append_system_prompt=f"the victim's own instructions {s['vsys']}")
         self.cancel_target = run_phase(self.stub, job_id=CANCEL_JOB, project_id="cancel-proj", workdir=self.cancel_ws,
                                        prompt="[[vcancel]] another tenant's task", allowed_tools=["Bash"],
                                        breakpoints=hold)
@@ -537,19 +578,77 @@ class AttackScenario:
         self.gated_pid = await asyncio.to_thread(find_cli_pid, self.gated_ws, f"HELIX_GATED={s['gate']}")
 
     def start_listeners(self, link_local: str | None) -> None:
+        sockets = self.root / "services"  # where no phase may look: an internal service's socket directory
+        sockets.mkdir()
         self.listeners = {"tcp": Listener("tcp"), "udp": Listener("udp"),
-                          "abstract": Listener("abstract", name=f"hx-attack-{secrets.token_hex(6)}")}
+                          "abstract": Listener("abstract", name=f"hx-attack-{secrets.token_hex(6)}"),
+                          "unix_path": Listener("unix", name=str(sockets / "internal.sock"))}
+        _own(sockets, self.user)
         other_ip = other_host_address()
         if other_ip:
             self.listeners["other_host"] = Listener("tcp", host=other_ip)
+            try:  # the gateway's port number, on another address (the gateway listens on 127.0.0.1 only)
+                self.listeners["other_host_egress"] = Listener("tcp", host=other_ip, port=self.egress_ports[0])
+            except (OSError, IndexError) as exc:
+                self.outcome.unavailable["tcp_other_host_egress_port"] = (
+                    f"no listener on {other_ip} at an egress port {self.egress_ports}: {exc!r}")
         else:
             self.outcome.unavailable["tcp_other_host"] = "this machine has no non-loopback IPv4 address"
+            self.outcome.unavailable["tcp_other_host_egress_port"] = self.outcome.unavailable["tcp_other_host"]
         try:  # the address may be taken off lo by someone else in between: then there is nothing to attack
             if link_local is None:
                 raise OSError("it cannot be placed on lo")
             self.listeners["link_local"] = Listener("tcp", host=link_local)
         except OSError as exc:
             self.outcome.unavailable["tcp_link_local"] = f"no listener on {LINK_LOCAL} here (needs root and ip): {exc}"
+
+    def stage_host(self) -> None:
+        """What other processes of the server's user hold beyond files: POSIX and SysV shared memory,
+        a terminal; and, as root, a raw block device (a disk with another tenant's data)."""
+        s, unavailable = self.s, self.outcome.unavailable
+        self.shm_file.write_text(f"another process's shared memory {s['shm']}\n")
+        self.shm_file.chmod(0o600)
+        _own(self.shm_file, self.user)
+        try:
+            self.sysv_id = sysv_segment(f"another process's SysV segment {s['sysv']}", self.user)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            unavailable["sysv_shm"] = f"no SysV shared memory segment could be made here: {exc!r}"
+        master, slave = os.openpty()
+        self.terminal, self.terminal_name = (master, slave), os.ttyname(slave)
+        os.set_blocking(master, False)
+        if self.user == "nobody":
+            os.chown(self.terminal_name, NOBODY, -1)
+        if self.user != "root":
+            unavailable["block_device"] = "a block device is root's; nobody cannot open one with or without a sandbox"
+        elif not shutil.which("losetup"):
+            unavailable["block_device"] = "no losetup (util-linux) to stage a block device"
+        else:
+            image = self.root / "disk.img"
+            image.write_bytes(f"a raw disk's data {s['blockdev']}\n".encode().ljust(64 << 10, b"\0"))
+            try:
+                self.block_device = loop_device(image)
+            except (OSError, subprocess.SubprocessError) as exc:
+                unavailable["block_device"] = f"no loop device here: {exc!r}"
+
+    def unstage_host(self) -> None:
+        if self.sysv_id is not None:
+            remove_sysv_segment(self.sysv_id)
+        if self.block_device:
+            subprocess.run(["losetup", "--detach", self.block_device], capture_output=True, timeout=30)
+        if self.terminal is not None:
+            for fd in self.terminal:
+                os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            self.shm_file.unlink()
+
+    def terminal_output(self) -> bytes:
+        """What was written to the staged terminal since the last call (read at its master)."""
+        out = b""
+        assert self.terminal is not None
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.terminal[0], 4096):
+                out += chunk
+        return out
 
     def facts(self) -> dict[str, Any]:
         """What the attacker knows or finds out (see attack_battery); never a secret the tests check."""
@@ -590,12 +689,16 @@ class AttackScenario:
                       "held_text": s["gate"]},
             "connect": {"ListJobs": {}, "GetJob": {"jobId": VICTIM_JOB}},
             "listeners": {name: self.listeners[name].address if name in self.listeners else None
-                          for name in ("tcp", "udp", "abstract", "link_local", "other_host")},
+                          for name in ("tcp", "udp", "abstract", "link_local", "other_host", "unix_path",
+                                       "other_host_egress")},
             "payloads": {"tcp": s["tcp"], "link_local": s["linklocal"], "other_host": s["otherhost"], "udp": s["udp"],
                          "abstract": s["abstract"], "outlive": s["outlive"], "cgroup_escape": s["cgescape"],
                          "write": s["write"], "tamper": s["tamper"], "tmp": s["tmp"], "gitconfig": s["gitcfg"],
-                         "rc": s["rc"]},
-            "names": {"file": self.file_name, "package_file": self.package_file, "tmp_file": str(self.tmp_file)},
+                         "rc": s["rc"], "unix_path": s["unixpath"], "other_host_egress": s["otheregress"],
+                         "terminal": s["tty"]},
+            "names": {"file": self.file_name, "package_file": self.package_file, "tmp_file": str(self.tmp_file),
+                      "shm_file": str(self.shm_file), "block_device": self.block_device,
+                      "terminal": self.terminal_name},
             "package_dirs": self.package_dirs,
         }
 
@@ -646,11 +749,18 @@ class AttackScenario:
         fx["victim_cancelled"] = ended(self.cancel_target) if self.cancel_target.result is not None else ""
         for name, listener in self.listeners.items():
             payload = {"tcp": "tcp", "udp": "udp", "abstract": "abstract", "other_host": "otherhost",
-                       "link_local": "linklocal"}[name]
+                       "link_local": "linklocal", "unix_path": "unixpath", "other_host_egress": "otheregress"}[name]
             fx[f"reached_{name}"] = listener.saw(s[payload])
             if not listener.reachable():
-                problems[{"tcp": "tcp_internal_service", "udp": "udp_dns", "abstract": "abstract_unix_socket"}.get(
+                problems[{"tcp": "tcp_internal_service", "udp": "udp_dns", "abstract": "abstract_unix_socket",
+                          "unix_path": "unix_socket_path", "other_host_egress": "tcp_other_host_egress_port"}.get(
                     name, f"tcp_{name}")] = f"the test itself could not reach its {name} listener"
+        fx["terminal_output"] = self.terminal_output()
+        control = f"control-{secrets.token_hex(4)}".encode()
+        assert self.terminal is not None
+        os.write(self.terminal[1], control)
+        if control not in self.terminal_output():
+            problems["other_terminal"] = "the test itself could not write to its terminal"
         daemons = {"outlive_phase": s["outlive"], "cgroup_escape": s["cgescape"]}
         # The phase's processes are ended before its result is sent; a grace for the kernel to reap them.
         await asyncio.to_thread(wait_gone, list(daemons.values()), 3.0)
@@ -721,6 +831,7 @@ class AttackScenario:
                 took("servers")
                 await self.start_victims()
                 self.start_listeners(link_local)
+                self.stage_host()
                 took("victims")
                 await self.attack()
                 took("attack")
@@ -751,6 +862,7 @@ class AttackScenario:
                     os.kill(pid, signal.SIGKILL)
         for listener in self.listeners.values():
             listener.stop()
+        await asyncio.to_thread(self.unstage_host)
         if self.api is not None:
             self.api.stop()
         for path in [self.tmp_file, *(Path(d) / self.package_file for d in self.package_dirs)]:
