@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.attacks import SCENARIOS, AttackOutcome, run_attack_scenario
+from support.attacks import SCENARIOS, AttackOutcome, run_attack_scenarios
 
 # What each sandbox mode cannot stop, by test (its name and its own parameters): the test stays, and
 # is expected to fail in that mode only. Strict: once the mode refuses it, the entry must go. The
@@ -81,8 +81,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"{mode}: {reason}"))
 
 
+@pytest.fixture(scope="session")
+def attack_outcomes(request) -> dict:
+    """Every scenario the selected tests need, run once (a few at a time) and torn down."""
+    wanted = [item.callspec.params["attacked"] for item in request.session.items
+              if "attacked" in getattr(getattr(item, "callspec", None), "params", {})]
+    return asyncio.run(run_attack_scenarios(list(dict.fromkeys(wanted))))
+
+
 @pytest.fixture(scope="session", params=SCENARIOS, ids=[f"{mode}-{user}" for mode, user in SCENARIOS])
-def attacked(request) -> AttackOutcome:
-    """The scenario's outcome in one sandbox mode with the server as ``root`` or ``nobody`` (run once
-    per mode and user, torn down)."""
-    return asyncio.run(run_attack_scenario(*request.param))
+def attacked(request, attack_outcomes) -> AttackOutcome:
+    """The scenario's outcome in one sandbox mode with the server as ``root`` or ``nobody``."""
+    outcome = attack_outcomes[request.param]
+    if isinstance(outcome, BaseException):  # a skip, or the scenario's own failure
+        raise outcome
+    return outcome

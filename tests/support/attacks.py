@@ -734,18 +734,21 @@ class AttackScenario:
         if not alive(self.victim_pid) or self.victim.result is not None:
             for name in VICTIM_PROBES:
                 problems[name] = f"the victim's CLI was gone by the end of the attack ({ended(self.victim)})"
-        with contextlib.suppress(TimeoutError, AssertionError):
-            await self.victim.wait_for(lambda e: s["inject"] in str(e), limit=3)
-        fx["victim_injected"] = any(s["inject"] in str(e) for e in self.victim.events)
-        fx["victim_state"] = process_state(self.victim_pid)
         if self.gated.result is None and not alive(self.gated_pid):
             problems["forge_approval"] = f"the gated phase's CLI was gone before the attack ended ({ended(self.gated)})"
-        with contextlib.suppress(TimeoutError, AssertionError):  # a released call runs at once
-            await self.gated.wait_for(lambda e: e.HasField("tool_call_finished"), limit=3)
+
+        async def grace(wait) -> None:  # an effect may show a little late; refused ones wait it out
+            with contextlib.suppress(TimeoutError, AssertionError):
+                await wait
+
+        await asyncio.gather(  # at once: each waits its whole grace when the attack was refused
+            grace(self.victim.wait_for(lambda e: s["inject"] in str(e), limit=3)),
+            grace(self.gated.wait_for(lambda e: e.HasField("tool_call_finished"), limit=3)),  # released: runs at once
+            grace(self.cancel_target.finish(5)))
+        fx["victim_injected"] = any(s["inject"] in str(e) for e in self.victim.events)
+        fx["victim_state"] = process_state(self.victim_pid)
         fx["held_call_ran"] = [e.tool_call_finished.content_preview for e in self.gated.events
                                if e.HasField("tool_call_finished")]
-        with contextlib.suppress(TimeoutError):
-            await self.cancel_target.finish(5)
         fx["victim_cancelled"] = ended(self.cancel_target) if self.cancel_target.result is not None else ""
         for name, listener in self.listeners.items():
             payload = {"tcp": "tcp", "udp": "udp", "abstract": "abstract", "other_host": "otherhost",
@@ -816,7 +819,8 @@ class AttackScenario:
 
     # -- all of it -------------------------------------------------------------------------------------
 
-    async def run(self) -> AttackOutcome:
+    async def run(self, link_local: str | None) -> AttackOutcome:
+        """The scenario; ``link_local``: 169.254.169.254 where it is placed on ``lo``, else None."""
         timings = self.outcome.effects.setdefault("seconds", {})
         start = time.monotonic()
 
@@ -824,22 +828,21 @@ class AttackScenario:
             timings[step] = round(time.monotonic() - start - sum(timings.values()), 1)
 
         try:
-            with link_local_address() as link_local:
-                self.api = ScriptedApi(self.script()).start()
-                pki = self.lay_out()
-                await self.start_servers(pki)
-                took("servers")
-                await self.start_victims()
-                self.start_listeners(link_local)
-                self.stage_host()
-                took("victims")
-                await self.attack()
-                took("attack")
-                await self.observe()
-                took("observe")
-                await self.later_phases()
-                took("later")
-                return self.outcome
+            self.api = ScriptedApi(self.script()).start()
+            pki = self.lay_out()
+            await self.start_servers(pki)
+            took("servers")
+            await self.start_victims()
+            self.start_listeners(link_local)
+            self.stage_host()
+            took("victims")
+            await self.attack()
+            took("attack")
+            await self.observe()
+            took("observe")
+            await self.later_phases()
+            took("later")
+            return self.outcome
         finally:
             await self.tear_down()
             took("tear_down")
@@ -871,11 +874,31 @@ class AttackScenario:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-async def run_attack_scenario(mode: str, user: str) -> AttackOutcome:
+async def run_attack_scenario(mode: str, user: str, link_local: str | None) -> AttackOutcome:
     """The whole scenario in sandbox ``mode`` (``SANDBOX_MODES``) with the server as ``user`` (``root``
     or ``nobody``); skips where it cannot run."""
     if user == "nobody" and nobody_python() is None:
         pytest.skip("needs root, setpriv and a Python that nobody can run")
     if os.geteuid() != 0:
         pytest.skip("stages root-owned servers and a link-local address: needs root")
-    return await AttackScenario(mode, user).run()
+    return await AttackScenario(mode, user).run(link_local)
+
+
+# Scenarios run at once: each spends most of its time waiting on its CLIs and on graces for effects
+# that (refused) never come; more at once would only queue for the CPU.
+AT_ONCE = 2
+
+
+async def run_attack_scenarios(scenarios: list[tuple[str, str]]) -> dict[tuple[str, str], AttackOutcome | BaseException]:
+    """Each ``(mode, user)`` scenario, ``AT_ONCE`` at a time, sharing one link-local address; the
+    outcome of each, or what it raised (a skip included)."""
+    gate = asyncio.Semaphore(AT_ONCE)
+
+    async def one(mode: str, user: str, link_local: str | None) -> AttackOutcome:
+        async with gate:
+            return await run_attack_scenario(mode, user, link_local)
+
+    with link_local_address() as link_local:
+        results = await asyncio.gather(*(one(mode, user, link_local) for mode, user in scenarios),
+                                       return_exceptions=True)
+    return dict(zip(scenarios, results, strict=True))
