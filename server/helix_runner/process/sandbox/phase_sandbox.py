@@ -227,7 +227,7 @@ class Sandbox:
             out.append(SandboxLayer("network", False, notes.get("network", "unavailable")))
         if lay.landlock_abi:
             what = "signals and abstract unix sockets scoped to the phase, no ptrace of other processes" + (
-                "" if lay.bwrap else "; file access only to the allowed paths")
+                "" if lay.bwrap else "; file access only to the allowed paths and device nodes")
             out.append(SandboxLayer("landlock", True, f"ABI {lay.landlock_abi}: {what}"))
         else:
             out.append(SandboxLayer("landlock", False, notes.get("landlock", "unavailable")))
@@ -235,7 +235,8 @@ class Sandbox:
             out.append(SandboxLayer("seccomp", True, "deny list: io_uring, bpf, perf_event_open, userfaultfd, "
                                     "keyrings, kexec, modules, mount API, setns, new user namespaces" + (
                                         "" if lay.landlock_abi else ", ptrace") + (
-                                        ", non-TCP sockets" if lay.tcp_rules else "")))
+                                        ", non-TCP sockets" if lay.tcp_rules else "") + (
+                                        "" if lay.bwrap else ", SysV IPC and message queues")))
         else:
             out.append(SandboxLayer("seccomp", False, notes.get("seccomp", "unavailable")))
         return tuple(out)
