@@ -22,7 +22,16 @@ one RunPhase client in another process) against a server with the gateway and pr
 default; a key in its environment so the gateway starts and every phase gets a capability) and one
 with both off (key-helper mode, the previous default), rounds alternating.
 
+``--before CHECKOUT`` adds the gateways of an earlier checkout (its ``server/``) to the same
+interleaved rounds, rows marked "(before)", so a change is read side by side on the same noisy
+machine. ``--profile`` has each gateway process record ``time.perf_counter_ns()`` marks per request
+(CLOCK_MONOTONIC, comparable with the client's across processes) and prints where the time to
+first token goes: client send -> the gateway parses the head -> the body is complete -> the first
+and the last byte written upstream -> the API's answer head -> its first chunk -> the client's
+first token.
+
 Usage: .venv/bin/python benchmarks/bench_gateway.py [--quick] [--requests N] [--rounds R] [--json FILE]
+       [--before CHECKOUT] [--profile] [--skip-throughput]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -51,8 +61,10 @@ CAPABILITY_LINE = "capability="
 # The gateway process (--serve-gateway URL [--allowlist]): prints its port and a live capability.
 
 
-def serve_gateway(upstream: str, allowlist: bool) -> None:
-    sys.path.insert(0, str(REPO_ROOT / "server"))
+def serve_gateway(upstream: str, allowlist: bool, server_src: Path, profile: Path | None) -> None:
+    sys.path.insert(0, str(server_src))
+    if profile is not None:
+        marks = instrument()
     from helix_runner.egress.capabilities import Capabilities, Grant, ModelAllowlist
     from helix_runner.egress.gateway import ApiGateway, GatewaySettings
     from helix_runner.egress.upstream import UpstreamUrl
@@ -76,9 +88,63 @@ def serve_gateway(upstream: str, allowlist: bool) -> None:
         grant = Grant("bench", "p", "proj", Sink(), models=ModelAllowlist(("claude-*",)) if allowlist else None)
         print(f"port={gateway.port}", flush=True)
         print(CAPABILITY_LINE + caps.issue(grant), flush=True)
-        await asyncio.Event().wait()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        if profile is not None:
+            with open(profile, "w") as out:  # noqa: ASYNC230 - the loop serves nobody any more
+                json.dump(marks, out)
 
     asyncio.run(main())
+
+
+# The gateway's marks, per request: (name, where it is taken). "upstream write" is the first and the
+# last call that hands request bytes to the upstream connection, whatever the version calls it.
+PROFILE_MARKS = ("begin", "complete", "first upstream write", "last upstream write", "answer head", "first chunk")
+
+
+def instrument() -> list[dict[str, int]]:
+    """Wraps the gateway's methods (of whichever checkout is imported) to record the marks."""
+    from helix_runner.egress import gateway, upstream
+
+    requests: list[dict[str, int]] = []
+    now = time.perf_counter_ns
+
+    def wrap(cls, name: str, before=None, after=None) -> None:
+        original = getattr(cls, name)
+
+        def wrapper(self, *args, **kwargs):
+            if before is not None:
+                before()
+            result = original(self, *args, **kwargs)
+            if after is not None:
+                after()
+            return result
+
+        setattr(cls, name, wrapper)
+
+    def begin() -> None:
+        requests.append({"begin": now()})
+
+    def mark(name: str, first_only: bool = False):
+        def record() -> None:
+            if requests and not (first_only and name in requests[-1]):
+                requests[-1][name] = now()
+        return record
+
+    def upstream_write() -> None:
+        if requests:
+            requests[-1].setdefault("first upstream write", now())
+            requests[-1]["last upstream write"] = now()
+
+    wrap(gateway._ClientConnection, "on_message_begin", before=begin)
+    wrap(gateway._ClientConnection, "on_message_complete", before=mark("complete"))
+    for name in dir(upstream.UpstreamConnection):
+        if name.startswith(("send", "write")) and callable(getattr(upstream.UpstreamConnection, name)):
+            wrap(upstream.UpstreamConnection, name, after=upstream_write)
+    wrap(gateway._Exchange, "on_head", before=mark("answer head"))
+    wrap(gateway._Exchange, "on_body", before=mark("first chunk", first_only=True))
+    return requests
 
 
 # ------------------------------------------------------------------------------------------------
@@ -107,13 +173,15 @@ class Client:
     def __init__(self, port: int, key: str, body: bytes) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sent: list[tuple[int, int]] = []
         self.request_bytes = (
             b"POST /v1/messages?beta=true HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
             b"anthropic-version: 2023-06-01\r\nx-api-key: %s\r\ncontent-length: %d\r\n\r\n%s"
             % (key.encode(), len(body), body))
 
     def request(self) -> tuple[int, list[int]]:
-        """(ns to the first content_block_delta, ns of each event's arrival, relative to the send)."""
+        """(ns to the first content_block_delta, ns of each event's arrival, relative to the send);
+        ``sent`` keeps each request's send time and first token, absolute (``--profile``)."""
         t0 = time.perf_counter_ns()
         self.sock.sendall(self.request_bytes)
         buffer = b""
@@ -131,6 +199,7 @@ class Client:
             if buffer.endswith(b"0\r\n\r\n"):
                 if b" 200 " not in buffer[:20]:
                     raise RuntimeError(f"answer: {buffer[:200]!r}")
+                self.sent.append((t0, t0 + first_token))
                 return first_token, arrivals
 
 
@@ -151,8 +220,13 @@ def start(cmd: list[str], first_lines: int) -> tuple[subprocess.Popen, list[str]
     return proc, lines
 
 
-def latency(requests: int, chunk_delay: float, words: int) -> dict:
-    """TTFT and per-chunk spacing: direct, gateway, gateway + allowlist; requests interleaved."""
+SERVER_SRC = REPO_ROOT / "server"
+
+
+def latency(requests: int, chunk_delay: float, words: int, before: Path | None = None,
+            profile: dict | None = None) -> dict:
+    """TTFT and per-chunk spacing: direct, gateway, gateway + allowlist (and those of ``before``);
+    requests interleaved. ``profile``: filled with each gateway's segments (``--profile``)."""
     script = {"fallback": {"content": [{"type": "text", "text": " ".join(f"w{i}" for i in range(words))}],
                            "chunk_delay": chunk_delay}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,8 +238,16 @@ def latency(requests: int, chunk_delay: float, words: int) -> dict:
         try:
             clients = {"direct": Client(int(upstream.rsplit(":", 1)[1]), "sk-ant-bench", cli_sized_body())}
             pids = {"direct": api.pid}
-            for name, extra in (("gateway", []), ("gateway + allowlist", ["--allowlist"])):
-                proc, (port, cap) = start([str(PYTHON), __file__, "--serve-gateway", upstream, *extra], 2)
+            gateways = [("gateway", [], SERVER_SRC), ("gateway + allowlist", ["--allowlist"], SERVER_SRC)]
+            if before is not None:
+                gateways += [(f"{name} (before)", extra, before / "server") for name, extra, _ in gateways]
+            marks: dict[str, Path] = {}
+            for name, extra, src in gateways:
+                cmd = [str(PYTHON), __file__, "--serve-gateway", upstream, "--server-src", str(src), *extra]
+                if profile is not None:
+                    marks[name] = Path(tmp) / f"marks-{len(marks)}.json"
+                    cmd += ["--profile-file", str(marks[name])]
+                proc, (port, cap) = start(cmd, 2)
                 procs.append(proc)
                 pids[name] = proc.pid
                 clients[name] = Client(int(port.split("=")[1]), cap.split("=", 1)[1], cli_sized_body())
@@ -188,7 +270,15 @@ def latency(requests: int, chunk_delay: float, words: int) -> dict:
             cpu["direct"] /= len(clients)  # the scripted API served every path's requests
         finally:
             for proc in procs:
-                proc.kill()
+                proc.terminate()  # a gateway writes its marks on SIGTERM
+            for proc in procs:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        if profile is not None:
+            for name, path in marks.items():
+                profile[name] = segments(json.loads(path.read_text()), clients[name].sent)
     out = {}
     direct = offsets["direct"]
     for name in clients:
@@ -207,6 +297,31 @@ def latency(requests: int, chunk_delay: float, words: int) -> dict:
         paired = [a - b for a, b in zip(ttft[name], ttft["direct"], strict=True)]
         out[name]["ttft_added_paired_p50"] = pct(paired, 50)
     return out
+
+
+def segments(marks: list[dict[str, int]], sent: list[tuple[int, int]]) -> dict[str, float]:
+    """Median ms of each step of the time to first token (the gateway's marks, request by request,
+    between the client's send and its first token)."""
+    if len(marks) != len(sent):
+        raise RuntimeError(f"{len(marks)} requests marked by the gateway, {len(sent)} sent")
+    steps = ("send", *PROFILE_MARKS, "client's first token")
+    out: dict[str, list[float]] = {}
+    for request, (t0, token) in zip(marks, sent, strict=True):
+        at = {"send": t0, **request, "client's first token": token}
+        present = [step for step in steps if step in at]
+        for a, b in zip(present, present[1:], strict=False):
+            out.setdefault(f"{a} -> {b}", []).append((at[b] - at[a]) / 1e6)
+        out.setdefault("total", []).append((token - t0) / 1e6)
+    return {step: statistics.median(values) for step, values in out.items()}
+
+
+def print_profile(profile: dict) -> None:
+    print("\n## Where the time to first token goes (median ms per step, events back to back)")
+    names = list(profile)
+    steps = list(dict.fromkeys(step for name in names for step in profile[name]))
+    print(f"{'step':<44}" + "".join(f"{name:>30}" for name in names))
+    for step in steps:
+        print(f"{step:<44}" + "".join(f"{profile[name].get(step, float('nan')):>30.3f}" for name in names))
 
 
 def throughput(rounds: int, lines: int) -> dict:
@@ -254,12 +369,12 @@ def throughput(rounds: int, lines: int) -> dict:
 
 def print_latency(title: str, lat: dict) -> None:
     print(f"\n## {title}, interleaved request by request")
-    hdr = (f"{'path':<22} {'TTFT p50':>9} {'p99':>8} {'added p50':>10} {'paired':>8} {'gap p50':>8} "
+    hdr = (f"{'path':<30} {'TTFT p50':>9} {'p99':>8} {'added p50':>10} {'paired':>8} {'gap p50':>8} "
            f"{'gap p99':>8} {'shift p50':>10} {'last shift':>11} {'cpu/req':>8}")
     print(hdr)
     print("-" * len(hdr))
     for name, r in lat.items():
-        print(f"{name:<22} {r['ttft_p50']:>9.3f} {r['ttft_p99']:>8.3f} {r['ttft_added_p50']:>10.3f} "
+        print(f"{name:<30} {r['ttft_p50']:>9.3f} {r['ttft_p99']:>8.3f} {r['ttft_added_p50']:>10.3f} "
               f"{r['ttft_added_paired_p50']:>8.3f} {r['gap_p50']:>8.3f} {r['gap_p99']:>8.3f} {r['shift_p50']:>10.3f} "
               f"{r['last_shift_p50']:>11.3f} {r['cpu_ms_per_request']:>8.3f}")
     print("added = TTFT p50 minus direct's; paired = median of the per-round difference; gap = time between\n"
@@ -272,6 +387,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--serve-gateway", metavar="URL", help=argparse.SUPPRESS)
     ap.add_argument("--allowlist", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--server-src", type=Path, default=SERVER_SRC, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-file", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT",
+                    help="an earlier checkout whose gateways join the same rounds (git worktree add /tmp/x <commit>)")
+    ap.add_argument("--profile", action="store_true", help="print where the time to first token goes")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--requests", type=int, help="requests per server and run (default 250, quick 100)")
     ap.add_argument("--chunk-delay", type=float, default=0.005, help="seconds between SSE events (default 0.005)")
@@ -284,7 +404,7 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     if args.serve_gateway:
-        serve_gateway(args.serve_gateway, args.allowlist)
+        serve_gateway(args.serve_gateway, args.allowlist, args.server_src, args.profile_file)
         return 0
     global BODY_SCALE
     BODY_SCALE = args.body_scale
@@ -294,9 +414,12 @@ def main() -> int:
           f"request body {len(cli_sized_body()) // 1024} KiB, load average {load:.2f}, {os.cpu_count()} CPUs", flush=True)
     # Time to first token with the events back to back (no scripted sleep in the figure), then the
     # spacing with the events --chunk-delay apart.
-    first = latency(requests, 0.0, args.words)
+    profile: dict | None = {} if args.profile else None
+    first = latency(requests, 0.0, args.words, args.before, profile)
     print_latency("Time to first token (ms), events back to back", first)
-    spaced = latency(requests, args.chunk_delay, args.words)
+    if profile is not None:
+        print_profile(profile)
+    spaced = latency(requests, args.chunk_delay, args.words, args.before)
     print_latency(f"Chunk spacing (ms), events {args.chunk_delay * 1000:g} ms apart", spaced)
     lat = {name: {**spaced[name], **{k: v for k, v in first[name].items() if k.startswith("ttft")}}
            for name in first}

@@ -142,3 +142,45 @@ async def test_a_restarted_server_removes_what_a_crashed_one_left(runner_factory
     assert sweep(tmp_path / "nowhere") == 0
     os.makedirs(tmp_path / "d" / "phase-secrets" / "x")
     assert sweep(tmp_path / "d") == 1 and list((tmp_path / "d" / "phase-secrets").iterdir()) == []
+
+
+def test_system_prompts_are_passed_as_files(tmp_path):
+    """A phase's system prompts are its caller's instructions: ``/proc/<pid>/cmdline`` would show them
+    to every process of the host that sees the CLI (every user's, and other phases' where no PID
+    namespace hides it: the Landlock-only sandbox). CLI 2.1.332 reads ``--system-prompt-file`` and
+    ``--append-system-prompt-file`` into the same system blocks as the inline flags (checked with
+    the scripted API)."""
+    files = SecretArgFiles(tmp_path, "run-1")
+    argv = ["claude", "--append-system-prompt", "be brief\n-- and kind", "--model", "x", "--system-prompt",
+            "--system-prompt", "--tools="]
+    out = files.externalize(argv)
+    assert out[0] == "claude" and out[2:4] == ["--model", "x"] and out[5] == "--tools="
+    flags = {a.split("=", 1)[0]: Path(a.split("=", 1)[1]) for a in (out[1], out[4])}
+    assert set(flags) == {"--append-system-prompt-file", "--system-prompt-file"}
+    # A value that looks like a flag is still the value (the pairs are the server's own).
+    assert flags["--append-system-prompt-file"].read_text() == "be brief\n-- and kind"
+    assert flags["--system-prompt-file"].read_text() == "--system-prompt"
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in flags.values())
+    assert files.externalize(argv) == out
+
+
+@pytest.mark.real_cli
+async def test_system_prompts_reach_the_api_but_not_the_cli_s_cmdline(
+        claude_binary, scripted_api, runner_factory):
+    system = "system-secret-" + secrets.token_hex(12)
+    appended = "appended-secret-" + secrets.token_hex(12)
+    api = scripted_api([Reply.tool_use("Bash", {"command": "true"}), Reply.text("done")])
+    async with runner_factory(api) as runner:
+        phase = PhaseCall(runner.stub, "j", "p", runner.workdir, system_prompt=system,
+                          append_system_prompt=appended, allowed_tools=["Bash"],
+                          breakpoints=[res.Breakpoint(tool_name="Bash")])
+        hit = await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT, 60)
+        lines = cmdlines()  # the CLI is running, held at the breakpoint
+        await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
+            **phase.ids(), tool_use_id=hit.control.tool_use_id, approve=pb.ApproveDecision()), timeout=10)
+        result = await phase.finish(90)
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+    assert any(b"--system-prompt-file=" + bytes(runner.data_dir) in c for c in lines.values())
+    for needle in (system, appended):
+        assert not any(needle.encode() in c for c in lines.values())
+        assert all(needle in request.system_text for request in api.message_requests())

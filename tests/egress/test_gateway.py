@@ -4,6 +4,7 @@ forwarded, how the answer streams, what is measured."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import ssl
@@ -152,24 +153,91 @@ async def test_the_project_s_model_allowlist_refuses_other_models(scripted) -> N
         await gateway.stop()
 
 
-async def test_two_model_keys_cannot_show_the_check_one_model_and_the_api_another() -> None:
-    async def answer(head, body, writer):
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+async def ok_answer(head, body, writer):
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
 
-    async with RawUpstream(answer) as upstream:
+
+async def test_two_model_keys_cannot_show_the_check_one_model_and_the_api_another() -> None:
+    """The body the API gets is the one checked, byte for byte: so a top-level key twice (which the
+    check and the API might each read differently: first or last) is refused, however it is spelled
+    and however the body is encoded; a ``model`` key deeper down is no such thing."""
+    async with RawUpstream(ok_answer) as upstream:
         gateway, caps = await start_gateway(upstream.url)
         try:
             sink = RecordingSink()
             capability = caps.issue(grant(sink, models=("claude-haiku-*",)))
-            body = b'{"model":"claude-opus-4-1","max_tokens":5,"messages":[],"model":"claude-haiku-4-5"}'
-            response = await post(gateway, {"x-api-key": capability}, body=body)
+            for body in (b'{"model":"claude-opus-4-1","max_tokens":5,"messages":[],"model":"claude-haiku-4-5"}',
+                         b'{"model":"claude-haiku-4-5","max_tokens":5,"mod\\u0065l":"claude-opus-4-1"}',
+                         b'{"model":"claude-haiku-4-5","messages":[], "messages" :[]}',
+                         gzip.compress(b'{"model":"claude-opus-4-1","model":"claude-haiku-4-5"}')):
+                headers = {"x-api-key": capability}
+                if body[:2] == b"\x1f\x8b":
+                    headers["content-encoding"] = "gzip"
+                refused = await post(gateway, headers, body=body)
+                assert refused.status == 400, body
+                assert "twice" in json.loads(refused.body)["error"]["message"]
+            assert upstream.requests == []
+            nested = b'{"model":"claude-haiku-4-5","metadata":{"model":"claude-opus-4-1"},"messages":[]}'
+            response = await post(gateway, {"x-api-key": capability}, body=nested)
             assert response.status == 200
-            (_, forwarded), = upstream.requests
-            assert forwarded.count(b'"model"') == 1 and json.loads(forwarded)["model"] == "claude-haiku-4-5"
+            assert upstream.requests[-1][1] == nested  # forwarded as it came
             refused = await post(gateway, {"x-api-key": capability}, body=b"[1,2]")
             assert refused.status == 400 and len(upstream.requests) == 1
         finally:
             await gateway.stop()
+
+
+async def test_a_checked_body_goes_upstream_before_the_check_but_a_refused_one_never_whole() -> None:
+    """With a model allowlist, the body is written to a kept-alive API connection up to (not
+    including) its last ``}`` before the model is checked, so the API receives it while the gateway
+    parses; the rest follows once the check passed. A refused body's connection is closed instead:
+    the API has a request whose ``content-length`` says its body is incomplete, and whose bytes are
+    no complete JSON value either, so it answers nothing and runs nothing."""
+    async with RawUpstream(ok_answer) as upstream:
+        gateway, caps = await start_gateway(upstream.url)
+        try:
+            capability = caps.issue(grant(RecordingSink(), models=("claude-haiku-*",)))
+            allowed = json.dumps({**BODY, "model": "claude-haiku-4-5"}).encode() + b"  \n"
+            assert (await post(gateway, {"x-api-key": capability}, body=allowed)).status == 200  # warms the pool
+            assert upstream.requests[-1][1] == allowed
+            refused_body = json.dumps(BODY).encode()
+            response = await post(gateway, {"x-api-key": capability}, body=refused_body)
+            assert response.status == 403
+            for _ in range(100):  # the connection's end reaches the upstream's reader
+                if upstream.incomplete:
+                    break
+                await asyncio.sleep(0.02)
+            (head, sent), = upstream.incomplete
+            assert header_value(head, b"content-length") == str(len(refused_body)).encode()
+            assert sent == refused_body[:refused_body.rindex(b"}")]  # all of it but its last brace
+            with pytest.raises(json.JSONDecodeError):  # and so no JSON value, whatever reads it
+                json.loads(sent)
+            assert len(upstream.requests) == 1
+        finally:
+            await gateway.stop()
+
+
+async def test_the_scripted_api_does_nothing_with_a_body_cut_short(scripted) -> None:
+    """The claim the early forwarding rests on, checked against the scripted API itself: a request
+    whose connection ends before its body is whole is neither recorded nor answered. (Before, the
+    scripted API took the short read for the whole body and answered it: the claim holds for a
+    server that checks its framing, which is why the gateway also holds the last ``}`` back.)"""
+    body = json.dumps(BODY).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(scripted.base_url.rsplit(":", 1)[1]))
+    writer.write(b"POST /v1/messages HTTP/1.1\r\nhost: api\r\nx-api-key: k\r\ncontent-type: application/json\r\n"
+                 b"content-length: %d\r\n\r\n%s" % (len(body), body[:body.rindex(b"}")]))
+    await writer.drain()
+    writer.transport.abort()
+    await asyncio.sleep(0.3)
+    assert scripted.requests == []
+    # ... while the same connection with the whole body is a request.
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(scripted.base_url.rsplit(":", 1)[1]))
+    writer.write(b"POST /v1/messages HTTP/1.1\r\nhost: api\r\nx-api-key: k\r\ncontent-type: application/json\r\n"
+                 b"content-length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    assert (await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)).startswith(b"HTTP/1.1 200")
+    writer.close()
+    assert len(scripted.message_requests()) == 1
 
 
 async def test_429_and_529_are_counted_and_reported_as_they_happen(scripted) -> None:

@@ -18,6 +18,9 @@ REACH = {
     "tcp_other_host": "other_host",  # TCP to this host's own non-loopback address: another host
     "udp_dns": "udp",  # a DNS query to a UDP listener on loopback
     "abstract_unix_socket": "abstract",  # an abstract unix socket (no file to protect it)
+    "unix_socket_path": "unix_path",  # a pathname unix socket in a directory the phase may not see
+    # TCP to another host on the port number of the phase's gateway (allowed on 127.0.0.1)
+    "tcp_other_host_egress_port": "other_host_egress",
 }
 
 
@@ -30,3 +33,9 @@ def test_a_phase_reaches_no_endpoint_of_the_host(attacked, probe):
 def test_a_phase_cannot_use_raw_sockets(attacked):
     """A raw ICMP socket: the kernel answered its echo request (regression as nobody: no CAP_NET_RAW)."""
     assert "echo-reply" not in attacked.found("raw_socket"), attacked.describe("raw_socket")
+
+
+def test_a_phase_reaches_its_own_loopback_server(attacked):
+    """Legitimate work, kept beside the attacks so that a mode which breaks it says so: a server the
+    phase starts on 127.0.0.1 (a test suite's, a dev server's), reached from the same phase."""
+    assert "reached" in attacked.found("own_loopback_server"), attacked.describe("own_loopback_server")

@@ -609,6 +609,120 @@ def abstract_unix_socket(f):
     attempt("abstract_unix_socket", go)
 
 
+@probe("net")
+def unix_socket_path(f):
+    """A unix socket at a path outside this phase's view (an internal service's: PostgreSQL's
+    ``/run/postgresql``, a container runtime's, a sidecar's in a shared volume)."""
+    def go():
+        path = f["listeners"]["unix_path"]
+        if not path:
+            raise LookupError("no such listener in this setup")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(CONNECT_S)
+            sock.connect(path)
+            sock.sendall(f["payloads"]["unix_path"].encode() + b"\n")
+        return ["connected"], f"reached {path}"
+
+    attempt("unix_socket_path", go)
+
+
+@probe("net")
+def tcp_other_host_egress_port(f):
+    """Another host, on the port number of this phase's gateway (which it may reach on 127.0.0.1)."""
+    attempt("tcp_other_host_egress_port", _tcp, f["listeners"]["other_host_egress"],
+            f["payloads"]["other_host_egress"])
+
+
+@probe("net")
+def own_loopback_server(f):
+    """Legitimate work, not an attack: a server this phase starts on 127.0.0.1 (a test suite's, a dev
+    server's), reached from the same phase."""
+    def go():
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            port = server.getsockname()[1]
+            with socket.create_connection(("127.0.0.1", port), timeout=CONNECT_S) as client:
+                conn, _ = server.accept()
+                with conn:
+                    client.sendall(b"ping")
+                    conn.settimeout(CONNECT_S)
+                    answer = conn.recv(4)
+        return (["reached"] if answer == b"ping" else []), f"port {port}: {answer!r}"
+
+    attempt("own_loopback_server", go)
+
+
+# -- the host beyond files: devices, shared memory, other processes' command lines -----------------
+
+
+@probe("host")
+def dev_shm(f):
+    """POSIX shared memory of another process of the server's user (``/dev/shm``: Python's
+    ``multiprocessing.shared_memory``, PostgreSQL's dynamic shared memory, semaphores)."""
+    _read_file_probe("dev_shm", f["names"]["shm_file"])
+
+
+@probe("host")
+def sysv_shm(f):
+    """SysV shared memory segments (``/proc/sysvipc/shm`` lists them host-wide), attached read-only."""
+    def go():
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        with open("/proc/sysvipc/shm") as table:
+            rows = [line.split() for line in table][1:]
+        found: dict[str, None] = {}
+        errors: dict[str, None] = {}
+        for row in rows:
+            shmid, size = int(row[1]), int(row[3])
+            address = libc.shmat(shmid, None, 0o10000)  # SHM_RDONLY
+            if address in (None, ctypes.c_void_p(-1).value):
+                errors[os.strerror(ctypes.get_errno())] = None
+                continue
+            try:
+                found.update(dict.fromkeys(evidence(ctypes.string_at(address, min(size, 1 << 20)))))
+            finally:
+                libc.shmdt(ctypes.c_void_p(address))
+        return list(found), f"{len(rows)} segments listed; errors: {', '.join(errors) or 'none'}"
+
+    attempt("sysv_shm", go)
+
+
+@probe("host")
+def block_device(f):
+    """A raw block device (a disk holding other data), read past every file permission."""
+    def go():
+        path = f["names"]["block_device"]
+        if not path:
+            raise LookupError("no block device staged in this setup")
+        return evidence(read_bytes(path, 1 << 20)), f"read {path}"
+
+    attempt("block_device", go)
+
+
+@probe("host")
+def victim_cmdline(f):
+    """Another phase's CLI command line (``/proc/<pid>/cmdline``, which no ptrace check guards): the
+    options its request set, its system prompt among them."""
+    _read_file_probe("victim_cmdline", f"/proc/{f['victim']['cli_pid']}/cmdline")
+
+
+@probe("host")
+def other_terminal(f):
+    """Another session's terminal of the server's user (an operator's ``kubectl exec -it`` or ssh
+    shell): what is written to it shows on their screen; a reader races them for their keystrokes."""
+    def go():
+        fd = os.open(f["names"]["terminal"], os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+        try:
+            os.write(fd, f["payloads"]["terminal"].encode() + b"\r\n")
+        finally:
+            os.close(fd)
+        return ["written"], f"wrote to {f['names']['terminal']}"
+
+    attempt("other_terminal", go)
+
+
 # -- processes -------------------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hashlib
 import ipaddress
 import json
@@ -82,14 +83,23 @@ from support.processes import (
 from support.streams import Stream, breakpoint_hit
 
 SERVER_USERS = ("root", "nobody")
-BATTERY_GROUPS = ("stores", "api", "net", "procs", "writes")
+# Sandbox modes the scenario runs in: name -> the layers turned off (config ``sandbox_skip_layers``).
+# ``landlock-only`` is what most Kubernetes pods get (RuntimeDefault refuses user namespaces, so no
+# bubblewrap and no private network): Landlock's file and TCP rules, its scopes, and seccomp.
+SANDBOX_MODES = {"every-layer": (), "landlock-only": ("namespaces", "network")}
+# What the server must report in each mode (``GetServerStatus``), or the scenario attacks the wrong thing.
+MODE_LAYERS = {"every-layer": {"namespaces": True, "network": True, "landlock": True, "seccomp": True},
+               "landlock-only": {"namespaces": False, "network": True, "landlock": True, "seccomp": True}}
+# (sandbox mode, server user): every mode as both users.
+SCENARIOS = tuple((mode, user) for mode in SANDBOX_MODES for user in SERVER_USERS)
+BATTERY_GROUPS = ("stores", "api", "net", "host", "procs", "writes")
 LINK_LOCAL = "169.254.169.254"
 HOLD = "HOLD-HERE"  # the victims' second Bash call carries it; their breakpoint holds it
 VICTIM_JOB, CANCEL_JOB, GATED_JOB, ATTACKER_JOB = "victim-job", "cancel-job", "gated-job", "attacker-job"
 ATTACKER_PROJECT = "attacker-proj"
 SECRET_ROLES = ("vprompt", "vtool", "venv", "vfile", "vsecret", "vmcp", "vproj", "tproj", "token", "inject",
                 "gate", "tcp", "linklocal", "otherhost", "udp", "abstract", "outlive", "cgescape", "write", "tamper",
-                "tmp", "gitcfg", "rc")
+                "tmp", "gitcfg", "rc", "unixpath", "otheregress", "shm", "sysv", "blockdev", "vsys", "tty")
 VICTIM_PROBES = ("victim_environ", "victim_memory", "ptrace_victim", "stop_victim", "inject_message")
 
 
@@ -105,9 +115,11 @@ def api_key_evidence(key: str) -> str:
 
 @dataclass(repr=False)
 class AttackOutcome:
-    """What the attacker's probes reported and what was observed from outside, for one server user."""
+    """What the attacker's probes reported and what was observed from outside, for one server user
+    and sandbox mode."""
 
     user: str
+    mode: str
     secrets: dict[str, str]
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
     effects: dict[str, Any] = field(default_factory=dict)
@@ -117,15 +129,19 @@ class AttackOutcome:
     unavailable: dict[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # short: assertion messages show it
-        return f"AttackOutcome(as {self.user}: {len(self.probes)} probes reported)"
+        return f"AttackOutcome({self.who}: {len(self.probes)} probes reported)"
+
+    @property
+    def who(self) -> str:
+        return f"as {self.user}, {self.mode}"
 
     def probe(self, name: str) -> dict[str, Any]:
         """The probe's report; fails the test if the probe did not report or its target was missing."""
         if name in self.unavailable:
             pytest.skip(self.unavailable[name])
-        assert name not in self.setup_problems, f"as {self.user}, {name} proves nothing: {self.setup_problems[name]}"
+        assert name not in self.setup_problems, f"{self.who}, {name} proves nothing: {self.setup_problems[name]}"
         assert name in self.probes, (
-            f"as {self.user}, probe {name} did not report: the battery did not run as planned "
+            f"{self.who}, probe {name} did not report: the battery did not run as planned "
             f"(the attacker phase: {self.effects.get('attacker_result')}; the battery's output, by group: "
             f"{self.effects.get('battery_output')})")
         return self.probes[name]
@@ -135,7 +151,7 @@ class AttackOutcome:
 
     def describe(self, name: str) -> str:
         report = self.probe(name)
-        return f"as {self.user}, {name} got {report['found']} ({report['note']})"
+        return f"{self.who}, {name} got {report['found']} ({report['note']})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,17 +160,22 @@ class AttackOutcome:
 
 
 class Listener:
-    """A TCP, UDP or abstract-unix endpoint standing in for an internal service; keeps what reaches it."""
+    """A TCP, UDP, abstract-unix or pathname-unix endpoint standing in for an internal service;
+    keeps what reaches it. ``name``: the abstract socket's name, or the pathname socket's path."""
 
-    def __init__(self, kind: str, host: str = "127.0.0.1", name: str = ""):
+    def __init__(self, kind: str, host: str = "127.0.0.1", name: str = "", port: int = 0):
         self.kind = kind
-        family = socket.AF_UNIX if kind == "abstract" else socket.AF_INET
+        family = socket.AF_UNIX if kind in ("abstract", "unix") else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)
-        self.sock.bind("\0" + name if kind == "abstract" else (host, 0))
+        try:
+            self.sock.bind("\0" + name if kind == "abstract" else name if kind == "unix" else (host, port))
+        except OSError:
+            self.sock.close()
+            raise
         if kind != "udp":
             self.sock.listen(16)
         self.sock.settimeout(0.2)
-        self.address = name if kind == "abstract" else list(self.sock.getsockname())
+        self.address = name if kind in ("abstract", "unix") else list(self.sock.getsockname())
         self._received = bytearray()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True, name=f"listener-{kind}")
@@ -181,10 +202,11 @@ class Listener:
         """Whether the test itself still reaches it (so a phase that did not was refused, not unlucky)."""
         payload = f"control-{secrets.token_hex(4)}"
         with contextlib.suppress(OSError):
-            family = socket.AF_UNIX if self.kind == "abstract" else socket.AF_INET
+            family = socket.AF_UNIX if self.kind in ("abstract", "unix") else socket.AF_INET
             with socket.socket(family, socket.SOCK_DGRAM if self.kind == "udp" else socket.SOCK_STREAM) as sock:
                 sock.settimeout(2.0)
-                target = "\0" + self.address if self.kind == "abstract" else tuple(self.address)
+                target = ("\0" + self.address if self.kind == "abstract" else self.address if self.kind == "unix"
+                          else tuple(self.address))
                 if self.kind == "udp":
                     sock.sendto(payload.encode(), target)
                 else:
@@ -220,6 +242,32 @@ def link_local_address() -> Iterator[str | None]:
     finally:
         if added:
             subprocess.run(["ip", "addr", "del", f"{LINK_LOCAL}/32", "dev", "lo"], capture_output=True, timeout=10)
+
+
+def sysv_segment(text: str, user: str) -> int:
+    """A SysV shared memory segment holding ``text``, made by a process of ``user`` (whose uid then
+    owns it, mode 0600) that has exited since; its id. The caller removes it (``remove_sysv_segment``)."""
+    code = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); libc.shmat.restype = ctypes.c_void_p; "
+            "data = sys.argv[1].encode(); i = libc.shmget(0, 4096, 0o1600); "  # IPC_PRIVATE, IPC_CREAT | 0600
+            "assert i >= 0, ctypes.get_errno(); a = libc.shmat(i, None, 0); ctypes.memmove(a, data, len(data)); "
+            "libc.shmdt(ctypes.c_void_p(a)); print(i)")
+    python = sys.executable if user == "root" else nobody_python()
+    assert python is not None
+    argv = [python, "-c", code, text]
+    done = subprocess.run(as_nobody(*argv) if user == "nobody" else argv, capture_output=True, text=True, timeout=30,
+                          check=True)
+    return int(done.stdout)
+
+
+def remove_sysv_segment(shmid: int) -> None:
+    ctypes.CDLL(None, use_errno=True).shmctl(shmid, 0, None)  # IPC_RMID (root: CAP_IPC_OWNER)
+
+
+def loop_device(image: Path) -> str:
+    """``image`` attached read-only to a free loop device (root, util-linux): a raw disk holding data."""
+    done = subprocess.run(["losetup", "--read-only", "--find", "--show", str(image)], capture_output=True, text=True,
+                          timeout=30, check=True)
+    return done.stdout.strip()
 
 
 def other_host_address() -> str | None:
@@ -389,12 +437,13 @@ def _git_repo(path: Path) -> None:
 class AttackScenario:
     """One run of the scenario (see the module docstring); ``run()`` returns the outcome, torn down."""
 
-    def __init__(self, user: str):
+    def __init__(self, mode: str, user: str):
+        self.mode = mode
         self.user = user
         self.s = {role: marker(role) for role in SECRET_ROLES}
         self.s["api_key"] = "sk-ant-api03-" + secrets.token_urlsafe(70) + "AA"
-        self.outcome = AttackOutcome(user, self.s)
-        self.root = Path(tempfile.mkdtemp(prefix=f"helix-attacks-{user}-"))
+        self.outcome = AttackOutcome(user, mode, self.s)
+        self.root = Path(tempfile.mkdtemp(prefix=f"helix-attacks-{mode}-{user}-"))
         self.home, self.data = self.root / "home", self.root / "data"
         self.workspaces = self.root / "workspaces"
         self.attacker_ws, self.victim_ws, self.cancel_ws, self.gated_ws, self.later_ws = (
@@ -411,6 +460,13 @@ class AttackScenario:
         self.listeners: dict[str, Listener] = {}
         self.channels: list[grpc.aio.Channel] = []
         self.api: ScriptedApi | None = None
+        self.egress_ports: tuple[int, ...] = ()
+        # The host beyond files (stage_host): a /dev/shm file, a SysV segment, a loop device, a terminal.
+        self.shm_file = Path("/dev/shm") / f"hx-attack-{secrets.token_hex(6)}"
+        self.sysv_id: int | None = None
+        self.block_device: str | None = None
+        self.terminal: tuple[int, int] | None = None  # (master, slave) fds of a pty standing in for a session
+        self.terminal_name = ""
 
     # -- the model's script --------------------------------------------------------------------------
 
@@ -466,6 +522,8 @@ class AttackScenario:
                # nobody's Python finds this checkout through PYTHONPATH, and so must the key helper the
                # CLI runs with the child's environment (an image installs the package instead).
                "HELIX_RUNNER_INHERIT_ENV": ",".join((*DEFAULT_INHERIT_ENV, "PYTHONPATH"))}
+        if SANDBOX_MODES[self.mode]:
+            env["HELIX_RUNNER_SANDBOX_SKIP_LAYERS"] = ",".join(SANDBOX_MODES[self.mode])
         self.server = ServeProcess.start(self.user, self.root, self.root / "serve.log", env, "--web-port", "0",
                                          "--metrics-port", "0", workspace_root=self.workspaces)
         self.servers.append(self.server)
@@ -483,6 +541,12 @@ class AttackScenario:
             grpc.ssl_channel_credentials(root_certificates=pki.ca), grpc.access_token_call_credentials(self.s["token"])))
         self.channels += [channel, creds_channel]
         self.stub, self.creds_stub = pb_grpc.RunnerServiceStub(channel), pb_grpc.RunnerServiceStub(creds_channel)
+        status = (await self.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)).status
+        layers = {layer.name: layer.active for layer in status.sandbox.layers}
+        assert layers == MODE_LAYERS[self.mode], (
+            f"the server runs with the layers {layers}, not those of {self.mode}: "
+            f"{[(layer.name, layer.detail) for layer in status.sandbox.layers]}")
+        self.egress_ports = tuple(status.sandbox.egress_ports)
 
     async def start_victims(self) -> None:
         """The victims held at their breakpoint, and the hardened server's one finished job."""
@@ -492,7 +556,8 @@ class AttackScenario:
                                                "headers": {"Authorization": f"Bearer {s['vmcp']}"}}}}
         self.victim = run_phase(self.stub, job_id=VICTIM_JOB, project_id=s["vproj"], workdir=self.victim_ws,
                                 prompt=f"[[vhold]] the victim's task {s['vprompt']}", allowed_tools=["Bash"],
-                                breakpoints=hold, env={"HELIX_VSECRET": s["venv"]}, mcp_config=json.dumps(mcp))
+                                breakpoints=hold, env={"HELIX_VSECRET": s["venv"]}, mcp_config=json.dumps(mcp),
+                                append_system_prompt=f"the victim's own instructions {s['vsys']}")
         self.cancel_target = run_phase(self.stub, job_id=CANCEL_JOB, project_id="cancel-proj", workdir=self.cancel_ws,
                                        prompt="[[vcancel]] another tenant's task", allowed_tools=["Bash"],
                                        breakpoints=hold)
@@ -513,19 +578,77 @@ class AttackScenario:
         self.gated_pid = await asyncio.to_thread(find_cli_pid, self.gated_ws, f"HELIX_GATED={s['gate']}")
 
     def start_listeners(self, link_local: str | None) -> None:
+        sockets = self.root / "services"  # where no phase may look: an internal service's socket directory
+        sockets.mkdir()
         self.listeners = {"tcp": Listener("tcp"), "udp": Listener("udp"),
-                          "abstract": Listener("abstract", name=f"hx-attack-{secrets.token_hex(6)}")}
+                          "abstract": Listener("abstract", name=f"hx-attack-{secrets.token_hex(6)}"),
+                          "unix_path": Listener("unix", name=str(sockets / "internal.sock"))}
+        _own(sockets, self.user)
         other_ip = other_host_address()
         if other_ip:
             self.listeners["other_host"] = Listener("tcp", host=other_ip)
+            try:  # the gateway's port number, on another address (the gateway listens on 127.0.0.1 only)
+                self.listeners["other_host_egress"] = Listener("tcp", host=other_ip, port=self.egress_ports[0])
+            except (OSError, IndexError) as exc:
+                self.outcome.unavailable["tcp_other_host_egress_port"] = (
+                    f"no listener on {other_ip} at an egress port {self.egress_ports}: {exc!r}")
         else:
             self.outcome.unavailable["tcp_other_host"] = "this machine has no non-loopback IPv4 address"
+            self.outcome.unavailable["tcp_other_host_egress_port"] = self.outcome.unavailable["tcp_other_host"]
         try:  # the address may be taken off lo by someone else in between: then there is nothing to attack
             if link_local is None:
                 raise OSError("it cannot be placed on lo")
             self.listeners["link_local"] = Listener("tcp", host=link_local)
         except OSError as exc:
             self.outcome.unavailable["tcp_link_local"] = f"no listener on {LINK_LOCAL} here (needs root and ip): {exc}"
+
+    def stage_host(self) -> None:
+        """What other processes of the server's user hold beyond files: POSIX and SysV shared memory,
+        a terminal; and, as root, a raw block device (a disk with another tenant's data)."""
+        s, unavailable = self.s, self.outcome.unavailable
+        self.shm_file.write_text(f"another process's shared memory {s['shm']}\n")
+        self.shm_file.chmod(0o600)
+        _own(self.shm_file, self.user)
+        try:
+            self.sysv_id = sysv_segment(f"another process's SysV segment {s['sysv']}", self.user)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            unavailable["sysv_shm"] = f"no SysV shared memory segment could be made here: {exc!r}"
+        master, slave = os.openpty()
+        self.terminal, self.terminal_name = (master, slave), os.ttyname(slave)
+        os.set_blocking(master, False)
+        if self.user == "nobody":
+            os.chown(self.terminal_name, NOBODY, -1)
+        if self.user != "root":
+            unavailable["block_device"] = "a block device is root's; nobody cannot open one with or without a sandbox"
+        elif not shutil.which("losetup"):
+            unavailable["block_device"] = "no losetup (util-linux) to stage a block device"
+        else:
+            image = self.root / "disk.img"
+            image.write_bytes(f"a raw disk's data {s['blockdev']}\n".encode().ljust(64 << 10, b"\0"))
+            try:
+                self.block_device = loop_device(image)
+            except (OSError, subprocess.SubprocessError) as exc:
+                unavailable["block_device"] = f"no loop device here: {exc!r}"
+
+    def unstage_host(self) -> None:
+        if self.sysv_id is not None:
+            remove_sysv_segment(self.sysv_id)
+        if self.block_device:
+            subprocess.run(["losetup", "--detach", self.block_device], capture_output=True, timeout=30)
+        if self.terminal is not None:
+            for fd in self.terminal:
+                os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            self.shm_file.unlink()
+
+    def terminal_output(self) -> bytes:
+        """What was written to the staged terminal since the last call (read at its master)."""
+        out = b""
+        assert self.terminal is not None
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.terminal[0], 4096):
+                out += chunk
+        return out
 
     def facts(self) -> dict[str, Any]:
         """What the attacker knows or finds out (see attack_battery); never a secret the tests check."""
@@ -566,12 +689,16 @@ class AttackScenario:
                       "held_text": s["gate"]},
             "connect": {"ListJobs": {}, "GetJob": {"jobId": VICTIM_JOB}},
             "listeners": {name: self.listeners[name].address if name in self.listeners else None
-                          for name in ("tcp", "udp", "abstract", "link_local", "other_host")},
+                          for name in ("tcp", "udp", "abstract", "link_local", "other_host", "unix_path",
+                                       "other_host_egress")},
             "payloads": {"tcp": s["tcp"], "link_local": s["linklocal"], "other_host": s["otherhost"], "udp": s["udp"],
                          "abstract": s["abstract"], "outlive": s["outlive"], "cgroup_escape": s["cgescape"],
                          "write": s["write"], "tamper": s["tamper"], "tmp": s["tmp"], "gitconfig": s["gitcfg"],
-                         "rc": s["rc"]},
-            "names": {"file": self.file_name, "package_file": self.package_file, "tmp_file": str(self.tmp_file)},
+                         "rc": s["rc"], "unix_path": s["unixpath"], "other_host_egress": s["otheregress"],
+                         "terminal": s["tty"]},
+            "names": {"file": self.file_name, "package_file": self.package_file, "tmp_file": str(self.tmp_file),
+                      "shm_file": str(self.shm_file), "block_device": self.block_device,
+                      "terminal": self.terminal_name},
             "package_dirs": self.package_dirs,
         }
 
@@ -607,26 +734,36 @@ class AttackScenario:
         if not alive(self.victim_pid) or self.victim.result is not None:
             for name in VICTIM_PROBES:
                 problems[name] = f"the victim's CLI was gone by the end of the attack ({ended(self.victim)})"
-        with contextlib.suppress(TimeoutError, AssertionError):
-            await self.victim.wait_for(lambda e: s["inject"] in str(e), limit=3)
-        fx["victim_injected"] = any(s["inject"] in str(e) for e in self.victim.events)
-        fx["victim_state"] = process_state(self.victim_pid)
         if self.gated.result is None and not alive(self.gated_pid):
             problems["forge_approval"] = f"the gated phase's CLI was gone before the attack ended ({ended(self.gated)})"
-        with contextlib.suppress(TimeoutError, AssertionError):  # a released call runs at once
-            await self.gated.wait_for(lambda e: e.HasField("tool_call_finished"), limit=3)
+
+        async def grace(wait) -> None:  # an effect may show a little late; refused ones wait it out
+            with contextlib.suppress(TimeoutError, AssertionError):
+                await wait
+
+        await asyncio.gather(  # at once: each waits its whole grace when the attack was refused
+            grace(self.victim.wait_for(lambda e: s["inject"] in str(e), limit=3)),
+            grace(self.gated.wait_for(lambda e: e.HasField("tool_call_finished"), limit=3)),  # released: runs at once
+            grace(self.cancel_target.finish(5)))
+        fx["victim_injected"] = any(s["inject"] in str(e) for e in self.victim.events)
+        fx["victim_state"] = process_state(self.victim_pid)
         fx["held_call_ran"] = [e.tool_call_finished.content_preview for e in self.gated.events
                                if e.HasField("tool_call_finished")]
-        with contextlib.suppress(TimeoutError):
-            await self.cancel_target.finish(5)
         fx["victim_cancelled"] = ended(self.cancel_target) if self.cancel_target.result is not None else ""
         for name, listener in self.listeners.items():
             payload = {"tcp": "tcp", "udp": "udp", "abstract": "abstract", "other_host": "otherhost",
-                       "link_local": "linklocal"}[name]
+                       "link_local": "linklocal", "unix_path": "unixpath", "other_host_egress": "otheregress"}[name]
             fx[f"reached_{name}"] = listener.saw(s[payload])
             if not listener.reachable():
-                problems[{"tcp": "tcp_internal_service", "udp": "udp_dns", "abstract": "abstract_unix_socket"}.get(
+                problems[{"tcp": "tcp_internal_service", "udp": "udp_dns", "abstract": "abstract_unix_socket",
+                          "unix_path": "unix_socket_path", "other_host_egress": "tcp_other_host_egress_port"}.get(
                     name, f"tcp_{name}")] = f"the test itself could not reach its {name} listener"
+        fx["terminal_output"] = self.terminal_output()
+        control = f"control-{secrets.token_hex(4)}".encode()
+        assert self.terminal is not None
+        os.write(self.terminal[1], control)
+        if control not in self.terminal_output():
+            problems["other_terminal"] = "the test itself could not write to its terminal"
         daemons = {"outlive_phase": s["outlive"], "cgroup_escape": s["cgescape"]}
         # The phase's processes are ended before its result is sent; a grace for the kernel to reap them.
         await asyncio.to_thread(wait_gone, list(daemons.values()), 3.0)
@@ -682,7 +819,8 @@ class AttackScenario:
 
     # -- all of it -------------------------------------------------------------------------------------
 
-    async def run(self) -> AttackOutcome:
+    async def run(self, link_local: str | None) -> AttackOutcome:
+        """The scenario; ``link_local``: 169.254.169.254 where it is placed on ``lo``, else None."""
         timings = self.outcome.effects.setdefault("seconds", {})
         start = time.monotonic()
 
@@ -690,21 +828,21 @@ class AttackScenario:
             timings[step] = round(time.monotonic() - start - sum(timings.values()), 1)
 
         try:
-            with link_local_address() as link_local:
-                self.api = ScriptedApi(self.script()).start()
-                pki = self.lay_out()
-                await self.start_servers(pki)
-                took("servers")
-                await self.start_victims()
-                self.start_listeners(link_local)
-                took("victims")
-                await self.attack()
-                took("attack")
-                await self.observe()
-                took("observe")
-                await self.later_phases()
-                took("later")
-                return self.outcome
+            self.api = ScriptedApi(self.script()).start()
+            pki = self.lay_out()
+            await self.start_servers(pki)
+            took("servers")
+            await self.start_victims()
+            self.start_listeners(link_local)
+            self.stage_host()
+            took("victims")
+            await self.attack()
+            took("attack")
+            await self.observe()
+            took("observe")
+            await self.later_phases()
+            took("later")
+            return self.outcome
         finally:
             await self.tear_down()
             took("tear_down")
@@ -727,6 +865,7 @@ class AttackScenario:
                     os.kill(pid, signal.SIGKILL)
         for listener in self.listeners.values():
             listener.stop()
+        await asyncio.to_thread(self.unstage_host)
         if self.api is not None:
             self.api.stop()
         for path in [self.tmp_file, *(Path(d) / self.package_file for d in self.package_dirs)]:
@@ -735,10 +874,31 @@ class AttackScenario:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-async def run_attack_scenario(user: str) -> AttackOutcome:
-    """The whole scenario with the server as ``user`` (``root`` or ``nobody``); skips where it cannot run."""
+async def run_attack_scenario(mode: str, user: str, link_local: str | None) -> AttackOutcome:
+    """The whole scenario in sandbox ``mode`` (``SANDBOX_MODES``) with the server as ``user`` (``root``
+    or ``nobody``); skips where it cannot run."""
     if user == "nobody" and nobody_python() is None:
         pytest.skip("needs root, setpriv and a Python that nobody can run")
     if os.geteuid() != 0:
         pytest.skip("stages root-owned servers and a link-local address: needs root")
-    return await AttackScenario(user).run()
+    return await AttackScenario(mode, user).run(link_local)
+
+
+# Scenarios run at once: each spends most of its time waiting on its CLIs and on graces for effects
+# that (refused) never come; more at once would only queue for the CPU.
+AT_ONCE = 2
+
+
+async def run_attack_scenarios(scenarios: list[tuple[str, str]]) -> dict[tuple[str, str], AttackOutcome | BaseException]:
+    """Each ``(mode, user)`` scenario, ``AT_ONCE`` at a time, sharing one link-local address; the
+    outcome of each, or what it raised (a skip included)."""
+    gate = asyncio.Semaphore(AT_ONCE)
+
+    async def one(mode: str, user: str, link_local: str | None) -> AttackOutcome:
+        async with gate:
+            return await run_attack_scenario(mode, user, link_local)
+
+    with link_local_address() as link_local:
+        results = await asyncio.gather(*(one(mode, user, link_local) for mode, user in scenarios),
+                                       return_exceptions=True)
+    return dict(zip(scenarios, results, strict=True))

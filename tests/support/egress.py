@@ -94,12 +94,15 @@ class HttpClient:
 class RawUpstream:
     """An HTTP server that reads one request per connection and answers with what ``script`` writes.
 
-    ``script(request_head, body, writer)`` is awaited per request; ``requests`` keeps (head, body).
+    ``script(request_head, body, writer)`` is awaited per request; ``requests`` keeps (head, body),
+    and ``incomplete`` (head, the body's bytes) of each request whose connection ended before the
+    body its ``content-length`` announced was whole (nothing answers those).
     """
 
     def __init__(self, script: Callable[[bytes, bytes, asyncio.StreamWriter], Awaitable[None]]) -> None:
         self.script = script
         self.requests: list[tuple[bytes, bytes]] = []
+        self.incomplete: list[tuple[bytes, bytes]] = []
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> RawUpstream:
@@ -123,7 +126,11 @@ class RawUpstream:
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
-                body = await reader.readexactly(length)
+                try:
+                    body = await reader.readexactly(length)
+                except asyncio.IncompleteReadError as cut:
+                    self.incomplete.append((head, cut.partial))
+                    raise
                 self.requests.append((head, body))
                 await self.script(head, body, writer)
                 await writer.drain()

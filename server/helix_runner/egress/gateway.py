@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import zlib
 from collections import deque
@@ -78,6 +79,48 @@ class _RequestHead(msgspec.Struct):
 
 _decode_head = msgspec.json.Decoder(_RequestHead).decode
 _decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_decode_key = msgspec.json.Decoder(str).decode
+_WS = re.compile(rb"[ \t\n\r]*")  # JSON's whitespace (RFC 8259)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def duplicate_key(plain: bytes, fields: dict[str, msgspec.Raw]) -> str | None:
+    """A top-level key that the JSON object ``plain`` holds more than once, else None.
+
+    ``fields`` is ``plain`` decoded (so ``plain`` is valid JSON, an object), with the last value of
+    each key, as msgspec keeps it. The object's members are walked in order (C-speed matches and
+    comparisons, one Python step per member): each key must be new, and its value exactly the bytes
+    kept for it, up to a "," or the closing "}" (so ``12`` is not taken for a kept ``1``): an earlier
+    member of a repeated key is caught either as a repeat or by a value that is not the kept one. How
+    the key is spelled does not matter (``"mod\\u0065l"`` is ``model``). ValueError if ``plain`` is
+    not what ``fields`` was decoded from.
+    """
+    i = _WS.match(plain, 0).end() + 1  # past "{"
+    i = _WS.match(plain, i).end()
+    if plain[i:i + 1] == b"}":
+        return None
+    seen: set[str] = set()
+    while True:
+        quoted = _STRING.match(plain, i)
+        if quoted is None:
+            raise ValueError(f"no key at byte {i}")
+        key = _decode_key(quoted.group())
+        if key in seen:
+            return key
+        seen.add(key)
+        i = _WS.match(plain, _WS.match(plain, quoted.end()).end() + 1).end()  # past ":"
+        value = fields.get(key)
+        if value is None:
+            raise ValueError(f"the key {key!r} was not decoded")
+        if not plain.startswith(value, i):
+            return key
+        i = _WS.match(plain, i + len(value)).end()
+        after = plain[i:i + 1]
+        if after == b"}":
+            return None
+        if after != b",":
+            return key
+        i = _WS.match(plain, i + 1).end()
 
 
 @dataclass(frozen=True)
@@ -323,6 +366,7 @@ class _Exchange:
         self._timer: IdleTimer | None = None
         self._head: bytes = b""
         self._body: bytes = b""
+        self._held = 0  # where the part of the body held back until the check passed starts
 
     def start(self) -> None:
         req = self.request
@@ -343,27 +387,62 @@ class _Exchange:
             self._refuse(401, "invalid x-api-key: this gateway accepts only the capability of a running phase")
             return
         body = b"".join(req.body or ())
-        if req.method == b"POST":
-            body = self._checked_body(body, req.headers or [])
-            if body is None:
-                return
         target = self.gateway.settings.upstream.base_path.encode() + url.path
         if url.query:
             target += b"?" + url.query
+        head: bytes | None = None
         try:
-            self._head = self._upstream_head(req.method, target, req.headers or [], len(body))
+            head = self._upstream_head(req.method, target, req.headers or [], len(body))
         except (OSError, ValueError) as exc:  # the key file: unreadable or empty (logged, no key in it)
-            self._upstream_failed(UpstreamError(f"the server cannot read its API key ({type(exc).__name__})"))
+            unreadable = UpstreamError(f"the server cannot read its API key ({type(exc).__name__})")
+        if req.method == b"POST":
+            early = self._send_before_check(head, body, req.headers or []) if head is not None else None
+            if self._checked_body(body, req.headers or []) is None:
+                if early is not None:  # the rest never goes: the API holds no whole body, nor JSON
+                    early.abort()
+                    self.upstream = None
+                return
+            if early is not None:
+                self._head, self._body = head, body  # for a retry on a new connection
+                early.send_more(memoryview(body)[self._held:])
+                return
+        if head is None:
+            self._upstream_failed(unreadable)
             return
-        self._body = body
+        self._head, self._body = head, body
         idle = self.gateway.pool.idle()
         if idle is None:
             asyncio.ensure_future(self._forward())
         else:  # the usual case: no task, no turn of the loop before the request is on its way
             self._send(idle)
 
+    def _send_before_check(self, head: bytes, body: bytes, headers: list[tuple[bytes, bytes]]) -> UpstreamConnection | None:
+        """When the body's model is to be checked (a project allowlist) and a kept-alive API
+        connection is idle: writes the head and the body up to its last ``}`` now, so the API
+        receives it while the gateway parses (over a network, the transfer is most of the time);
+        the caller sends the rest once the check passed, or closes the connection. What the API
+        then holds is a body its ``content-length`` says is incomplete and no complete JSON value
+        (a valid body's last ``}`` closes it), so neither a server that checks its framing nor one
+        that parses what it got can run it. Not for a compressed body, whose cut stream might still
+        inflate to all of it; not on a new connection (nothing could be sent before it is made)."""
+        if self.grant is None or self.grant.models is None or self.client.closed:
+            return None
+        encoding = next((v.lower() for k, v in headers if k == b"content-encoding"), b"identity")
+        cut = body.rfind(b"}")
+        if encoding != b"identity" or cut <= 0:
+            return None
+        connection = self.gateway.pool.idle()
+        if connection is None:
+            return None
+        self.upstream = connection
+        self._held = cut
+        self._arm()
+        connection.send(head, memoryview(body)[:cut], self)
+        return connection
+
     def _checked_body(self, body: bytes, headers: list[tuple[bytes, bytes]]) -> bytes | None:
-        """The body to forward, once its model passed the project's allowlist; None once refused."""
+        """The body to forward (as it came), once its model passed the project's allowlist; None
+        once refused."""
         assert self.grant is not None
         plain = body
         encoding = next((v.lower() for k, v in headers if k == b"content-encoding"), b"identity")
@@ -385,11 +464,21 @@ class _Exchange:
         if allowlist is None:
             return body
         try:
-            # One object, each top-level key once (the last, as parsers that keep the last read it):
-            # a body with two "model" keys cannot show this check one model and the API another.
             fields = _decode_top(plain)
         except (msgspec.DecodeError, msgspec.ValidationError):
             self._refuse(400, "the request body is not a JSON object; its model cannot be checked")
+            return None
+        # The API gets these bytes: a key twice could show this check one model and the API another
+        # (parsers keep the first or the last), so each top-level key must come once.
+        try:
+            twice = duplicate_key(plain, fields)
+        except ValueError as exc:  # not expected of a body msgspec decoded; refused all the same
+            log.warning("gateway could not walk a request body's keys", extra={"fields": {**self._fields(),
+                                                                                       "error": str(exc)}})
+            twice = "(unreadable)"
+        if twice is not None:
+            self._refuse(400, f"the request body has the top-level key {twice!r} twice; the gateway forwards a "
+                              "body only when every reader reads it alike")
             return None
         raw = fields.get("model")
         value = msgspec.json.decode(raw) if raw is not None else ""
@@ -402,7 +491,7 @@ class _Exchange:
             self._notify(GatewayEventKind.MODEL_REFUSED, 403, message)
             self._refuse(403, message, counted=True)
             return None
-        return msgspec.json.encode(fields) if encoding == b"identity" else body
+        return body
 
     def _upstream_head(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int) -> bytes:
         settings = self.gateway.settings

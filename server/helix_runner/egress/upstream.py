@@ -111,13 +111,19 @@ class UpstreamConnection(asyncio.Protocol):
             self._fail(UpstreamError("the API closed the connection before its answer ended"))
 
     # -- the request ----------------------------------------------------------------------------
-    def send(self, head: bytes, body: bytes, receiver: Receiver) -> None:
+    def send(self, head: bytes, body: bytes | memoryview, receiver: Receiver) -> None:
+        """Writes a request (``body``: all of it, or its start: ``send_more`` writes the rest)."""
         assert self.transport is not None and self._receiver is None
         self._receiver, self._answered, self._headers, self._head_bytes = receiver, False, [], 0
         self._parser = httptools.HttpResponseParser(self)
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)
+
+    def send_more(self, data: bytes | memoryview) -> None:
+        """The rest of the request's body (after ``send``)."""
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
 
     def pause(self) -> None:
         if self.transport is not None and not self.closed:

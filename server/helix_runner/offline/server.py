@@ -80,6 +80,10 @@ class _Server(ThreadingHTTPServer):
                 pass
 
 
+class _CutShort(Exception):
+    """The connection ended before the request's body was whole: the client gave the request up."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Routes each HTTP request to the owning :class:`ScriptedApi`."""
 
@@ -322,7 +326,14 @@ class ScriptedApi:
         received_at = time.monotonic()
         split = urlsplit(handler.path)
         path = split.path.rstrip("/") or "/"
-        raw = self._read_body(handler)
+        try:
+            raw = self._read_body(handler)
+        except _CutShort:
+            # As a real HTTP server: a body shorter than its framing said is no request (the
+            # gateway relies on it: it closes a refused request's connection before its end).
+            _log.debug("scripted API: %s %s ended before its body was whole", handler.command, handler.path)
+            handler.close_connection = True
+            return
         body = self._parse_body(raw, handler.headers.get("content-encoding"))
         headers = {
             name.lower(): ("<redacted>" if name.lower() in ("x-api-key", "authorization") else value)
@@ -394,18 +405,28 @@ class ScriptedApi:
 
     @staticmethod
     def _read_body(handler: _Handler) -> bytes:
+        """The request's body; _CutShort if the connection ended first."""
         if handler.headers.get("transfer-encoding", "").lower() == "chunked":
             parts = []
             while True:
-                size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = handler.rfile.readline()
+                if not line:
+                    raise _CutShort
+                size = int(line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
                     handler.rfile.readline()  # the blank line after the last chunk (no trailers expected)
                     break
-                parts.append(handler.rfile.read(size))
+                part = handler.rfile.read(size)
+                if len(part) < size:
+                    raise _CutShort
+                parts.append(part)
                 handler.rfile.readline()
             return b"".join(parts)
         length = int(handler.headers.get("content-length") or 0)
-        return handler.rfile.read(length) if length > 0 else b""
+        body = handler.rfile.read(length) if length > 0 else b""
+        if len(body) < length:
+            raise _CutShort
+        return body
 
     @staticmethod
     def _parse_body(raw: bytes, encoding: str | None) -> Any:

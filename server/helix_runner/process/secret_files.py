@@ -10,6 +10,12 @@ per phase run, under ``<data_dir>/phase-secrets/`` (outside every workspace the 
 passes the path, and removes the directory when the phase ends; a restarted server removes what a
 crashed one left (``sweep``). The record of the argv is made from the inline form
 (``claude_command.redact_argv``), so it still names the MCP servers, agents and settings keys.
+
+The system prompts (``--system-prompt``, ``--append-system-prompt``) go the same way, as
+``--system-prompt-file`` / ``--append-system-prompt-file`` (CLI 2.1.332 builds the same system
+blocks from them; ``tests/api/test_secret_option_files.py`` checks it against the scripted API):
+they are the caller's instructions, and where no PID namespace hides the CLI (the sandbox's
+Landlock-only mode, or none) other phases would read them in its command line.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from pathlib import Path
 # The flags whose JSON value is written to a file (one `--flag=value` argument each, as
 # claude_command builds them).
 FILE_FLAGS = ("--mcp-config", "--settings", "--agents")
+# Flags whose value (the next argument) is text the CLI also takes from a file, with this flag.
+TEXT_FILE_FLAGS = {"--system-prompt": "--system-prompt-file", "--append-system-prompt": "--append-system-prompt-file"}
 
 
 def secrets_root(data_dir: Path) -> Path:
@@ -40,23 +48,32 @@ class SecretArgFiles:
         self._written: dict[tuple[str, str], Path] = {}
 
     def externalize(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` with each ``--mcp-config=``/``--settings=``/``--agents=`` JSON value replaced by
-        the path of a file holding it (written once per distinct value; later attempts reuse it)."""
+        """``argv`` with each ``--mcp-config=``/``--settings=``/``--agents=`` JSON value, and each
+        system prompt (``--system-prompt VALUE`` and its ``--append-`` form: two arguments, as
+        claude_command builds them), replaced by the path of a file holding it (written once per
+        distinct value; later attempts reuse it)."""
         out: list[str] = []
-        for arg in argv:
+        args = iter(argv)
+        for arg in args:
             flag, eq, value = arg.partition("=")
             if eq and flag in FILE_FLAGS and value.lstrip().startswith("{"):
                 out.append(f"{flag}={self._file_for(flag, value)}")
+            elif arg in TEXT_FILE_FLAGS:
+                text = next(args, None)
+                if text is None:  # no value: left for the CLI to refuse, as it would inline
+                    out.append(arg)
+                else:
+                    out.append(f"{TEXT_FILE_FLAGS[arg]}={self._file_for(arg, text, suffix='.txt')}")
             else:
                 out.append(arg)
         return out
 
-    def _file_for(self, flag: str, value: str) -> Path:
+    def _file_for(self, flag: str, value: str, *, suffix: str = ".json") -> Path:
         key = (flag, hashlib.sha256(value.encode()).hexdigest())
         path = self._written.get(key)
         if path is None:
             self._make_dir()
-            path = self.path / f"{flag.lstrip('-')}-{len(self._written) + 1}.json"
+            path = self.path / f"{flag.lstrip('-')}-{len(self._written) + 1}{suffix}"
             # O_EXCL | O_NOFOLLOW: never write through something another process put there.
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -25,6 +25,14 @@ def call(number, *args):
     ctypes.set_errno(0)
     return 0 if libc.syscall(number, *args) >= 0 else ctypes.get_errno()
 
+def made(number, remove, *args):  # a SysV IPC object made and removed (IPC_RMID), or the errno
+    ctypes.set_errno(0)
+    made = libc.syscall(number, *args)
+    if made < 0:
+        return ctypes.get_errno()
+    libc.syscall(remove, made, 0, None)
+    return 0
+
 def sock(family, kind):
     try:
         socket.socket(family, kind).close()
@@ -32,7 +40,7 @@ def sock(family, kind):
     except OSError as exc:
         return exc.errno
 
-print(json.dumps({
+out = {
     "io_uring_setup": call(425, 1, None),
     "unshare_user": call(272, 0x10000000),
     "keyctl": call(250, 0, -1, 0),
@@ -42,8 +50,12 @@ print(json.dumps({
     "udp": sock(socket.AF_INET, socket.SOCK_DGRAM),
     "unix": sock(socket.AF_UNIX, socket.SOCK_STREAM),
     "packet": sock(socket.AF_PACKET, socket.SOCK_RAW),
+    "shmget": made(29, 31, 0, 4096, 0o1600),  # IPC_PRIVATE, IPC_CREAT | 0600; removed by shmctl
+    "msgget": made(68, 71, 0, 0o1600),  # ... msgctl
+    "mq_open": call(240, b"helix-test-none", 0, 0, None),  # O_RDONLY, no such queue (the syscall takes no "/"): ENOENT (2) unless refused
     "fork": os.waitpid(pid, 0)[1] if (pid := os.fork()) else os._exit(0),
-}))
+}
+print(json.dumps(out))
 """
 
 
@@ -65,6 +77,14 @@ def test_what_every_variant_refuses_and_allows():
     assert tried["unshare_user"] == tried["keyctl"] == tried["mount"] == 1  # EPERM
     assert tried["tcp"] == tried["udp"] == tried["unix"] == tried["fork"] == 0  # ordinary work goes on
     assert tried["ptrace"] == 3  # ESRCH: allowed through (Landlock scopes ptrace where this variant is used)
+    assert tried["shmget"] == tried["msgget"] == 0 and tried["mq_open"] == 2  # an IPC namespace keeps them apart
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="x86_64 syscall numbers")
+def test_without_an_ipc_namespace_sysv_ipc_and_message_queues_are_refused():
+    tried = attempts(userns=True, ptrace=False, sockets=True, ipc=True)
+    assert tried["shmget"] == tried["msgget"] == tried["mq_open"] == 38  # ENOSYS: as a kernel without them
+    assert tried["tcp"] == tried["unix"] == tried["fork"] == 0
 
 
 @pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="x86_64 syscall numbers")
@@ -77,4 +97,6 @@ def test_the_landlock_only_variants_add_ptrace_and_non_tcp_sockets():
 
 def test_the_variants_compiled_at_start_are_the_ones_phases_get():
     assert {variant_name(**v) for v in VARIANTS} == {
-        "seccomp-userns", "seccomp-userns-ptrace", "seccomp-userns-sockets", "seccomp-userns-ptrace-sockets"}
+        "seccomp-userns", "seccomp-userns-ptrace", "seccomp-userns-sockets", "seccomp-userns-ptrace-sockets",
+        "seccomp-userns-ipc", "seccomp-userns-ptrace-ipc", "seccomp-userns-sockets-ipc",
+        "seccomp-userns-ptrace-sockets-ipc"}

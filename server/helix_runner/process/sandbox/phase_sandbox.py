@@ -28,6 +28,7 @@ from helix_runner.process.sandbox import capabilities, landlock, launch, relay, 
 from helix_runner.process.sandbox.bwrap import bwrap_argv
 from helix_runner.process.sandbox.detect import LAYERS, SandboxSupport, detect
 from helix_runner.process.sandbox.policy import (
+    LANDLOCK_DEVICES,
     SYSTEM_PATHS,
     SYSTEM_SECRETS,
     landlock_rules,
@@ -226,7 +227,7 @@ class Sandbox:
             out.append(SandboxLayer("network", False, notes.get("network", "unavailable")))
         if lay.landlock_abi:
             what = "signals and abstract unix sockets scoped to the phase, no ptrace of other processes" + (
-                "" if lay.bwrap else "; file access only to the allowed paths")
+                "" if lay.bwrap else "; file access only to the allowed paths and device nodes")
             out.append(SandboxLayer("landlock", True, f"ABI {lay.landlock_abi}: {what}"))
         else:
             out.append(SandboxLayer("landlock", False, notes.get("landlock", "unavailable")))
@@ -234,7 +235,8 @@ class Sandbox:
             out.append(SandboxLayer("seccomp", True, "deny list: io_uring, bpf, perf_event_open, userfaultfd, "
                                     "keyrings, kexec, modules, mount API, setns, new user namespaces" + (
                                         "" if lay.landlock_abi else ", ptrace") + (
-                                        ", non-TCP sockets" if lay.tcp_rules else "")))
+                                        ", non-TCP sockets" if lay.tcp_rules else "") + (
+                                        "" if lay.bwrap else ", SysV IPC and message queues")))
         else:
             out.append(SandboxLayer("seccomp", False, notes.get("seccomp", "unavailable")))
         return tuple(out)
@@ -283,15 +285,17 @@ class Sandbox:
         if lay.bwrap:
             spec["bwrap"] = bwrap_argv(lay.bwrap, policy, seccomp_denies_userns=seccomp)
         elif lay.landlock_abi:
-            spec["fs"] = landlock_rules(policy, landlock.READ, landlock.WRITE) + [
-                ("/dev", landlock.DEVICE), ("/proc", landlock.READ), ("/sys", landlock.READ)]
+            spec["fs"] = [*landlock_rules(policy, landlock.READ, landlock.WRITE),
+                          *((device, landlock.DEVICE) for device in LANDLOCK_DEVICES),
+                          ("/proc", landlock.READ), ("/sys", landlock.READ)]
             spec["tcp"] = lay.tcp_rules
         if seccomp:
             from helix_runner.process.sandbox.seccomp_filter import variant_name
 
             # New user namespaces are refused by the filter in every mode (under bubblewrap in
-            # place of its --disable-userns); ptrace where Landlock does not scope it.
-            name = variant_name(userns=True, ptrace=not lay.landlock_abi, sockets=lay.tcp_rules)
+            # place of its --disable-userns); ptrace where Landlock does not scope it; SysV and
+            # POSIX message-queue IPC where no IPC namespace (bubblewrap's) keeps the host's apart.
+            name = variant_name(userns=True, ptrace=not lay.landlock_abi, sockets=lay.tcp_rules, ipc=not lay.bwrap)
             spec["seccomp"] = str(self.seccomp_dir / f"{name}.bpf")
         env = home.env("/tmp" if lay.bwrap else str(home.tmp))
         report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home),

@@ -20,6 +20,11 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
 # Never visible, wherever the allowlist would otherwise reach them.
 SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/ssl/private",
                   "/etc/sudoers", "/etc/sudoers.d", "/etc/security/opasswd", "/etc/helix-runner")
+# The device nodes a phase may open where no mount namespace gives it a ``/dev`` of its own (Landlock
+# alone), as bubblewrap's ``--dev`` offers them. Not the rest of the host's ``/dev``: ``/dev/shm``
+# holds other processes' shared memory, ``/dev/pts`` other sessions' terminals, and a root server's
+# owner bits would open its disks, ``/dev/kmsg`` and ``/dev/kvm``.
+LANDLOCK_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
 @dataclass(frozen=True)

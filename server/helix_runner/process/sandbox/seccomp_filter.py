@@ -16,8 +16,11 @@ Optional rules, by what the other layers leave open: new user namespaces (``unsh
 with ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS, so callers fall back to ``clone``, whose flags
 BPF can read), which the server always asks for (under bubblewrap in place of its
 ``--disable-userns``, which costs a nested user namespace per phase); ``ptrace`` without Landlock
-to scope it; and, when Landlock's TCP rules are the network boundary, every socket they cannot
-see: UDP and raw IP sockets, packet sockets, and families other than unix, IPv4, IPv6 and netlink.
+to scope it; when Landlock's TCP rules are the network boundary, every socket they cannot
+see: UDP and raw IP sockets, packet sockets, and families other than unix, IPv4, IPv6 and netlink;
+and without bubblewrap's IPC namespace, SysV IPC and POSIX message queues (ENOSYS, as on a kernel
+built without them): their objects are the host's, named by numbers ``/proc/sysvipc`` lists, and
+no Landlock rule covers them.
 """
 
 from __future__ import annotations
@@ -40,18 +43,22 @@ _NOSYS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 _CLONE_NEWUSER = 0x10000000
 _SOCK_TYPE_MASK = 0xF
 _ALLOWED_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK)
+_IPC = ("shmget", "shmat", "shmctl", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv",
+        "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr")
 
 
-def variant_name(*, userns: bool, ptrace: bool, sockets: bool) -> str:
-    """The file stem of the variant denying these (e.g. ``seccomp-userns-sockets``)."""
-    return "-".join(["seccomp", *(n for n, on in (("userns", userns), ("ptrace", ptrace), ("sockets", sockets)) if on)])
+def variant_name(*, userns: bool, ptrace: bool, sockets: bool, ipc: bool = False) -> str:
+    """The file stem of the variant denying these (e.g. ``seccomp-userns-sockets-ipc``)."""
+    flags = (("userns", userns), ("ptrace", ptrace), ("sockets", sockets), ("ipc", ipc))
+    return "-".join(["seccomp", *(n for n, on in flags if on)])
 
 
 # The variants phases get (phase_sandbox.Sandbox.prepare): new user namespaces always refused.
-VARIANTS = tuple({"userns": True, "ptrace": p, "sockets": s} for p in (False, True) for s in (False, True))
+VARIANTS = tuple({"userns": True, "ptrace": p, "sockets": s, "ipc": i}
+                 for p in (False, True) for s in (False, True) for i in (False, True))
 
 
-def _filter(*, userns: bool, ptrace: bool, sockets: bool) -> seccomp.SyscallFilter:
+def _filter(*, userns: bool, ptrace: bool, sockets: bool, ipc: bool = False) -> seccomp.SyscallFilter:
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     eperm = seccomp.ERRNO(errno.EPERM)
     for name in _COMMON_DENY:
@@ -64,6 +71,9 @@ def _filter(*, userns: bool, ptrace: bool, sockets: bool) -> seccomp.SyscallFilt
         f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # flags live in a struct BPF cannot read
     if ptrace:
         f.add_rule(eperm, "ptrace")
+    if ipc:
+        for name in _IPC:
+            f.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
     if not sockets:
         return f
     for family in (socket.AF_INET, socket.AF_INET6):
@@ -78,10 +88,10 @@ def _filter(*, userns: bool, ptrace: bool, sockets: bool) -> seccomp.SyscallFilt
     return f
 
 
-def compile_filter(*, userns: bool = False, ptrace: bool = False, sockets: bool = False) -> bytes:
+def compile_filter(*, userns: bool = False, ptrace: bool = False, sockets: bool = False, ipc: bool = False) -> bytes:
     """The classic-BPF program denying the common list and the optional groups asked for."""
     with tempfile.TemporaryFile() as out:
-        _filter(userns=userns, ptrace=ptrace, sockets=sockets).export_bpf(out)
+        _filter(userns=userns, ptrace=ptrace, sockets=sockets, ipc=ipc).export_bpf(out)
         out.seek(0)
         return out.read()
 
