@@ -78,16 +78,32 @@ def from_cli(e) -> bool:
     return e.WhichOneof("payload") not in ("control", "status_changed", "cost_update", None)
 
 
-async def read(call) -> tuple[list, object, list[tuple[float, int]]]:
-    """Every event and the result of a stream, with the wall-clock time each event arrived."""
+async def follow_phase(
+    stub, job_id: str, limit_s: float = 600.0
+) -> tuple[list, object, list[tuple[float, int]]]:
+    """Every event and the result of a phase, with the wall-clock time each event arrived: WatchPhase
+    re-attached after the last sequence whenever its stream ends without the result (PHASE_MOVED,
+    or a replica going away), as the repository's clients do."""
     events, arrivals, result = [], [], None
-    async for response in call:
-        now = time.time()
-        for e in response.events:
-            events.append(e)
-            arrivals.append((now, e.sequence))
-        if response.HasField("result"):
-            result = response.result
+    deadline = time.monotonic() + limit_s
+    while result is None:
+        after = events[-1].sequence if events else 0
+        call = stub.WatchPhase(
+            pb.WatchPhaseRequest(job_id=job_id, phase_id="p1", after_sequence=after), timeout=600
+        )
+        try:
+            async for response in call:
+                now = time.time()
+                for e in response.events:
+                    if e.sequence > (events[-1].sequence if events else 0):
+                        events.append(e)
+                        arrivals.append((now, e.sequence))
+                if response.HasField("result"):
+                    result = response.result
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
     return events, result, arrivals
 
 
@@ -146,7 +162,7 @@ async def run(args: argparse.Namespace, root: Path, database_url: str) -> int:
         job_ids = [f"move-{i}" for i in range(args.phases)]
         for job_id in job_ids:
             (shared / job_id).mkdir()
-        # Each phase started on a replica of its own, round the three, and watched from the next one.
+        # Each phase started on a replica of its own, round the three, and watched through the Service.
         calls = [
             replicas[i % 3].stub.RunPhase(
                 pb.RunPhaseRequest(
@@ -169,8 +185,7 @@ async def run(args: argparse.Namespace, root: Path, database_url: str) -> int:
                     pass
 
         callers = [asyncio.create_task(drain_call(call)) for call in calls]
-        watches = [asyncio.create_task(read(stub.WatchPhase(pb.WatchPhaseRequest(job_id=j, phase_id="p1"),
-                                                             timeout=600))) for j in job_ids]  # fmt: skip
+        watches = [asyncio.create_task(follow_phase(stub, job_id)) for job_id in job_ids]
         await asyncio.sleep(2 * args.step)  # every phase is in a tool call
         sigterm_at: dict[str, float] = {}
         for replica in replicas[: args.rounds]:
