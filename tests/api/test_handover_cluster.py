@@ -184,6 +184,7 @@ STEPS = 12
 STEP_SLEEP_S = 4
 
 
+@pytest.mark.timeout(900)  # several real CLIs and restarts on a shared 2-core machine
 async def test_a_rolling_restart_of_all_three_moves_twenty_phases_and_interrupts_none(
     claude_binary, postgres_url, tmp_path
 ):
@@ -280,6 +281,7 @@ RESUME_SLACK_S = 15.0
 KILLED_PHASES = 3
 
 
+@pytest.mark.timeout(420)  # several real CLIs and restarts on a shared 2-core machine
 async def test_the_phases_of_a_replica_killed_mid_run_resume_on_the_others(
     claude_binary, postgres_url, tmp_path
 ):
@@ -419,6 +421,7 @@ def check_moved_stream(run, a: Replica) -> int:
     return after
 
 
+@pytest.mark.timeout(360)  # several real CLIs and restarts on a shared 2-core machine
 async def test_a_held_call_moved_by_a_drain_then_approved_runs_once(claude_binary, postgres_url, tmp_path):
     script = tmp_path / "script.json"
     stepped_script(HELD_STEPS, HELD_SLEEP_S).save(script)
@@ -470,6 +473,7 @@ async def test_a_held_call_moved_by_a_drain_then_approved_runs_once(claude_binar
         assert MOVED_FROM.format(a.replica_id) in move_reasons(result, whole, 2)
 
 
+@pytest.mark.timeout(360)  # several real CLIs and restarts on a shared 2-core machine
 async def test_an_approval_sent_while_the_held_call_moves_is_applied_once(
     claude_binary, postgres_url, tmp_path
 ):
@@ -554,6 +558,7 @@ def ns_of(timestamp) -> int:
     return timestamp.seconds * 1_000_000_000 + timestamp.nanos
 
 
+@pytest.mark.timeout(420)  # several real CLIs and restarts on a shared 2-core machine
 async def test_a_queued_phase_moves_to_the_replica_where_room_frees(claude_binary, postgres_url, tmp_path):
     script = tmp_path / "script.json"
     stepped_script(LONG_STEPS, QUEUE_SLEEP_S, short=SHORT_STEPS).save(script)
@@ -609,6 +614,7 @@ async def test_a_queued_phase_moves_to_the_replica_where_room_frees(claude_binar
         assert long_c_result.status == res.PHASE_STATUS_SUCCEEDED, long_c_result.reason
 
 
+@pytest.mark.timeout(420)  # several real CLIs and restarts on a shared 2-core machine
 async def test_a_phase_queued_on_a_killed_replica_runs_on_another(claude_binary, postgres_url, tmp_path):
     script = tmp_path / "script.json"
     stepped_script(LONG_STEPS, QUEUE_SLEEP_S, short=SHORT_STEPS).save(script)
