@@ -81,9 +81,8 @@ def steps_ran(workdir: Path) -> list[int]:
 
 
 def add_usage(total: dict[str, float], cost) -> None:
-    tokens = cost.tokens
-    for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
-        total[name] = total.get(name, 0) + getattr(tokens, name)
+    for field in cost.tokens.DESCRIPTOR.fields:  # every kind of token TokenUsage counts
+        total[field.name] = total.get(field.name, 0) + getattr(cost.tokens, field.name)
     total["computed_usd"] = total.get("computed_usd", 0.0) + cost.computed_usd
 
 
