@@ -509,8 +509,15 @@ async def test_an_approval_sent_while_the_held_call_moves_is_applied_once(
                         tool_use_id = held[0].tool_use_id
                     await asyncio.sleep(0.2)
         assert await stopping == 0, a.logs()[-4000:]
-        events, result = await watch.finish(180)
         print(f"answers to the approval during the move: {answers}")
+        try:
+            events, result = await watch.finish(150)  # 7 steps of 4 s, one CLI start, a loaded machine
+        except TimeoutError:
+            held = await held_calls(b)
+            assert not held, (
+                f"the approval was answered {answers[-1]} but the call is held again: it was lost"
+            )
+            raise
         assert watch.error is None and result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
         # Neither lost (it ran) nor applied twice (once); the rest ran once each, in order.
         assert steps_ran(workdir) == list(range(1, HELD_STEPS + 1))
