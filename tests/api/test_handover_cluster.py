@@ -278,6 +278,7 @@ RESUME_START_S = 15.0
 RESUME_BOUND_S = LEASE_S + sweep_interval_seconds(LEASE_S) + RESUME_START_S
 RESUME_SLACK_S = 15.0
 KILLED_PHASES = 3
+KILL_STEPS = 6
 
 
 @pytest.mark.timeout(420)  # several real CLIs and restarts on a shared 2-core machine
@@ -285,7 +286,7 @@ async def test_the_phases_of_a_replica_killed_mid_run_resume_on_the_others(
     claude_binary, postgres_url, tmp_path
 ):
     script = tmp_path / "script.json"
-    stepped_script(4, 2).save(script)
+    stepped_script(KILL_STEPS, 3).save(script)
     shared = shared_workspace(tmp_path / "shared")
     async with cluster(tmp_path, postgres_url, "--offline-script", str(script), "--replica-lease-seconds",
                        str(LEASE_S), env=ENV, workspace_root=shared) as (a, b, c):  # fmt: skip
@@ -296,8 +297,11 @@ async def test_the_phases_of_a_replica_killed_mid_run_resume_on_the_others(
             request = pb.RunPhaseRequest(job_id=job_id, phase_id="p1", prompt="go", working_dir=str(shared / job_id),
                                          options=pb.PhaseOptions(allowed_tools=["Bash"]))  # fmt: skip
             runs[job_id] = follow(a.stub.RunPhase(request, timeout=300))
-        for job_id in job_ids:  # all three in the middle of a tool on A, watched from C
-            await runs[job_id].wait_for(lambda e: e.HasField("tool_call_started"))
+        # All three past their first step (a finished tool call, so the session has something to
+        # resume) and in the middle of the next one on A, watched from C.
+        for job_id in job_ids:
+            finished = await runs[job_id].wait_for(lambda e: e.HasField("tool_call_finished"))
+            await runs[job_id].wait_for(lambda e: e.HasField("tool_call_started"), after=finished.sequence)
             watches[job_id] = follow(
                 c.stub.WatchPhase(pb.WatchPhaseRequest(job_id=job_id, phase_id="p1"), timeout=300)
             )
@@ -343,7 +347,7 @@ async def test_the_phases_of_a_replica_killed_mid_run_resume_on_the_others(
             ran, done_before = steps_ran(shared / job_id), ran_before[job_id]
             assert ran[: len(done_before)] == done_before, (job_id, ran, done_before)
             after_kill = ran[len(done_before) :]
-            assert after_kill and after_kill == list(range(after_kill[0], 5)), (job_id, ran, done_before)
+            assert after_kill and after_kill == list(range(after_kill[0], KILL_STEPS + 1)), (job_id, ran)
             assert after_kill[0] <= len(done_before) + 1, (job_id, ran, done_before)
             print(f"{job_id}: steps before the kill {done_before}, after it {after_kill}")
             assert check_attempts(result, events, job_id)[0] == a.replica_id
