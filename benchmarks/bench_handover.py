@@ -210,6 +210,12 @@ async def run(args: argparse.Namespace, root: Path, database_url: str) -> int:
             stop_ns = ns(before.end_time)
             started = by_sequence[after.first_sequence]
             first = next(e for e in events if e.sequence > after.first_sequence and from_cli(e))
+            if args.trace:  # where the time goes: the new attempt's first events, from the stop
+                print(f"{result.job_id} attempt {after.number}: " + ", ".join(
+                    f"{e.WhichOneof('payload')}"
+                    + (f"/{ev.ControlEventKind.Name(e.control.kind)[21:]}" if e.HasField("control") else "")
+                    + f" +{(ns(e.receive_time) - stop_ns) / 1e6:.0f} ms"
+                    for e in events if after.first_sequence <= e.sequence < after.first_sequence + 8))  # fmt: skip
             stop_to_started.append((ns(started.receive_time) - stop_ns) / 1e9)
             stop_to_cli.append((ns(first.receive_time) - stop_ns) / 1e9)
             replica = getattr(before, "replica_id", "")
@@ -245,6 +251,9 @@ def main() -> int:
     parser.add_argument("--step", type=float, default=2.0, help="seconds each Bash step sleeps")
     parser.add_argument("--fresh", type=int, default=6, help="fresh phases for the baseline")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs)")
+    parser.add_argument(
+        "--trace", action="store_true", help="print each hand-over's first events with their times"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-handover-"))
     try:
