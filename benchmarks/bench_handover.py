@@ -262,6 +262,9 @@ def main() -> int:
     parser.add_argument("--fresh", type=int, default=6, help="fresh phases for the baseline")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs)")
     parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds between a replica's restart and the next drain"
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="print each hand-over's first events with their times"
     )
     args = parser.parse_args()
