@@ -21,7 +21,9 @@ result's attempts and the phase's events:
 
 The baseline, in the same run on the same replicas: a **fresh phase** on a live replica, RunPhase
 sent → its ATTEMPT_STARTED and → its first CLI event (the CLI's cold start, what re-running a
-phase from the start costs at least, before it redoes any work). The ratio hand-over / fresh start
+phase from the start costs at least, before it redoes any work), one at a time, and as many at once
+as one drain hands over (``--phases`` / 3, on the two other replicas), since the adopters' CLIs
+start together too. The ratio hand-over / fresh start
 is the overhead of moving a phase over starting one; absolute numbers vary with the machine.
 
 Usage: .venv/bin/python benchmarks/bench_handover.py [--phases 6] [--rounds 3] [--steps 25]
@@ -131,14 +133,12 @@ async def fresh_start(stub, job_id: str, workdir: Path) -> tuple[float, float]:
 
 def show(name: str, samples_s: list[float], base: list[float] | None = None) -> None:
     if not samples_s:
-        print(f"  {name:<46} not measured")
+        print(f"  {name:<50} not measured")
         return
     ms = sorted(s * 1000 for s in samples_s)
-    line = f"  {name:<46} p50 {statistics.median(ms):8.0f} ms   p99 {pct(ms, 99):8.0f} ms   (n={len(ms)})"
+    line = f"  {name:<50} p50 {statistics.median(ms):8.0f} ms   p99 {pct(ms, 99):8.0f} ms   (n={len(ms)})"
     if base:
-        line += (
-            f"   x{statistics.median(ms) / statistics.median(s * 1000 for s in base):.2f} of the fresh start"
-        )
+        line += f"   x{statistics.median(ms) / statistics.median(s * 1000 for s in base):.2f} of its baseline"
     print(line)
 
 
@@ -155,6 +155,14 @@ async def run(args: argparse.Namespace, root: Path, database_url: str) -> int:
             await fresh_start(replicas[i % 3].stub, f"fresh-{i}", shared / f"fresh-{i}")
             for i in range(args.fresh)
         ]
+        # And as many at once, on two replicas, as a drain hands over (a third of the phases, to
+        # the two others): the CLI starts then compete for the CPU as the adopters' do.
+        burst = max(1, args.phases // 3)
+        for i in range(burst):
+            (shared / f"burst-{i}").mkdir()
+        bursts = await asyncio.gather(*(
+            fresh_start(replicas[1 + i % 2].stub, f"burst-{i}", shared / f"burst-{i}") for i in range(burst)
+        ))  # fmt: skip
 
         channel = grpc.aio.insecure_channel(service_target(replicas), options=SERVICE_OPTIONS)
         await asyncio.wait_for(channel.channel_ready(), 30)
@@ -239,8 +247,10 @@ async def run(args: argparse.Namespace, root: Path, database_url: str) -> int:
     fresh_cli = [f for _, f in fresh]
     show("fresh phase: RunPhase -> ATTEMPT_STARTED", fresh_started)
     show("fresh phase: RunPhase -> first CLI event", fresh_cli)
+    show(f"{len(bursts)} fresh phases at once: -> first CLI event", [f for _, f in bursts])
     show("hand-over: stop -> ATTEMPT_STARTED on adopter", stop_to_started, fresh_started)
     show("hand-over: stop -> first CLI event on adopter", stop_to_cli, fresh_cli)
+    show("  (the same beside the fresh phases at once)", stop_to_cli, [f for _, f in bursts])
     show("hand-over: SIGTERM -> first CLI event (client)", sigterm_to_cli)
     if not stop_to_cli:
         print("no phase moved: a server without the hand-over lets a drain wait for its phases, then ends "
