@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow, SweepOutbox
 from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
+from helix_runner.store.postgres_handover import PostgresHandover
 from helix_runner.store.postgres_notify import EventListener, EventPointer, notify
 from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError, PhaseRow, Store
 from helix_runner.store.rows import phase_row, phase_value
@@ -369,6 +370,14 @@ class PostgresCluster:
         """The cluster-wide admission queue and limits, kept in this database (one per replica)."""
         return self._ledger
 
+    @functools.cached_property
+    def _handover(self) -> PostgresHandover:
+        return PostgresHandover(self._pool, self.replica, ACTIVE)
+
+    def handover(self) -> PostgresHandover:
+        """Durable phase state and hand-over between replicas (docs/scale-out.md "Hand-over")."""
+        return self._handover
+
     def feed(self) -> EventListener:
         """This replica's LISTEN connection (not started): other replicas' events and admission changes."""
         return EventListener(self._conninfo, store=self._store)
@@ -396,14 +405,24 @@ class PostgresCluster:
                     f"{SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
                     "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
                     "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
+                    # A phase that can move is claimed by a live replica instead (postgres_handover.py).
+                    "AND NOT EXISTS (SELECT 1 FROM phase_handover h WHERE h.job_id = p.job_id "
+                    "AND h.phase_id = p.phase_id AND h.movable) "
                     "ORDER BY p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
                     (ACTIVE, self.replica.replica_id, adopted, limit),
                 ).fetchall()
             ]
             pointers = []
+            why_not = dict(((j, p), why) for j, p, why in cur.execute(
+                "SELECT job_id, phase_id, not_movable_reason FROM phase_handover WHERE not_movable_reason <> '' "
+                "AND (job_id, phase_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+                ([r.job_id for r in rows], [r.phase_id for r in rows])).fetchall()) if rows else {}
             for row in rows:
                 seq = row.last_sequence + 1
                 event, values = interrupt(row, seq)
+                if (row.job_id, row.phase_id) in why_not:  # it could not move: say why
+                    values = {**values, "status_reason": f"{values.get('status_reason', '')} "
+                              f"(it could not move: {why_not[(row.job_id, row.phase_id)]})".strip()}
                 if event.sequence != seq:
                     raise ValueError(f"the terminal event must have sequence {seq}, not {event.sequence}")
                 values = {**values, "status": PhaseStatus.INTERRUPTED}
