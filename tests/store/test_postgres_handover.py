@@ -143,11 +143,14 @@ def test_claims_respect_the_room_asked_for(replicas):
 def test_a_decision_sent_during_the_move_is_taken_once_by_the_adopter(replicas):
     a, b, c = replicas(3)
     running(a)
+    assert c.cluster.handover().record_decision("j", "x", "toolu_1", b"approve") == "owned"  # A runs it: forward
     a.cluster.handover().release("j", "x", "draining")
-    assert c.cluster.handover().record_decision("j", "x", "toolu_1", b"approve")
-    assert not c.cluster.handover().record_decision("j", "x", "toolu_1", b"deny")  # the first stands
+    assert c.cluster.handover().record_decision("j", "x", "toolu_1", b"approve") == "recorded"
+    assert c.cluster.handover().record_decision("j", "x", "toolu_1", b"deny") == "duplicate"  # the first stands
+    assert c.cluster.handover().record_decision("j", "nope", "toolu_1", b"deny") == "gone"
     with pytest.raises(FencedError):  # only the owner takes them
         c.cluster.handover().take_decisions("j", "x")
     b.cluster.handover().claim(1)
+    assert c.cluster.handover().record_decision("j", "x", "toolu_2", b"approve") == "owned"  # B has it now
     assert b.cluster.handover().take_decisions("j", "x") == {"toolu_1": b"approve"}
     assert b.cluster.handover().take_decisions("j", "x") == {}

@@ -190,13 +190,27 @@ class PostgresHandover:
 
     # -- decisions on held calls -------------------------------------------------------------------
 
-    def record_decision(self, job_id: str, phase_id: str, tool_use_id: str, decision: bytes) -> bool:
-        """Keeps a decision sent while the phase has no live owner; False if one was already kept for
-        that call (the first one stands, as on a live owner)."""
-        with self._pool.connection() as conn:
-            return conn.execute(
+    def record_decision(self, job_id: str, phase_id: str, tool_use_id: str, decision: bytes) -> str:
+        """Keeps a decision sent while the phase has no live owner (it is moving). Returns "recorded",
+        "duplicate" (one was kept for that call already: the first stands, as on a live owner),
+        "owned" (the phase has a live owner now: send the decision there) or "gone" (no such active
+        phase, or one that cannot move). The phase row is locked ``FOR SHARE``, so a claim (which
+        updates it) commits before this looks or waits until this committed, and the adopter,
+        which takes the decisions after its claim, sees every one recorded."""
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            row = cur.execute(
+                "SELECT p.status = ANY(%s) AND h.movable, "
+                "EXISTS (SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
+                "FROM phases p JOIN phase_handover h ON h.job_id = p.job_id AND h.phase_id = p.phase_id "
+                "WHERE p.job_id = %s AND p.phase_id = %s FOR SHARE OF p", (self._active, job_id, phase_id)).fetchone()
+            if row is None or not row[0]:
+                return "gone"
+            if row[1]:
+                return "owned"
+            done = cur.execute(
                 "INSERT INTO phase_decisions (job_id, phase_id, tool_use_id, decision) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING", (job_id, phase_id, tool_use_id, decision)).rowcount == 1
+                "ON CONFLICT DO NOTHING", (job_id, phase_id, tool_use_id, decision)).rowcount
+            return "recorded" if done else "duplicate"
 
     def take_decisions(self, job_id: str, phase_id: str) -> dict[str, bytes]:
         """The decisions kept for the phase, deleted as they are read (each is applied once); only by
