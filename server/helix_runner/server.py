@@ -41,6 +41,7 @@ from helix_runner.errors import RunnerError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.queries import PhaseQueries
+from helix_runner.phases.recovery import recover
 from helix_runner.phases.retention import RetentionPolicy, RetentionSweeper
 from helix_runner.phases.service import PhaseService
 from helix_runner.phases.takeover import Takeover
@@ -472,7 +473,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
                             notifier=service.notifier_of)
         recovered = takeover.sweep()
     else:  # alone on its database: every phase a previous process left active
-        recovered = await service.recover()
+        recovered = await recover(store, service.encoder, containment, service.notifier_of)
     if recovered:
         log.warning("marked phases INTERRUPTED after an unclean stop", extra={"fields": {"count": len(recovered)}})
     settled = git_worktree.sweep(config.data_dir)  # worktrees a previous process left: per their policy

@@ -31,7 +31,7 @@ from helix_runner.phases.views import (
     StoredToolCall,
 )
 
-CODEC = ProtoRecordEncoder()
+ENCODER = ProtoRecordEncoder()
 TOKENS = TokenUsage(input_tokens=10, output_tokens=5)
 COST = PhaseCostSnapshot(
     0.5, 0.25, -0.25, False, TOKENS, (ModelCost("m", TOKENS, 0.5, 0.25, PricingSource.OVERRIDE),), ()
@@ -69,9 +69,9 @@ def test_a_stored_phase_shows_its_encoded_cost_statistics_and_result():
     )  # no cost in it
     msg = phase_to_proto(
         view(
-            result_pb=CODEC.encode_result(result),
-            cost_pb=CODEC.encode_cost(COST),
-            tool_stats_pb=CODEC.encode_tool_stats(list(STATS)),
+            result_pb=ENCODER.encode_result(result),
+            cost_pb=ENCODER.encode_cost(COST),
+            tool_stats_pb=ENCODER.encode_tool_stats(list(STATS)),
         )
     )
     assert (msg.status, msg.on_disconnect, msg.last_sequence) == (
@@ -99,7 +99,7 @@ ATTEMPT = Attempt(number=1, status=PhaseStatus.FAILED, retryable=True, exit_code
 
 def test_a_phase_running_elsewhere_shows_its_stored_attempts_and_so_does_its_inspection():
     # Not live here, no result yet (another replica runs it): the attempts column answers.
-    stored = view(status=PhaseStatus.QUEUED, attempts_pb=CODEC.encode_attempts([ATTEMPT]))
+    stored = view(status=PhaseStatus.QUEUED, attempts_pb=ENCODER.encode_attempts([ATTEMPT]))
     msg = phase_to_proto(stored)
     assert [(a.number, a.exit_code, a.cost.reported_usd) for a in msg.attempts] == [(1, 1, 0.5)]
     inspection = inspection_to_proto(Inspection(stored, (), None))
@@ -109,14 +109,14 @@ def test_a_phase_running_elsewhere_shows_its_stored_attempts_and_so_does_its_ins
 def test_a_result_built_from_a_phase_row_takes_the_stored_cost_and_attempts():
     # Recovery and takeover build the result from the row: the process and its figures are gone.
     bare = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.INTERRUPTED, reason="gone")
-    encoded = CODEC.encode_result(
-        bare, cost_pb=CODEC.encode_cost(COST), attempts_pb=CODEC.encode_attempts([ATTEMPT])
+    encoded = ENCODER.encode_result(
+        bare, cost_pb=ENCODER.encode_cost(COST), attempts_pb=ENCODER.encode_attempts([ATTEMPT])
     )
     result = resources_pb2.PhaseResult.FromString(encoded)
     assert result.cost.reported_usd == 0.5 and [a.number for a in result.attempts] == [1]
-    msg = phase_to_proto(view(result_pb=encoded, attempts_pb=CODEC.encode_attempts([ATTEMPT, ATTEMPT])))
+    msg = phase_to_proto(view(result_pb=encoded, attempts_pb=ENCODER.encode_attempts([ATTEMPT, ATTEMPT])))
     assert len(msg.attempts) == 1  # the result's list wins over the column once the phase ended
-    assert CODEC.encode_result(bare) == CODEC.encode_result(bare, cost_pb=None, attempts_pb=b"")
+    assert ENCODER.encode_result(bare) == ENCODER.encode_result(bare, cost_pb=None, attempts_pb=b"")
 
 
 def test_the_attempt_running_at_a_crash_is_listed_after_the_stored_ones_and_a_waiting_phase_has_none():
@@ -126,7 +126,7 @@ def test_the_attempt_running_at_a_crash_is_listed_after_the_stored_ones_and_a_wa
     for status in (PhaseStatus.RUNNING, PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL):
         running = interrupted_attempt(status, "gone", session_id="s", end_time_ns=9, last_sequence=4)
         result = resources_pb2.PhaseResult.FromString(
-            CODEC.encode_result(bare, attempts_pb=CODEC.encode_attempts([ATTEMPT]), interrupted=running)
+            ENCODER.encode_result(bare, attempts_pb=ENCODER.encode_attempts([ATTEMPT]), interrupted=running)
         )
         assert [(a.number, a.status, a.end_kind, a.session_id, a.last_sequence) for a in result.attempts] == [
             (1, resources_pb2.PHASE_STATUS_FAILED, resources_pb2.ATTEMPT_END_KIND_UNSPECIFIED, "", 0),
@@ -138,7 +138,7 @@ def test_the_attempt_running_at_a_crash_is_listed_after_the_stored_ones_and_a_wa
                 4,
             ),
         ]
-        alone = resources_pb2.PhaseResult.FromString(CODEC.encode_result(bare, interrupted=running))
+        alone = resources_pb2.PhaseResult.FromString(ENCODER.encode_result(bare, interrupted=running))
         assert [a.number for a in alone.attempts] == [1]  # the first attempt ran when it died
 
 
@@ -261,5 +261,5 @@ def test_an_ended_phases_inspection_counts_the_turn_results_its_result_kept():
     """Issue 22 item 14: `inspect` on a finished phase said "0 turn results"."""
     result = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.SUCCEEDED, reason="done", num_turns=3,
                          result_count=2)
-    ended = inspection_to_proto(Inspection(view(result_pb=CODEC.encode_result(result)), ()))
+    ended = inspection_to_proto(Inspection(view(result_pb=ENCODER.encode_result(result)), ()))
     assert ended.turn_count == 2 and ended.phase.result.num_turns == 3

@@ -18,7 +18,7 @@ from helix.runner.v1 import resources_pb2 as res
 from helix_runner.cli.attach import build_dashboard
 from helix_runner.cli.common import Connection
 from helix_runner.cli.dashboard import LOG_MAX_LINES, Dashboard
-from helix_runner.cli.render import PhaseView
+from helix_runner.cli.render import PhaseModel
 from helix_runner.offline import Reply
 
 
@@ -200,7 +200,7 @@ async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
     source = PacedSource(
         [_held(1, "toolu_a", "rm -rf /tmp/x"), _held(2, "toolu_b", "echo hi")], total=2000, rate=1000
     )
-    app = Dashboard(PhaseView(job_id="j", phase_id="p"), control=control, source=source)
+    app = Dashboard(PhaseModel(job_id="j", phase_id="p"), control=control, source=source)
     async with app.run_test(size=(140, 40)) as pilot:
         await until(pilot, lambda: len(held_rows(app)) == 2 and source.produced > 500, what="events to flow")
         await pilot.press("p")

@@ -10,7 +10,7 @@ import pytest
 from helix_runner_client import pb
 
 from helix_runner.cli.common import CliError
-from helix_runner.cli.render import EVENT_KINDS, PhaseView, event_line, parse_filter
+from helix_runner.cli.render import EVENT_KINDS, PhaseModel, event_line, parse_filter
 from helix_runner.cli.sources import read_recording
 
 
@@ -102,7 +102,7 @@ def _control(
 
 def test_the_view_tracks_held_calls_as_the_server_releases_them():
     k = pb.ControlEventKind
-    view = PhaseView()
+    view = PhaseModel()
     for event in (
         _control(1, k.BREAKPOINT_HIT, "t-bp", "bp1"),
         _control(2, k.PAUSE_REQUESTED),
@@ -128,7 +128,7 @@ def test_the_view_tracks_held_calls_as_the_server_releases_them():
 
 
 def test_the_view_counts_tools_and_keeps_the_recent_calls():
-    view = PhaseView(recent_limit=2)
+    view = PhaseModel(recent_limit=2)
     seq = 0
     for name, error in (("Bash", False), ("Read", True), ("Bash", True)):
         seq += 1
@@ -244,7 +244,7 @@ def test_counts_agree_in_number():
 
 def test_attach_counts_turns_as_the_cli_does():
     """`attach` showed "turns 1" next to a turn_result that said "2 turns": it counted turn results."""
-    view = PhaseView()
+    view = PhaseModel()
     view.apply(_event(1, assistant_text=pb.AssistantText(text="looking", message_id="m1")))
     view.apply(_event(2, tool_call_started=pb.ToolCallStarted(tool_use_id="t1", name="Bash", message_id="m1")))
     assert view.turns == 1

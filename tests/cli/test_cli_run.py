@@ -16,7 +16,7 @@ import pytest
 from helix_runner_client import pb
 from support.processes import serve_env, serving_port, start_serve
 
-from helix_runner.cli.render import PhaseView
+from helix_runner.cli.render import PhaseModel
 from helix_runner.cli.run import progress_line
 from helix_runner.offline import Reply, Script
 
@@ -27,8 +27,8 @@ def _event(seq: int, **payload) -> pb.StreamEvent:
     )
 
 
-def _busy_view() -> PhaseView:
-    view = PhaseView()
+def _busy_view() -> PhaseModel:
+    view = PhaseModel()
     events = [
         _event(
             1,
@@ -274,7 +274,7 @@ def test_run_starts_with_pattern_and_tool_breakpoints():
 
 def test_the_progress_line_shows_no_cost_before_one_is_known_and_marks_a_computed_one():
     """Issue 22 item 14: the progress line said "$0.0000" before any cost and "1 tools"."""
-    view = PhaseView()
+    view = PhaseModel()
     view.apply(_event(1, tool_call_started=pb.ToolCallStarted(tool_use_id="t1", name="Bash", input_json="{}")))
     line = progress_line(view, 1.0, 200)
     assert " 1 tool " in line and line.endswith("| -")

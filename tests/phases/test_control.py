@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.phase_host import WAIT_S, make_controller, turn_result
+from support.phase_host import WAIT_S, FakeHost, make_controller, turn_result
 
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.events import AssistantText, ControlEventKind, TaskEvent, TaskEventKind
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_decision import Decision
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases import control as control_module
+from helix_runner.phases.control import PhaseController
 
 
 async def test_inject_with_interrupt_counts_the_new_turn_before_the_interrupted_turn_ends():
@@ -164,7 +166,7 @@ async def test_illegal_transitions_are_failed_precondition(operation):
 async def test_resolving_a_call_that_is_not_held():
     host, control = make_controller()
     with pytest.raises(RunnerError) as err:
-        control.resolve("nope", "approve")
+        control.resolve("nope", Decision.approve())
     assert (err.value.kind, err.value.reason) == (ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD")
 
 
@@ -233,7 +235,7 @@ async def test_a_breakpoint_holds_the_call_until_it_is_resolved(name, decision, 
     assert host.tool_marks == [("held", "t1", "bp1")] and host.watchdog_holds == 1
     assert control.holds["t1"].breakpoint_id == "bp1" and bp.hit_count == 1
 
-    control.resolve("t1", decision, message="not that", input_json='{"command": "ls"}')
+    control.resolve("t1", DECISIONS[decision])
     assert await host.answer_to(held) == answer
     await host.settle()
     assert host.control_kinds() == [ControlEventKind.BREAKPOINT_HIT, kind]
@@ -250,32 +252,36 @@ async def test_resume_does_not_release_a_call_held_by_a_breakpoint():
     await control.resume()
     await host.settle()
     assert held not in host.answers() and host.status is PhaseStatus.AWAITING_APPROVAL
-    control.resolve("t1", "approve")
+    control.resolve("t1", Decision.approve())
     assert await host.answer_to(held) == {"continue": True}
 
 
+DECISIONS = {"approve": Decision.approve(), "deny": Decision.deny("not that"), "edit": Decision.edit('{"command": "ls"}')}
+
+
 @pytest.mark.parametrize(
-    ("decision", "message", "input_json", "field"),
+    ("make", "field"),
     [
-        ("edit", "", "not json", "edit.input_json"),
-        ("edit", "", "[1, 2]", "edit.input_json"),
+        (lambda: Decision.edit("not json"), "edit.input_json"),
+        (lambda: Decision.edit("[1, 2]"), "edit.input_json"),
         # Issue 22 item 2: loads, then orjson could not write it back (255 levels) -> INTERNAL.
-        ("edit", "", '{"a":' * 300 + "1" + "}" * 300, "edit.input_json"),
-        ("deny", "x" * 5000, "", "deny.message"),
-        ("maybe", "", "", "decision"),
+        (lambda: Decision.edit('{"a":' * 300 + "1" + "}" * 300), "edit.input_json"),
+        (lambda: Decision.deny("x" * 5000), "deny.message"),
     ],
 )
-async def test_a_bad_resolution_is_refused_and_the_call_stays_held(decision, message, input_json, field):
+async def test_a_bad_resolution_is_refused_and_the_call_stays_held(make, field):
     host, control = make_controller(
         [Breakpoint.create(breakpoint_id="bp1", kind=BreakpointKind.TOOL_NAME, tool_name="Bash")]
     )
     held = host.tool_call("t1")
     await host.settle()
     with pytest.raises(RunnerError) as err:
-        control.resolve("t1", decision, message=message, input_json=input_json)
+        control.resolve("t1", make())
     assert (err.value.kind, err.value.metadata.get("field")) == (ErrorKind.INVALID_ARGUMENT, field)
     await host.settle()
     assert held not in host.answers() and "t1" in control.holds
+    # Still held in the tracker too: a refused answer never marked it running.
+    assert host.tool_marks == [("held", "t1", "bp1")]
 
 
 # -- end of input ----------------------------------------------------------------------------------
@@ -363,3 +369,76 @@ async def test_close_releases_every_waiter():
     with pytest.raises(RunnerError) as err:
         await asyncio.wait_for(interrupt, WAIT_S)
     assert err.value.reason == "PHASE_NOT_RUNNING"
+
+
+# -- one controller for every attempt -----------------------------------------------------------------
+
+
+async def test_the_next_attempt_keeps_the_phases_control_and_starts_afresh():
+    # Attempt 1: a breakpoint is added and hit once, a pause is asked for and holds a call, then the
+    # CLI dies (close). Attempt 2 is a new process (a new host) behind the same controller.
+    bp = Breakpoint.create(breakpoint_id="bp1", kind=BreakpointKind.TOOL_NAME, tool_name="Write")
+    first, control = make_controller()
+    control.add_breakpoint(bp)
+    await control.pause(hard=False)
+    first.tool_call("t1")
+    await first.until(lambda: "t1" in control.holds)
+    await control.inject("queued", interrupt_first=False)
+    control.close("the attempt ended")
+    await first.settle()
+    written = len(first.stdin)
+
+    second = FakeHost()
+    second.controller = control
+    second.status = PhaseStatus.PAUSING  # the run's status as attempt 2 starts paused
+    control.attach(second)
+    assert (control.holds, control.turns_expected, control.stdin_closed, control.hard_paused) == ({}, 1, False, False)
+    assert control.pause_requested and [b.breakpoint_id for b in control.breakpoints.list()] == ["bp1"]
+    held = second.tool_call("t2", "Bash")
+    await second.until(lambda: "t2" in control.holds)
+    assert second.status is PhaseStatus.PAUSED and control.holds["t2"].reason == "paused"
+    await control.resume()
+    assert await second.answer_to(held) == {"continue": True}
+    stopped = second.tool_call("t3", "Write")
+    await second.until(lambda: "t3" in control.holds)
+    assert control.holds["t3"].breakpoint_id == "bp1" and bp.hit_count == 1
+    control.resolve("t3", Decision.approve())
+    assert await second.answer_to(stopped) == {"continue": True}
+    await control.interrupt()  # a control request goes over attempt 2's channel, none to the dead one
+    assert [line["request"]["subtype"] for line in second.stdin if line["type"] == "control_request"] == ["interrupt"]
+    assert len(first.stdin) == written
+
+
+async def test_a_controller_made_from_anothers_state_holds_the_same_breakpoints_and_pause():
+    # What another replica taking a phase over would rebuild (ControlState): breakpoints with their
+    # hit counts, a pause asked for, step credits.
+    once = Breakpoint.create(breakpoint_id="once", kind=BreakpointKind.TOOL_NAME, tool_name="Bash", once=True)
+    host, control = make_controller([once])
+    held = host.tool_call("t1")
+    await host.until(lambda: "t1" in control.holds)
+    control.resolve("t1", Decision.approve())
+    await host.answer_to(held)
+    await control.pause(hard=False)
+    control.step()
+
+    state = control.state()
+    other = FakeHost()
+    restored = PhaseController(other, state=state)
+    other.controller = restored
+    assert restored.state() == state and restored.pause_requested and restored.step_credits == 1
+    # The `once` breakpoint was used up; the step credit lets one call run; the next is held (paused).
+    assert await other.answer_to(other.tool_call("t2")) == {"continue": True}
+    other.tool_call("t3")
+    await other.until(lambda: "t3" in restored.holds)
+    assert restored.holds["t3"].reason == "paused"
+
+
+async def test_the_injected_event_carries_at_most_4_kib_of_the_text_cut_by_bytes():
+    host, control = make_controller()
+    text = "é" * 3000  # 6,000 bytes in 3,000 characters
+    await control.inject(text, interrupt_first=False)
+    (event,) = [p for p in host.payloads if getattr(p, "kind", None) is ControlEventKind.MESSAGE_INJECTED]
+    assert len(event.message.encode()) <= control_module.MAX_INJECTED_EVENT_BYTES
+    assert event.message == "é" * 2048 and text.startswith(event.message)
+    (line,) = [line for line in host.stdin if line["type"] == "user"]
+    assert line["message"]["content"] == text  # the CLI gets all of it

@@ -15,7 +15,8 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.phases.event_log import PhaseEventLog
-from helix_runner.phases.run import LaunchPlan, PhaseRun
+from helix_runner.phases.launch import LaunchPlan
+from helix_runner.phases.run import PhaseRun
 from helix_runner.process.containment import subreaper_scope
 from helix_runner.process.supervisor import ProcessLimits
 from helix_runner.store.sqlite_store import SqliteStore
@@ -28,6 +29,9 @@ def make_run(store: SqliteStore, tmp_path: Path, breakpoints: list[Breakpoint]) 
         job_id="j", phase_id="p", project_id="proj", prompt="hi", working_dir=str(tmp_path)
     )
     plan = LaunchPlan(
+        spec=spec,
+        project="proj",
+        working_dir=tmp_path,
         argv=("claude",),
         cwd=tmp_path,
         env={},

@@ -3,7 +3,8 @@
 ``FakeHost`` records what the controller does to the phase (events, statuses, stdin lines, watchdog
 holds, process signals) and lets a test play the CLI's side: its control requests (a tool call's
 PreToolUse hook) and its stdout (results, responses to our requests), fed through ``observe``
-exactly as ``PhaseRun`` would.
+exactly as ``PhaseRun`` would. ``FakeRun`` is what the command surface (``phases.commands``) uses
+of a ``PhaseRun``, around a real controller on a ``FakeHost``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from helix_runner.domain.events import (
     ToolCallStarted,
     TurnResult,
 )
+from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.phases.control import PhaseController
 from helix_runner.process.control_protocol import PRE_TOOL_USE_CALLBACK
 
@@ -204,3 +208,28 @@ def make_controller(breakpoints=()) -> tuple[FakeHost, PhaseController]:
     host = FakeHost()
     host.controller = PhaseController(host, list(breakpoints))
     return host, host.controller
+
+
+class FakeRun:
+    """The members of ``PhaseRun`` the command surface uses: its controller, spec, the tracker's record
+    of a call (``calls``), and the model row writes and stop requests it gets (recorded)."""
+
+    def __init__(self, host: FakeHost, control: PhaseController, spec: PhaseSpec) -> None:
+        self.host = host
+        self.control = control
+        self.spec = spec
+        self.calls: dict[str, ToolCall] = {}
+        self.models: list[str] = []  # model_switched
+        self.stops: list[tuple[EndCause, str]] = []  # request_stop_with_reason
+
+    def tool_call(self, tool_use_id: str) -> ToolCall | None:
+        return self.calls.get(tool_use_id)
+
+    def model_switched(self, model: str) -> None:
+        self.models.append(model)
+
+    def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
+        self.stops.append((cause, reason))
+
+    def emit(self, payload: Any) -> Event | None:
+        return self.host.emit(payload)

@@ -12,22 +12,24 @@ from typing import Any
 from helix.runner.v1 import resources_pb2, runner_service_pb2
 from helix_runner.api.run_options import run_options
 from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
-from helix_runner.domain.phase_spec import PhaseSpec
+from helix_runner.domain.phase_spec import OnDisconnect, PermissionMode, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_decision import Decision
 from helix_runner.errors import invalid_field
 
+# UNSPECIFIED: the CLI's default mode (a phase's options), or no mode at all (SetPhasePermissionMode).
 PERMISSION_MODES = {
     resources_pb2.PERMISSION_MODE_UNSPECIFIED: "",
-    resources_pb2.PERMISSION_MODE_DEFAULT: "default",
-    resources_pb2.PERMISSION_MODE_ACCEPT_EDITS: "acceptEdits",
-    resources_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS: "bypassPermissions",
-    resources_pb2.PERMISSION_MODE_PLAN: "plan",
-    resources_pb2.PERMISSION_MODE_DONT_ASK: "dontAsk",
+    resources_pb2.PERMISSION_MODE_DEFAULT: PermissionMode.DEFAULT,
+    resources_pb2.PERMISSION_MODE_ACCEPT_EDITS: PermissionMode.ACCEPT_EDITS,
+    resources_pb2.PERMISSION_MODE_BYPASS_PERMISSIONS: PermissionMode.BYPASS_PERMISSIONS,
+    resources_pb2.PERMISSION_MODE_PLAN: PermissionMode.PLAN,
+    resources_pb2.PERMISSION_MODE_DONT_ASK: PermissionMode.DONT_ASK,
 }
 ON_DISCONNECT = {
-    resources_pb2.ON_DISCONNECT_UNSPECIFIED: "CANCEL",
-    resources_pb2.ON_DISCONNECT_CANCEL: "CANCEL",
-    resources_pb2.ON_DISCONNECT_DETACH: "DETACH",
+    resources_pb2.ON_DISCONNECT_UNSPECIFIED: OnDisconnect.CANCEL,
+    resources_pb2.ON_DISCONNECT_CANCEL: OnDisconnect.CANCEL,
+    resources_pb2.ON_DISCONNECT_DETACH: OnDisconnect.DETACH,
 }
 HARD_PAUSE = {
     runner_service_pb2.PAUSE_MODE_UNSPECIFIED: False,
@@ -111,6 +113,26 @@ def breakpoint_from_proto(msg: resources_pb2.Breakpoint, field_path: str = "brea
 def statuses_from_request(values: list[int] | Any) -> list[PhaseStatus]:
     """A request's PhaseStatus filter, by name (the domain enum has the proto numbers)."""
     return sorted({PhaseStatus(v) for v in values}, key=lambda s: s.name)
+
+
+def permission_mode_from_request(request: runner_service_pb2.SetPhasePermissionModeRequest) -> PermissionMode:
+    """SetPhasePermissionModeRequest.mode, which must be set."""
+    mode = enum_value(PERMISSION_MODES, request.mode, "mode")
+    if not mode:
+        raise invalid_field("mode", "is required")
+    return mode
+
+
+def decision_from_request(request: runner_service_pb2.ResolveToolCallRequest) -> Decision:
+    """ResolveToolCallRequest's decision (validated: the deny message's size, the edit's JSON object)."""
+    chosen = request.WhichOneof("decision")
+    if chosen == "approve":
+        return Decision.approve()
+    if chosen == "deny":
+        return Decision.deny(request.deny.message)
+    if chosen == "edit":
+        return Decision.edit(request.edit.input_json)
+    raise invalid_field("decision", "one of approve, deny or edit is required")
 
 
 def cancel_reason(request: runner_service_pb2.CancelPhaseRequest) -> str:

@@ -1,8 +1,10 @@
 """RunnerService over gRPC: each handler maps its request, asks the application, maps the answer.
 
-Commands go to the phase service, questions to the read model (``phases/queries``); messages
-become domain values in ``request_mapping`` and views become messages in ``resource_mapping``,
-so no handler computes anything or reads the store. Only this package imports generated code.
+Starting and watching a phase go to the phase service, job control to the command surface
+(``phases/commands``: one command per handler), questions to the read model (``phases/queries``);
+messages become domain values in ``request_mapping`` and views become messages in
+``resource_mapping``, so no handler computes anything, reads the store or reaches a running phase.
+Only this package imports generated code.
 Every handler is wrapped (``_unary`` / ``_stream``, enforced by ``add_runner_service``): the
 request's enum fields are checked first, then its route is decided once (``api/routing.py``: served
 here, forwarded to the replica that owns the phase, or relayed to one with room), a
@@ -32,11 +34,12 @@ from helix_runner.api.phase_diff import read_diff_page
 from helix_runner.api.request_mapping import (
     HARD_PAUSE,
     INTERRUPT_FIRST,
-    PERMISSION_MODES,
     breakpoint_from_proto,
     breakpoints_from_request,
     cancel_reason,
+    decision_from_request,
     enum_value,
+    permission_mode_from_request,
     spec_from_request,
     statuses_from_request,
 )
@@ -61,9 +64,8 @@ from helix_runner.api.webhook_mapping import (
     webhook_to_proto,
 )
 from helix_runner.api.wire import event_responses, result_response
-from helix_runner.domain.events import ControlEvent, ControlEventKind
-from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.phases.commands import PhaseCommands
 from helix_runner.phases.queries import PhaseQueries
 from helix_runner.phases.service import PhaseService
 
@@ -147,10 +149,12 @@ def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
 
 
 class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
-    """The gRPC face of the runner: commands go to the phase service, questions to the read model."""
+    """The gRPC face of the runner: phases start and are watched through the phase service, job
+    control goes to the command surface, questions to the read model."""
 
     def __init__(self, service: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None):
         self.service = service
+        self.commands = PhaseCommands(service)
         self.queries = queries
         # A shared database (a forwarder): calls go to the replica their route names (api/routing.py).
         self.router = Router(service.replicas, forwarder, place_on_free_replica=service.config.place_on_free_replica,
@@ -167,13 +171,10 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
         def caller_gone(*_: object) -> None:
             """Applies ``on_disconnect`` once, whichever way the caller's going away is seen first."""
-            if state["completed"] or state["handled"] or live.done.is_set():
+            if state["completed"] or state["handled"]:
                 return
             state["handled"] = True
-            if spec.on_disconnect == "DETACH":
-                live.run.emit(ControlEvent(ControlEventKind.DETACHED, message="the RunPhase caller went away"))
-            else:
-                live.run.request_stop_with_reason(EndCause.CANCELLED, "the RunPhase caller disconnected")
+            self.commands.caller_gone(spec.job_id, spec.phase_id)
 
         # A cancel that lands while grpc writes a message (not inside this generator) never reaches
         # the finally below until the generator is collected; the call's done callback always runs.
@@ -264,99 +265,78 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
 
     @_unary
     async def CancelPhase(self, request, context):
-        live = self.service.cancel(request.job_id, request.phase_id, cancel_reason(request))
-        await live.done.wait()
+        await self.commands.cancel(request.job_id, request.phase_id, cancel_reason(request))
         return runner_service_pb2.CancelPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def PausePhase(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "pause")
-        await live.run.control.pause(hard=enum_value(HARD_PAUSE, request.mode, "mode"))
+        await self.commands.pause(request.job_id, request.phase_id, hard=enum_value(HARD_PAUSE, request.mode, "mode"))
         return runner_service_pb2.PausePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def ResumePhase(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "resume")
-        await live.run.control.resume()
+        await self.commands.resume(request.job_id, request.phase_id)
         return runner_service_pb2.ResumePhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StepPhase(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "step")
-        live.run.control.step()
+        self.commands.step(request.job_id, request.phase_id)
         return runner_service_pb2.StepPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def InterruptPhase(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "interrupt")
-        await live.run.control.interrupt()
+        await self.commands.interrupt(request.job_id, request.phase_id)
         return runner_service_pb2.InterruptPhaseResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhaseModel(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "set the model")
-        await live.run.control.set_model(request.model)
-        live.run.model_switched(request.model)
+        await self.commands.set_model(request.job_id, request.phase_id, request.model)
         return runner_service_pb2.SetPhaseModelResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def SetPhasePermissionMode(self, request, context):
-        mode = enum_value(PERMISSION_MODES, request.mode, "mode")
-        if not mode:
-            raise invalid_field("mode", "is required")
-        if mode == "bypassPermissions" and not self.service.config.allow_bypass_permissions:
-            raise invalid_field("mode", "bypassPermissions is disabled on this server")
-        live = self.service.require_live(request.job_id, request.phase_id, "set the permission mode")
-        effective = await live.run.control.set_permission_mode(mode)
+        effective = await self.commands.set_permission_mode(request.job_id, request.phase_id,
+                                                            permission_mode_from_request(request))
         return runner_service_pb2.SetPhasePermissionModeResponse(
             mode=effective, phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def StopTask(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "stop a task")
-        await live.run.control.stop_task(request.task_id)
+        await self.commands.stop_task(request.job_id, request.phase_id, request.task_id)
         return runner_service_pb2.StopTaskResponse(phase=await self._phase(request.job_id, request.phase_id))
 
     @_unary
     async def GetTaskOutput(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "read a task's output")
-        output, total, truncated = await live.run.control.task_output(request.task_id, request.max_bytes)
+        output, total, truncated = await self.commands.task_output(request.job_id, request.phase_id, request.task_id,
+                                                                   request.max_bytes)
         return runner_service_pb2.GetTaskOutputResponse(output=output, total_bytes=total, truncated=truncated)
 
     @_unary
     async def InjectMessage(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "inject a message")
-        message_uuid, sequence = await live.run.control.inject(
-            request.text, interrupt_first=enum_value(INTERRUPT_FIRST, request.mode, "mode"))
+        message_uuid, sequence = await self.commands.inject(
+            request.job_id, request.phase_id, request.text,
+            interrupt_first=enum_value(INTERRUPT_FIRST, request.mode, "mode"))
         return runner_service_pb2.InjectMessageResponse(message_uuid=message_uuid, sequence=sequence)
 
     @_unary
     async def AddBreakpoint(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "add a breakpoint")
-        bp = live.run.control.add_breakpoint(breakpoint_from_proto(request.breakpoint))
+        bp = self.commands.add_breakpoint(request.job_id, request.phase_id, breakpoint_from_proto(request.breakpoint))
         return runner_service_pb2.AddBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ListBreakpoints(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "list breakpoints")
-        return runner_service_pb2.ListBreakpointsResponse(
-            breakpoints=[breakpoint_to_proto(bp) for bp in live.run.snapshot().breakpoints])
+        breakpoints = self.commands.list_breakpoints(request.job_id, request.phase_id)
+        return runner_service_pb2.ListBreakpointsResponse(breakpoints=[breakpoint_to_proto(bp) for bp in breakpoints])
 
     @_unary
     async def RemoveBreakpoint(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "remove a breakpoint")
-        bp = live.run.control.remove_breakpoint(request.breakpoint_id)
+        bp = self.commands.remove_breakpoint(request.job_id, request.phase_id, request.breakpoint_id)
         return runner_service_pb2.RemoveBreakpointResponse(breakpoint=breakpoint_to_proto(bp))
 
     @_unary
     async def ResolveToolCall(self, request, context):
-        live = self.service.require_live(request.job_id, request.phase_id, "resolve a tool call")
-        decision = request.WhichOneof("decision")
-        if decision is None:
-            raise invalid_field("decision", "one of approve, deny or edit is required")
-        live.run.control.resolve(request.tool_use_id, decision, message=request.deny.message,
-                                 input_json=request.edit.input_json)
-        call = live.run.tool_call(request.tool_use_id)
+        call = self.commands.resolve(request.job_id, request.phase_id, request.tool_use_id,
+                                     decision_from_request(request))
         msg = (m.tool_call_to_proto(call, job_id=request.job_id, phase_id=request.phase_id) if call
                else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)

@@ -78,12 +78,12 @@ async def build_dashboard(
     """The dashboard of a phase on the server: a snapshot first (a bad name fails here, as one line),
     then every event from the first one, re-attaching after a dropped connection."""
     from helix_runner.cli.dashboard import Dashboard
-    from helix_runner.cli.render import PhaseView
+    from helix_runner.cli.render import PhaseModel
     from helix_runner.cli.sources import LiveEvents
     from helix_runner.cli.watch import find_phase
 
     phase = await find_phase(client, job_id, phase_id)
-    view = PhaseView(recent_limit=max(1, recent))
+    view = PhaseModel(recent_limit=max(1, recent))
     view.apply_phase(phase)
     app = Dashboard(view, control=LiveControl(client, job_id, phase_id, target))
     app.source = LiveEvents(client, job_id, phase_id, 0, on_notice=app.notice_from_source)

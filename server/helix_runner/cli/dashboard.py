@@ -1,6 +1,6 @@
 """The Textual app behind ``helix-runner attach`` (see ``cli.attach`` for why Textual).
 
-Events are folded into a :class:`~helix_runner.cli.render.PhaseView` as they arrive, which is cheap;
+Events are folded into a :class:`~helix_runner.cli.render.PhaseModel` as they arrive, which is cheap;
 the screen is redrawn from it on a timer (10 times a second), and at most ``LOG_LINES_PER_TICK``
 new log lines are written per redraw (the rest are counted in one "not shown" line), so a phase
 streaming thousands of events a second cannot starve the keyboard. The app takes any async

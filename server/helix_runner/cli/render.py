@@ -2,7 +2,7 @@
 
 ``watch``, ``replay`` and ``attach`` all print events with :func:`event_line`, so a replay of a
 recording shows exactly the lines ``watch`` showed live (the time is the event's own
-``receive_time``, never the clock of the terminal). :class:`PhaseView` folds events into what a
+``receive_time``, never the clock of the terminal). :class:`PhaseModel` folds events into what a
 person wants to see at a glance (status, current tool, recent calls with durations, per-tool counts,
 tokens, cost, held calls, API retries); ``run``'s progress line and ``attach``'s dashboard read it.
 Everything here works on the client's messages (``helix_runner_client.pb``); recordings of raw CLI
@@ -415,7 +415,7 @@ class ToolTally:
 
 
 @dataclass
-class PhaseView:
+class PhaseModel:
     """A phase's state folded from its events (and, when live, snapshots of the API)."""
 
     job_id: str = ""

@@ -136,12 +136,12 @@ class ProgressDisplay:
     """Renders events for ``run``: a redrawn progress line on a terminal, event lines otherwise."""
 
     def __init__(self, stream=None):
-        from helix_runner.cli.render import PhaseView
+        from helix_runner.cli.render import PhaseModel
 
         self.stream = stream if stream is not None else sys.stdout
         self.tty = self.stream.isatty()
         self.console = make_console(self.stream)
-        self.view = PhaseView()
+        self.view = PhaseModel()
         self.started = time.monotonic()
         self._drawn = False
         self._last_draw = 0.0

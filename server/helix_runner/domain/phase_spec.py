@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 
 from helix_runner.domain.bounds import (
@@ -28,8 +29,27 @@ DEFAULT_PROJECT = "default"
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9_.:@/\[\]][A-Za-z0-9_.:@/\[\]-]{0,199}$")
 TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_][^\n\r\x00,]{0,511}$")
 
-PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan", "dontAsk")
-ON_DISCONNECT = ("CANCEL", "DETACH")
+
+
+class PermissionMode(StrEnum):
+    """The CLI's ``--permission-mode`` values (its own spelling, which is also what a spec holds)."""
+
+    DEFAULT = "default"
+    ACCEPT_EDITS = "acceptEdits"
+    BYPASS_PERMISSIONS = "bypassPermissions"
+    PLAN = "plan"
+    DONT_ASK = "dontAsk"
+
+
+class OnDisconnect(StrEnum):
+    """What happens to a phase when its RunPhase caller goes away (the phase row stores the name)."""
+
+    CANCEL = "CANCEL"
+    DETACH = "DETACH"
+
+
+PERMISSION_MODES = tuple(PermissionMode)
+ON_DISCONNECT = tuple(OnDisconnect)
 # Resource limits (enforced by the phase's cgroup): below 32 MiB the CLI cannot even start.
 MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
 MIN_CPU_LIMIT_MILLICORES = 10
@@ -64,7 +84,7 @@ class PhaseSpec:
     model: str = ""
     allowed_tools: tuple[str, ...] = ()
     disallowed_tools: tuple[str, ...] = ()
-    permission_mode: str = ""
+    permission_mode: str = ""  # a PermissionMode; "": the CLI's default
     max_turns: int = 0
     max_budget_usd: float | None = None
     append_system_prompt: str = ""
@@ -73,7 +93,7 @@ class PhaseSpec:
     idle_timeout_s: float = 0.0
     include_partial_messages: bool = False
     include_raw_unknown: bool = False
-    on_disconnect: str = "CANCEL"
+    on_disconnect: str = OnDisconnect.CANCEL  # an OnDisconnect
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     fallback_model: str = ""
     memory_limit_bytes: int = 0  # 0: the server's default
@@ -213,7 +233,7 @@ def _check_run_options(spec: PhaseSpec) -> None:
         raise invalid_field("options.session_id", "must be a UUID")
     if spec.session_id and spec.resume_session_id and not spec.fork_session:
         raise invalid_field("options.session_id", "with resume_session_id it needs fork_session")
-    if spec.bare and spec.permission_mode != "bypassPermissions":
+    if spec.bare and spec.permission_mode != PermissionMode.BYPASS_PERMISSIONS:
         # Verified with CLI 2.1.330 (docs/claude-cli-protocol.md §3.6): under --bare neither the
         # PreToolUse hook registered over the stdin protocol nor settings hooks fire. The server holds
         # calls instead through an ask rule for every tool (can_use_tool), which hides what the CLI

@@ -114,6 +114,7 @@ class AttemptEnd:
     attempt: Attempt
     verdict: AttemptVerdict
     decision: RetryDecision
+    outcome: Outcome  # the process's outcome the record was made from (its resource fault, if any)
 
 
 def end_attempt(plan: AttemptPlan, exit_: ProcessExit, outcome: Outcome, watch: AttemptWatch, *,
@@ -146,7 +147,7 @@ def end_attempt(plan: AttemptPlan, exit_: ProcessExit, outcome: Outcome, watch: 
         retry_delay_ns=round(decision.delay_s * 1e9) if decision.retry else None,
         startup_failure_reason=last.startup_failure_reason if last else "",
     )
-    return AttemptEnd(attempt, verdict, decision)
+    return AttemptEnd(attempt, verdict, decision, outcome)
 
 
 def final_reason(end: AttemptEnd) -> str:

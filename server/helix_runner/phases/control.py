@@ -16,6 +16,10 @@ protocol allows it (docs/claude-cli-protocol.md §3.6):
 Every CLI request is answered from its own task, so a held call never blocks the stdout reader.
 stdin is closed when the run should end — every expected turn has its result and no background
 task is in flight — so the CLI finishes its queued turns and exits (docs/claude-cli-protocol.md §3.5).
+
+A phase has one controller for its whole life: each attempt's CLI is a new process, and
+``attach(host)`` gives the controller that attempt's channel while the phase's own state (its
+breakpoints, a pause requested and step credits) carries over (``ControlState``).
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ from helix_runner.domain.events import (
     ToolCallStarted,
     TurnResult,
 )
-from helix_runner.domain.json_depth import check_json_depth
-from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_PATTERN
+from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_PATTERN, PermissionMode
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.ports import PhaseHost
 from helix_runner.process.control_protocol import (
@@ -68,12 +72,12 @@ log = logging.getLogger(__name__)
 _CLI_ACTIVITY = (SessionInit, AssistantText, Thinking, ToolCallStarted, CliStatus)
 
 MAX_INJECT_BYTES = 256 * 1024
-MAX_DENY_MESSAGE_BYTES = 4 * 1024
-MAX_EDIT_INPUT_BYTES = 64 * 1024
+# The MESSAGE_INJECTED event carries the injected text up to this many bytes (the CLI gets all of it).
+MAX_INJECTED_EVENT_BYTES = 4 * 1024
 # After a result, how long the CLI may stay silent before we take it that no queued turn follows
 # (a queued message can be folded into a running turn, so results may be fewer than messages).
 SETTLE_SECONDS = 3.0
-# How long set_model, set_permission_mode, stop_task and get_task_output may take to be answered.
+# How long interrupt, set_model, set_permission_mode, stop_task and get_task_output may take to be answered.
 CONTROL_WAIT_SECONDS = 10.0
 DEFAULT_TASK_OUTPUT_BYTES = 64 * 1024
 MAX_TASK_OUTPUT_BYTES = 1024 * 1024
@@ -100,22 +104,49 @@ def _illegal(operation: str, status: PhaseStatus, why: str) -> RunnerError:
                        {"status": status.name, "operation": operation})
 
 
+@dataclass(frozen=True)
+class ControlState:
+    """What job control keeps of a phase across its attempts (and what another replica would need
+    to take its control over): the breakpoints with their hit counts, a pause asked for, step credits.
+
+    Held calls and a hard pause belong to one CLI process and end with it.
+    """
+
+    breakpoints: tuple[Breakpoint, ...] = ()
+    pause_requested: bool = False
+    step_credits: int = 0
+
+
 class PhaseController:
     """Pause / step / breakpoints / inject / interrupt for one phase, over its control channel.
 
-    It sees the phase only through ``host`` (``phases.ports.PhaseHost``).
+    One per phase, for all its attempts: made with the first attempt's host, ``attach``ed to each
+    later one. It sees the phase only through ``host`` (``phases.ports.PhaseHost``).
     """
 
-    def __init__(self, host: PhaseHost, breakpoints: list[Breakpoint] | BreakpointSet):
-        self.host = host
-        self.channel = ControlChannel(host.write_stdin)
+    def __init__(self, host: PhaseHost, breakpoints: list[Breakpoint] | BreakpointSet = (), *,
+                 gate_every_call: bool = False, state: ControlState | None = None):
+        # The phase's own state, kept across attempts (ControlState).
+        if state is not None:
+            breakpoints = list(state.breakpoints)
         self.breakpoints = breakpoints if isinstance(breakpoints, BreakpointSet) else BreakpointSet.of(breakpoints)
+        self.pause_requested = state.pause_requested if state is not None else False
+        self.step_credits = state.step_credits if state is not None else 0
         # One call at a time is checked against the breakpoints, so a `once` or threshold
         # breakpoint holds exactly one of several parallel calls.
         self._breakpoint_check = asyncio.Lock()
-        self.pause_requested = False
+        # Under --bare no PreToolUse hook fires: every call comes as `can_use_tool` (the server's ask
+        # rule, claude_command.BARE_ASK_RULES, under bypassPermissions) and is decided here.
+        self.gate_every_call = gate_every_call
+        self.attach(host)
+
+    def attach(self, host: PhaseHost) -> None:
+        """The phase's next attempt (a new CLI process) is ``host``: a fresh channel, no holds, no hard
+        pause, one expected turn; the breakpoints, a pause requested and step credits stay. The
+        previous attempt was ``close``d when its process ended."""
+        self.host = host
+        self.channel = ControlChannel(host.write_stdin)
         self.hard_paused = False
-        self.step_credits = 0
         self.holds: OrderedDict[str, Hold] = OrderedDict()
         self._stepping: set[str] = set()
         self._released: set[str] = set()
@@ -126,9 +157,10 @@ class PhaseController:
         self._delegated_in_flight: set[str] = set()
         self._settle: asyncio.TimerHandle | None = None
         self.stdin_closed = False
-        # Under --bare no PreToolUse hook fires: every call comes as `can_use_tool` (the server's ask
-        # rule, claude_command.BARE_ASK_RULES, under bypassPermissions) and is decided here.
-        self.gate_every_call = False
+
+    def state(self) -> ControlState:
+        """The phase's control state now, as a value (``ControlState``)."""
+        return ControlState(tuple(self.breakpoints.list()), self.pause_requested, self.step_credits)
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -168,9 +200,10 @@ class PhaseController:
         task.add_done_callback(self._tasks.discard)
 
     def close(self, reason: str) -> None:
-        """The process is gone: release every waiter."""
+        """The attempt's process is gone: release every waiter (safe to call twice)."""
         if self._settle is not None:
             self._settle.cancel()
+            self._settle = None
         for hold in self.holds.values():
             if not hold.decision.done():
                 hold.decision.set_result(deny_hook(reason))
@@ -300,10 +333,10 @@ class PhaseController:
         if tool_use_id in self._released:
             self._released.discard(tool_use_id)
             if not self.host.ended:
-                self._settle_status()
+                self.settle_status()
 
-    def _settle_status(self) -> None:
-        """The status that follows from the holds and the pause request."""
+    def settle_status(self) -> None:
+        """Sets the status that follows from the holds and the pause request (if it is not that already)."""
         if any(h.breakpoint_id for h in self.holds.values()):
             status, why = PhaseStatus.AWAITING_APPROVAL, "a tool call waits for approval"
         elif self.hard_paused or (self.pause_requested and self.holds):
@@ -336,7 +369,7 @@ class PhaseController:
             self.hard_paused = True
             self.host.hold_watchdog(True)
             self.host.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
-        self._settle_status()
+        self.settle_status()
 
     async def resume(self) -> None:
         self._require_running("resume")
@@ -352,7 +385,7 @@ class PhaseController:
             if not hold.breakpoint_id and not hold.decision.done():
                 hold.decision.set_result(allow_hook())
         self.host.emit(ControlEvent(ControlEventKind.RESUMED))
-        self._settle_status()
+        self.settle_status()
 
     def step(self) -> None:
         self._require_running("step")
@@ -367,40 +400,27 @@ class PhaseController:
         else:
             self.step_credits += 1
 
-    def resolve(self, tool_use_id: str, decision: str, message: str = "", input_json: str = "") -> Hold:
+    def resolve(self, tool_use_id: str, decision: Decision) -> Hold:
+        """Answers a held call (``Decision`` is valid once made, so nothing here can refuse it half-way)."""
         self._require_running("resolve")
         hold = self.holds.get(tool_use_id)
         if hold is None or hold.decision.done():
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD",
                               f"tool call {tool_use_id} is not held", {"tool_use_id": tool_use_id})
         # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
-        if decision in ("approve", "edit", "deny"):
-            self.host.mark_tool_running(tool_use_id)
-        if decision == "approve":
+        self.host.mark_tool_running(tool_use_id)
+        if decision.kind is DecisionKind.APPROVE:
             hold.decision.set_result(allow_hook())
             self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, hold.tool_name, hold.breakpoint_id))
-        elif decision == "deny":
-            if len(message.encode()) > MAX_DENY_MESSAGE_BYTES:
-                raise invalid_field("deny.message", f"exceeds {MAX_DENY_MESSAGE_BYTES} bytes")
-            text = message or "denied by the operator"
-            hold.decision.set_result(deny_hook(text))
+        elif decision.kind is DecisionKind.DENY:
+            hold.decision.set_result(deny_hook(decision.message))
             self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, hold.tool_name, hold.breakpoint_id,
-                                       message=text))
-        elif decision == "edit":
-            if len(input_json.encode()) > MAX_EDIT_INPUT_BYTES:
-                raise invalid_field("edit.input_json", f"exceeds {MAX_EDIT_INPUT_BYTES} bytes")
-            check_json_depth("edit.input_json", input_json)
-            try:
-                new_input = orjson.loads(input_json)
-            except orjson.JSONDecodeError:
-                raise invalid_field("edit.input_json", "is not valid JSON") from None
-            if not isinstance(new_input, dict):
-                raise invalid_field("edit.input_json", "must be a JSON object")
+                                       message=decision.message))
+        else:
+            new_input = decision.new_input or {}
             hold.decision.set_result(edit_hook(new_input))
             self.host.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, hold.tool_name, hold.breakpoint_id,
                                        input_json=orjson.dumps(new_input).decode()))
-        else:
-            raise invalid_field("decision", "one of approve, deny or edit is required")
         return hold
 
     def add_breakpoint(self, bp: Breakpoint) -> Breakpoint:
@@ -439,7 +459,8 @@ class PhaseController:
         if not written:
             self._uncount_turn()
             raise _illegal("inject a message", self.host.status, "the CLI's stdin is closed")
-        event = self.host.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED, message=text[:MAX_DENY_MESSAGE_BYTES]))
+        event = self.host.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED,
+                                            message=_utf8_prefix(text, MAX_INJECTED_EVENT_BYTES)))
         return message_uuid, event.sequence if event else 0
 
     def _cancel_settle(self) -> None:
@@ -459,7 +480,7 @@ class PhaseController:
             raise _illegal("interrupt", self.host.status, "the phase's processes are stopped; resume it first")
         if self.stdin_closed:
             raise _illegal("interrupt", self.host.status, "the phase is finishing and takes no more input")
-        await self.channel.request("interrupt", wait_s=10.0)
+        await self.channel.request("interrupt", wait_s=CONTROL_WAIT_SECONDS)
         self.host.emit(ControlEvent(ControlEventKind.INTERRUPTED))
 
     # -- session settings and background tasks (CLI 2.1.330 control requests) ---------------
@@ -481,16 +502,16 @@ class PhaseController:
         self._require_input("set the model")
         await self.channel.request("set_model", {"model": model or "default"}, wait_s=CONTROL_WAIT_SECONDS)
 
-    async def set_permission_mode(self, mode: str) -> str:
+    async def set_permission_mode(self, mode: PermissionMode) -> str:
         """``set_permission_mode``; returns the mode the CLI says is in effect (headless CLIs echo it)."""
         if mode not in PERMISSION_MODES:
-            raise invalid_field("mode", f"unknown permission mode {mode!r}", value=mode)
-        if self.gate_every_call and mode != "bypassPermissions":
+            raise invalid_field("mode", f"unknown permission mode {mode!r}", value=str(mode))
+        if self.gate_every_call and mode != PermissionMode.BYPASS_PERMISSIONS:
             # The controller allows every call it does not hold, which only bypassPermissions means.
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "INVALID_FIELD",
                               "mode: a bare phase runs under bypassPermissions only", {"field": "mode"})
         self._require_input("set the permission mode")
-        answer = await self.channel.request("set_permission_mode", {"mode": mode}, wait_s=CONTROL_WAIT_SECONDS)
+        answer = await self.channel.request("set_permission_mode", {"mode": str(mode)}, wait_s=CONTROL_WAIT_SECONDS)
         effective = answer.get("mode") if isinstance(answer, dict) else None
         return effective if isinstance(effective, str) and effective else mode
 
@@ -538,6 +559,12 @@ class PhaseController:
             return await self.channel.request("get_context_usage", wait_s=2.0)
         except RunnerError:
             return None
+
+
+def _utf8_prefix(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8 (a character split by the cut is dropped)."""
+    encoded = text.encode()
+    return text if len(encoded) <= max_bytes else encoded[:max_bytes].decode(errors="ignore")
 
 
 def _check_task_id(task_id: str) -> None:

@@ -55,7 +55,7 @@ class RecordEncoder(Protocol):
     ) -> bytes:
         """The encoded result; ``cost_pb`` / ``attempts_pb`` (a phase row's stored cost and ended
         attempts) fill a result that has none of its own: one built from the row by recovery or a
-        takeover, whose process is gone with its figures (phases/service.py, phases/takeover.py).
+        takeover, whose process is gone with its figures (phases/recovery.py, phases/takeover.py).
         ``interrupted``: the attempt that process was running, listed (and numbered) after them."""
 
     def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:
@@ -72,7 +72,8 @@ class PhaseHost(Protocol):
     """What job control needs from the phase it controls; implemented by ``phases.run.PhaseRun``.
 
     The controller (``phases.control``) sees the phase through this port only, so it can be
-    built and tested without a process, and ``control`` does not import ``run``.
+    built and tested without a process, and ``control`` does not import ``run``. A phase has one
+    controller; it is attached to the host of each attempt in turn (``PhaseController.attach``).
     """
 
     @property

@@ -13,10 +13,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from dataclasses import replace as dc_replace
-from pathlib import Path
 
 from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.breakpoints import Breakpoint
@@ -24,7 +22,6 @@ from helix_runner.domain.events import (
     AssistantText,
     ControlEvent,
     ControlEventKind,
-    CostUpdate,
     Event,
     Payload,
     PhaseStatusChanged,
@@ -42,7 +39,7 @@ from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit,
 from helix_runner.domain.phase_result import Attempt, PhaseDiagnostics, PhaseResult
 from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.domain.phase_stream import PhaseStream, PhaseStreamOptions
+from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.phases.admission import AdmissionClosedError, Ticket, TicketState
@@ -54,71 +51,39 @@ from helix_runner.phases.attempts import (
     attempt_started_event,
     end_attempt,
     ended_while_queued,
-    final_reason,
     first_plan,
     next_plan,
     retry_scheduled_event,
 )
 from helix_runner.phases.control import PhaseController
-from helix_runner.phases.egress_grant import PhaseEgress
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fanout import Fanout
+from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
+from helix_runner.phases.recorder import PhaseRecorder
+from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
-from helix_runner.process.git_worktree import PhaseWorkspace
-from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.procfs import start_ticks
-from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox
-from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
-from helix_runner.store.protocol import EventRow, ModelCostRow, ToolCallRow
+from helix_runner.store.protocol import EventRow
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
-    """Everything decided before the process starts."""
-
-    argv: tuple[str, ...]
-    cwd: Path
-    env: dict[str, str]
-    prompt_line: bytes
-    limits: ProcessLimits
-    claude_path: str
-    recording_dir: Path
-    stream_options: PhaseStreamOptions
-    # The phase's containment (cgroup or shim) with its limits; stateful, used by one run.
-    scope: PhaseScope
-    # Key-helper mode: the broker that hands this phase's CLI session the API key.
-    key_broker: KeyBroker | None = None
-    # Where the phase runs and how its changes are collected (process/git_worktree.py).
-    workspace: PhaseWorkspace | None = None
-    # The argv of a later attempt (its spec resumes a session, with what is left of the budget).
-    argv_for: Callable[[PhaseSpec], Sequence[str]] | None = None
-    # Where the secret-bearing JSON options go as files instead of argv (process.secret_files).
-    secret_files: SecretArgFiles | None = None
-    # Start the shim from a worker thread (process/spawner.py); False: on the event loop (a baseline).
-    spawn_off_loop: bool = True
-    # Hands out a prestarted CLI of the same spawn signature, if the warm pool has one (process/warm_pool.py).
-    take_warm: Callable[[SpawnSignature], ProcessSupervisor | None] | None = None
-    # The phase's grant at the model-API gateway and the egress proxy (phases/egress_grant.py).
-    egress: PhaseEgress | None = None
-    # The phase's sandbox and private home (process/sandbox/); None: sandbox off.
-    sandbox: PhaseSandbox | None = None
-
-
 class PhaseRun:
-    """One phase in flight; ``run()`` drives it to its final result.
+    """One phase in flight; ``run()`` drives its attempts to its one result.
 
-    It is the controller's host (``phases.ports.PhaseHost``): the controller reaches the process,
-    the stream and the status only through the members listed there.
+    It keeps the attempt loop, is the controller's host (``phases.ports.PhaseHost``: the controller
+    reaches the process, the stream and the status only through the members listed there) and
+    gives the read model its snapshot. What it is launched with was decided before it
+    (``phases/launch.py``); its rows are written by its ``PhaseRecorder``, its result is built by
+    ``phases/result.py``.
     """
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: RunStore, encoder: RecordEncoder,
@@ -148,9 +113,14 @@ class PhaseRun:
         self.encoder = encoder
         self.events = events
         self.stream = PhaseStream(plan.stream_options, price_table=prices)
+        # The phase row's session, model and cost, and its tool-call rows, as the events come.
+        self.recorder = PhaseRecorder(store, encoder, spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT,
+                                      self.stream)
         self.status = PhaseStatus.PENDING
         self.result: PhaseResult | None = None
-        self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope, list(breakpoints))
+        self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope)
+        # Job control: one controller for all the phase's attempts (attached to each in _run_attempt).
+        self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare)
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
             plan.egress.attach(self.emit, self.telemetry)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -162,25 +132,18 @@ class PhaseRun:
             self._persist_and_offer,
             self.telemetry.on_events,  # telemetry
             self._note_stream_facts,
-            self._write_tool_rows,
-            self._write_cost_rows,
+            self.recorder.on_events,
             self._watch_attempt,
-            # Looked up per batch: each attempt gets a controller of its own (phases.attempts).
-            lambda events: self.control.on_events(events),
+            self.control.on_events,
         ])
         plan.recording_dir.mkdir(parents=True, exist_ok=True)
         # O_NOFOLLOW: a symlink planted in the recording directory is refused, never written through.
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab", opener=_no_follow)
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab", opener=_no_follow)
-        self._session_id = ""
         self.auth_source = ""  # the latest init line's `apiKeySource`
-        self._model = ""
-        self._cost_dirty = False
         self._revoke_key = lambda: None
         self._writes_lost: SessionWritesLost | None = None
         self._attempt_first_sequence = 1
-        self._outcome = None
-        self._artifacts: PhaseArtifacts | None = None
 
     @property
     def job_id(self) -> str:
@@ -304,11 +267,12 @@ class PhaseRun:
             if self.sandbox is not None:
                 self.sandbox.close()
             raise
+        artifacts = None
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
-            self._artifacts = await self.plan.workspace.collect()
+            artifacts = await self.plan.workspace.collect()
         if self.sandbox is not None:  # keeps the transcripts for resume, removes the private home
             await asyncio.to_thread(self.sandbox.close)
-        self.result = self._finish(exit_, end)
+        self.result = self._finish(exit_, end, artifacts)
         return self.result
 
     async def _admitted(self, plan: AttemptPlan) -> bool:
@@ -363,17 +327,16 @@ class PhaseRun:
         """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
         attempt_ns = time.time_ns()
         if plan.number > 1:
-            old = self.control
             # A hard pause taken during the backoff holds the next attempt until it is resumed.
-            while old.hard_paused and self._stop is None:
+            while self.control.hard_paused and self._stop is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), 0.1)
             limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
-            argv = self.plan.argv_for(plan.spec) if self.plan.argv_for else self.plan.argv
+            argv = self.plan.argv_for(plan.spec)
             scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
             scope.sandbox_args = self.supervisor.scope.sandbox_args  # the same sandbox and home
-            self._open_attempt(argv, dict(self.plan.env), limits, scope, old.breakpoints)
-            self.control.pause_requested, self.control.step_credits = old.pause_requested, old.step_credits
+            self._open_attempt(argv, dict(self.plan.env), limits, scope)
+            self.control.attach(self)  # its breakpoints, a pause asked for and step credits carry over
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             self.telemetry.start_attempt(attempt_ns)
         else:
@@ -393,7 +356,7 @@ class PhaseRun:
             self.set_status(PhaseStatus.RUNNING, "a prestarted claude process takes the phase (warm start)"
                             if self.supervisor.warm else "the claude process is starting", **columns)
             if self.control.pause_requested:
-                self.control._settle_status()
+                self.control.settle_status()
             if self._stop is not None:
                 self.supervisor.request_stop(*self._stop)
             exit_ = await self.supervisor.run()
@@ -412,15 +375,15 @@ class PhaseRun:
 
     def _take_warm(self) -> None:
         """The first attempt runs on a prestarted CLI when the warm pool has one of its exact signature."""
-        take, cold = self.plan.take_warm, self.supervisor
-        if take is None:
+        pool, cold = self.plan.warm_pool, self.supervisor
+        if pool is None:
             return
         if self.spec.resume_session_id:
             return  # its transcript was restored into this run's own home
         # Matched on the inline argv (the cold one carries this run's own secret-file paths) and
         # without the sandbox's per-run variables (each warm process has its own home).
         env = self.sandbox.unapply(cold.env) if self.sandbox is not None else cold.env
-        warm = take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
+        warm = pool.take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
         if warm is None:
             return
         if self.sandbox is not None:  # the warm process's home is the phase's from now on
@@ -443,13 +406,12 @@ class PhaseRun:
         self._publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
         outcome = decide_outcome(exit_, _last_result(last, self.spec), len(self.stream.results), self._writes_lost)
-        self._persist_tools(self.stream.tools.calls)
+        self.recorder.write_tools(self.stream.tools.calls)
         end = end_attempt(plan, exit_, outcome, self._watch, retries=self.retries, earlier=self.attempts,
                           cost=self.stream.attempt_cost, session_id=self.stream.session_id or "",
                           first_sequence=self._attempt_first_sequence, last_sequence=self.stream.last_sequence,
                           phase_max_budget_usd=self.spec.max_budget_usd, deadline_s=deadline_s)
         self.attempts.append(end.attempt)
-        self._outcome = outcome
         admission, ticket = self.retries.admission, self._ticket
         if admission is not None and ticket is not None:
             self._ticket_starting = False
@@ -464,22 +426,19 @@ class PhaseRun:
     def _stop_or_interrupted(self) -> tuple[EndCause, str]:
         return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
 
-    def _open_attempt(self, argv: Sequence[str], env: dict[str, str], limits: ProcessLimits, scope: PhaseScope,
-                      breakpoints: list[Breakpoint]) -> None:
-        """An attempt's supervisor (its CLI not started yet) and control channel."""
+    def _open_attempt(self, argv: Sequence[str], env: dict[str, str], limits: ProcessLimits, scope: PhaseScope) -> None:
+        """An attempt's supervisor (its CLI not started yet)."""
         self._argv_record = redact_argv(argv)  # the inline form: names, never the values
         self.supervisor = ProcessSupervisor(
             self._exec_argv(argv), cwd=self.plan.cwd, env=env, sink=self, limits=limits, keep_stdin_open=True,
             on_spawn=self._record_pid, scope=scope, spawn_off_loop=self.plan.spawn_off_loop,
         )
-        self.control = PhaseController(self, breakpoints)
-        self.control.gate_every_call = self.spec.bare
 
     def _exec_argv(self, argv: Sequence[str]) -> list[str]:
         """``argv`` with the secret-bearing JSON values moved into the run's private files."""
         return self.plan.secret_files.externalize(argv) if self.plan.secret_files else list(argv)
 
-    def _finish(self, exit_: ProcessExit, end: AttemptEnd | None) -> PhaseResult:
+    def _finish(self, exit_: ProcessExit, end: AttemptEnd | None, artifacts: PhaseArtifacts | None) -> PhaseResult:
         self._revoke_key()
         if self.plan.egress is not None:  # nothing of the phase reaches the API or the proxy any more
             self.plan.egress.revoke()
@@ -487,64 +446,24 @@ class PhaseRun:
             self.plan.secret_files.remove()
         self.control.close("the phase ended")
         self._publish(self.stream.finish())
-        last = self.stream.results[-1] if self.stream.results else None
-        if end is not None:
-            status, reason, fault = end.attempt.status, final_reason(end), self._outcome.fault  # type: ignore[union-attr]
-        else:  # stopped while queued, during a backoff, or the server task was cancelled
-            outcome = decide_outcome(exit_, None, 0, self._writes_lost)
-            status, reason, fault = outcome.status, outcome.reason, outcome.fault
-            if self.attempts and self.status is PhaseStatus.QUEUED:
-                reason = f"{reason} (while waiting to start attempt {len(self.attempts) + 1})"
-            last = None
+        outcome = final_outcome(end, exit_, self._writes_lost, ended_attempts=len(self.attempts),
+                                waiting=self.status is PhaseStatus.QUEUED)
         self._stdout_file.close()
         self._stderr_file.close()
-        tools = self.stream.tools
-        cost = self.stream.cost
-        self._persist_tools(tools.calls)
-        self._persist_cost(force=True)
+        self.recorder.write_tools(self.stream.tools.calls)
+        self.recorder.write_cost(force=True)
+        status, reason = outcome.status, outcome.reason
         self.set_status(status, reason, end_time_ns=exit_.end_ns)
-        result = PhaseResult(
-            job_id=self.job_id,
-            phase_id=self.phase_id,
-            status=status,
-            reason=reason,
-            result_subtype=last.subtype if last else "",
-            is_error=last.is_error if last else False,
-            api_error_status=last.api_error_status if last else None,
-            terminal_reason=last.terminal_reason if last else "",
-            num_turns=last.num_turns if last else 0,
-            result_text=last.result_text if last else "",
-            structured_output=last.structured_output if last else "",
-            structured_output_truncated=last.structured_output_truncated if last else False,
-            errors=last.errors if last else (),
-            exit_code=exit_.exit_code,
-            exit_signal=exit_.exit_signal,
-            result_count=len(self.stream.results),
-            session_id=self.stream.session_id or "",
-            auth_source=self.auth_source,
-            cost=cost,
-            tool_stats=tuple(tools.stats()),
-            permission_denials=last.permission_denials if last else (),
-            start_time_ns=self.attempts[0].start_time_ns if self.attempts else exit_.start_ns,
-            queue_wait_ns=max(self.attempts[0].start_time_ns - self.accepted_ns, 0) if self.attempts else None,
-            end_time_ns=exit_.end_ns,
-            last_sequence=self.stream.last_sequence,
-            diagnostics=PhaseDiagnostics(
-                stderr_tail=exit_.stderr_tail,
-                stderr_bytes=exit_.stderr_bytes,
-                parse_error_count=self.stream.parse_error_count,
-                unfinished_tool_calls=tools.unfinished_count,
-                stdout_bytes=self.stream.stdout_bytes,
-                argv=self._argv_record,
-                claude_path=self.plan.claude_path,
-                recording_path=str(self.plan.recording_dir),
+        result = build_result(
+            job_id=self.job_id, phase_id=self.phase_id, outcome=outcome,
+            last=self.stream.results[-1] if end is not None and self.stream.results else None, exit_=exit_,
+            stream=self.stream, attempts=self.attempts, accepted_ns=self.accepted_ns, auth_source=self.auth_source,
+            where=PhaseDiagnostics(
+                argv=self._argv_record, claude_path=self.plan.claude_path, recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
                 gateway=self.plan.egress.report() if self.plan.egress is not None else None,
-                sandbox=self.sandbox.report if self.sandbox is not None else None,
-            ),
-            attempts=tuple(self.attempts),
-            resource_fault=fault,
-            artifacts=self.plan.workspace.with_retention(self._artifacts, status) if self._artifacts else None,
+                sandbox=self.sandbox.report if self.sandbox is not None else None),
+            artifacts=self.plan.workspace.with_retention(artifacts, status) if artifacts else None,
         )
         self.telemetry.on_end(result)  # telemetry
         encoded = self.encoder.encode_result(result)
@@ -586,7 +505,7 @@ class PhaseRun:
                             self.notifier.outbox(events) if self.notifier is not None else ())
 
     def _note_stream_facts(self, events: list[Event]) -> None:
-        """Message counts, the session and model (written to the phase row when they change), lost writes."""
+        """Message counts, how the CLI was billed, lost session writes."""
         for e in events:
             p = e.payload
             if isinstance(p, AssistantText | Thinking | ToolCallStarted) and p.message_id:
@@ -594,26 +513,10 @@ class PhaseRun:
             elif isinstance(p, UserMessage | ToolCallFinished):
                 self.user_messages += 1
             if isinstance(p, SessionInit):
-                self._note_session(e.session_id, p.model)
                 # How the CLI was billed; the parser already reads `apiKeySource` into SessionInit.
                 self.auth_source = p.api_key_source or self.auth_source
             elif isinstance(p, SessionWritesLost):
                 self._writes_lost = p
-
-    def _write_tool_rows(self, events: list[Event]) -> None:
-        """Upserts the tool calls the batch started or finished."""
-        touched = {p.tool_use_id: None for p in (e.payload for e in events)
-                   if isinstance(p, ToolCallStarted | ToolCallFinished)}
-        if touched:
-            calls = [c for c in (self.stream.tools.get(t) for t in touched) if c is not None]
-            self._persist_tools(calls)
-
-    def _write_cost_rows(self, events: list[Event]) -> None:
-        """Rewrites the phase's cost columns and model-cost rows after a cost update or a turn result."""
-        if any(isinstance(e.payload, CostUpdate | TurnResult) for e in events):
-            self._cost_dirty = True
-        if self._cost_dirty:
-            self._persist_cost()
 
     def _watch_attempt(self, events: list[Event]) -> None:
         """Collects the facts that classify how the running attempt ends (phases.attempts)."""
@@ -623,39 +526,7 @@ class PhaseRun:
 
     def model_switched(self, model: str) -> None:
         """A SetPhaseModel took effect: the phase row shows the new model ("" = the session's default, unnamed)."""
-        if model:
-            self._note_session(self._session_id, model)
-
-    def _note_session(self, session_id: str, model: str) -> None:
-        if session_id != self._session_id or model != self._model:
-            self._session_id, self._model = session_id, model
-            self.store.update_phase(self.job_id, self.phase_id, time.time_ns(), session_id=session_id, model=model)
-
-    def _persist_tools(self, calls) -> None:
-        encoder, job, phase = self.encoder, self.job_id, self.phase_id
-        self.store.upsert_tool_calls(job, phase, [
-            ToolCallRow(c.tool_use_id, c.name, c.status, c.start_sequence, encoder.encode_tool_call(job, phase, c),
-                        duration_ns=None if c.end_time_ns is None else max(c.end_time_ns - c.start_time_ns, 0))
-            for c in calls
-        ])
-
-    def _persist_cost(self, force: bool = False) -> None:
-        if not (self._cost_dirty or force):
-            return
-        self._cost_dirty = False
-        cost = self.stream.cost
-        self.store.update_phase(
-            self.job_id, self.phase_id, time.time_ns(), cost_pb=self.encoder.encode_cost(cost),
-            reported_usd=cost.reported_usd, computed_usd=cost.computed_usd, computed_only=int(cost.computed_only),
-        )
-        # Under the project's name as every other record has it ("default" for none), so a project's
-        # totals find these rows (store: model_cost_sums by project).
-        self.store.replace_model_costs(self.job_id, self.phase_id, self.spec.project_id or DEFAULT_PROJECT, [
-            ModelCostRow(m.model, m.tokens.input_tokens, m.tokens.output_tokens, m.tokens.cache_read_input_tokens,
-                         m.tokens.cache_write_5m_input_tokens, m.tokens.cache_write_1h_input_tokens,
-                         m.tokens.web_search_requests, m.reported_usd, m.computed_usd, m.pricing_source)
-            for m in cost.models
-        ])
+        self.recorder.model_switched(model)
 
     # -- queries (the read model's view of a running phase) ---------------------------------
 

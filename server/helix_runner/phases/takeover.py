@@ -1,6 +1,6 @@
 """Dead-replica takeover on a shared database: phases whose replica is gone are recorded INTERRUPTED.
 
-The replicated counterpart of ``PhaseService.recover``: on SQLite one process owns everything, so
+The replicated counterpart of ``phases.recovery.recover``: on SQLite one process owns everything, so
 at start it marks every active phase; on PostgreSQL other replicas' phases are alive, so each
 replica sweeps, at start and then every third of a lease, only the phases whose owner's lease ran
 out (or that its own previous incarnation left behind), through the cluster's fenced sweep. The

@@ -284,7 +284,7 @@ class Cluster(Protocol):
 class SingleNode:
     """The cluster of a server that owns its database alone: no other replica, nothing to share.
 
-    Every phase in the database is this process's (``PhaseService.recover`` marks those a previous
+    Every phase in the database is this process's (``phases.recovery.recover`` marks those a previous
     process left active at start), so nothing has another owner and nothing is ever swept.
     """
 
