@@ -12,6 +12,8 @@ Encoded with msgspec (typed decoding into the domain's own dataclasses, no hand-
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import types
@@ -20,17 +22,36 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import msgspec.structs
 
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.phase_result import Attempt
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.domain.tool_decision import Decision, DecisionKind
+from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.process.sandbox.private_home import project_dir_name
 
 log = logging.getLogger(__name__)
 
 SHARED_MARKER = ".helix-runner-shared"
 """A file at a workspace root saying "this root is a volume every replica mounts at the same path"."""
+
+
+# -- the stream of a phase that moved ----------------------------------------------------------------
+
+
+def phase_moved_error(job_id: str, phase_id: str, after_sequence: int, from_replica: str,
+                      retry_after_s: float) -> RunnerError:
+    """How a RunPhase or WatchPhase stream on a draining replica ends once its phase moved: UNAVAILABLE,
+    reason PHASE_MOVED, with what WatchPhase needs to continue elsewhere (runner_service.proto)."""
+    return RunnerError(
+        ErrorKind.UNAVAILABLE, "PHASE_MOVED",
+        f"phase {phase_id} of job {job_id} moved from replica {from_replica} (draining) to another replica; "
+        f"every event up to {after_sequence} was sent: continue with WatchPhase from there on any replica",
+        {"job_id": job_id, "phase_id": phase_id, "after_sequence": str(after_sequence),
+         "from_replica": from_replica},
+        retry_after_s=retry_after_s)
 
 
 # -- the request ----------------------------------------------------------------------------------
@@ -93,6 +114,7 @@ class SavedControl(msgspec.Struct, frozen=True):
     pause_requested: bool = False
     step_credits: int = 0
     held: tuple[HeldCallRecord, ...] = ()
+    decisions: tuple[tuple[str, Decision], ...] = ()  # decisions on held calls not asked about again yet
 
 
 def saved_breakpoint(bp: Breakpoint) -> SavedBreakpoint:
@@ -118,23 +140,21 @@ def decode_control(data: bytes) -> SavedControl:
     return msgspec.json.decode(data, type=SavedControl) if data else SavedControl()
 
 
-# -- decisions sent during a move -------------------------------------------------------------------
+def decisions_of(data: dict[str, bytes]) -> dict[str, Decision]:
+    """Decisions kept in the store during a move (``phase_decisions``), decoded and checked again."""
+    out = {}
+    for tool_use_id, raw in data.items():
+        d = msgspec.json.decode(raw, type=Decision)
+        if d.kind is DecisionKind.EDIT:
+            d = Decision.edit(msgspec.json.encode(d.new_input or {}).decode())
+        elif d.kind is DecisionKind.DENY:
+            d = Decision.deny(d.message)
+        out[tool_use_id] = d
+    return out
 
 
-class SavedDecision(msgspec.Struct, frozen=True):
-    """An approval, denial or edit of a held call, sent while the phase had no live owner."""
-
-    action: str  # "approve", "deny" or "edit"
-    reason: str = ""
-    updated_input_json: str = ""
-
-
-def encode_decision(decision: SavedDecision) -> bytes:
+def encode_decision(decision: Decision) -> bytes:
     return msgspec.json.encode(decision)
-
-
-def decode_decision(data: bytes) -> SavedDecision:
-    return msgspec.json.decode(data, type=SavedDecision)
 
 
 # -- the workspace ----------------------------------------------------------------------------------
@@ -236,3 +256,101 @@ def restore_transcript(data: bytes, target: Path) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with open(fd, "wb") as f:
         f.write(data)
+
+
+# -- one phase's durable state, written as it changes ---------------------------------------------------
+
+
+class PhaseDurability:
+    """Keeps one running phase's state in the shared store, off the event loop and in order.
+
+    ``handover`` is the store's ``PhaseHandover``; ``locate(session_id)`` finds the CLI's transcript
+    on this replica's disk (the sandbox's private home, or the CLI's config directory). A write that
+    fails is logged: the phase runs on, and a move then starts from the last state that was saved.
+    """
+
+    def __init__(self, handover, job_id: str, phase_id: str, request: SavedRequest, where: Movability,
+                 replica_id: str, locate):
+        self.handover = handover
+        self.job_id, self.phase_id = job_id, phase_id
+        self.request = request
+        self.where = where
+        self.replica_id = replica_id
+        self._locate = locate
+        self.mirror = TranscriptMirror(handover, job_id, phase_id)
+        self.session_id = ""
+        self._control = SavedControl()
+        self._control_dirty = False
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def movable(self) -> bool:
+        return self.where.movable
+
+    async def _run(self, what: str, call, *args) -> bool:
+        async with self._lock:
+            try:
+                await asyncio.to_thread(call, *args)
+                return True
+            except Exception as exc:  # noqa: BLE001 - the store's error: the phase runs on; the next save may succeed
+                log.warning("saving a phase's state for hand-over failed", extra={"fields": {
+                    "job_id": self.job_id, "phase_id": self.phase_id, "what": what, "error": type(exc).__name__}})
+                return False
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def start(self, control: SavedControl) -> None:
+        """The first save, once the phase row exists: request, control, workspace, whether it can move."""
+        self._control = control
+        await self._run("start", functools.partial(
+            self.handover.save, self.job_id, self.phase_id, request=encode_request(self.request),
+            control=encode_control(control), workspace=msgspec.json.encode(self.where.workspace),
+            movable=self.where.movable, not_movable_reason=self.where.why_not))
+
+    def control_changed(self, control: SavedControl) -> None:
+        """Job control changed: saved soon (changes meanwhile are saved together)."""
+        self._control = control
+        if not self._control_dirty:
+            self._control_dirty = True
+            self._spawn(self._save_control())
+
+    async def _save_control(self) -> None:
+        async with self._lock:
+            self._control_dirty = False
+            control = self._control
+        await self._run("control", functools.partial(self.handover.save, self.job_id, self.phase_id,
+                                                     control=encode_control(control)))
+
+    def _mirror_and_save(self, session_id: str, request: SavedRequest) -> None:
+        if session_id and (path := self._locate(session_id)) is not None:
+            self.mirror.mirror(path, session_id)
+        self.handover.save(self.job_id, self.phase_id, request=encode_request(request), session_id=session_id)
+
+    def progress(self, session_id: str, attempts: tuple[Attempt, ...]) -> None:
+        """A turn ended or an attempt ended: the transcript so far and the ended attempts."""
+        self.session_id = session_id or self.session_id
+        self.request = msgspec.structs.replace(self.request, attempts=attempts)
+        self._spawn(self._run("progress", self._mirror_and_save, self.session_id, self.request))
+
+    async def settle(self) -> None:
+        """Waits for the saves scheduled so far."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def hand_over(self, session_id: str, attempts: tuple[Attempt, ...], control: SavedControl) -> bool:
+        """The last copy before the release: transcript, attempts (the moved one included), control."""
+        await self.settle()
+        self.session_id = session_id or self.session_id
+        self.request = msgspec.structs.replace(self.request, attempts=attempts)
+        self._control = control
+        ok = await self._run("hand-over", self._mirror_and_save, self.session_id, self.request)
+        return ok and await self._run("hand-over", functools.partial(
+            self.handover.save, self.job_id, self.phase_id, control=encode_control(control)))
+
+    def release(self, reason: str) -> bool:
+        """Gives the phase up for another replica to claim (on the writer's thread, after its last events)."""
+        return self.handover.release(self.job_id, self.phase_id, reason)
