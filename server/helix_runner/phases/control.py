@@ -56,7 +56,7 @@ from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_P
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
-from helix_runner.phases.handover import HeldCallRecord
+from helix_runner.phases.handover import HeldCallRecord, SavedControl, restored_breakpoint, saved_breakpoint
 from helix_runner.phases.ports import PhaseHost
 from helix_runner.process.control_protocol import (
     PRE_TOOL_USE_CALLBACK,
@@ -122,6 +122,18 @@ class ControlState:
     step_credits: int = 0
     held: tuple[HeldCallRecord, ...] = ()
     decisions: tuple[tuple[str, Decision], ...] = ()
+
+
+def saved_control(state: ControlState) -> SavedControl:
+    """The control state as kept in the shared store (phases/handover.py)."""
+    return SavedControl(tuple(saved_breakpoint(bp) for bp in state.breakpoints), state.pause_requested,
+                        state.step_credits, state.held, state.decisions)
+
+
+def control_state(saved: SavedControl) -> ControlState:
+    """The control state another replica kept: breakpoints compiled again with their hit counts."""
+    return ControlState(tuple(restored_breakpoint(b) for b in saved.breakpoints), saved.pause_requested,
+                        saved.step_credits, saved.held, saved.decisions)
 
 
 class PhaseController:
@@ -312,8 +324,9 @@ class PhaseController:
         if tool_input is None:
             tool_input = (req.request.get("input") or {}).get("tool_input", {})
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
-        if self.handing_over:
-            await asyncio.Event().wait()  # until the CLI is stopped (close cancels this task)
+        if self.handing_over:  # parked (the tracker shows it held) until the CLI is stopped; close cancels this
+            self.host.mark_tool_held(req.tool_use_id, "")
+            await asyncio.Event().wait()
         carried = self._carried_call(req.tool_name, tool_input)
         if carried is not None:  # held before the move: the same call, asked about under a new id
             self.aliases[carried.tool_use_id] = req.tool_use_id

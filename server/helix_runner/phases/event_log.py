@@ -631,23 +631,19 @@ class PhaseEventLog:
         else:
             self._close(result)
 
-    def close_moved(self, moved: Moved, then: Callable[[], None] = lambda: None) -> None:
-        """The phase was handed over: once every event is committed, ``then`` runs (the release) and
-        subscribers end after the events with ``moved`` instead of a result."""
+    def flushed(self, then: Callable[[], None]) -> None:
+        """Runs ``then`` once everything submitted for the phase so far is committed."""
+        if self.writer is not None:
+            self.writer.submit(self.job_id, self.phase_id, (), then)
+        else:
+            then()
+
+    def end_moved(self, moved: Moved) -> None:
+        """The phase was handed over (its events committed): subscribers end after them with ``moved``."""
         if self.fenced:
             return
-
-        def committed() -> None:
-            try:
-                then()
-            finally:
-                self._moved = moved
-                self._close(b"")
-
-        if self.writer is not None:
-            self.writer.submit(self.job_id, self.phase_id, (), committed)
-        else:
-            committed()
+        self._moved = moved
+        self._close(b"")
 
     def _close(self, result: bytes) -> None:
         self._result = result

@@ -34,6 +34,10 @@ from helix_runner.process.sandbox.private_home import project_dir_name
 
 log = logging.getLogger(__name__)
 
+HANDOVER_RETRY_AFTER_S = 2.0
+"""The RetryInfo of PHASE_MOVED: a live replica with room claims a released phase at once (woken by
+NOTIFY), so the rest of the stream is there to watch about this soon."""
+
 SHARED_MARKER = ".helix-runner-shared"
 """A file at a workspace root saying "this root is a volume every replica mounts at the same path"."""
 
@@ -204,6 +208,18 @@ def movability(mode: str, working_dir: Path, repository: Path | None, branch: st
                                     f"({SHARED_MARKER}), so no other replica reaches its work")
 
 
+def workspace_movability(plan, roots: tuple[Path, ...]) -> Movability:
+    """Whether a planned phase's work can move (``movability``). A worktree phase does not move yet:
+    committing its work in progress to its branch and making the adopter's worktree from it is not
+    built (docs/scale-out.md "Hand-over", what is not built), so it ends as before a hand-over existed."""
+    ws = plan.workspace
+    if ws is not None and ws.mode == "GIT_WORKTREE":
+        return Movability(SavedWorkspace("GIT_WORKTREE", str(plan.working_dir), ws.branch), False,
+                          "it runs in a git worktree on this replica's disk, and moving a worktree phase is "
+                          "not built yet")
+    return movability("IN_PLACE", Path(plan.working_dir), None, "", roots)
+
+
 # -- the transcript ---------------------------------------------------------------------------------
 
 
@@ -212,6 +228,21 @@ def transcript_path(env: dict[str, str], cwd: Path, session_id: str) -> Path:
     ``<config dir>/projects/<cwd with every non-alphanumeric as ->/<session>.jsonl``)."""
     config = env.get("CLAUDE_CONFIG_DIR") or str(Path(env.get("HOME", "~")).expanduser() / ".claude")
     return Path(config) / "projects" / project_dir_name(str(cwd)) / f"{session_id}.jsonl"
+
+
+def transcript_locator(plan, sandbox):
+    """``locate(session_id)`` for a phase's run: in a sandbox the transcript is in its private home
+    (``sandbox()``: the run's current one; a warm start brings its own), else where the CLI's
+    environment points (``transcript_path``)."""
+
+    def locate(session_id: str) -> Path | None:
+        phase_sandbox = sandbox()
+        if phase_sandbox is not None:
+            entries = phase_sandbox.home.transcripts().get(session_id, [])
+            return next((e for e in entries if e.suffix == ".jsonl"), None)
+        return transcript_path(plan.env, plan.cwd, session_id)
+
+    return locate
 
 
 class TranscriptMirror:

@@ -122,6 +122,7 @@ class PostgresHandover:
         replica, or their owner's lease ran out): this replica owns each under a new fence."""
         if limit <= 0:
             return []
+        adopted = self._replica.adopted()  # a previous incarnation's, under a stable replica id
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             self._replica.ensure_live(conn)
             rows = cur.execute(
@@ -129,9 +130,10 @@ class PostgresHandover:
                 "h.workspace, h.released_by, h.released_reason, h.moves "
                 "FROM phases p JOIN phase_handover h ON h.job_id = p.job_id AND h.phase_id = p.phase_id "
                 "WHERE p.status = ANY(%s) AND h.movable AND (p.owner_id IS NULL OR NOT EXISTS "
-                "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now())) "
+                "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
+                "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
                 "ORDER BY h.released_at NULLS LAST, p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
-                (self._active, limit)).fetchall()
+                (self._active, self._replica.replica_id, list(adopted.values()), limit)).fetchall()
             claims = []
             for (job_id, phase_id, owner, status, request, control, session_id, workspace, released_by,
                  released_reason, moves) in rows:
@@ -147,6 +149,7 @@ class PostgresHandover:
                                         bytes(workspace)),
                     status=status, from_replica=released_by or owner or "", drained=released_by is not None,
                     reason=released_reason, fence=fence, moves=moves + 1))
+        self._replica.forget_adopted((c.state.job_id, c.state.phase_id) for c in claims)
         return claims
 
     def give_up(self, job_id: str, phase_id: str, why: str) -> None:
