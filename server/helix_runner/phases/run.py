@@ -60,7 +60,7 @@ from helix_runner.phases.attempts import (
 from helix_runner.phases.control import ControlState, PhaseController, saved_control
 from helix_runner.phases.event_log import Moved, PhaseEventLog
 from helix_runner.phases.fanout import Fanout
-from helix_runner.phases.handover import HANDOVER_RETRY_AFTER_S, PhaseDurability
+from helix_runner.phases.handover import HANDOVER_RETRY_AFTER_S, PhaseDurability, SavedControl
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.recorder import PhaseRecorder
@@ -115,6 +115,7 @@ class PhaseRun:
         self._resumption = resumption
         self._moving: str | None = None  # handed over to another replica: why
         self._at_boundary = asyncio.Event()  # moving: no tool call runs any more
+        self._moving_control: SavedControl | None = None
         self.moved = False
         self._ran_here = False
         # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
@@ -202,6 +203,8 @@ class PhaseRun:
         if self._tool_running():
             with contextlib.suppress(TimeoutError):  # every batch of events checks again (_note_stream_facts)
                 await asyncio.wait_for(self._at_boundary.wait(), wait_s)
+        # The control state at the boundary, held calls included (ending the attempt answers them).
+        self._moving_control = saved_control(self.control.state())
         # SIGTERM: the CLI writes its transcript out before it exits (docs/claude-cli-protocol.md §3.7).
         self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving or "moved")
 
@@ -213,6 +216,7 @@ class PhaseRun:
         then ends INTERRUPTED here, as before) when the state could not be saved or released."""
         assert self.durability is not None and self._moving is not None
         reason = self._moving
+        control = self._moving_control or saved_control(self.control.state())
         self._revoke_key()
         admission, ticket = self.retries.admission, self._ticket
         if admission is not None and ticket is not None:  # a queued phase leaves this replica's queue
@@ -223,8 +227,7 @@ class PhaseRun:
         self.recorder.write_cost(force=True)
         self.set_status(PhaseStatus.QUEUED, f"{reason}: waiting for another replica to continue it",
                         attempts_pb=self.encoder.encode_attempts(self.attempts))
-        if not await self.durability.hand_over(self.stream.session_id or "", tuple(self.attempts),
-                                               saved_control(self.control.state())):
+        if not await self.durability.hand_over(self.stream.session_id or "", tuple(self.attempts), control):
             return False
         committed = asyncio.Event()
         self.events.flushed(committed.set)  # every event and row write of the run is committed

@@ -31,6 +31,7 @@ from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.domain.tool_decision import Decision
 from helix_runner.egress.service import Egress
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
@@ -43,6 +44,7 @@ from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
     PhaseDurability,
     SavedRequest,
+    encode_decision,
     transcript_locator,
     workspace_movability,
 )
@@ -374,6 +376,23 @@ class PhaseService:
             log.info("handed phases over", extra={"fields": {
                 "moved": sum(1 for lp in running if lp.run.moved), "asked": moving}})
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
+
+    def keep_decision(self, job_id: str, phase_id: str, tool_use_id: str, decision: Decision) -> bool:
+        """A decision on a held call of a phase that is moving (no live owner): kept for the adopter.
+        True when kept (or one was kept already: the first stands); False when the phase is not
+        moving (the caller answers as for any phase not running here). UNAVAILABLE when it was
+        adopted just now: the call, sent again, reaches the adopter."""
+        if self.handover is None:
+            return False
+        kept = self.handover.record_decision(job_id, phase_id, tool_use_id, encode_decision(decision))
+        if kept == "owned":
+            if self.get_live(job_id, phase_id) is not None:
+                return False  # adopted here meanwhile: decided on the run
+            raise RunnerError(ErrorKind.UNAVAILABLE, "OWNER_UNREACHABLE",
+                              f"phase {phase_id} of job {job_id} was just taken over by another replica; send the "
+                              "decision again", {"job_id": job_id, "phase_id": phase_id, "owner": "",
+                                                 "address": "", "code": "MOVED"}, retry_after_s=0.5)
+        return kept in ("recorded", "duplicate")
 
     def hand_over_all(self, reason: str, wait_s: float) -> int:
         """Asks every phase of this replica that can move to move (``PhaseRun.request_handover``);

@@ -1,0 +1,149 @@
+"""A phase outlives its replica on PostgreSQL (issue 24; docs/scale-out.md "Hand-over").
+
+Two servers in this process on one database, each with its own scripted API, the real CLI, and one
+workspace root both reach at the same path, marked shared (``.helix-runner-shared``). The owner
+drains: its RunPhase caller gets PHASE_MOVED, the other replica resumes the phase with ``--resume``
+and WatchPhase from ``after_sequence`` gives the rest, ending with the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+from support.runner_server import start_runner
+
+from helix.runner.v1 import events_pb2 as ev
+from helix.runner.v1 import resources_pb2 as res
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.errors import error_info, retry_info
+from helix_runner.offline import Reply, Usage
+
+pytestmark = [pytest.mark.real_cli, pytest.mark.slow]
+
+IDS = {"job_id": "job-move", "phase_id": "p1"}
+SHARED_MARKER = ".helix-runner-shared"  # phases/handover.py (spelled out: the test also runs against main)
+
+
+def _shared(tmp_path: Path) -> Path:
+    shared = tmp_path / "shared"
+    (shared / "work").mkdir(parents=True)
+    (shared / SHARED_MARKER).write_text("every replica mounts this volume here\n")
+    return shared
+
+
+def _held(events, tool_use_id: str | None = None) -> str | None:
+    for e in events:
+        if e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT:
+            if tool_use_id is None or e.control.tool_use_id == tool_use_id:
+                return e.control.tool_use_id
+    return None
+
+
+async def _until_held(call, events) -> str:
+    async with asyncio.timeout(60):
+        async for response in call:
+            events.extend(response.events)
+            if (held := _held(response.events)) is not None:
+                return held
+    raise AssertionError("the phase never held its call")
+
+
+@pytest.mark.parametrize("decide_during_move", [False, True], ids=["approved-after", "approved-during"])
+async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
+    claude_binary, scripted_api, postgres_url, tmp_path, decide_during_move
+):
+    shared = _shared(tmp_path)
+    ran = shared / "work" / "ran.txt"
+    call_input = {"command": f"echo once >> {ran}", "description": "Append once"}
+    # The owner's model calls the tool; the adopter's model, told the call was interrupted, calls it again.
+    api_a = scripted_api([Reply.tool_use("Bash", call_input, usage=Usage(input_tokens=1000, output_tokens=50)),
+                          Reply.text("never")])
+    api_b = scripted_api([Reply.tool_use("Bash", call_input, tool_use_id="toolu_again",
+                                         usage=Usage(input_tokens=1200, output_tokens=40)),
+                          Reply.text("Done.", usage=Usage(input_tokens=1300, output_tokens=10))])
+    roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": 2,
+             "handover_wait_seconds": 5.0}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
+    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
+    a = await anext(harness_a)
+    b = await anext(harness_b)
+    try:
+        if decide_during_move:  # B takes nothing over until the decision is kept
+            room = b.server.service.adopter.room
+            b.server.service.adopter.room = lambda: 0
+        call = a.stub.RunPhase(pb.RunPhaseRequest(
+            **IDS, prompt="Append once to ran.txt", working_dir=str(shared / "work"),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])),
+            timeout=120)
+        first = []
+        held = await _until_held(call, first)
+        drained = asyncio.create_task(a.server.drain(30.0))
+        with pytest.raises(grpc.aio.AioRpcError) as moved:
+            async with asyncio.timeout(60):
+                async for response in call:
+                    first.extend(response.events)
+        assert moved.value.code() == grpc.StatusCode.UNAVAILABLE
+        info = error_info(moved.value)
+        assert info.reason == "PHASE_MOVED" and info.domain == "runner.helix"
+        assert dict(info.metadata) == {**IDS, "after_sequence": str(first[-1].sequence), "from_replica": "replica-a"}
+        assert retry_info(moved.value) is not None
+        assert [e.sequence for e in first] == list(range(1, len(first) + 1))
+        await asyncio.wait_for(drained, 60)
+        assert not ran.exists()  # held at the move: the tool never ran on A
+
+        if decide_during_move:
+            # Nobody owns the phase: B keeps the decision for the adopter (itself, once it has room).
+            await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(**IDS, tool_use_id=held, approve=pb.ApproveDecision()),
+                                         timeout=10)
+            b.server.service.adopter.room = room
+            b.server.service.adopter.wake()
+        rest = []
+        result = None
+        approved = False
+        async with asyncio.timeout(90):
+            async for response in b.stub.WatchPhase(pb.WatchPhaseRequest(**IDS, after_sequence=first[-1].sequence),
+                                                   timeout=90):
+                rest.extend(response.events)
+                if not approved and not decide_during_move and _held(response.events, "toolu_again"):
+                    # Held again under the resumed CLI's id; the old id still names it.
+                    await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(**IDS, tool_use_id=held,
+                                                                           approve=pb.ApproveDecision()), timeout=10)
+                    approved = True
+                if response.HasField("result"):
+                    result = response.result
+        assert result is not None and result.status == res.PHASE_STATUS_SUCCEEDED, result
+        # After the move the call was held again (no decision yet) or ran with the one kept meanwhile.
+        assert approved or decide_during_move
+        assert _held(rest, "toolu_again") is not None or decide_during_move
+        assert ran.read_text() == "once\n"  # the tool ran exactly once, after the move
+        # One gap-free stream across the move.
+        assert [e.sequence for e in first + rest] == list(range(1, len(first) + len(rest) + 1))
+        assert result.last_sequence == rest[-1].sequence
+        # Each attempt names its replica; the move is the first one's end, the reason the contract's.
+        assert [(x.number, x.replica_id, x.end_kind) for x in result.attempts] == [
+            (1, "replica-a", res.ATTEMPT_END_KIND_MOVED), (2, "replica-b", res.ATTEMPT_END_KIND_COMPLETED)]
+        assert result.attempts[0].reason == "moved from replica replica-a (draining)"
+        assert result.attempts[1].resumed_session_id == result.attempts[0].session_id != ""
+        assert any(e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_RETRY_SCHEDULED
+                   and e.control.message == "moved from replica replica-a (draining)" for e in rest)
+        # Numbers stay true: the phase's tokens and cost are the sums of its attempts'.
+        tokens = [(x.cost.tokens.input_tokens, x.cost.tokens.output_tokens) for x in result.attempts]
+        assert (result.cost.tokens.input_tokens, result.cost.tokens.output_tokens) == (
+            sum(t[0] for t in tokens), sum(t[1] for t in tokens))
+        # The moved attempt stopped before its turn's result: its input tokens are exact, its output
+        # tokens are what the stream showed (docs/claude-cli-protocol.md §0.2: the final usage comes
+        # with the result only).
+        assert tokens[0][0] == 1000
+        assert result.cost.computed_usd == pytest.approx(sum(x.cost.computed_usd for x in result.attempts))
+        job = await b.stub.GetJob(pb.GetJobRequest(job_id=IDS["job_id"]), timeout=10)
+        assert job.job.phases[0].status == res.PHASE_STATUS_SUCCEEDED
+    finally:
+        await harness_b.aclose()
+        await harness_a.aclose()
+
+
