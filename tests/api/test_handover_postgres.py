@@ -147,3 +147,71 @@ async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
         await harness_a.aclose()
 
 
+
+
+async def _crash(postgres_cluster, postgres_url, harness) -> None:
+    """The replica stops renewing its lease and the lease runs out (its process is left, a zombie)."""
+    for task in (harness.server.takeover_task, harness.server.adopter_task):  # nothing of it renews the lease
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    harness.server.cluster.replica.stop_heartbeat()
+    postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' "
+                                           "WHERE replica_id = %s", (harness.server.cluster.replica_id,))
+
+
+@pytest.mark.parametrize("max_attempts", [2, 1])
+async def test_a_lost_replicas_phase_resumes_elsewhere_when_its_retry_policy_allows(
+    claude_binary, scripted_api, postgres_cluster, postgres_url, tmp_path, max_attempts
+):
+    shared = _shared(tmp_path)
+    ran = shared / "work" / "ran.txt"
+    call_input = {"command": f"echo once >> {ran}", "description": "Append once"}
+    api_a = scripted_api([Reply.tool_use("Bash", call_input), Reply.text("never")])
+    api_b = scripted_api([Reply.tool_use("Bash", call_input, tool_use_id="toolu_again"), Reply.text("Done.")])
+    roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": max_attempts,
+             "replica_lease_seconds": 3.0}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
+    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
+    a = await anext(harness_a)
+    b = await anext(harness_b)
+    try:
+        call = a.stub.RunPhase(pb.RunPhaseRequest(
+            **IDS, prompt="Append once to ran.txt", working_dir=str(shared / "work"),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])),
+            timeout=120)
+        first = []
+        held = await _until_held(call, first)
+        await _crash(postgres_cluster, postgres_url, a)
+        crashed = asyncio.get_running_loop().time()
+        watched, result, approved, resumed_after = [], None, False, None
+        async with asyncio.timeout(90):
+            async for response in b.stub.WatchPhase(pb.WatchPhaseRequest(**IDS), timeout=90):
+                watched.extend(response.events)
+                if resumed_after is None and any(e.sequence > len(first) for e in response.events):
+                    resumed_after = asyncio.get_running_loop().time() - crashed
+                if not approved and _held(response.events, "toolu_again"):
+                    await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(**IDS, tool_use_id=held,
+                                                                           approve=pb.ApproveDecision()), timeout=10)
+                    approved = True
+                if response.HasField("result"):
+                    result = response.result
+        assert [e.sequence for e in watched] == list(range(1, len(watched) + 1))
+        assert [e.sequence for e in watched[:len(first)]] == [e.sequence for e in first]
+        # Lease ran out at once here; B claims within a third of a lease (1 s), plus slack for the start.
+        assert resumed_after is not None and resumed_after < 1.0 + 15.0
+        if max_attempts == 1:  # the crash used up the phase's only attempt: it ends as before, saying why
+            assert result.status == res.PHASE_STATUS_INTERRUPTED
+            assert "its retry policy allows no further attempt" in result.reason
+            assert not ran.exists()
+            return
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result
+        assert approved and ran.read_text() == "once\n"
+        assert [(x.number, x.replica_id, x.end_kind, x.status) for x in result.attempts] == [
+            (1, "replica-a", res.ATTEMPT_END_KIND_CRASHED, res.PHASE_STATUS_INTERRUPTED),
+            (2, "replica-b", res.ATTEMPT_END_KIND_COMPLETED, res.PHASE_STATUS_SUCCEEDED)]
+        assert result.attempts[0].reason == "resumed after replica replica-a was lost"
+    finally:
+        await harness_b.aclose()
+        await harness_a.aclose()

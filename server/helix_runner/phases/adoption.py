@@ -129,7 +129,8 @@ class Adopter:
                 attempts.append(Attempt(
                     number=len(attempts) + 1, status=PhaseStatus.INTERRUPTED, reason=reason,
                     end_kind=AttemptEndKind.CRASHED, retryable=True, session_id=state.session_id,
-                    end_time_ns=time.time_ns(), last_sequence=row.last_sequence, replica_id=claim.from_replica))
+                    start_time_ns=row.start_time_ns if not attempts else None, end_time_ns=time.time_ns(),
+                    last_sequence=row.last_sequence, replica_id=claim.from_replica))
         moves = sum(1 for a in attempts if a.end_kind is AttemptEndKind.MOVED)
         # A move is not a failure: it does not use up the retry policy's attempts.
         policy = replace(policy, max_attempts=policy.max_attempts + moves)

@@ -445,14 +445,12 @@ class PhaseService:
             return
         follow = self.follower(job_id, phase_id, after_sequence)
         drained = asyncio.ensure_future(self._drained.wait())
+        page: asyncio.Future | None = None
         try:
             while True:
                 page = asyncio.ensure_future(anext(follow))
                 await asyncio.wait((page, drained), return_when=asyncio.FIRST_COMPLETED)
                 if not page.done():  # draining: the stream ends here, the watcher goes on elsewhere
-                    page.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await page
                     yield Delivery(moved=Moved(self.replica_id, HANDOVER_RETRY_AFTER_S))
                     return
                 try:
@@ -462,6 +460,10 @@ class PhaseService:
                 yield Delivery(tuple(row.body for row in rows), rows[0].sequence, rows[-1].sequence)
         finally:
             drained.cancel()
+            if page is not None and not page.done():  # the follower is mid-page: end it there first
+                page.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                    await page
             await follow.aclose()
         row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")

@@ -413,16 +413,9 @@ class PostgresCluster:
                 ).fetchall()
             ]
             pointers = []
-            why_not = dict(((j, p), why) for j, p, why in cur.execute(
-                "SELECT job_id, phase_id, not_movable_reason FROM phase_handover WHERE not_movable_reason <> '' "
-                "AND (job_id, phase_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
-                ([r.job_id for r in rows], [r.phase_id for r in rows])).fetchall()) if rows else {}
             for row in rows:
                 seq = row.last_sequence + 1
                 event, values = interrupt(row, seq)
-                if (row.job_id, row.phase_id) in why_not:  # it could not move: say why
-                    values = {**values, "status_reason": f"{values.get('status_reason', '')} "
-                              f"(it could not move: {why_not[(row.job_id, row.phase_id)]})".strip()}
                 if event.sequence != seq:
                     raise ValueError(f"the terminal event must have sequence {seq}, not {event.sequence}")
                 values = {**values, "status": PhaseStatus.INTERRUPTED}
