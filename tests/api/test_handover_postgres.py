@@ -215,3 +215,59 @@ async def test_a_lost_replicas_phase_resumes_elsewhere_when_its_retry_policy_all
     finally:
         await harness_b.aclose()
         await harness_a.aclose()
+
+
+async def test_a_phase_queued_on_a_full_replica_moves_to_one_where_room_freed(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    shared = _shared(tmp_path)
+    hold = {"command": "echo held", "description": "Held"}
+    api_a = scripted_api([Reply.tool_use("Bash", hold), Reply.text("never")])
+    api_b = scripted_api([Reply.tool_use("Bash", hold), Reply.text("Done.")])
+    roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "max_running_phases": 1,
+             "place_on_free_replica": False, "replica_lease_seconds": 3.0}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
+    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
+    a = await anext(harness_a)
+    b = await anext(harness_b)
+    held = pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])
+    try:
+        def run(stub, job, **options):
+            return stub.RunPhase(pb.RunPhaseRequest(job_id=job, phase_id="p1", prompt="go",
+                                                    working_dir=str(shared / "work"), **options), timeout=120)
+
+        a_busy, b_busy = run(a.stub, "job-a", options=held), run(b.stub, "job-b", options=held)
+        a_held, b_held = [], []
+        await _until_held(a_busy, a_held)
+        b_tool = await _until_held(b_busy, b_held)
+        queued = run(a.stub, "job-q")  # A is full: it waits there
+        seen = []
+        async with asyncio.timeout(30):
+            async for response in queued:
+                seen.extend(response.events)
+                if any(e.HasField("status_changed") and e.status_changed.to_status == res.PHASE_STATUS_QUEUED
+                       for e in response.events):
+                    break
+        await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(job_id="job-b", phase_id="p1", tool_use_id=b_tool,
+                                                               approve=pb.ApproveDecision()), timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as moved:  # room freed on B: the queued phase goes there
+            async with asyncio.timeout(60):
+                async for response in queued:
+                    seen.extend(response.events)
+        info = error_info(moved.value)
+        assert info.reason == "PHASE_MOVED" and info.metadata["from_replica"] == "replica-a"
+        result = None
+        async with asyncio.timeout(60):
+            async for response in b.stub.WatchPhase(pb.WatchPhaseRequest(
+                    job_id="job-q", phase_id="p1", after_sequence=int(info.metadata["after_sequence"])), timeout=60):
+                seen.extend(response.events)
+                if response.HasField("result"):
+                    result = response.result
+        assert result is not None and result.status == res.PHASE_STATUS_SUCCEEDED, result
+        assert [(x.number, x.replica_id) for x in result.attempts] == [(1, "replica-b")]
+        assert [e.sequence for e in seen] == list(range(1, len(seen) + 1))
+    finally:
+        await harness_b.aclose()
+        await harness_a.aclose()

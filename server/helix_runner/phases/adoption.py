@@ -81,11 +81,30 @@ class Adopter:
         while True:
             try:
                 await self.claim_pass()
+                await self.rebalance()
             except Exception:  # the database's error must not end the loop
                 log.exception("claiming released phases failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval_s)
             self._wake.clear()
+
+    async def rebalance(self) -> int:
+        """The queue follows the room: phases queued here for this replica's own limit move to the other
+        live replicas' free slots (released for them to claim); returns how many were asked to move."""
+        svc = self.service
+        if svc.draining:
+            return 0
+        waiting = [lp for lp in list(svc.live.values()) if not lp.done.is_set() and lp.run.waits_for_room_here()]
+        if not waiting:
+            return 0
+        capacity = await asyncio.to_thread(svc.cluster.replica_capacity)
+        free = sum(max(0, c.free) for c in capacity
+                   if c.live and c.max_running > 0 and c.replica_id != svc.replica_id)
+        moved = 0
+        for lp in waiting[:free]:
+            if lp.run.request_handover(f"moved from replica {svc.replica_id} (queued; another replica has room)", 0.0):
+                moved += 1
+        return moved
 
     async def claim_pass(self) -> int:
         """One pass: claims up to this replica's room and adopts each claim; returns how many."""
@@ -121,8 +140,8 @@ class Adopter:
         spec, policy = request.spec, request.retry
         attempts = list(request.attempts)
         ran = row.start_time_ns is not None  # a process ran (or was starting) when its replica stopped
-        if claim.drained:
-            reason, end_kind = moved_reason(claim.from_replica), AttemptEndKind.MOVED
+        if claim.drained:  # released: by a draining replica, or from a full queue to this one's room
+            reason, end_kind = claim.reason or moved_reason(claim.from_replica), AttemptEndKind.MOVED
         else:
             reason, end_kind = lost_reason(claim.from_replica), AttemptEndKind.CRASHED
             if ran and claim.status not in (PhaseStatus.QUEUED.name,):  # its attempt died with the replica

@@ -27,6 +27,7 @@ from helix_runner.domain.events import (
     Event,
     Payload,
     PhaseStatusChanged,
+    QueueReason,
     QueueState,
     SessionInit,
     SessionWritesLost,
@@ -208,6 +209,12 @@ class PhaseRun:
         # SIGTERM: the CLI writes its transcript out before it exits (docs/claude-cli-protocol.md §3.7).
         self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving or "moved")
 
+    def waits_for_room_here(self) -> bool:
+        """Queued for this replica's own running limit, before any process of it started here."""
+        state = self.queue_state()
+        return (self.status is PhaseStatus.QUEUED and not self._ran_here and self._moving is None
+                and state is not None and state.reason is QueueReason.SERVER_LIMIT)
+
     def _tool_running(self) -> bool:
         return any(c.status is ToolCallStatus.RUNNING for c in self.stream.tools.open_calls)
 
@@ -343,9 +350,12 @@ class PhaseRun:
             plan = self._resumption.plan
             self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
                                       resumed=bool(plan.spec.resume_session_id))
-            self.emit(ControlEvent(ControlEventKind.RETRY_SCHEDULED, message=self._resumption.reason[:4096],
-                                   attempt=plan.number - 1, max_attempts=policy.max_attempts,
-                                   end_kind=self._resumption.end_kind))
+            if plan.number > 1:  # (a phase moved before it ever ran says so in its status reason)
+                self.emit(ControlEvent(ControlEventKind.RETRY_SCHEDULED, message=self._resumption.reason[:4096],
+                                       attempt=plan.number - 1, max_attempts=policy.max_attempts,
+                                       end_kind=self._resumption.end_kind))
+            else:
+                self.set_status(PhaseStatus.QUEUED, self._resumption.reason)
         try:
             while True:
                 if self._moving is not None:

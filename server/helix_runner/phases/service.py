@@ -118,6 +118,7 @@ class PhaseService:
         self.follower: Follower | None = None
         # Hand-over (docs/scale-out.md "Hand-over"): on PostgreSQL a phase's state is kept in the shared
         # store, a drain hands running phases over, and this replica adopts those others release or lose.
+        self.cluster = cluster
         self.replica_id = cluster.replica_id
         self.handover = cluster.handover()
         self.adopter = Adopter(self, self.handover) if self.handover is not None else None
