@@ -51,9 +51,10 @@ async def _until_held(call, events) -> str:
     raise AssertionError("the phase never held its call")
 
 
-@pytest.mark.parametrize("decide_during_move", [False, True], ids=["approved-after", "approved-during"])
+@pytest.mark.parametrize(("decide_during_move", "sandbox"), [(False, "auto"), (True, "auto"), (False, "off")],
+                         ids=["approved-after", "approved-during", "no-sandbox"])
 async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
-    claude_binary, scripted_api, postgres_url, tmp_path, decide_during_move
+    claude_binary, scripted_api, postgres_url, tmp_path, decide_during_move, sandbox
 ):
     shared = _shared(tmp_path)
     ran = shared / "work" / "ran.txt"
@@ -65,7 +66,7 @@ async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
                                          usage=Usage(input_tokens=1200, output_tokens=40)),
                           Reply.text("Done.", usage=Usage(input_tokens=1300, output_tokens=10))])
     roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": 2,
-             "handover_wait_seconds": 5.0}
+             "handover_wait_seconds": 5.0, "sandbox": sandbox}
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
@@ -271,3 +272,25 @@ async def test_a_phase_queued_on_a_full_replica_moves_to_one_where_room_freed(
     finally:
         await harness_b.aclose()
         await harness_a.aclose()
+
+
+async def test_the_transcript_is_mirrored_at_each_turn_boundary(claude_binary, scripted_api, postgres_url, tmp_path):
+    api = scripted_api([Reply.text("The answer is forty-two.")])
+    (tmp_path / "a").mkdir()
+    harness = start_runner(tmp_path / "a", api, replica_id="replica-a", database_url=postgres_url, sandbox="off")
+    a = await anext(harness)
+    try:
+        _, result = await a.run_phase("What is the answer?", job_id="job-t", phase_id="p1")
+        assert result.status == res.PHASE_STATUS_SUCCEEDED
+        handover = a.server.service.handover
+        state = handover.state("job-t", "p1")
+        assert state.session_id == result.session_id != ""
+        # Its workspace root is not marked shared: it could not have moved, and says why.
+        assert not state.movable and "marked shared" in state.not_movable_reason
+        mirrored = handover.transcript("job-t", "p1", state.session_id)
+        on_disk = next((tmp_path / "a" / "home" / ".claude" / "projects").glob(f"*/{state.session_id}.jsonl"))
+        # Copied at the turn's result: whole lines, the answer among them, what the CLI wrote up to then.
+        assert mirrored and mirrored.endswith(b"\n") and on_disk.read_bytes().startswith(mirrored)
+        assert b"forty-two" in mirrored
+    finally:
+        await harness.aclose()

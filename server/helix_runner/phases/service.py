@@ -370,13 +370,20 @@ class PhaseService:
             await asyncio.wait_for(asyncio.gather(*(lp.done.wait() for lp in running)), grace)
         for lp in running:
             if not lp.done.is_set():
-                lp.run.request_stop_with_reason(EndCause.INTERRUPTED, "the server shut down while the phase ran" + (
-                    "" if self.handover is not None else " (a single-node server has no other replica to hand it "
-                    "over to)"))
+                lp.run.request_stop_with_reason(EndCause.INTERRUPTED, self._not_moved_reason(lp.run))
         if moving:
             log.info("handed phases over", extra={"fields": {
                 "moved": sum(1 for lp in running if lp.run.moved), "asked": moving}})
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
+
+    def _not_moved_reason(self, run: PhaseRun) -> str:
+        """Why a phase ends INTERRUPTED at a drain instead of moving to another replica."""
+        why = "the server shut down while the phase ran"
+        if self.handover is None:
+            return f"{why} (a single-node server has no other replica to hand it over to)"
+        if run.durability is not None and not run.durability.movable:
+            return f"{why} (it could not move to another replica: {run.durability.where.why_not})"
+        return f"{why} (it could not be handed over within the drain's grace)"
 
     def keep_decision(self, job_id: str, phase_id: str, tool_use_id: str, decision: Decision) -> bool:
         """A decision on a held call of a phase that is moving (no live owner): kept for the adopter.
