@@ -296,3 +296,56 @@ async def test_the_transcript_is_mirrored_at_each_turn_boundary(claude_binary, s
         assert b"forty-two" in mirrored
     finally:
         await harness.aclose()
+
+
+async def test_a_worktree_phase_moves_with_its_work_in_progress_on_its_branch(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    from support.git_repos import make_repo, sh
+
+    shared = _shared(tmp_path)
+    repo = make_repo(shared / "repo")
+    first = {"command": "echo one > a.txt", "description": "First"}
+    second = {"command": "echo two > b.txt", "description": "Second"}
+    api_a = scripted_api([Reply.tool_use("Bash", first), Reply.tool_use("Bash", second), Reply.text("never")])
+    api_b = scripted_api([Reply.tool_use("Bash", second, tool_use_id="toolu_again"), Reply.text("Done.")])
+    roots = {"workspace_roots": [str(shared)], "database_url": postgres_url}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
+    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
+    a = await anext(harness_a)
+    b = await anext(harness_b)
+    try:
+        call = a.stub.RunPhase(pb.RunPhaseRequest(
+            **IDS, prompt="Write a.txt and b.txt", working_dir=str(repo),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], workspace=pb.WORKSPACE_MODE_GIT_WORKTREE,
+                                    breakpoints=[res.Breakpoint(input_pattern=res.InputPatternCondition(regex="two"), once=True)])), timeout=120)
+        events = []
+        held = await _until_held(call, events)  # a.txt is written in A's worktree, b.txt is held
+        drained = asyncio.create_task(a.server.drain(30.0))
+        with pytest.raises(grpc.aio.AioRpcError) as moved:
+            async with asyncio.timeout(60):
+                async for response in call:
+                    events.extend(response.events)
+        assert error_info(moved.value).reason == "PHASE_MOVED"
+        await asyncio.wait_for(drained, 60)
+        branch = "helix/job-move/p1"
+        assert sh(repo, "show", f"{branch}:a.txt") == "one\n"  # the work in progress, committed at the move
+        result = None
+        async with asyncio.timeout(90):
+            async for response in b.stub.WatchPhase(pb.WatchPhaseRequest(**IDS, after_sequence=events[-1].sequence),
+                                                   timeout=90):
+                if _held(response.events, "toolu_again"):
+                    await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(**IDS, tool_use_id=held,
+                                                                           approve=pb.ApproveDecision()), timeout=10)
+                if response.HasField("result"):
+                    result = response.result
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result
+        # The adopter's worktree came from the branch: both files, the diff from the phase's base.
+        changed = {f.path for f in result.artifacts.changed_files}
+        assert {"a.txt", "b.txt"} <= changed, changed
+        assert result.artifacts.branch == branch
+    finally:
+        await harness_b.aclose()
+        await harness_a.aclose()

@@ -183,7 +183,10 @@ class Adopter:
                 # The sandbox restores a resumed session from this replica's store of the project's sessions.
                 target = launcher.sandbox.sessions.transcript_file(project, session)
                 await asyncio.to_thread(restore_transcript, transcript, target)
-            plan = await plan_launch(first, svc.config, launcher, job_project=project)
+            worktree = workspace.base_commit if workspace is not None and workspace.mode == "GIT_WORKTREE" else ""
+            plan = await plan_launch(first, svc.config, launcher, job_project=project,
+                                     continue_worktree_from=worktree)
+            await plan.workspace.create()  # a worktree from the phase's branch; the starting snapshot
         except RunnerError as exc:
             await self._give_up(claim, f"its request cannot run on replica {svc.replica_id}: {exc.message}")
             return

@@ -169,6 +169,7 @@ class SavedWorkspace(msgspec.Struct, frozen=True):
     working_dir: str
     branch: str = ""
     shared_root: str = ""
+    base_commit: str = ""  # a worktree's base: the adopter's diff still starts there
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def shared_root(path: Path, roots: tuple[Path, ...]) -> Path | None:
 
 
 def movability(mode: str, working_dir: Path, repository: Path | None, branch: str,
-               roots: tuple[Path, ...]) -> Movability:
+               roots: tuple[Path, ...], base_commit: str = "") -> Movability:
     """Whether the phase's work is where another replica can reach it.
 
     In place: the working directory must be on a root marked shared. In a worktree: the repository
@@ -200,7 +201,7 @@ def movability(mode: str, working_dir: Path, repository: Path | None, branch: st
     """
     where = repository if mode == "GIT_WORKTREE" and repository is not None else working_dir
     root = shared_root(where, roots)
-    saved = SavedWorkspace(mode, str(working_dir), branch, str(root) if root is not None else "")
+    saved = SavedWorkspace(mode, str(working_dir), branch, str(root) if root is not None else "", base_commit)
     if root is not None:
         return Movability(saved, True)
     what = "repository" if mode == "GIT_WORKTREE" else "working directory"
@@ -209,14 +210,11 @@ def movability(mode: str, working_dir: Path, repository: Path | None, branch: st
 
 
 def workspace_movability(plan, roots: tuple[Path, ...]) -> Movability:
-    """Whether a planned phase's work can move (``movability``). A worktree phase does not move yet:
-    committing its work in progress to its branch and making the adopter's worktree from it is not
-    built (docs/scale-out.md "Hand-over", what is not built), so it ends as before a hand-over existed."""
+    """Whether a planned phase's work can move (``movability``): a worktree phase with its repository,
+    where its branch takes the work in progress at the hand-over (``PhaseWorkspace.hand_over``)."""
     ws = plan.workspace
     if ws is not None and ws.mode == "GIT_WORKTREE":
-        return Movability(SavedWorkspace("GIT_WORKTREE", str(plan.working_dir), ws.branch), False,
-                          "it runs in a git worktree on this replica's disk, and moving a worktree phase is "
-                          "not built yet")
+        return movability("GIT_WORKTREE", Path(plan.working_dir), ws.toplevel, ws.branch, roots, ws.base_commit)
     return movability("IN_PLACE", Path(plan.working_dir), None, "", roots)
 
 

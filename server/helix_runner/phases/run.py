@@ -71,6 +71,7 @@ from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
+from helix_runner.process.git_worktree import GitError
 from helix_runner.process.procfs import start_ticks
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
@@ -234,6 +235,14 @@ class PhaseRun:
         self.recorder.write_cost(force=True)
         self.set_status(PhaseStatus.QUEUED, f"{reason}: waiting for another replica to continue it",
                         attempts_pb=self.encoder.encode_attempts(self.attempts))
+        workspace = self.plan.workspace
+        if workspace is not None and workspace.mode == "GIT_WORKTREE":  # the work so far, on the phase's branch
+            try:
+                await workspace.hand_over()
+            except GitError as exc:
+                log.warning("committing a worktree for hand-over failed; the phase ends here",
+                            extra={"fields": {**self._log_fields(), "error": str(exc)}})
+                return False
         if not await self.durability.hand_over(self.stream.session_id or "", tuple(self.attempts), control):
             return False
         committed = asyncio.Event()
