@@ -186,7 +186,11 @@ class Adopter:
             worktree = workspace.base_commit if workspace is not None and workspace.mode == "GIT_WORKTREE" else ""
             plan = await plan_launch(first, svc.config, launcher, job_project=project,
                                      continue_worktree_from=worktree)
-            await plan.workspace.create()  # a worktree from the phase's branch; the starting snapshot
+            try:
+                await plan.workspace.create()  # a worktree from the phase's branch; the starting snapshot
+            except BaseException:
+                plan.discard()
+                raise
         except RunnerError as exc:
             await self._give_up(claim, f"its request cannot run on replica {svc.replica_id}: {exc.message}")
             return
