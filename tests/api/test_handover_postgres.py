@@ -276,24 +276,37 @@ async def test_a_phase_queued_on_a_full_replica_moves_to_one_where_room_freed(
         await harness_a.aclose()
 
 
-async def test_the_transcript_is_mirrored_at_each_turn_boundary(claude_binary, scripted_api, postgres_url, tmp_path):
-    api = scripted_api([Reply.text("The answer is forty-two.")])
+async def test_a_phase_keeps_its_state_while_it_runs_and_forgets_it_at_the_end(
+    claude_binary, scripted_api, postgres_url, tmp_path
+):
+    api = scripted_api([Reply.tool_use("Bash", {"command": "echo hi", "description": "Say hi"}),
+                        Reply.text("The answer is forty-two.")])
     (tmp_path / "a").mkdir()
     harness = start_runner(tmp_path / "a", api, replica_id="replica-a", database_url=postgres_url, sandbox="off")
     a = await anext(harness)
+    ids = {"job_id": "job-t", "phase_id": "p1"}
     try:
-        _, result = await a.run_phase("What is the answer?", job_id="job-t", phase_id="p1")
-        assert result.status == res.PHASE_STATUS_SUCCEEDED
+        call = a.stub.RunPhase(pb.RunPhaseRequest(
+            **ids, prompt="What is the answer?", working_dir=str(a.workdir),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])),
+            timeout=120)
         handover = a.server.cluster.handover()
-        state = handover.state("job-t", "p1")
-        assert state.session_id == result.session_id != ""
-        # Its workspace root is not marked shared: it could not have moved, and says why.
-        assert not state.movable and "marked shared" in state.not_movable_reason
-        mirrored = handover.transcript("job-t", "p1", state.session_id)
-        on_disk = next((tmp_path / "a" / "home" / ".claude" / "projects").glob(f"*/{state.session_id}.jsonl"))
-        # Copied at the turn's result: whole lines, the answer among them, what the CLI wrote up to then.
-        assert mirrored and mirrored.endswith(b"\n") and on_disk.read_bytes().startswith(mirrored)
-        assert b"forty-two" in mirrored
+        result = None
+        async with asyncio.timeout(90):
+            async for response in call:
+                if (tool := _held(response.events)) is not None:
+                    state = handover.state(**ids)
+                    # Saved while it runs; its workspace root is not marked shared: it could not move, says why.
+                    assert not state.movable and "marked shared" in state.not_movable_reason
+                    await a.stub.ResolveToolCall(pb.ResolveToolCallRequest(**ids, tool_use_id=tool,
+                                                                           approve=pb.ApproveDecision()), timeout=10)
+                if response.HasField("result"):
+                    result = response.result
+        assert result.status == res.PHASE_STATUS_SUCCEEDED
+        async with asyncio.timeout(10):  # the phase ended: its hand-over state and transcript go
+            while handover.state(**ids) is not None:
+                await asyncio.sleep(0.05)
+        assert handover.transcript(**ids, session_id=result.session_id) == b""
     finally:
         await harness.aclose()
 

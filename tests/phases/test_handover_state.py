@@ -102,3 +102,33 @@ def test_a_restored_transcript_never_writes_through_a_symlink(tmp_path: Path):
     with pytest.raises(OSError):
         h.restore_transcript(b"y\n", target)
     assert not elsewhere.exists()
+
+
+class RecordingHandover(FakeHandover):
+    def __init__(self):
+        super().__init__()
+        self.saves: list[dict] = []
+
+    def save(self, job_id, phase_id, **values):
+        self.saves.append(values)
+
+
+async def test_a_turn_boundary_mirrors_the_transcript_and_saves_the_attempts_in_order(tmp_path: Path):
+    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
+    store = RecordingHandover()
+    transcript = tmp_path / "s-1.jsonl"
+    transcript.write_bytes(b'{"turn":1}\n')
+    durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
+                                   h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
+                                   lambda session: transcript)
+    await durability.start(h.SavedControl())
+    durability.progress("s-1", ())
+    with open(transcript, "ab") as f:
+        f.write(b'{"turn":2}\n')
+    attempt = Attempt(number=1, status=PhaseStatus.FAILED, replica_id="r-a")
+    durability.progress("s-1", (attempt,))
+    await durability.settle()
+    assert b"".join(d for _, d in store.chunks) == transcript.read_bytes()
+    assert [s.get("session_id") for s in store.saves] == [None, "s-1", "s-1"]
+    assert h.decode_request(store.saves[-1]["request"]).attempts == (attempt,)
+    assert store.saves[0]["movable"] is False and "marked shared" in store.saves[0]["not_movable_reason"]

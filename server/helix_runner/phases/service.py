@@ -226,7 +226,10 @@ class PhaseService:
 
     def launch_adopted(self, run: PhaseRun, events: PhaseEventLog) -> LivePhase:
         """Runs a phase taken over from another replica (phases/adoption.py)."""
-        return self._launch(run, events, run.plan)
+        live = self._launch(run, events, run.plan)
+        if self.draining:  # adopted while this replica began to drain: it moves on at once
+            run.request_handover(f"moved from replica {self.replica_id} (draining)", 0.0)
+        return live
 
     def _launch(self, run: PhaseRun, events: PhaseEventLog, plan: LaunchPlan) -> LivePhase:
         spec = run.spec
@@ -316,6 +319,8 @@ class PhaseService:
             # Stay "live" until the final events are committed: a watcher attaching now must not
             # replay from a store that does not have them yet.
             await live.events.wait_closed()
+            if self.handover is not None and live.run.result is not None:  # ended here: nothing to move any more
+                await asyncio.to_thread(_quietly, self.handover.forget, live.run.job_id, live.run.phase_id)
             if live.run.plan.workspace is not None and live.run.result is not None and not live.run.moved:
                 await live.run.plan.workspace.release(live.run.result.status)  # the worktree's retention
         except asyncio.CancelledError:
@@ -475,6 +480,14 @@ class PhaseService:
             await follow.aclose()
         row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")
+
+
+def _quietly(call: Callable[..., object], *args: object) -> None:
+    """A clean-up write whose failure only leaves rows behind (logged)."""
+    try:
+        call(*args)
+    except Exception:
+        log.warning("cleaning up a phase's hand-over state failed", exc_info=True)
 
 
 def loop_lag_gate(config: ServerConfig, telemetry: Telemetry):

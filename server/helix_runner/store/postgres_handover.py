@@ -152,6 +152,17 @@ class PostgresHandover:
         self._replica.forget_adopted((c.state.job_id, c.state.phase_id) for c in claims)
         return claims
 
+    def forget(self, job_id: str, phase_id: str) -> None:
+        """The phase ended: its hand-over state and mirrored transcript go (its job's deletion would
+        take them too). Not fenced: only a final phase's rows are deleted."""
+        with self._pool.connection() as conn, conn.transaction():
+            final = conn.execute("SELECT 1 FROM phases WHERE job_id = %s AND phase_id = %s AND NOT status = ANY(%s)",
+                                 (job_id, phase_id, self._active)).fetchone()
+            if final is None:
+                return
+            for table in ("phase_transcripts", "phase_decisions", "phase_handover"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id = %s AND phase_id = %s", (job_id, phase_id))
+
     def give_up(self, job_id: str, phase_id: str, why: str) -> None:
         """A claimed phase cannot continue here (``why``): it stays unmovable and ownerless, so the
         next sweep ends it INTERRUPTED with ``why`` as its reason."""
