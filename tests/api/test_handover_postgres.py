@@ -295,6 +295,7 @@ async def test_a_phase_keeps_its_state_while_it_runs_and_forgets_it_at_the_end(
         async with asyncio.timeout(90):
             async for response in call:
                 if (tool := _held(response.events)) is not None:
+                    live = a.server.service.get_live(**ids)
                     state = handover.state(**ids)
                     # Saved while it runs; its workspace root is not marked shared: it could not move, says why.
                     assert not state.movable and "marked shared" in state.not_movable_reason
@@ -303,9 +304,8 @@ async def test_a_phase_keeps_its_state_while_it_runs_and_forgets_it_at_the_end(
                 if response.HasField("result"):
                     result = response.result
         assert result.status == res.PHASE_STATUS_SUCCEEDED
-        async with asyncio.timeout(10):  # the phase ended: its hand-over state and transcript go
-            while handover.state(**ids) is not None:
-                await asyncio.sleep(0.05)
+        await asyncio.wait_for(live.done.wait(), 30)  # its task is over: its hand-over state and transcript went
+        assert handover.state(**ids) is None
         assert handover.transcript(**ids, session_id=result.session_id) == b""
     finally:
         await harness.aclose()
