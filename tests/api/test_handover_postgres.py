@@ -304,7 +304,8 @@ async def test_a_phase_keeps_its_state_while_it_runs_and_forgets_it_at_the_end(
                 if response.HasField("result"):
                     result = response.result
         assert result.status == res.PHASE_STATUS_SUCCEEDED
-        await asyncio.wait_for(live.done.wait(), 30)  # its task is over: its hand-over state and transcript went
+        await asyncio.wait_for(live.done.wait(), 30)  # its task is over: its hand-over state and transcript go
+        await asyncio.wait_for(asyncio.gather(*a.server.service._forgetting), 30)
         assert handover.state(**ids) is None
         assert handover.transcript(**ids, session_id=result.session_id) == b""
     finally:

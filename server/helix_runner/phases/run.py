@@ -501,6 +501,8 @@ class PhaseRun:
                 self.control.settle_status()
             if self._stop is not None:
                 self.supervisor.request_stop(*self._stop)
+            elif self._moving is not None:  # asked to move while this attempt was being set up
+                self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving)
             exit_ = await self.supervisor.run()
             # One instant for the attempt's start, the phase's start_time and the result's (the
             # supervisor takes its own a moment later, after the status above).

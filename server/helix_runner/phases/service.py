@@ -123,6 +123,7 @@ class PhaseService:
         self.handover = cluster.handover()
         self.adopter = Adopter(self, self.handover) if self.handover is not None else None
         self.sweep_now: Callable[[], None] = lambda: None  # the takeover's sweep, once more (server.py)
+        self._forgetting: set[asyncio.Future] = set()  # ended phases' hand-over state being deleted
         # Where a phase runs among the replicas on the database (routing asks: api/routing.py).
         self.replicas = Replicas(cluster, store, runs_here=lambda job, phase: self.get_live(job, phase) is not None,
                                  full_here=lambda: not self.draining and would_queue_here(self.admission.queue))
@@ -319,8 +320,6 @@ class PhaseService:
             # Stay "live" until the final events are committed: a watcher attaching now must not
             # replay from a store that does not have them yet.
             await live.events.wait_closed()
-            if self.handover is not None and live.run.result is not None:  # ended here: nothing to move any more
-                await asyncio.to_thread(_quietly, self.handover.forget, live.run.job_id, live.run.phase_id)
             if live.run.plan.workspace is not None and live.run.result is not None and not live.run.moved:
                 await live.run.plan.workspace.release(live.run.result.status)  # the worktree's retention
         except asyncio.CancelledError:
@@ -331,6 +330,11 @@ class PhaseService:
             live.done.set()
             # Keep finished phases out of the live table; watchers read them from the store.
             self.live.pop((live.run.job_id, live.run.phase_id), None)
+            if self.handover is not None and live.run.result is not None:  # ended here: nothing to move any more
+                # After the pop: reads of the ended phase come from the store at once, not after this write.
+                self._forgetting.add(asyncio.ensure_future(asyncio.to_thread(
+                    _quietly, self.handover.forget, live.run.job_id, live.run.phase_id)))
+                self._forgetting = {f for f in self._forgetting if not f.done()}
             if self.adopter is not None:  # room freed here: a released phase may be waiting for it
                 self.adopter.wake()
 
