@@ -114,7 +114,13 @@ class Adopter:
                 return 0
             claims = await asyncio.to_thread(self.handover.claim, room)
             for claim in claims:
-                await self.adopt(claim)
+                try:
+                    await self.adopt(claim)
+                except Exception:  # it is ours now: it must not stay claimed by nobody running it
+                    log.exception("continuing a phase taken over failed", extra={"fields": {
+                        "job_id": claim.state.job_id, "phase_id": claim.state.phase_id}})
+                    await self._give_up(claim, f"replica {self.service.replica_id} failed to continue it "
+                                               "(details are in its log)")
             return len(claims)
 
     async def _give_up(self, claim: HandoverClaim, why: str) -> None:
