@@ -363,3 +363,60 @@ async def test_a_worktree_phase_moves_with_its_work_in_progress_on_its_branch(
     finally:
         await harness_b.aclose()
         await harness_a.aclose()
+
+
+async def test_a_lost_replicas_phase_resumes_from_the_transcript_mirrored_at_its_last_turn_boundary(
+    claude_binary, scripted_api, postgres_cluster, postgres_url, tmp_path
+):
+    shared = _shared(tmp_path)
+    ran = shared / "work" / "ran.txt"
+    call_input = {"command": f"echo once >> {ran}", "description": "Append once"}
+    # Turn 1 answers slowly (a message injected meanwhile becomes turn 2); turn 2 calls the tool, held.
+    api_a = scripted_api([Reply.text("The answer is forty-two.", chunk_delay=0.2),
+                          Reply.tool_use("Bash", call_input), Reply.text("never")])
+    api_b = scripted_api([Reply.tool_use("Bash", call_input, tool_use_id="toolu_again"), Reply.text("Done.")])
+    roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": 2,
+             "replica_lease_seconds": 3.0}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
+    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
+    a = await anext(harness_a)
+    b = await anext(harness_b)
+    try:
+        call = a.stub.RunPhase(pb.RunPhaseRequest(
+            **IDS, prompt="What is the answer?", working_dir=str(shared / "work"),
+            options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])),
+            timeout=120)
+        first, injected, held = [], False, None
+        async with asyncio.timeout(60):
+            async for response in call:
+                first.extend(response.events)
+                if not injected and any(e.HasField("session_init") for e in response.events):
+                    await a.stub.InjectMessage(pb.InjectMessageRequest(**IDS, text="Now append to ran.txt."),
+                                               timeout=10)
+                    injected = True
+                if (held := _held(response.events)) is not None:
+                    break
+        assert held is not None and sum(e.HasField("turn_result") for e in first) == 1
+        await _crash(postgres_cluster, postgres_url, a)
+        result, rest = None, []
+        async with asyncio.timeout(90):
+            async for response in b.stub.WatchPhase(pb.WatchPhaseRequest(**IDS, after_sequence=first[-1].sequence),
+                                                   timeout=90):
+                rest.extend(response.events)
+                if _held(response.events, "toolu_again"):
+                    await b.stub.ResolveToolCall(pb.ResolveToolCallRequest(**IDS, tool_use_id=held,
+                                                                           approve=pb.ApproveDecision()), timeout=10)
+                if response.HasField("result"):
+                    result = response.result
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result
+        assert ran.read_text() == "once\n"
+        # Resumed from the mirror: B's model saw turn 1 (the transcript as mirrored at its result).
+        (request, *_) = api_b.message_requests()
+        assert "forty-two" in str(request.messages)
+        session = next(e.session_id for e in first if e.session_id)
+        assert result.attempts[1].resumed_session_id == session and result.attempts[1].replica_id == "replica-b"
+    finally:
+        await harness_b.aclose()
+        await harness_a.aclose()
