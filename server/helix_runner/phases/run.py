@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
 from helix_runner.domain.artifacts import PhaseArtifacts
+from helix_runner.domain.attempt_cost import restored_cost
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.events import (
     AssistantText,
@@ -118,6 +119,12 @@ class PhaseRun:
         self._moving: str | None = None  # handed over to another replica: why
         self._at_boundary = asyncio.Event()  # moving: no tool call runs any more
         self._moving_control: SavedControl | None = None
+        # The moved attempt (its index) whose figures the resumed attempt's first result corrects.
+        self._reconcile: int | None = None
+        if resumption is not None and resumption.attempts and resumption.end_kind is AttemptEndKind.MOVED \
+                and resumption.plan.spec.resume_session_id:
+            if resumption.attempts[-1].end_kind is AttemptEndKind.MOVED:
+                self._reconcile = len(resumption.attempts) - 1
         self.moved = False
         self._ran_here = False
         # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
@@ -215,6 +222,22 @@ class PhaseRun:
         state = self.queue_state()
         return (self.status is PhaseStatus.QUEUED and not self._ran_here and self._moving is None
                 and state is not None and state.reason is QueueReason.SERVER_LIMIT)
+
+    def _reconcile_moved_attempt(self) -> None:
+        """The first result of an attempt resumed after a move: the moved attempt, stopped before its
+        turn's result, gets the figures its process saved and this one restored (numbers stay true)."""
+        index, self._reconcile = self._reconcile, None
+        if not self.stream.carried or index is None or index >= len(self.attempts):
+            return
+        moved = self.attempts[index]
+        session = moved.session_id
+        others = [a.cost for i, a in enumerate(self.attempts)
+                  if i != index and a.cost is not None and a.session_id == session and a.cost.reported_usd is not None]
+        cost = restored_cost(self.stream.carried, others, self.stream.prices)
+        if cost is None:
+            return
+        self.attempts[index] = dc_replace(moved, cost=cost)
+        self.stream.replace_prior_costs([a.cost for a in self.attempts if a.cost is not None])
 
     def _tool_running(self) -> bool:
         return any(c.status is ToolCallStatus.RUNNING for c in self.stream.tools.open_calls)
@@ -658,6 +681,8 @@ class PhaseRun:
                 self.user_messages += 1
             if self._moving is not None and not self._at_boundary.is_set() and not self._tool_running():
                 self._at_boundary.set()
+            if p.__class__ is TurnResult and self._reconcile is not None:
+                self._reconcile_moved_attempt()
             if p.__class__ is TurnResult and self.durability is not None:  # a turn boundary: mirror
                 self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
             if isinstance(p, SessionInit):
