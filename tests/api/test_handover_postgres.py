@@ -360,6 +360,11 @@ async def test_a_worktree_phase_moves_with_its_work_in_progress_on_its_branch(
         changed = {f.path for f in result.artifacts.changed_files}
         assert {"a.txt", "b.txt"} <= changed, changed
         assert result.artifacts.branch == branch
+        # The diff is on the adopter's disk now, and the phase row says so: GetPhaseDiff serves it.
+        from support.git_repos import full_diff
+
+        diff = await full_diff(b.stub, IDS["job_id"], IDS["phase_id"], 4096)
+        assert b"a.txt" in diff and b"b.txt" in diff
     finally:
         await harness_b.aclose()
         await harness_a.aclose()

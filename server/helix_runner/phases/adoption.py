@@ -230,6 +230,8 @@ class Adopter:
         durability.mirror.session_id = session
         durability.mirror.copied = len(transcript)  # what the store has already
         durability.control_changed(saved_control(control))
+        # Its recording (and diff) is on this replica's disk from now on: GetPhaseDiff reads it here.
+        svc.writer.update_phase(job_id, phase_id, time.time_ns(), recording_dir=str(plan.recording_dir))
         svc.launch_adopted(run, events)
         log.info("took a phase over", extra={"fields": {"job_id": job_id, "phase_id": phase_id, "reason": reason,
                                                         "attempt": number, "resumed_session": session}})
