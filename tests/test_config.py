@@ -201,3 +201,16 @@ def test_bad_gateway_and_egress_values_are_one_line_errors(tmp_path, flags, mess
         load_config(flags={"workspace_roots": [str(tmp_path)], **flags}, environ={})
     assert load_config(flags={"workspace_roots": [str(tmp_path)], "api_upstream_url": "http://127.0.0.1:8080"},
                        environ={}).api_upstream_url == "http://127.0.0.1:8080"
+
+
+def test_the_handover_wait_comes_from_file_environment_and_flag_and_must_be_positive(tmp_path):
+    roots = {"workspace_roots": [str(tmp_path)]}
+    assert load_config(flags=roots, environ={}).handover_wait_seconds == 30.0
+    cfg_file = tmp_path / "runner.toml"
+    cfg_file.write_text("handover_wait_seconds = 12\n")
+    assert load_config(flags=roots, environ={}, config_file=cfg_file).handover_wait_seconds == 12.0
+    env = {"HELIX_RUNNER_HANDOVER_WAIT_SECONDS": "5"}
+    assert load_config(flags=roots, environ=env, config_file=cfg_file).handover_wait_seconds == 5.0
+    assert load_config(flags={**roots, "handover_wait_seconds": 2}, environ=env).handover_wait_seconds == 2.0
+    with pytest.raises(ConfigError, match="handover_wait_seconds must be positive"):
+        load_config(flags={**roots, "handover_wait_seconds": 0}, environ={})

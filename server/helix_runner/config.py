@@ -143,6 +143,10 @@ class ServerConfig:
     # Seconds running phases get to finish after SIGTERM before they are killed and recorded
     # INTERRUPTED.
     drain_grace_seconds: float = 10.0
+    # With PostgreSQL: how long a drain waits for a running phase's next tool boundary before it
+    # stops the CLI anyway and hands the phase over to another replica (docs/scale-out.md "Hand-over").
+    # Within drain_grace_seconds, which is the drain's whole budget.
+    handover_wait_seconds: float = 30.0
     max_concurrent_phases: int = 64
     # Admission (docs/retries-and-admission.md §5): phases beyond these limits wait QUEUED; only a
     # full queue refuses (QUEUE_FULL). max_running_phases 0 = max_concurrent_phases; per-project 0 = none.
@@ -540,6 +544,7 @@ _CONVERTERS: dict[str, Any] = {
     "log_level": lambda v: str(v).lower(),
     "log_format": lambda v: str(v).lower(),
     "drain_grace_seconds": float,
+    "handover_wait_seconds": float,
     "max_concurrent_phases": int,
     "max_running_phases": int,
     "max_running_phases_per_project": int,
@@ -693,7 +698,7 @@ def validate(config: ServerConfig) -> ServerConfig:
             "--auth-token-file: its API controls an agent that executes commands"
         )
     for name in ("drain_grace_seconds", "default_phase_timeout_seconds", "default_idle_timeout_seconds",
-                 "exit_grace_seconds"):
+                 "exit_grace_seconds", "handover_wait_seconds"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive")
     if config.retention_days < 0 or config.recordings_max_bytes < 0:

@@ -95,6 +95,7 @@ class RunningServer:
     data_dir_lock: DataDirLock | None = None  # held for the server's life: one server per data dir
     egress: Egress | None = None  # the model-API gateway and the egress proxy (helix_runner/egress)
     webhook_dispatcher: WebhookDispatcher | None = None  # delivers the webhook outbox
+    adopter_task: asyncio.Task | None = None  # claims phases other replicas released or lost (adoption.py)
 
     @property
     def egress_ports(self) -> tuple[int, ...]:
@@ -121,7 +122,7 @@ class RunningServer:
                     pass  # cut when the server stops; their owners apply on_disconnect
 
             await asyncio.gather(self.service.drain(grace), relays_done())
-        for task in (self.retention_task, self.takeover_task):
+        for task in (self.retention_task, self.takeover_task, self.adopter_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -483,6 +484,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
     if feed is not None:
         service.follower = feed.follow
         feed.on_admission_change(service.admission.wake)  # another replica freed a cluster slot, or it is our turn
+        if service.adopter is not None:  # a phase released by a draining replica (or a freed slot): claim it
+            feed.on_admission_change(service.adopter.wake)
     queries = PhaseQueries(store, service.get_live, view_cache_jobs=config.read_cache_jobs)
     try:
         tls_files = _tls_files(config)
@@ -589,6 +592,12 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         sweeper = RetentionSweeper(store, config.recordings_dir, policy, shared=cluster.shared)
         retention_task = asyncio.create_task(sweeper.run(), name="retention")
     takeover_task = None if takeover is None else asyncio.create_task(takeover.run(), name="takeover")
+    adopter_task = None
+    if takeover is not None and service.adopter is not None:  # hand-over (docs/scale-out.md "Hand-over")
+        loop = asyncio.get_running_loop()
+        service.sweep_now = lambda: loop.run_in_executor(None, takeover.sweep) and None
+        adopter_task = asyncio.create_task(
+            service.adopter.run(sweep_interval_seconds(config.replica_lease_seconds)), name="adopter")
     # Webhook deliveries: woken by every group commit that wrote outbox rows (phases/webhook_dispatcher.py).
     dispatcher = _webhook_dispatcher(config, store, webhooks, cluster).start()
     service.writer.on_outbox = dispatcher.wake
@@ -602,7 +611,8 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         print(f"Dashboard: {web.url}", flush=True)
     return RunningServer(server, health_servicer, port, store, service, queries, creds.offline_api,
                          creds.key_broker, retention_task, web, telemetry, takeover_task, feed, forwarder,
-                         health_server, health_port, cluster, lock, creds.egress, dispatcher)
+                         health_server, health_port, cluster, lock, creds.egress, dispatcher,
+                         adopter_task=adopter_task)
 
 
 def _webhooks(config: ServerConfig, store: Store) -> Webhooks:

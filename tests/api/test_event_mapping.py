@@ -534,3 +534,13 @@ def test_receive_time_is_the_timestamp_from_nanoseconds_would_give(ns):
     expected = timestamp_pb2.Timestamp()
     expected.FromNanoseconds(ns)
     assert m._timestamp_ns(ns) == expected
+
+
+def test_an_attempt_names_the_replica_that_ran_it_and_a_moved_end():
+    from helix_runner.domain.phase_result import Attempt
+    from helix_runner.domain.phase_status import PhaseStatus
+
+    moved = Attempt(number=1, status=PhaseStatus.INTERRUPTED, reason="moved to another replica (draining)",
+                    end_kind=d.AttemptEndKind.MOVED, retryable=True, replica_id="replica-a")
+    msg = m.attempt_to_proto(moved)
+    assert (msg.replica_id, msg.end_kind) == ("replica-a", resources_pb2.ATTEMPT_END_KIND_MOVED)

@@ -1,8 +1,10 @@
-"""Draining a replica (SIGTERM in a pod) hands nothing to the other replicas.
+"""Draining a replica (SIGTERM in a pod) with a phase that cannot move to another replica.
 
-deploy/k8s/replicas relies on this: a phase still running when the drain grace runs out ends
-INTERRUPTED on the replica that ran it, recorded under its own fence and streamed to its RunPhase
-caller, and the other replicas see exactly that (no takeover, no silent restart elsewhere).
+A phase whose workspace is on no root marked shared cannot be handed over (docs/scale-out.md
+"Hand-over"; tests/api/test_handover_postgres.py moves those that can): when the drain grace runs
+out it ends INTERRUPTED on the replica that ran it, saying why it could not move, recorded under its
+own fence and streamed to its RunPhase caller, and the other replicas see exactly that (no takeover,
+no silent restart elsewhere).
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ async def test_a_drained_replica_interrupts_its_running_phase_itself(
         job = await other.stub.GetJob(pb.GetJobRequest(job_id="job-drain"), timeout=10)
         (phase,) = job.job.phases
         assert phase.status == res.PHASE_STATUS_INTERRUPTED and "shut down" in phase.status_reason
+        # Its workspace is on no root marked shared (docs/scale-out.md "Hand-over"): it could not move.
+        assert "it could not move to another replica" in result.reason and "marked shared" in result.reason
         watched = []
         async for response in other.stub.WatchPhase(pb.WatchPhaseRequest(**ids), timeout=30):
             watched.extend(response.events)

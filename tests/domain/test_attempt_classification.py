@@ -124,6 +124,7 @@ def test_every_kind_but_unspecified_has_a_row_or_a_synthetic_test():
         K.STARTUP_TRANSIENT,  # test_startup_failures_the_cli_says_may_pass
         K.STRUCTURED_OUTPUT,  # test_error_subtypes
         K.INTERRUPTED_BY_CLIENT,  # test_a_persons_interrupt
+        K.MOVED,  # not classified: the run ends a handed-over attempt so (tests/api/test_handover_postgres.py)
     }
     assert covered == set(K) - {K.UNSPECIFIED}
 

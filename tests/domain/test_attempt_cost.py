@@ -164,3 +164,18 @@ def test_budget_for_the_next_attempt(budget, spent, allowed, left):
     assert (result.allowed, result.max_budget_usd) == (allowed, left)
     if not allowed:
         assert "spent" in result.reason
+
+
+def test_an_attempt_stopped_without_a_result_gets_what_the_resumed_process_restored():
+    from helix_runner.domain.attempt_cost import restored_cost
+    from helix_runner.domain.events import ModelUsage, TokenUsage
+    from helix_runner.domain.pricing import PriceTable
+
+    prices = PriceTable(use_genai_prices=False)
+    earlier = restored_cost([ModelUsage("claude-sonnet-4-5", TokenUsage(400, 10), 0.002)], [], prices)
+    # The session's totals restored: an earlier attempt that reported its own, and the stopped one.
+    carried = [ModelUsage("claude-sonnet-4-5", TokenUsage(1400, 60), 0.007)]
+    stopped = restored_cost(carried, [earlier], prices)
+    assert (stopped.tokens.input_tokens, stopped.tokens.output_tokens) == (1000, 50)
+    assert stopped.reported_usd == pytest.approx(0.005) and not stopped.computed_only
+    assert restored_cost([], [earlier], prices) is None

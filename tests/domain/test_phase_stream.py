@@ -364,3 +364,15 @@ def test_a_line_nested_past_every_decoder_is_a_parse_error_and_the_stream_goes_o
     events = stream.feed(INIT + line + text())
     assert kinds(events)[:2] == ["SessionInit", "ParseError"]
     assert "AssistantText" in kinds(events)
+
+
+def test_a_stream_taken_over_continues_the_sequence_of_the_history_before_it():
+    from helix_runner.domain.events import StderrOutput
+    from helix_runner.domain.phase_stream import PhaseStream
+
+    stream = PhaseStream()
+    stream.continue_from(41, "s-1")
+    event = stream.emit(StderrOutput("x", False))
+    assert (event.sequence, event.session_id, stream.last_sequence) == (42, "s-1", 42)
+    with pytest.raises(ValueError):
+        stream.continue_from(7)

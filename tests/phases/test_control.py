@@ -442,3 +442,46 @@ async def test_the_injected_event_carries_at_most_4_kib_of_the_text_cut_by_bytes
     assert event.message == "é" * 2048 and text.startswith(event.message)
     (line,) = [line for line in host.stdin if line["type"] == "user"]
     assert line["message"]["content"] == text  # the CLI gets all of it
+
+
+# -- after a move to another replica (issue 24; docs/claude-cli-protocol.md §3.7) -------------------
+
+
+async def test_a_call_held_before_a_move_is_held_again_when_the_resumed_cli_asks_under_a_new_id():
+    bp = Breakpoint.create(breakpoint_id="bash", kind=BreakpointKind.TOOL_NAME, tool_name="Bash", once=True)
+    host, control = make_controller([bp])
+    host.tool_call("t1", tool_input={"command": "make"})
+    await host.until(lambda: "t1" in control.holds)
+    state = control.state()  # what the owner saves at the boundary, with the held call
+    assert [(h.tool_use_id, h.breakpoint_id) for h in state.held] == [("t1", "bash")]
+
+    other = FakeHost()
+    other.controller = adopted = PhaseController(other, state=state)
+    other.tool_call("t9", tool_input={"command": "something else"})  # not the held call: runs
+    await other.settle()
+    again = other.tool_call("t2", tool_input={"command": "make"})  # the held call, re-issued
+    await other.until(lambda: "t2" in adopted.holds)
+    assert adopted.holds["t2"].breakpoint_id == "bash" and other.status is PhaseStatus.AWAITING_APPROVAL
+    adopted.resolve("t1", Decision.approve())  # the id the operator knows still names it
+    assert await other.answer_to(again) == {"continue": True}
+    with pytest.raises(RunnerError):  # decided once
+        adopted.resolve("t1", Decision.approve())
+
+
+async def test_a_decision_sent_before_the_resumed_cli_asks_is_applied_once_when_it_does():
+    host, control = make_controller()
+    await control.pause(hard=False)
+    host.tool_call("t1", tool_input={"command": "rm x"})
+    await host.until(lambda: "t1" in control.holds)
+    other = FakeHost()
+    other.controller = adopted = PhaseController(other, state=control.state())
+    adopted.resolve("t1", Decision.deny("not that"))  # kept: the call has not been asked about again
+    assert adopted.state().decisions and not adopted.holds
+    asked = other.tool_call("t2", tool_input={"command": "rm x"})
+    answer = await other.answer_to(asked)
+    assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert ControlEventKind.TOOL_DENIED in other.control_kinds()
+    assert adopted.state().decisions == () and adopted.state().held == ()
+    # Asked once more (the model tries again): no decision is left, and the phase is paused: held.
+    other.tool_call("t3", tool_input={"command": "rm x"})
+    await other.until(lambda: "t3" in adopted.holds)

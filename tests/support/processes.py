@@ -25,18 +25,24 @@ def alive(pid: int) -> bool:
 # What a tool writes down for a test to find it on the host, from inside a sandbox too (where its
 # pid is its PID namespace's): "<its pid> <its start time in clock ticks since boot>" (the same
 # clock on the host). ``SELF_IDENTITY`` is the Python expression; ``find_process`` reads it back.
-SELF_IDENTITY = ("f'{os.getpid()} {open(\"/proc/self/stat\").read().rsplit(\")\", 1)[1].split()[19]}'")
+# Also the inode of its PID namespace: concurrent sandboxed phases (other tests, other suites on the
+# machine) each number their processes from 1, so a small pid and a start tick can match a stranger.
+SELF_IDENTITY = ("f'{os.getpid()} {open(\"/proc/self/stat\").read().rsplit(\")\", 1)[1].split()[19]} "
+                 "{os.stat(\"/proc/self/ns/pid\").st_ino}'")
 
 
 def find_process(identity: str) -> int | None:
     """The host pid of the live process that wrote ``identity`` (``SELF_IDENTITY``), or None once it
-    is gone: the process that started at that tick and whose pid in its own (innermost) PID
-    namespace is the one it wrote (``NSpid``, the host pid when it has no namespace of its own)."""
-    own, start = (int(x) for x in identity.split())
+    is gone: the process that started at that tick, in the PID namespace it named, and whose pid in
+    that (innermost) namespace is the one it wrote (``NSpid``, the host pid when it has no
+    namespace of its own)."""
+    own, start, *namespace = (int(x) for x in identity.split())
     for pid in procfs.pids():
         if procfs.start_ticks(pid) != start or not alive(pid):
             continue
         try:
+            if namespace and os.stat(f"/proc/{pid}/ns/pid").st_ino != namespace[0]:
+                continue
             with open(f"/proc/{pid}/status") as f:
                 nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [str(pid)])
         except OSError:

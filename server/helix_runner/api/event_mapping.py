@@ -136,6 +136,7 @@ def attempt_to_proto(attempt: Attempt) -> res.Attempt:
         first_sequence=_i64(attempt.first_sequence),
         last_sequence=_i64(attempt.last_sequence),
         startup_failure_reason=attempt.startup_failure_reason,
+        replica_id=attempt.replica_id,
     )
     if attempt.exit_code is not None:
         msg.exit_code = _i32(attempt.exit_code)

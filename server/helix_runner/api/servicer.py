@@ -66,6 +66,7 @@ from helix_runner.api.webhook_mapping import (
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.commands import PhaseCommands
+from helix_runner.phases.handover import phase_moved_error
 from helix_runner.phases.queries import PhaseQueries
 from helix_runner.phases.service import PhaseService
 
@@ -181,11 +182,17 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         if hasattr(context, "add_done_callback"):
             context.add_done_callback(caller_gone)
         try:
+            sent = 0
             async for delivery in live.events.subscribe(0):
+                if delivery.moved is not None:  # handed over to another replica: WatchPhase continues there
+                    state["completed"] = True
+                    raise phase_moved_error(spec.job_id, spec.phase_id, sent, delivery.moved.from_replica,
+                                            delivery.moved.retry_after_s)
                 if delivery.result is not None:
                     state["completed"] = True
                     yield result_response(delivery.result)
                     return
+                sent = delivery.last_sequence
                 if delivery.message is not None:  # framed once at publish, the same bytes for every stream
                     yield delivery.message
                     continue
@@ -199,7 +206,13 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     @_stream
     async def WatchPhase(self, request, context) -> AsyncIterator[bytes]:
         deliveries = await self.service.watch(request.job_id, request.phase_id, request.after_sequence)
+        sent = request.after_sequence
         async for delivery in deliveries:
+            if delivery.moved is not None:  # handed over to another replica: WatchPhase continues there
+                raise phase_moved_error(request.job_id, request.phase_id, sent, delivery.moved.from_replica,
+                                        delivery.moved.retry_after_s)
+            if delivery.result is None:
+                sent = delivery.last_sequence
             if delivery.result is not None:
                 if delivery.result:
                     yield result_response(delivery.result)

@@ -64,6 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "INTERRUPTED within 4/3 of it",
     )
     p.add_argument(
+        "--handover-wait-seconds", type=float,
+        help="with PostgreSQL: on drain, how long to wait for a phase's next tool boundary before stopping "
+        "its CLI and handing it over to another replica (default 30; the drain's whole budget is drain_grace_seconds)",
+    )
+    p.add_argument(
         "--advertise-address", help="with PostgreSQL: host:port other replicas forward control RPCs to (default: the bound one)"
     )
     # TLS on the gRPC port (docs/scale-out.md "Security between replicas"); files re-read on change

@@ -204,3 +204,32 @@ def _snapshot(models: list[ModelCost], reported: float | None, computed_only: bo
         models=tuple(models),
         unpriced_models=tuple(sorted(m.model for m in models if m.pricing_source is PricingSource.UNPRICED)),
     )
+
+
+def restored_cost(
+    carried: Sequence[ModelUsage], others: Iterable[PhaseCostSnapshot], prices: PriceTable
+) -> PhaseCostSnapshot | None:
+    """What an attempt that ended without a result really cost, from what the next process restored.
+
+    A process stopped with SIGTERM (a hand-over, docs/scale-out.md) saves the session's totals
+    before it exits, its last API message's final usage included; the stream showed only that
+    message's starting usage (docs/claude-cli-protocol.md §0.2). The resumed process's first result
+    carries those totals in (``carried``); minus the ``others`` earlier attempts of the session that
+    reported their own, they are the stopped attempt's. None when nothing was carried.
+    """
+    if not carried:
+        return None
+    spent: dict[str, tuple[TokenUsage, float]] = {}
+    for cost in others:
+        for model in cost.models:
+            tokens, usd = spent.get(model.model, (TokenUsage(), 0.0))
+            spent[model.model] = (tokens + model.tokens, usd + (model.reported_usd or 0.0))
+    models = []
+    for mu in carried:
+        tokens, usd = spent.get(mu.model, (TokenUsage(), 0.0))
+        own = _minus(mu.tokens, tokens)
+        computed, source = prices.cost_usd(mu.model, own)
+        reported = None if mu.cost_usd is None else max(0.0, mu.cost_usd - usd)
+        models.append(ModelCost(mu.model, own, reported, computed, source))
+    parts = [m.reported_usd for m in models]
+    return _snapshot(models, sum(parts) if all(p is not None for p in parts) else None, False)  # type: ignore[misc]

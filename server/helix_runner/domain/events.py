@@ -164,6 +164,7 @@ class AttemptEndKind(enum.IntEnum):
     INTERRUPTED_BY_CLIENT = 20
     SERVER_SHUTDOWN = 21
     SPAWN_FAILED = 22
+    MOVED = 23
 
 
 class QueueReason(enum.IntEnum):

@@ -107,6 +107,7 @@ class Attempt:
     last_sequence: int = 0
     retry_delay_ns: int | None = None
     startup_failure_reason: str = ""
+    replica_id: str = ""  # the replica that ran it ("" on a single-node server)
 
 
 @dataclass(frozen=True)

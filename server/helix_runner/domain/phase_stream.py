@@ -286,6 +286,28 @@ class PhaseStream:
         snapshot = self._ledger.snapshot()
         return own_cost(snapshot, self._carried, self._prices) if self._carried else snapshot
 
+    @property
+    def prices(self) -> PriceTable:
+        return self._prices
+
+    @property
+    def carried(self) -> tuple:
+        """What this attempt's process carried in from the session it resumed (known at its first result)."""
+        return self._carried
+
+    def replace_prior_costs(self, prior_costs: Sequence[PhaseCostSnapshot]) -> None:
+        """The finished attempts' own costs, corrected (an attempt stopped without a result, whose true
+        figures the resumed process restored: ``attempt_cost.restored_cost``)."""
+        self._prior_costs = tuple(prior_costs)
+
+    def continue_from(self, last_sequence: int, session_id: str = "") -> None:
+        """A phase taken over from another replica: its next event follows ``last_sequence`` (the
+        history written there), in the session it ran (one gap-free stream across the move)."""
+        if self._sequence:
+            raise ValueError("continue_from must come before the first event")
+        self._sequence = last_sequence
+        self._session_id = session_id or self._session_id
+
     def emit(self, payload: Payload) -> Event:
         """Sequence a service event (stderr, status change, control, ...) into the phase's stream."""
         return self._event(self._clock(), self._session_id or "", "", "", payload)

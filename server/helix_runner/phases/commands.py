@@ -63,7 +63,13 @@ class PhaseCommands:
     # -- held calls and breakpoints -------------------------------------------------------------
 
     def resolve(self, job_id: str, phase_id: str, tool_use_id: str, decision: Decision) -> ToolCall | None:
-        """Answers a held call; the tracker's record of it (None: no longer retained)."""
+        """Answers a held call; the tracker's record of it (None: no longer retained).
+
+        A phase moving between replicas (no live owner) keeps the decision for its adopter, which
+        applies it once (docs/scale-out.md "Hand-over"); the answer then carries no record."""
+        if self._service.get_live(job_id, phase_id) is None and self._service.keep_decision(
+                job_id, phase_id, tool_use_id, decision):
+            return None
         run = self._running(job_id, phase_id, "resolve a tool call").run
         run.control.resolve(tool_use_id, decision)
         return run.tool_call(tool_use_id)

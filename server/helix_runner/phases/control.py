@@ -29,6 +29,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,7 @@ from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_P
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.phases.handover import HeldCallRecord, SavedControl, restored_breakpoint, saved_breakpoint
 from helix_runner.phases.ports import PhaseHost
 from helix_runner.process.control_protocol import (
     PRE_TOOL_USE_CALLBACK,
@@ -109,12 +111,29 @@ class ControlState:
     """What job control keeps of a phase across its attempts (and what another replica would need
     to take its control over): the breakpoints with their hit counts, a pause asked for, step credits.
 
-    Held calls and a hard pause belong to one CLI process and end with it.
+    A hard pause belongs to one CLI process and ends with it (kept as a pause asked for). Held calls
+    are kept as records (``held``): after a move to another replica, the resumed CLI asks about such
+    a call again under a new id (docs/claude-cli-protocol.md §3.7), and ``decisions`` sent for them
+    meanwhile are applied then.
     """
 
     breakpoints: tuple[Breakpoint, ...] = ()
     pause_requested: bool = False
     step_credits: int = 0
+    held: tuple[HeldCallRecord, ...] = ()
+    decisions: tuple[tuple[str, Decision], ...] = ()
+
+
+def saved_control(state: ControlState) -> SavedControl:
+    """The control state as kept in the shared store (phases/handover.py)."""
+    return SavedControl(tuple(saved_breakpoint(bp) for bp in state.breakpoints), state.pause_requested,
+                        state.step_credits, state.held, state.decisions)
+
+
+def control_state(saved: SavedControl) -> ControlState:
+    """The control state another replica kept: breakpoints compiled again with their hit counts."""
+    return ControlState(tuple(restored_breakpoint(b) for b in saved.breakpoints), saved.pause_requested,
+                        saved.step_credits, saved.held, saved.decisions)
 
 
 class PhaseController:
@@ -132,6 +151,15 @@ class PhaseController:
         self.breakpoints = breakpoints if isinstance(breakpoints, BreakpointSet) else BreakpointSet.of(breakpoints)
         self.pause_requested = state.pause_requested if state is not None else False
         self.step_credits = state.step_credits if state is not None else 0
+        # Calls held when the phase moved here, not asked about again yet (by tool and input), the
+        # decisions sent for them, and their ids -> the ids the resumed CLI asked about them under.
+        self.carried: list[HeldCallRecord] = list(state.held) if state is not None else []
+        self.pending: dict[str, Decision] = dict(state.decisions) if state is not None else {}
+        self.aliases: dict[str, str] = {}
+        # The replica is handing the phase over: new calls wait (never answered; the CLI is stopped).
+        self.handing_over = False
+        # Called whenever the state above changes (the owner saves it for another replica).
+        self.on_change: Callable[[], None] = lambda: None
         # One call at a time is checked against the breakpoints, so a `once` or threshold
         # breakpoint holds exactly one of several parallel calls.
         self._breakpoint_check = asyncio.Lock()
@@ -159,8 +187,23 @@ class PhaseController:
         self.stdin_closed = False
 
     def state(self) -> ControlState:
-        """The phase's control state now, as a value (``ControlState``)."""
-        return ControlState(tuple(self.breakpoints.list()), self.pause_requested, self.step_credits)
+        """The phase's control state now, as a value (``ControlState``); a hard pause counts as a pause
+        asked for, held calls as records."""
+        held = tuple(HeldCallRecord(h.tool_use_id, h.tool_name, h.input_json, h.breakpoint_id, h.reason, h.since_ns)
+                     for h in self.holds.values() if not h.decision.done())
+        return ControlState(tuple(self.breakpoints.list()), self.pause_requested or self.hard_paused,
+                            self.step_credits, held + tuple(self.carried), tuple(self.pending.items()))
+
+    def _changed(self) -> None:
+        try:
+            self.on_change()
+        except Exception:
+            log.exception("saving the phase's control state failed")
+
+    def begin_handover(self) -> None:
+        """The replica is handing the phase over: every call from now on waits (not a hold anyone
+        sees or decides; the CLI is stopped at this boundary)."""
+        self.handing_over = True
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -281,6 +324,20 @@ class PhaseController:
         if tool_input is None:
             tool_input = (req.request.get("input") or {}).get("tool_input", {})
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
+        if self.handing_over:  # parked (the tracker shows it held) until the CLI is stopped; close cancels this
+            self.host.mark_tool_held(req.tool_use_id, "")
+            await asyncio.Event().wait()
+        carried = self._carried_call(req.tool_name, tool_input)
+        if carried is not None:  # held before the move: the same call, asked about under a new id
+            self.aliases[carried.tool_use_id] = req.tool_use_id
+            decision = self.pending.pop(carried.tool_use_id, None)
+            self._changed()
+            if decision is not None:  # decided during the move: applied now, once
+                return self._apply(req.tool_use_id, req.tool_name, carried.breakpoint_id, decision)
+            kind, status = ((ControlEventKind.BREAKPOINT_HIT, PhaseStatus.AWAITING_APPROVAL) if carried.breakpoint_id
+                            else (ControlEventKind.PAUSED, PhaseStatus.PAUSED))
+            return await self._hold(req, input_json, carried.breakpoint_id, carried.reason or "held before the move",
+                                    status, kind)
         bp = await self._breakpoint_hit(req.tool_name, input_json, self.host.cost_usd)
         if bp is not None:
             return await self._hold(req, input_json, bp.breakpoint_id, f"breakpoint {bp.breakpoint_id}",
@@ -292,6 +349,18 @@ class PhaseController:
                 return allow_hook()
             return await self._hold(req, input_json, "", "paused", PhaseStatus.PAUSED, ControlEventKind.PAUSED)
         return allow_hook()
+
+    def _carried_call(self, tool_name: str, tool_input: Any) -> HeldCallRecord | None:
+        """The call held before the move that this one is (same tool, same input), taken off the list."""
+        for i, record in enumerate(self.carried):
+            if record.tool_name == tool_name:
+                try:
+                    same = orjson.loads(record.input_json) == tool_input
+                except orjson.JSONDecodeError:
+                    same = False
+                if same:
+                    return self.carried.pop(i)
+        return None
 
     async def _breakpoint_hit(self, tool_name: str, input_json: str, cost_usd: float) -> Breakpoint | None:
         """The breakpoint this call triggers (hit counted), or None.
@@ -320,6 +389,7 @@ class PhaseController:
         self.host.mark_tool_held(req.tool_use_id, breakpoint_id)
         self.host.set_status(status, f"tool call {req.tool_name} ({req.tool_use_id}) held: {reason}")
         self.host.emit(ControlEvent(kind, req.tool_use_id, req.tool_name, breakpoint_id, input_json=input_json))
+        self._changed()
         try:
             return await hold.decision
         finally:
@@ -370,6 +440,7 @@ class PhaseController:
             self.host.hold_watchdog(True)
             self.host.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
         self.settle_status()
+        self._changed()
 
     async def resume(self) -> None:
         self._require_running("resume")
@@ -386,6 +457,7 @@ class PhaseController:
                 hold.decision.set_result(allow_hook())
         self.host.emit(ControlEvent(ControlEventKind.RESUMED))
         self.settle_status()
+        self._changed()
 
     def step(self) -> None:
         self._require_running("step")
@@ -399,39 +471,59 @@ class PhaseController:
             held.decision.set_result(allow_hook())
         else:
             self.step_credits += 1
+            self._changed()
 
     def resolve(self, tool_use_id: str, decision: Decision) -> Hold:
-        """Answers a held call (``Decision`` is valid once made, so nothing here can refuse it half-way)."""
+        """Answers a held call (``Decision`` is valid once made, so nothing here can refuse it half-way).
+
+        After a move, ``tool_use_id`` may name the call as it was held before the move: the call the
+        resumed CLI asked about again under a new id, or, while it has not asked yet, the kept record
+        (the decision is applied when it asks)."""
         self._require_running("resolve")
+        tool_use_id = self.aliases.get(tool_use_id, tool_use_id)
         hold = self.holds.get(tool_use_id)
+        if hold is None:
+            record = next((r for r in self.carried if r.tool_use_id == tool_use_id), None)
+            if record is not None and tool_use_id not in self.pending:
+                self.pending[tool_use_id] = decision
+                self._changed()
+                kept = Hold(record.tool_use_id, record.tool_name, record.input_json, record.breakpoint_id,
+                            record.reason, record.since_ns)
+                kept.decision.set_result({})
+                return kept
         if hold is None or hold.decision.done():
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD",
                               f"tool call {tool_use_id} is not held", {"tool_use_id": tool_use_id})
         # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
         self.host.mark_tool_running(tool_use_id)
-        if decision.kind is DecisionKind.APPROVE:
-            hold.decision.set_result(allow_hook())
-            self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, hold.tool_name, hold.breakpoint_id))
-        elif decision.kind is DecisionKind.DENY:
-            hold.decision.set_result(deny_hook(decision.message))
-            self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, hold.tool_name, hold.breakpoint_id,
-                                       message=decision.message))
-        else:
-            new_input = decision.new_input or {}
-            hold.decision.set_result(edit_hook(new_input))
-            self.host.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, hold.tool_name, hold.breakpoint_id,
-                                       input_json=orjson.dumps(new_input).decode()))
+        hold.decision.set_result(self._apply(tool_use_id, hold.tool_name, hold.breakpoint_id, decision))
         return hold
+
+    def _apply(self, tool_use_id: str, tool_name: str, breakpoint_id: str, decision: Decision) -> dict[str, Any]:
+        """The hook answer for a decision, with its event."""
+        if decision.kind is DecisionKind.APPROVE:
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, tool_name, breakpoint_id))
+            return allow_hook()
+        if decision.kind is DecisionKind.DENY:
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, tool_name, breakpoint_id,
+                                        message=decision.message))
+            return deny_hook(decision.message)
+        new_input = decision.new_input or {}
+        self.host.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, tool_name, breakpoint_id,
+                                    input_json=orjson.dumps(new_input).decode()))
+        return edit_hook(new_input)
 
     def add_breakpoint(self, bp: Breakpoint) -> Breakpoint:
         self._require_running("add a breakpoint")
         self.breakpoints.add(bp)
         self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_ADDED, breakpoint_id=bp.breakpoint_id))
+        self._changed()
         return bp
 
     def remove_breakpoint(self, breakpoint_id: str) -> Breakpoint:
         bp = self.breakpoints.remove(breakpoint_id)
         self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_REMOVED, breakpoint_id=breakpoint_id))
+        self._changed()
         return bp
 
     async def inject(self, text: str, interrupt_first: bool) -> tuple[str, int]:

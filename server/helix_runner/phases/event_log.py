@@ -450,6 +450,17 @@ class Delivery:
     last_sequence: int = 0
     result: bytes | None = None
     message: bytes | None = None
+    # Instead of a result: the phase moved to another replica (a drain handed it over); the stream
+    # ends with PHASE_MOVED and the watcher continues with WatchPhase elsewhere (docs/scale-out.md).
+    moved: Moved | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """Why a phase's stream on this replica ends without its result: it continues on another replica."""
+
+    from_replica: str
+    retry_after_s: float
 
 
 def _framed(frame: Framer | None, bodies: tuple[bytes, ...]) -> bytes | None:
@@ -547,6 +558,7 @@ class PhaseEventLog:
         self._closed = asyncio.Event()
         self.lag_count = 0
         self.fenced = False  # another replica took the phase over (``fence``)
+        self._moved: Moved | None = None  # handed over to another replica (``close_moved``)
 
     @property
     def closed(self) -> bool:
@@ -619,6 +631,20 @@ class PhaseEventLog:
         else:
             self._close(result)
 
+    def flushed(self, then: Callable[[], None]) -> None:
+        """Runs ``then`` once everything submitted for the phase so far is committed."""
+        if self.writer is not None:
+            self.writer.submit(self.job_id, self.phase_id, (), then)
+        else:
+            then()
+
+    def end_moved(self, moved: Moved) -> None:
+        """The phase was handed over (its events committed): subscribers end after them with ``moved``."""
+        if self.fenced:
+            return
+        self._moved = moved
+        self._close(b"")
+
     def _close(self, result: bytes) -> None:
         self._result = result
         self._closed.set()
@@ -649,7 +675,7 @@ class PhaseEventLog:
                                                        self.last_sequence):
                             cursor = delivery.last_sequence
                             yield delivery
-                        yield Delivery(result=self._result)
+                        yield Delivery(moved=self._moved) if self._moved is not None else Delivery(result=self._result)
                         return
                     sub.wakeup.clear()
                     if not sub.queue and not sub.lagged and not self.closed:

@@ -205,10 +205,12 @@ class Launcher:
 
 
 async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher, *,
-                      job_project: str | None) -> LaunchPlan:
+                      job_project: str | None, continue_worktree_from: str = "") -> LaunchPlan:
     """The phase's launch plan; RunnerError for anything of the request this server cannot run.
 
     ``job_project`` is the project of the phase's job if the job exists (a job's phases share one).
+    ``continue_worktree_from``: a worktree phase moved here from another replica (phases/adoption.py):
+    its branch holds the work so far, this is its base commit.
     """
     if launcher.sandbox is not None and (refused := launcher.sandbox.refusal()) is not None:
         raise refused  # sandbox = required and a layer is missing on this host
@@ -236,7 +238,8 @@ async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher,
     recording_dir = config.recordings_dir / _safe(spec.job_id) / f"{_safe(spec.phase_id)}-{run_id}"
     spec, workspace = await asyncio.to_thread(
         workspace_for, spec, workdir, roots=config.workspace_roots, data_dir=config.data_dir,
-        default_retention=config.worktree_retention, recording_dir=recording_dir, resolve_dir=resolve_working_dir)
+        default_retention=config.worktree_retention, recording_dir=recording_dir, resolve_dir=resolve_working_dir,
+        continue_from=continue_worktree_from)
     phase_sandbox = await asyncio.to_thread(launcher.prepare_sandbox, run_id, spec, workspace, env, str(claude.path),
                                             project, config)
     try:

@@ -61,7 +61,8 @@ def build_result(*, job_id: str, phase_id: str, outcome: Outcome, last: TurnResu
         tool_stats=tuple(tools.stats()),
         permission_denials=last.permission_denials if last else (),
         start_time_ns=attempts[0].start_time_ns if attempts else exit_.start_ns,
-        queue_wait_ns=max(attempts[0].start_time_ns - accepted_ns, 0) if attempts else None,
+        queue_wait_ns=max(attempts[0].start_time_ns - accepted_ns, 0)
+        if attempts and attempts[0].start_time_ns is not None else None,
         end_time_ns=exit_.end_ns,
         last_sequence=stream.last_sequence,
         diagnostics=replace(

@@ -14,17 +14,21 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
 from helix_runner.domain.artifacts import PhaseArtifacts
+from helix_runner.domain.attempt_cost import restored_cost
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.events import (
     AssistantText,
+    AttemptEndKind,
     ControlEvent,
     ControlEventKind,
     Event,
     Payload,
     PhaseStatusChanged,
+    QueueReason,
     QueueState,
     SessionInit,
     SessionWritesLost,
@@ -41,7 +45,7 @@ from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.domain.pricing import PriceTable
-from helix_runner.domain.tool_tracker import ToolCall
+from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus
 from helix_runner.phases.admission import AdmissionClosedError, Ticket, TicketState
 from helix_runner.phases.attempts import (
     AttemptEnd,
@@ -55,9 +59,10 @@ from helix_runner.phases.attempts import (
     next_plan,
     retry_scheduled_event,
 )
-from helix_runner.phases.control import PhaseController
-from helix_runner.phases.event_log import PhaseEventLog
+from helix_runner.phases.control import ControlState, PhaseController, saved_control
+from helix_runner.phases.event_log import Moved, PhaseEventLog
 from helix_runner.phases.fanout import Fanout
+from helix_runner.phases.handover import HANDOVER_RETRY_AFTER_S, PhaseDurability, SavedControl
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.recorder import PhaseRecorder
@@ -67,6 +72,7 @@ from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.claude_command import redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
+from helix_runner.process.git_worktree import GitError
 from helix_runner.process.procfs import start_ticks
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
@@ -74,6 +80,18 @@ from helix_runner.store.protocol import EventRow
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """A phase taken over from another replica: the attempt it continues with and where it stands."""
+
+    plan: AttemptPlan  # the first attempt here: the next number, resuming the session when there is one
+    attempts: tuple[Attempt, ...]  # the attempts before it (the moved or lost one included)
+    last_sequence: int  # the history written before: the stream continues after it
+    session_id: str
+    reason: str  # "moved from replica X (draining)", "resumed after replica X was lost"
+    end_kind: AttemptEndKind  # how the attempt before it ended (MOVED, or CRASHED for a lost replica)
 
 
 class PhaseRun:
@@ -89,8 +107,26 @@ class PhaseRun:
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: RunStore, encoder: RecordEncoder,
                  events: PhaseEventLog, breakpoints: list[Breakpoint] = (), prices: PriceTable | None = None,
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
-                 accepted_ns: int | None = None, notifier: PhaseNotifier | None = None):
+                 accepted_ns: int | None = None, notifier: PhaseNotifier | None = None, *,
+                 replica_id: str = "", durability: PhaseDurability | None = None,
+                 resumption: Resumption | None = None, control_state: ControlState | None = None):
         self.spec = spec
+        # Hand-over (docs/scale-out.md "Hand-over"): this replica's id (on each attempt it runs), the
+        # phase's state kept in the shared store, where a phase taken over from another replica stands.
+        self.replica_id = replica_id
+        self.durability = durability
+        self._resumption = resumption
+        self._moving: str | None = None  # handed over to another replica: why
+        self._at_boundary = asyncio.Event()  # moving: no tool call runs any more
+        self._moving_control: SavedControl | None = None
+        # The moved attempt (its index) whose figures the resumed attempt's first result corrects.
+        self._reconcile: int | None = None
+        if resumption is not None and resumption.attempts and resumption.end_kind is AttemptEndKind.MOVED \
+                and resumption.plan.spec.resume_session_id:
+            if resumption.attempts[-1].end_kind is AttemptEndKind.MOVED:
+                self._reconcile = len(resumption.attempts) - 1
+        self.moved = False
+        self._ran_here = False
         # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
         self.notifier = notifier
         # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
@@ -120,7 +156,12 @@ class PhaseRun:
         self.result: PhaseResult | None = None
         self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope)
         # Job control: one controller for all the phase's attempts (attached to each in _run_attempt).
-        self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare)
+        self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare, state=control_state)
+        if durability is not None:
+            self.control.on_change = lambda: durability.control_changed(saved_control(self.control.state()))
+        if resumption is not None:  # continues the history and the attempts written on another replica
+            self.attempts = list(resumption.attempts)
+            self.stream.continue_from(resumption.last_sequence, resumption.session_id)
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
             plan.egress.attach(self.emit, self.telemetry)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
@@ -152,6 +193,104 @@ class PhaseRun:
     @property
     def phase_id(self) -> str:
         return self.spec.phase_id
+
+    def request_handover(self, reason: str, wait_s: float) -> bool:
+        """Hands the phase over to another replica (a drain): at its next tool boundary, or after
+        ``wait_s`` seconds, the CLI is stopped; the run then saves its state and releases it instead of
+        ending. False when it cannot move (no shared state, its workspace on this disk, ended)."""
+        if self.durability is None or not self.durability.movable or self.result is not None \
+                or self._moving is not None or self._stop is not None:
+            return False
+        self._moving = reason
+        self.control.begin_handover()
+        self._stopped.set()  # a phase waiting for admission or a backoff stops waiting
+        self._boundary = asyncio.ensure_future(self._stop_at_boundary(wait_s))
+        return True
+
+    async def _stop_at_boundary(self, wait_s: float) -> None:
+        """Stops the CLI once no tool call runs (held and parked calls have not started), or at ``wait_s``."""
+        if self._tool_running():
+            with contextlib.suppress(TimeoutError):  # every batch of events checks again (_note_stream_facts)
+                await asyncio.wait_for(self._at_boundary.wait(), wait_s)
+        # The control state at the boundary, held calls included (ending the attempt answers them).
+        self._moving_control = saved_control(self.control.state())
+        # SIGTERM: the CLI writes its transcript out before it exits (docs/claude-cli-protocol.md §3.7).
+        self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving or "moved")
+
+    def waits_for_room_here(self) -> bool:
+        """Queued for this replica's own running limit, before any process of it started here."""
+        state = self.queue_state()
+        return (self.status is PhaseStatus.QUEUED and not self._ran_here and self._moving is None
+                and state is not None and state.reason is QueueReason.SERVER_LIMIT)
+
+    def _reconcile_moved_attempt(self) -> None:
+        """The first result of an attempt resumed after a move: the moved attempt, stopped before its
+        turn's result, gets the figures its process saved and this one restored (numbers stay true)."""
+        index, self._reconcile = self._reconcile, None
+        if not self.stream.carried or index is None or index >= len(self.attempts):
+            return
+        moved = self.attempts[index]
+        session = moved.session_id
+        others = [a.cost for i, a in enumerate(self.attempts)
+                  if i != index and a.cost is not None and a.session_id == session and a.cost.reported_usd is not None]
+        cost = restored_cost(self.stream.carried, others, self.stream.prices)
+        if cost is None:
+            return
+        self.attempts[index] = dc_replace(moved, cost=cost)
+        self.stream.replace_prior_costs([a.cost for a in self.attempts if a.cost is not None])
+
+    def _tool_running(self) -> bool:
+        return any(c.status is ToolCallStatus.RUNNING for c in self.stream.tools.open_calls)
+
+    async def _hand_over(self) -> bool:
+        """The CLI is gone: saves the phase's state, commits its events, releases it. False (the phase
+        then ends INTERRUPTED here, as before) when the state could not be saved or released."""
+        assert self.durability is not None and self._moving is not None
+        reason = self._moving
+        control = self._moving_control or saved_control(self.control.state())
+        self._revoke_key()
+        admission, ticket = self.retries.admission, self._ticket
+        if admission is not None and ticket is not None:  # a queued phase leaves this replica's queue
+            admission.release(ticket)
+        self.control.close(reason)
+        self._publish(self.stream.finish())
+        self.recorder.write_tools(self.stream.tools.calls)
+        self.recorder.write_cost(force=True)
+        self.set_status(PhaseStatus.QUEUED, f"{reason}: waiting for another replica to continue it",
+                        attempts_pb=self.encoder.encode_attempts(self.attempts))
+        workspace = self.plan.workspace
+        if workspace is not None and workspace.mode == "GIT_WORKTREE":  # the work so far, on the phase's branch
+            try:
+                await workspace.hand_over()
+            except GitError as exc:
+                log.warning("committing a worktree for hand-over failed; the phase ends here",
+                            extra={"fields": {**self._log_fields(), "error": str(exc)}})
+                return False
+        if not await self.durability.hand_over(self.stream.session_id or "", tuple(self.attempts), control):
+            return False
+        committed = asyncio.Event()
+        self.events.flushed(committed.set)  # every event and row write of the run is committed
+        try:
+            await asyncio.wait_for(committed.wait(), 30.0)
+        except TimeoutError:
+            return False
+        if not await asyncio.to_thread(self.durability.release, reason):
+            log.warning("handing the phase over failed; it ends here", extra={"fields": self._log_fields()})
+            return False
+        if self.plan.egress is not None:
+            self.plan.egress.revoke()
+        if self.plan.secret_files is not None:
+            self.plan.secret_files.remove()
+        self._stdout_file.close()
+        self._stderr_file.close()
+        if self.sandbox is not None:  # the transcript is in the shared store; the private home goes
+            await asyncio.to_thread(self.sandbox.close)
+        self.moved = True
+        self.telemetry.on_moved()
+        self.events.end_moved(Moved(self.replica_id, HANDOVER_RETRY_AFTER_S))
+        log.info("phase handed over", extra={"fields": {**self._log_fields(), "reason": reason,
+                                                        "attempts": len(self.attempts)}})
+        return True
 
     def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
         """Ends the phase now (cancel, drain), also while it waits for admission or a backoff."""
@@ -197,6 +336,8 @@ class PhaseRun:
 
     def mark_tool_held(self, tool_use_id: str, breakpoint_id: str) -> None:
         self.stream.tools.mark_held(tool_use_id, breakpoint_id)
+        if self._moving is not None and not self._tool_running():  # a parked call is a boundary too
+            self._at_boundary.set()
 
     def mark_tool_running(self, tool_use_id: str) -> None:
         self.stream.tools.mark_running(tool_use_id)
@@ -229,7 +370,7 @@ class PhaseRun:
 
     # -- the run ---------------------------------------------------------------------------
 
-    async def run(self) -> PhaseResult:
+    async def run(self) -> PhaseResult | None:
         """Runs the phase's attempts (admission, CLI, classification, backoff) to its one result."""
         start_ns = time.time_ns()
         started = time.monotonic()
@@ -237,13 +378,33 @@ class PhaseRun:
         policy = self.retries.policy
         plan = first_plan(self.spec, self.plan.prompt_line)
         end: AttemptEnd | None = None
+        if self._resumption is not None:
+            plan = self._resumption.plan
+            self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
+                                      resumed=bool(plan.spec.resume_session_id))
+            if plan.number > 1:  # (a phase moved before it ever ran says so in its status reason)
+                self.emit(ControlEvent(ControlEventKind.RETRY_SCHEDULED, message=self._resumption.reason[:4096],
+                                       attempt=plan.number - 1, max_attempts=policy.max_attempts,
+                                       end_kind=self._resumption.end_kind))
+            else:
+                self.set_status(PhaseStatus.QUEUED, self._resumption.reason)
         try:
             while True:
+                if self._moving is not None:
+                    exit_, end = ended_while_queued(EndCause.INTERRUPTED, self._moving, time.time_ns()), None
+                    break
                 if not await self._admitted(plan):
                     exit_, end = ended_while_queued(*self._stop_or_interrupted(), time.time_ns()), None
                     break
                 exit_ = await self._run_attempt(plan, timeout - (time.monotonic() - started))
                 end = self._end_attempt(plan, exit_, deadline_s=start_ns / 1e9 + timeout)
+                if self._moving is not None:  # stopped at a tool boundary to move: this attempt moved
+                    self.attempts[-1] = dc_replace(self.attempts[-1], status=PhaseStatus.INTERRUPTED,
+                                                   reason=self._moving, end_kind=AttemptEndKind.MOVED,
+                                                   retryable=True)
+                    break
+                if self.durability is not None:
+                    self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
                 if not end.decision.retry or self._stop is not None:
                     break
                 self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
@@ -267,6 +428,8 @@ class PhaseRun:
             if self.sandbox is not None:
                 self.sandbox.close()
             raise
+        if self._moving is not None and await self._hand_over():
+            return None
         artifacts = None
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
             artifacts = await self.plan.workspace.collect()
@@ -338,7 +501,8 @@ class PhaseRun:
             self._open_attempt(argv, dict(self.plan.env), limits, scope)
             self.control.attach(self)  # its breakpoints, a pause asked for and step credits carry over
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
-            self.telemetry.start_attempt(attempt_ns)
+            # A phase taken over starts here at a later attempt: its first one here opens its telemetry.
+            (self.telemetry.start_attempt if self._ran_here else self.telemetry.on_start)(attempt_ns)
         else:
             self.telemetry.on_start(attempt_ns)  # telemetry: attempt span; then the CLI joins its trace
             self._take_warm()
@@ -346,6 +510,7 @@ class PhaseRun:
             self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
         if self.plan.egress is not None and not self.supervisor.warm:  # its capability, kept across attempts
             self.supervisor.env.update(self.plan.egress.child_env())
+        self._ran_here = True
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self._ticket_starting = self._ticket is not None
@@ -359,6 +524,8 @@ class PhaseRun:
                 self.control.settle_status()
             if self._stop is not None:
                 self.supervisor.request_stop(*self._stop)
+            elif self._moving is not None:  # asked to move while this attempt was being set up
+                self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving)
             exit_ = await self.supervisor.run()
             # One instant for the attempt's start, the phase's start_time and the result's (the
             # supervisor takes its own a moment later, after the status above).
@@ -411,7 +578,7 @@ class PhaseRun:
                           cost=self.stream.attempt_cost, session_id=self.stream.session_id or "",
                           first_sequence=self._attempt_first_sequence, last_sequence=self.stream.last_sequence,
                           phase_max_budget_usd=self.spec.max_budget_usd, deadline_s=deadline_s)
-        self.attempts.append(end.attempt)
+        self.attempts.append(dc_replace(end.attempt, replica_id=self.replica_id))
         admission, ticket = self.retries.admission, self._ticket
         if admission is not None and ticket is not None:
             self._ticket_starting = False
@@ -512,6 +679,12 @@ class PhaseRun:
                 self._message_ids.add(p.message_id)
             elif isinstance(p, UserMessage | ToolCallFinished):
                 self.user_messages += 1
+            if self._moving is not None and not self._at_boundary.is_set() and not self._tool_running():
+                self._at_boundary.set()
+            if p.__class__ is TurnResult and self._reconcile is not None:
+                self._reconcile_moved_attempt()
+            if p.__class__ is TurnResult and self.durability is not None:  # a turn boundary: mirror
+                self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
             if isinstance(p, SessionInit):
                 # How the CLI was billed; the parser already reads `apiKeySource` into SessionInit.
                 self.auth_source = p.api_key_source or self.auth_source

@@ -31,12 +31,23 @@ from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.retry_policy import RetryPolicy
+from helix_runner.domain.tool_decision import Decision
 from helix_runner.egress.service import Egress
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
+from helix_runner.phases.adoption import Adopter
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
-from helix_runner.phases.event_log import Delivery, EventWriter, PhaseEventLog, replay
+from helix_runner.phases.control import saved_control
+from helix_runner.phases.event_log import Delivery, EventWriter, Moved, PhaseEventLog, replay
+from helix_runner.phases.handover import (
+    HANDOVER_RETRY_AFTER_S,
+    PhaseDurability,
+    SavedRequest,
+    encode_decision,
+    transcript_locator,
+    workspace_movability,
+)
 from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch, project_mismatch, start_warm_pool
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
@@ -91,6 +102,7 @@ class PhaseService:
                                  dict(env_overrides or {}), env_withhold, key_broker, egress, sandbox)
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
+        self._drained = asyncio.Event()
         self.writer = EventWriter(store)
         self.writer.on_fenced = self.on_fenced
         self._store_calls: concurrent.futures.ThreadPoolExecutor | None = None  # _off_loop's thread
@@ -104,6 +116,14 @@ class PhaseService:
                                                        gate=loop_lag_gate(config, self.telemetry))
         # Set on a shared database: watches a phase another replica runs (docs/scale-out.md).
         self.follower: Follower | None = None
+        # Hand-over (docs/scale-out.md "Hand-over"): on PostgreSQL a phase's state is kept in the shared
+        # store, a drain hands running phases over, and this replica adopts those others release or lose.
+        self.cluster = cluster
+        self.replica_id = cluster.replica_id
+        self.handover = cluster.handover()
+        self.adopter = Adopter(self, self.handover) if self.handover is not None else None
+        self.sweep_now: Callable[[], None] = lambda: None  # the takeover's sweep, once more (server.py)
+        self._forgetting: set[asyncio.Future] = set()  # ended phases' hand-over state being deleted
         # Where a phase runs among the replicas on the database (routing asks: api/routing.py).
         self.replicas = Replicas(cluster, store, runs_here=lambda job, phase: self.get_live(job, phase) is not None,
                                  full_here=lambda: not self.draining and would_queue_here(self.admission.queue))
@@ -186,12 +206,34 @@ class PhaseService:
             observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
             # The run's row writes are queued behind its events; a write refused by the fence (another
             # replica took the phase over) stops the run (the writer's on_fenced).
+            durability = None
+            if self.handover is not None:
+                holder: list[PhaseRun] = []
+                durability = PhaseDurability(
+                    self.handover, spec.job_id, spec.phase_id, SavedRequest(spec, retries.policy, now),
+                    workspace_movability(plan, self.config.workspace_roots), self.replica_id,
+                    transcript_locator(plan, lambda: holder[0].sandbox if holder else plan.sandbox))
             run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project))
+                           retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project),
+                           replica_id=self.replica_id, durability=durability)
+            if durability is not None:
+                holder.append(run)
+                await durability.start(saved_control(run.control.state()))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             self._fail_unstarted(spec.job_id, spec.phase_id, now)
             raise
+        return self._launch(run, events, plan)
+
+    def launch_adopted(self, run: PhaseRun, events: PhaseEventLog) -> LivePhase:
+        """Runs a phase taken over from another replica (phases/adoption.py)."""
+        live = self._launch(run, events, run.plan)
+        if self.draining:  # adopted while this replica began to drain: it moves on at once
+            run.request_handover(f"moved from replica {self.replica_id} (draining)", 0.0)
+        return live
+
+    def _launch(self, run: PhaseRun, events: PhaseEventLog, plan: LaunchPlan) -> LivePhase:
+        spec = run.spec
         live = LivePhase(run, events)
         self.live[(spec.job_id, spec.phase_id)] = live
         live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
@@ -278,7 +320,7 @@ class PhaseService:
             # Stay "live" until the final events are committed: a watcher attaching now must not
             # replay from a store that does not have them yet.
             await live.events.wait_closed()
-            if live.run.plan.workspace is not None and live.run.result is not None:
+            if live.run.plan.workspace is not None and live.run.result is not None and not live.run.moved:
                 await live.run.plan.workspace.release(live.run.result.status)  # the worktree's retention
         except asyncio.CancelledError:
             pass
@@ -288,6 +330,13 @@ class PhaseService:
             live.done.set()
             # Keep finished phases out of the live table; watchers read them from the store.
             self.live.pop((live.run.job_id, live.run.phase_id), None)
+            if self.handover is not None and live.run.result is not None:  # ended here: nothing to move any more
+                # After the pop: reads of the ended phase come from the store at once, not after this write.
+                self._forgetting.add(asyncio.ensure_future(asyncio.to_thread(
+                    _quietly, self.handover.forget, live.run.job_id, live.run.phase_id)))
+                self._forgetting = {f for f in self._forgetting if not f.done()}
+            if self.adopter is not None:  # room freed here: a released phase may be waiting for it
+                self.adopter.wake()
 
     def new_phase_id(self) -> str:
         return f"phase-{uuid.uuid4().hex[:12]}"
@@ -316,7 +365,10 @@ class PhaseService:
     async def drain(self, grace: float) -> None:
         """Stops admitting phases, gives running ones ``grace`` seconds, then interrupts them."""
         self.draining = True
-        self.admission.close()  # waiting phases end INTERRUPTED now; running ones get the grace
+        self._drained.set()  # streams following phases of other replicas end: PHASE_MOVED (watch)
+        moving = self.hand_over_all(f"moved from replica {self.replica_id} (draining)",
+                                    min(self.config.handover_wait_seconds, grace))
+        self.admission.close()  # waiting phases end INTERRUPTED now (those not moving); running ones get the grace
         if self.launcher.warm_pool is not None:  # no prestarted CLI outlives the server
             await self.launcher.warm_pool.close()
         running = [lp for lp in self.live.values() if lp.task is not None]
@@ -327,8 +379,43 @@ class PhaseService:
             await asyncio.wait_for(asyncio.gather(*(lp.done.wait() for lp in running)), grace)
         for lp in running:
             if not lp.done.is_set():
-                lp.run.request_stop_with_reason(EndCause.INTERRUPTED, "the server shut down while the phase ran")
+                lp.run.request_stop_with_reason(EndCause.INTERRUPTED, self._not_moved_reason(lp.run))
+        if moving:
+            log.info("handed phases over", extra={"fields": {
+                "moved": sum(1 for lp in running if lp.run.moved), "asked": moving}})
         await asyncio.gather(*(lp.task for lp in running if lp.task), return_exceptions=True)
+
+    def _not_moved_reason(self, run: PhaseRun) -> str:
+        """Why a phase ends INTERRUPTED at a drain instead of moving to another replica."""
+        why = "the server shut down while the phase ran"
+        if self.handover is None:
+            return f"{why} (a single-node server has no other replica to hand it over to)"
+        if run.durability is not None and not run.durability.movable:
+            return f"{why} (it could not move to another replica: {run.durability.where.why_not})"
+        return f"{why} (it could not be handed over within the drain's grace)"
+
+    def keep_decision(self, job_id: str, phase_id: str, tool_use_id: str, decision: Decision) -> bool:
+        """A decision on a held call of a phase that is moving (no live owner): kept for the adopter.
+        True when kept (or one was kept already: the first stands); False when the phase is not
+        moving (the caller answers as for any phase not running here). UNAVAILABLE when it was
+        adopted just now: the call, sent again, reaches the adopter."""
+        if self.handover is None:
+            return False
+        kept = self.handover.record_decision(job_id, phase_id, tool_use_id, encode_decision(decision))
+        if kept == "owned":
+            if self.get_live(job_id, phase_id) is not None:
+                return False  # adopted here meanwhile: decided on the run
+            raise RunnerError(ErrorKind.UNAVAILABLE, "OWNER_UNREACHABLE",
+                              f"phase {phase_id} of job {job_id} was just taken over by another replica; send the "
+                              "decision again", {"job_id": job_id, "phase_id": phase_id, "owner": "",
+                                                 "address": "", "code": "MOVED"}, retry_after_s=0.5)
+        return kept in ("recorded", "duplicate")
+
+    def hand_over_all(self, reason: str, wait_s: float) -> int:
+        """Asks every phase of this replica that can move to move (``PhaseRun.request_handover``);
+        returns how many will."""
+        return sum(1 for lp in list(self.live.values())
+                   if not lp.done.is_set() and lp.run.request_handover(reason, wait_s))
 
     def close(self) -> None:
         """Removes this server's (now empty) containment directories; stops the store-call thread."""
@@ -370,10 +457,41 @@ class PhaseService:
         result only after its last events are committed (its writer keeps a run's writes in order).
         """
         assert self.follower is not None
-        async for rows in self.follower(job_id, phase_id, after_sequence):
-            yield Delivery(tuple(row.body for row in rows), rows[0].sequence, rows[-1].sequence)
+        if self.draining:  # this replica is going away: watch on another one (PHASE_MOVED)
+            yield Delivery(moved=Moved(self.replica_id, HANDOVER_RETRY_AFTER_S))
+            return
+        follow = self.follower(job_id, phase_id, after_sequence)
+        drained = asyncio.ensure_future(self._drained.wait())
+        page: asyncio.Future | None = None
+        try:
+            while True:
+                page = asyncio.ensure_future(anext(follow))
+                await asyncio.wait((page, drained), return_when=asyncio.FIRST_COMPLETED)
+                if not page.done():  # draining: the stream ends here, the watcher goes on elsewhere
+                    yield Delivery(moved=Moved(self.replica_id, HANDOVER_RETRY_AFTER_S))
+                    return
+                try:
+                    rows = page.result()
+                except StopAsyncIteration:
+                    break
+                yield Delivery(tuple(row.body for row in rows), rows[0].sequence, rows[-1].sequence)
+        finally:
+            drained.cancel()
+            if page is not None and not page.done():  # the follower is mid-page: end it there first
+                page.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                    await page
+            await follow.aclose()
         row = self.store.get_phase(job_id, phase_id)
         yield Delivery(result=(row.result_pb if row is not None else None) or b"")
+
+
+def _quietly(call: Callable[..., object], *args: object) -> None:
+    """A clean-up write whose failure only leaves rows behind (logged)."""
+    try:
+        call(*args)
+    except Exception:
+        log.warning("cleaning up a phase's hand-over state failed", exc_info=True)
 
 
 def loop_lag_gate(config: ServerConfig, telemetry: Telemetry):

@@ -40,12 +40,21 @@ class Takeover:
         self.notifier = notifier
         self._events: dict[tuple[str, str], Event] = {}
 
+    def _reason(self, row: PhaseRow) -> str:
+        """REASON, and why the phase could not continue on another replica when it was kept for that
+        (docs/scale-out.md "Hand-over"): its workspace, its retry policy, ..."""
+        handover = self.cluster.handover()
+        state = handover.state(row.job_id, row.phase_id) if handover is not None else None
+        if state is not None and state.not_movable_reason:
+            return f"{REASON}; it could not continue on another replica: {state.not_movable_reason}"
+        return REASON
+
     def _event(self, row: PhaseRow, sequence: int) -> Event:
         """The terminal event of a swept phase (made once: the outbox maps the one the sweep writes)."""
         key = (row.job_id, row.phase_id)
         event = self._events.get(key)
         if event is None or event.sequence != sequence:
-            change = PhaseStatusChanged(row.status, PhaseStatus.INTERRUPTED, REASON)
+            change = PhaseStatusChanged(row.status, PhaseStatus.INTERRUPTED, self._reason(row))
             event = self._events[key] = Event(sequence, time.time_ns(), row.session_id, "", "", "", change)
         return event
 
@@ -55,12 +64,13 @@ class Takeover:
 
     def _interrupt(self, row: PhaseRow, sequence: int) -> tuple[EventRow, dict[str, object]]:
         event = self._event(row, sequence)
+        reason = event.payload.reason
         now = event.receive_time_ns
         result = PhaseResult(
             job_id=row.job_id,
             phase_id=row.phase_id,
             status=PhaseStatus.INTERRUPTED,
-            reason=REASON,
+            reason=reason,
             session_id=row.session_id,
             start_time_ns=row.start_time_ns,
             end_time_ns=now,
@@ -69,7 +79,7 @@ class Takeover:
         )
         encoded = self.encoder.encode_event(row.job_id, row.phase_id, event)
         return EventRow(sequence, now, self.encoder.event_kind(event), encoded), {
-            "status_reason": REASON,
+            "status_reason": reason,
             "end_time_ns": now,
             # The cost and attempts the dead replica recorded: what GetJob shows, WatchPhase's result carries.
             "result_pb": self.encoder.encode_result(
@@ -77,7 +87,7 @@ class Takeover:
                 cost_pb=row.cost_pb,
                 attempts_pb=row.attempts_pb,
                 interrupted=interrupted_attempt(
-                    row.status, REASON, session_id=row.session_id, end_time_ns=now, last_sequence=sequence - 1
+                    row.status, reason, session_id=row.session_id, end_time_ns=now, last_sequence=sequence - 1
                 ),
             ),
         }

@@ -142,6 +142,9 @@ class PhaseWorkspace:
     manifest_path: Path | None = None
     diff_path: Path | None = None
     start_tree: str = ""
+    # The phase moved here from another replica (issue 24): its branch exists (work in progress
+    # committed at the hand-over) and the worktree is made from it; the diff still starts at base_commit.
+    continued: bool = False
 
     @property
     def cwd(self) -> Path:
@@ -169,8 +172,15 @@ class PhaseWorkspace:
             try:
                 self.worktree_path.parent.mkdir(parents=True, exist_ok=True)
                 with _repo_lock(self.toplevel):
-                    git(self.toplevel, "worktree", "add", "--quiet", "-b", self.branch, str(self.worktree_path),
-                        self.base_commit)
+                    if self.continued:
+                        # The previous replica's worktree of the branch is gone (removed at its hand-over, or
+                        # on a lost replica's disk): forget it, then check the branch out here.
+                        git(self.toplevel, "worktree", "prune")
+                        git(self.toplevel, "worktree", "add", "--quiet", "--force", str(self.worktree_path),
+                            self.branch)
+                    else:
+                        git(self.toplevel, "worktree", "add", "--quiet", "-b", self.branch, str(self.worktree_path),
+                            self.base_commit)
             except (GitError, OSError) as exc:
                 _settle(self.manifest_path, PhaseStatus.FAILED, half_made=True)
                 raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
@@ -185,6 +195,26 @@ class PhaseWorkspace:
             except GitError as exc:  # the phase still runs; its result says why there is no diff
                 log.warning("no starting snapshot of the phase's repository", extra={"fields": {"error": str(exc)}})
                 self.start_tree = ""
+
+    async def hand_over(self) -> str:
+        """The phase moves to another replica: its work in progress is committed to its branch and this
+        replica's worktree is removed (the branch stays, in the shared repository); the commit id."""
+        return await asyncio.to_thread(self._hand_over)
+
+    def _hand_over(self) -> str:
+        if self.mode != "GIT_WORKTREE" or self.worktree_path is None or self.toplevel is None:
+            return ""
+        author = ("-c", "user.name=helix-runner", "-c", "user.email=helix-runner@localhost")
+        git(self.worktree_path, "add", "-A", "--", ".")
+        git(self.worktree_path, *author, "commit", "--quiet", "--allow-empty", "--no-verify",
+            "-m", "helix-runner: work in progress at a hand-over to another replica")
+        commit = head_commit(self.worktree_path)
+        with _repo_lock(self.toplevel):
+            git(self.toplevel, "worktree", "remove", "--force", str(self.worktree_path))
+        if self.manifest_path is not None:
+            with contextlib.suppress(OSError):
+                self.manifest_path.unlink()
+        return commit
 
     async def collect(self) -> PhaseArtifacts:
         """What changed since ``create``; never raises (a git failure is the artifacts' reason)."""
@@ -260,8 +290,11 @@ def _safe(name: str) -> str:
 
 
 def plan_workspace(*, mode: str, workdir: Path, job_id: str, phase_id: str, base_ref: str, retention: str,
-                   roots: tuple[Path, ...], data_dir: Path, recording_dir: Path) -> PhaseWorkspace:
-    """Checks everything a GIT_WORKTREE request can get wrong, without changing anything yet."""
+                   roots: tuple[Path, ...], data_dir: Path, recording_dir: Path,
+                   continue_from: str = "") -> PhaseWorkspace:
+    """Checks everything a GIT_WORKTREE request can get wrong, without changing anything yet.
+
+    ``continue_from``: the phase moved here; its branch exists and this is its base commit."""
     top = repo_toplevel(workdir)
     diff_path = recording_dir / "diff.patch"
     if mode != "GIT_WORKTREE":
@@ -275,17 +308,24 @@ def plan_workspace(*, mode: str, workdir: Path, job_id: str, phase_id: str, base
                           f"the repository of working_dir ({top}) is outside the workspace roots",
                           {"field": "working_dir", "path": str(workdir), "resolved": str(top),
                            "roots": ":".join(str(r) for r in roots)})
+    branch = branch_name(job_id, phase_id)
+    where = worktrees_dir(data_dir) / _safe(job_id)
+    if continue_from:
+        if not _ref_exists(top, branch):
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
+                              f"the phase's branch {branch} is not in {top}", {"missing": "branch", "branch": branch})
+        return PhaseWorkspace("GIT_WORKTREE", workdir, top, retention=retention, base_commit=continue_from,
+                              branch=branch, worktree_path=where / _safe(phase_id),
+                              manifest_path=where / f"{_safe(phase_id)}.json", diff_path=diff_path, continued=True)
     ref = base_ref or "HEAD"
     base = git(top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}",
                check=False).decode().strip()
     if not base:
         raise invalid_field("options.base_ref", f"{ref!r} is not a commit of {top}", base_ref=ref, repository=top)
-    branch = branch_name(job_id, phase_id)
     if _ref_exists(top, branch):
         raise RunnerError(ErrorKind.FAILED_PRECONDITION, "INVALID_FIELD",
                           f"branch {branch} already exists in {top}; choose another job or phase id",
                           {"field": "phase_id", "branch": branch, "repository": str(top)})
-    where = worktrees_dir(data_dir) / _safe(job_id)
     return PhaseWorkspace("GIT_WORKTREE", workdir, top, retention=retention, base_commit=base, branch=branch,
                           worktree_path=where / _safe(phase_id), manifest_path=where / f"{_safe(phase_id)}.json",
                           diff_path=diff_path)
@@ -371,10 +411,11 @@ def sweep(data_dir: Path) -> dict[str, str]:
 
 
 def workspace_for(spec, workdir: Path, *, roots: tuple[Path, ...], data_dir: Path, default_retention: str,
-                  recording_dir: Path, resolve_dir) -> tuple[object, PhaseWorkspace]:
+                  recording_dir: Path, resolve_dir, continue_from: str = "") -> tuple[object, PhaseWorkspace]:
     """The spec with its ``add_dirs`` resolved (inside the roots, like working_dir) and its workspace plan."""
     add_dirs = tuple(str(resolve_dir(d, roots, "options.add_dirs")) for d in spec.add_dirs)
     workspace = plan_workspace(mode=spec.workspace, workdir=workdir, job_id=spec.job_id, phase_id=spec.phase_id,
                                base_ref=spec.base_ref, retention=spec.worktree_retention or default_retention,
-                               roots=roots, data_dir=data_dir, recording_dir=recording_dir)
+                               roots=roots, data_dir=data_dir, recording_dir=recording_dir,
+                               continue_from=continue_from)
     return replace(spec, add_dirs=add_dirs), workspace

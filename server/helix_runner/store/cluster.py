@@ -150,6 +150,62 @@ class AdmissionLedger(Protocol):
         ...
 
 
+# -- hand-over (docs/scale-out.md "Hand-over") ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HandoverState:
+    """What a phase needs to continue on another replica; the bytes are encoded by the phases layer."""
+
+    job_id: str
+    phase_id: str
+    request: bytes  # the phase's spec and retry policy
+    control: bytes  # job control state: breakpoints with hit counts, pause, step credits, held calls
+    session_id: str  # the CLI session the next attempt resumes ("" before the CLI named it)
+    workspace: bytes  # where the work is: mode, branch, shared volume
+    movable: bool = True
+    not_movable_reason: str = ""
+
+
+@dataclass(frozen=True)
+class HandoverClaim:
+    """A phase this replica took over to continue it (its owner released it or died)."""
+
+    state: HandoverState
+    status: str  # the phase's status when it was claimed (RUNNING, QUEUED, ...)
+    from_replica: str  # the replica that ran it
+    drained: bool  # released by a draining replica (else: its owner was lost)
+    reason: str  # why it was released
+    fence: int
+    moves: int  # how many times the phase has moved, this one included
+
+
+class PhaseHandover(Protocol):
+    """Durable phase state and its hand-over between replicas (``store/postgres_handover.py``)."""
+
+    def save(self, job_id: str, phase_id: str, **values: object) -> None: ...
+
+    def mirror_transcript(self, job_id: str, phase_id: str, session_id: str, offset: int, data: bytes) -> None: ...
+
+    def drop_transcript(self, job_id: str, phase_id: str, session_id: str) -> None: ...
+
+    def release(self, job_id: str, phase_id: str, reason: str) -> bool: ...
+
+    def claim(self, limit: int) -> list[HandoverClaim]: ...
+
+    def give_up(self, job_id: str, phase_id: str, why: str) -> None: ...
+
+    def forget(self, job_id: str, phase_id: str) -> None: ...
+
+    def transcript(self, job_id: str, phase_id: str, session_id: str) -> bytes: ...
+
+    def state(self, job_id: str, phase_id: str) -> HandoverState | None: ...
+
+    def record_decision(self, job_id: str, phase_id: str, tool_use_id: str, decision: bytes) -> str: ...
+
+    def take_decisions(self, job_id: str, phase_id: str) -> dict[str, bytes]: ...
+
+
 # -- news from the other replicas ---------------------------------------------------------------------
 
 
@@ -222,6 +278,10 @@ class Cluster(Protocol):
         """News from the other replicas (not started yet); None when there are none."""
         ...
 
+    def handover(self) -> PhaseHandover | None:
+        """Durable phase state and hand-over; None when there is no other replica to hand over to."""
+        ...
+
 
 class SingleNode:
     """The cluster of a server that owns its database alone: no other replica, nothing to share.
@@ -256,6 +316,9 @@ class SingleNode:
         return []
 
     def feed(self) -> ReplicaFeed | None:
+        return None
+
+    def handover(self) -> PhaseHandover | None:
         return None
 
 

@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.store.cluster import Interrupt, PhaseOwner, ReplicaCapacity, ReplicaRow, SweepOutbox
 from helix_runner.store.postgres_admission import PostgresAdmissionLedger, drop_dead_entries
+from helix_runner.store.postgres_handover import PostgresHandover
 from helix_runner.store.postgres_notify import EventListener, EventPointer, notify
 from helix_runner.store.protocol import DEFAULT_LEASE_SECONDS, FencedError, PhaseRow, Store
 from helix_runner.store.rows import phase_row, phase_value
@@ -369,6 +370,14 @@ class PostgresCluster:
         """The cluster-wide admission queue and limits, kept in this database (one per replica)."""
         return self._ledger
 
+    @functools.cached_property
+    def _handover(self) -> PostgresHandover:
+        return PostgresHandover(self._pool, self.replica, ACTIVE)
+
+    def handover(self) -> PostgresHandover:
+        """Durable phase state and hand-over between replicas (docs/scale-out.md "Hand-over")."""
+        return self._handover
+
     def feed(self) -> EventListener:
         """This replica's LISTEN connection (not started): other replicas' events and admission changes."""
         return EventListener(self._conninfo, store=self._store)
@@ -396,6 +405,9 @@ class PostgresCluster:
                     f"{SELECT_PHASES} WHERE p.status = ANY(%s) AND (p.owner_id IS NULL OR NOT EXISTS "
                     "(SELECT 1 FROM replicas r WHERE r.replica_id = p.owner_id AND r.lease_expires_at > now()) "
                     "OR (p.owner_id = %s AND p.fence = ANY(%s::bigint[]))) "
+                    # A phase that can move is claimed by a live replica instead (postgres_handover.py).
+                    "AND NOT EXISTS (SELECT 1 FROM phase_handover h WHERE h.job_id = p.job_id "
+                    "AND h.phase_id = p.phase_id AND h.movable) "
                     "ORDER BY p.create_time_ns LIMIT %s FOR UPDATE OF p SKIP LOCKED",
                     (ACTIVE, self.replica.replica_id, adopted, limit),
                 ).fetchall()

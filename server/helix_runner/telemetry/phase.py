@@ -285,6 +285,32 @@ class PhaseTelemetry:
                 "phase telemetry failed at the end of the phase", extra={"fields": self._log_fields()}
             )
 
+    def on_moved(self) -> None:
+        """The phase was handed over to another replica (issue 24): it no longer runs here, and it has
+        not finished (the adopter counts its end). Its open spans end; never raises."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            now = time.time_ns()
+            for tool_use_id in list(self._holds):
+                self._end_hold(tool_use_id, now)
+            m = self._m
+            if m is not None:
+                if self._started:
+                    m.phases_running.dec()
+                if self._held_phase:
+                    self._held_phase = False
+                    m.phases_held.dec()
+            if self._attempt is not None:
+                self._close_open_spans(now, "the phase moved to another replica")
+                self._attempt.set_attribute(t.HELIX_PHASE_REASON, "moved to another replica")
+                self._attempt.end(end_time=now)
+                self._attempt = None
+                self._dispatch = self._shared
+        except Exception:
+            log.exception("phase telemetry failed when the phase moved", extra={"fields": self._log_fields()})
+
     def _log_fields(self) -> dict[str, str]:
         return {"job_id": self.ids[t.HELIX_JOB_ID], "phase_id": self.ids[t.HELIX_PHASE_ID]}
 

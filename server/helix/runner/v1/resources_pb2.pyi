@@ -96,6 +96,7 @@ class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_SERVER_SHUTDOWN: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_SPAWN_FAILED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_MOVED: _ClassVar[AttemptEndKind]
 
 class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -191,6 +192,7 @@ ATTEMPT_END_KIND_CANCELLED: AttemptEndKind
 ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: AttemptEndKind
 ATTEMPT_END_KIND_SERVER_SHUTDOWN: AttemptEndKind
 ATTEMPT_END_KIND_SPAWN_FAILED: AttemptEndKind
+ATTEMPT_END_KIND_MOVED: AttemptEndKind
 QUEUE_REASON_UNSPECIFIED: QueueReason
 QUEUE_REASON_SERVER_LIMIT: QueueReason
 QUEUE_REASON_PROJECT_LIMIT: QueueReason
@@ -604,7 +606,7 @@ class ChangedFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., old_path: _Optional[str] = ..., status: _Optional[str] = ..., lines_added: _Optional[int] = ..., lines_deleted: _Optional[int] = ..., binary: _Optional[bool] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("number", "status", "reason", "end_kind", "retryable", "exit_code", "exit_signal", "api_error_status", "session_id", "resumed_session_id", "start_time", "end_time", "cost", "first_sequence", "last_sequence", "retry_delay", "startup_failure_reason")
+    __slots__ = ("number", "status", "reason", "end_kind", "retryable", "exit_code", "exit_signal", "api_error_status", "session_id", "resumed_session_id", "start_time", "end_time", "cost", "first_sequence", "last_sequence", "retry_delay", "startup_failure_reason", "replica_id")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -622,6 +624,7 @@ class Attempt(_message.Message):
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     STARTUP_FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     number: int
     status: PhaseStatus
     reason: str
@@ -639,7 +642,8 @@ class Attempt(_message.Message):
     last_sequence: int
     retry_delay: _duration_pb2.Duration
     startup_failure_reason: str
-    def __init__(self, number: _Optional[int] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., end_kind: _Optional[_Union[AttemptEndKind, str]] = ..., retryable: _Optional[bool] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., api_error_status: _Optional[int] = ..., session_id: _Optional[str] = ..., resumed_session_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., first_sequence: _Optional[int] = ..., last_sequence: _Optional[int] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., startup_failure_reason: _Optional[str] = ...) -> None: ...
+    replica_id: str
+    def __init__(self, number: _Optional[int] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., reason: _Optional[str] = ..., end_kind: _Optional[_Union[AttemptEndKind, str]] = ..., retryable: _Optional[bool] = ..., exit_code: _Optional[int] = ..., exit_signal: _Optional[str] = ..., api_error_status: _Optional[int] = ..., session_id: _Optional[str] = ..., resumed_session_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., first_sequence: _Optional[int] = ..., last_sequence: _Optional[int] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., startup_failure_reason: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class QueueState(_message.Message):
     __slots__ = ("reason", "detail", "position", "queued_count", "not_before", "enqueue_time", "next_attempt")

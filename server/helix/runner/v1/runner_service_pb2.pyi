@@ -42,6 +42,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: _ClassVar[ErrorReason]
     ERROR_REASON_WEBHOOK_FROM_CONFIG: _ClassVar[ErrorReason]
     ERROR_REASON_TOO_MANY_WEBHOOKS: _ClassVar[ErrorReason]
+    ERROR_REASON_PHASE_MOVED: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -95,6 +96,7 @@ ERROR_REASON_WEBHOOK_NOT_FOUND: ErrorReason
 ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: ErrorReason
 ERROR_REASON_WEBHOOK_FROM_CONFIG: ErrorReason
 ERROR_REASON_TOO_MANY_WEBHOOKS: ErrorReason
+ERROR_REASON_PHASE_MOVED: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode

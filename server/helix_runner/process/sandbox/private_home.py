@@ -90,6 +90,13 @@ class SessionStore:
     def _dir(self, project: str, session_id: str) -> Path:
         return self.root / self.project_key(project) / session_id
 
+    def transcript_file(self, project: str, session_id: str) -> Path:
+        """Where the project's copy of a session's transcript is kept (a phase taken over from another
+        replica writes the mirrored one here, so ``restore`` finds it)."""
+        if not _SESSION_ID.match(session_id):
+            raise ValueError(f"not a session id: {session_id[:80]!r}")
+        return self._dir(project, session_id) / f"{session_id}.jsonl"
+
     def save(self, project: str, home: PrivateHome) -> list[str]:
         """Moves the home's transcripts into the project's store (a later save of the same session
         replaces it); returns the session ids kept."""

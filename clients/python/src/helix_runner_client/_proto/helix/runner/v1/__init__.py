@@ -290,6 +290,12 @@ class AttemptEndKind(betterproto2.Enum):
     Permanent: the CLI process could not be started at all.
     """
 
+    MOVED = 23
+    """
+    Moved: the replica running the attempt was draining; it stopped the CLI at a tool boundary
+    (or at the hand-over bound) and another replica continues the phase with `--resume`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -316,6 +322,7 @@ class AttemptEndKind(betterproto2.Enum):
             20: "ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT",
             21: "ATTEMPT_END_KIND_SERVER_SHUTDOWN",
             22: "ATTEMPT_END_KIND_SPAWN_FAILED",
+            23: "ATTEMPT_END_KIND_MOVED",
         }
 
     @classmethod
@@ -344,6 +351,7 @@ class AttemptEndKind(betterproto2.Enum):
             "ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT": 20,
             "ATTEMPT_END_KIND_SERVER_SHUTDOWN": 21,
             "ATTEMPT_END_KIND_SPAWN_FAILED": 22,
+            "ATTEMPT_END_KIND_MOVED": 23,
         }
 
 
@@ -697,6 +705,15 @@ class ErrorReason(betterproto2.Enum):
     CreateWebhook: the server has as many webhooks as it keeps; metadata `limit`.
     """
 
+    PHASE_MOVED = 28
+    """
+    RunPhase / WatchPhase (status UNAVAILABLE, with a google.rpc.RetryInfo of about the adoption
+    bound): the replica serving the stream is draining and handed the phase over to another
+    replica, which continues it as a new attempt. Every event up to `after_sequence` was sent on
+    this stream; call WatchPhase(job_id, phase_id, after_sequence) on any replica for the rest,
+    ending with the result. Metadata `job_id`, `phase_id`, `after_sequence`, `from_replica`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -728,6 +745,7 @@ class ErrorReason(betterproto2.Enum):
             25: "ERROR_REASON_WEBHOOK_DESTINATION_REFUSED",
             26: "ERROR_REASON_WEBHOOK_FROM_CONFIG",
             27: "ERROR_REASON_TOO_MANY_WEBHOOKS",
+            28: "ERROR_REASON_PHASE_MOVED",
         }
 
     @classmethod
@@ -761,6 +779,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_WEBHOOK_DESTINATION_REFUSED": 25,
             "ERROR_REASON_WEBHOOK_FROM_CONFIG": 26,
             "ERROR_REASON_TOO_MANY_WEBHOOKS": 27,
+            "ERROR_REASON_PHASE_MOVED": 28,
         }
 
 
@@ -2084,6 +2103,12 @@ class Attempt(betterproto2.Message):
     startup_failure_reason: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
     """
     The CLI's `startup_failure_reason` when it refused to start (e.g. `config_file_invalid`).
+    """
+
+    replica_id: "str" = betterproto2.field(18, betterproto2.TYPE_STRING)
+    """
+    The replica that ran this attempt (its registry id; empty on a single-node server). A phase
+    handed over to another replica lists each attempt with the replica that ran it.
     """
 
 
