@@ -338,6 +338,7 @@ async def test_the_phases_of_a_replica_killed_mid_run_resume_on_the_others(
             assert gap_free(events) and result.last_sequence == events[-1].sequence, job_id
             # The RunPhase caller of the dead replica saw a prefix, then lost the connection.
             run = runs[job_id]
+            await run.finish(30)
             assert run.error is not None and run.error.code() == grpc.StatusCode.UNAVAILABLE, job_id
             assert events[: len(run.events)] == run.events, job_id
             # What ran before the kill stays; the adopter goes on from the last state saved (the
@@ -660,8 +661,12 @@ async def test_a_phase_queued_on_a_killed_replica_runs_on_another(claude_binary,
         _, queued_result = await watches["queued"].finish(1)
         assert [x.replica_id for x in queued_result.attempts][-1] in (b.replica_id, c.replica_id)
         assert steps_ran(shared / "queued") == list(range(1, SHORT_STEPS + 1))
-        for run in (queued_run, long_a):  # their callers were connected to A
-            assert run.error is not None and run.error.code() == grpc.StatusCode.UNAVAILABLE
+        for run in (queued_run, long_a):  # their callers were connected to A: their streams broke
+            await run.finish(30)
+            assert run.error is not None and run.error.code() == grpc.StatusCode.UNAVAILABLE, (
+                run.error,
+                run.result,
+            )
         for run in (short_b, short_c):
             _, short_result = await run.finish(120)
             assert short_result.status == res.PHASE_STATUS_SUCCEEDED, short_result.reason
