@@ -10,22 +10,17 @@ scale is under test, not the CLI) lose and reorder nothing, watched from another
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import psycopg
 import pytest
-from support.processes import alive, find_process, serve_argv, serve_env, serving_port, wait_gone
+from support.cluster import cluster, follow, free_port, write_fake_cli
+from support.processes import alive, find_process, wait_gone
 from support.runner_server import collect
-from support.streams import Stream
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -33,86 +28,12 @@ from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.offline import Reply, Script
 from helix_runner.phases.takeover import REASON as TAKEOVER_REASON
-from helix_runner.process.containment import MARKER_NAME, instance_id
-from helix_runner.process.procfs import marked
 from helix_runner.store.protocol import sweep_interval_seconds
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.slow]
 
 FINAL = {res.PHASE_STATUS_SUCCEEDED, res.PHASE_STATUS_FAILED, res.PHASE_STATUS_CANCELLED,
          res.PHASE_STATUS_INTERRUPTED}  # fmt: skip
-
-
-@dataclass
-class Replica:
-    """One `helix-runner serve` child: its directories, its process and a channel to it."""
-
-    name: str
-    root: Path
-    proc: subprocess.Popen
-    log: Path
-    port: int = 0
-    channel: grpc.aio.Channel | None = None
-    stub: pb_grpc.RunnerServiceStub | None = field(default=None, repr=False)
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def workdir(self) -> Path:
-        return self.root / "work"
-
-    def scope_processes(self) -> list[int]:
-        """Live processes carrying this replica's containment marker (any of its phases)."""
-        return marked(f"{MARKER_NAME}={instance_id(self.data_dir)}.".encode())
-
-
-def _spawn(root: Path, name: str, database_url: str, args: list[str], env: dict[str, str]) -> Replica:
-    root.mkdir()
-    (root / "work").mkdir()
-    log = root / "serve.log"
-    with open(log, "w") as stderr:
-        proc = subprocess.Popen(
-            serve_argv(sys.executable, root, "--database-url", database_url, "--replica-id", f"replica-{name}", *args),
-            env={**serve_env(root), **env}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=stderr, start_new_session=True,
-        )  # fmt: skip
-    return Replica(name, root, proc, log)
-
-
-@contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, database_url: str, *args: str, env: dict[str, str] | None = None):
-    """Replicas a, b and c (started together) on one database; all stopped (SIGTERM, then SIGKILL) after."""
-    group = [_spawn(tmp_path / n, n, database_url, list(args), env or {}) for n in ("a", "b", "c")]
-    try:
-        ports = await asyncio.gather(*(asyncio.to_thread(serving_port, r.log, r.proc, 60.0) for r in group))
-        for replica, port in zip(group, ports, strict=True):
-            replica.port = port
-            replica.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            replica.stub = pb_grpc.RunnerServiceStub(replica.channel)
-        yield group
-    finally:
-        for replica in group:
-            if replica.channel is not None:
-                await replica.channel.close()
-            if replica.proc.poll() is None:
-                replica.proc.send_signal(signal.SIGTERM)
-        for replica in group:
-            try:
-                await asyncio.to_thread(replica.proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                os.killpg(replica.proc.pid, signal.SIGKILL)
-                replica.proc.wait(10)
-            for pid in replica.scope_processes():  # nothing of a phase may outlive the test
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def follow(call) -> Stream:
-    """Waits up to 60 s for an event (phases here cross three processes); an RPC error is kept in
-    ``error`` (the kill test expects the owner's stream to break)."""
-    return Stream(call, wait_limit=60.0, keep_error=True)
 
 
 def control(kind):
@@ -284,53 +205,12 @@ async def test_the_owner_killed_mid_run_is_interrupted_by_the_others_and_leaves_
             )
 
 
-# A fake CLI for the scale test: the init line, LINES assistant texts "i=<k>" paced STEP seconds
-# apart, a success result; then it waits for stdin EOF as the real one does. Control requests
-# (the server's `initialize`) get a success answer.
-FAKE_CLI = r"""#!{python} -IS
-import json, os, sys, time
-N = int(os.environ.get("HELIX_TEST_LINES", "20"))
-STEP = float(os.environ.get("HELIX_TEST_STEP", "0.005"))
-SID = "f0000000-0000-4000-8000-%012x" % os.getpid()
-def out(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-def answer(msg):
-    if msg.get("type") == "control_request":
-        out({{"type": "control_response", "response": {{"subtype": "success",
-             "request_id": msg.get("request_id"), "response": {{}}}}}})
-for line in sys.stdin:
-    if line.strip():
-        msg = json.loads(line)
-        if msg.get("type") == "user":
-            break
-        answer(msg)
-out({{"type": "system", "subtype": "init", "cwd": os.getcwd(), "session_id": SID, "tools": [],
-     "model": "claude-sonnet-4-5", "permissionMode": "default", "claude_code_version": "2.1.330", "uuid": SID}})
-for i in range(1, N + 1):
-    time.sleep(STEP)
-    out({{"type": "assistant", "session_id": SID, "parent_tool_use_id": None, "uuid": "u-%d" % i,
-         "message": {{"id": "msg_%d" % i, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                     "content": [{{"type": "text", "text": "i=%d" % i}}], "stop_reason": None,
-                     "usage": {{"input_tokens": 10, "output_tokens": 1}}}}}})
-out({{"type": "result", "subtype": "success", "is_error": False, "duration_ms": 5, "duration_api_ms": 4,
-     "num_turns": 1, "result": "done", "session_id": SID, "total_cost_usd": 0.0,
-     "usage": {{"input_tokens": 10, "output_tokens": N}}}})
-for line in sys.stdin:
-    if line.strip():
-        answer(json.loads(line))
-"""
-
 PHASES = 100
 LINES = 20
 
 
 async def test_a_hundred_phases_over_three_replicas_lose_and_reorder_nothing(postgres_url, tmp_path):
-    fake = tmp_path / "fake-claude"
-    fake.write_text(
-        FAKE_CLI.format(python=os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
-    )
-    fake.chmod(0o755)
+    fake = write_fake_cli(tmp_path)
     async with cluster(tmp_path, postgres_url, "--claude-path", str(fake),
                        env={"HELIX_RUNNER_RETRY_MAX_ATTEMPTS": "1"}) as replicas:  # fmt: skip
 
@@ -368,19 +248,9 @@ async def test_a_hundred_phases_over_three_replicas_lose_and_reorder_nothing(pos
         assert len(listed) == PHASES
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_processes_sharing_one_port_forward_control_to_the_owner(postgres_url, tmp_path):
     """reuse_port: three processes on one port; each advertises a port of its own for forwarding."""
-    fake = tmp_path / "fake-claude"
-    fake.write_text(
-        FAKE_CLI.format(python=os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
-    )
-    fake.chmod(0o755)
+    fake = write_fake_cli(tmp_path)
     shared, workdir = free_port(), tmp_path / "shared-work"
     workdir.mkdir()
     args = [

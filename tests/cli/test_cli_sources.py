@@ -48,7 +48,7 @@ class _Client:
     def __init__(self) -> None:
         self.opened: list[int] = []
 
-    def watch_phase(self, job_id: str, phase_id: str, after: int) -> _CancelledByCaller:
+    def watch_phase(self, job_id: str, phase_id: str, after: int, **_options) -> _CancelledByCaller:
         return _CancelledByCaller(self.opened)
 
 

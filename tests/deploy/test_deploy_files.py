@@ -130,7 +130,9 @@ def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
     (top,) = load("kustomization.yaml", K8S)
     assert top["resources"] == ["base"]
     (overlay,) = load("kustomization.yaml", REPLICAS)
-    assert overlay["resources"] == ["../base"] + [p.name for p in REPLICA_MANIFESTS if "example" not in p.name]
+    assert overlay["resources"] == ["../base"] + [
+        p.name for p in REPLICA_MANIFESTS if "example" not in p.name
+    ]
     assert sorted(p["path"] for p in overlay["patches"]) == [p.name for p in REPLICA_PATCHES]
 
 
@@ -297,7 +299,9 @@ def test_the_readme_docker_sections_token_directory_is_git_ignored() -> None:
     """Issue 22 item 15: the Docker section writes a bearer token to secrets/, which git would commit."""
     readme = (ROOT / "README.md").read_text()
     assert "> secrets/token" in readme
-    ignored = subprocess.run(["git", "check-ignore", "-q", "secrets/token"], cwd=ROOT, check=False, timeout=30)
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "secrets/token"], cwd=ROOT, check=False, timeout=30
+    )
     assert ignored.returncode == 0
 
 
@@ -435,8 +439,14 @@ def test_replica_tls_files_come_from_the_certificate_secret() -> None:
         assert str(path.parent) == mount["mountPath"] and keys[path.name] == key
     # The certificate (cert-manager example) is that Secret, for the name forwarding expects,
     # usable as server and as client identity.
-    certs = {d["metadata"]["name"]: d for d in load("certificate.example.yaml", REPLICAS) if d["kind"] == "Certificate"}
-    replica_cert = next(c for c in certs.values() if c["spec"]["secretName"] == volume["secret"]["secretName"])
+    certs = {
+        d["metadata"]["name"]: d
+        for d in load("certificate.example.yaml", REPLICAS)
+        if d["kind"] == "Certificate"
+    }
+    replica_cert = next(
+        c for c in certs.values() if c["spec"]["secretName"] == volume["secret"]["secretName"]
+    )
     assert env["HELIX_RUNNER_TLS_SERVER_NAME"] in replica_cert["spec"]["dnsNames"]
     assert {"server auth", "client auth"} <= set(replica_cert["spec"]["usages"])
 
@@ -488,13 +498,53 @@ def test_replica_probes_use_the_plaintext_health_port() -> None:
 def test_replicas_drain_within_the_grace_period_one_at_a_time() -> None:
     grace = replica_patch()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace == statefulset()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    env = {e["name"]: e.get("value") for e in container()["env"]}
-    pre_stop = container()["lifecycle"]["preStop"]["sleep"]["seconds"]
+    env = {e["name"]: e.get("value") for e in replica_pod_container()["env"]}
+    pre_stop = replica_pod_container()["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pre_stop + int(env["HELIX_RUNNER_DRAIN_GRACE_SECONDS"]) + CHILD_TEARDOWN_MIN_SECONDS <= grace
     (pdb,) = load("poddisruptionbudget.yaml", REPLICAS)
     assert pdb["spec"]["maxUnavailable"] == 1 < replica_patch()["spec"]["replicas"]
     pod_labels = statefulset()["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+# Within the drain, after the wait for a tool boundary: stop the CLI (SIGTERM, its exit), mirror
+# the last of its transcript, commit a worktree's work in progress, release the phase.
+HANDOVER_SAVE_MIN_SECONDS = 10
+# More grace than the drain needs only delays a rolling deploy: at most this much beyond it.
+GRACE_SLACK_MAX_SECONDS = 30
+
+
+def replica_pod_container() -> dict:
+    """The replicas' container as kustomize renders it: the base's, with the overlay's patch merged."""
+    (c,) = _merge(statefulset(), replica_patch())["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def test_the_replicas_grace_period_and_pre_stop_hold_the_hand_over() -> None:
+    # The drain hands each running phase over: it waits up to handover_wait_seconds for the next
+    # tool boundary, then saves and releases it, all within drain_grace_seconds; the pod's
+    # terminationGracePeriodSeconds holds preStop + that drain + the teardown of what is left.
+    from helix_runner.config import KEYS, load_config
+
+    assert "handover_wait_seconds" in KEYS  # the server's setting for the hand-over bound
+    c = replica_pod_container()
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    config = load_config(environ={k: v for k, v in env.items() if k in (
+        "HELIX_RUNNER_DRAIN_GRACE_SECONDS", "HELIX_RUNNER_HANDOVER_WAIT_SECONDS")})  # fmt: skip
+    wait, drain = config.handover_wait_seconds, config.drain_grace_seconds
+    assert (wait, drain) == (float(env["HELIX_RUNNER_HANDOVER_WAIT_SECONDS"]),
+                             float(env["HELIX_RUNNER_DRAIN_GRACE_SECONDS"]))  # fmt: skip
+    assert 0 < wait and wait + HANDOVER_SAVE_MIN_SECONDS <= drain
+    pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pre_stop == container()["lifecycle"]["preStop"]["sleep"]["seconds"]  # the patch restates it
+    grace = replica_patch()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    needed = pre_stop + drain + CHILD_TEARDOWN_MIN_SECONDS
+    assert needed <= grace <= needed + GRACE_SLACK_MAX_SECONDS
+    # The numbers the patch's comment states are the ones it sets.
+    text = (REPLICAS / "statefulset-patch.yaml").read_text()
+    for number, what in ((pre_stop, "preStop"), (int(drain), "drain grace"), (grace, "the same as the base")):
+        assert re.search(rf"#\s+[=+]?\s*{number}\s+{re.escape(what)}", text), (number, what)
+    assert f"up to {int(wait)} s waiting" in text
 
 
 # --- the full per-phase sandbox (deploy/k8s/sandbox) ----------------------------------------------
@@ -512,8 +562,11 @@ def _merge(base, patch):
     items (containers, env) by name, other lists replaced."""
     if isinstance(base, dict) and isinstance(patch, dict):
         return {**base, **{k: _merge(base[k], v) if k in base else v for k, v in patch.items()}}
-    if isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) and "name" in x
-                                                                   for x in base + patch):
+    if (
+        isinstance(base, list)
+        and isinstance(patch, list)
+        and all(isinstance(x, dict) and "name" in x for x in base + patch)
+    ):
         by_name = {x["name"]: x for x in patch}
         merged = [_merge(x, by_name.pop(x["name"])) if x["name"] in by_name else x for x in base]
         return merged + list(by_name.values())
@@ -548,18 +601,26 @@ def test_the_sandbox_overlay_states_what_the_sandbox_needs() -> None:
     assert c["securityContext"]["procMount"] == "Unmasked"  # only safe with hostUsers: false
     assert c["securityContext"]["appArmorProfile"] == {"type": "Unconfined"}
     # The rest of the base's hardening stays.
-    assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]
+    }
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert load_config(environ={"HELIX_RUNNER_SANDBOX": env["HELIX_RUNNER_SANDBOX"]}).sandbox == "required"
     # The base runs Landlock-only under RuntimeDefault, and says so.
-    assert statefulset()["spec"]["template"]["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert statefulset()["spec"]["template"]["spec"]["securityContext"]["seccompProfile"] == {
+        "type": "RuntimeDefault"
+    }
     assert config_toml()["sandbox"] == "auto"
     # Unconfined AppArmor is outside baseline: enforce privileged, still warn about restricted.
     (namespace_patch,) = load("namespace-patch.yaml", SANDBOX)
     labels = namespace_patch["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+    assert (
+        labels["pod-security.kubernetes.io/warn"]
+        == labels["pod-security.kubernetes.io/audit"]
+        == "restricted"
+    )
 
 
 def test_the_sandbox_seccomp_profile_names_real_syscalls_and_allows_the_namespace_calls() -> None:
@@ -571,7 +632,15 @@ def test_the_sandbox_seccomp_profile_names_real_syscalls_and_allows_the_namespac
     assert len(denied) == len(set(denied))
     assert [n for n in denied if pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, n) == -1] == []  # no typo
     assert not set(NAMESPACE_CALLS) & set(denied)
-    assert {"bpf", "kexec_load", "keyctl", "perf_event_open", "setns", "userfaultfd", "io_uring_setup"} <= set(denied)
+    assert {
+        "bpf",
+        "kexec_load",
+        "keyctl",
+        "perf_event_open",
+        "setns",
+        "userfaultfd",
+        "io_uring_setup",
+    } <= set(denied)
 
 
 # Loads a seccomp profile (argv[1], plus the calls in argv[2:] denied) into this process, then finds
@@ -605,8 +674,13 @@ def _layers_under_profile(*also_denied: str) -> dict[str, list]:
 
     if detect(frozenset({"landlock", "seccomp"})).bwrap is None:
         pytest.skip("no bubblewrap sandbox on this host to check the profile against")
-    result = subprocess.run([sys.executable, "-c", _UNDER_PROFILE, str(PROFILE), *also_denied],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _UNDER_PROFILE, str(PROFILE), *also_denied],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -614,7 +688,8 @@ def _layers_under_profile(*also_denied: str) -> dict[str, list]:
 def test_under_the_sandbox_profile_a_phase_gets_every_layer() -> None:
     layers = _layers_under_profile()
     assert {name: active for name, (active, _) in layers.items()} == dict.fromkeys(
-        ("namespaces", "network", "landlock", "seccomp"), True), layers
+        ("namespaces", "network", "landlock", "seccomp"), True
+    ), layers
 
 
 def test_without_the_namespace_calls_as_under_runtime_default_phases_run_landlock_only() -> None:
@@ -622,5 +697,9 @@ def test_without_the_namespace_calls_as_under_runtime_default_phases_run_landloc
     # Landlock (files, TCP, signals) and its seccomp filter, saying why bubblewrap is off.
     layers = _layers_under_profile(*NAMESPACE_CALLS)
     assert {name: active for name, (active, _) in layers.items()} == {
-        "namespaces": False, "network": True, "landlock": True, "seccomp": True}, layers
+        "namespaces": False,
+        "network": True,
+        "landlock": True,
+        "seccomp": True,
+    }, layers
     assert "user namespaces" in layers["namespaces"][1] and "Landlock TCP" in layers["network"][1]

@@ -228,6 +228,17 @@ def test_generated_tool_ids_are_unique_across_repeats(api: ScriptedApi) -> None:
     assert ids[0].startswith("toolu_") and ids[0] != ids[1]
 
 
+def test_generated_ids_differ_between_stand_ins() -> None:
+    # Replicas each run a stand-in; a phase moved between them must never see an id twice.
+    script = [Reply.tool_use("Bash", {"command": "true"})]
+    ids = []
+    for _ in range(2):
+        with ScriptedApi(script) as server:
+            message = assemble(parse_sse(post(server, messages_body())[2]))
+            ids.append((message["id"], message["content"][0]["id"]))
+    assert ids[0][0] != ids[1][0] and ids[0][1] != ids[1][1]
+
+
 def test_chunk_delay_spreads_the_stream_out(api: ScriptedApi) -> None:
     api.set_script([Reply.text("a b c", chunk_delay=0.05)])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import inspect
 
 import grpc
@@ -30,15 +31,29 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
     pass
 
 
-def rich_status(code: grpc.StatusCode, message: str, reason: str, **metadata: str) -> grpc.Status:
+def rich_status(
+    code: grpc.StatusCode, message: str, reason: str, retry_delay: float | None = None, **metadata: str
+) -> grpc.Status:
     info = google_rpc.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata)
-    detail = AnyMessage(type_url="type.googleapis.com/google.rpc.ErrorInfo", value=bytes(info))
-    status = google_rpc.Status(code=code.value[0], message=message, details=[detail])
+    details = [AnyMessage(type_url="type.googleapis.com/google.rpc.ErrorInfo", value=bytes(info))]
+    if retry_delay is not None:
+        retry = google_rpc.RetryInfo(retry_delay=datetime.timedelta(seconds=retry_delay))
+        details.append(AnyMessage(type_url="type.googleapis.com/google.rpc.RetryInfo", value=bytes(retry)))
+    status = google_rpc.Status(code=code.value[0], message=message, details=details)
     return _Status(code, message, (("grpc-status-details-bin", bytes(status)),))
 
 
+def moved(job_id: str, after: int, replica: str = "replica-a", retry_delay: float = 15.0) -> grpc.Status:
+    """What a draining replica ends a phase's stream with (the contract in docs/scale-out.md)."""
+    return rich_status(grpc.StatusCode.UNAVAILABLE, f"phase p1 of job {job_id} moved to another replica",
+                       "PHASE_MOVED", retry_delay, job_id=job_id, phase_id="p1", after_sequence=str(after),
+                       from_replica=replica)  # fmt: skip
+
+
 def event(sequence: int, text: str = "") -> pb.StreamEvent:
-    return pb.StreamEvent(sequence=sequence, assistant_text=pb.AssistantText(text=text or f"event {sequence}"))
+    return pb.StreamEvent(
+        sequence=sequence, assistant_text=pb.AssistantText(text=text or f"event {sequence}")
+    )
 
 
 class FakeRunner:
@@ -48,9 +63,17 @@ class FakeRunner:
         self.cancelled = asyncio.Event()
         self.authorization: list[str | None] = []
         self.jobs = [pb.Job(job_id=f"job-{i}") for i in range(5)]
+        self.watches: list[int] = []  # after_sequence of each WatchPhase
+        self.draining_answers = 1  # re-attaches the draining replica still answers PHASE_MOVED
+        self.watching = asyncio.Event()
 
     async def run_phase(self, request: pb.RunPhaseRequest, context: grpc.aio.ServicerContext):
         self.authorization.append(dict(context.invocation_metadata()).get("authorization"))
+        if request.job_id in ("moving", "lost", "stuck"):  # the replica drains after event 2
+            yield pb.RunPhaseResponse(events=[event(1), event(2)])
+            await context.abort_with_status(
+                moved(request.job_id, 2, retry_delay=15.0 if request.job_id == "moving" else 0.1)
+            )
         if request.job_id == "slow":
             yield pb.RunPhaseResponse(events=[event(1)])
             try:
@@ -67,14 +90,39 @@ class FakeRunner:
         yield pb.RunPhaseResponse(result=pb.PhaseResult(status=pb.PhaseStatus.SUCCEEDED, last_sequence=3))
 
     async def watch_phase(self, request: pb.WatchPhaseRequest, context: grpc.aio.ServicerContext):
+        self.watches.append(request.after_sequence)
+        if request.job_id == "stuck":  # the re-attached watch waits (for the adopter)
+            self.watching.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        if request.job_id == "lost":  # every replica it reaches is the draining one
+            await context.abort_with_status(moved("lost", request.after_sequence, retry_delay=0.1))
+        if request.job_id == "moving":
+            if self.draining_answers:  # the first re-attach lands on the draining replica again
+                self.draining_answers -= 1
+                await context.abort_with_status(moved("moving", request.after_sequence))
+            # The adopter: a re-sent event at the cursor (never shown twice), the rest, the result.
+            yield pb.WatchPhaseResponse(events=[event(request.after_sequence), event(3), event(4)])
+            yield pb.WatchPhaseResponse(events=[event(5)])
+            yield pb.WatchPhaseResponse(
+                result=pb.PhaseResult(status=pb.PhaseStatus.SUCCEEDED, last_sequence=5)
+            )
+            return
         for sequence in range(request.after_sequence + 1, 4):
             yield pb.WatchPhaseResponse(events=[event(sequence)])
         yield pb.WatchPhaseResponse(result=pb.PhaseResult(status=pb.PhaseStatus.CANCELLED, last_sequence=3))
 
     async def get_job(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext):
         await context.abort_with_status(
-            rich_status(grpc.StatusCode.NOT_FOUND, f"job {request.job_id} does not exist", "JOB_NOT_FOUND",
-                        job_id=request.job_id)
+            rich_status(
+                grpc.StatusCode.NOT_FOUND,
+                f"job {request.job_id} does not exist",
+                "JOB_NOT_FOUND",
+                job_id=request.job_id,
+            )
         )
 
     async def list_jobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext):
@@ -89,9 +137,14 @@ class FakeRunner:
             implementation = getattr(self, name, None)
             if implementation is None:
                 continue
-            factory = grpc.unary_stream_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
-            methods[rpc] = factory(implementation, request_deserializer=request_type.FromString,
-                                   response_serializer=response_type.SerializeToString)
+            factory = (
+                grpc.unary_stream_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
+            )
+            methods[rpc] = factory(
+                implementation,
+                request_deserializer=request_type.FromString,
+                response_serializer=response_type.SerializeToString,
+            )
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
@@ -127,7 +180,9 @@ async def test_watch_phase_starts_after_the_cursor(fake):
 
 async def test_leaving_the_context_cancels_the_call(fake):
     async with RunnerClient(fake.address) as client:
-        async with client.run_phase(pb.RunPhaseRequest(job_id="slow", prompt="hi", working_dir="/tmp")) as phase:
+        async with client.run_phase(
+            pb.RunPhaseRequest(job_id="slow", prompt="hi", working_dir="/tmp")
+        ) as phase:
             async for e in phase:
                 assert e.sequence == 1
                 break
@@ -180,18 +235,92 @@ async def test_iter_jobs_follows_page_tokens(fake):
         assert [job.job_id async for job in client.iter_jobs(page_size=2)] == [f"job-{i}" for i in range(5)]
 
 
+async def test_a_moved_phase_is_followed_through_watch_phase_as_one_gap_free_stream(fake):
+    async with RunnerClient(fake.address) as client:
+        seen = []
+        phase = client.run_phase(pb.RunPhaseRequest(job_id="moving", phase_id="p1", prompt="hi", working_dir="/tmp"),
+                                 on_move=seen.append)  # fmt: skip
+        events, result = await phase.collect()
+    assert [e.sequence for e in events] == [1, 2, 3, 4, 5]
+    assert result.status == pb.PhaseStatus.SUCCEEDED and phase.last_sequence == 5
+    # Re-attached after what it received; the draining replica's second PHASE_MOVED was retried.
+    assert fake.watches == [2, 2]
+    assert [(m.job_id, m.phase_id, m.from_replica, m.after_sequence) for m in phase.moves] == [
+        ("moving", "p1", "replica-a", 2)
+    ]
+    assert seen == phase.moves
+
+
+async def test_a_watch_follows_a_move_too(fake):
+    async with RunnerClient(fake.address) as client:
+        fake.draining_answers = 2
+        phase = client.watch_phase("moving", "p1", after_sequence=2)
+        assert [e.sequence async for e in phase] == [3, 4, 5]  # the first answers were PHASE_MOVED
+    assert fake.watches == [2, 2, 2] and len(phase.moves) == 1
+
+
+async def test_without_following_a_move_is_a_runner_error_with_what_watch_phase_needs(fake):
+    async with RunnerClient(fake.address, follow_moves=False) as client:
+        phase = client.run_phase(
+            pb.RunPhaseRequest(job_id="moving", phase_id="p1", prompt="hi", working_dir="/tmp")
+        )
+        with pytest.raises(RunnerError) as raised:
+            await phase.collect()
+    err = raised.value
+    assert err.code == grpc.StatusCode.UNAVAILABLE and err.phase_moved and err.retry_delay == 15.0
+    assert dict(err.metadata) == {"job_id": "moving", "phase_id": "p1", "after_sequence": "2",
+                                  "from_replica": "replica-a"}  # fmt: skip
+    assert fake.watches == []
+
+
+async def test_a_move_no_replica_takes_raises_after_the_move_timeout(fake):
+    async with RunnerClient(fake.address, move_timeout=0.5) as client:
+        phase = client.run_phase(
+            pb.RunPhaseRequest(job_id="lost", phase_id="p1", prompt="hi", working_dir="/tmp")
+        )
+        with pytest.raises(RunnerError) as raised:
+            await asyncio.wait_for(phase.collect(), 30)
+    assert raised.value.phase_moved
+    assert len(fake.watches) >= 2 and set(fake.watches) == {2}  # retried, always after what it had
+
+
+async def test_cancelling_while_following_a_move_cancels_the_watch(fake):
+    async with RunnerClient(fake.address) as client:
+        phase = client.run_phase(
+            pb.RunPhaseRequest(job_id="stuck", phase_id="p1", prompt="hi", working_dir="/tmp")
+        )
+        seen = []
+
+        async def read():
+            async for e in phase:
+                seen.append(e.sequence)
+
+        reader = asyncio.create_task(read())
+        await asyncio.wait_for(fake.watching.wait(), 10)  # it follows the move and waits in WatchPhase
+        phase.cancel()
+        await asyncio.wait_for(fake.cancelled.wait(), 5)  # the watch call itself was cancelled
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+    assert seen == [1, 2] and phase.result is None
+
+
 def test_error_info_decoding_ignores_other_trailers_and_reasons():
     assert error_info_from_metadata(None) is None
     assert error_info_from_metadata((("x-other", "v"),)) is None
-    foreign = RunnerError(grpc.StatusCode.NOT_FOUND, "m", google_rpc.ErrorInfo(reason="JOB_NOT_FOUND", domain="x.y"))
+    foreign = RunnerError(
+        grpc.StatusCode.NOT_FOUND, "m", google_rpc.ErrorInfo(reason="JOB_NOT_FOUND", domain="x.y")
+    )
     assert foreign.reason == "JOB_NOT_FOUND" and foreign.error_reason is None
-    newer = RunnerError(grpc.StatusCode.NOT_FOUND, "m", google_rpc.ErrorInfo(reason="BRAND_NEW", domain=ERROR_DOMAIN))
+    newer = RunnerError(
+        grpc.StatusCode.NOT_FOUND, "m", google_rpc.ErrorInfo(reason="BRAND_NEW", domain=ERROR_DOMAIN)
+    )
     assert newer.error_reason is None
 
 
 def test_the_async_stub_covers_every_rpc_of_the_generated_stub():
     generated = {
-        name for name, member in inspect.getmembers(pb.RunnerServiceStub, inspect.isfunction)
+        name
+        for name, member in inspect.getmembers(pb.RunnerServiceStub, inspect.isfunction)
         if not name.startswith("_")
     }
     assert {name for name, *_ in _METHODS} == generated

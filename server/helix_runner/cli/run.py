@@ -7,6 +7,10 @@ notable event is printed on its own line. The final status and the CLI's exit co
 
 Ctrl-C cancels the phase through the API (with a reason saying so), waits for its final status
 and reports it in one line; a second Ctrl-C leaves at once (the dropped call cancels the phase too).
+
+When the server's replica drains (a rolling deploy), it hands the phase over to another replica and
+ends this call with PHASE_MOVED; `run` says so and follows the phase through WatchPhase after the
+last event it showed, so the progress goes on as one stream (the Python client's PhaseStream).
 """
 
 from __future__ import annotations
@@ -160,6 +164,14 @@ class ProgressDisplay:
         if self.tty:
             self.redraw()
 
+    def notice(self, text: str) -> None:
+        """A line of its own on stderr (above the progress line on a terminal)."""
+        self._clear()
+        self.stream.flush()
+        make_console(stderr=True).print(f"helix-runner: {text}", style="yellow", soft_wrap=True)
+        if self.tty:
+            self.redraw(force=True)
+
     def redraw(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_draw < REDRAW_INTERVAL_S:
@@ -237,7 +249,7 @@ async def _run(connection: Connection, request) -> int:
         installed = True
     try:
         async with connection.open() as client:
-            stream = client.run_phase(request)
+            stream = client.run_phase(request, on_move=lambda move: display.notice(move_notice(move)))
 
             async def read() -> None:
                 async for event in stream:
@@ -253,11 +265,14 @@ async def _run(connection: Connection, request) -> int:
                     raise CliError(message, EXIT_INTERRUPTED)
                 await reader  # raises what the stream raised
             except asyncio.CancelledError:  # a second Ctrl-C
-                raise CliError(
-                    f"interrupted: phase {request.phase_id} of job {request.job_id} is cancelled with "
-                    "the dropped call",
-                    EXIT_INTERRUPTED,
-                ) from None
+                where = f"phase {request.phase_id} of job {request.job_id}"
+                if stream.moves:  # following a moved phase is a watch: dropping it cancels nothing
+                    raise CliError(
+                        f"interrupted: {where} goes on (it moved to another replica; cancel it with "
+                        "`helix-runner cancel`)",
+                        EXIT_INTERRUPTED,
+                    ) from None
+                raise CliError(f"interrupted: {where} is cancelled with the dropped call", EXIT_INTERRUPTED) from None
             finally:
                 waiter.cancel()
                 if not reader.done():
@@ -280,6 +295,12 @@ async def _run(connection: Connection, request) -> int:
     if result.result_text:
         display.console.print(f"  result: {result.result_text[:500]}", soft_wrap=True, markup=False)
     return EXIT_OK if result.status == pb.PhaseStatus.SUCCEEDED else EXIT_PHASE_NOT_SUCCEEDED
+
+
+def move_notice(move) -> str:
+    """What `run` and `watch` say when the phase they follow moved to another replica."""
+    source = f"replica {move.from_replica}" if move.from_replica else "its replica"
+    return f"the phase moved from {source} (draining); following it after sequence {move.after_sequence}"
 
 
 async def _cancel(client, request, reader: asyncio.Task, stream) -> str:

@@ -22,7 +22,7 @@ from helix_runner.cli.common import CliError
 
 # Re-attaching stops when no event arrived for this long while the server could not be reached.
 DEFAULT_RECONNECT_SECONDS = 30.0
-_RETRYABLE_REASONS = frozenset({"WATCHER_TOO_SLOW", "DRAINING"})
+_RETRYABLE_REASONS = frozenset({"WATCHER_TOO_SLOW", "DRAINING", "PHASE_MOVED"})
 
 
 def _retryable(exc: RunnerError) -> bool:
@@ -66,7 +66,8 @@ class LiveEvents:
         failing_since: float | None = None
         delay = 0.2
         while True:
-            stream = self.client.watch_phase(self.job_id, self.phase_id, self.cursor)
+            # The client follows a phase that moves to another replica (PHASE_MOVED) by itself.
+            stream = self.client.watch_phase(self.job_id, self.phase_id, self.cursor, on_move=self._moved)
             try:
                 async with stream:
                     async for event in stream:
@@ -85,7 +86,7 @@ class LiveEvents:
                     # from the client library as a CANCELLED status; re-attaching would swallow it.
                     raise asyncio.CancelledError from None
                 # A server that cannot be reached at all is reported at once, not retried for 30 s.
-                never_connected = not self.events_seen and self.reconnects == 0
+                never_connected = not self.events_seen and self.reconnects == 0 and exc.reason != "PHASE_MOVED"
                 if not _retryable(exc) or (never_connected and exc.code == grpc.StatusCode.UNAVAILABLE):
                     raise
                 now = loop.time()
@@ -99,6 +100,11 @@ class LiveEvents:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _moved(self, move) -> None:
+        from helix_runner.cli.run import move_notice
+
+        self.on_notice(move_notice(move))
 
 
 @dataclass

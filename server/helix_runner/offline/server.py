@@ -143,6 +143,10 @@ class ScriptedApi:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._ids = itertools.count(1)
+        # Ids unique across stand-ins too, as the real API's are: with replicas, each runs its own
+        # stand-in, and a phase moved to another replica resumes a transcript that holds the first
+        # one's ids; a repeated tool_use id there makes the CLI drop the later call's result.
+        self._instance = os.urandom(4).hex()
         self.set_script(script)
 
     # ---- lifecycle ---------------------------------------------------------------------------------
@@ -320,7 +324,7 @@ class ScriptedApi:
     # ---- request handling --------------------------------------------------------------------------
 
     def _next_id(self, prefix: str) -> str:
-        return f"{prefix}_scripted{next(self._ids):06d}"
+        return f"{prefix}_scripted_{self._instance}_{next(self._ids):06d}"
 
     def _handle(self, handler: _Handler) -> None:
         received_at = time.monotonic()

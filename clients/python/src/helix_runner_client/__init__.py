@@ -14,8 +14,14 @@ Every failed call raises :class:`RunnerError`, which carries the decoded ``googl
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._client import PhaseStream, RunnerClient, RunnerServiceAsyncStub, event_kind, secure_channel
-from ._errors import ERROR_DOMAIN, RunnerError, error_info_from_metadata
+from ._client import PhaseMove, PhaseStream, RunnerClient, RunnerServiceAsyncStub, event_kind, secure_channel
+from ._errors import (
+    ERROR_DOMAIN,
+    PHASE_MOVED,
+    RunnerError,
+    error_info_from_metadata,
+    retry_delay_from_metadata,
+)
 from ._proto.google import rpc as google_rpc
 from ._proto.helix.runner import v1 as pb
 
@@ -30,12 +36,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 __all__ = [
     "CONTRACT",
     "ERROR_DOMAIN",
+    "PHASE_MOVED",
+    "PhaseMove",
     "PhaseStream",
     "RunnerClient",
     "RunnerError",
     "RunnerServiceAsyncStub",
     "__version__",
     "error_info_from_metadata",
+    "retry_delay_from_metadata",
     "event_kind",
     "google_rpc",
     "pb",

@@ -8,7 +8,9 @@ generated sync stub, which lists every RPC).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import betterproto2
@@ -40,16 +42,26 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("resolve_tool_call", "ResolveToolCall", pb.ResolveToolCallRequest, pb.ResolveToolCallResponse, False),
     ("get_phase_diff", "GetPhaseDiff", pb.GetPhaseDiffRequest, pb.GetPhaseDiffResponse, False),
     ("set_phase_model", "SetPhaseModel", pb.SetPhaseModelRequest, pb.SetPhaseModelResponse, False),
-    ("set_phase_permission_mode", "SetPhasePermissionMode", pb.SetPhasePermissionModeRequest,
-     pb.SetPhasePermissionModeResponse, False),
+    (
+        "set_phase_permission_mode",
+        "SetPhasePermissionMode",
+        pb.SetPhasePermissionModeRequest,
+        pb.SetPhasePermissionModeResponse,
+        False,
+    ),
     ("stop_task", "StopTask", pb.StopTaskRequest, pb.StopTaskResponse, False),
     ("get_task_output", "GetTaskOutput", pb.GetTaskOutputRequest, pb.GetTaskOutputResponse, False),
     ("get_server_status", "GetServerStatus", pb.GetServerStatusRequest, pb.GetServerStatusResponse, False),
     ("create_webhook", "CreateWebhook", pb.CreateWebhookRequest, pb.CreateWebhookResponse, False),
     ("list_webhooks", "ListWebhooks", pb.ListWebhooksRequest, pb.ListWebhooksResponse, False),
     ("delete_webhook", "DeleteWebhook", pb.DeleteWebhookRequest, pb.DeleteWebhookResponse, False),
-    ("list_webhook_deliveries", "ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest,
-     pb.ListWebhookDeliveriesResponse, False),
+    (
+        "list_webhook_deliveries",
+        "ListWebhookDeliveries",
+        pb.ListWebhookDeliveriesRequest,
+        pb.ListWebhookDeliveriesResponse,
+        False,
+    ),
 )
 
 
@@ -81,6 +93,26 @@ def event_kind(event: pb.StreamEvent) -> str:
 
 _Response = TypeVar("_Response", pb.RunPhaseResponse, pb.WatchPhaseResponse)
 
+# Following a moved phase: the first re-attach is immediate (WatchPhase waits for the adopter's
+# events itself); a re-attach that fails again (the draining replica answered, or its port is
+# already closed) is retried after a backoff from 0.2 s up to 2 s.
+_FIRST_BACKOFF_S = 0.2
+_MAX_BACKOFF_S = 2.0
+DEFAULT_MOVE_TIMEOUT_S = 120.0
+"""How long a stream keeps trying to re-attach to a moved phase before it raises (at least the
+``RetryInfo`` delay the server sent with ``PHASE_MOVED``)."""
+
+
+@dataclass(frozen=True)
+class PhaseMove:
+    """One hand-over a stream followed: the replica the phase left and the last sequence it had sent."""
+
+    job_id: str
+    phase_id: str
+    from_replica: str
+    after_sequence: int
+    message: str
+
 
 class PhaseStream(Generic[_Response]):
     """The events of one phase (``async for``), then its :attr:`result`.
@@ -90,15 +122,37 @@ class PhaseStream(Generic[_Response]):
     :class:`RunnerError`; a stream that ends without a result raises one with code INTERNAL.
     Use it as an async context manager (or call :meth:`cancel`) to cancel the call early;
     cancelling RunPhase cancels the phase unless it was started with ``ON_DISCONNECT_DETACH``.
+
+    **Moves.** When the replica serving the stream drains, it hands the phase over to another
+    replica and ends the stream with ``UNAVAILABLE`` / ``PHASE_MOVED`` (see :data:`PHASE_MOVED`).
+    A stream made with ``reattach`` (the default of :class:`RunnerClient`) then calls
+    ``WatchPhase`` after the last sequence it received, through the same channel (a Kubernetes
+    Service, or a target naming several replicas, reaches one that is not draining), and goes on:
+    the caller sees one gap-free sequence, each event once. Each move is in :attr:`moves` and
+    told to ``on_move``. After a move the stream is a watch: leaving it no longer cancels the
+    phase (cancel it with ``CancelPhase``).
     """
 
-    def __init__(self, call: Any):
+    def __init__(
+        self,
+        call: Any,
+        *,
+        reattach: Callable[[int], Any] | None = None,
+        move_timeout: float = DEFAULT_MOVE_TIMEOUT_S,
+        on_move: Callable[[PhaseMove], None] | None = None,
+    ):
         self._call = call
-        self._responses: AsyncIterator[_Response] = call.__aiter__()
+        self._responses: AsyncIterator[Any] = call.__aiter__()
         self._pending: list[pb.StreamEvent] = []
         self._index = 0
         self.result: pb.PhaseResult | None = None
         self._done = False
+        self._reattach = reattach
+        self._move_timeout = move_timeout
+        self._on_move = on_move
+        self.last_sequence = 0
+        """The sequence of the last event this stream yielded or holds (its re-attach cursor)."""
+        self.moves: list[PhaseMove] = []
 
     def __aiter__(self) -> PhaseStream[_Response]:
         return self
@@ -115,14 +169,68 @@ class PhaseStream(Generic[_Response]):
                 response = await self._responses.__anext__()
             except StopAsyncIteration:
                 self._done = True
-                raise RunnerError(grpc.StatusCode.INTERNAL, "the phase stream ended without a PhaseResult") from None
+                raise RunnerError(
+                    grpc.StatusCode.INTERNAL, "the phase stream ended without a PhaseResult"
+                ) from None
             except grpc.aio.AioRpcError as exc:
-                self._done = True
-                raise RunnerError.from_rpc_error(exc) from None
-            self._pending, self._index = list(response.events), 0
+                error = RunnerError.from_rpc_error(exc)
+                if self._reattach is None or not error.phase_moved or self._done:
+                    self._done = True
+                    raise error from None
+                await self._follow(error)
+                continue
+            # Events at or below the cursor were delivered before a move: never twice.
+            fresh = [e for e in response.events if e.sequence > self.last_sequence]
+            if fresh:
+                self.last_sequence = fresh[-1].sequence
+            self._pending, self._index = fresh, 0
             if response.result is not None:
                 self.result = response.result
                 self._done = True
+
+    async def _follow(self, moved: RunnerError) -> None:
+        """Re-attaches through WatchPhase after ``moved`` (a PHASE_MOVED end), retrying while the
+        answer is another PHASE_MOVED or an unreachable replica, for at most the move timeout."""
+        assert self._reattach is not None
+        meta = moved.metadata
+        move = PhaseMove(meta.get("job_id", ""), meta.get("phase_id", ""), meta.get("from_replica", ""),
+                         int(meta.get("after_sequence") or 0), moved.message)  # fmt: skip
+        self.moves.append(move)
+        if self._on_move is not None:
+            self._on_move(move)
+        # Our own cursor, not the server's after_sequence: it is what this caller really received.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(self._move_timeout, moved.retry_delay or 0.0)
+        backoff = _FIRST_BACKOFF_S
+        while True:
+            if self._done:  # cancelled by the caller meanwhile
+                return
+            call = self._reattach(self.last_sequence)
+            self._call = call  # so that cancel() reaches the call being made
+            responses = call.__aiter__()
+            try:
+                first = await responses.__anext__()
+            except (grpc.aio.AioRpcError, StopAsyncIteration) as exc:
+                if self._done:
+                    return
+                error = (
+                    RunnerError.from_rpc_error(exc)
+                    if isinstance(exc, grpc.aio.AioRpcError)
+                    else RunnerError(grpc.StatusCode.INTERNAL, "the phase stream ended without a PhaseResult")
+                )
+                retry = (
+                    error.phase_moved
+                    or error.code == grpc.StatusCode.UNAVAILABLE
+                    or error.reason == "DRAINING"
+                )
+                if not retry or loop.time() + backoff > deadline:
+                    self._done = True
+                    raise error from None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+                continue
+            self._responses = _prepend(first, responses)
+            return
 
     async def collect(self) -> tuple[list[pb.StreamEvent], pb.PhaseResult]:
         """Reads to the end: every remaining event and the result."""
@@ -141,6 +249,12 @@ class PhaseStream(Generic[_Response]):
     async def __aexit__(self, *exc_info: object) -> None:
         if self.result is None:
             self.cancel()
+
+
+async def _prepend(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for item in rest:
+        yield item
 
 
 def secure_channel(
@@ -183,6 +297,8 @@ class RunnerClient:
         channel: grpc.aio.Channel | None = None,
         token: str | None = None,
         timeout: float | None = 30.0,
+        follow_moves: bool = True,
+        move_timeout: float = DEFAULT_MOVE_TIMEOUT_S,
     ):
         self._owns_channel = channel is None
         self.channel = channel if channel is not None else grpc.aio.insecure_channel(target)
@@ -190,6 +306,10 @@ class RunnerClient:
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
         """Deadline in seconds for unary calls (streams have none)."""
+        self.follow_moves = follow_moves
+        """Whether phase streams re-attach through WatchPhase when their phase moves to another
+        replica (``PHASE_MOVED``, a drain); off, the stream raises that error instead."""
+        self.move_timeout = move_timeout
 
     async def __aenter__(self) -> RunnerClient:
         return self
@@ -203,14 +323,39 @@ class RunnerClient:
 
     # -- streams -----------------------------------------------------------------------------
 
-    def run_phase(self, request: pb.RunPhaseRequest) -> PhaseStream[pb.RunPhaseResponse]:
-        """Starts a phase and streams it (events, then :attr:`PhaseStream.result`)."""
-        return PhaseStream(self.stub.run_phase(request, metadata=self._metadata))
+    def run_phase(
+        self, request: pb.RunPhaseRequest, *, on_move: Callable[[PhaseMove], None] | None = None
+    ) -> PhaseStream[pb.RunPhaseResponse]:
+        """Starts a phase and streams it (events, then :attr:`PhaseStream.result`), following the
+        phase when it moves to another replica (:class:`PhaseStream`, "Moves")."""
+        call = self.stub.run_phase(request, metadata=self._metadata)
+        return self._stream(call, request.job_id, request.phase_id, on_move)
 
-    def watch_phase(self, job_id: str, phase_id: str, after_sequence: int = 0) -> PhaseStream[pb.WatchPhaseResponse]:
-        """Attaches to a phase: events after ``after_sequence`` (recorded, then live), then the result."""
+    def watch_phase(
+        self,
+        job_id: str,
+        phase_id: str,
+        after_sequence: int = 0,
+        *,
+        on_move: Callable[[PhaseMove], None] | None = None,
+    ) -> PhaseStream[pb.WatchPhaseResponse]:
+        """Attaches to a phase: events after ``after_sequence`` (recorded, then live), then the
+        result; follows the phase when it moves to another replica."""
+        stream = self._stream(self._watch_call(job_id, phase_id, after_sequence), job_id, phase_id, on_move)
+        stream.last_sequence = after_sequence
+        return stream
+
+    def _watch_call(self, job_id: str, phase_id: str, after_sequence: int) -> Any:
         request = pb.WatchPhaseRequest(job_id=job_id, phase_id=phase_id, after_sequence=after_sequence)
-        return PhaseStream(self.stub.watch_phase(request, metadata=self._metadata))
+        return self.stub.watch_phase(request, metadata=self._metadata)
+
+    def _stream(
+        self, call: Any, job_id: str, phase_id: str, on_move: Callable[[PhaseMove], None] | None
+    ) -> Any:
+        if not self.follow_moves:
+            return PhaseStream(call)
+        return PhaseStream(call, reattach=lambda after: self._watch_call(job_id, phase_id, after),
+                           move_timeout=self.move_timeout, on_move=on_move)  # fmt: skip
 
     # -- unary calls ---------------------------------------------------------------------------
 
@@ -251,10 +396,16 @@ class RunnerClient:
             if not token:
                 return
 
-    async def list_tool_calls(self, job_id: str, phase_id: str = "", **fields: Any) -> pb.ListToolCallsResponse:
-        return await self.call("list_tool_calls", pb.ListToolCallsRequest(job_id=job_id, phase_id=phase_id, **fields))
+    async def list_tool_calls(
+        self, job_id: str, phase_id: str = "", **fields: Any
+    ) -> pb.ListToolCallsResponse:
+        return await self.call(
+            "list_tool_calls", pb.ListToolCallsRequest(job_id=job_id, phase_id=phase_id, **fields)
+        )
 
-    async def get_cost_totals(self, *, project_id: str = "", job_id: str = "", phase_id: str = "") -> pb.CostTotals:
+    async def get_cost_totals(
+        self, *, project_id: str = "", job_id: str = "", phase_id: str = ""
+    ) -> pb.CostTotals:
         request = pb.GetCostTotalsRequest(project_id=project_id, job_id=job_id, phase_id=phase_id)
         response = await self.call("get_cost_totals", request)
         return response.totals

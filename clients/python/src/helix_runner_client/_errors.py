@@ -15,34 +15,68 @@ ERROR_DOMAIN = "runner.helix"
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo"
+_RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo"
+
+PHASE_MOVED = "PHASE_MOVED"
+"""``ErrorInfo.reason`` of a phase stream that ended because its replica handed the phase over to
+another one (a drain): metadata ``job_id``, ``phase_id``, ``after_sequence`` (every event up to it
+was delivered) and ``from_replica``; ``WatchPhase(after_sequence)`` on any replica gives the rest."""
 
 
-def error_info_from_metadata(trailers: Iterable[tuple[str, Any]] | None) -> google_rpc.ErrorInfo | None:
-    """The first ``ErrorInfo`` in the ``grpc-status-details-bin`` trailer, if there is one."""
+def _details(trailers: Iterable[tuple[str, Any]] | None, type_url: str) -> bytes | None:
     for key, value in trailers or ():
         if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes | bytearray):
             continue
         status = google_rpc.Status.parse(bytes(value))
         for detail in status.details:
-            if detail.type_url == _ERROR_INFO_TYPE_URL:
-                return google_rpc.ErrorInfo.parse(detail.value)
+            if detail.type_url == type_url:
+                return detail.value
     return None
+
+
+def error_info_from_metadata(trailers: Iterable[tuple[str, Any]] | None) -> google_rpc.ErrorInfo | None:
+    """The first ``ErrorInfo`` in the ``grpc-status-details-bin`` trailer, if there is one."""
+    value = _details(trailers, _ERROR_INFO_TYPE_URL)
+    return None if value is None else google_rpc.ErrorInfo.parse(value)
+
+
+def retry_delay_from_metadata(trailers: Iterable[tuple[str, Any]] | None) -> float | None:
+    """``RetryInfo.retry_delay`` in seconds from the same trailer, if the server sent one."""
+    value = _details(trailers, _RETRY_INFO_TYPE_URL)
+    if value is None:
+        return None
+    delay = google_rpc.RetryInfo.parse(value).retry_delay
+    return None if delay is None else delay.total_seconds()
 
 
 class RunnerError(Exception):
     """A failed call: the gRPC status code and message, and the ``ErrorInfo`` when there is one."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, info: google_rpc.ErrorInfo | None = None):
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        info: google_rpc.ErrorInfo | None = None,
+        retry_delay: float | None = None,
+    ):
         super().__init__(f"{code.name}: {message}" + (f" [{info.reason}]" if info else ""))
         self.code = code
         self.message = message
         self.info = info
+        self.retry_delay = retry_delay
+        """Seconds from the status's ``google.rpc.RetryInfo``, when the server sent one."""
 
     @classmethod
     def from_rpc_error(cls, error: grpc.aio.AioRpcError) -> RunnerError:
-        """Wraps a grpc.aio error, decoding the ErrorInfo from its trailers."""
-        info = error_info_from_metadata(error.trailing_metadata())
-        return cls(error.code(), error.details() or "", info)
+        """Wraps a grpc.aio error, decoding the ErrorInfo (and RetryInfo) from its trailers."""
+        trailers = error.trailing_metadata()
+        info = error_info_from_metadata(trailers)
+        return cls(error.code(), error.details() or "", info, retry_delay_from_metadata(trailers))
+
+    @property
+    def phase_moved(self) -> bool:
+        """Whether this ended a phase stream because the phase moved to another replica (``PHASE_MOVED``)."""
+        return self.info is not None and self.info.domain == ERROR_DOMAIN and self.info.reason == PHASE_MOVED
 
     @property
     def reason(self) -> str | None:
@@ -64,5 +98,7 @@ class RunnerError(Exception):
         """The reason as the contract's ``ErrorReason``, when this client knows it."""
         if self.info is None or self.info.domain != ERROR_DOMAIN:
             return None
-        value = pb.ErrorReason.betterproto_renamed_proto_names_to_value().get(f"ERROR_REASON_{self.info.reason}")
+        value = pb.ErrorReason.betterproto_renamed_proto_names_to_value().get(
+            f"ERROR_REASON_{self.info.reason}"
+        )
         return None if value is None else pb.ErrorReason(value)
