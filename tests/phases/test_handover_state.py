@@ -113,6 +113,27 @@ class RecordingHandover(FakeHandover):
         self.saves.append(values)
 
 
+async def test_boundaries_faster_than_the_store_are_saved_together_with_the_latest_state(tmp_path: Path):
+    """Every tool call's end asks for a save (a crash resumes after the last finished call): those
+    asked for while one waits are one save of the latest transcript and attempts, not a queue."""
+    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
+    store = RecordingHandover()
+    transcript = tmp_path / "s-1.jsonl"
+    transcript.write_bytes(b"")
+    durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
+                                   h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
+                                   lambda session: transcript)
+    await durability.start(h.SavedControl())
+    for n in range(1, 51):
+        with open(transcript, "ab") as f:
+            f.write(b'{"tool":%d}\n' % n)
+        durability.progress("s-1", (Attempt(number=n, status=PhaseStatus.FAILED, replica_id="r-a"),))
+    await durability.settle()
+    assert len(store.saves) == 2  # the start, then one save for the fifty boundaries
+    assert h.decode_request(store.saves[-1]["request"]).attempts[0].number == 50
+    assert b"".join(d for _, d in store.chunks) == transcript.read_bytes()
+
+
 async def test_a_turn_boundary_mirrors_the_transcript_and_saves_the_attempts_in_order(tmp_path: Path):
     spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
     store = RecordingHandover()
@@ -123,6 +144,7 @@ async def test_a_turn_boundary_mirrors_the_transcript_and_saves_the_attempts_in_
                                    lambda session: transcript)
     await durability.start(h.SavedControl())
     durability.progress("s-1", ())
+    await durability.settle()
     with open(transcript, "ab") as f:
         f.write(b'{"turn":2}\n')
     attempt = Attempt(number=1, status=PhaseStatus.FAILED, replica_id="r-a")

@@ -310,6 +310,7 @@ class PhaseDurability:
         self.session_id = ""
         self._control = SavedControl()
         self._control_dirty = False
+        self._progress_pending = False
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
@@ -360,10 +361,22 @@ class PhaseDurability:
         self.handover.save(self.job_id, self.phase_id, request=encode_request(request), session_id=session_id)
 
     def progress(self, session_id: str, attempts: tuple[Attempt, ...]) -> None:
-        """A turn ended or an attempt ended: the transcript so far and the ended attempts."""
+        """A tool call or a turn ended, or an attempt did: the transcript so far and the ended attempts.
+
+        Saves asked for while one waits are made together (the latest state, once): a phase's tool
+        calls can end faster than the store takes them.
+        """
         self.session_id = session_id or self.session_id
         self.request = msgspec.structs.replace(self.request, attempts=attempts)
-        self._spawn(self._run("progress", self._mirror_and_save, self.session_id, self.request))
+        if not self._progress_pending:
+            self._progress_pending = True
+            self._spawn(self._save_progress())
+
+    async def _save_progress(self) -> None:
+        async with self._lock:
+            self._progress_pending = False
+            session_id, request = self.session_id, self.request
+        await self._run("progress", self._mirror_and_save, session_id, request)
 
     async def settle(self) -> None:
         """Waits for the saves scheduled so far."""

@@ -683,7 +683,10 @@ class PhaseRun:
                 self._at_boundary.set()
             if p.__class__ is TurnResult and self._reconcile is not None:
                 self._reconcile_moved_attempt()
-            if p.__class__ is TurnResult and self.durability is not None:  # a turn boundary: mirror
+            if (p.__class__ is TurnResult or p.__class__ is ToolCallFinished) and self.durability is not None:
+                # A tool or turn boundary: mirror the transcript, so that after a crash the adopter
+                # resumes after the last finished tool call, not from the prompt (one phase's prompt is
+                # one turn: its only turn boundary is its end).
                 self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
             if isinstance(p, SessionInit):
                 # How the CLI was billed; the parser already reads `apiKeySource` into SessionInit.
