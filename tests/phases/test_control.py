@@ -485,3 +485,29 @@ async def test_a_decision_sent_before_the_resumed_cli_asks_is_applied_once_when_
     # Asked once more (the model tries again): no decision is left, and the phase is paused: held.
     other.tool_call("t3", tool_input={"command": "rm x"})
     await other.until(lambda: "t3" in adopted.holds)
+
+
+async def test_an_approval_that_arrives_while_the_owner_stops_the_cli_goes_with_the_phase():
+    """The drain took the boundary (the call held) and is stopping the CLI when the approval comes:
+    answered then, the tool could start in a process about to be killed and the approval be lost
+    with it. It is kept instead, and the adopter applies it once to the re-issued call."""
+    bp = Breakpoint.create(breakpoint_id="bash", kind=BreakpointKind.TOOL_NAME, tool_name="Bash")
+    host, control = make_controller([bp])
+    held = host.tool_call("t1", tool_input={"command": "make"})
+    await host.until(lambda: "t1" in control.holds)
+    control.begin_handover()
+    control.resolve("t1", Decision.approve())
+    await host.settle()
+    assert held not in host.answers()  # the stopping CLI is not told to run it
+    assert ControlEventKind.TOOL_APPROVED not in host.control_kinds()
+    with pytest.raises(RunnerError):  # the first decision stands
+        control.resolve("t1", Decision.deny("no"))
+    state = control.state()
+    assert [h.tool_use_id for h in state.held] == ["t1"] and dict(state.decisions) == {"t1": Decision.approve()}
+
+    other = FakeHost()
+    other.controller = adopted = PhaseController(other, state=state)
+    again = other.tool_call("t2", tool_input={"command": "make"})
+    assert await other.answer_to(again) == {"continue": True}
+    assert other.control_kinds().count(ControlEventKind.TOOL_APPROVED) == 1
+    assert adopted.state().decisions == () and adopted.state().held == ()

@@ -491,9 +491,16 @@ class PhaseController:
                             record.reason, record.since_ns)
                 kept.decision.set_result({})
                 return kept
-        if hold is None or hold.decision.done():
+        if hold is None or hold.decision.done() or (self.handing_over and tool_use_id in self.pending):
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TOOL_CALL_NOT_HELD",
                               f"tool call {tool_use_id} is not held", {"tool_use_id": tool_use_id})
+        if self.handing_over:
+            # The CLI is being stopped to move the phase: answered now, the tool could start in a
+            # process about to be killed (lost, or run again after the move). The decision goes with
+            # the phase; the adopter applies it, once, to the call its resumed CLI asks about again.
+            self.pending[tool_use_id] = decision
+            self._changed()
+            return hold
         # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
         self.host.mark_tool_running(tool_use_id)
         hold.decision.set_result(self._apply(tool_use_id, hold.tool_name, hold.breakpoint_id, decision))

@@ -62,7 +62,7 @@ from helix_runner.phases.attempts import (
 from helix_runner.phases.control import ControlState, PhaseController, saved_control
 from helix_runner.phases.event_log import Moved, PhaseEventLog
 from helix_runner.phases.fanout import Fanout
-from helix_runner.phases.handover import HANDOVER_RETRY_AFTER_S, PhaseDurability, SavedControl
+from helix_runner.phases.handover import HANDOVER_RETRY_AFTER_S, PhaseDurability
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.recorder import PhaseRecorder
@@ -118,7 +118,7 @@ class PhaseRun:
         self._resumption = resumption
         self._moving: str | None = None  # handed over to another replica: why
         self._at_boundary = asyncio.Event()  # moving: no tool call runs any more
-        self._moving_control: SavedControl | None = None
+        self._moving_control: ControlState | None = None  # taken at the boundary (ending the attempt answers holds)
         # The moved attempt (its index) whose figures the resumed attempt's first result corrects.
         self._reconcile: int | None = None
         if resumption is not None and resumption.attempts and resumption.end_kind is AttemptEndKind.MOVED \
@@ -213,7 +213,7 @@ class PhaseRun:
             with contextlib.suppress(TimeoutError):  # every batch of events checks again (_note_stream_facts)
                 await asyncio.wait_for(self._at_boundary.wait(), wait_s)
         # The control state at the boundary, held calls included (ending the attempt answers them).
-        self._moving_control = saved_control(self.control.state())
+        self._moving_control = self.control.state()
         # SIGTERM: the CLI writes its transcript out before it exits (docs/claude-cli-protocol.md §3.7).
         self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving or "moved")
 
@@ -247,7 +247,9 @@ class PhaseRun:
         then ends INTERRUPTED here, as before) when the state could not be saved or released."""
         assert self.durability is not None and self._moving is not None
         reason = self._moving
-        control = self._moving_control or saved_control(self.control.state())
+        state = self._moving_control or self.control.state()
+        # Decisions sent after the boundary went with the phase, not to the stopping CLI (control.resolve).
+        control = saved_control(dc_replace(state, decisions=tuple(self.control.pending.items())))
         self._revoke_key()
         admission, ticket = self.retries.admission, self._ticket
         if admission is not None and ticket is not None:  # a queued phase leaves this replica's queue
