@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -41,9 +42,23 @@ def shared_workspace(path: Path) -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port a replica keeps across restarts, below the kernel's ephemeral range: a port the
+    kernel hands out itself (a bind to port 0, an outgoing connection's local end: the phases' CLIs,
+    the gateways, the scripted APIs) could be taken while the replica is down, and its restart fail."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")
 
 
 @dataclass
@@ -60,6 +75,7 @@ class Replica:
     channel: grpc.aio.Channel | None = None
     stub: pb_grpc.RunnerServiceStub | None = field(default=None, repr=False)
     starts: int = 1
+    retired: list[grpc.aio.Channel] = field(default_factory=list, repr=False)  # channels of earlier starts
 
     @property
     def replica_id(self) -> str:
@@ -84,8 +100,17 @@ class Replica:
         self.stub = pb_grpc.RunnerServiceStub(self.channel)
 
     async def close_channel(self) -> None:
+        """Closes every channel this replica had (at the cluster's end)."""
+        self.retire_channel()
+        for channel in self.retired:
+            await channel.close()
+        self.retired.clear()
+
+    def retire_channel(self) -> None:
+        """The server is gone: no new calls through its channel, but the calls on it end as the
+        server left them (closing it now would cancel them locally, before the UNAVAILABLE arrives)."""
         if self.channel is not None:
-            await self.channel.close()
+            self.retired.append(self.channel)
             self.channel, self.stub = None, None
 
     async def stop(self, limit_s: float = 60.0) -> int:
@@ -94,13 +119,13 @@ class Replica:
         try:
             return await asyncio.to_thread(self.proc.wait, limit_s)
         finally:
-            await self.close_channel()
+            self.retire_channel()
 
     async def kill(self) -> None:
         """SIGKILL of the server process only (its phases' processes end by containment)."""
         os.kill(self.proc.pid, signal.SIGKILL)
         await asyncio.to_thread(self.proc.wait, 10)
-        await self.close_channel()
+        self.retire_channel()
 
     async def start_again(self, limit_s: float = 60.0) -> None:
         """Starts the same server again (same arguments, data dir, replica id; the log appended)."""
