@@ -158,8 +158,7 @@ async def _crash(postgres_cluster, postgres_url, harness) -> None:
         task.cancel()  # nothing of it renews the lease any more
         await asyncio.gather(task, return_exceptions=True)
     harness.server.cluster.replica.stop_heartbeat()
-    postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' "
-                                           "WHERE replica_id = %s", (harness.server.cluster.replica_id,))
+    postgres_cluster.set_lease(postgres_url, harness.server.cluster.replica_id, -1)
 
 
 @pytest.mark.parametrize("max_attempts", [2, 1])

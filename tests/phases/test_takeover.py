@@ -33,8 +33,7 @@ def running_phase_of_a_dead_replica(url: str, cluster, job: str = "j", phase: st
                                attempts_pb=ATTEMPTS.SerializeToString()))
     dead.append_events([(job, phase, [EventRow(1, 3, "k", ev.StreamEvent(sequence=1).SerializeToString())])])
     # Its process (and heartbeat) stopped without a clean close: the lease runs out on its own.
-    cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
-                    (dead.replica_id,))
+    cluster.set_lease(url, dead.replica_id, -1)
     dead._pool.close()
 
 

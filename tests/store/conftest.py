@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from helix_runner.store.factory import open_storage
+from helix_runner.store.postgres_store import PostgresStore
 
 
 @pytest.fixture
@@ -29,3 +30,19 @@ def opener(database_url):
 def store(opener):
     """A store of each kind (``database_url``: SQLite, then PostgreSQL), opened as the server opens it."""
     return opener()
+
+
+@pytest.fixture
+def replicas(postgres_url):
+    """``replicas(n, **options)``: n PostgreSQL store handles (replicas) on one fresh database,
+    without heartbeat threads; closed at the test's end."""
+    opened = []
+
+    def make(n: int = 2, **kwargs):
+        for _ in range(n):
+            opened.append(PostgresStore(postgres_url, heartbeat=False, **kwargs))
+        return opened[-n:]
+
+    yield make
+    for store in opened:
+        store.close()

@@ -16,27 +16,14 @@ from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import EventRow
 
 
-def set_lease(cluster, url: str, replica_id: str, seconds_from_now: float) -> None:
-    cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() + make_interval(secs => %s) "
-                         "WHERE replica_id = %s", (seconds_from_now, replica_id))
-
-
 def interrupt(row, seq: int):
     return EventRow(seq, 99, "status", b"interrupted"), {"status_reason": "gone", "end_time_ns": 99}
 
 
 @pytest.fixture
-def replicas(postgres_url):
-    opened = []
-
-    def make(n: int = 2):
-        for _ in range(n):
-            opened.append(PostgresStore(postgres_url, heartbeat=False))
-        return [s.cluster.admission_ledger() for s in opened[-n:]]
-
-    yield make
-    for store in opened:
-        store.close()
+def ledgers(replicas):
+    """``ledgers(n)``: the admission ledgers of n replicas on one fresh database."""
+    return lambda n=2: [store.cluster.admission_ledger() for store in replicas(n)]
 
 
 def c(phase: str, project: str = "p") -> AdmissionCandidate:
@@ -52,8 +39,8 @@ def states(ledger) -> dict[str, str]:
     return {phase: state for _, phase, _, _, state in ledger.entries()}
 
 
-def test_the_running_limit_holds_for_the_cluster_and_a_release_frees_a_slot(replicas):
-    a, b = replicas(2)
+def test_the_running_limit_holds_for_the_cluster_and_a_release_frees_a_slot(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running=2)
     on_a = [enqueue(a, "a1"), enqueue(a, "a2"), enqueue(a, "a3")]
     on_b = [enqueue(b, "b1")]
@@ -73,8 +60,8 @@ def test_the_running_limit_holds_for_the_cluster_and_a_release_frees_a_slot(repl
     assert b.admit(on_b, local_room=8, local_project_room=None, limits=limits).granted == (("j", "b1"),)
 
 
-def test_the_per_project_limit_and_the_local_room_both_hold(replicas):
-    a, b = replicas(2)
+def test_the_per_project_limit_and_the_local_room_both_hold(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running_per_project=1)
     x = [enqueue(a, "x1", "px"), enqueue(a, "x2", "px")]
     y = [enqueue(b, "y1", "py")]
@@ -88,8 +75,8 @@ def test_the_per_project_limit_and_the_local_room_both_hold(replicas):
     assert a.admit(z, local_room=1, local_project_room={"pz": 1}, limits=limits).granted == (("j", "z1"),)
 
 
-def test_projects_take_turns_across_replicas_oldest_first_within_a_project(replicas):
-    a, b = replicas(2)
+def test_projects_take_turns_across_replicas_oldest_first_within_a_project(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running=1)
     busy = [enqueue(a, f"p1-{i}", "p1") for i in range(1, 4)]  # p1 arrives first with a queue
     late = [enqueue(b, "p2-1", "p2")]  # p2 arrives later, on the other replica
@@ -109,8 +96,8 @@ def test_projects_take_turns_across_replicas_oldest_first_within_a_project(repli
     assert admit(a, busy[2:]).granted == (("j", "p1-3"),)
 
 
-def test_retries_go_first_within_their_project(replicas):
-    (a,) = replicas(1)
+def test_retries_go_first_within_their_project(ledgers):
+    (a,) = ledgers(1)
     limits = ClusterLimits(max_running=1)
     fresh = enqueue(a, "new")
     retry = enqueue(a, "again", retry=True)
@@ -118,8 +105,8 @@ def test_retries_go_first_within_their_project(replicas):
     assert got.granted == (("j", "again"),)
 
 
-def test_a_full_cluster_queue_refuses_new_phases_but_never_a_retry(replicas):
-    a, b = replicas(2)
+def test_a_full_cluster_queue_refuses_new_phases_but_never_a_retry(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_queued=2)
     enqueue(a, "q1", limits=limits)
     enqueue(b, "q2", limits=limits)
@@ -132,8 +119,8 @@ def test_a_full_cluster_queue_refuses_new_phases_but_never_a_retry(replicas):
     assert set(states(a)) == {"q1", "q3", "r1"}
 
 
-def test_release_deletes_only_the_callers_entry_and_clear_empties_a_replica(replicas):
-    a, b = replicas(2)
+def test_release_deletes_only_the_callers_entry_and_clear_empties_a_replica(ledgers):
+    a, b = ledgers(2)
     enqueue(a, "x")
     enqueue(b, "y")
     assert not b.release("j", "x")  # not B's
@@ -143,25 +130,25 @@ def test_release_deletes_only_the_callers_entry_and_clear_empties_a_replica(repl
     assert a.entries() == []
 
 
-def test_entries_of_a_dead_replica_hold_no_slot(replicas, postgres_cluster, postgres_url):
-    a, b = replicas(2)
+def test_entries_of_a_dead_replica_hold_no_slot(ledgers, postgres_cluster, postgres_url):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running=1)
     b_entry = enqueue(b, "on-b")
     assert b.admit([b_entry], local_room=1, local_project_room=None, limits=limits).granted == (("j", "on-b"),)
     enqueue(b, "queued-on-b")
     mine = enqueue(a, "on-a")
     assert a.admit([mine], local_room=1, local_project_room=None, limits=limits).granted == ()
-    set_lease(postgres_cluster, postgres_url, b.replica_id, -1)  # B dies: its slot and queue entry go
+    postgres_cluster.set_lease(postgres_url, b.replica_id, -1)  # B dies: its slot and queue entry go
     assert a.admit([mine], local_room=1, local_project_room=None, limits=limits).granted == (("j", "on-a"),)
     assert [e[1] for e in a.entries()] == ["on-a"]
 
 
-def test_the_dead_replica_sweep_releases_the_entries_too(replicas, postgres_cluster, postgres_url):
+def test_the_dead_replica_sweep_releases_the_entries_too(ledgers, postgres_cluster, postgres_url):
     opened = [PostgresStore(postgres_url, heartbeat=False) for _ in range(2)]
     try:
         a, b = opened
         b.cluster.admission_ledger().enqueue("j", "x", "p", "", retry=False, limits=ClusterLimits())
-        set_lease(postgres_cluster, postgres_url, b.replica_id, -1)
+        postgres_cluster.set_lease(postgres_url, b.replica_id, -1)
         a.cluster.sweep_expired_owners(interrupt)
         assert postgres_cluster.execute(postgres_url, "SELECT count(*) FROM admission_ledger") == [(0,)]
     finally:
@@ -169,8 +156,8 @@ def test_the_dead_replica_sweep_releases_the_entries_too(replicas, postgres_clus
             store.close()
 
 
-def test_concurrent_passes_never_grant_more_than_the_limit(replicas):
-    ledgers = replicas(2)
+def test_concurrent_passes_never_grant_more_than_the_limit(ledgers):
+    ledgers = ledgers(2)
     limits = ClusterLimits(max_running=3)
     per = 20
     mine = {id(ledger): [enqueue(ledger, f"{n}-{i}") for i in range(per)]
@@ -206,8 +193,8 @@ def test_concurrent_passes_never_grant_more_than_the_limit(replicas):
     assert ledgers[0].entries() == []
 
 
-def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(replicas, postgres_cluster, postgres_url):
-    a, b = replicas(2)
+def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(ledgers, postgres_cluster, postgres_url):
+    a, b = ledgers(2)
     held = enqueue(b, "held")  # credential "cred"
     b.enqueue("j", "other", "p", "other-cred", retry=False, limits=ClusterLimits())
     a.hold("cred", 60, "rate limited (429)")
@@ -221,8 +208,8 @@ def test_a_held_credential_starts_nothing_on_any_replica_until_the_hold_ends(rep
     assert got.granted == (("j", "held"),) and got.holds == {}
 
 
-def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(replicas):
-    a, b = replicas(2)
+def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running=3)
     fill = [enqueue(b, f"r{i}", "p0") for i in range(3)]
     assert len(b.admit(fill, local_room=3, local_project_room=None, limits=limits).granted) == 3
@@ -239,8 +226,8 @@ def test_a_replica_without_room_passes_the_turn_on_instead_of_keeping_it(replica
     assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)
 
 
-def test_a_local_project_limit_passes_over_only_this_replicas_entries(replicas):
-    a, b = replicas(2)
+def test_a_local_project_limit_passes_over_only_this_replicas_entries(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running=1)
     assert b.admit([enqueue(b, "r0", "p0")], local_room=1, local_project_room=None, limits=limits).granted
     mine = [enqueue(a, "a1", "p")]  # older than B's entry of the same project
@@ -254,8 +241,8 @@ def test_a_local_project_limit_passes_over_only_this_replicas_entries(replicas):
     assert b.admit(theirs, local_room=1, local_project_room=None, limits=limits).granted == (("j", "b1"),)
 
 
-def test_a_duplicate_phase_on_another_replica_does_not_take_over_the_entry(replicas):
-    a, b = replicas(2)
+def test_a_duplicate_phase_on_another_replica_does_not_take_over_the_entry(ledgers):
+    a, b = ledgers(2)
     limits = ClusterLimits(max_running=1)
     assert a.admit([enqueue(a, "x")], local_room=1, local_project_room=None, limits=limits).granted
     enqueue(b, "x")  # the same phase sent to B (refused ALREADY_EXISTS right after)

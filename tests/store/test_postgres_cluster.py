@@ -31,25 +31,6 @@ def ev(seq: int, body: bytes = b"") -> EventRow:
     return EventRow(seq, seq, "k", body or f"e{seq}".encode())
 
 
-@pytest.fixture
-def replicas(postgres_url):
-    """``replicas(n)``: n store handles (replicas) on one fresh database, without heartbeat threads."""
-    opened = []
-
-    def make(n: int = 2, **kwargs):
-        for _ in range(n):
-            opened.append(PostgresStore(postgres_url, heartbeat=False, **kwargs))
-        return opened[-n:] if n > 1 else opened[-1]
-
-    yield make
-    for store in opened:
-        store.close()
-
-
-def set_lease(cluster, url: str, replica_id: str, seconds_from_now: float) -> None:
-    cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() + make_interval(secs => %s) "
-                         "WHERE replica_id = %s", (seconds_from_now, replica_id))
-
 
 def interrupt(row: PhaseRow, seq: int):
     return EventRow(seq, 99, "status", b"interrupted:" + row.phase_id.encode()), {
@@ -63,13 +44,13 @@ def test_a_paused_replica_taken_over_can_never_write_its_phase_again(replicas, p
     a.append_events([("j", "x", [ev(1), ev(2)])])
     a.upsert_tool_calls("j", "x", [ToolCallRow("t", "Bash", T.RUNNING, 2, b"t")])
 
-    set_lease(postgres_cluster, postgres_url, a.replica_id, -1)  # A is paused past its lease
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)  # A is paused past its lease
     with pytest.raises(FencedError):  # refused already before anyone took over
         a.append_events([("j", "x", [ev(3, b"stale")])])
     swept = b.cluster.sweep_expired_owners(interrupt)
     assert [(r.phase_id, r.status, r.last_sequence) for r in swept] == [("x", S.RUNNING, 2)]
 
-    set_lease(postgres_cluster, postgres_url, a.replica_id, 60)  # A revives, its lease live again
+    postgres_cluster.set_lease(postgres_url, a.replica_id, 60)  # A revives, its lease live again
     with pytest.raises(FencedError) as refused:
         a.append_events([("j", "x", [ev(4, b"stale")])])
     assert refused.value.refused == [("j", "x")]
@@ -152,7 +133,7 @@ def test_sweep_interrupts_only_expired_owners_once(replicas, postgres_cluster, p
     a.insert_phase(phase("j", "dead-done", status=S.RUNNING))
     a.update_phase("j", "dead-done", 2, status=S.SUCCEEDED)
     b.insert_phase(phase("j", "alive"))
-    set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)
     swept = c.cluster.sweep_expired_owners(interrupt)
     assert sorted(r.phase_id for r in swept) == ["dead-paused", "dead-running"]
     assert c.cluster.sweep_expired_owners(interrupt) == [] and b.cluster.sweep_expired_owners(interrupt) == []
@@ -169,7 +150,7 @@ def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_u
     for i in range(20):
         a.insert_phase(phase("j", f"x{i}"))
         a.append_events([("j", f"x{i}", [ev(1)])])
-    set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)
     results: list[list[PhaseRow]] = [[] for _ in sweepers]
 
     def sweep(i: int) -> None:
@@ -188,10 +169,10 @@ def test_concurrent_sweeps_split_the_work(replicas, postgres_cluster, postgres_u
 
 
 def test_a_lapsed_lease_is_not_renewed_and_the_replica_registers_again(replicas, postgres_cluster, postgres_url):
-    a = replicas(1)
+    (a,) = replicas(1)
     before = a.replica_id
     assert a.cluster.renew_lease()
-    set_lease(postgres_cluster, postgres_url, before, -1)
+    postgres_cluster.set_lease(postgres_url, before, -1)
     assert not a.cluster.renew_lease()
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "new"))  # taking a phase needs a live lease: a new registration

@@ -10,7 +10,6 @@ import pytest
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.store.postgres_cluster import FencedError
 from helix_runner.store.postgres_handover import CHUNK_BYTES, TranscriptGapError
-from helix_runner.store.postgres_store import PostgresStore
 from helix_runner.store.protocol import EventRow, PhaseRow
 
 S = PhaseStatus
@@ -27,24 +26,6 @@ def ev(seq: int) -> EventRow:
 def interrupt(row: PhaseRow, seq: int):
     return EventRow(seq, 99, "status", b"interrupted"), {"status_reason": "its replica is gone", "end_time_ns": 99}
 
-
-@pytest.fixture
-def replicas(postgres_url):
-    opened = []
-
-    def make(n: int = 2):
-        for _ in range(n):
-            opened.append(PostgresStore(postgres_url, heartbeat=False))
-        return opened[-n:]
-
-    yield make
-    for store in opened:
-        store.close()
-
-
-def set_lease(cluster, url: str, replica_id: str, seconds_from_now: float) -> None:
-    cluster.execute(url, "UPDATE replicas SET lease_expires_at = now() + make_interval(secs => %s) "
-                         "WHERE replica_id = %s", (seconds_from_now, replica_id))
 
 
 def running(store, job="j", pid="x", status=S.RUNNING, **state):
@@ -101,7 +82,7 @@ def test_the_sweep_leaves_a_dead_replicas_movable_phase_to_be_claimed(replicas, 
     a, b = replicas(2)
     running(a, pid="movable", session_id="s-1")
     a.insert_phase(phase("j", "stuck"))  # no durable state: ends INTERRUPTED as before
-    set_lease(postgres_cluster, postgres_url, a.replica_id, -1)  # A crashed
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)  # A crashed
     swept = b.cluster.sweep_expired_owners(interrupt)
     assert [r.phase_id for r in swept] == ["stuck"]
     assert b.get_phase("j", "movable").status == S.RUNNING
@@ -112,7 +93,7 @@ def test_the_sweep_leaves_a_dead_replicas_movable_phase_to_be_claimed(replicas, 
 def test_a_phase_that_cannot_continue_is_swept_interrupted_with_the_reason(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
     running(a)
-    set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)
     (claim,) = b.cluster.handover().claim(5)
     b.cluster.handover().give_up("j", "x", "its retry policy allows no further attempt")
     assert b.cluster.handover().claim(5) == []
@@ -125,7 +106,7 @@ def test_a_phase_that_cannot_continue_is_swept_interrupted_with_the_reason(repli
 def test_a_queued_phase_of_a_dead_replica_is_claimed_too(replicas, postgres_cluster, postgres_url):
     a, b = replicas(2)
     running(a, status=S.QUEUED)
-    set_lease(postgres_cluster, postgres_url, a.replica_id, -1)
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)
     (claim,) = b.cluster.handover().claim(1)
     assert claim.status == "QUEUED"
 

@@ -29,19 +29,6 @@ def subscription() -> WebhookRow:
                       "standard", "", "api", 1)
 
 
-@pytest.fixture
-def replicas(postgres_url):
-    opened = []
-
-    def make(n: int = 2):
-        for _ in range(n):
-            opened.append(PostgresStore(postgres_url, heartbeat=False))
-        return opened[-n:]
-
-    yield make
-    for store in opened:
-        store.close()
-
 
 def test_a_phase_another_replica_owns_gets_neither_events_nor_deliveries_from_this_one(replicas):
     a, b = replicas(2)
@@ -89,8 +76,7 @@ def test_a_swept_phase_gets_its_deliveries_in_the_sweeps_transaction(replicas, p
     a, b = replicas(2)
     a.get_or_create_job("j", "p", 1)
     a.insert_phase(phase("j", "x"))
-    postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' "
-                                           "WHERE replica_id = %s", (a.replica_id,))
+    postgres_cluster.set_lease(postgres_url, a.replica_id, -1)
 
     def interrupt(row: PhaseRow, seq: int):
         return EventRow(seq, 9, "status", b"interrupted"), {"status_reason": "gone", "end_time_ns": 9}

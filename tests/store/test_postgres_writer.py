@@ -126,8 +126,7 @@ def test_a_phase_taken_over_before_the_batch_gets_none_of_its_writes(store, post
     taker = PostgresStore(postgres_url, heartbeat=False)
     try:
         # This replica's lease ran out (a long pause); another replica sweeps its phases.
-        postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' "
-                                 "WHERE replica_id = %s", (store.replica_id,))
+        postgres_cluster.set_lease(postgres_url, store.replica_id, -1)
         swept = taker.cluster.sweep_expired_owners(interrupted)
         assert sorted(r.phase_id for r in swept) == ["p", "q", "r"]
         refused = committer.commit([AppendEvents("j", "p", events(2, 1)),
@@ -164,8 +163,7 @@ def test_a_takeover_while_a_batch_holds_its_phases_waits_for_the_next_sweep(stor
     assert locked.wait(10)
     taker = PostgresStore(postgres_url, heartbeat=False)
     try:
-        postgres_cluster.execute(postgres_url, "UPDATE replicas SET lease_expires_at = now() - interval '1 second' "
-                                 "WHERE replica_id = %s", (store.replica_id,))
+        postgres_cluster.set_lease(postgres_url, store.replica_id, -1)
         first = taker.cluster.sweep_expired_owners(interrupted)
         assert "q" not in [r.phase_id for r in first]  # held by the batch: skipped this round
         go_on.set()

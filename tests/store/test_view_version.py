@@ -121,11 +121,7 @@ def test_a_takeover_sweep_bumps_the_versions_of_the_jobs_it_interrupts(postgres_
             a.get_or_create_job(job, "p", 1)
             a.insert_phase(phase(job, "x"))
         before = {job: version(b, job) for job in ("j1", "j2")}
-        postgres_cluster.execute(
-            postgres_url,
-            "UPDATE replicas SET lease_expires_at = now() - interval '1 second' WHERE replica_id = %s",
-            (a.replica_id,),
-        )
+        postgres_cluster.set_lease(postgres_url, a.replica_id, -1)
 
         def interrupt(row, seq):
             return EventRow(seq, 9, "status", b"interrupted"), {"end_time_ns": 9}

@@ -139,3 +139,9 @@ class PostgresCluster:
         with psycopg.connect(url, autocommit=True) as conn:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
+
+    def set_lease(self, url: str, replica_id: str, seconds_from_now: float) -> None:
+        """Moves a replica's lease to expire ``seconds_from_now`` (negative: it ran out, as when its
+        process stopped renewing it)."""
+        self.execute(url, "UPDATE replicas SET lease_expires_at = now() + make_interval(secs => %s) "
+                          "WHERE replica_id = %s", (seconds_from_now, replica_id))
