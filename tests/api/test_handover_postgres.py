@@ -9,6 +9,7 @@ and WatchPhase from ``after_sequence`` gives the rest, ending with the result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 import grpc
@@ -25,6 +26,23 @@ pytestmark = [pytest.mark.real_cli, pytest.mark.slow]
 
 IDS = {"job_id": "job-move", "phase_id": "p1"}
 SHARED_MARKER = ".helix-runner-shared"  # phases/handover.py (spelled out: the test also runs against main)
+
+
+@contextlib.asynccontextmanager
+async def _two_replicas(tmp_path: Path, api_a, api_b, **settings):
+    """Replicas A and B, servers in this process on one database, each with its scripted API;
+    closed at the end (B first)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **settings)
+    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **settings)
+    a = await anext(harness_a)
+    b = await anext(harness_b)
+    try:
+        yield a, b
+    finally:
+        await harness_b.aclose()
+        await harness_a.aclose()
 
 
 def _shared(tmp_path: Path) -> Path:
@@ -67,13 +85,7 @@ async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
                           Reply.text("Done.", usage=Usage(input_tokens=1300, output_tokens=10))])
     roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": 2,
              "sandbox": sandbox}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
-    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
-    a = await anext(harness_a)
-    b = await anext(harness_b)
-    try:
+    async with _two_replicas(tmp_path, api_a, api_b, **roots) as (a, b):
         if decide_during_move:  # B takes nothing over until the decision is kept
             room = b.server.service.adopter.room
             b.server.service.adopter.room = lambda: 0
@@ -143,9 +155,6 @@ async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
         assert result.cost.computed_usd == pytest.approx(sum(x.cost.computed_usd for x in result.attempts))
         job = await b.stub.GetJob(pb.GetJobRequest(job_id=IDS["job_id"]), timeout=10)
         assert job.job.phases[0].status == res.PHASE_STATUS_SUCCEEDED
-    finally:
-        await harness_b.aclose()
-        await harness_a.aclose()
 
 
 
@@ -172,13 +181,7 @@ async def test_a_lost_replicas_phase_resumes_elsewhere_when_its_retry_policy_all
     api_b = scripted_api([Reply.tool_use("Bash", call_input, tool_use_id="toolu_again"), Reply.text("Done.")])
     roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": max_attempts,
              "replica_lease_seconds": 3.0}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
-    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
-    a = await anext(harness_a)
-    b = await anext(harness_b)
-    try:
+    async with _two_replicas(tmp_path, api_a, api_b, **roots) as (a, b):
         call = a.stub.RunPhase(pb.RunPhaseRequest(
             **IDS, prompt="Append once to ran.txt", working_dir=str(shared / "work"),
             options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])),
@@ -214,9 +217,6 @@ async def test_a_lost_replicas_phase_resumes_elsewhere_when_its_retry_policy_all
             (1, "replica-a", res.ATTEMPT_END_KIND_CRASHED, res.PHASE_STATUS_INTERRUPTED),
             (2, "replica-b", res.ATTEMPT_END_KIND_COMPLETED, res.PHASE_STATUS_SUCCEEDED)]
         assert result.attempts[0].reason == "resumed after replica replica-a was lost"
-    finally:
-        await harness_b.aclose()
-        await harness_a.aclose()
 
 
 async def test_a_phase_queued_on_a_full_replica_moves_to_one_where_room_freed(
@@ -228,14 +228,8 @@ async def test_a_phase_queued_on_a_full_replica_moves_to_one_where_room_freed(
     api_b = scripted_api([Reply.tool_use("Bash", hold), Reply.text("Done.")])
     roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "max_running_phases": 1,
              "place_on_free_replica": False, "replica_lease_seconds": 3.0}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
-    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
-    a = await anext(harness_a)
-    b = await anext(harness_b)
     held = pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash", once=True)])
-    try:
+    async with _two_replicas(tmp_path, api_a, api_b, **roots) as (a, b):
         def run(stub, job, **options):
             return stub.RunPhase(pb.RunPhaseRequest(job_id=job, phase_id="p1", prompt="go",
                                                     working_dir=str(shared / "work"), **options), timeout=120)
@@ -270,9 +264,6 @@ async def test_a_phase_queued_on_a_full_replica_moves_to_one_where_room_freed(
         assert result is not None and result.status == res.PHASE_STATUS_SUCCEEDED, result
         assert [(x.number, x.replica_id) for x in result.attempts] == [(1, "replica-b")]
         assert [e.sequence for e in seen] == list(range(1, len(seen) + 1))
-    finally:
-        await harness_b.aclose()
-        await harness_a.aclose()
 
 
 async def test_a_phase_keeps_its_state_while_it_runs_and_forgets_it_at_the_end(
@@ -323,13 +314,7 @@ async def test_a_worktree_phase_moves_with_its_work_in_progress_on_its_branch(
     api_a = scripted_api([Reply.tool_use("Bash", first), Reply.tool_use("Bash", second), Reply.text("never")])
     api_b = scripted_api([Reply.tool_use("Bash", second, tool_use_id="toolu_again"), Reply.text("Done.")])
     roots = {"workspace_roots": [str(shared)], "database_url": postgres_url}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
-    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
-    a = await anext(harness_a)
-    b = await anext(harness_b)
-    try:
+    async with _two_replicas(tmp_path, api_a, api_b, **roots) as (a, b):
         call = a.stub.RunPhase(pb.RunPhaseRequest(
             **IDS, prompt="Write a.txt and b.txt", working_dir=str(repo),
             options=pb.PhaseOptions(allowed_tools=["Bash"], workspace=pb.WORKSPACE_MODE_GIT_WORKTREE,
@@ -364,9 +349,6 @@ async def test_a_worktree_phase_moves_with_its_work_in_progress_on_its_branch(
 
         diff = await full_diff(b.stub, IDS["job_id"], IDS["phase_id"], 4096)
         assert b"a.txt" in diff and b"b.txt" in diff
-    finally:
-        await harness_b.aclose()
-        await harness_a.aclose()
 
 
 async def test_a_lost_replicas_phase_resumes_from_the_transcript_mirrored_at_its_last_turn_boundary(
@@ -381,13 +363,7 @@ async def test_a_lost_replicas_phase_resumes_from_the_transcript_mirrored_at_its
     api_b = scripted_api([Reply.tool_use("Bash", call_input, tool_use_id="toolu_again"), Reply.text("Done.")])
     roots = {"workspace_roots": [str(shared)], "database_url": postgres_url, "retry_max_attempts": 2,
              "replica_lease_seconds": 3.0}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    harness_a = start_runner(tmp_path / "a", api_a, replica_id="replica-a", **roots)
-    harness_b = start_runner(tmp_path / "b", api_b, replica_id="replica-b", **roots)
-    a = await anext(harness_a)
-    b = await anext(harness_b)
-    try:
+    async with _two_replicas(tmp_path, api_a, api_b, **roots) as (a, b):
         call = a.stub.RunPhase(pb.RunPhaseRequest(
             **IDS, prompt="What is the answer?", working_dir=str(shared / "work"),
             options=pb.PhaseOptions(allowed_tools=["Bash"], breakpoints=[res.Breakpoint(tool_name="Bash")])),
@@ -421,6 +397,3 @@ async def test_a_lost_replicas_phase_resumes_from_the_transcript_mirrored_at_its
         assert "forty-two" in str(request.messages)
         session = next(e.session_id for e in first if e.session_id)
         assert result.attempts[1].resumed_session_id == session and result.attempts[1].replica_id == "replica-b"
-    finally:
-        await harness_b.aclose()
-        await harness_a.aclose()
