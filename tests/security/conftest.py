@@ -50,6 +50,8 @@ import asyncio
 
 import pytest
 from support.attacks import SCENARIOS, AttackOutcome, run_attack_scenarios
+from support.phase_box import SCENARIOS as BOX_SCENARIOS
+from support.phase_box import BoxOutcome, run_box_scenarios
 
 # What each sandbox mode cannot stop, by test (its name and its own parameters): the test stays, and
 # is expected to fail in that mode only. Strict: once the mode refuses it, the entry must go. The
@@ -69,14 +71,31 @@ GAPS: dict[str, dict[tuple[str, ...], str]] = {
 }
 
 
+# The same for the phase-box scenarios (support/phase_box.py), by (mode, server user).
+BOX_GAPS: dict[tuple[str, str], dict[tuple[str, ...], str]] = {
+    ("landlock-only", "nobody"): {
+        ("test_a_fork_bomb_is_held_at_the_process_limit",):
+            "no pids cgroup (an unprivileged server gets none here) and no user namespace, in which RLIMIT_NPROC "
+            "would count the phase's processes alone: nothing bounds the processes of one phase",
+    },
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         params = getattr(item, "callspec", None) and item.callspec.params
-        if not params or "attacked" not in params:
+        if not params:
             continue
-        mode, _ = params["attacked"]
-        own = tuple(str(value) for name, value in params.items() if name != "attacked")
-        reason = GAPS.get(mode, {}).get((item.originalname, *own))
+        if "attacked" in params:
+            mode, _ = params["attacked"]
+            own = tuple(str(value) for name, value in params.items() if name != "attacked")
+            reason = GAPS.get(mode, {}).get((item.originalname, *own))
+        elif "boxed" in params:
+            mode, user = params["boxed"]
+            own = tuple(str(value) for name, value in params.items() if name != "boxed")
+            reason = BOX_GAPS.get((mode, user), {}).get((item.originalname, *own))
+        else:
+            continue
         if reason is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"{mode}: {reason}"))
 
@@ -94,5 +113,23 @@ def attacked(request, attack_outcomes) -> AttackOutcome:
     """The scenario's outcome in one sandbox mode with the server as ``root`` or ``nobody``."""
     outcome = attack_outcomes[request.param]
     if isinstance(outcome, BaseException):  # a skip, or the scenario's own failure
+        raise outcome
+    return outcome
+
+
+@pytest.fixture(scope="session")
+def box_outcomes(request, claude_binary) -> dict:
+    """Every phase-box scenario the selected tests need, run once (a few at a time) and torn down."""
+    wanted = [item.callspec.params["boxed"] for item in request.session.items
+              if "boxed" in getattr(getattr(item, "callspec", None), "params", {})]
+    return asyncio.run(run_box_scenarios(list(dict.fromkeys(wanted)), str(claude_binary.path)))
+
+
+@pytest.fixture(scope="session", params=BOX_SCENARIOS, ids=[f"{mode}-{user}" for mode, user in BOX_SCENARIOS])
+def boxed(request, box_outcomes) -> BoxOutcome:
+    """The phase-box scenario (support/phase_box.py) in one sandbox mode with the server as ``root`` or
+    ``nobody``."""
+    outcome = box_outcomes[request.param]
+    if isinstance(outcome, BaseException):
         raise outcome
     return outcome
