@@ -192,12 +192,13 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\n## Neighbours' live latency (ms; median over {args.rounds} round(s), range in brackets)")
     print(f"{'scenario':<16} {'p50':>16} {'p99':>18} {'max':>20} {'lost':>5} {'failed':>6}  flooder")
+    def col(runs: list[dict], key: str) -> str:
+        values = [r[key] for r in runs]
+        return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+
     for name, runs in results.items():
-        def col(key: str) -> str:
-            values = [r[key] for r in runs]
-            return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
         ends = sorted({r["flood"] for r in runs if r["flood"]})
-        print(f"{name:<16} {col('p50'):>16} {col('p99'):>18} {col('max'):>20} {sum(r['lost'] for r in runs):>5} "
+        print(f"{name:<16} {col(runs, 'p50'):>16} {col(runs, 'p99'):>18} {col(runs, 'max'):>20} {sum(r['lost'] for r in runs):>5} "
               f"{sum(r['failed'] for r in runs):>6}  {', '.join(ends) or '-'}")
     return 0
 

@@ -378,7 +378,8 @@ def _start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: Chil
         return Sandbox.start(config.sandbox, data_dir=config.data_dir, skip=config.sandbox_skip_layers,
                              egress_ports=ports, egress_note=note, template=config.sandbox_home_template,
                              read_paths=config.sandbox_read_paths, hidden=hidden,
-                             required_layers=config.sandbox_required_layers, tmp_max_bytes=config.phase_tmp_max_bytes)
+                             required_layers=config.sandbox_required_layers, tmp_max_bytes=config.phase_tmp_max_bytes,
+                             transcripts_max_bytes=config.phase_output_max_bytes)
     except OSError as exc:
         raise StartupError(f"cannot set up the phase sandbox: {exc.strerror or exc}") from None
     except SandboxBroken as exc:  # sandbox = auto degrades only layers the host lacks

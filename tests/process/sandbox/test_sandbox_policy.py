@@ -7,7 +7,14 @@ so the directory is replaced by its other children, recursively).
 
 from __future__ import annotations
 
-from helix_runner.process.sandbox.policy import inside, landlock_rules, make_policy, masked, outermost, reaches
+from helix_runner.process.sandbox.policy import (
+    inside,
+    landlock_rules,
+    make_policy,
+    masked,
+    outermost,
+    reaches,
+)
 
 READ, WRITE = 1, 2
 

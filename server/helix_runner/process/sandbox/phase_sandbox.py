@@ -85,6 +85,7 @@ class PhaseSandbox:
     rebuild: Callable[[], tuple[dict, Protection]] | None = None
     protection: Protection = field(default_factory=Protection)
     guard: RepoGuard | None = None
+    transcripts_max_bytes: int = 0  # a session larger is not kept for resume (phase_output_max_bytes)
 
     def arm(self) -> None:
         """Just before the phase's first process starts: the spec with the protected paths of
@@ -150,7 +151,7 @@ class PhaseSandbox:
         kept: list[str] = []
         try:
             if self.sessions is not None:
-                kept = self.sessions.save(self.project, self.home)
+                kept = self.sessions.save(self.project, self.home, self.transcripts_max_bytes)
         except OSError:
             log.warning("could not keep a phase's session transcripts", exc_info=True,
                         extra={"fields": {"home": str(self.home.home)}})
@@ -165,10 +166,11 @@ class Sandbox:
                  read_paths: Sequence[Path] = (), hidden: Sequence[Path] = (),
                  egress_ports: tuple[int, ...] | None = (), egress_note: str = "",
                  seccomp_dir: Path | None = None, private_home: bool = True,
-                 required_layers: Iterable[str] = LAYERS, tmp_max_bytes: int = 0):
+                 required_layers: Iterable[str] = LAYERS, tmp_max_bytes: int = 0, transcripts_max_bytes: int = 0):
         self.setting = setting
         self.required_layers = frozenset(required_layers)
         self.tmp_max_bytes = tmp_max_bytes
+        self.transcripts_max_bytes = transcripts_max_bytes
         self.layers = layers
         self.data_dir = data_dir
         self.template = template
@@ -347,7 +349,8 @@ class Sandbox:
         lay = self.layers
         if not self.on:  # a private home only (offline mode with the sandbox off)
             report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home))
-            return PhaseSandbox(home, {}, home.env(str(home.tmp)), report, project, self.sessions)
+            return PhaseSandbox(home, {}, home.env(str(home.tmp)), report, project, self.sessions,
+                                transcripts_max_bytes=self.transcripts_max_bytes)
         try:
             base = {"cwd": cwd, "read_only": [*SYSTEM_PATHS, *self.read_paths, *read_only],
                     "read_write": [cwd, *read_write], "hidden": [*self.system_secrets, *self.hidden, *self.data_dirs],
@@ -368,7 +371,8 @@ class Sandbox:
             report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home),
                                    egress_ports=tuple(spec["ports"]))
             phase = PhaseSandbox(home, spec, env, report, project, self.sessions, protection=protected,
-                                 rebuild=build if worktree is not None and protect else None)
+                                 rebuild=build if worktree is not None and protect else None,
+                                 transcripts_max_bytes=self.transcripts_max_bytes)
             phase._write_spec()
         except BaseException:
             home.remove()
