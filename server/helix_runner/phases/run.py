@@ -289,6 +289,7 @@ class PhaseRun:
         self._stdout_file.close()
         self._stderr_file.close()
         if self.sandbox is not None:  # the transcript is in the shared store; the private home goes
+            await asyncio.to_thread(self.sandbox.restore)
             await asyncio.to_thread(self.sandbox.close)
         self.moved = True
         self.telemetry.on_moved()
@@ -448,6 +449,7 @@ class PhaseRun:
                                 start_ns, time.time_ns())
             self.result = self._finish(exit_, None)
             if self.sandbox is not None:
+                self.sandbox.restore()
                 self.sandbox.close()
             raise
         if self._moving is not None and await self._hand_over():
