@@ -211,13 +211,14 @@ class Launcher:
             read_write.append(str(worktree))
         if workspace.toplevel is not None:  # git needs the repository's own directory to commit
             read_only.append(str(workspace.toplevel))
-            if (repo := repo_guard.layout(workspace.toplevel)) is not None:
-                read_write += dict.fromkeys([str(repo.common_dir), str(repo.git_dir)])
+            if (repo := repo_guard.layout(workspace.toplevel)) is not None:  # its .git, a real directory
+                read_write.append(str(repo.common_dir))
         phase = self.sandbox.prepare(run_id, cwd=cwd, project=project, read_write=read_write, read_only=read_only,
                                      covered=[str(r) for r in config.workspace_roots], private_read_only=private,
                                      repos=[] if worktree is not None or workspace.toplevel is None
                                      else [workspace.toplevel],
-                                     worktree=worktree, protect=not spec.allow_repository_config_writes,
+                                     worktree=worktree, worktree_of=workspace.toplevel,
+                                     protect=not spec.allow_repository_config_writes,
                                      nproc=self.sandbox_nproc(spec, config))
         if spec.resume_session_id:
             try:

@@ -23,10 +23,31 @@ def test_layout_of_a_main_worktree_and_of_a_linked_one(tmp_path):
     main = layout(repo)
     assert main is not None and main.git_dir == main.common_dir == (repo / ".git").resolve() and main.gitfile is None
     git(repo, "worktree", "add", "-q", "-b", "side", str(tmp_path / "side"))
-    linked = layout(tmp_path / "side")
+    linked = layout(tmp_path / "side", common_dir=main.common_dir)
     assert linked is not None and linked.common_dir == main.common_dir
     assert linked.git_dir == main.common_dir / "worktrees" / "side" and linked.gitfile == tmp_path / "side" / ".git"
     assert layout(tmp_path) is None  # not a working tree's top
+
+
+def test_a_gitfile_is_followed_only_into_the_repository_the_server_made_the_worktree_of(tmp_path):
+    """What a .git file says was written by whoever wrote the repository (an earlier phase): followed
+    blindly, the sandbox would bind another workspace's git directory into the phase's view."""
+    repo, other = make_repo(tmp_path / "repo"), make_repo(tmp_path / "other-tenant")
+    git(repo, "worktree", "add", "-q", "-b", "side", str(tmp_path / "side"))
+    common = layout(repo).common_dir
+    assert layout(tmp_path / "side") is None  # a gitfile in place: not followed at all
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / ".git").write_text(f"gitdir: {other / '.git'}\n")
+    assert layout(planted, common_dir=common) is None
+    (tmp_path / "side" / ".git").write_text(f"gitdir: {other / '.git'}\n")  # redirected after the fact
+    assert layout(tmp_path / "side", common_dir=common) is None
+    (repo / ".git" / "worktrees" / "side" / "commondir").write_text(f"{other / '.git'}\n")
+    (tmp_path / "side" / ".git").write_text(f"gitdir: {common / 'worktrees' / 'side'}\n")
+    assert layout(tmp_path / "side", common_dir=common) is None  # its commondir leads elsewhere
+    (planted / ".git").unlink()
+    (planted / ".git").symlink_to(other / ".git")
+    assert layout(planted) is None  # a .git that is a link is not trusted either
 
 
 def test_a_main_worktree_protects_config_hooks_info_worktrees_and_project_settings(tmp_path):
@@ -52,7 +73,7 @@ def test_a_linked_worktree_keeps_its_own_administration_writable_but_its_redirec
     repo = tmp_path / "repo"
     make_repo(repo)
     git(repo, "worktree", "add", "-q", "-b", "mine", str(tmp_path / "mine"))
-    linked = layout(tmp_path / "mine")
+    linked = layout(tmp_path / "mine", common_dir=layout(repo).common_dir)
     got = protection([linked], [tmp_path / "mine"])
     assert got.writable == (str(linked.git_dir),)
     assert {str(linked.git_dir / "commondir"), str(linked.git_dir / "gitdir"),

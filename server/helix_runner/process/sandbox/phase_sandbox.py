@@ -335,13 +335,13 @@ class Sandbox:
     def prepare(self, run_id: str, *, cwd: str, project: str, read_write: Sequence[str] = (),
                 read_only: Sequence[str] = (), covered: Sequence[str] = (), private_read_only: Sequence[str] = (),
                 root: Path | None = None, repos: Sequence[Path] = (), worktree: Path | None = None,
-                protect: bool = True, nproc: int | None = None) -> PhaseSandbox:
+                worktree_of: Path | None = None, protect: bool = True, nproc: int | None = None) -> PhaseSandbox:
         """A fresh private home and the sandbox of one phase run (the caller closes it).
 
         ``repos``: the tops of the git working trees the phase works in, whose git config, hooks
         and attributes it may not change (``repo_guard.py``; ``protect`` False: it may);
-        ``worktree``: a git worktree of the phase's made after this (its protection comes with
-        ``PhaseSandbox.arm``). ``nproc``: a process limit the sandbox enforces itself (RLIMIT_NPROC
+        ``worktree``: a git worktree of the repository at ``worktree_of`` made for the phase after
+        this (its protection comes with ``PhaseSandbox.arm``). ``nproc``: a process limit the sandbox enforces itself (RLIMIT_NPROC
         in its user namespace) where no pids cgroup does. RunnerError when the rules cannot give the
         phase its own working directory."""
         home = PrivateHome(root or self.homes / run_id)
@@ -358,9 +358,13 @@ class Sandbox:
                     "egress_ports": self.egress_ports or (), "private_read_only": private_read_only}
 
             def build() -> tuple[dict, Protection]:
-                tops = [*repos, *((worktree,) if worktree is not None else ())]
-                found = [r for r in (layout(t) for t in tops) if r is not None] if protect else []
-                guarded = protection(found, [Path(cwd)]) if protect else Protection()
+                found = [r for r in (layout(t) for t in repos) if r is not None] if protect else []
+                if protect and worktree is not None and worktree_of is not None:
+                    main = layout(worktree_of)  # the repository the server made the worktree of
+                    linked = layout(worktree, common_dir=main.common_dir) if main is not None else None
+                    found += [linked] if linked is not None else []
+                # A working tree whose .git the server cannot trust: its own files still are guarded.
+                guarded = protection(found, [Path(cwd), *repos]) if protect else Protection()
                 splittable = [str(r.common_dir) for r in found if worktree is not None and r.common_dir != r.git_dir]
                 policy = make_policy(**{**base, "read_write": [*base["read_write"], *guarded.writable]},
                                      protected=guarded.paths, splittable=splittable)

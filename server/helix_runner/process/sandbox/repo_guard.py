@@ -65,25 +65,38 @@ class RepoLayout:
     gitfile: Path | None  # ``top/.git`` when it is a ``gitdir:`` file (a linked worktree, a submodule)
 
 
-def layout(top: Path) -> RepoLayout | None:
-    """The layout of the working tree at ``top``, read as git reads it (no git run); None when
-    ``top/.git`` is neither a git directory nor a ``gitdir:`` file pointing at one."""
+def layout(top: Path, *, common_dir: Path | None = None) -> RepoLayout | None:
+    """The layout of the working tree at ``top``, read as git reads it (no git run); None when it
+    is not one the server can trust.
+
+    What a ``.git`` file or a ``commondir`` says was written by whoever wrote the repository, an
+    earlier phase perhaps: followed blindly, it would have the sandbox bind (or guard) another
+    workspace's git directory into this phase's view. So ``top/.git`` is trusted as a real
+    directory (not a link), and a ``gitdir:`` file only when it leads to a worktree administration
+    directory of ``common_dir``, the repository the server itself made the worktree of.
+    """
     dot = top / ".git"
     try:
-        if dot.is_dir():
+        if dot.is_dir() and not dot.is_symlink():
             git_dir, gitfile = dot.resolve(), None
-        elif dot.is_file():
+            if common_dir is not None and git_dir != common_dir:
+                return None
+        elif dot.is_file() and not dot.is_symlink() and common_dir is not None:
             text = dot.read_text(encoding="utf-8", errors="replace").strip()
             if not text.startswith("gitdir:"):
                 return None
             git_dir, gitfile = (top / text.removeprefix("gitdir:").strip()).resolve(), dot
+            if git_dir.parent != common_dir / "worktrees":
+                return None
         else:
             return None
         if not (git_dir / "HEAD").exists():
             return None
         common = git_dir
-        if (git_dir / "commondir").is_file():
+        if gitfile is not None:
             common = (git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+            if common != common_dir:
+                return None
     except (OSError, RuntimeError, ValueError):
         return None
     return RepoLayout(top=top, git_dir=git_dir, common_dir=common, gitfile=gitfile)
@@ -151,6 +164,9 @@ def protection(repos: Iterable[RepoLayout], workdirs: Iterable[Path]) -> Protect
             guarded.append(repo.gitfile)
     for base in dict.fromkeys([*tops, *workdirs]):
         guarded += [base / name for name in WORK_TREE_FILES]
+        dot = base / ".git"
+        if dot.is_file() and not dot.is_symlink():  # a gitfile redirects git: read-only, whoever wrote it
+            guarded.append(dot)
     guarded = list(dict.fromkeys(guarded))
     for path in guarded:
         try:
