@@ -57,8 +57,10 @@ from support.registry import Registry
 from support.streams import Stream
 
 # Sandbox modes: name -> the layers turned off (config ``sandbox_skip_layers``), as the attack suite's.
+# ``off``: ``sandbox = off``, no layer at all (legitimate work must work there too; the repository's
+# protection is the sandbox's, so it has none: tests/security/conftest.py's BOX_GAPS).
 MODES = {"every-layer": (), "no-bubblewrap": ("namespaces",), "landlock-only": ("namespaces", "network"),
-         "no-landlock": ("landlock",), "no-seccomp": ("seccomp",)}
+         "no-landlock": ("landlock",), "no-seccomp": ("seccomp",), "off": None}
 USERS = ("root", "nobody")
 SCENARIOS = tuple((mode, user) for mode in MODES for user in USERS)
 REGISTRY_HOST = "127.0.0.2"
@@ -199,7 +201,9 @@ class BoxScenario:
         env = {"HOME": str(self.root / "home"), "PYTHONUNBUFFERED": "1",
                "HELIX_RUNNER_EGRESS_PRIVATE_ALLOW": self.registry.address,
                "HELIX_RUNNER_MAX_LINE_BYTES": str(LINE_CAP), "HELIX_RUNNER_PHASE_OUTPUT_MAX_BYTES": str(OUTPUT_CAP)}
-        if MODES[self.mode]:
+        if MODES[self.mode] is None:
+            env["HELIX_RUNNER_SANDBOX"] = "off"
+        elif MODES[self.mode]:
             env["HELIX_RUNNER_SANDBOX_SKIP_LAYERS"] = ",".join(MODES[self.mode])
         log = self.root / "serve.log"
         # This checkout's server first, for both users (a checkout of an earlier commit imports its own).
