@@ -147,6 +147,23 @@ def project_result(r: pb.PhaseResult, norm: Normalizer) -> dict[str, Any]:
     }
 
 
+def project_drain(events: list[pb.StreamEvent], result: pb.PhaseResult, moved_from: list[str],
+                  norm: Normalizer) -> dict[str, Any]:
+    """What a caller of a phase that moved must see: every event once and in order, the steps run
+    once each, the move told to the hook, and the attempts on their replicas."""
+    return {
+        "gap_free": gap_free(events),
+        "last_sequence_is_last_event": bool(events) and result.last_sequence == events[-1].sequence,
+        "moved_from": moved_from,
+        "steps": [e.tool_call_finished.content_preview.strip() for e in events
+                  if event_kind(e) == "tool_call_finished"],
+        "status": result.status.proto_name,
+        "result_text": result.result_text,
+        "attempts": [{"number": a.number, "end_kind": a.end_kind.proto_name, "replica_id": a.replica_id,
+                      "reason": norm(a.reason)} for a in result.attempts],
+    }
+
+
 def project_error(rpc: str, err: RunnerError, norm: Normalizer) -> dict[str, Any]:
     return {
         "rpc": rpc,
@@ -458,12 +475,25 @@ class Scenarios:
             },
         }
 
+    async def drain_follow(self) -> None:
+        """RunPhase while the runner drains the serving replica: the stream follows the phase to the
+        adopter by itself (one move told to the hook) and is one gap-free stream to the result."""
+        spec = self.spec["drain"]
+        moves: list[Any] = []
+        request, _started = self.long_tool_request(spec)
+        phase = self.client.run_phase(request, on_move=moves.append)
+        events, result = await asyncio.wait_for(phase.collect(), spec["timeout_seconds"])
+        self.out["drain_follow"] = project_drain(events, result, [m.from_replica for m in moves], self.norm)
+
 async def run(args: argparse.Namespace, spec: dict[str, Any]) -> int:
     async with RunnerClient(args.address, timeout=30) as client:
         s = Scenarios(client, spec, args.prefix, args.workdir)
-        for step in (s.run_phase, s.watch_from_cursor, s.get_job, s.list_tool_calls, s.cancel_phase,
-                     s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors,
-                     s.retried_phase, s.worktree_phase):
+        steps = (s.run_phase, s.watch_from_cursor, s.get_job, s.list_tool_calls, s.cancel_phase,
+                 s.client_cancel, s.breakpoint_approve, s.list_jobs, s.cost_totals, s.errors,
+                 s.retried_phase, s.worktree_phase)
+        if args.scenario == "drain":  # run by the runner alone, against two replicas (README)
+            steps = (s.drain_follow,)
+        for step in steps:
             await step()
     json.dump(s.out, sys.stdout, indent=2, sort_keys=True)
     print()
@@ -476,6 +506,7 @@ def main() -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--scenarios", required=True)
     parser.add_argument("--prefix", required=True)
+    parser.add_argument("--scenario", choices=("all", "drain"), default="all")
     args = parser.parse_args()
     with open(args.scenarios) as f:
         spec = json.load(f)

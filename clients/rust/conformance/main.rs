@@ -36,18 +36,23 @@ async fn main() -> Result<(), BoxError> {
         run_events: Vec::new(),
         run_result: pb::PhaseResult::default(),
     };
-    s.run_phase().await?;
-    s.watch_from_cursor().await?;
-    s.get_job().await?;
-    s.list_tool_calls().await?;
-    s.cancel_phase().await?;
-    s.client_cancel().await?;
-    s.breakpoint_approve().await?;
-    s.list_jobs().await?;
-    s.cost_totals().await?;
-    s.errors().await?;
-    s.retried_phase().await?;
-    s.worktree_phase().await?;
+    if args.get("scenario").map(String::as_str) == Some("drain") {
+        // Run by the runner alone, against two replicas (conformance/README.md).
+        s.drain_follow().await?;
+    } else {
+        s.run_phase().await?;
+        s.watch_from_cursor().await?;
+        s.get_job().await?;
+        s.list_tool_calls().await?;
+        s.cancel_phase().await?;
+        s.client_cancel().await?;
+        s.breakpoint_approve().await?;
+        s.list_jobs().await?;
+        s.cost_totals().await?;
+        s.errors().await?;
+        s.retried_phase().await?;
+        s.worktree_phase().await?;
+    }
     println!("{}", serde_json::to_string_pretty(&Value::Object(s.out))?);
     Ok(())
 }
@@ -310,6 +315,51 @@ impl Scenarios {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         true
+    }
+
+    /// RunPhase while the runner drains the serving replica: the stream follows the phase to the
+    /// adopter by itself (one move told to the hook) and is one gap-free stream to the result.
+    async fn drain_follow(&mut self) -> Result<(), BoxError> {
+        use pb::stream_event::Payload as P;
+        use std::sync::{Arc, Mutex};
+        let (request, _started) = self.long_tool_request("drain");
+        let moved_from = Arc::new(Mutex::new(Vec::<String>::new()));
+        let hook = moved_from.clone();
+        let phase = bounded(self.client.run_phase(request))
+            .await?
+            .on_move(move |m| hook.lock().unwrap().push(m.from_replica.clone()));
+        let limit = Duration::from_secs(self.spec["drain"]["timeout_seconds"].as_u64().unwrap_or(100));
+        let (events, result) = tokio::time::timeout(limit, phase.collect()).await??;
+        let steps: Vec<Value> = events
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Some(P::ToolCallFinished(f)) => Some(json!(f.content_preview.trim())),
+                _ => None,
+            })
+            .collect();
+        let norm = self.norm();
+        let attempts: Vec<Value> = result
+            .attempts
+            .iter()
+            .map(|a| json!({
+                "number": a.number, "end_kind": a.end_kind().as_str_name(), "replica_id": a.replica_id,
+                "reason": norm.apply(&a.reason),
+            }))
+            .collect();
+        let moved_from = moved_from.lock().unwrap().clone();
+        self.out.insert(
+            "drain_follow".into(),
+            json!({
+                "gap_free": gap_free(&events, 1),
+                "last_sequence_is_last_event": events.last().map(|e| e.sequence) == Some(result.last_sequence),
+                "moved_from": moved_from,
+                "steps": steps,
+                "status": status_name(result.status),
+                "result_text": result.result_text,
+                "attempts": attempts,
+            }),
+        );
+        Ok(())
     }
 
     async fn run_phase(&mut self) -> Result<(), BoxError> {

@@ -13,6 +13,11 @@ use crate::pb;
 /// The `ErrorInfo.domain` of every error the service sends.
 pub const ERROR_DOMAIN: &str = "runner.helix";
 
+/// `ErrorInfo.reason` of a phase stream that ended because its replica handed the phase over to
+/// another one (a drain): metadata `job_id`, `phase_id`, `after_sequence` (every event up to it was
+/// delivered) and `from_replica`; `WatchPhase(after_sequence)` on any replica gives the rest.
+pub const PHASE_MOVED: &str = "PHASE_MOVED";
+
 /// Decodes the `google.rpc.ErrorInfo` detail of a status (from its `grpc-status-details-bin`
 /// trailer), if it carries one.
 pub fn error_info(status: &Status) -> Option<ErrorInfo> {
@@ -72,6 +77,16 @@ impl RunnerError {
     /// All `ErrorInfo.metadata` (empty without an ErrorInfo).
     pub fn metadata_map(&self) -> HashMap<String, String> {
         self.info.as_ref().map(|i| i.metadata.clone()).unwrap_or_default()
+    }
+
+    /// Whether this ended a phase stream because the phase moved to another replica (`PHASE_MOVED`).
+    pub fn phase_moved(&self) -> bool {
+        self.domain() == Some(ERROR_DOMAIN) && self.reason() == Some(PHASE_MOVED)
+    }
+
+    /// The delay of the status's `google.rpc.RetryInfo`, when the server sent one.
+    pub fn retry_delay(&self) -> Option<std::time::Duration> {
+        self.status.get_details_retry_info().and_then(|info| info.retry_delay)
     }
 
     /// The reason as the contract's `ErrorReason` enum, when it is one this client knows and

@@ -9,6 +9,8 @@
 //!   [`pb::PhaseResult`]; [`Client::raw`] gives the generated client for every other RPC.
 //! - [`RunnerError`]: a `tonic::Status` with its `google.rpc.ErrorInfo` decoded (`reason`,
 //!   `domain`, `metadata`), as the service sends every error.
+//! - Moves: a [`PhaseStream`] whose replica drains re-attaches through `WatchPhase` by itself and
+//!   goes on gap-free; [`PhaseStream::on_move`] is told each move.
 //!
 //! ```no_run
 //! use helix_runner_client::{pb, Client};
@@ -39,8 +41,8 @@ pub mod pb {
     tonic::include_proto!("helix.runner.v1");
 }
 
-pub use error::{error_info, ErrorInfo, RunnerError, ERROR_DOMAIN};
-pub use phase::{PhaseStream, PhaseUpdate};
+pub use error::{error_info, ErrorInfo, RunnerError, ERROR_DOMAIN, PHASE_MOVED};
+pub use phase::{PhaseMove, PhaseStream, PhaseUpdate, DEFAULT_MOVE_TIMEOUT};
 pub use pb::runner_service_client::RunnerServiceClient;
 pub use tonic::transport::Channel;
 
@@ -112,13 +114,15 @@ impl Client {
         &mut self.inner
     }
 
-    /// Starts a phase and streams it: events in sequence order, then the result.
+    /// Starts a phase and streams it: events in sequence order, then the result. The stream
+    /// follows the phase if its replica hands it over (see [`PhaseStream`]).
     ///
     /// Dropping the returned stream cancels the call (and with it the phase, unless the request
     /// asked for `ON_DISCONNECT_DETACH`).
     pub async fn run_phase(&mut self, request: pb::RunPhaseRequest) -> Result<PhaseStream, RunnerError> {
+        let follow = self.follow(request.job_id.clone(), request.phase_id.clone());
         let stream = self.inner.run_phase(request).await?.into_inner();
-        Ok(PhaseStream::new(stream))
+        Ok(PhaseStream::new(stream).following(follow, 0))
     }
 
     /// Attaches to a phase: events with a sequence greater than `after_sequence` (recorded ones
@@ -134,8 +138,22 @@ impl Client {
             phase_id: phase_id.into(),
             after_sequence,
         };
+        let follow = self.follow(request.job_id.clone(), request.phase_id.clone());
         let stream = self.inner.watch_phase(request).await?.into_inner();
-        Ok(PhaseStream::new(stream))
+        Ok(PhaseStream::new(stream).following(follow, after_sequence))
+    }
+
+    /// How a phase stream re-attaches after a move: WatchPhase through this client's channel.
+    fn follow(&self, job_id: String, phase_id: String) -> phase::Follow {
+        let client = self.inner.clone();
+        phase::Follow::new(
+            move |request| {
+                let mut client = client.clone();
+                Box::pin(async move { Ok(phase::watch_batches(client.watch_phase(request).await?.into_inner())) })
+            },
+            job_id,
+            phase_id,
+        )
     }
 
     /// Returns a job with its phases.

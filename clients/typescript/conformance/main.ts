@@ -26,6 +26,7 @@ import {
   type CostTotals,
   type ModelCost,
   type PhaseCost,
+  type PhaseMove,
   type PhaseResult,
   type PhaseStream,
   type RunnerClient,
@@ -150,6 +151,27 @@ function lastCostUpdate(events: StreamEvent[]): Json {
     if (p.case === "costUpdate") return projectPhaseCost(p.value.cost);
   }
   return null;
+}
+
+/** What a caller of a phase that moved must see: every event once and in order, the steps run once
+ * each, the move told to the hook, and the attempts on their replicas. */
+function projectDrain(events: StreamEvent[], result: PhaseResult, movedFrom: string[], norm: Normalizer): Json {
+  const steps: Json[] = [];
+  for (const e of events) if (e.payload.case === "toolCallFinished") steps.push(e.payload.value.contentPreview.trim());
+  return {
+    gap_free: gapFree(events),
+    last_sequence_is_last_event: events.length > 0 && events.at(-1)!.sequence === result.lastSequence,
+    moved_from: movedFrom,
+    steps,
+    status: status(result.status),
+    result_text: result.resultText,
+    attempts: result.attempts.map((a) => ({
+      number: a.number,
+      end_kind: enumName(AttemptEndKindSchema, a.endKind),
+      replica_id: a.replicaId,
+      reason: norm.apply(a.reason),
+    })),
+  };
 }
 
 function projectResult(r: PhaseResult, norm: Normalizer): Json {
@@ -280,6 +302,16 @@ class Scenarios {
       last_cost_update: lastCostUpdate(events),
       result: projectResult(result, this.norm),
     };
+  }
+
+  /** RunPhase while the runner drains the serving replica: the stream follows the phase to the
+   * adopter by itself (one move told to the hook) and is one gap-free stream to the result. */
+  async drainFollow(): Promise<void> {
+    const moves: PhaseMove[] = [];
+    const [request] = this.longToolRequest("drain");
+    const phase = runPhase(this.client, request, { onMove: (move) => moves.push(move) });
+    const { events, result } = await withTimeout(phase.collect(), this.spec.drain.timeout_seconds * 1000);
+    this.out.drain_follow = projectDrain(events, result, moves.map((m) => m.fromReplica), this.norm);
   }
 
   async watchFromCursor(): Promise<void> {
@@ -578,6 +610,7 @@ const { values } = parseArgs({
     workdir: { type: "string" },
     scenarios: { type: "string" },
     prefix: { type: "string" },
+    scenario: { type: "string", default: "all" },
   },
 });
 if (!values.address || !values.workdir || !values.scenarios || !values.prefix) {
@@ -590,18 +623,23 @@ const s = new Scenarios(
   values.prefix,
   values.workdir,
 );
-await s.runPhase();
-await s.watchFromCursor();
-await s.getJob();
-await s.listToolCalls();
-await s.cancelPhase();
-await s.clientCancel();
-await s.breakpointApprove();
-await s.listJobs();
-await s.costTotals();
-await s.errors();
-await s.retriedPhase();
-await s.worktreePhase();
+if (values.scenario === "drain") {
+  // Run by the runner alone, against two replicas (conformance/README.md).
+  await s.drainFollow();
+} else {
+  await s.runPhase();
+  await s.watchFromCursor();
+  await s.getJob();
+  await s.listToolCalls();
+  await s.cancelPhase();
+  await s.clientCancel();
+  await s.breakpointApprove();
+  await s.listJobs();
+  await s.costTotals();
+  await s.errors();
+  await s.retriedPhase();
+  await s.worktreePhase();
+}
 // Streams cancelled above may leave HTTP/2 sessions open for a moment: exit once the transcript is
 // flushed (writes to a pipe are asynchronous in Node) instead of waiting for them.
 process.stdout.write(`${JSON.stringify(s.out, null, 2)}\n`, () => process.exit(0));

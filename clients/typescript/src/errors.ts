@@ -1,9 +1,16 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
+import { ErrorInfoSchema, RetryInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 import { ErrorReason, ErrorReasonSchema } from "./gen/helix/runner/v1/runner_service_pb.js";
 
 /** The `ErrorInfo.domain` of every error the service sends. */
 export const ERROR_DOMAIN = "runner.helix";
+
+/**
+ * `ErrorInfo.reason` of a phase stream that ended because its replica handed the phase over to
+ * another one (a drain): metadata `job_id`, `phase_id`, `after_sequence` (every event up to it was
+ * delivered) and `from_replica`; `WatchPhase(after_sequence)` on any replica gives the rest.
+ */
+export const PHASE_MOVED = "PHASE_MOVED";
 
 /** The `google.rpc.ErrorInfo` detail of a failed call (from `grpc-status-details-bin`), if any. */
 export function errorInfo(error: unknown): ErrorInfo | undefined {
@@ -22,17 +29,28 @@ export class RunnerError extends Error {
     readonly rawMessage: string,
     /** The decoded ErrorInfo. */
     readonly info: ErrorInfo | undefined,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; retryDelayMs?: number },
   ) {
     super(`${Code[code] ?? code}: ${rawMessage}${info ? ` [${info.reason}]` : ""}`, options);
+    this.retryDelayMs = options?.retryDelayMs;
   }
+
+  /** Milliseconds from the status's `google.rpc.RetryInfo`, when the server sent one. */
+  readonly retryDelayMs: number | undefined;
 
   /** Converts anything thrown by a call (a ConnectError, an AbortError...) into a RunnerError. */
   static from(error: unknown): RunnerError {
     if (error instanceof RunnerError) return error;
     const connectError = ConnectError.from(error);
     const info = connectError.findDetails(ErrorInfoSchema)[0];
-    return new RunnerError(connectError.code, connectError.rawMessage, info, { cause: error });
+    const delay = connectError.findDetails(RetryInfoSchema)[0]?.retryDelay;
+    const retryDelayMs = delay ? Number(delay.seconds) * 1000 + delay.nanos / 1e6 : undefined;
+    return new RunnerError(connectError.code, connectError.rawMessage, info, { cause: error, retryDelayMs });
+  }
+
+  /** Whether this ended a phase stream because the phase moved to another replica (`PHASE_MOVED`). */
+  get phaseMoved(): boolean {
+    return this.info?.domain === ERROR_DOMAIN && this.info.reason === PHASE_MOVED;
   }
 
   /** `ErrorInfo.reason` (e.g. `"PHASE_NOT_FOUND"`). */

@@ -17,8 +17,17 @@ export {
   type RunnerClient,
   type RunnerClientOptions,
 } from "./client.js";
-export { PhaseStream, runPhase, watchPhase, eventKind, enumName } from "./phase.js";
-export { RunnerError, errorInfo, ERROR_DOMAIN } from "./errors.js";
+export {
+  PhaseStream,
+  runPhase,
+  watchPhase,
+  eventKind,
+  enumName,
+  DEFAULT_MOVE_TIMEOUT_MS,
+  type FollowOptions,
+  type PhaseMove,
+} from "./phase.js";
+export { RunnerError, errorInfo, ERROR_DOMAIN, PHASE_MOVED } from "./errors.js";
 
 /** The protobuf package this client speaks. */
 export const CONTRACT = "helix.runner.v1";

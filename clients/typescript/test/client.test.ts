@@ -13,6 +13,7 @@ import {
   RunnerError,
   runPhase,
   watchPhase,
+  type PhaseMove,
   type RunnerClient,
 } from "../src/index.js";
 import { startFakeServer, type FakeServer } from "./fake_server.js";
@@ -61,6 +62,43 @@ describe("against a fake RunnerService over gRPC", () => {
     const phase = runPhase(client, { jobId: "slow", prompt: "hi", workingDir: "/tmp" });
     for await (const _ of phase) break;
     await waitFor(() => server.cancelled.includes("slow"));
+  });
+
+  it("follows a moved phase through WatchPhase: one gap-free stream, each event once", async () => {
+    const seen: PhaseMove[] = [];
+    const phase = runPhase(client, { jobId: "moving", phaseId: "p1", prompt: "hi", workingDir: "/tmp" }, {
+      onMove: (move) => seen.push(move),
+    });
+    const { events, result } = await phase.collect();
+    assert.deepEqual(events.map((e) => e.sequence), [1n, 2n, 3n, 4n]);
+    assert.equal(result.status, PhaseStatus.SUCCEEDED);
+    // The draining replica answered the first re-attach with another move; the second reached the adopter.
+    assert.deepEqual(server.movingWatches, [2n, 2n]);
+    assert.equal(seen.length, 1);
+    assert.deepEqual(phase.moves, seen);
+    assert.equal(seen[0]!.fromReplica, "replica-a");
+    assert.equal(seen[0]!.afterSequence, 2n);
+  });
+
+  it("without reattach, a move ends the stream with PHASE_MOVED", async () => {
+    const phase = runPhase(client, { jobId: "moving", phaseId: "p1", prompt: "hi", workingDir: "/tmp" }, { reattach: false });
+    await assert.rejects(phase.collect(), (err: unknown) => {
+      assert.ok(err instanceof RunnerError);
+      assert.equal(err.code, Code.Unavailable);
+      assert.ok(err.phaseMoved);
+      assert.equal(err.retryDelayMs, 1000);
+      return true;
+    });
+  });
+
+  it("a re-attach refused for good (not a move, not unavailable) ends the stream with that error", async () => {
+    const phase = runPhase(client, { jobId: "moving-final", phaseId: "p1", prompt: "hi", workingDir: "/tmp" });
+    await assert.rejects(phase.collect(), (err: unknown) => {
+      assert.ok(err instanceof RunnerError);
+      assert.equal(err.code, Code.NotFound);
+      return true;
+    });
+    assert.equal(phase.moves.length, 1);
   });
 
   it("a stream that ends without a result is an Internal RunnerError", async () => {

@@ -5,7 +5,7 @@ import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { ErrorInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
+import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import {
   PhaseResultSchema,
   PhaseStatus,
@@ -20,6 +20,8 @@ export interface FakeServer {
   cancelled: string[];
   /** Authorization headers seen. */
   authorization: (string | null)[];
+  /** `afterSequence` of each WatchPhase call for the job "moving" (the draining replica answers the first). */
+  movingWatches: bigint[];
   close(): Promise<void>;
 }
 
@@ -31,8 +33,24 @@ function event(sequence: number, jobId: string): StreamEvent {
   });
 }
 
+/** The end of a stream whose replica drained: UNAVAILABLE, ErrorInfo PHASE_MOVED, RetryInfo 1 s. */
+function moved(jobId: string, afterSequence: bigint): ConnectError {
+  return new ConnectError(`phase p1 of job ${jobId} moved to another replica`, Code.Unavailable, undefined, [
+    {
+      desc: ErrorInfoSchema,
+      value: {
+        reason: "PHASE_MOVED",
+        domain: "runner.helix",
+        metadata: { job_id: jobId, phase_id: "p1", after_sequence: String(afterSequence), from_replica: "replica-a" },
+      },
+    },
+    { desc: RetryInfoSchema, value: { retryDelay: { seconds: 1n, nanos: 0 } } },
+  ]);
+}
+
 export async function startFakeServer(): Promise<FakeServer> {
   const cancelled: string[] = [];
+  const movingWatches: bigint[] = [];
   const authorization: (string | null)[] = [];
   const routes = (router: ConnectRouter) =>
     router.service(RunnerService, {
@@ -44,6 +62,10 @@ export async function startFakeServer(): Promise<FakeServer> {
           cancelled.push(request.jobId);
           return;
         }
+        if (request.jobId === "moving" || request.jobId === "moving-final") {
+          yield { events: [event(1, request.jobId), event(2, request.jobId)] };
+          throw moved(request.jobId, 2n);
+        }
         if (request.jobId === "truncated") {
           yield { events: [event(1, "truncated")] };
           return;
@@ -53,6 +75,18 @@ export async function startFakeServer(): Promise<FakeServer> {
         yield { events: [], result: create(PhaseResultSchema, { status: PhaseStatus.SUCCEEDED, lastSequence: 3n }) };
       },
       async *watchPhase(request) {
+        if (request.jobId === "moving-final") {
+          throw new ConnectError("phase p1 of job moving-final does not exist", Code.NotFound);
+        }
+        if (request.jobId === "moving") {
+          movingWatches.push(request.afterSequence);
+          if (movingWatches.length === 1) throw moved(request.jobId, request.afterSequence); // still the draining replica
+          // The adopter: a batch that repeats the last event before the move, then the rest.
+          yield { events: [event(2, "moving"), event(3, "moving")] };
+          yield { events: [event(4, "moving")] };
+          yield { events: [], result: create(PhaseResultSchema, { status: PhaseStatus.SUCCEEDED, lastSequence: 4n }) };
+          return;
+        }
         for (let seq = Number(request.afterSequence) + 1; seq <= 3; seq++) yield { events: [event(seq, request.jobId)] };
         yield { events: [], result: create(PhaseResultSchema, { status: PhaseStatus.CANCELLED, lastSequence: 3n }) };
       },
@@ -79,6 +113,7 @@ export async function startFakeServer(): Promise<FakeServer> {
     address: `127.0.0.1:${port}`,
     cancelled,
     authorization,
+    movingWatches,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

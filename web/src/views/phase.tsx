@@ -14,6 +14,7 @@ import {
   RunnerError,
   watchPhase,
   type PendingToolCall,
+  type PhaseMove,
   type PhaseInspection,
   type StreamEvent,
   type ToolStats,
@@ -40,6 +41,7 @@ type Connection =
   | { state: "live" }
   | { state: "reconnecting"; attempt: number; error: string }
   | { state: "resumed"; from: number }
+  | { state: "moved"; from: string; after: number }
   | { state: "ended" }
   | { state: "failed"; error: string; unauthenticated: boolean };
 
@@ -47,10 +49,11 @@ type Connection =
 const FINAL_CODES = new Set([Code.NotFound, Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied, Code.OutOfRange]);
 
 /** Follows the phase's events from the last applied sequence, reconnecting until the result arrives. */
-function usePhaseStream(jobId: string, phaseId: string): [View, Connection, number] {
+function usePhaseStream(jobId: string, phaseId: string): [View, Connection, number, PhaseMove[]] {
   const [view, dispatch] = useReducer(reduce, undefined, initialView);
   const [connection, setConnection] = useState<Connection>({ state: "connecting" });
   const [reconnects, setReconnects] = useState(0);
+  const [moves, setMoves] = useState<PhaseMove[]>([]);
   useEffect(() => {
     let stopped = false;
     let cursor = 0;
@@ -64,7 +67,13 @@ function usePhaseStream(jobId: string, phaseId: string): [View, Connection, numb
     };
     (async () => {
       for (let attempt = 0; !stopped; attempt++) {
-        const stream = (current = watchPhase(client, jobId, phaseId, BigInt(cursor)));
+        // A drain hands the phase over to another replica: the stream re-attaches by itself
+        // (WatchPhase after its last event) and goes on; the page says where it came from.
+        const onMove = (move: PhaseMove) => {
+          setMoves((all) => [...all, move]);
+          setConnection({ state: "moved", from: move.fromReplica, after: Number(move.afterSequence) });
+        };
+        const stream = (current = watchPhase(client, jobId, phaseId, BigInt(cursor), { onMove }));
         // A Connect stream's headers come with its first message, so "attached" is only known
         // once an event arrives; until then a resumed stream says where it resumed from.
         if (attempt > 0) setConnection({ state: "resumed", from: cursor });
@@ -103,7 +112,7 @@ function usePhaseStream(jobId: string, phaseId: string): [View, Connection, numb
       current?.cancel();
     };
   }, [jobId, phaseId]);
-  return [view, connection, reconnects];
+  return [view, connection, reconnects, moves];
 }
 
 /** InspectPhase after every control action or status change, and every few seconds while live. */
@@ -134,7 +143,7 @@ function useInspection(jobId: string, phaseId: string, view: View): [PhaseInspec
 }
 
 export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }) {
-  const [view, connection, reconnects] = usePhaseStream(jobId, phaseId);
+  const [view, connection, reconnects, moves] = usePhaseStream(jobId, phaseId);
   const [inspection, inspectError, refresh] = useInspection(jobId, phaseId, view);
   const [actionError, setActionError] = useState<string>();
   const done = view.result !== undefined || isTerminal(view.status);
@@ -179,7 +188,7 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
         </Stat>
         <Stat label="Model">{view.model || phase?.model || "–"}</Stat>
         <Stat label="Stream">
-          <ConnectionState connection={connection} reconnects={reconnects} view={view} />
+          <ConnectionState connection={connection} reconnects={reconnects} moves={moves} view={view} />
         </Stat>
       </div>
       {view.result && (
@@ -229,19 +238,25 @@ function Stat({ label, children }: { label: string; children: preact.ComponentCh
   );
 }
 
-function ConnectionState({ connection, reconnects, view }: { connection: Connection; reconnects: number; view: View }) {
+function ConnectionState({ connection, reconnects, moves, view }: { connection: Connection; reconnects: number; moves: PhaseMove[]; view: View }) {
   const text =
     connection.state === "reconnecting"
       ? `reconnecting (attempt ${connection.attempt})`
       : connection.state === "resumed"
         ? `resumed after #${connection.from}`
-        : connection.state === "failed"
-        ? "stopped"
-        : connection.state;
+        : connection.state === "moved"
+          ? `moved from ${connection.from || "a draining replica"} after #${connection.after}; following`
+          : connection.state === "failed"
+            ? "stopped"
+            : connection.state;
+  const last = moves.at(-1);
   return (
-    <span class={`conn ${connection.state}`} data-testid="connection" data-reconnects={reconnects} data-last-sequence={view.lastSequence} data-duplicates={view.duplicates} data-missing={view.missing}>
+    <span class={`conn ${connection.state}`} data-testid="connection" data-reconnects={reconnects} data-moves={moves.length} data-last-sequence={view.lastSequence} data-duplicates={view.duplicates} data-missing={view.missing}>
       {text}
       {reconnects > 0 && <span class="muted"> · {reconnects} reconnect{reconnects > 1 ? "s" : ""}</span>}
+      {last && connection.state !== "moved" && (
+        <span class="muted" data-testid="moved-notice"> · moved from {last.fromReplica || "a draining replica"}{moves.length > 1 ? ` (${moves.length} moves)` : ""}</span>
+      )}
     </span>
   );
 }
