@@ -53,6 +53,7 @@ from helix_runner.process.containment import MODE_NAMES, Containment, Containmen
 from helix_runner.process.data_dir_lock import DataDirInUse, DataDirLock
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker, KeySource
+from helix_runner.process.sandbox.detect import SandboxBroken
 from helix_runner.process.sandbox.phase_sandbox import Sandbox
 from helix_runner.store.cluster import SINGLE_NODE, Cluster, ReplicaFeed
 from helix_runner.store.factory import open_storage
@@ -348,6 +349,20 @@ def _loopback_port(url: str) -> int | None:
         return None
 
 
+def _warn_about_phase_limits(config: ServerConfig, containment: Containment, sandbox: Sandbox | None) -> None:
+    """Logs what this host leaves unenforced of the per-phase limits and of the file layer."""
+    if config.default_pids_limit and "pids" not in containment.limits_available and not (
+            sandbox is not None and sandbox.enforces_nproc):
+        log.warning("default limit not enforced: no pids cgroup and no user namespace per phase",
+                    extra={"fields": {"limit": "pids", "value": config.default_pids_limit}})
+    if sandbox is not None and sandbox.on and not sandbox.layers.bwrap and sandbox.layers.landlock_abi:
+        holding = [str(r) for r in config.workspace_roots if config.data_dir.resolve().is_relative_to(r)]
+        if holding:  # Landlock cannot hide it inside an allowed directory: phases there are refused
+            log.warning("the data dir lies inside a workspace root: without bubblewrap, a phase whose directory "
+                        "holds it is refused (SANDBOX_WORKDIR_UNREACHABLE); keep the data dir outside the roots",
+                        extra={"fields": {"data_dir": str(config.data_dir), "roots": holding}})
+
+
 def _start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: ChildCredentials,
                    key_broker: KeyBroker | None) -> Sandbox | None:
     """The per-phase sandbox (process/sandbox/), detected and probed once; None when it is off and
@@ -362,9 +377,13 @@ def _start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: Chil
     try:
         return Sandbox.start(config.sandbox, data_dir=config.data_dir, skip=config.sandbox_skip_layers,
                              egress_ports=ports, egress_note=note, template=config.sandbox_home_template,
-                             read_paths=config.sandbox_read_paths, hidden=hidden)
+                             read_paths=config.sandbox_read_paths, hidden=hidden,
+                             required_layers=config.sandbox_required_layers, tmp_max_bytes=config.phase_tmp_max_bytes,
+                             transcripts_max_bytes=config.phase_output_max_bytes)
     except OSError as exc:
         raise StartupError(f"cannot set up the phase sandbox: {exc.strerror or exc}") from None
+    except SandboxBroken as exc:  # sandbox = auto degrades only layers the host lacks
+        raise StartupError(f"cannot set up the phase sandbox: {exc}") from None
 
 
 async def start_server(config: ServerConfig, *, server_env: dict[str, str] | None = None,
@@ -457,6 +476,7 @@ async def start_server(config: ServerConfig, *, server_env: dict[str, str] | Non
         undo.push_async_callback(creds.egress.stop)
     try:  # the sandbox's network layer lets a phase reach only the gateway's and the proxy's ports
         sandbox = await asyncio.to_thread(_start_sandbox, config, server_env, creds, creds.key_broker)
+        _warn_about_phase_limits(config, containment, sandbox)
         # Webhook subscriptions: the config file's replace those it stored before (phases/webhooks.py).
         webhooks = _webhooks(config, store)
     except StartupError:

@@ -53,6 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sandbox-skip-layers",
         help="comma-separated sandbox layers to leave off: namespaces, network, landlock, seccomp",
     )
+    p.add_argument(
+        "--sandbox-required-layers",
+        help="with --sandbox required: the layers without which no phase runs (default: all four)",
+    )
     p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
     p.add_argument(
         "--database-url", help="sqlite:///absolute/path (default: in --data-dir) or postgresql://host/db"

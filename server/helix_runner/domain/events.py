@@ -165,6 +165,7 @@ class AttemptEndKind(enum.IntEnum):
     SERVER_SHUTDOWN = 21
     SPAWN_FAILED = 22
     MOVED = 23
+    RESOURCE_LIMIT = 24
 
 
 class QueueReason(enum.IntEnum):
