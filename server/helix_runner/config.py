@@ -295,6 +295,9 @@ class ServerConfig:
     # The dashboard's public base URL (e.g. https://runner.example.com): webhook bodies link to a
     # phase's page under it. Empty: no link.
     dashboard_url: str = ""
+    # Checkpoints at every tool boundary (docs/fork-and-rewind.md): the phase's session position and its
+    # workspace (a git tree, or a commit under a hidden ref), so ForkPhase and RewindPhase can go back.
+    checkpoints: bool = True
 
     @property
     def tls(self) -> bool:
@@ -613,6 +616,7 @@ _CONVERTERS: dict[str, Any] = {
     "health_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     # Webhooks (grouped with the fields above)
     "webhooks": lambda v: _webhooks(v),
+    "checkpoints": _as_bool,
     "webhook_private_allow": _as_str_tuple,
     "webhook_max_attempts": int,
     "webhook_initial_backoff_seconds": float,

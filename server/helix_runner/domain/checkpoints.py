@@ -133,7 +133,8 @@ class CheckpointTracker:
     """
 
     def __init__(self, last_number: int = 0, last_turn: int = 0):
-        self.last_number = last_number
+        self.last_number = last_number  # the highest number given (numbers are never reused)
+        self.position = last_number  # the checkpoint the phase stands at (a rewind moves it back)
         self.turn = last_turn
         self._message_ids: set[str] = set()
         self._calls: dict[str, _OpenCall] = {}
@@ -157,7 +158,7 @@ class CheckpointTracker:
             if event.uuid:
                 self._last_entry = event.uuid
             if cls is ToolCallStarted and not p.server_tool:  # type: ignore[union-attr]
-                self._calls[p.tool_use_id] = _OpenCall(event.uuid, self.turn, self.last_number)  # type: ignore[union-attr]
+                self._calls[p.tool_use_id] = _OpenCall(event.uuid, self.turn, self.position)  # type: ignore[union-attr]
             return None
         if cls is ToolCallFinished:
             call = self._calls.pop(p.tool_use_id, None)  # type: ignore[union-attr]
@@ -172,13 +173,32 @@ class CheckpointTracker:
             if not self._last_entry:
                 return None
             return self._next(CheckpointKind.TURN_END, event, turn=self.turn, resume_at=self._last_entry,
-                              before=self.last_number)
+                              before=self.position)
         return None
+
+    def rewind_to(self, number: int, turn: int) -> None:
+        """The phase went back to checkpoint ``number`` (a rewind in place): what follows builds on it."""
+        self.position, self.turn = number, turn
+        self._calls.clear()
+        self._last_entry = ""
 
     def _next(self, kind: CheckpointKind, event: Event, **fields: object) -> PendingCheckpoint:
         self.last_number += 1
+        self.position = self.last_number
         return PendingCheckpoint(self.last_number, kind, event.sequence, event.session_id or self._session_id,
                                  **fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ForkOrigin:
+    """Where a forked phase came from (``resources.proto`` ForkOrigin)."""
+
+    job_id: str
+    phase_id: str
+    checkpoint: int
+    tool_use_id: str = ""
+    turn: int = 0
+    changes: tuple[str, ...] = ()
 
 
 class CheckpointNotFound(LookupError):

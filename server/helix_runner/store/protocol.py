@@ -351,8 +351,17 @@ class AppendTranscript:
     restart: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """The phase's accepted request (an encoded RunPhaseRequest), which a fork of it starts from."""
+
+    job_id: str
+    phase_id: str
+    request_pb: bytes
+
+
 PhaseWrite = (AppendEvents | UpdatePhase | UpsertToolCalls | ReplaceModelCosts | InsertOutbox | InsertCheckpoint
-              | MarkRewound | AppendTranscript)
+              | MarkRewound | AppendTranscript | SaveRequest)
 # The columns a write may set: PhaseRow's fields but last_sequence (derived on read, never written).
 _PHASE_FIELDS = frozenset(f.name for f in fields(PhaseRow)) - {"last_sequence"}
 

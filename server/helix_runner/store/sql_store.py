@@ -26,9 +26,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.store import checkpoint_rows
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
@@ -36,18 +36,19 @@ from helix_runner.store.protocol import (
     AlreadyExistsError,
     AppendEvents,
     AppendTranscript,
-    InsertCheckpoint,
-    MarkRewound,
     EventRow,
     FencedError,
+    InsertCheckpoint,
     InsertOutbox,
     JobRow,
+    MarkRewound,
     ModelCostRow,
     OutboxRow,
     PhaseCostSums,
     PhaseRow,
     PhaseWrite,
     ReplaceModelCosts,
+    SaveRequest,
     ToolCallRow,
     UpdatePhase,
     UpsertToolCalls,
@@ -173,6 +174,7 @@ _APPLY = {
     InsertCheckpoint: "_insert_checkpoint_in",
     MarkRewound: "_mark_rewound_in",
     AppendTranscript: "_append_transcript_in",
+    SaveRequest: "_save_request_in",
 }
 
 SQLITE = Dialect("sqlite", "?", arrays=False,
@@ -382,10 +384,12 @@ class SqlStore:
         return checkpoint_rows.joined_transcript(rows, f"{session_id} of {job_id}/{phase_id}")
 
     def save_phase_request(self, job_id: str, phase_id: str, request_pb: bytes) -> None:
-        with self._transaction() as tx:
-            tx.execute(self.dialect.sql("INSERT INTO phase_requests (job_id, phase_id, request_pb) VALUES (?,?,?) "
-                                        "ON CONFLICT (job_id, phase_id) DO UPDATE SET request_pb = excluded.request_pb"),
-                       (job_id, phase_id, request_pb))
+        self._write_one(SaveRequest(job_id, phase_id, request_pb))
+
+    def _save_request_in(self, tx: Any, w: SaveRequest) -> None:
+        tx.execute(self.dialect.sql("INSERT INTO phase_requests (job_id, phase_id, request_pb) VALUES (?,?,?) "
+                                    "ON CONFLICT (job_id, phase_id) DO UPDATE SET request_pb = excluded.request_pb"),
+                   (w.job_id, w.phase_id, w.request_pb))
 
     def get_phase_request(self, job_id: str, phase_id: str) -> bytes | None:
         r = self._read_one("SELECT request_pb FROM phase_requests WHERE job_id = ? AND phase_id = ?",

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
+from helix_runner.store.checkpoint_rows import SQLITE_TABLES as CHECKPOINT_TABLES
 from helix_runner.store.protocol import (
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
@@ -26,7 +27,6 @@ from helix_runner.store.protocol import (
     PhaseWrite,
     StoreError,
 )
-from helix_runner.store.checkpoint_rows import SQLITE_TABLES as CHECKPOINT_TABLES
 from helix_runner.store.rows import phase_value
 from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, SqlStore
 
