@@ -195,7 +195,7 @@ class RequestMatcher:
             (self.not_contains, lambda s: s not in everything),
             (self.model_contains, lambda s: s in str(body.get("model", ""))),
         ]
-        if self.tool_use_ids is not None and tuple(tool_use_ids(messages)) != tuple(self.tool_use_ids):
+        if self.tool_use_ids is not None and tuple(_tool_use_ids(messages)) != tuple(self.tool_use_ids):
             return False
         return all(check(needle) for needle, check in checks if needle is not None)
 
@@ -215,7 +215,7 @@ class RequestMatcher:
                    tool_use_ids=tuple(ids) if ids is not None else None)
 
 
-def tool_use_ids(messages: Any) -> list[str]:
+def _tool_use_ids(messages: Any) -> list[str]:
     """The ids of the ``tool_use`` blocks of a request's messages, in order."""
     out: list[str] = []
     for message in messages if isinstance(messages, list) else []:

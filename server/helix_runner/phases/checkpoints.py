@@ -108,6 +108,10 @@ class PhaseCheckpoints:
 
     # -- the run's side ----------------------------------------------------------------------------
 
+    def write(self, record: PhaseWrite) -> None:
+        """A record of the phase's checkpoints (a rewind's marks), queued behind its events."""
+        self._write(record)
+
     def begin_attempt(self, number: int) -> None:
         """An attempt starts: the first one here snapshots the workspace as it starts (checkpoint 0,
         unless an earlier run stored it) before any tool runs."""

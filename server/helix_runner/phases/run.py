@@ -368,7 +368,7 @@ class PhaseRun:
             await asyncio.to_thread(restore_transcript, start.transcript, target)
             last = self.stream.last_sequence
             self.checkpoints.restarted(checkpoint)
-            self.store_write(MarkRewound(self.job_id, self.phase_id, checkpoint.number))
+            self.checkpoints.write(MarkRewound(self.job_id, self.phase_id, checkpoint.number))
             for tool_use_id, decision in start.decisions:
                 self.control.pending[tool_use_id] = decision
             self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None], resumed=True)
@@ -404,14 +404,6 @@ class PhaseRun:
         if self.sandbox is not None:
             return self.sandbox.home.config / "projects" / project_dir_name(str(self.plan.cwd)) / f"{name}.jsonl"
         return transcript_path(self.plan.env, self.plan.cwd, name)
-
-    def store_write(self, write) -> None:
-        """One record of the run's writes, queued behind its events (``EventWriter.write``)."""
-        writer = getattr(self.store, "write", None)
-        if writer is not None:
-            writer(write)
-        else:  # a plain Store (tests)
-            self.store.write_phases([write])
 
     def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
         """Ends the phase now (cancel, drain), also while it waits for admission or a backoff."""
