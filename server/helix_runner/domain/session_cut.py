@@ -56,6 +56,21 @@ def _uuid_of(line: bytes, wanted: bytes) -> dict | None:
     return entry if isinstance(entry, dict) and entry.get("uuid") == wanted.decode() else None
 
 
+def last_cost_state(data: bytes) -> dict | None:
+    """The ``modelUsage`` of the transcript's last ``cost-state`` entry: the session's true totals,
+    which the CLI saves when it exits (also on SIGTERM), its last message's final usage included."""
+    for line in reversed(_entries(data)):
+        if b'"cost-state"' not in line:
+            continue
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("type") == "cost-state" and isinstance(entry.get("modelUsage"), dict):
+            return entry["modelUsage"]
+    return None
+
+
 def cut_after(data: bytes, at: str) -> SessionCut:
     """The transcript up to and including the entry ``at`` (the conversation after a call's result)."""
     lines = _entries(data)

@@ -131,6 +131,16 @@ def choose(job_id: str, phase_id: str, checkpoints: list[Checkpoint], point: For
     return checkpoint, checkpoint.workspace
 
 
+def require_workspace(job_id: str, phase_id: str, checkpoint: Checkpoint, workspace: WorkspaceSnapshot,
+                      point: ForkPoint) -> None:
+    """WORKSPACE_NOT_KEPT when the checkpoint kept no files and the caller did not settle for the conversation."""
+    if not workspace.kept and not point.conversation_only:
+        raise RunnerError(ErrorKind.FAILED_PRECONDITION, "WORKSPACE_NOT_KEPT",
+                          f"checkpoint {checkpoint.number} kept no files ({workspace.reason}); set conversation_only "
+                          "to go on from its conversation in the working directory as it is now",
+                          {"job_id": job_id, "phase_id": phase_id, "reason": workspace.reason})
+
+
 def resolve(job_id: str, phase_id: str, checkpoint: Checkpoint, workspace: WorkspaceSnapshot, transcript: bytes,
             point: ForkPoint, continuation_prompt: str = FORK_CONTINUATION) -> ForkStart:
     """The fork's start at ``checkpoint`` from the phase's ``transcript`` (its session's whole file)."""
@@ -148,11 +158,7 @@ def resolve(job_id: str, phase_id: str, checkpoint: Checkpoint, workspace: Works
         raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TRANSCRIPT_UNAVAILABLE",
                           f"phase {phase_id} of job {job_id}: {exc}",
                           {"job_id": job_id, "phase_id": phase_id, "session_id": checkpoint.session_id}) from None
-    if not workspace.kept and not point.conversation_only:
-        raise RunnerError(ErrorKind.FAILED_PRECONDITION, "WORKSPACE_NOT_KEPT",
-                          f"checkpoint {checkpoint.number} kept no files ({workspace.reason}); set conversation_only "
-                          "to go on from its conversation in the working directory as it is now",
-                          {"job_id": job_id, "phase_id": phase_id, "reason": workspace.reason})
+    require_workspace(job_id, phase_id, checkpoint, workspace, point)
     if point.decision is not None:
         first = b""  # the CLI asks about the call again and its turn goes on
         decisions: tuple[tuple[str, Decision], ...] = ((checkpoint.tool_use_id, point.decision),)

@@ -43,7 +43,7 @@ from helix_runner.phases.checkpoints import PhaseCheckpoints, checkpoints_for
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.control import saved_control
 from helix_runner.phases.event_log import Delivery, EventWriter, Moved, PhaseEventLog, replay
-from helix_runner.phases.fork import ForkLaunch, ForkPoint, check_point, choose, resolve
+from helix_runner.phases.fork import ForkLaunch, ForkPoint, ForkStart, check_point, choose, resolve
 from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
     PhaseDurability,
@@ -79,6 +79,9 @@ from helix_runner.store.protocol import (
 from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+# How long a fork of a running phase waits for its CLI to write a checkpoint's entry to its transcript.
+FRESH_TRANSCRIPT_WAIT_S = 3.0
 
 # (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
@@ -276,8 +279,7 @@ class PhaseService:
         else:
             checkpoints = await self._off_loop(self.store.list_checkpoints, source_job, source_phase)
         checkpoint, workspace = choose(source_job, source_phase, checkpoints, point)
-        transcript = await self._transcript_of(live, row, checkpoint.session_id)
-        start = resolve(source_job, source_phase, checkpoint, workspace, transcript, point)
+        start = await self._fork_start(live, row, checkpoint, workspace, point)
         if start.workspace.kept:
             if not await asyncio.to_thread(has_objects, start.workspace):
                 raise RunnerError(ErrorKind.FAILED_PRECONDITION, "WORKSPACE_NOT_KEPT",
@@ -313,6 +315,22 @@ class PhaseService:
                               f"phase {phase_id} of job {job_id}: its session {session_id} is not whole in the "
                               f"store ({exc})", {"job_id": job_id, "phase_id": phase_id, "session_id": session_id}
                               ) from None
+
+    async def _fork_start(self, live: LivePhase | None, row: PhaseRow, checkpoint: Checkpoint, workspace,
+                          point: ForkPoint) -> ForkStart:
+        """The fork's start from the phase's transcript. A running CLI writes its transcript a moment
+        after its stdout: a checkpoint just made may not be in the file yet, which is read again then
+        (up to ``FRESH_TRANSCRIPT_WAIT_S``)."""
+        deadline = time.monotonic() + FRESH_TRANSCRIPT_WAIT_S
+        while True:
+            transcript = await self._transcript_of(live, row, checkpoint.session_id)
+            try:
+                return resolve(row.job_id, row.phase_id, checkpoint, workspace, transcript, point)
+            except RunnerError as exc:
+                if exc.reason != "TRANSCRIPT_UNAVAILABLE" or live is None or live.done.is_set() \
+                        or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
 
     async def _transcript_of(self, live: LivePhase | None, row: PhaseRow, session_id: str) -> bytes:
         """A phase's session transcript: its CLI's own file when it runs here (the freshest), else the
