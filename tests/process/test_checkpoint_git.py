@@ -102,6 +102,20 @@ def test_restore_puts_the_tree_back_and_keeps_ignored_files(repo: Path, tmp_path
     assert sh(repo, "diff", "--cached", "--name-only") == ""  # the changes are back unstaged, as they were
 
 
+def test_a_checkpoint_commit_not_written_yet_still_gives_a_fork_its_files(repo: Path, tmp_path: Path) -> None:
+    snaps = WorkspaceSnapshots(WorkspaceKind.GIT_COMMIT, repo, repo, tmp_path / "rec", "job", "ph")
+    snaps.start()
+    (repo / "new.txt").write_text("new\n")
+    snap = snaps.take(1)  # its commit and ref wait for the next batch
+    assert sh(repo, "cat-file", "-t", snap.tree).strip() == "tree" and has_objects(snap)
+    commit = fork_commit(snap, "job", "ph", 1)
+    assert files_of(repo, commit)["new.txt"] == "new\n"
+    snaps.flush()
+    assert sh(repo, "rev-parse", checkpoint_ref("job", "ph", 1)).strip() == snap.commit  # the id promised
+    assert fork_commit(snap, "job", "ph", 1) == snap.commit
+    snaps.close()
+
+
 def test_retention_deletes_a_phases_refs_only(repo: Path, tmp_path: Path) -> None:
     for phase in ("a", "b"):
         snaps = WorkspaceSnapshots(WorkspaceKind.GIT_COMMIT, repo, repo, tmp_path / phase, "job", phase)
