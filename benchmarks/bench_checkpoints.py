@@ -110,7 +110,7 @@ def main() -> int:
             print(f"{name:<38} {s['p50']:8.1f} {s['p95']:8.1f} {s['mean']:8.1f}   "
                   f"{whole}/{args.rounds + (1 if name in full else 0)}")
         print("(a worktree phase's commits and refs are written 8 at a time: their batch is in the mean and p95)")
-        print(f"\nthe phase's first snapshot (start, index built, watch set up): "
+        print("\nthe phase's first snapshot (start, index built, watch set up): "
               + ", ".join(f"{n.split(' (')[0]} {v:.0f} ms" for n, v in starts.items()))
         goal = max(rows["watched commit (worktree phase)"]["mean"], rows["watched tree (in place)"]["mean"])
         print(f"goal <= 20 ms per checkpoint: the slower watched way's mean {goal:.1f} ms -> "

@@ -67,7 +67,6 @@ async def first_events(stream) -> tuple[float, float, object]:
 
 
 async def fresh(stub, pb, workdir: Path, n: int) -> tuple[float, float]:
-    t0 = time.perf_counter()
     call = stub.RunPhase(pb.RunPhaseRequest(job_id="bench-fork", phase_id=f"fresh-{n}", prompt="say ok",
                                             working_dir=str(workdir)), timeout=120)
     first, init, result = await first_events(call)
