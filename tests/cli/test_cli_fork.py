@@ -13,7 +13,8 @@ from support.runner_server import collect
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.cli.common import CliError
-from helix_runner.cli.fork import fork_point, lineage
+from helix_runner.cli.fork import fork_point
+from helix_runner.cli.render import lineage
 from helix_runner.offline import Reply
 from helix_runner.offline.script import RequestMatcher
 from helix_runner.phases.fork import FORK_CONTINUATION

@@ -246,7 +246,7 @@ async def _phases(client, args) -> int:
     if args.json:
         print_json(_dict(job))
         return EXIT_OK
-    from helix_runner.cli.fork import lineage
+    from helix_runner.cli.render import lineage
 
     console = make_console()
     table = _table(
