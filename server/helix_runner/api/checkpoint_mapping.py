@@ -5,6 +5,7 @@ from __future__ import annotations
 from helix.runner.v1 import resources_pb2, runner_service_pb2
 from helix_runner.domain.checkpoints import Checkpoint, ForkOrigin
 from helix_runner.domain.tool_decision import Decision
+from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.fork import ForkPoint
 
 
@@ -39,6 +40,25 @@ def fork_point_from_proto(point: runner_service_pb2.ForkPoint, conversation_only
                      decision=decision, inject=point.inject, conversation_only=conversation_only)
 
 
+# What the stored request carries instead of an option that may hold a secret: the server keeps
+# neither a phase's `mcp_config` or `settings` nor its `env` values (its record never holds them).
+KEPT_OUT = "(not kept by the server: it may hold a secret; ForkPhase takes it again)"
+
+
+def storable_request(request: runner_service_pb2.RunPhaseRequest) -> bytes:
+    """The accepted request as the store keeps it, for forks: its secret-bearing options marked, not kept."""
+    kept = runner_service_pb2.RunPhaseRequest()
+    kept.CopyFrom(request)
+    o = kept.options
+    if o.mcp_config:
+        o.mcp_config = KEPT_OUT
+    if o.settings:
+        o.settings = KEPT_OUT
+    for name in o.env:
+        o.env[name] = KEPT_OUT
+    return kept.SerializeToString()
+
+
 def fork_request(request: runner_service_pb2.ForkPhaseRequest, stored: bytes | None, prompt: str, working_dir: str,
                  model: str, project_id: str, phase_id: str) -> runner_service_pb2.RunPhaseRequest:
     """The fork's own request: the phase's as it was accepted (``stored``; a phase from before forks
@@ -63,4 +83,18 @@ def fork_request(request: runner_service_pb2.ForkPhaseRequest, stored: bytes | N
     if request.breakpoints or request.clear_breakpoints:
         del o.breakpoints[:]
         o.breakpoints.extend(request.breakpoints)
+    # The options the store did not keep, given again by the caller.
+    if request.mcp_config:
+        o.mcp_config = request.mcp_config
+    if request.settings:
+        o.settings = request.settings
+    for name, value in request.env.items():
+        o.env[name] = value
+    missing = [name for name in ("mcp_config", "settings") if getattr(o, name) == KEPT_OUT]
+    missing += [f"env.{name}" for name, value in sorted(o.env.items()) if value == KEPT_OUT]
+    if missing:
+        raise RunnerError(ErrorKind.FAILED_PRECONDITION, "OPTIONS_NOT_KEPT",
+                          f"phase {request.phase_id} was started with options the server does not keep (they may "
+                          f"hold secrets): send {', '.join(missing)} again in the ForkPhaseRequest",
+                          {"fields": ",".join(missing)})
     return base

@@ -27,7 +27,12 @@ from google.protobuf.message import DecodeError
 
 from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
-from helix_runner.api.checkpoint_mapping import checkpoint_to_proto, fork_point_from_proto, fork_request
+from helix_runner.api.checkpoint_mapping import (
+    checkpoint_to_proto,
+    fork_point_from_proto,
+    fork_request,
+    storable_request,
+)
 from helix_runner.api.errors import abort
 from helix_runner.api.forwarding import OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
@@ -169,7 +174,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         spec = spec_from_request(request, request.phase_id or self.service.new_phase_id())
         retry = retry_policy_from_options(request.options, self.service.retry_defaults)
         live = await self.service.start(spec, breakpoints_from_request(request), retry,
-                                        request_pb=request.SerializeToString())
+                                        request_pb=storable_request(request))
         state = {"completed": False, "handled": False}
 
         def caller_gone(*_: object) -> None:
@@ -369,7 +374,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         retry = retry_policy_from_options(base.options, self.service.retry_defaults)
         live, checkpoint = await self.service.fork(spec, request.job_id, request.phase_id, point,
                                                    breakpoints_from_request(base), retry,
-                                                   request_pb=base.SerializeToString())
+                                                   request_pb=storable_request(base))
         return runner_service_pb2.ForkPhaseResponse(phase=await self._phase(spec.job_id, spec.phase_id),
                                                     checkpoint=checkpoint_to_proto(checkpoint))
 

@@ -71,6 +71,26 @@ def last_cost_state(data: bytes) -> dict | None:
     return None
 
 
+def renamed(data: bytes, session_id: str) -> bytes:
+    """The transcript with every entry's ``sessionId`` set to ``session_id``: a copy of a cut session
+    is a session of its own. The CLI reads every file of a session id it finds in the project
+    directory: a copy still naming the phase's session showed the model the phase's later results
+    (a sandbox's session store keeps both files there)."""
+    lines = []
+    for line in _entries(data):
+        if b'"sessionId":"' in line:
+            try:
+                entry = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                lines.append(line)
+                continue
+            if isinstance(entry, dict) and "sessionId" in entry:
+                entry["sessionId"] = session_id
+                line = orjson.dumps(entry)
+        lines.append(line)
+    return b"\n".join(lines) + b"\n"
+
+
 def cut_after(data: bytes, at: str) -> SessionCut:
     """The transcript up to and including the entry ``at`` (the conversation after a call's result)."""
     lines = _entries(data)

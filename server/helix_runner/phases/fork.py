@@ -21,7 +21,7 @@ from helix_runner.domain.checkpoints import (
     select_checkpoint,
     workspace_before,
 )
-from helix_runner.domain.session_cut import SessionCutError, cut_after, cut_before_result
+from helix_runner.domain.session_cut import SessionCutError, cut_after, cut_before_result, renamed
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.control import ControlState
@@ -165,4 +165,6 @@ def resolve(job_id: str, phase_id: str, checkpoint: Checkpoint, workspace: Works
     else:
         first = prompt_line(point.inject or continuation_prompt)
         decisions = ()
-    return ForkStart(checkpoint, workspace, cut.transcript, str(uuid.uuid4()), cut.resume_at, first, decisions)
+    session_file = str(uuid.uuid4())
+    return ForkStart(checkpoint, workspace, renamed(cut.transcript, session_file), session_file, cut.resume_at,
+                     first, decisions)

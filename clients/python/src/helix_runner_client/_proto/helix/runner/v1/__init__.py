@@ -851,6 +851,13 @@ class ErrorReason(betterproto2.Enum):
     `session_id`.
     """
 
+    OPTIONS_NOT_KEPT = 32
+    """
+    ForkPhase: the phase was started with options the server does not keep because they may hold
+    secrets (`mcp_config`, `settings`, `env` values); send them again in the ForkPhaseRequest.
+    Metadata `fields` (comma-separated, e.g. `mcp_config,env.DB_PASSWORD`).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -886,6 +893,7 @@ class ErrorReason(betterproto2.Enum):
             29: "ERROR_REASON_CHECKPOINT_NOT_FOUND",
             30: "ERROR_REASON_WORKSPACE_NOT_KEPT",
             31: "ERROR_REASON_TRANSCRIPT_UNAVAILABLE",
+            32: "ERROR_REASON_OPTIONS_NOT_KEPT",
         }
 
     @classmethod
@@ -923,6 +931,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_CHECKPOINT_NOT_FOUND": 29,
             "ERROR_REASON_WORKSPACE_NOT_KEPT": 30,
             "ERROR_REASON_TRANSCRIPT_UNAVAILABLE": 31,
+            "ERROR_REASON_OPTIONS_NOT_KEPT": 32,
         }
 
 
@@ -3062,6 +3071,27 @@ class ForkPhaseRequest(betterproto2.Message):
     Fork a phase whose checkpoint kept no files (no git repository): only the conversation is
     forked, and the fork runs in the phase's working directory as it is now. Refused
     (WORKSPACE_NOT_KEPT) without it.
+    """
+
+    mcp_config: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    The phase's options the server does not keep because they may hold secrets, for the fork:
+    its `mcp_config`, its `settings`, its `env` values (required when the phase had them:
+    OPTIONS_NOT_KEPT otherwise; validated as in RunPhaseRequest.options).
+    """
+
+    settings: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    See `mcp_config`.
+    """
+
+    env: "dict[str, str]" = betterproto2.field(
+        12,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    See `mcp_config`: a value for each variable of the phase's `env`.
     """
 
 
