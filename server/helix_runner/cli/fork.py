@@ -52,6 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="", help="another model for the fork")
     p.add_argument("--as", dest="new_phase_id", default="", metavar="NEW", help="the fork's phase id (default: generated)")
     p.add_argument("--no-breakpoints", action="store_true", help="start the fork without the phase's breakpoints")
+    p.add_argument("--mcp-config", default="", metavar="JSON|@FILE",
+                   help="the phase's mcp_config again (the server does not keep it: it may hold secrets)")
+    p.add_argument("--settings", default="", metavar="JSON|@FILE", help="the phase's settings again (see --mcp-config)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a value of the phase's env again (repeatable; see --mcp-config)")
     add_json_flag(p)
     add_connection_args(p)
     p.set_defaults(handler=with_client(_fork))
@@ -109,9 +114,19 @@ def describe_checkpoint(c: Any) -> str:
 async def _fork(client, args) -> int:
     from helix_runner_client import pb
 
+    from helix_runner.cli.control import parse_input_json
+
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise CliError(f"--env {item!r}: expected NAME=VALUE")
+        env[name] = value
     request = pb.ForkPhaseRequest(job_id=args.job, phase_id=args.phase, point=fork_point(args),
                                   new_phase_id=args.new_phase_id, model=args.model,
-                                  clear_breakpoints=args.no_breakpoints, conversation_only=args.conversation_only)
+                                  clear_breakpoints=args.no_breakpoints, conversation_only=args.conversation_only,
+                                  mcp_config=parse_input_json(args.mcp_config) if args.mcp_config else "",
+                                  settings=parse_input_json(args.settings) if args.settings else "", env=env)
     response = await client.call("fork_phase", request)
     if args.json:
         print_json(response.to_dict())
