@@ -41,7 +41,12 @@ from helix_runner.process import git_worktree, secret_files
 from helix_runner.process.dumpable import make_undumpable
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.server.background import Sweeps, WebhookDelivery, load_webhooks
-from helix_runner.server.isolation import detect_containment, start_sandbox, warn_about_phase_limits
+from helix_runner.server.isolation import (
+    box_host_git,
+    detect_containment,
+    start_sandbox,
+    warn_about_phase_limits,
+)
 from helix_runner.server.lifecycle import Components, StartupError
 from helix_runner.server.model_access import ModelAccess
 from helix_runner.server.ports import Dashboard, GrpcPorts, bound_address, tls_files, tls_mode
@@ -216,6 +221,7 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
     # The first price lookup loads genai-prices' table (~0.7 s); pay it here, not in a phase's hot path.
     await asyncio.get_running_loop().run_in_executor(None, pricing.preload)
     containment = detect_containment(config)
+    await asyncio.to_thread(box_host_git, config)
     access = await parts.start(ModelAccess(config, server_env))
     creds = access.creds
     # The sandbox's network layer lets a phase reach only the gateway's and the proxy's ports.

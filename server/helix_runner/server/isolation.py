@@ -5,9 +5,11 @@ detected and probed once at start, with what this host leaves unenforced said in
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from helix_runner.config import ServerConfig
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.host_git import HOST_GIT
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.sandbox.detect import SandboxBroken
 from helix_runner.process.sandbox.phase_sandbox import Sandbox
@@ -75,3 +77,18 @@ def start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: Child
         raise StartupError(f"cannot set up the phase sandbox: {exc.strerror or exc}") from None
     except SandboxBroken as exc:  # sandbox = auto degrades only layers the host lacks
         raise StartupError(f"cannot set up the phase sandbox: {exc}") from None
+
+
+def box_host_git(config: ServerConfig) -> None:
+    """The server's own git runs in a helper sandbox of its own (process/host_git.py): the data dir,
+    the server's home and its secret files hidden, the workspace roots visible, no network. Where
+    bubblewrap cannot run, only git's overrides protect, and the log says so."""
+    secrets = [p for p in (config.auth_token_file, config.tls_key_file, config.api_key_file) if p is not None]
+    note = HOST_GIT.configure(hidden=[config.data_dir, Path.home(), *secrets], visible=config.workspace_roots)
+    if note:
+        log.warning("host git: the server's own git calls run without their helper sandbox; a program a "
+                    "repository names that git's overrides miss would run as the server",
+                    extra={"fields": {"reason": note}})
+    else:
+        log.info("host git", extra={"fields": {"sandbox": "bubblewrap", "hidden": len(secrets) + 2}})
+
