@@ -68,7 +68,14 @@ ENV PATH=/opt/venv/bin:$PATH \
     HOME=/home/helix \
     HELIX_RUNNER_HOST=0.0.0.0 \
     HELIX_RUNNER_DATA_DIR=/var/lib/helix-runner \
-    HELIX_RUNNER_WORKSPACE_ROOTS=/workspace
+    HELIX_RUNNER_WORKSPACE_ROOTS=/workspace \
+    HELIX_RUNNER_SANDBOX=required \
+    HELIX_RUNNER_SANDBOX_REQUIRED_LAYERS=network,landlock,seccomp
+
+# The phase sandbox fails closed: a container that cannot give a phase Landlock, seccomp and the
+# network layer (Landlock's TCP rules where no user namespace is allowed) refuses phases, naming the
+# layer. bubblewrap's namespaces are used where the runtime allows user namespaces (Docker's default
+# seccomp profile does not; README "Sandbox", "Which layers each deployment has").
 
 # Declared after the directories are created and chowned so anonymous volumes start out
 # writable by the service user. Binding 0.0.0.0 means the server refuses to start without

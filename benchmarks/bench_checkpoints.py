@@ -66,8 +66,15 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--boxed", action="store_true",
+                        help="git in the server's helper sandbox, as a server with bubblewrap runs it (process/host_git.py)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-checkpoints-"))
+    if args.boxed:
+        from helix_runner.process.host_git import HOST_GIT
+
+        note = HOST_GIT.configure(hidden=[Path.home()], visible=[tmp])
+        print(f"# git boxed: {note or 'yes'}")
     try:
         repo = tmp / "repo"
         t = time.perf_counter()

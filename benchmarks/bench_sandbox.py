@@ -53,24 +53,53 @@ MODES = {
 COMMAND = ["/bin/date", "+%s%N"]
 
 
+def _repo(path: Path) -> Path:
+    """A git repository with git's template hooks: the phase's working directory, as in most phases."""
+    path.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(path), "GIT_CONFIG_NOSYSTEM": "1"}
+    for argv in (["init", "-q"], ["-c", "user.name=b", "-c", "user.email=b@e", "commit", "-q", "--allow-empty",
+                                 "-m", "start"]):
+        subprocess.run(["git", *argv], cwd=path, env=env, check=True, capture_output=True)
+    return path
+
+
 def build_modes(server: Path, root: Path) -> dict[str, tuple[str, list[str], dict[str, str]]]:
     """Mode -> (the shim's path, its sandbox arguments, the environment), with the server code in
-    ``server`` (this checkout's, or an earlier one's for ``--before``)."""
+    ``server`` (this checkout's, or an earlier one's for ``--before``). The phase works in a git
+    repository with the server's defaults, as a phase does: where the checkout protects the
+    repository's config and hooks and sizes ``/tmp``, that is part of what is measured. Also the
+    server's side (``prepare``, and ``arm`` where there is one) per mode, as ``# ... prepare`` lines."""
     sys.path.insert(0, str(server))
     import compileall
+    import inspect
 
+    from helix_runner.config import ServerConfig
     from helix_runner.process.sandbox.phase_sandbox import SHIM_DIR, Sandbox
 
     compileall.compile_dir(SHIM_DIR, quiet=1)  # both checkouts' shim modules from cached bytecode
     env = {"PATH": "/usr/bin:/bin"}
     shim = str(SHIM_DIR / "phase_shim.py")
     modes = {"off": (shim, [], env)}
+    repo = _repo(root / "repo")
+    defaults = ServerConfig()
+    start_kw = {"tmp_max_bytes": defaults.phase_tmp_max_bytes} \
+        if "tmp_max_bytes" in inspect.signature(Sandbox.__init__).parameters else {}
+    prepare_kw = {"repos": [repo]} if "repos" in inspect.signature(Sandbox.prepare).parameters else {}
     for name, skip in MODES.items():
         slug = name.replace(" ", "-")
-        sandbox = Sandbox.start("auto", data_dir=root / slug, skip=skip, egress_ports=(9,))
+        sandbox = Sandbox.start("auto", data_dir=root / slug, skip=skip, egress_ports=(9,), **start_kw)
         missing = [layer.name for layer in sandbox.report_layers() if not layer.active]
         print(f"# {name}: layers off: {', '.join(missing) or 'none'}", file=sys.stderr)
-        phase = sandbox.prepare("bench", cwd=str(root), project="", root=root / f"home-{slug}")
+        server_ms = []
+        for i in range(21):
+            began = time.perf_counter_ns()
+            phase = sandbox.prepare(f"bench-{i}", cwd=str(repo), project="", root=root / f"home-{slug}-{i}",
+                                    read_write=[str(repo / ".git")], **prepare_kw)
+            if hasattr(phase, "arm"):
+                phase.arm()
+            server_ms.append((time.perf_counter_ns() - began) / 1e6)
+        print(f"# {name}: server side (prepare{' + arm' if hasattr(phase, 'arm') else ''}) p50 "
+              f"{statistics.median(server_ms):.2f} ms", file=sys.stderr)
         modes[name] = (shim, phase.shim_args(), {**env, **phase.env})
     return modes
 
@@ -129,18 +158,23 @@ def main() -> None:
     modes = {}
     if opts.before is not None:
         (root / "before").mkdir()
-        out = subprocess.run([sys.executable, __file__, "--emit-modes", str(opts.before / "server"), str(root / "before")],
-                             check=True, capture_output=True, text=True).stdout
-        modes = {f"{name} (before)": tuple(value) for name, value in json.loads(out).items()}
+        done = subprocess.run([sys.executable, __file__, "--emit-modes", str(opts.before / "server"),
+                               str(root / "before")], check=True, capture_output=True, text=True)
+        for line in done.stderr.splitlines():
+            if line.startswith("# "):
+                print(line.replace(":", " (before):", 1), file=sys.stderr)
+        modes = {f"{name} (before)": tuple(value) for name, value in json.loads(done.stdout).items()}
     modes.update(build_modes(ROOT / "server", root))
     trace = root / "trace" if opts.profile else None
     times: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
+    cwd = str(root / "repo")  # each checkout's modes ran their phase there; the "before" one has its own copy
     for _ in range(3):  # warm the page cache
-        for shim, args, mode_env in modes.values():
-            _once(shim, args, str(root), mode_env, None)
+        for mode, (shim, args, mode_env) in modes.items():
+            _once(shim, args, str(root / "before" / "repo") if mode.endswith("(before)") else cwd, mode_env, None)
     for _ in range(opts.rounds):
         for mode, (shim, args, mode_env) in modes.items():
-            for key, value in _once(shim, args, str(root), mode_env, trace).items():
+            where = str(root / "before" / "repo") if mode.endswith("(before)") else cwd
+            for key, value in _once(shim, args, where, mode_env, trace).items():
                 times[mode].setdefault(key, []).append(value)
     base = {k: statistics.median(v) for k, v in times["off"].items()}
     print(f"{opts.rounds} rounds; ms from the spawn call; added = p50 minus the baseline's (off)")

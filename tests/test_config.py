@@ -214,3 +214,66 @@ def test_the_handover_wait_comes_from_file_environment_and_flag_and_must_be_posi
     assert load_config(flags={**roots, "handover_wait_seconds": 2}, environ=env).handover_wait_seconds == 2.0
     with pytest.raises(ConfigError, match="handover_wait_seconds must be positive"):
         load_config(flags={**roots, "handover_wait_seconds": 0}, environ={})
+
+
+# Every key that names a path, with a relative value the server resolves against its start directory
+# (a relative --data-dir once turned the whole sandbox off: the shim runs in another directory).
+RELATIVE_PATHS = {
+    "data_dir": "data", "auth_token_file": "secrets/token", "offline_script": "script.json",
+    "api_key_file": "secrets/key", "api_upstream_ca_file": "ca.pem", "sandbox_home_template": "template",
+    "tls_cert_file": "pki/cert.pem", "tls_key_file": "pki/key.pem", "tls_client_ca_file": "pki/ca.pem",
+    "webhook_ca_file": "webhook-ca.pem", "workspace_roots": "ws", "path_prefix": "venv/bin",
+    "sandbox_read_paths": "runtime",
+}
+
+
+@pytest.mark.parametrize("key", sorted(RELATIVE_PATHS))
+def test_a_relative_path_is_made_absolute_once_against_the_start_directory(tmp_path, monkeypatch, key):
+    from helix_runner.config import PATH_KEYS, PATH_TUPLE_KEYS, ServerConfig, absolute_paths
+
+    assert set(RELATIVE_PATHS) == {*PATH_KEYS, *PATH_TUPLE_KEYS}  # a new path key gets a row here
+    start = tmp_path / "start"
+    start.mkdir()
+    monkeypatch.chdir(start)
+    value = "../" + RELATIVE_PATHS[key]  # as `serve --data-dir ../data` was given
+    from pathlib import Path
+
+    raw = (Path(value),) if key in PATH_TUPLE_KEYS else Path(value)
+    config = absolute_paths(ServerConfig(**{key: raw}))
+    got = getattr(config, key)
+    want = tmp_path / RELATIVE_PATHS[key]
+    assert got == ((want,) if key in PATH_TUPLE_KEYS else want), got
+    monkeypatch.chdir(tmp_path)  # later directory changes do not move it
+    assert getattr(config, key) == got
+
+
+def test_relative_paths_given_as_flags_env_or_file_are_absolute_after_loading(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "script.json").write_text("{}")
+    (tmp_path / "hooks.secret").write_text("s" * 32)
+    file = tmp_path / "runner.toml"
+    file.write_text('offline_script = "script.json"\n[[webhooks]]\nid = "w"\nurl = "https://hooks.example.com/x"\n'
+                    'events = ["phase.finished"]\nsecret_file = "hooks.secret"\n')
+    cfg = load_config(flags={"data_dir": "../d", "workspace_roots": ["ws"], "claude_path": "bin/claude"},
+                      environ={"HELIX_RUNNER_API_KEY_FILE": "key"}, config_file=file)
+    assert cfg.data_dir == tmp_path.parent / "d"
+    assert cfg.workspace_roots == ((tmp_path / "ws").resolve(),)
+    assert cfg.claude_path == str(tmp_path / "bin" / "claude")
+    assert cfg.api_key_file == tmp_path / "key" and cfg.offline_script == tmp_path / "script.json"
+    assert cfg.webhooks[0]["secret_file"] == str(tmp_path / "hooks.secret")
+    assert load_config(flags={"claude_path": "claude", "workspace_roots": ["ws"]}).claude_path == "claude"  # on PATH
+
+
+def test_the_sandbox_limit_keys(tmp_path):
+    cfg = load_config(flags={"workspace_roots": [str(tmp_path)]},
+                      environ={"HELIX_RUNNER_SANDBOX_REQUIRED_LAYERS": "network,landlock,seccomp",
+                               "HELIX_RUNNER_DEFAULT_PIDS_LIMIT": "512", "HELIX_RUNNER_PHASE_OUTPUT_MAX_BYTES": "64MiB",
+                               "HELIX_RUNNER_PHASE_TMP_MAX_BYTES": "0"})
+    assert cfg.sandbox_required_layers == ("network", "landlock", "seccomp")
+    assert (cfg.default_pids_limit, cfg.phase_output_max_bytes, cfg.phase_tmp_max_bytes) == (512, 64 << 20, 0)
+    for env, words in (({"HELIX_RUNNER_SANDBOX_REQUIRED_LAYERS": "network,bogus"}, "sandbox_required_layers"),
+                       ({"HELIX_RUNNER_DEFAULT_PIDS_LIMIT": "3"}, "default_pids_limit"),
+                       ({"HELIX_RUNNER_PHASE_OUTPUT_MAX_BYTES": "1KiB"}, "phase_output_max_bytes")):
+        with pytest.raises(ConfigError, match=words):
+            load_config(flags={"workspace_roots": [str(tmp_path)]}, environ=env)

@@ -17,10 +17,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from helix_runner.config_file import SECTION_OF, TOP_LEVEL, ConfigFileError, flatten
 from helix_runner.domain.phase_spec import (
     MAX_CPU_LIMIT_MILLICORES,
+    MAX_PIDS_LIMIT,
     MIN_CPU_LIMIT_MILLICORES,
     MIN_MEMORY_LIMIT_BYTES,
+    MIN_PIDS_LIMIT,
 )
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import ModelPrice
@@ -248,9 +251,21 @@ class ServerConfig:
     sandbox_home_template: Path | None = None
     sandbox_read_paths: tuple[Path, ...] = ()
     sandbox_skip_layers: tuple[str, ...] = ()
+    # Under `required`: the layers without which no phase runs (default: all four). A deployment that
+    # knows its hosts refuse user namespaces (Kubernetes under RuntimeDefault) requires the others.
+    sandbox_required_layers: tuple[str, ...] = SANDBOX_LAYERS
     # Limits for phases that do not set their own (0: none); need a memory / cpu cgroup.
     default_memory_limit_bytes: int = 0
     default_cpu_limit_millicores: int = 0
+    # Processes and threads a phase may have at once unless it sets its own (0: none): pids.max of
+    # its cgroup, else RLIMIT_NPROC inside the sandbox's user namespace (docs/sandbox.md, "Limits").
+    default_pids_limit: int = 4096
+    # What one phase may make the server write into its data dir and store: its recording of the
+    # CLI's output, its events, its mirrored transcript (0: no cap). Past it the phase is stopped.
+    phase_output_max_bytes: int = 1024 * 1024 * 1024
+    # Under bubblewrap a phase's /tmp is a tmpfs of this size (its pages count toward the phase's
+    # memory limit); 0: a directory on the data dir's disk, as without bubblewrap.
+    phase_tmp_max_bytes: int = 1024 * 1024 * 1024
     # Telemetry (helix_runner.telemetry): /metrics address (no port = no endpoint), the limit of
     # distinct project labels, and tracing (auto = when the OTEL_* variables configure an exporter).
     metrics_host: str = "127.0.0.1"
@@ -600,9 +615,13 @@ _CONVERTERS: dict[str, Any] = {
     "sandbox_home_template": lambda v: Path(v).expanduser() if v else None,
     "sandbox_read_paths": _as_path_tuple,
     "sandbox_skip_layers": lambda v: tuple(x.lower() for x in _as_str_tuple(v)),
+    "sandbox_required_layers": lambda v: tuple(x.lower() for x in _as_str_tuple(v)),
     "cgroup_parent": str,
     "default_memory_limit_bytes": _as_bytes,
     "default_cpu_limit_millicores": int,
+    "default_pids_limit": int,
+    "phase_output_max_bytes": _as_bytes,
+    "phase_tmp_max_bytes": _as_bytes,
     "metrics_host": str,
     "metrics_port": lambda v: int(v) if v not in ("", None) else None,
     "metrics_max_projects": int,
@@ -629,6 +648,7 @@ _CONVERTERS: dict[str, Any] = {
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
+assert set(KEYS) == set(SECTION_OF) | set(TOP_LEVEL), "every config key needs a section (config_file.py)"
 
 
 def _convert(source: str, key: str, value: Any) -> Any:
@@ -642,10 +662,12 @@ def load_config(
     flags: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     config_file: Path | None = None,
+    notices: list[str] | None = None,
 ) -> ServerConfig:
     """Builds and validates the config from (lowest to highest precedence) file, env, flags.
 
-    ``flags`` holds only the flags a person actually gave (None values are ignored).
+    ``flags`` holds only the flags a person actually gave (None values are ignored). A file's keys
+    are read by section (config_file.py); ``notices`` gets one line per deprecated spelling used.
     """
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -658,11 +680,14 @@ def load_config(
             raise ConfigError(f"cannot read config file {file_path}: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from None
-        for key, value in raw.items():
-            norm = key.replace("-", "_")
-            if norm not in _CONVERTERS:
-                raise ConfigError(f"config file {file_path}: unknown key {key!r}")
-            values[norm] = _convert(f"config file {file_path}", norm, value)
+        try:
+            flat, file_notices = flatten(raw)
+        except ConfigFileError as exc:
+            raise ConfigError(f"config file {file_path}: {exc}") from None
+        for key, value in flat.items():
+            values[key] = _convert(f"config file {file_path}", key, value)
+        if notices is not None:
+            notices.extend(f"config file {file_path}: {notice}" for notice in file_notices)
 
     for key in KEYS:
         env_name = ENV_PREFIX + key.upper()
@@ -682,6 +707,7 @@ def load_config(
 
 def validate(config: ServerConfig) -> ServerConfig:
     """Checks cross-field rules and normalises paths; returns the config to use."""
+    config = absolute_paths(config)
     if not 0 <= config.port <= 65535:
         raise ConfigError(f"port {config.port} is out of range 0-65535")
     if config.log_level not in LOG_LEVELS:
@@ -743,9 +769,9 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"sandbox_skip_layers: {layer!r} is not one of {', '.join(SANDBOX_LAYERS)}")
     if config.sandbox_home_template is not None and not config.sandbox_home_template.is_dir():
         raise ConfigError(f"sandbox_home_template {config.sandbox_home_template} is not a directory")
-    for path in config.sandbox_read_paths:
-        if not path.is_absolute():
-            raise ConfigError(f"sandbox_read_paths: {path} is not an absolute path")
+    for layer in config.sandbox_required_layers:
+        if layer not in SANDBOX_LAYERS:
+            raise ConfigError(f"sandbox_required_layers: {layer!r} is not one of {', '.join(SANDBOX_LAYERS)}")
     if not _CGROUP_PARENT.match(config.cgroup_parent) or ".." in config.cgroup_parent.split("/"):
         raise ConfigError(f"cgroup_parent {config.cgroup_parent!r} must be a path of [A-Za-z0-9_.-] names "
                           "(relative to the server's own cgroup, or absolute), without '..'")
@@ -755,6 +781,12 @@ def validate(config: ServerConfig) -> ServerConfig:
             0 < config.default_cpu_limit_millicores < MIN_CPU_LIMIT_MILLICORES:
         raise ConfigError(f"default_cpu_limit_millicores must be 0 (none) or {MIN_CPU_LIMIT_MILLICORES} to "
                           f"{MAX_CPU_LIMIT_MILLICORES}")
+    if config.default_pids_limit and not MIN_PIDS_LIMIT <= config.default_pids_limit <= MAX_PIDS_LIMIT:
+        raise ConfigError(f"default_pids_limit must be 0 (none) or {MIN_PIDS_LIMIT} to {MAX_PIDS_LIMIT}")
+    if config.phase_output_max_bytes and config.phase_output_max_bytes < 16 * 1024 * 1024:
+        raise ConfigError("phase_output_max_bytes must be 0 (no cap) or at least 16 MiB")
+    if config.phase_tmp_max_bytes and config.phase_tmp_max_bytes < 16 * 1024 * 1024:
+        raise ConfigError("phase_tmp_max_bytes must be 0 (a directory on disk) or at least 16 MiB")
     _validate_egress(config)
     _validate_webhooks(config)
     if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):
@@ -784,6 +816,46 @@ def validate(config: ServerConfig) -> ServerConfig:
             raise ConfigError(f"database_url: {exc}") from None
     return replace(config, workspace_roots=tuple(resolved_roots), data_dir=config.data_dir.expanduser(),
                    database_url=database_url)
+
+
+# The keys that hold one path or a tuple of paths (``absolute_paths``).
+PATH_KEYS = ("data_dir", "auth_token_file", "offline_script", "api_key_file", "api_upstream_ca_file",
+             "sandbox_home_template", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "webhook_ca_file")
+PATH_TUPLE_KEYS = ("workspace_roots", "path_prefix", "sandbox_read_paths")
+
+
+def absolute_paths(config: ServerConfig, cwd: Path | None = None) -> ServerConfig:
+    """Every path the config names made absolute once, against the directory the server starts in.
+
+    A relative path would otherwise mean something else to every process that runs with another
+    working directory: the phase shim runs in the phase's directory, so a relative ``--data-dir``
+    named a seccomp filter there that did not exist, and the sandbox's start-up probe failed.
+    Symbolic links are kept (a Kubernetes Secret's file is a link that changes on rotation), only
+    ``~`` and ``..`` are resolved. ``claude_path`` is made absolute only when it names a path (a
+    bare name is looked up on ``PATH``); so are the webhooks' ``secret_file`` and the warm pool's
+    ``working_dir``.
+    """
+    base = Path.cwd() if cwd is None else cwd
+
+    def absolute(path: Path) -> Path:
+        return Path(os.path.normpath(base / Path(path).expanduser()))
+
+    changes: dict[str, Any] = {}
+    for key in PATH_KEYS:
+        value = getattr(config, key)
+        if value is not None:
+            changes[key] = absolute(value)
+    for key in PATH_TUPLE_KEYS:
+        changes[key] = tuple(absolute(p) for p in getattr(config, key))
+    claude = config.claude_path
+    if claude and (os.sep in claude or claude.startswith("~")):
+        changes["claude_path"] = str(absolute(Path(claude)))
+    if config.webhooks:
+        changes["webhooks"] = tuple({**table, "secret_file": str(absolute(Path(str(table["secret_file"]))))}
+                                    if table.get("secret_file") else table for table in config.webhooks)
+    if config.warm_pool.get("working_dir"):
+        changes["warm_pool"] = {**config.warm_pool, "working_dir": str(absolute(Path(config.warm_pool["working_dir"])))}
+    return replace(config, **changes)
 
 
 def _validate_egress(config: ServerConfig) -> None:

@@ -139,10 +139,16 @@ async def test_a_phase_cannot_plant_hooks_for_the_next_one(claude_binary, script
         hook_line = settings.replace("$HOME/../../HOOK-RAN", str(marker)).replace("/tmp/../HOOK-RAN-2", str(marker))
         planted = runner.workdir / "planted.json"
         planted.write_text(hook_line)
-        out, _ = await bash(runner, api, "python3 -c \"import os, shutil; [os.makedirs(d, exist_ok=True) or "
-                                         "shutil.copy('planted.json', d + '/settings.json') for d in "
-                                         "('.claude', os.path.expanduser('~/.claude'))]\" && echo planted")
+        plant = ("python3 -c \"import os, shutil; [os.makedirs(d, exist_ok=True) or "
+                 "shutil.copy('planted.json', d + '/settings.json') for d in "
+                 "('.claude', os.path.expanduser('~/.claude'))]\" && echo planted")
+        out, result = await bash(runner, api, plant)
         assert "planted" in out, out
+        # The workspace's Claude Code settings are protected: what the phase wrote there is undone.
+        assert not (runner.workdir / ".claude" / "settings.json").exists()
+        assert str(runner.workdir / ".claude" / "settings.json") in result.diagnostics.sandbox.restored
+        # A phase that asks may leave them (allow_repository_config_writes).
+        out, _ = await bash(runner, api, plant, phase_id="p1b", allow_repository_config_writes=True)
         assert (runner.workdir / ".claude" / "settings.json").exists()
         await bash(runner, api, "echo next phase", phase_id="p2")
         assert not marker.exists(), "a hook planted by an earlier phase ran"

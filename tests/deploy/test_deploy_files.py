@@ -93,8 +93,13 @@ def container() -> dict:
 
 
 def config_toml() -> dict:
+    """The ConfigMap's config.toml by flat key; it is written in sections, with no deprecated key."""
+    from helix_runner.config_file import flatten
+
     (cm,) = load("configmap.yaml")
-    return tomllib.loads(cm["data"]["config.toml"])
+    values, notices = flatten(tomllib.loads(cm["data"]["config.toml"]))
+    assert notices == []
+    return values
 
 
 # --- linters and schema validation -----------------------------------------------------------
@@ -606,12 +611,18 @@ def test_the_sandbox_overlay_states_what_the_sandbox_needs() -> None:
     }
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
-    assert load_config(environ={"HELIX_RUNNER_SANDBOX": env["HELIX_RUNNER_SANDBOX"]}).sandbox == "required"
+    overlay = load_config(environ={k: v for k, v in env.items() if k.startswith("HELIX_RUNNER_SANDBOX")})
+    assert overlay.sandbox == "required"
+    assert set(overlay.sandbox_required_layers) == {"namespaces", "network", "landlock", "seccomp"}
     # The base runs Landlock-only under RuntimeDefault, and says so.
     assert statefulset()["spec"]["template"]["spec"]["securityContext"]["seccompProfile"] == {
         "type": "RuntimeDefault"
     }
-    assert config_toml()["sandbox"] == "auto"
+    # It requires what RuntimeDefault leaves (no user namespaces: no bubblewrap): phases never run with less.
+    assert config_toml()["sandbox"] == "required"
+    assert set(config_toml()["sandbox_required_layers"]) == {"network", "landlock", "seccomp"}
+    assert docker_env()["HELIX_RUNNER_SANDBOX"] == "required"
+    assert set(docker_env()["HELIX_RUNNER_SANDBOX_REQUIRED_LAYERS"].split(",")) == {"network", "landlock", "seccomp"}
     # Unconfined AppArmor is outside baseline: enforce privileged, still warn about restricted.
     (namespace_patch,) = load("namespace-patch.yaml", SANDBOX)
     labels = namespace_patch["metadata"]["labels"]

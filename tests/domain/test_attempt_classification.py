@@ -104,6 +104,13 @@ TABLE = [
     ("localcli-16-ctl-permissions.jsonl", exited(1), K.EXECUTION_ERROR, False, "error_during_execution"),
     # --resume of a session with no transcript: resuming it again cannot help.
     ("cli-resume-unknown-session.jsonl", exited(1), K.EXECUTION_ERROR, False, "error_during_execution"),
+    # The server stopped the phase at one of its limits: another attempt would do the same.
+    ("cli-resume-crash-attempt1.jsonl", ended(EndCause.PROCESS_LIMIT, "its limit of 64 processes"),
+     K.RESOURCE_LIMIT, False, "64 processes"),
+    ("localcli-28-ratelimit429-recovered.jsonl", ended(EndCause.OUTPUT_LIMIT, "phase_output_max_bytes"),
+     K.RESOURCE_LIMIT, False, "phase_output_max_bytes"),
+    ("cli-resume-crash-attempt1.jsonl", ended(EndCause.LINE_LIMIT, "max_line_bytes"), K.RESOURCE_LIMIT, False,
+     "max_line_bytes"),
 ]
 
 

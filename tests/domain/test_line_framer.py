@@ -157,3 +157,14 @@ def test_lines_and_offsets_describe_the_input(stream):
     expected = [without_cr(raw) for raw in physical[:-1] if without_cr(raw).strip()]
     assert [line for line, _, _ in items] == expected
     assert bool(tail) == bool(physical[-1].strip())
+
+
+def test_over_cap_says_when_the_unfinished_line_passed_the_cap_and_memory_stays_at_it():
+    framer = LineFramer(max_line_bytes=1024)
+    framer.push(b"x" * 1000)
+    assert not framer.over_cap and framer.pending_bytes == 1000
+    for _ in range(64):  # 64 KiB more without a newline: dropped as it comes, never held
+        framer.push(b"x" * 1024)
+    assert framer.over_cap and framer.pending_bytes == 0
+    assert framer.push(b"\n{}\n")[0].reason is ParseErrorReason.LINE_TOO_LONG
+    assert not framer.over_cap

@@ -139,3 +139,14 @@ def test_structured_output_retries_exhausted_says_so():
     assert out.status is PhaseStatus.FAILED
     assert out.reason.startswith("structured output failed: no object matching options.json_schema")
     assert "after 5 attempts" in out.reason
+
+
+@pytest.mark.parametrize(("cause", "fault"), [(EndCause.PROCESS_LIMIT, ResourceFault.PROCESS_LIMIT),
+                                              (EndCause.OUTPUT_LIMIT, ResourceFault.OUTPUT_LIMIT),
+                                              (EndCause.LINE_LIMIT, ResourceFault.LINE_LIMIT)])
+def test_a_limit_the_server_stopped_the_phase_at_fails_it_with_that_fault(cause, fault):
+    ok = LastResult("success", False)
+    stopped = ProcessExit(cause, None, "SIGKILL", True, "the phase reached its limit of 64 processes (pids_limit)")
+    outcome = decide_outcome(stopped, ok, writes_lost=SessionWritesLost("ENOSPC", ("transcript",)))
+    assert (outcome.status, outcome.fault) == (PhaseStatus.FAILED, fault)  # the limit, not the disk, is the cause
+    assert outcome.reason == stopped.detail

@@ -376,3 +376,13 @@ def test_a_stream_taken_over_continues_the_sequence_of_the_history_before_it():
     assert (event.sequence, event.session_id, stream.last_sequence) == (42, "s-1", 42)
     with pytest.raises(ValueError):
         stream.continue_from(7)
+
+
+def test_line_over_cap_is_known_before_the_line_ends_and_stays_known():
+    stream = make(max_line_bytes=256)
+    stream.feed(b'{"type":"system","subtype":"x"}\n')
+    assert not stream.line_over_cap
+    stream.feed(b"y" * 300)  # no newline yet: the framer drops it as it comes
+    assert stream.line_over_cap
+    stream.feed(b"\n")
+    assert stream.line_over_cap  # a dropped line was seen

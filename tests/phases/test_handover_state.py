@@ -92,6 +92,19 @@ def test_the_mirror_copies_whole_new_lines_and_a_rewritten_file_again(tmp_path: 
     assert store.dropped == 1 and store.chunks == [(0, b'{"c":3}\n')]
 
 
+def test_the_mirror_reads_a_huge_transcript_a_chunk_at_a_time(tmp_path: Path, monkeypatch):
+    """The phase can write its transcript itself: a read of all of it at once held all of it in memory."""
+    monkeypatch.setattr(h.TranscriptMirror, "CHUNK_BYTES", 64)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(b'{"n":%03d}\n' % i for i in range(30)))  # 300 bytes of whole lines
+    store = FakeHandover()
+    mirror = h.TranscriptMirror(store, "j", "p")
+    while mirror.mirror(path, "s-1"):
+        pass
+    assert all(len(d) <= 64 for _, d in store.chunks) and len(store.chunks) > 1
+    assert b"".join(d for _, d in store.chunks) == path.read_bytes()
+
+
 def test_a_restored_transcript_never_writes_through_a_symlink(tmp_path: Path):
     target = tmp_path / "projects" / "d" / "s.jsonl"
     h.restore_transcript(b"x\n", target)

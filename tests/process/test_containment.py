@@ -87,7 +87,7 @@ def test_detection_reports_what_it_chose(containment):
     if containment.mode is ContainmentMode.SUBREAPER:
         assert containment.limits_available == () and "forced" in containment.detail
     else:
-        assert set(containment.limits_available) == {"memory", "cpu"}  # this host mounts v1 memory and cpu
+        assert set(containment.limits_available) == {"memory", "cpu", "pids"}  # this host mounts v1 memory, cpu, pids
 
 
 def test_auto_falls_back_to_the_subreaper_when_no_cgroup_is_usable(tmp_path):
@@ -181,6 +181,36 @@ async def test_an_oom_kill_ends_the_phase(containment, tmp_path):
     assert result.cause is EndCause.OUT_OF_MEMORY
     assert "OOM killer killed 1 process(es) of the phase at its memory limit of 64 MiB" in result.detail
     assert sup.final_stats.oom_kills == 1 and sup.final_stats.memory_peak_bytes >= 60 * 1024 * 1024
+    assert not alive(result.pid)
+
+
+async def test_a_fork_past_the_process_limit_ends_the_phase(containment, tmp_path):
+    """pids.max in the phase's cgroup: the fork beyond it fails, and the supervisor ends the phase
+    with the limit as its cause (a fork bomb would otherwise spin, each fork failing, until its timeout)."""
+    if "pids" not in containment.limits_available:
+        pytest.skip("no pids cgroup with the subreaper fallback")
+    scope = containment.scope(uuid.uuid4().hex, ResourceLimits(pids=16))
+    bomb = textwrap.dedent("""
+        import os, time
+        kids = []
+        try:
+            for _ in range(100):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                kids.append(pid)
+        except OSError as exc:
+            print("refused", len(kids), exc.errno, flush=True)
+        time.sleep(60)
+    """)
+    sink = CollectingSink()
+    sup = ProcessSupervisor(_fake_cli(tmp_path, bomb), cwd=tmp_path, env=dict(os.environ), sink=sink,
+                            limits=ProcessLimits(), scope=scope)
+    result = await asyncio.wait_for(sup.run(), 60)
+    assert result.cause is EndCause.PROCESS_LIMIT, (result.cause, result.detail)
+    assert "its limit of 16 processes" in result.detail
+    assert b"refused" in bytes(sink.stdout) and b" 11" in bytes(sink.stdout)  # EAGAIN
     assert not alive(result.pid)
 
 

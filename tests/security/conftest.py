@@ -50,6 +50,8 @@ import asyncio
 
 import pytest
 from support.attacks import SCENARIOS, AttackOutcome, run_attack_scenarios
+from support.phase_box import SCENARIOS as BOX_SCENARIOS
+from support.phase_box import BoxOutcome, run_box_scenarios
 
 # What each sandbox mode cannot stop, by test (its name and its own parameters): the test stays, and
 # is expected to fail in that mode only. Strict: once the mode refuses it, the entry must go. The
@@ -69,14 +71,38 @@ GAPS: dict[str, dict[tuple[str, ...], str]] = {
 }
 
 
+# The same for the phase-box scenarios (support/phase_box.py), by (mode, server user).
+_NO_NPROC = ("no pids cgroup (an unprivileged server gets none here) and no user namespace, in which RLIMIT_NPROC "
+             "would count the phase's processes alone: nothing bounds the processes of one phase")
+_OFF = "sandbox = off: the phase runs with the server's view; its repository's files are not protected"
+_OFF_GAPS = {
+    ("test_no_trap_left_in_a_repository_runs_later",): _OFF,
+    ("test_the_protected_files_hold_what_they_held_before_the_phase", "trap"): _OFF,
+    ("test_the_protected_files_hold_what_they_held_before_the_phase", "wtrepo"): _OFF,
+    ("test_the_worktree_redirects_point_where_the_server_made_them",): _OFF,
+}
+BOX_GAPS: dict[tuple[str, str], dict[tuple[str, ...], str]] = {
+    ("landlock-only", "nobody"): {("test_a_fork_bomb_is_held_at_the_process_limit",): _NO_NPROC},
+    ("off", "root"): _OFF_GAPS,
+    ("off", "nobody"): {**_OFF_GAPS, ("test_a_fork_bomb_is_held_at_the_process_limit",): _NO_NPROC},
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         params = getattr(item, "callspec", None) and item.callspec.params
-        if not params or "attacked" not in params:
+        if not params:
             continue
-        mode, _ = params["attacked"]
-        own = tuple(str(value) for name, value in params.items() if name != "attacked")
-        reason = GAPS.get(mode, {}).get((item.originalname, *own))
+        if "attacked" in params:
+            mode, _ = params["attacked"]
+            own = tuple(str(value) for name, value in params.items() if name != "attacked")
+            reason = GAPS.get(mode, {}).get((item.originalname, *own))
+        elif "boxed" in params:
+            mode, user = params["boxed"]
+            own = tuple(str(value) for name, value in params.items() if name != "boxed")
+            reason = BOX_GAPS.get((mode, user), {}).get((item.originalname, *own))
+        else:
+            continue
         if reason is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"{mode}: {reason}"))
 
@@ -94,5 +120,23 @@ def attacked(request, attack_outcomes) -> AttackOutcome:
     """The scenario's outcome in one sandbox mode with the server as ``root`` or ``nobody``."""
     outcome = attack_outcomes[request.param]
     if isinstance(outcome, BaseException):  # a skip, or the scenario's own failure
+        raise outcome
+    return outcome
+
+
+@pytest.fixture(scope="session")
+def box_outcomes(request, claude_binary) -> dict:
+    """Every phase-box scenario the selected tests need, run once (a few at a time) and torn down."""
+    wanted = [item.callspec.params["boxed"] for item in request.session.items
+              if "boxed" in getattr(getattr(item, "callspec", None), "params", {})]
+    return asyncio.run(run_box_scenarios(list(dict.fromkeys(wanted)), str(claude_binary.path)))
+
+
+@pytest.fixture(scope="session", params=BOX_SCENARIOS, ids=[f"{mode}-{user}" for mode, user in BOX_SCENARIOS])
+def boxed(request, box_outcomes) -> BoxOutcome:
+    """The phase-box scenario (support/phase_box.py) in one sandbox mode with the server as ``root`` or
+    ``nobody``."""
+    outcome = box_outcomes[request.param]
+    if isinstance(outcome, BaseException):
         raise outcome
     return outcome

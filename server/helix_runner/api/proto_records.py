@@ -77,6 +77,9 @@ _RESOURCE_FAULTS = {
     None: resources_pb2.RESOURCE_FAULT_UNSPECIFIED,
     ResourceFault.OUT_OF_MEMORY: resources_pb2.RESOURCE_FAULT_OUT_OF_MEMORY,
     ResourceFault.DISK_FULL: resources_pb2.RESOURCE_FAULT_DISK_FULL,
+    ResourceFault.PROCESS_LIMIT: resources_pb2.RESOURCE_FAULT_PROCESS_LIMIT,
+    ResourceFault.OUTPUT_LIMIT: resources_pb2.RESOURCE_FAULT_OUTPUT_LIMIT,
+    ResourceFault.LINE_LIMIT: resources_pb2.RESOURCE_FAULT_LINE_LIMIT,
 }
 
 
@@ -108,6 +111,7 @@ def sandbox_to_proto(s: SandboxReport) -> resources_pb2.SandboxReport:
     return resources_pb2.SandboxReport(
         setting=s.setting, home=s.home, egress_ports=list(s.egress_ports),
         layers=[resources_pb2.SandboxLayer(name=x.name, active=x.active, detail=x.detail) for x in s.layers],
+        protected=list(s.protected), restored=list(s.restored),
     )
 
 

@@ -49,4 +49,6 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "setting_sources": o.setting_sources if o.HasField("setting_sources") else None,
         "json_schema": o.json_schema,
         "egress_allowlist": tuple(o.egress_allowlist),
+        "allow_repository_config_writes": o.allow_repository_config_writes,
+        "pids_limit": o.pids_limit,
     }

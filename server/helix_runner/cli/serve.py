@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
@@ -52,6 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sandbox-skip-layers",
         help="comma-separated sandbox layers to leave off: namespaces, network, landlock, seccomp",
+    )
+    p.add_argument(
+        "--sandbox-required-layers",
+        help="with --sandbox required: the layers without which no phase runs (default: all four)",
     )
     p.add_argument("--cgroup-parent", help="where phase cgroups go (relative to the server's cgroup, or absolute)")
     p.add_argument(
@@ -110,12 +115,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from helix_runner.structured_logging import configure_logging
 
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "handler")}
+    notices: list[str] = []
     try:
-        config = load_config(flags=flags, config_file=args.config)
+        config = load_config(flags=flags, config_file=args.config, notices=notices)
     except ConfigError as exc:
         print(f"helix-runner: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, config.log_format)
+    for notice in notices:  # an old file's flat keys still work; say how to write them now
+        logging.getLogger("helix_runner.config").warning(notice)
     try:
         asyncio.run(serve(config))
     except StartupError as exc:

@@ -166,7 +166,8 @@ class AttemptEndKind(enum.IntEnum):
     SERVER_SHUTDOWN = 21
     SPAWN_FAILED = 22
     MOVED = 23
-    REWOUND = 24  # RewindPhase stopped the attempt to go back to a checkpoint in place
+    RESOURCE_LIMIT = 24
+    REWOUND = 25  # RewindPhase stopped the attempt to go back to a checkpoint in place
 
 
 class QueueReason(enum.IntEnum):

@@ -47,6 +47,11 @@ class LineFramer:
         self._offset = 0  # byte offset where the current line starts
 
     @property
+    def over_cap(self) -> bool:
+        """Whether the current, unfinished line has passed the cap (its bytes are being dropped)."""
+        return self._skipping
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes held for the incomplete current line (never more than the cap)."""
         return self._pending_len

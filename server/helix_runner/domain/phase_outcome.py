@@ -28,6 +28,10 @@ class EndCause(enum.Enum):
     INTERRUPTED = "interrupted"  # the server is shutting down
     SPAWN_FAILED = "spawn_failed"
     OUT_OF_MEMORY = "out_of_memory"  # the kernel's OOM killer killed a process of the phase (memory limit)
+    # The server stopped the phase at one of its limits (``detail`` names it and its value):
+    PROCESS_LIMIT = "process_limit"  # the kernel refused a fork at the phase's process limit (pids.max)
+    OUTPUT_LIMIT = "output_limit"  # what the phase made the server write passed phase_output_max_bytes
+    LINE_LIMIT = "line_limit"  # a line of the CLI's stdout passed max_line_bytes
 
 
 class ResourceFault(enum.Enum):
@@ -35,6 +39,18 @@ class ResourceFault(enum.Enum):
 
     OUT_OF_MEMORY = "out_of_memory"  # a process of the phase was OOM-killed (its memory limit)
     DISK_FULL = "disk_full"  # the CLI could not save its session (``system/session_writes_lost``)
+    PROCESS_LIMIT = "process_limit"  # its processes reached the phase's process limit
+    OUTPUT_LIMIT = "output_limit"  # its recording, events and transcripts reached their cap in the data dir
+    LINE_LIMIT = "line_limit"  # its CLI's stdout carried a line longer than max_line_bytes
+
+
+# The causes that are a limit of the server's, and the fault each one is.
+LIMIT_FAULTS = {
+    EndCause.OUT_OF_MEMORY: ResourceFault.OUT_OF_MEMORY,
+    EndCause.PROCESS_LIMIT: ResourceFault.PROCESS_LIMIT,
+    EndCause.OUTPUT_LIMIT: ResourceFault.OUTPUT_LIMIT,
+    EndCause.LINE_LIMIT: ResourceFault.LINE_LIMIT,
+}
 
 
 @dataclass(frozen=True)
@@ -92,7 +108,7 @@ def decide_outcome(
     which is why the CLI itself exits 1 for it outside stream-json mode.
     """
     outcome = _decide(process, last_result, result_count)
-    if process.cause is EndCause.OUT_OF_MEMORY:
+    if process.cause in LIMIT_FAULTS:
         return outcome
     if writes_lost is not None:
         if outcome.status is PhaseStatus.SUCCEEDED:
@@ -111,6 +127,9 @@ def _decide(process: ProcessExit, last_result: LastResult | None, result_count: 
             f"out of memory: {process.detail or 'a process of the phase was OOM-killed'}",
             ResourceFault.OUT_OF_MEMORY,
         )
+    if cause in LIMIT_FAULTS:  # the server stopped the phase at a limit; its detail names it
+        return Outcome(PhaseStatus.FAILED, process.detail or f"the phase reached a limit ({cause.value})",
+                       LIMIT_FAULTS[cause])
     if cause is EndCause.CANCELLED:
         return Outcome(PhaseStatus.CANCELLED, process.detail or "cancelled")
     if cause is EndCause.INTERRUPTED:

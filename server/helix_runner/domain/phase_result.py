@@ -56,6 +56,10 @@ class SandboxReport:
     layers: tuple[SandboxLayer, ...] = ()
     home: str = ""
     egress_ports: tuple[int, ...] = ()
+    # The repository paths the phase could not change (its git config, hooks, attributes...), and
+    # those it changed anyway (without bubblewrap) that the server put back when it ended.
+    protected: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
 
     def layer(self, name: str) -> SandboxLayer | None:
         return next((layer for layer in self.layers if layer.name == name), None)

@@ -54,6 +54,9 @@ ON_DISCONNECT = tuple(OnDisconnect)
 MIN_MEMORY_LIMIT_BYTES = 32 * 1024 * 1024
 MIN_CPU_LIMIT_MILLICORES = 10
 MAX_CPU_LIMIT_MILLICORES = 1_000_000
+# Processes and threads of a phase at once: the CLI alone runs about a dozen threads.
+MIN_PIDS_LIMIT = 16
+MAX_PIDS_LIMIT = 4_194_304  # the kernel's pid_max ceiling
 WORKSPACE_MODES = ("IN_PLACE", "GIT_WORKTREE")
 WORKTREE_RETENTIONS = ("", "KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
 # A commit-ish: names, `~`/`^` suffixes, `@{...}`; never a leading dash (it would be read as a flag).
@@ -129,6 +132,10 @@ class PhaseSpec:
     # Domains the egress proxy allows this phase besides the server's (validated by the phases layer
     # with the proxy's rules, helix_runner/egress/allowlist.py).
     egress_allowlist: tuple[str, ...] = ()
+    # The repository's git config, hooks and attributes and Claude Code's project settings stay
+    # writable (process/sandbox/repo_guard.py; read-only by default).
+    allow_repository_config_writes: bool = False
+    pids_limit: int = 0  # 0: the server's default
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -183,6 +190,9 @@ class PhaseSpec:
                 f"must be 0 (the server's default) or "
                 f"{MIN_CPU_LIMIT_MILLICORES} to {MAX_CPU_LIMIT_MILLICORES}",
             )
+        if self.pids_limit and not MIN_PIDS_LIMIT <= self.pids_limit <= MAX_PIDS_LIMIT:
+            raise invalid_field("options.pids_limit",
+                                f"must be 0 (the server's default) or {MIN_PIDS_LIMIT} to {MAX_PIDS_LIMIT}")
         if self.on_disconnect not in ON_DISCONNECT:
             raise invalid_field("options.on_disconnect", f"unknown value {self.on_disconnect!r}",
                                 value=self.on_disconnect)

@@ -95,10 +95,18 @@ class PhaseStream:
         self._results: deque[TurnResult] = deque(maxlen=MAX_RESULTS_KEPT)
         self._result_count = 0
         self._parse_errors = 0
+        self._long_lines = 0
         self._stdout_bytes = 0
         self._last_cost: PhaseCostSnapshot | None = None
         self._last_cost_ns: int | None = None
         self._finished = False
+
+    @property
+    def line_over_cap(self) -> bool:
+        """Whether a line went past ``max_line_bytes``: one was dropped, or the unfinished current
+        one is being dropped now (the CLI never writes one; a process that writes into its stdout
+        might, to grow the server's memory)."""
+        return self._long_lines > 0 or self._framer.over_cap
 
     # ----------------------------------------------------------------------------------------------
     # Input.
@@ -138,6 +146,7 @@ class PhaseStream:
                 except _JSONDecodeError:  # also what orjson raises for a framer's ParseError entry
                     if line.__class__ is ParseError:  # over-long line, reported by the framer
                         self._parse_errors += 1
+                        self._long_lines += 1
                         seq += 1
                         append(Event(seq, now, self._session_id or "", "", "", "", line))
                         continue

@@ -247,8 +247,12 @@ class TranscriptMirror:
     """Copies what the CLI appended to its transcript since the last copy into the shared store.
 
     The CLI appends to the file; a file shorter than what was copied was rewritten, and is copied
-    again whole. Called at turn boundaries and at the hand-over, off the event loop.
+    again whole. Called at turn boundaries and at the hand-over, off the event loop. At most
+    ``CHUNK_BYTES`` a call (the next call copies on): the phase can write its transcript itself, and
+    a read of all of it at once would hold all of it in the server's memory.
     """
+
+    CHUNK_BYTES = 16 * 1024 * 1024
 
     def __init__(self, handover, job_id: str, phase_id: str):
         self._handover = handover
@@ -267,7 +271,7 @@ class TranscriptMirror:
                     self._handover.drop_transcript(self.job_id, self.phase_id, session_id)
                     self.copied = 0
                 f.seek(self.copied)
-                data = f.read(size - self.copied)
+                data = f.read(min(size - self.copied, self.CHUNK_BYTES))
         except FileNotFoundError:
             return 0
         # Only whole lines: the CLI may be in the middle of writing the last one.

@@ -36,6 +36,7 @@ from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundErro
 from helix_runner.process.containment import MODE_NAMES, Containment, PhaseScope
 from helix_runner.process.git_worktree import PhaseWorkspace, workspace_for
 from helix_runner.process.key_broker import KeyBroker
+from helix_runner.process.sandbox import repo_guard
 from helix_runner.process.sandbox.phase_sandbox import PhaseSandbox, Sandbox, runtime_paths
 from helix_runner.process.secret_files import SecretArgFiles
 from helix_runner.process.supervisor import ProcessLimits
@@ -149,9 +150,27 @@ class Launcher:
                                   f"options.{name}_limit: this server cannot enforce a {name} limit "
                                   f"({MODE_NAMES[self.containment.mode]} containment without a {name} cgroup)",
                                   {"limit": name, "containment": MODE_NAMES[self.containment.mode]})
+        if spec.pids_limit and "pids" not in available and not self._sandbox_nproc:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "LIMITS_UNAVAILABLE",
+                              "options.pids_limit: this server cannot enforce a process limit (no pids cgroup, "
+                              "and no user namespace of the phase's own for RLIMIT_NPROC)",
+                              {"limit": "pids", "containment": MODE_NAMES[self.containment.mode]})
         memory = requested.memory_bytes or (config.default_memory_limit_bytes or None)
         cpu = requested.cpu_millicores or (config.default_cpu_limit_millicores or None)
-        return ResourceLimits(memory if "memory" in available else None, cpu if "cpu" in available else None)
+        pids = spec.pids_limit or (config.default_pids_limit or None)
+        return ResourceLimits(memory if "memory" in available else None, cpu if "cpu" in available else None,
+                              pids if "pids" in available else None)
+
+    @property
+    def _sandbox_nproc(self) -> bool:
+        """Whether the sandbox can hold a process limit itself (RLIMIT_NPROC in a user namespace)."""
+        return self.sandbox is not None and self.sandbox.enforces_nproc
+
+    def sandbox_nproc(self, spec: PhaseSpec, config: ServerConfig) -> int | None:
+        """The process limit the sandbox enforces where no pids cgroup does (None: none there)."""
+        if "pids" in self.containment.limits_available or not self._sandbox_nproc:
+            return None
+        return spec.pids_limit or config.default_pids_limit or None
 
     def argv(self, claude_path: str, spec: PhaseSpec) -> tuple[str, ...]:
         return tuple(build_argv(claude_path, spec, settings=self.key_broker.cli_settings() if self.key_broker else None))
@@ -186,15 +205,21 @@ class Launcher:
         private = [str(secrets_dir or config.data_dir / "phase-secrets" / run_id)]
         if self.key_broker is not None:
             private.append(str(self.key_broker.socket_path.parent))
+        worktree = None
         if workspace.mode == "GIT_WORKTREE" and workspace.worktree_path is not None:
-            read_write.append(str(workspace.worktree_path))
+            worktree = workspace.worktree_path
+            read_write.append(str(worktree))
         if workspace.toplevel is not None:  # git needs the repository's own directory to commit
             read_only.append(str(workspace.toplevel))
-            common = workspace.toplevel / ".git"
-            if common.is_dir():
-                read_write.append(str(common))
+            if (repo := repo_guard.layout(workspace.toplevel)) is not None:  # its .git, a real directory
+                read_write.append(str(repo.common_dir))
         phase = self.sandbox.prepare(run_id, cwd=cwd, project=project, read_write=read_write, read_only=read_only,
-                                     covered=[str(r) for r in config.workspace_roots], private_read_only=private)
+                                     covered=[str(r) for r in config.workspace_roots], private_read_only=private,
+                                     repos=[] if worktree is not None or workspace.toplevel is None
+                                     else [workspace.toplevel],
+                                     worktree=worktree, worktree_of=workspace.toplevel,
+                                     protect=not spec.allow_repository_config_writes,
+                                     nproc=self.sandbox_nproc(spec, config))
         if spec.resume_session_id:
             try:
                 self.sandbox.restore_session(phase, spec.resume_session_id, cwd)
@@ -259,6 +284,7 @@ async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher,
                 timeout=spec.timeout_s or config.default_phase_timeout_seconds,
                 idle_timeout=spec.idle_timeout_s or config.default_idle_timeout_seconds,
                 exit_grace=config.exit_grace_seconds,
+                output_max_bytes=config.phase_output_max_bytes,
             ),
             claude_path=f"{claude.path} ({claude.found_via})",
             recording_dir=recording_dir,

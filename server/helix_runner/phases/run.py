@@ -40,6 +40,7 @@ from helix_runner.domain.events import (
     TurnResult,
     UserMessage,
 )
+from helix_runner.domain.output_budget import OutputBudget
 from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
 from helix_runner.domain.phase_result import Attempt, PhaseDiagnostics, PhaseResult
 from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
@@ -211,6 +212,8 @@ class PhaseRun:
         # O_NOFOLLOW: a symlink planted in the recording directory is refused, never written through.
         self._stdout_file = open(plan.recording_dir / "stdout.jsonl", "ab", opener=_no_follow)
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab", opener=_no_follow)
+        # What the phase makes the server write, against phase_output_max_bytes (domain/output_budget.py).
+        self._output = OutputBudget(plan.limits.output_max_bytes)
         self.auth_source = ""  # the latest init line's `apiKeySource`
         self._revoke_key = lambda: None
         self._writes_lost: SessionWritesLost | None = None
@@ -316,6 +319,7 @@ class PhaseRun:
         self._stdout_file.close()
         self._stderr_file.close()
         if self.sandbox is not None:  # the transcript is in the shared store; the private home goes
+            await asyncio.to_thread(self.sandbox.restore)
             await asyncio.to_thread(self.sandbox.close)
         self.moved = True
         self.telemetry.on_moved()
@@ -537,6 +541,22 @@ class PhaseRun:
             self.retries.admission.started(self._ticket)  # type: ignore[union-attr,arg-type]
         self._stdout_file.write(chunk)
         self._publish(self.stream.feed(chunk))
+        self._charge(len(chunk))
+        if self.stream.line_over_cap:  # memory stays at the cap (the framer drops the rest), the phase stops
+            self._at_limit(EndCause.LINE_LIMIT, f"the CLI's stdout carried a line longer than the limit of "
+                           f"{self.plan.stream_options.max_line_bytes} bytes (max_line_bytes), which the CLI never "
+                           "writes; a process of the phase wrote into it; it was stopped")
+
+    def _charge(self, n: int) -> None:
+        """Counts bytes the server writes for the phase; stops it past phase_output_max_bytes."""
+        if self._output.charge(n):
+            self._at_limit(EndCause.OUTPUT_LIMIT, self._output.describe())
+
+    def _at_limit(self, cause: EndCause, reason: str) -> None:
+        """The phase went past one of its limits: it ends now, FAILED with the limit as its reason."""
+        if self._stop is None:
+            log.warning("phase stopped at a limit", extra={"fields": {**self._log_fields(), "limit": cause.value}})
+            self.request_stop_with_reason(cause, reason)
 
     async def room(self) -> None:
         """Returns once the writer's backlog has room for more output (back-pressure on the CLI)."""
@@ -544,6 +564,7 @@ class PhaseRun:
 
     def on_stderr_line(self, line: bytes, truncated: bool) -> None:
         self._stderr_file.write(line + b"\n")
+        self._charge(len(line) + 1)
         text = StderrOutput.from_bytes(line)
         self._publish([self.stream.emit(StderrOutput(text.text, text.truncated or truncated))])
 
@@ -614,6 +635,7 @@ class PhaseRun:
                                 start_ns, time.time_ns())
             self.result = self._finish(exit_, None, None)
             if self.sandbox is not None:
+                self.sandbox.restore()
                 self.sandbox.close()
             if self.checkpoints is not None:
                 self.checkpoints.abandon()
@@ -622,6 +644,8 @@ class PhaseRun:
             await self.checkpoints.close()
         if self._moving is not None and await self._hand_over():
             return None
+        if self.sandbox is not None:  # what it changed of its repository's git config and hooks, put back
+            await asyncio.to_thread(self.sandbox.restore)
         artifacts = None
         if self.plan.workspace is not None:  # the process group is gone: the tree is final
             artifacts = await self.plan.workspace.collect()
@@ -705,6 +729,8 @@ class PhaseRun:
         if self.plan.egress is not None and not self.supervisor.warm:  # its capability, kept across attempts
             self.supervisor.env.update(self.plan.egress.child_env())
         self._ran_here = True
+        if self.sandbox is not None:  # the workspace exists now: its protected paths, and their snapshot
+            await asyncio.to_thread(self.sandbox.arm)
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self._ticket_starting = self._ticket is not None
@@ -861,9 +887,10 @@ class PhaseRun:
 
     def _persist_and_offer(self, events: list[Event]) -> None:
         encoder, job, phase = self.encoder, self.job_id, self.phase_id
-        self.events.publish([EventRow(e.sequence, e.receive_time_ns, encoder.event_kind(e),
-                                      encoder.encode_event(job, phase, e)) for e in events],
-                            self.notifier.outbox(events) if self.notifier is not None else ())
+        rows = [EventRow(e.sequence, e.receive_time_ns, encoder.event_kind(e), encoder.encode_event(job, phase, e))
+                for e in events]
+        self.events.publish(rows, self.notifier.outbox(events) if self.notifier is not None else ())
+        self._charge(sum(len(row.body) for row in rows))
 
     def _note_stream_facts(self, events: list[Event]) -> None:
         """Message counts, how the CLI was billed, lost session writes."""

@@ -11,7 +11,9 @@ A phase cgroup has up to three roles, each in the hierarchy that can fill it:
 - core (enumerate, freeze, kill): v2 (``cgroup.procs``, ``cgroup.freeze``, ``cgroup.kill``) or
   the v1 freezer (``freezer.state``; killing is freeze, SIGKILL every member, thaw, until empty);
 - memory: v2 ``memory.max`` (with ``memory.oom.group``) or v1 ``memory.limit_in_bytes``;
-- cpu: v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``.
+- cpu: v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``;
+- pids: ``pids.max`` (the same file in v2 and v1): a fork beyond it fails with EAGAIN, and
+  ``pids.events`` counts the refusals, which is how the server learns a phase hit it.
 
 On a hybrid host the core is the v2 ``unified`` mount (its core files need no controller) and
 the limits come from the v1 hierarchies.
@@ -182,6 +184,7 @@ class ResourceLimits:
 
     memory_bytes: int | None = None
     cpu_millicores: int | None = None
+    pids: int | None = None  # processes and threads at once
 
     def describe(self) -> str:
         parts = []
@@ -189,6 +192,8 @@ class ResourceLimits:
             parts.append(f"memory {self.memory_bytes // (1024 * 1024)} MiB")
         if self.cpu_millicores:
             parts.append(f"cpu {self.cpu_millicores / 1000:g} cores")
+        if self.pids:
+            parts.append(f"{self.pids} processes")
         return ", ".join(parts) or "no limits"
 
 
@@ -201,6 +206,7 @@ class PhaseCgroup:
     memory: Role | None = None
     cpu: Role | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    pids: Role | None = None
 
     @property
     def core_dir(self) -> Path:
@@ -215,10 +221,14 @@ class PhaseCgroup:
         return self.cpu.base / self.name if self.cpu else None
 
     @property
+    def pids_dir(self) -> Path | None:
+        return self.pids.base / self.name if self.pids else None
+
+    @property
     def dirs(self) -> list[Path]:
         """Every directory of the cgroup, the core first, each once."""
         out: list[Path] = []
-        for d in (self.core_dir, self.memory_dir, self.cpu_dir):
+        for d in (self.core_dir, self.memory_dir, self.cpu_dir, self.pids_dir):
             if d is not None and d not in out:
                 out.append(d)
         return out
@@ -235,7 +245,7 @@ class PhaseCgroup:
         made: list[Path] = []
         try:
             for attempt in range(3):
-                for role in (self.core, self.memory, self.cpu):
+                for role in (self.core, self.memory, self.cpu, self.pids):
                     if role is not None:
                         role.ensure()
                 try:
@@ -286,6 +296,11 @@ class PhaseCgroup:
             else:
                 _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
                 _write(cpu / "cpu.cfs_quota_us", str(quota))
+        if lim.pids:
+            pids = self.pids_dir
+            if pids is None:
+                raise OSError(errno.ENOTSUP, "no pids controller")
+            _write(pids / "pids.max", str(lim.pids))
 
     def remove(self, limit_s: float = 2.0) -> bool:
         """Removes the (empty) directories; a cgroup stays busy for a moment after its last exit."""
@@ -304,7 +319,7 @@ class PhaseCgroup:
                 break
             time.sleep(0.01)
         if not left:
-            for role in (self.core, self.memory, self.cpu):
+            for role in (self.core, self.memory, self.cpu, self.pids):
                 if role is not None:
                     role.prune()
         return not left
@@ -397,6 +412,11 @@ class PhaseCgroup:
         if self.memory.version == 2:
             return _keyed(mem / "memory.events").get("oom_kill", 0)
         return _keyed(mem / "memory.oom_control").get("oom_kill", 0)
+
+    def pids_refused(self) -> int:
+        """Forks the kernel refused in this cgroup because it was at ``pids.max``."""
+        pids = self.pids_dir
+        return _keyed(pids / "pids.events").get("max", 0) if pids is not None and self.limits.pids else 0
 
     def memory_current(self) -> int | None:
         mem = self.memory_dir

@@ -1,8 +1,8 @@
 """The git side of checkpoints: a phase's workspace kept at each tool boundary, cheaply.
 
 Every git call of checkpoints is in this module (they read and write a repository the phase wrote, so
-they go through one runner; today ``git_worktree.git``, with hooks, fsmonitor and external drivers
-disabled).
+they go through the server's git runner, ``host_git.py``: nothing the repository names runs, and
+where bubblewrap runs, git runs in its helper sandbox).
 
 How a snapshot is taken (``WorkspaceSnapshots.take``): the working tree is staged into a *private*
 index of the phase's own (``GIT_INDEX_FILE``, kept for the whole phase, so git's stat cache stays
@@ -28,7 +28,6 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from helix_runner.domain.checkpoints import NO_WORKSPACE_REASON, WorkspaceKind, WorkspaceSnapshot
 from helix_runner.process import git_worktree
 from helix_runner.process.git_worktree import GitError, branch_name, git
+from helix_runner.process.host_git import HOST_GIT
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +67,8 @@ def refs_prefix(job_id: str, phase_id: str) -> str:
 
 
 def _env(index: Path | None = None) -> dict[str, str]:
-    env = git_worktree._env()  # the server's GIT_* variables never redirect these calls
-    if index is not None:
-        env["GIT_INDEX_FILE"] = str(index)
-    return env
+    """The git variables of a call (the runner adds its safe environment): the private index, if any."""
+    return {"GIT_INDEX_FILE": str(index)} if index is not None else {}
 
 
 # -- which paths changed -------------------------------------------------------------------------------
@@ -402,17 +400,8 @@ def _stat(path: Path) -> tuple[float, int, int] | None:
 
 
 def _git_input(cwd: Path, args: tuple[str, ...], env: dict[str, str], data: bytes, *, check: bool) -> bytes:
-    """``git args`` with ``data`` on stdin (``git_worktree.git`` takes none); same safety and bound."""
-    try:
-        proc = subprocess.run(["git", *git_worktree._SAFE, *args], cwd=cwd, env=env, input=data,
-                              capture_output=True, timeout=git_worktree.GIT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise GitError(f"git {args[-1]} took longer than {git_worktree.GIT_TIMEOUT:.0f}s") from None
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc.strerror or exc}") from None
-    if check and proc.returncode != 0:
-        raise GitError(f"git failed ({proc.returncode}): {proc.stderr.decode('utf-8', 'replace').strip()[:500]}")
-    return proc.stdout
+    """``git args`` with ``data`` on stdin, through the server's git runner."""
+    return HOST_GIT.run(cwd, *args, env=env, input=data, check=check)
 
 
 # -- using a snapshot ----------------------------------------------------------------------------------
@@ -447,9 +436,10 @@ def restore(snapshot: WorkspaceSnapshot, work_dir: Path) -> None:
     tracked files to the checkpoint's HEAD, untracked files removed (ignored ones stay), then the
     checkpoint's uncommitted and untracked changes written back (unstaged, as they were)."""
     env = _env()
+    rw = (work_dir,)  # a rewind writes the working tree back
     if snapshot.head:
-        git(work_dir, "reset", "--quiet", "--hard", snapshot.head, env=env)
-    git(work_dir, "clean", "--quiet", "-d", "--force", env=env)
+        git(work_dir, "reset", "--quiet", "--hard", snapshot.head, env=env, writable=rw)
+    git(work_dir, "clean", "--quiet", "-d", "--force", env=env, writable=rw)
     empty = git(work_dir, "hash-object", "-t", "tree", "/dev/null", env=env).decode().strip()
     base = git(work_dir, "rev-parse", f"{snapshot.head}^{{tree}}", env=env).decode().strip() if snapshot.head \
         else empty
@@ -460,7 +450,7 @@ def restore(snapshot: WorkspaceSnapshot, work_dir: Path) -> None:
         git(work_dir, "read-tree", base, env=ienv)
         git(work_dir, "update-index", "-q", "--refresh", env=ienv, check=False)  # the stat data of the files
         # A two-tree merge from the HEAD's tree to the checkpoint's: writes the files that differ.
-        git(work_dir, "read-tree", "-m", "-u", base, snapshot.tree, env=ienv)
+        git(work_dir, "read-tree", "-m", "-u", base, snapshot.tree, env=ienv, writable=rw)
 
 
 def delete_refs(repository: Path, job_id: str, phase_id: str) -> int:

@@ -177,7 +177,8 @@ class PhaseScope:
         self.cgroup: PhaseCgroup | None = None
         if containment.core is not None:
             self.cgroup = PhaseCgroup(
-                containment.core, f"phase-{run_id}", containment.memory, containment.cpu, limits
+                containment.core, f"phase-{run_id}", containment.memory, containment.cpu, limits,
+                pids=containment.pids,
             )
         self.shim_pid: int | None = None
         self.shim_start: int | None = None
@@ -285,6 +286,10 @@ class PhaseScope:
     def oom_kills(self) -> int:
         return self.cgroup.oom_kills() if self.cgroup else 0
 
+    def pids_refused(self) -> int:
+        """Forks refused at the phase's process limit (0 without a pids cgroup)."""
+        return self.cgroup.pids_refused() if self.cgroup else 0
+
     def stats(self) -> ScopeStats:
         if self._final is not None:
             return self._final
@@ -334,6 +339,7 @@ class Containment:
         cpu: Role | None = None,
         hierarchies: Sequence[Hierarchy] = (),
         cgroup_parent: str = "",
+        pids: Role | None = None,
     ):
         self.mode = mode
         self.instance = instance
@@ -341,13 +347,15 @@ class Containment:
         self.core = core
         self.memory = memory
         self.cpu = cpu
+        self.pids = pids
         self._hierarchies = list(hierarchies)
         self._cgroup_parent = cgroup_parent
 
     @property
     def limits_available(self) -> tuple[str, ...]:
-        """Which limits a phase may ask for: ``memory``, ``cpu``."""
-        return tuple(name for name, role in (("memory", self.memory), ("cpu", self.cpu)) if role is not None)
+        """Which limits a phase may ask for: ``memory``, ``cpu``, ``pids``."""
+        return tuple(name for name, role in (("memory", self.memory), ("cpu", self.cpu), ("pids", self.pids))
+                     if role is not None)
 
     def check_limits(self, limits: ResourceLimits) -> None:
         """ContainmentError naming a limit this server cannot enforce."""
@@ -492,7 +500,7 @@ def _cgroup_containment(
     v2 = next((h for h in hierarchies if h.version == 2), None)
     v1 = {c: h for h in hierarchies if h.version == 1 for c in h.controllers}
     notes: list[str] = []
-    memory = cpu = None
+    memory = cpu = pids = None
     if mode is ContainmentMode.CGROUP_V2:
         if v2 is None:
             raise ContainmentError("no cgroup2 hierarchy is mounted")
@@ -500,10 +508,11 @@ def _cgroup_containment(
         if not (base / "cgroup.freeze").exists():
             raise ContainmentError(f"{base} has no cgroup.freeze (kernel older than 5.2)")
         own = v2.own_dir
-        enabled = tuple(sorted(enable_controllers(own, base, ("memory", "cpu")))) if own else ()
+        enabled = tuple(sorted(enable_controllers(own, base, ("memory", "cpu", "pids")))) if own else ()
         core = Role(2, base, enabled, own)
         memory = core if "memory" in enabled else _v1_role(v1, "memory", cgroup_parent, instance, notes)
         cpu = core if "cpu" in enabled else _v1_role(v1, "cpu", cgroup_parent, instance, notes)
+        pids = core if "pids" in enabled else _v1_role(v1, "pids", cgroup_parent, instance, notes)
     else:
         if "freezer" not in v1:
             raise ContainmentError("no cgroup v1 freezer hierarchy is mounted")
@@ -512,14 +521,15 @@ def _cgroup_containment(
             raise ContainmentError(f"{core.base} has no freezer.state")
         memory = _v1_role(v1, "memory", cgroup_parent, instance, notes)
         cpu = _v1_role(v1, "cpu", cgroup_parent, instance, notes)
-    _probe(PhaseCgroup(core, f"probe-{os.getpid()}", memory, cpu))
+        pids = _v1_role(v1, "pids", cgroup_parent, instance, notes)
+    _probe(PhaseCgroup(core, f"probe-{os.getpid()}", memory, cpu, pids=pids))
 
     def where(role: Role | None) -> str:
         return f"v{role.version} {role.base}" if role else "not available"
 
     detail = (
         f"kill/freeze: cgroup v{core.version} {core.base}; memory limits: {where(memory)}; "
-        f"cpu limits: {where(cpu)}"
+        f"cpu limits: {where(cpu)}; process limits: {where(pids)}"
     )
     if notes:
         detail += "; " + "; ".join(notes)
@@ -532,6 +542,7 @@ def _cgroup_containment(
         cpu=cpu,
         hierarchies=hierarchies,
         cgroup_parent=cgroup_parent,
+        pids=pids,
     )
 
 

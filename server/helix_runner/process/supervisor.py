@@ -68,6 +68,9 @@ class ProcessLimits:
     exit_grace: float = 10.0
     # Between SIGTERM to the CLI and SIGKILL to every process of the phase when we stop it.
     kill_grace: float = 3.0
+    # What the phase may make the server write (its output, its events), in bytes (0: no cap;
+    # counted by the run, domain/output_budget.py).
+    output_max_bytes: int = 0
 
 
 @dataclass
@@ -300,7 +303,7 @@ class ProcessSupervisor:
             cause, detail = EndCause.CANCELLED, "the supervising task was cancelled"
             raise
         finally:
-            graceful = cause not in (EndCause.EXITED, EndCause.OUT_OF_MEMORY)
+            graceful = cause not in (EndCause.EXITED, EndCause.OUT_OF_MEMORY, EndCause.PROCESS_LIMIT)
             await self._terminate(proc, wait_task, shim_exit, graceful=graceful)
             stdout_eof = await self._drain(out_task)
             await self._drain(err_task)
@@ -352,16 +355,23 @@ class ProcessSupervisor:
         lim, clk = self.limits, self._clock
         stop_wait = asyncio.create_task(self._stop_event.wait())
         watch_oom = self.scope.limits.memory_bytes is not None and self.scope.cgroup is not None
+        # The same check, as often, for forks refused at the process limit (a fork bomb runs on,
+        # each fork failing, until it is stopped).
+        watch_pids = self.scope.limits.pids is not None and self.scope.cgroup is not None
         next_oom_check = time.monotonic() + OOM_CHECK_S
         try:
             while True:
                 now = time.monotonic()
                 if self._stop_cause is not None:
                     return self._stop_cause, self._stop_detail
-                if watch_oom and now >= next_oom_check:
+                if (watch_oom or watch_pids) and now >= next_oom_check:
                     next_oom_check = now + OOM_CHECK_S
-                    if oom := self.scope.oom_kills():
+                    if watch_oom and (oom := self.scope.oom_kills()):
                         return EndCause.OUT_OF_MEMORY, self._oom_detail(oom)
+                    if watch_pids and (refused := self.scope.pids_refused()):
+                        return EndCause.PROCESS_LIMIT, (
+                            f"the phase reached its limit of {self.scope.limits.pids} processes (pids_limit): the "
+                            f"kernel refused {refused} fork(s); it was stopped")
                 if out_task.done() and wait_task.done():
                     return EndCause.EXITED, ""
                 if out_task.done() and clk.stdout_eof is None:
@@ -395,7 +405,7 @@ class ProcessSupervisor:
                     deadlines.append(clk.stdout_eof + lim.exit_grace)
                 if clk.exited is not None:
                     deadlines.append(clk.exited + lim.exit_grace)
-                if watch_oom:
+                if watch_oom or watch_pids:
                     deadlines.append(next_oom_check)
                 pending = {t for t in (out_task, wait_task, stop_wait) if not t.done()}
                 timeout = max(0.0, min(deadlines) - now) + 0.005

@@ -101,3 +101,27 @@ def test_an_unprivileged_server_covers_only_what_it_could_reach(tree, monkeypatc
     argv = bwrap_argv("bwrap", policy(tree))
     assert f"{tree}/etc/shadow" not in argv  # unreadable to the phase anyway: no mount spent on it
     assert f"{tree}/etc/ssl/private" in pairs(argv, "--tmpfs")
+
+
+def test_a_sized_tmp_is_a_tmpfs_of_that_size_instead_of_the_directory(tree):
+    argv = bwrap_argv("bwrap", policy(tree), tmp_bytes=64 << 20)
+    at = argv.index("--tmpfs")
+    assert argv[at + 1] == "/tmp" and argv[at - 4:at] == ["--size", str(64 << 20), "--perms", "0700"]
+    assert f"{tree}/data/homes/r1/tmp" not in argv
+
+
+def test_protected_paths_are_bound_read_only_over_the_writable_tree_and_a_writable_one_inside_after(tree):
+    git = tree / "roots" / "job" / ".git"
+    for d in ("hooks", "worktrees/mine"):
+        (git / d).mkdir(parents=True)
+    (git / "config").write_text("")
+    (git / "hooks-link").symlink_to(tree / "data")  # a link is never bound (a bind follows it)
+    p = policy(tree, read_write=[f"{tree}/roots/job", f"{git}/worktrees/mine"],
+               protected=[f"{git}/config", f"{git}/hooks", f"{git}/worktrees", f"{git}/hooks-link", f"{tree}/usr/x"])
+    assert p.protected == (f"{git}/config", f"{git}/hooks", f"{git}/worktrees", f"{git}/hooks-link")  # /usr: not writable
+    argv = bwrap_argv("bwrap", p)
+    ro = pairs(argv, "--ro-bind")
+    assert {f"{git}/config", f"{git}/hooks", f"{git}/worktrees"} <= set(ro) and f"{git}/hooks-link" not in ro
+    binds = [i for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")]
+    where = {argv[i + 1]: i for i in binds}
+    assert where[f"{tree}/roots/job"] < where[f"{git}/worktrees"] < where[f"{git}/worktrees/mine"]

@@ -8,7 +8,7 @@ import pytest
 
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.process.sandbox import detect as detect_module
-from helix_runner.process.sandbox.detect import LAYERS, detect
+from helix_runner.process.sandbox.detect import LAYERS, SandboxBroken, detect, says_unavailable
 from helix_runner.process.sandbox.phase_sandbox import Layers, Sandbox, _initial_layers
 
 
@@ -16,28 +16,33 @@ class Host:
     """A faked host: which probes succeed, and what each said."""
 
     def __init__(self, monkeypatch, *, bwrap="/usr/bin/bwrap", userns=True, bwrap_works=True, abi=7,
-                 libseccomp=True, seccomp_kernel=True):
+                 libseccomp=True, seccomp_kernel=True, userns_says=(3, "errno 1 Operation not permitted"),
+                 bwrap_says="bwrap: setting up uid map: Permission denied", seccomp_error=None):
         self.calls: list[list[str]] = []
         self.userns, self.bwrap_works = userns, bwrap_works
+        self.userns_says, self.bwrap_says = userns_says, bwrap_says
         monkeypatch.setattr(detect_module, "_run", self.run)
+        monkeypatch.setattr(detect_module, "_offers", lambda bwrap, option: True)
         monkeypatch.setattr(detect_module.shutil, "which", lambda name: bwrap)
         monkeypatch.setattr(detect_module.landlock, "abi", lambda: abi)
         monkeypatch.setattr(detect_module, "_seccomp_in_kernel", lambda: seccomp_kernel)
-        if not libseccomp:
-            import helix_runner.process.sandbox.seccomp_filter as seccomp_filter
+        import helix_runner.process.sandbox.seccomp_filter as seccomp_filter
 
+        if not libseccomp:  # the module's import fails where libseccomp2 is missing (pyseccomp loads it)
+            monkeypatch.delattr(seccomp_filter, "compile_filter")
+        if seccomp_error is not None:
             def broken(**_):
-                raise OSError("libseccomp.so.2: cannot open shared object file")
+                raise seccomp_error
 
             monkeypatch.setattr(seccomp_filter, "compile_filter", broken)
 
-    def run(self, argv: list[str]) -> tuple[bool, str]:
+    def run(self, argv: list[str]) -> tuple[int, str]:
         self.calls.append(argv)
         if "-c" in argv:  # the user + network namespace probe
-            return (True, "") if self.userns else (False, "Traceback...\nPermissionError: unshare: Operation not permitted")
+            return (0, "") if self.userns else self.userns_says
         if argv[-1] == "--version":
-            return True, "bubblewrap 0.8.0"
-        return (True, "") if self.bwrap_works else (False, "bwrap: setting up uid map: Permission denied")
+            return 0, "bubblewrap 0.8.0"
+        return (0, "") if self.bwrap_works else (1, self.bwrap_says)
 
 
 def test_a_host_that_allows_everything(monkeypatch):
@@ -59,7 +64,7 @@ def test_no_user_namespaces_takes_bubblewrap_and_the_private_network(monkeypatch
     host = Host(monkeypatch, userns=False)
     support = detect()
     assert support.bwrap is None and not support.userns
-    assert support.note("network") == "no new user and network namespace: PermissionError: unshare: Operation not permitted"
+    assert support.note("network") == "no new user and network namespace: Operation not permitted"
     assert "user namespaces" in support.note("namespaces")
     assert not any(call[0] == "/usr/bin/bwrap" for call in host.calls)  # not even tried
 
@@ -77,12 +82,50 @@ def test_no_landlock(monkeypatch):
     assert support.landlock_abi == 0 and "Landlock" in support.note("landlock")
 
 
-@pytest.mark.parametrize(("libseccomp", "kernel", "why"), [(False, True, "libseccomp is not usable: libseccomp.so.2"),
+@pytest.mark.parametrize(("libseccomp", "kernel", "why"), [(False, True, "libseccomp is not installed"),
                                                          (True, False, "the kernel has no seccomp filter support")])
 def test_no_seccomp(monkeypatch, libseccomp, kernel, why):
     Host(monkeypatch, libseccomp=libseccomp, seccomp_kernel=kernel)
     support = detect()
     assert not support.seccomp and support.note("seccomp").startswith(why)
+
+
+# -- `auto` degrades a layer only when the host lacks it ------------------------------------------
+
+
+@pytest.mark.parametrize("says", [(3, "errno 28 No space left on device"), (3, "errno 22 Invalid argument"),
+                                  (3, "errno 13 Permission denied")])
+def test_user_namespaces_refused_by_the_kernel_are_unavailable(monkeypatch, says):
+    Host(monkeypatch, userns=False, userns_says=says)
+    assert not detect().userns
+
+
+@pytest.mark.parametrize("says", [(3, "errno 2 No such file or directory"),
+                                  (1, "Traceback...\nModuleNotFoundError: No module named 'sandbox'")])
+def test_a_user_namespace_check_that_fails_otherwise_stops_the_server(monkeypatch, says):
+    Host(monkeypatch, userns=False, userns_says=says)
+    with pytest.raises(SandboxBroken, match="the check for user namespaces failed"):
+        detect()
+
+
+def test_bubblewrap_failing_for_another_reason_stops_the_server(monkeypatch):
+    Host(monkeypatch, bwrap_works=False, bwrap_says="bwrap: Can't find source path /x: No such file or directory")
+    with pytest.raises(SandboxBroken, match="No such file or directory"):
+        detect()
+
+
+def test_libseccomp_refusing_the_filter_stops_the_server(monkeypatch):
+    Host(monkeypatch, seccomp_error=ValueError("unknown syscall 'io_uring_setup'"))
+    with pytest.raises(SandboxBroken, match="libseccomp could not compile"):
+        detect()
+
+
+def test_what_says_unavailable():
+    assert says_unavailable("bwrap: setting up uid map: Permission denied")
+    assert says_unavailable("landlock syscall 444: Function not implemented")
+    assert says_unavailable("prctl(PR_SET_NO_NEW_PRIVS): Operation not permitted")
+    assert not says_unavailable("/data/sandbox/seccomp/seccomp-userns.bpf: No such file or directory")
+    assert not says_unavailable("exit 1")
 
 
 def test_layers_turned_off_by_configuration_are_not_probed(monkeypatch):
@@ -172,3 +215,14 @@ def test_required_names_every_missing_layer(tmp_path):
 
 def test_required_with_every_layer_refuses_nothing(tmp_path):
     assert sandbox(tmp_path, "required", FULL).refusal() is None
+
+
+def test_required_refuses_only_the_layers_it_requires(tmp_path):
+    lay = WITHOUT["namespaces"]  # the Landlock-only Kubernetes base requires network, landlock and seccomp
+    base = Sandbox("required", lay, data_dir=tmp_path, egress_ports=(8080,),
+                   required_layers=("network", "landlock", "seccomp"))
+    assert base.refusal() is None
+    lay = WITHOUT["seccomp"]
+    refused = Sandbox("required", lay, data_dir=tmp_path, egress_ports=(8080,),
+                      required_layers=("network", "landlock", "seccomp")).refusal()
+    assert refused is not None and refused.metadata["layers"] == "seccomp"

@@ -7,7 +7,14 @@ so the directory is replaced by its other children, recursively).
 
 from __future__ import annotations
 
-from helix_runner.process.sandbox.policy import inside, landlock_rules, make_policy, masked, outermost
+from helix_runner.process.sandbox.policy import (
+    inside,
+    landlock_rules,
+    make_policy,
+    masked,
+    outermost,
+    reaches,
+)
 
 READ, WRITE = 1, 2
 
@@ -92,3 +99,38 @@ def test_landlock_rules_of_an_unlistable_directory_give_nothing_beneath_it():
 def test_inside_compares_whole_path_components():
     assert inside("/a/b", "/a") and inside("/a", "/a") and inside("/a/b/", "/a/")
     assert not inside("/ab", "/a") and not inside("/a", "/a/b")
+
+
+def test_a_phase_whose_directory_is_a_workspace_root_gets_it_under_landlock():
+    # Its directory is the root itself: the root covers other workspaces, never the one allowed by name.
+    p = policy(cwd="/w", read_write=["/w"], covered=["/w"])
+    rules = landlock_rules(p, READ, WRITE, listdir=lambda path: ["job", "other"])
+    assert ("/w", READ | WRITE) in rules
+    assert reaches(rules, "/w", READ | WRITE)
+    # Read-only, the repository's top that is a root: readable (git reads its files).
+    q = policy(cwd="/w/sub", read_only=["/usr", "/w"], read_write=["/w/sub"], covered=["/w"])
+    assert ("/w", READ) in landlock_rules(q, READ, WRITE, listdir=lambda path: [])
+
+
+def test_a_hidden_path_inside_the_working_directory_leaves_landlock_unable_to_give_it_whole():
+    p = policy(cwd="/w", read_write=["/w"], covered=["/w"], hidden=["/w/data"])
+    rules = landlock_rules(p, READ, WRITE, listdir=lambda path: {"/w": ["data", "src"]}[path])
+    assert ("/w/src", READ | WRITE) in rules and not reaches(rules, "/w", READ | WRITE)
+
+
+def test_landlock_splits_a_worktrees_common_dir_around_its_protected_paths():
+    tree = {"/r/.git": ["HEAD", "config", "hooks", "objects", "refs", "worktrees"],
+            "/r/.git/worktrees": ["mine", "other"]}
+    p = policy(cwd="/d/wt", read_write=["/d/wt", "/r/.git", "/r/.git/worktrees/mine"],
+               protected=["/r/.git/config", "/r/.git/hooks", "/r/.git/worktrees"], splittable=["/r/.git"])
+    rules = landlock_rules(p, READ, WRITE, listdir=lambda path: tree[path])
+    assert ("/r/.git", READ) in rules  # its top: readable, no new entries
+    for name in ("objects", "refs", "HEAD"):
+        assert (f"/r/.git/{name}", READ | WRITE) in rules
+    for name in ("config", "hooks", "worktrees"):
+        assert (f"/r/.git/{name}", READ) in rules
+    assert ("/r/.git/worktrees/mine", READ | WRITE) in rules  # the phase's own administration
+    assert not reaches(rules, "/r/.git/worktrees/other", WRITE) and not reaches(rules, "/r/.git/hooks", WRITE)
+    # Not splittable (an in-place repository inside the working tree): Landlock cannot, the guard does.
+    q = policy(cwd="/r", read_write=["/r", "/r/.git"], protected=["/r/.git/config"])
+    assert reaches(landlock_rules(q, READ, WRITE, listdir=lambda path: []), "/r/.git/config", WRITE)

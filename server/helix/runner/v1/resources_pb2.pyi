@@ -70,6 +70,9 @@ class ResourceFault(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESOURCE_FAULT_UNSPECIFIED: _ClassVar[ResourceFault]
     RESOURCE_FAULT_OUT_OF_MEMORY: _ClassVar[ResourceFault]
     RESOURCE_FAULT_DISK_FULL: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_PROCESS_LIMIT: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_OUTPUT_LIMIT: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_LINE_LIMIT: _ClassVar[ResourceFault]
 
 class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -97,6 +100,7 @@ class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_END_KIND_SERVER_SHUTDOWN: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_SPAWN_FAILED: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_MOVED: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_RESOURCE_LIMIT: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_REWOUND: _ClassVar[AttemptEndKind]
 
 class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -184,6 +188,9 @@ CONTAINMENT_MODE_SUBREAPER: ContainmentMode
 RESOURCE_FAULT_UNSPECIFIED: ResourceFault
 RESOURCE_FAULT_OUT_OF_MEMORY: ResourceFault
 RESOURCE_FAULT_DISK_FULL: ResourceFault
+RESOURCE_FAULT_PROCESS_LIMIT: ResourceFault
+RESOURCE_FAULT_OUTPUT_LIMIT: ResourceFault
+RESOURCE_FAULT_LINE_LIMIT: ResourceFault
 ATTEMPT_END_KIND_UNSPECIFIED: AttemptEndKind
 ATTEMPT_END_KIND_COMPLETED: AttemptEndKind
 ATTEMPT_END_KIND_API_OVERLOADED: AttemptEndKind
@@ -208,6 +215,7 @@ ATTEMPT_END_KIND_INTERRUPTED_BY_CLIENT: AttemptEndKind
 ATTEMPT_END_KIND_SERVER_SHUTDOWN: AttemptEndKind
 ATTEMPT_END_KIND_SPAWN_FAILED: AttemptEndKind
 ATTEMPT_END_KIND_MOVED: AttemptEndKind
+ATTEMPT_END_KIND_RESOURCE_LIMIT: AttemptEndKind
 ATTEMPT_END_KIND_REWOUND: AttemptEndKind
 QUEUE_REASON_UNSPECIFIED: QueueReason
 QUEUE_REASON_SERVER_LIMIT: QueueReason
@@ -774,16 +782,20 @@ class PhaseInspection(_message.Message):
     def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
 
 class SandboxReport(_message.Message):
-    __slots__ = ("setting", "layers", "home", "egress_ports")
+    __slots__ = ("setting", "layers", "home", "egress_ports", "protected", "restored")
     SETTING_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     HOME_FIELD_NUMBER: _ClassVar[int]
     EGRESS_PORTS_FIELD_NUMBER: _ClassVar[int]
+    PROTECTED_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FIELD_NUMBER: _ClassVar[int]
     setting: str
     layers: _containers.RepeatedCompositeFieldContainer[SandboxLayer]
     home: str
     egress_ports: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, setting: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[SandboxLayer, _Mapping]]] = ..., home: _Optional[str] = ..., egress_ports: _Optional[_Iterable[int]] = ...) -> None: ...
+    protected: _containers.RepeatedScalarFieldContainer[str]
+    restored: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, setting: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[SandboxLayer, _Mapping]]] = ..., home: _Optional[str] = ..., egress_ports: _Optional[_Iterable[int]] = ..., protected: _Optional[_Iterable[str]] = ..., restored: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ServerStatus(_message.Message):
     __slots__ = ("sandbox", "containment_mode", "refusal", "version")

@@ -24,17 +24,22 @@ NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts
 
 
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str, ...] = (),
-               seccomp_denies_userns: bool = False) -> list[str]:
+               seccomp_denies_userns: bool = False, tmp_bytes: int = 0) -> list[str]:
     """``bwrap`` and its options up to (not including) ``--``; the shim adds ``--seccomp`` and the
     command. ``seccomp_denies_userns``: the phase's seccomp filter refuses new user namespaces, so
     bubblewrap's ``--disable-userns`` (a further nested user namespace, half a millisecond) is left out.
+    ``tmp_bytes``: ``/tmp`` is a tmpfs of that size (the kernel answers ENOSPC past it, and its pages
+    count toward the phase's memory limit) instead of the private temp directory on disk.
+    Protected paths (``policy.protected``) are bound read-only over the writable tree: a mount
+    point can be neither written, renamed nor removed.
 
     No ``/sys``: its recursive bind (every cgroup, security and debug file system under it) is the
     costliest mount here, and what tools read there has a fallback (``/proc`` for CPUs, no cgroup
     limit for Node); it also keeps the host's devices and cgroup tree out of sight."""
     # /tmp first: allowed paths may lie beneath the host's /tmp (they are mounted on top of it).
+    tmp = ["--size", str(tmp_bytes), "--perms", "0700", "--tmpfs", "/tmp"] if tmp_bytes else ["--bind", policy.tmp, "/tmp"]
     argv = [bwrap, *NAMESPACES, *(() if seccomp_denies_userns else ("--disable-userns",)), "--die-with-parent",
-            "--cap-drop", "ALL", "--bind", policy.tmp, "/tmp", "--dev", "/dev", "--proc", "/proc"]
+            "--cap-drop", "ALL", *tmp, "--dev", "/dev", "--proc", "/proc"]
     covers = [p for p in masked(policy) if reachable(p)]
     # Binds and covers in order of depth, a cover before a bind of the same depth: a cover inside
     # an allowed path comes after that path's bind, and an allowed path inside a cover after the
@@ -57,6 +62,9 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, extra_read_only: tuple[str,
             step(path, 1, ["--bind", path, path])
     for path in policy.private_read_only:  # may be written after this argv is made (process/secret_files.py)
         step(path, 1, ["--ro-bind-try", path, path])
+    for path in policy.protected:  # after the writable tree holding it, before a writable path inside it
+        if os.path.lexists(path) and not os.path.islink(path):
+            step(path, 1, ["--ro-bind", path, path])
     for *_, args in sorted(steps):
         argv += args
     for path in covers:

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,16 +26,26 @@ from helix_runner.errors import ErrorKind, RunnerError
 # shim would otherwise compile them at every phase's start, a few ms).
 from helix_runner.process.sandbox import capabilities, landlock, launch, relay, seccomp_load  # noqa: F401
 from helix_runner.process.sandbox.bwrap import bwrap_argv
-from helix_runner.process.sandbox.detect import LAYERS, SandboxSupport, detect
+from helix_runner.process.sandbox.detect import (
+    LAYERS,
+    SandboxBroken,
+    SandboxSupport,
+    detect,
+    says_unavailable,
+)
 from helix_runner.process.sandbox.policy import (
     LANDLOCK_DEVICES,
     SYSTEM_PATHS,
     SYSTEM_SECRETS,
+    SandboxPolicy,
+    inside,
     landlock_rules,
     make_policy,
     reachable,
+    reaches,
 )
 from helix_runner.process.sandbox.private_home import PrivateHome, SessionStore
+from helix_runner.process.sandbox.repo_guard import Protection, RepoGuard, layout, protection
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +63,7 @@ class Layers:
     seccomp: bool = False
     tcp_rules: bool = False  # Landlock TCP connect rules are the network boundary (no network namespace)
     notes: dict[str, str] = field(default_factory=dict)
+    sized_tmpfs: bool = False  # bubblewrap can size a tmpfs (``--size``)
 
 
 @dataclass
@@ -69,6 +80,44 @@ class PhaseSandbox:
     # What ``env`` replaced in the phase's composed environment (None: unset), so a warm start is
     # matched on the environment without the sandbox's per-run variables.
     replaced: dict[str, str | None] = field(default_factory=dict)
+    # Rebuilds ``spec`` with the repositories' protected paths once the workspace exists (a git
+    # worktree is made after the sandbox is prepared); None: nothing to protect, or protected already.
+    rebuild: Callable[[], tuple[dict, Protection]] | None = None
+    protection: Protection = field(default_factory=Protection)
+    guard: RepoGuard | None = None
+    transcripts_max_bytes: int = 0  # a session larger is not kept for resume (phase_output_max_bytes)
+
+    def arm(self) -> None:
+        """Just before the phase's first process starts: the spec with the protected paths of
+        repositories made meanwhile, and the guard's snapshot of what the phase may not change."""
+        if self.rebuild is not None:
+            self.spec, self.protection = self.rebuild()
+            self.rebuild = None
+            self._write_spec()
+        if self.guard is None and self.protection.guarded:
+            self.guard = RepoGuard(self.protection.guarded)
+            self.report = replace(self.report, protected=tuple(self.protection.paths))
+
+    def restore(self) -> tuple[list[str], list[str]]:
+        """After the phase's processes are gone: puts back the protected paths it changed (where no
+        bubblewrap kept them read-only); (put back, changed but not put back), also in the report."""
+        if self.guard is None:
+            return [], []
+        restored, failed = self.guard.restore()
+        self.guard = None
+        if restored or failed:
+            self.report = replace(self.report, restored=(*self.report.restored, *restored, *failed))
+            log.warning("a phase changed protected repository paths", extra={"fields": {
+                "restored": restored, "not_restored": failed, "home": str(self.home.home)}})
+        return restored, failed
+
+    def _write_spec(self) -> None:
+        """The spec where the shim reads it (marshal: no import; sandbox/launch.py)."""
+        tmp = self.spec_path.with_suffix(".new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(marshal.dumps(self.spec))
+        os.replace(tmp, self.spec_path)
 
     def apply(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with this sandbox's variables, remembering what they replaced."""
@@ -102,7 +151,7 @@ class PhaseSandbox:
         kept: list[str] = []
         try:
             if self.sessions is not None:
-                kept = self.sessions.save(self.project, self.home)
+                kept = self.sessions.save(self.project, self.home, self.transcripts_max_bytes)
         except OSError:
             log.warning("could not keep a phase's session transcripts", exc_info=True,
                         extra={"fields": {"home": str(self.home.home)}})
@@ -116,13 +165,20 @@ class Sandbox:
     def __init__(self, setting: str, layers: Layers, *, data_dir: Path, template: Path | None = None,
                  read_paths: Sequence[Path] = (), hidden: Sequence[Path] = (),
                  egress_ports: tuple[int, ...] | None = (), egress_note: str = "",
-                 seccomp_dir: Path | None = None, private_home: bool = True):
+                 seccomp_dir: Path | None = None, private_home: bool = True,
+                 required_layers: Iterable[str] = LAYERS, tmp_max_bytes: int = 0, transcripts_max_bytes: int = 0):
         self.setting = setting
+        self.required_layers = frozenset(required_layers)
+        self.tmp_max_bytes = tmp_max_bytes
+        self.transcripts_max_bytes = transcripts_max_bytes
         self.layers = layers
         self.data_dir = data_dir
         self.template = template
         self.read_paths = tuple(str(p) for p in read_paths)
-        self.hidden = tuple(str(p) for p in hidden)
+        # Each hidden path also by its real path: a policy compares paths as strings, and a data
+        # dir reached through a symbolic link must stay hidden where its target is allowed.
+        self.hidden = tuple(dict.fromkeys(q for p in hidden for q in (str(p), os.path.realpath(p))))
+        self.data_dirs = tuple(dict.fromkeys((str(data_dir), os.path.realpath(data_dir))))
         self.egress_ports = egress_ports
         self.egress_note = egress_note
         self.seccomp_dir = seccomp_dir
@@ -160,18 +216,28 @@ class Sandbox:
         sandbox = cls(setting, layers, data_dir=data_dir, egress_ports=egress_ports, egress_note=egress_note,
                       seccomp_dir=seccomp_dir, **kwargs)
         sandbox.layers = sandbox._probe()
+        reported = sandbox.report_layers()
         log.info("sandbox", extra={"fields": {"setting": setting, **{
-            layer.name: (layer.detail if layer.active else f"OFF: {layer.detail}") for layer in sandbox.report_layers()}}})
+            layer.name: (layer.detail if layer.active else f"OFF: {layer.detail}") for layer in reported}}})
+        if setting == "auto" and not any(layer.active for layer in reported):
+            why = "; ".join(f"{layer.name}: {layer.detail}" for layer in reported)
+            raise SandboxBroken(f"no sandbox layer is available ({why}); phases would run with the server's view "
+                                "of every file, process and port: set sandbox = off to run them that way")
         return sandbox
 
     def _probe(self) -> Layers:
-        """Runs ``true`` through the shim in the sandbox a phase would get; gives up the layer that
-        fails (bubblewrap, then the network namespace, then Landlock, then seccomp) until one works."""
+        """Runs ``true`` through the shim in the sandbox a phase would get; while it fails because the
+        kernel refuses a call (EPERM, EACCES, ENOSYS: a container that allows less than detection
+        saw), gives up a layer (bubblewrap, then the network namespace, then Landlock, then seccomp)
+        until one works. SandboxBroken for any other failure: a layer is never given up for the
+        server's own error (a missing filter file once turned every layer off)."""
         layers = self.layers
         for drop in ("namespaces", "network", "landlock", "seccomp", None):
             failure = self._probe_once(layers)
             if failure is None:
                 return layers
+            if not says_unavailable(failure):
+                raise SandboxBroken(f"the sandbox's start-up probe failed: {failure}")
             log.warning(f"sandbox probe failed: {failure}", extra={"fields": {"error": failure, "giving_up": drop}})
             if drop is None:
                 break
@@ -190,11 +256,12 @@ class Sandbox:
             done = subprocess.run(cmd, cwd=probe_root, env={**phase.env, "PATH": "/usr/bin:/bin"},
                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False,
                                   start_new_session=True)
-            if done.returncode != 0:  # the shim's "error ..." status line, or what the command said
+            if done.returncode != 0:  # the shim's "error ..." status line, and what bubblewrap said
                 said = [line.removeprefix("error ") for line in done.stdout.decode(errors="replace").splitlines()
                         if line.startswith("error ")]
-                return (" ".join(said) or done.stderr.decode(errors="replace").strip()
-                        or f"exit {done.returncode}")[-300:]
+                stderr = done.stderr.decode(errors="replace").strip().splitlines()
+                return ": ".join(part for part in (" ".join(said), stderr[-1] if stderr else "") if part)[-300:] \
+                    or f"exit {done.returncode}"
             return None
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
@@ -251,7 +318,7 @@ class Sandbox:
         ``<layer>_detail`` each one's)."""
         if self.setting != "required":
             return None
-        missing = [layer for layer in self.report_layers() if not layer.active]
+        missing = [layer for layer in self.report_layers() if not layer.active and layer.name in self.required_layers]
         if not missing:
             return None
         names = [layer.name for layer in missing]
@@ -267,28 +334,79 @@ class Sandbox:
 
     def prepare(self, run_id: str, *, cwd: str, project: str, read_write: Sequence[str] = (),
                 read_only: Sequence[str] = (), covered: Sequence[str] = (), private_read_only: Sequence[str] = (),
-                root: Path | None = None) -> PhaseSandbox:
-        """A fresh private home and the sandbox of one phase run (the caller closes it)."""
+                root: Path | None = None, repos: Sequence[Path] = (), worktree: Path | None = None,
+                worktree_of: Path | None = None, protect: bool = True, nproc: int | None = None) -> PhaseSandbox:
+        """A fresh private home and the sandbox of one phase run (the caller closes it).
+
+        ``repos``: the tops of the git working trees the phase works in, whose git config, hooks
+        and attributes it may not change (``repo_guard.py``; ``protect`` False: it may);
+        ``worktree``: a git worktree of the repository at ``worktree_of`` made for the phase after
+        this (its protection comes with ``PhaseSandbox.arm``). ``nproc``: a process limit the sandbox enforces itself (RLIMIT_NPROC
+        in its user namespace) where no pids cgroup does. RunnerError when the rules cannot give the
+        phase its own working directory."""
         home = PrivateHome(root or self.homes / run_id)
         home.create(self.template)
         lay = self.layers
         if not self.on:  # a private home only (offline mode with the sandbox off)
             report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home))
-            return PhaseSandbox(home, {}, home.env(str(home.tmp)), report, project, self.sessions)
-        policy = make_policy(
-            cwd=cwd, read_only=[*SYSTEM_PATHS, *self.read_paths, *read_only],
-            read_write=[cwd, *read_write], hidden=[*self.system_secrets, *self.hidden, str(self.data_dir)],
-            home=str(home.home), tmp=str(home.tmp), covered=covered, egress_ports=self.egress_ports or (),
-            private_read_only=private_read_only)
+            return PhaseSandbox(home, {}, home.env(str(home.tmp)), report, project, self.sessions,
+                                transcripts_max_bytes=self.transcripts_max_bytes)
+        try:
+            base = {"cwd": cwd, "read_only": [*SYSTEM_PATHS, *self.read_paths, *read_only],
+                    "read_write": [cwd, *read_write], "hidden": [*self.system_secrets, *self.hidden, *self.data_dirs],
+                    "home": str(home.home), "tmp": str(home.tmp), "covered": covered,
+                    "egress_ports": self.egress_ports or (), "private_read_only": private_read_only}
+
+            def build() -> tuple[dict, Protection]:
+                found = [r for r in (layout(t) for t in repos) if r is not None] if protect else []
+                if protect and worktree is not None and worktree_of is not None:
+                    main = layout(worktree_of)  # the repository the server made the worktree of
+                    linked = layout(worktree, common_dir=main.common_dir) if main is not None else None
+                    found += [linked] if linked is not None else []
+                # A working tree whose .git the server cannot trust: its own files still are guarded.
+                guarded = protection(found, [Path(cwd), *repos]) if protect else Protection()
+                splittable = [str(r.common_dir) for r in found if worktree is not None and r.common_dir != r.git_dir]
+                policy = make_policy(**{**base, "read_write": [*base["read_write"], *guarded.writable]},
+                                     protected=guarded.paths, splittable=splittable)
+                return self._spec(policy, nproc), guarded
+
+            spec, protected = build()
+            env = home.env("/tmp" if lay.bwrap else str(home.tmp))
+            report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home),
+                                   egress_ports=tuple(spec["ports"]))
+            phase = PhaseSandbox(home, spec, env, report, project, self.sessions, protection=protected,
+                                 rebuild=build if worktree is not None and protect else None,
+                                 transcripts_max_bytes=self.transcripts_max_bytes)
+            phase._write_spec()
+        except BaseException:
+            home.remove()
+            raise
+        return phase
+
+    def _spec(self, policy: SandboxPolicy, nproc: int | None) -> dict:
+        """The shim's ``--sandbox`` spec of a policy (sandbox/launch.py reads it)."""
+        lay = self.layers
         spec: dict = {"ports": list(policy.egress_ports), "netns": lay.netns, "landlock_abi": lay.landlock_abi}
         seccomp = lay.seccomp and self.seccomp_dir is not None
         if lay.bwrap:
-            spec["bwrap"] = bwrap_argv(lay.bwrap, policy, seccomp_denies_userns=seccomp)
+            spec["bwrap"] = bwrap_argv(lay.bwrap, policy, seccomp_denies_userns=seccomp,
+                                       tmp_bytes=self.tmp_max_bytes if lay.sized_tmpfs else 0)
         elif lay.landlock_abi:
-            spec["fs"] = [*landlock_rules(policy, landlock.READ, landlock.WRITE),
-                          *((device, landlock.DEVICE) for device in LANDLOCK_DEVICES),
+            rules = landlock_rules(policy, landlock.READ, landlock.WRITE)
+            if not reaches(rules, policy.cwd, landlock.READ | landlock.WRITE):
+                blocking = [h for h in policy.hidden if inside(h, policy.cwd) and h not in policy.covered]
+                raise RunnerError(
+                    ErrorKind.FAILED_PRECONDITION, "SANDBOX_WORKDIR_UNREACHABLE",
+                    f"the sandbox cannot give this phase its working directory {policy.cwd}: it holds "
+                    f"{', '.join(blocking) or 'a hidden path'}, which Landlock (without bubblewrap) cannot hide "
+                    "inside a directory it allows; run the phase in a directory that does not hold the server's "
+                    "data dir or secret files, or move them out of the workspace roots",
+                    {"working_dir": policy.cwd, "hidden": ",".join(blocking)})
+            spec["fs"] = [*rules, *((device, landlock.DEVICE) for device in LANDLOCK_DEVICES),
                           ("/proc", landlock.READ), ("/sys", landlock.READ)]
             spec["tcp"] = lay.tcp_rules
+        if nproc and (lay.bwrap or lay.netns):  # a user namespace of the phase's own counts only its tasks
+            spec["nproc"] = int(nproc)
         if seccomp:
             from helix_runner.process.sandbox.seccomp_filter import variant_name
 
@@ -297,15 +415,13 @@ class Sandbox:
             # POSIX message-queue IPC where no IPC namespace (bubblewrap's) keeps the host's apart.
             name = variant_name(userns=True, ptrace=not lay.landlock_abi, sockets=lay.tcp_rules, ipc=not lay.bwrap)
             spec["seccomp"] = str(self.seccomp_dir / f"{name}.bpf")
-        env = home.env("/tmp" if lay.bwrap else str(home.tmp))
-        report = SandboxReport(setting=self.setting, layers=self.report_layers(), home=str(home.home),
-                               egress_ports=policy.egress_ports)
-        phase = PhaseSandbox(home, spec, env, report, project, self.sessions)
-        # marshal: what the shim reads without importing anything (sandbox/launch.py).
-        fd = os.open(phase.spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(marshal.dumps(spec))
-        return phase
+        return spec
+
+    @property
+    def enforces_nproc(self) -> bool:
+        """Whether phases run in a user namespace of their own, where RLIMIT_NPROC is a per-phase
+        process limit (without one it counts every process of the server's user)."""
+        return self.on and bool(self.layers.bwrap or self.layers.netns)
 
     def restore_session(self, phase: PhaseSandbox, session_id: str, cwd: str) -> None:
         """Copies this project's transcript of ``session_id`` into the phase's home; RunnerError
@@ -364,7 +480,7 @@ def _initial_layers(support: SandboxSupport, egress_ports: tuple[int, ...] | Non
     elif not netns and not tcp_rules:
         notes.setdefault("network", "no user namespaces, and no Landlock ABI 4+ with seccomp for TCP rules")
     return Layers(bwrap=support.bwrap, netns=netns, landlock_abi=support.landlock_abi, seccomp=support.seccomp,
-                  tcp_rules=tcp_rules, notes=notes)
+                  tcp_rules=tcp_rules, notes=notes, sized_tmpfs=support.bwrap_sized_tmpfs)
 
 
 def _without(layers: Layers, layer: str, why: str) -> Layers:

@@ -2,15 +2,17 @@
 
 Read-write: the phase's workspace, its ``add_dirs``, a git worktree's common directory, and its
 private home and temp directory. Read-only: the system and the runtimes the CLI and ordinary
-tools need. Hidden: everything else, and explicitly the paths that must stay out of reach even
-when they lie inside an allowed directory (the data dir, the server's config, token, TLS and key
-files, other workspaces, ``/etc/shadow``...). ``bwrap.py`` turns a policy into mounts, and
-``landlock_rules`` into Landlock rules (which cannot deny a path inside an allowed directory, so
-such a directory is replaced by its other children, recursively).
+tools need, and the *protected* paths inside the read-write ones (a repository's git config,
+hooks and attributes: ``repo_guard.py``). Hidden: everything else, and explicitly the paths that
+must stay out of reach even when they lie inside an allowed directory (the data dir, the server's
+config, token, TLS and key files, other workspaces, ``/etc/shadow``...). ``bwrap.py`` turns a
+policy into mounts, and ``landlock_rules`` into Landlock rules (which cannot deny a path inside an
+allowed directory, so such a directory is replaced by its other children, recursively).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -40,9 +42,20 @@ class SandboxPolicy:
     egress_ports: tuple[int, ...] = ()
     # Read-only paths of the phase's own inside a hidden one (its option files in the data dir).
     private_read_only: tuple[str, ...] = ()
+    # The workspace roots (also in ``hidden``): they hide what lies inside them, never a path the
+    # policy allows by name (a phase whose directory *is* a root works in it).
+    covered: tuple[str, ...] = ()
+    # Read-only paths inside read-write ones (bubblewrap binds them read-only on top).
+    protected: tuple[str, ...] = ()
+    # Read-write directories Landlock may replace by their children to keep a protected path in
+    # them read-only (losing the right to add entries at their top): a worktree's common git dir.
+    splittable: tuple[str, ...] = ()
 
 
+@functools.lru_cache(maxsize=4096)
 def _norm(path: str) -> str:
+    # Cached: a policy compares each path with every other (``outermost``, ``masked``), some 500
+    # normalisations a phase for the same few dozen paths (benchmarks/README.md, P9).
     return os.path.normpath(path) if path else path
 
 
@@ -58,7 +71,8 @@ def _unique(paths: Iterable[str]) -> tuple[str, ...]:
 
 def make_policy(*, cwd: str, read_only: Iterable[str], read_write: Iterable[str], hidden: Iterable[str],
                 home: str, tmp: str, covered: Iterable[str] = (), egress_ports: Iterable[int] = (),
-                private_read_only: Iterable[str] = ()) -> SandboxPolicy:
+                private_read_only: Iterable[str] = (), protected: Iterable[str] = (),
+                splittable: Iterable[str] = ()) -> SandboxPolicy:
     """The policy with duplicates removed and read-only paths inside a hidden one dropped.
 
     ``hidden`` (the data dir, the server's secret files): nothing inside is visible but the
@@ -73,11 +87,14 @@ def make_policy(*, cwd: str, read_only: Iterable[str], read_write: Iterable[str]
     rw = _unique([*read_write, home, tmp])
     ro = tuple(p for p in _unique(read_only)
                if not any(inside(p, h) for h in hidden_t) and not any(inside(p, w) for w in rw))
-    hidden_t = _unique([*hidden_t, *covered])
+    covered_t = _unique(covered)
+    hidden_t = _unique([*hidden_t, *covered_t])
     ro = outermost(ro, hidden_t)
+    guarded = tuple(p for p in _unique(protected) if any(inside(p, w) and p != w for w in rw))
     return SandboxPolicy(cwd=_norm(cwd), read_only=ro, read_write=rw, hidden=hidden_t, home=_norm(home),
                          tmp=_norm(tmp), egress_ports=tuple(sorted(set(egress_ports))),
-                         private_read_only=_unique(private_read_only))
+                         private_read_only=_unique(private_read_only), covered=covered_t, protected=guarded,
+                         splittable=tuple(p for p in _unique(splittable) if p in rw))
 
 
 def outermost(paths: tuple[str, ...], hidden: tuple[str, ...]) -> tuple[str, ...]:
@@ -101,31 +118,51 @@ def masked(policy: SandboxPolicy) -> tuple[str, ...]:
 def landlock_rules(policy: SandboxPolicy, read: int, write: int,
                    listdir: Callable[[str], list[str]] = os.listdir) -> list[tuple[str, int]]:
     """(path, rights) rules for Landlock: each allowed path, with an allowed directory that holds
-    a hidden path replaced by its children but the one leading there (recursively)."""
+    a hidden path replaced by its children but the one leading there (recursively). A path the
+    policy allows by name is not hidden by a workspace root it equals (``covered``). In a
+    ``splittable`` directory, a protected path is kept read-only the same way: the directories on
+    the way to it get read rights only, their other children the directory's own."""
     rules: list[tuple[str, int]] = []
     hide = policy.hidden  # a read-write path inside one gets its own rule below
 
-    def add(path: str, rights: int) -> None:
-        inner = [h for h in hide if inside(h, path)]
-        if not inner:
+    def add(path: str, rights: int, named: bool = False, guard: tuple[str, ...] = ()) -> None:
+        inner = [h for h in hide if inside(h, path) and not (named and h == path and h in policy.covered)]
+        kept = [g for g in guard if inside(g, path)]
+        if any(g == path for g in kept):
+            rules.append((path, rights & read))
+            return
+        if not inner and not kept:
             rules.append((path, rights))
             return
         if any(h == path for h in inner):
             return
+        if kept:  # the directory itself stays readable (its children are what is read-only or not)
+            rules.append((path, rights & read))
         try:
             children = listdir(path)
         except OSError:
             return
         for name in sorted(children):
-            add(os.path.join(path, name), rights)
+            add(os.path.join(path, name), rights, guard=kept)
 
     for path in policy.read_only:
-        add(path, read)
+        add(path, read, named=True)
     for path in policy.private_read_only:
         rules.append((path, read))
     for path in policy.read_write:
-        add(path, read | write)
+        guard = policy.protected if path in policy.splittable else ()
+        add(path, read | write, named=True, guard=guard)
     return rules
+
+
+def reaches(rules: list[tuple[str, int]], path: str, rights: int) -> bool:
+    """Whether Landlock ``rules`` give ``path`` (a directory) every right in ``rights`` (the union of
+    the rules on it and its ancestors, as Landlock grants them)."""
+    got = 0
+    for rule_path, granted in rules:
+        if inside(path, rule_path):
+            got |= granted
+    return got & rights == rights
 
 
 def reachable(path: str) -> bool:

@@ -16,11 +16,13 @@ another project is refused (``SessionStore.owner``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
@@ -77,6 +79,20 @@ class PrivateHome:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _size(entries: list[Path]) -> int:
+    """Bytes on disk of files and directory trees (links not followed, counted as themselves)."""
+    total = 0
+    for entry in entries:
+        for dirpath, dirnames, filenames in os.walk(entry) if entry.is_dir() and not entry.is_symlink() else \
+                [(str(entry.parent), [], [entry.name])]:
+            for name in (*dirnames, *filenames):
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                except OSError:
+                    pass
+    return total
+
+
 class SessionStore:
     """Transcripts kept per project: ``<root>/<project key>/<session id>/``."""
 
@@ -97,11 +113,17 @@ class SessionStore:
             raise ValueError(f"not a session id: {session_id[:80]!r}")
         return self._dir(project, session_id) / f"{session_id}.jsonl"
 
-    def save(self, project: str, home: PrivateHome) -> list[str]:
+    def save(self, project: str, home: PrivateHome, max_bytes: int = 0) -> list[str]:
         """Moves the home's transcripts into the project's store (a later save of the same session
-        replaces it); returns the session ids kept."""
+        replaces it); returns the session ids kept. A session larger than ``max_bytes`` (0: no cap)
+        is not kept: the phase can write its transcripts itself, and what is kept stays in the
+        data dir for good (its session then cannot be resumed)."""
         kept = []
         for session_id, entries in home.transcripts().items():
+            if max_bytes and (size := _size(entries)) > max_bytes:
+                log.warning("a phase's session transcript is over the cap and not kept for resume",
+                            extra={"fields": {"session_id": session_id, "bytes": size, "cap": max_bytes}})
+                continue
             target = self._dir(project, session_id)
             staging = target.with_name(f".{session_id}.{os.getpid()}.new")
             shutil.rmtree(staging, ignore_errors=True)

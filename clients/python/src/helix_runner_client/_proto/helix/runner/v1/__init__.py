@@ -306,7 +306,13 @@ class AttemptEndKind(betterproto2.Enum):
     (or at the hand-over bound) and another replica continues the phase with `--resume`.
     """
 
-    REWOUND = 24
+    RESOURCE_LIMIT = 24
+    """
+    The server stopped the attempt at one of the phase's limits (processes, output, line length;
+    `PhaseResult.resource_fault` says which): not retried, another attempt would do the same.
+    """
+
+    REWOUND = 25
     """
     RewindPhase stopped the attempt's CLI to go back to an earlier checkpoint in place; the next
     attempt resumes the session cut there (not a failure: it uses up no attempt of the policy).
@@ -339,7 +345,8 @@ class AttemptEndKind(betterproto2.Enum):
             21: "ATTEMPT_END_KIND_SERVER_SHUTDOWN",
             22: "ATTEMPT_END_KIND_SPAWN_FAILED",
             23: "ATTEMPT_END_KIND_MOVED",
-            24: "ATTEMPT_END_KIND_REWOUND",
+            24: "ATTEMPT_END_KIND_RESOURCE_LIMIT",
+            25: "ATTEMPT_END_KIND_REWOUND",
         }
 
     @classmethod
@@ -369,7 +376,8 @@ class AttemptEndKind(betterproto2.Enum):
             "ATTEMPT_END_KIND_SERVER_SHUTDOWN": 21,
             "ATTEMPT_END_KIND_SPAWN_FAILED": 22,
             "ATTEMPT_END_KIND_MOVED": 23,
-            "ATTEMPT_END_KIND_REWOUND": 24,
+            "ATTEMPT_END_KIND_RESOURCE_LIMIT": 24,
+            "ATTEMPT_END_KIND_REWOUND": 25,
         }
 
 
@@ -1634,12 +1642,33 @@ class ResourceFault(betterproto2.Enum):
     (`system/session_writes_lost`); a phase that would have succeeded ends FAILED.
     """
 
+    PROCESS_LIMIT = 3
+    """
+    The phase's processes and threads reached its process limit (`PhaseOptions.pids_limit`, else
+    the server's `default_pids_limit`): the kernel refused a fork, and the server stopped the phase.
+    """
+
+    OUTPUT_LIMIT = 4
+    """
+    What the phase made the server write (its recording of the CLI's output, its events, its
+    mirrored transcript) reached the server's `phase_output_max_bytes`; the server stopped it.
+    """
+
+    LINE_LIMIT = 5
+    """
+    The CLI's stdout carried a line longer than the server's `max_line_bytes` (the CLI never
+    writes one; a process of the phase writing into the CLI's stdout can); the server stopped it.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
             0: "RESOURCE_FAULT_UNSPECIFIED",
             1: "RESOURCE_FAULT_OUT_OF_MEMORY",
             2: "RESOURCE_FAULT_DISK_FULL",
+            3: "RESOURCE_FAULT_PROCESS_LIMIT",
+            4: "RESOURCE_FAULT_OUTPUT_LIMIT",
+            5: "RESOURCE_FAULT_LINE_LIMIT",
         }
 
     @classmethod
@@ -1648,6 +1677,9 @@ class ResourceFault(betterproto2.Enum):
             "RESOURCE_FAULT_UNSPECIFIED": 0,
             "RESOURCE_FAULT_OUT_OF_MEMORY": 1,
             "RESOURCE_FAULT_DISK_FULL": 2,
+            "RESOURCE_FAULT_PROCESS_LIMIT": 3,
+            "RESOURCE_FAULT_OUTPUT_LIMIT": 4,
+            "RESOURCE_FAULT_LINE_LIMIT": 5,
         }
 
 
@@ -5026,6 +5058,26 @@ class PhaseOptions(betterproto2.Message):
     resolves to. Ignored when the server runs without the egress proxy.
     """
 
+    allow_repository_config_writes: "bool" = betterproto2.field(60, betterproto2.TYPE_BOOL)
+    """
+    The repository's git configuration, hooks and attributes (`.git/config`, `config.worktree`,
+    `hooks/`, `info/`, other worktrees' administration files), `.gitmodules`, and Claude Code's
+    project settings (`.claude/settings.json`, `.claude/settings.local.json`, `.mcp.json`) stay
+    writable for this phase. By default the sandbox keeps them read-only (what the phase changes
+    there anyway without bubblewrap is put back when it ends), because each can make git or Claude
+    Code run a program later, for the user or another phase. Setting this lets the phase leave
+    such a program behind: use it only for work that must change them (a remote, a submodule, a
+    hook the user asked for), in a repository no other job shares.
+    """
+
+    pids_limit: "int" = betterproto2.field(61, betterproto2.TYPE_INT32)
+    """
+    Processes (threads included) the phase may have at once (0: the server's
+    `default_pids_limit`); at least 16. A fork beyond it fails with EAGAIN, and the phase ends
+    FAILED with RESOURCE_FAULT_PROCESS_LIMIT. FAILED_PRECONDITION (`LIMITS_UNAVAILABLE`) when the
+    server can enforce none (no pids cgroup and no user namespace; see GetServerStatus).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "PhaseOptions", PhaseOptions)
 
@@ -5679,6 +5731,20 @@ class SandboxReport(betterproto2.Message):
     egress_ports: "list[int]" = betterproto2.field(4, betterproto2.TYPE_INT32, repeated=True)
     """
     The host loopback ports the phase may reach (the model API, the egress proxy).
+    """
+
+    protected: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The paths of the phase's repositories it may not change, read-only in its sandbox: git's
+    configuration, hooks and attributes, other worktrees' administration files, `.gitmodules` and
+    Claude Code's project settings (PhaseOptions.allow_repository_config_writes lifts it).
+    """
+
+    restored: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Protected paths the phase changed anyway (possible without bubblewrap, where Landlock cannot
+    keep a path read-only inside the phase's working tree), put back by the server when it ended;
+    a path listed here that is still changed could not be put back (too large to have been kept).
     """
 
 
