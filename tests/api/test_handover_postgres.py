@@ -161,7 +161,8 @@ async def test_a_drained_replica_hands_a_held_phase_over_and_the_tool_runs_once(
 
 async def _crash(postgres_cluster, postgres_url, harness) -> None:
     """The replica stops renewing its lease and the lease runs out (its process is left, a zombie)."""
-    for task in (harness.server.takeover_task, getattr(harness.server, "adopter_task", None)):
+    for name in ("takeover", "adopter"):
+        task = harness.server.sweeps.tasks.get(name)
         if task is None:
             continue
         task.cancel()  # nothing of it renews the lease any more

@@ -130,6 +130,10 @@ class FakeControl:
         self.calls.append(("resolve", tool_use_id, decision, value))
         return decision
 
+    async def fork(self, tool_use_id: str) -> str:
+        self.calls.append(("fork", tool_use_id))
+        return "forked"
+
     async def inspect(self):
         return None  # no snapshot: the view keeps what the events said
 
@@ -228,6 +232,10 @@ async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
         assert [c for c in control.calls if c[:3] == ("resolve", "toolu_a", "edit")] == [
             ("resolve", "toolu_a", "edit", '{"command": "ls"}')
         ]
+        await pilot.press("f")  # fork after the last finished call (offered), or the id typed
+        assert app.screen.query_one(Input).value.startswith("t")
+        await answer(pilot, app, "toolu_a")
+        await until(pilot, lambda: ("fork", "toolu_a") in control.calls, what="fork")
         await until(pilot, lambda: app.ended, limit=60, what="the source to end")
         await pilot.pause(0.3)
         log = app.query_one("#log", RichLog)

@@ -79,6 +79,8 @@ export interface PhaseView {
   result: PhaseResult | undefined;
   /** Bumped by control actions and status changes: the page then re-reads held calls. */
   controlVersion: number;
+  /** Rewinds in place (REWOUND control events): the events after `after` up to `to` are superseded. */
+  rewound: { after: number; to: number }[];
 }
 
 export type Action =
@@ -103,7 +105,13 @@ export function initialView(): PhaseView {
     costSeries: [],
     result: undefined,
     controlVersion: 0,
+    rewound: [],
   };
+}
+
+/** Whether a rewind in place superseded the event `seq` (it stays in the history, marked). */
+export function isRewound(view: PhaseView, seq: number): boolean {
+  return view.rewound.some((r) => seq > r.after && seq <= r.to);
 }
 
 export function reduce(view: PhaseView, action: Action): PhaseView {
@@ -199,6 +207,9 @@ function apply(view: PhaseView, event: StreamEvent, timeMs: number): void {
       break;
     case "control":
       applyControl(view, p.value.kind, p.value.toolUseId, p.value.inputJson);
+      if (p.value.kind === ControlEventKind.REWOUND) {
+        view.rewound = [...view.rewound, { after: Number(p.value.rewoundAfterSequence), to: Number(p.value.rewoundToSequence) }];
+      }
       view.controlVersion++;
       break;
   }

@@ -55,6 +55,8 @@ class Controller(Protocol):
     async def cancel(self) -> str: ...
     async def inject(self, text: str) -> str: ...
     async def resolve(self, tool_use_id: str, decision: str, value: str = "") -> str: ...
+    async def fork(self, tool_use_id: str) -> str:
+        """ForkPhase from the checkpoint after this call (docs/fork-and-rewind.md)."""
     async def inspect(self) -> Any:
         """A ``PhaseInspection`` (held calls, pause state) or None when there is none to take."""
 
@@ -108,6 +110,7 @@ class Dashboard(App):
         Binding("d", "deny", "deny"),
         Binding("e", "edit", "edit"),
         Binding("m", "inject", "message"),
+        Binding("f", "fork", "fork"),
         Binding("x", "cancel_phase", "cancel"),
         Binding("q", "quit", "quit"),
     ]
@@ -364,6 +367,17 @@ class Dashboard(App):
         self.push_screen(
             Prompt(f"Edit the input of {held.name} ({held.tool_use_id}), JSON:", held.input_json), answered
         )
+
+    def action_fork(self) -> None:
+        """Forks the phase after a tool call: the last one that ended, or the one typed instead."""
+        finished = [c for c in self.view.recent if c.ok is not None]
+        default = finished[-1].tool_use_id if finished else ""
+
+        def answered(text: str | None) -> None:
+            if text and text.strip():
+                self._act(self.control.fork(text.strip()) if self.control else _noop())
+
+        self.push_screen(Prompt("Fork a new phase from after tool call (tool_use id):", default), answered)
 
     def action_inject(self) -> None:
         def answered(text: str | None) -> None:

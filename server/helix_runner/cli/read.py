@@ -246,14 +246,18 @@ async def _phases(client, args) -> int:
     if args.json:
         print_json(_dict(job))
         return EXIT_OK
+    from helix_runner.cli.render import lineage
+
     console = make_console()
     table = _table(
         "PHASE", "STATUS", "STARTED", "DURATION", "COST", "TOOLS", "CURRENT TOOL", "MODEL", "REASON"
     )
-    for phase in job.phases:
+    # Forks under the phase they came from, as a small tree (docs/fork-and-rewind.md).
+    for phase, branch in lineage(list(job.phases)):
         active = _is_active(phase.status)
+        origin = phase.forked_from
         table.add_row(
-            phase.phase_id,
+            branch + phase.phase_id + (f" (from {origin.phase_id}@{origin.checkpoint})" if origin else ""),
             status_text(phase.status),
             fmt_local(phase.start_time),
             _duration(phase.start_time, phase.end_time, active),

@@ -733,3 +733,31 @@ class PhaseModel:
             return None
         end = self.ended or now or self.last_event_time or self.started
         return max(0.0, (end - self.started).total_seconds())
+
+
+def lineage(phases: list[Any]) -> list[tuple[Any, str]]:
+    """A job's phases as a small tree: each fork under the phase it came from (in their order), with
+    the prefix to draw before its id ("", "├─ ", "│  └─ "...)."""
+    ids = {p.phase_id for p in phases}
+    children: dict[str, list[Any]] = {}
+    roots = []
+    for p in phases:
+        parent = p.forked_from.phase_id if p.forked_from is not None else ""
+        if parent and parent in ids and parent != p.phase_id:
+            children.setdefault(parent, []).append(p)
+        else:
+            roots.append(p)
+    out: list[tuple[Any, str]] = []
+
+    def walk(phase: Any, lead: str, branch: str) -> None:
+        out.append((phase, lead + branch))
+        kids = children.get(phase.phase_id, [])
+        below = lead + ("│  " if branch == "├─ " else "   " if branch else "")
+        for i, kid in enumerate(kids):
+            walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ")
+
+    for root in roots:
+        walk(root, "", "")
+    seen = {id(p) for p, _ in out}
+    out += [(p, "") for p in phases if id(p) not in seen]  # a cycle (cannot happen): still listed
+    return out

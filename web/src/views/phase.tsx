@@ -25,6 +25,7 @@ import {
   durationMs,
   elapsedMs,
   initialView,
+  isRewound,
   isTerminal,
   ms,
   reduce,
@@ -34,6 +35,7 @@ import {
 } from "../reducer.js";
 import { clock, duration, href, money, usd, useNow } from "../util.js";
 import { Problem, TokenPrompt } from "./common.js";
+import { Checkpoints, ForkedFrom } from "./fork.js";
 import { StatusBadge } from "./jobs.js";
 
 type Connection =
@@ -199,6 +201,7 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
       )}
       <Problem error={actionError ?? (connection.state === "failed" ? connection.error : undefined) ?? (done ? undefined : inspectError)} />
       {connection.state === "failed" && connection.unauthenticated && <TokenPrompt />}
+      <ForkedFrom jobId={jobId} phaseId={phaseId} origin={phase?.forkedFrom} />
       {!done && <Controls jobId={jobId} phaseId={phaseId} inspection={inspection} act={act} />}
       <HeldCalls jobId={jobId} phaseId={phaseId} pending={done ? [] : (inspection?.pendingCalls ?? [])} act={act} />
       <div class="panels">
@@ -217,6 +220,16 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
         <div class="panel">
           <h2>Per-tool statistics</h2>
           <ToolStatsTable stats={stats} />
+        </div>
+        <div class="panel wide">
+          <h2>Checkpoints</h2>
+          <Checkpoints
+            jobId={jobId}
+            phaseId={phaseId}
+            checkpoints={inspection?.checkpoints ?? []}
+            canRewind={!done && ((inspection?.paused ?? false) || (inspection?.pendingCalls.length ?? 0) > 0)}
+            act={act}
+          />
         </div>
         <div class="panel wide">
           <h2>
@@ -589,7 +602,7 @@ function EventLog({ view }: { view: View }) {
       }}
     >
       {view.log.map((entry) => (
-        <div class={`line ${entry.tone}`} data-seq={entry.seq}>
+        <div class={`line ${entry.tone} ${isRewound(view, entry.seq) ? "rewound" : ""}`} data-seq={entry.seq}>
           <span class="seq">#{entry.seq}</span>
           <span class="time">{clock(entry.timeMs)}</span>
           <span class="kind">{entry.kind}</span>
