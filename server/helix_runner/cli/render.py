@@ -23,7 +23,7 @@ import betterproto2
 from helix_runner_client import pb
 from rich.text import Text
 
-from helix_runner.cli.visible import escaped_json, visible_text
+from helix_runner.cli.visible import escaped_json, visible, visible_text
 
 # --------------------------------------------------------------------------------------------------
 # Small formatters.
@@ -132,8 +132,9 @@ def fmt_local(when: datetime | None) -> str:
 
 
 def one_line(text: str, limit: int) -> str:
-    """``text`` on one line (newlines shown as ``⏎``), cut to ``limit`` characters with ``…``."""
-    flat = text.replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " ")
+    """``text`` on one line (newlines shown as ``⏎``), made visible and inert (``cli.visible``), cut
+    to ``limit`` characters with ``…``."""
+    flat = visible(text.replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " "))
     return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"
 
 
