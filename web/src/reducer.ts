@@ -20,6 +20,7 @@ import {
   type PhaseResult,
   type StreamEvent,
 } from "./proto.js";
+import { visible } from "./visible.js";
 
 /** How many log entries the page keeps (the stream itself is complete in the server's store). */
 export const LOG_LIMIT = 500;
@@ -146,7 +147,7 @@ function applyEvents(view: PhaseView, events: readonly StreamEvent[]): PhaseView
     next.lastMs = timeMs;
     apply(next, event, timeMs);
     const line = summarize(event);
-    if (line) entries.push({ seq, timeMs, ...line });
+    if (line) entries.push({ seq, timeMs, ...line, text: visible(line.text) });  // what a phase wrote, inert (visible.ts)
   }
   next.log = entries.length ? [...view.log, ...entries].slice(-LOG_LIMIT) : view.log;
   return next;
@@ -329,7 +330,7 @@ export function callLabel(call: CallView, limit = 40): string {
   } catch {
     gist = "";
   }
-  return clip(`${call.name} ${gist}`, limit);
+  return clip(visible(`${call.name} ${gist}`), limit);
 }
 
 export function ms(ts: Timestamp | undefined): number | undefined {

@@ -210,3 +210,16 @@ test("a REWOUND control event marks the superseded events, which stay in the log
     ],
   );
 });
+
+test("what a phase wrote reaches the log and the call labels as escapes, never as bidi or terminal controls", () => {
+  const hostile = "\u202eexe.txt\u202c \u001b]0;title\u0007 \u2066x\u2069";
+  const view = fold([
+    ev(1, { case: "assistantText", value: { text: `look: ${hostile}` } }),
+    ev(2, { case: "toolCallStarted", value: { toolUseId: "t1", name: `Bash${hostile}`, inputJson: JSON.stringify({ command: hostile }) } }),
+  ]);
+  const texts = view.log.map((e) => e.text).join("\n");
+  assert.ok(!/[\u202e\u202c\u2066\u2069\u001b\u0007]/.test(texts), texts);
+  assert.ok(texts.includes("\\u202eexe.txt\\u202c") && texts.includes("\\x1b]0;title\\x07"), texts);
+  const label = callLabel(view.calls["t1"]);
+  assert.ok(!/[\u202e\u2066]/.test(label) && label.startsWith("Bash\\u202e"), label);
+});

@@ -37,6 +37,7 @@ import { clock, duration, href, money, usd, useNow } from "../util.js";
 import { Problem, TokenPrompt } from "./common.js";
 import { Checkpoints, ForkedFrom } from "./fork.js";
 import { StatusBadge } from "./jobs.js";
+import { escapedJson, visible } from "../visible.js";
 
 type Connection =
   | { state: "connecting" }
@@ -181,7 +182,7 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
           <span data-testid="elapsed">{duration(elapsedMs(view, now))}</span>
         </Stat>
         <Stat label="Current tool">
-          <span data-testid="current-tool">{tool ? `${tool.name}${tool.status === "held" ? " (held)" : ""}` : "–"}</span>
+          <span data-testid="current-tool">{tool ? `${visible(tool.name)}${tool.status === "held" ? " (held)" : ""}` : "–"}</span>
         </Stat>
         <Stat label="Cost (computed / CLI)">
           <span data-testid="cost">
@@ -195,8 +196,8 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
       </div>
       {view.result && (
         <div class={`result ${view.result.isError ? "bad" : ""}`} data-testid="result">
-          <strong>Result:</strong> {view.result.reason || view.result.resultSubtype}
-          {view.result.resultText && <pre>{view.result.resultText}</pre>}
+          <strong>Result:</strong> {visible(view.result.reason || view.result.resultSubtype)}
+          {view.result.resultText && <pre>{visible(view.result.resultText)}</pre>}
         </div>
       )}
       <Problem error={actionError ?? (connection.state === "failed" ? connection.error : undefined) ?? (done ? undefined : inspectError)} />
@@ -379,9 +380,9 @@ function HeldCall({
   return (
     <div class="held-call" data-testid="held-call" data-tool={call.name} data-tool-use-id={call.toolUseId}>
       <div class="held-head">
-        <strong>{call.name}</strong>
+        <strong>{visible(call.name)}</strong>
         <span class="muted">
-          {pending.holdReason}
+          {visible(pending.holdReason)}
           {pending.breakpointId && !pending.holdReason.includes(pending.breakpointId) && ` · breakpoint ${pending.breakpointId}`}
           {pending.holdTime && ` · since ${clock(ms(pending.holdTime)!)}`}
         </span>
@@ -418,11 +419,13 @@ function HeldCall({
   );
 }
 
+// A call's input as the person deciding it sees it: indented, and what a bidi algorithm would
+// obey written as JSON escapes (the same value: an edit starts from it; visible.ts).
 function pretty(json: string): string {
   try {
-    return JSON.stringify(JSON.parse(json), null, 2);
+    return escapedJson(JSON.stringify(JSON.parse(json), null, 2));
   } catch {
-    return json;
+    return visible(json);
   }
 }
 
@@ -463,7 +466,7 @@ function Timeline({ view, now }: { view: View; now: number }) {
               label: (item) => {
                 const call = rows[item.dataIndex].call;
                 const took = (end(call) - (call.startMs - origin)) / 1000;
-                return `${call.status} · ${took.toFixed(2)} s · ${call.input.slice(0, 80)}`;
+                return `${call.status} · ${took.toFixed(2)} s · ${visible(call.input.slice(0, 80))}`;
               },
             },
           },
@@ -571,7 +574,7 @@ function ToolStatsTable({ stats }: { stats: ToolStats[] }) {
       <tbody>
         {stats.map((t) => (
           <tr>
-            <td>{t.name}</td>
+            <td>{visible(t.name)}</td>
             <td class="num">{String(t.count)}</td>
             <td class="num">{String(t.failures)}</td>
             <td class="num">{String(t.unfinished)}</td>
