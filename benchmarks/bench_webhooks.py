@@ -8,8 +8,9 @@
   ``phase.awaiting_approval`` of the real CLI (offline mode, a breakpoint on Bash; the issue's
   "Done when": told within a second), each phase cancelled once its webhook arrived.
 * **Event throughput** (P2 of bench_run_phase.py: one phase of a fake CLI writing assistant lines
-  as fast as it can, one RunPhase client in another process), servers side by side, rounds
-  alternating: this tree with no subscription, this tree with a subscription to every event type
+  as fast as it can, one RunPhase client in another process), end to end (call -> last event, the
+  phase's start included) and streaming (first -> last event: the event path), server CPU per event
+  from the threads' schedstat (ns, not 10 ms ticks), servers side by side, rounds alternating: this tree with no subscription, this tree with a subscription to every event type
   (each batch of events goes through the mapping; a phase.finished delivery per phase), and the
   server of ``--baseline REF`` (the commit before webhooks). Events/s and server CPU per event.
 
@@ -216,6 +217,7 @@ def throughput(tmp: Path, fake: Path, workdir: Path, rounds: int, lines: int, ba
                                           server_src=export_baseline(baseline, tmp))
     every = [v for k, v in res.WebhookEventType.items() if k != "WEBHOOK_EVENT_TYPE_UNSPECIFIED"]
     runs: dict[str, list[float]] = {n: [] for n in servers}
+    streams: dict[str, list[float]] = {n: [] for n in servers}
     cpu: dict[str, list[float]] = {n: [] for n in servers}
     try:
         asyncio.run(subscribe(servers["every event"].address, f"http://127.0.0.1:{receiver.port}/h",
@@ -227,21 +229,27 @@ def throughput(tmp: Path, fake: Path, workdir: Path, rounds: int, lines: int, ba
             for name in names:
                 cfg = {"address": servers[name].address, "k": 1, "lines": lines, "rate": 0.0,
                        "workdir": str(workdir), "tag": f"tput-{name.replace(' ', '-')}-{rnd}", "timeout": 600.0}
-                cpu0 = brp.proc_cpu(servers[name].pid)[0]
+                cpu0 = brp.proc_cpu_ns(servers[name].pid)
                 r = brp.run_subprocess_json(brp.client_args("--client", cfg), 660)
                 if r["failed"] or r["lost"] or r["reordered"]:
                     raise RuntimeError(f"{name}: {r['errors']}")
-                runs[name].append(brp.rates(r, lines)[0])
-                cpu[name].append((brp.proc_cpu(servers[name].pid)[0] - cpu0) / lines * 1e6)
+                e2e, stream = brp.rates(r, lines)
+                runs[name].append(e2e)
+                streams[name].append(stream)
+                cpu[name].append((brp.proc_cpu_ns(servers[name].pid) - cpu0) / lines / 1e3)
     finally:
         for server in servers.values():
             server.stop()
         receiver.stop()
-    out: dict = {"rates": runs, "cpu_us": cpu}
+    # Two rates: end to end (the RunPhase call to the last event: the phase's start included, which
+    # the sandbox lengthens, P6/P9) and streaming (first event to last: the event path itself).
+    out: dict = {"rates": runs, "stream_rates": streams, "cpu_us": cpu}
     reference = baseline or "no webhook"
     for name in servers:
         out.setdefault("ratio", {})[name] = statistics.median(
             a / b for a, b in zip(runs[name], runs[reference], strict=True))
+        out.setdefault("stream_ratio", {})[name] = statistics.median(
+            a / b for a, b in zip(streams[name], streams[reference], strict=True))
         out.setdefault("cpu_ratio", {})[name] = statistics.median(
             a / b for a, b in zip(cpu[name], cpu[reference], strict=True))
     out["reference"] = reference
@@ -284,9 +292,11 @@ def main() -> int:
         t = throughput(tmp, fake, workdir, rounds, lines, args.baseline or None)
         summary["throughput"] = t
         print(f"\n## Single-phase event throughput (bench_run_phase P2), events/s; ratios to {t['reference']}")
-        print(f"{'server':<14} {'median':>8} {'ratio':>7} {'CPU/event us':>13} {'CPU ratio':>10}   rounds")
+        print(f"{'server':<14} {'e2e':>8} {'ratio':>7} {'stream':>8} {'ratio':>7} {'CPU/event us':>13} "
+              f"{'CPU ratio':>10}   e2e rounds")
         for name, rates in t["rates"].items():
             print(f"{name:<14} {statistics.median(rates):>8.0f} {t['ratio'][name]:>7.3f} "
+                  f"{statistics.median(t['stream_rates'][name]):>8.0f} {t['stream_ratio'][name]:>7.3f} "
                   f"{statistics.median(t['cpu_us'][name]):>13.1f} {t['cpu_ratio'][name]:>10.3f}   "
                   + ", ".join(f"{x:.0f}" for x in rates))
     if args.json:

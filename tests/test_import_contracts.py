@@ -56,7 +56,7 @@ def test_the_package_keeps_every_contract():
         # The admission queue reaching for the cluster's ledger instead of asking its grant.
         ("phases/admission.py", "import helix_runner.phases.cluster_admission", "knows its grant by the Grant"),
         # The composition root holding a store by its class instead of by its ports.
-        ("server.py", "import helix_runner.store.sqlite_store", "opens storage through store.factory"),
+        ("server/storage.py", "import helix_runner.store.sqlite_store", "opens storage through store.factory"),
         # A handler reaching a phase's controller instead of the command surface.
         ("api/servicer.py", "import helix_runner.phases.control", "acts on a phase through phases.commands"),
         # A phase's part that knows the run (the import circle the review warned of, here one-way).

@@ -86,6 +86,64 @@ def test_every_block_says_how_it_is_checked_and_the_offline_server_comes_first()
             pytest.fail(f"README.md line {e.line}: bare `{command}` (not on PATH): write .venv/bin/helix-runner")
 
 
+
+# A terminal's first screen: what the project is, the two commands and the one that needs no key
+# must all be on it (issue 35, item 4: the old first screen was mostly test-suite detail).
+FIRST_SCREEN_LINES = 50
+
+
+def test_the_first_screen_says_what_it_is_the_two_commands_and_the_command_without_a_key():
+    lines = README.read_text().split("\n")
+    screen = "\n".join(lines[:FIRST_SCREEN_LINES])
+    assert lines[0] == "# Helix Runner"
+    assert "Claude Code" in screen and "gRPC" in screen
+    blocks = [e.body.strip() for e in examples(screen)]
+    assert blocks[:3] == ["scripts/serve", "scripts/test", "scripts/serve --offline-script examples/offline/readme.json"]
+    # Reference material lives behind links, not on the first screen.
+    assert not re.search(r"^\|", screen, re.M), "a table on the README's first screen"
+    for word in ("pytest", "xdist", "Hypothesis", "xfail", "conftest", "attack"):
+        assert word not in screen, f"{word!r} on the README's first screen: move it to docs/testing.md"
+    assert "docs/testing.md" in screen
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+    return {_slug(m[1]) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    """What moved to docs/ stays reachable: each relative link names a file that exists and, with
+    a #fragment, a heading of it."""
+    broken = []
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file_part, _, fragment = target.partition("#")
+            dest = (page.parent / file_part).resolve() if file_part else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif fragment and dest.suffix == ".md" and fragment not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_configuration_key_has_a_row_in_docs_configuration():
+    config = pytest.importorskip("helix_runner.config")
+    documented = set()
+    for row in (ROOT / "docs" / "configuration.md").read_text().splitlines():
+        if row.startswith("| `"):
+            documented |= set(re.findall(r"`([a-z0-9_]+)`", row.split("|")[1]))
+    assert set(config.KEYS) - documented == set()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from helix_runner.config_file import SECTION_OF, TOP_LEVEL, ConfigFileError, flatten
 from helix_runner.domain.phase_spec import (
     MAX_CPU_LIMIT_MILLICORES,
     MAX_PIDS_LIMIT,
@@ -309,6 +310,9 @@ class ServerConfig:
     # The dashboard's public base URL (e.g. https://runner.example.com): webhook bodies link to a
     # phase's page under it. Empty: no link.
     dashboard_url: str = ""
+    # Checkpoints at every tool boundary (docs/fork-and-rewind.md): the phase's session position and its
+    # workspace (a git tree, or a commit under a hidden ref), so ForkPhase and RewindPhase can go back.
+    checkpoints: bool = True
 
     @property
     def tls(self) -> bool:
@@ -631,6 +635,7 @@ _CONVERTERS: dict[str, Any] = {
     "health_port": lambda v: None if v is None or str(v).strip() == "" else int(v),
     # Webhooks (grouped with the fields above)
     "webhooks": lambda v: _webhooks(v),
+    "checkpoints": _as_bool,
     "webhook_private_allow": _as_str_tuple,
     "webhook_max_attempts": int,
     "webhook_initial_backoff_seconds": float,
@@ -643,6 +648,7 @@ _CONVERTERS: dict[str, Any] = {
 }
 KEYS = tuple(f.name for f in fields(ServerConfig))
 assert set(KEYS) == set(_CONVERTERS), "every config key needs a converter"
+assert set(KEYS) == set(SECTION_OF) | set(TOP_LEVEL), "every config key needs a section (config_file.py)"
 
 
 def _convert(source: str, key: str, value: Any) -> Any:
@@ -656,10 +662,12 @@ def load_config(
     flags: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     config_file: Path | None = None,
+    notices: list[str] | None = None,
 ) -> ServerConfig:
     """Builds and validates the config from (lowest to highest precedence) file, env, flags.
 
-    ``flags`` holds only the flags a person actually gave (None values are ignored).
+    ``flags`` holds only the flags a person actually gave (None values are ignored). A file's keys
+    are read by section (config_file.py); ``notices`` gets one line per deprecated spelling used.
     """
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -672,11 +680,14 @@ def load_config(
             raise ConfigError(f"cannot read config file {file_path}: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {file_path} is not valid TOML: {exc}") from None
-        for key, value in raw.items():
-            norm = key.replace("-", "_")
-            if norm not in _CONVERTERS:
-                raise ConfigError(f"config file {file_path}: unknown key {key!r}")
-            values[norm] = _convert(f"config file {file_path}", norm, value)
+        try:
+            flat, file_notices = flatten(raw)
+        except ConfigFileError as exc:
+            raise ConfigError(f"config file {file_path}: {exc}") from None
+        for key, value in flat.items():
+            values[key] = _convert(f"config file {file_path}", key, value)
+        if notices is not None:
+            notices.extend(f"config file {file_path}: {notice}" for notice in file_notices)
 
     for key in KEYS:
         env_name = ENV_PREFIX + key.upper()

@@ -18,7 +18,8 @@ from helix_runner.api.routing import ROUTES, Route
 # What a running phase is made of: a handler that names one of these reaches past the commands.
 PHASE_INTERNALS = {"run", "control", "require_live", "model_switched", "request_stop_with_reason", "snapshot"}
 # The phase service, to the API: start and watch phases, new ids, the defaults a request falls back on.
-SERVICE_FOR_HANDLERS = {"start", "watch", "new_phase_id", "retry_defaults", "server_status", "require_phase"}
+SERVICE_FOR_HANDLERS = {"start", "watch", "new_phase_id", "retry_defaults", "server_status", "require_phase",
+                        "fork", "fork_source"}  # ForkPhase starts a phase too
 JOB_CONTROL = sorted(name for name, route in ROUTES.items() if route is Route.OWNER and name != "InspectPhase")
 
 
@@ -44,7 +45,7 @@ def test_no_handler_reaches_into_a_running_phase():
 
 def test_each_job_control_handler_calls_one_command_and_nothing_else_of_the_phases():
     handlers = _handlers()
-    assert len(JOB_CONTROL) == 14 and set(JOB_CONTROL) <= set(handlers)
+    assert len(JOB_CONTROL) == 15 and set(JOB_CONTROL) <= set(handlers)
     calls = {name: (_uses_of(handlers[name], "commands"), _uses_of(handlers[name], "service")) for name in JOB_CONTROL}
     assert {name: used for name, used in calls.items() if len(used[0]) != 1 or used[1]} == {}
 

@@ -130,6 +130,10 @@ class FakeControl:
         self.calls.append(("resolve", tool_use_id, decision, value))
         return decision
 
+    async def fork(self, tool_use_id: str) -> str:
+        self.calls.append(("fork", tool_use_id))
+        return "forked"
+
     async def inspect(self):
         return None  # no snapshot: the view keeps what the events said
 
@@ -228,6 +232,10 @@ async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
         assert [c for c in control.calls if c[:3] == ("resolve", "toolu_a", "edit")] == [
             ("resolve", "toolu_a", "edit", '{"command": "ls"}')
         ]
+        await pilot.press("f")  # fork after the last finished call (offered), or the id typed
+        assert app.screen.query_one(Input).value.startswith("t")
+        await answer(pilot, app, "toolu_a")
+        await until(pilot, lambda: ("fork", "toolu_a") in control.calls, what="fork")
         await until(pilot, lambda: app.ended, limit=60, what="the source to end")
         await pilot.pause(0.3)
         log = app.query_one("#log", RichLog)
@@ -235,3 +243,45 @@ async def test_keys_are_handled_while_a_thousand_events_a_second_stream():
         assert any("events not shown here" in line.text for line in log.lines)
     # Every event was folded into the view, even those the log did not show.
     assert app.view.events == source.produced and app.view.tools["Read"].count == source.tool_starts
+
+
+HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\u202eexe.evil\x9b1A"
+
+
+def test_the_dashboards_panels_show_what_a_phase_wrote_never_obey_it():
+    """Issue 30.5: a tool name, its input and the model's name from a phase, with a clipboard write,
+    a screen clear, a bidi override and a C1 CSI, are shown as escapes in attach's panels."""
+    import io
+
+    from rich.console import Console
+
+    from helix_runner.cli.dashboard import now_panel, recent_panel
+
+    view = PhaseModel(job_id="j", phase_id="p")
+    view.apply(_event(1, tool_call_started=pb.ToolCallStarted(
+        tool_use_id="t1", name="Bash" + HOSTILE, input_json=json.dumps({"command": HOSTILE}, ensure_ascii=False))))
+    view.apply(_event(2, tool_call_started=pb.ToolCallStarted(tool_use_id="t2", name="Read" + HOSTILE)))
+    view.apply(_event(3, tool_call_finished=pb.ToolCallFinished(tool_use_id="t2", name="Read" + HOSTILE)))
+    for panel in (now_panel(view), recent_panel(view)):
+        out = io.StringIO()
+        Console(file=out, force_terminal=False, width=400).print(panel)
+        shown = out.getvalue()
+        assert not any(c in shown for c in "\x1b\x07\u202e\x9b"), repr(shown)
+        assert "\\x1b]52;c;" in shown and "\\u202e" in shown, repr(shown)
+
+
+async def test_a_held_call_with_escapes_is_listed_and_edited_as_escapes():
+    control = FakeControl()
+    held = _event(1, control=pb.ControlEvent(
+        kind=pb.ControlEventKind.BREAKPOINT_HIT, tool_use_id="toolu_h", tool_name="Bash" + HOSTILE, breakpoint_id="bp",
+        input_json=json.dumps({"command": HOSTILE}, ensure_ascii=False)))  # raw, as the CLI may send it
+    source = PacedSource([held], total=1, rate=1000, burst=1)
+    app = Dashboard(PhaseModel(job_id="j", phase_id="p"), control=control, source=source)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: len(held_rows(app)) == 1, what="the held call")
+        (row,) = held_rows(app)
+        assert not any(c in "".join(row) for c in "\x1b\x07\u202e\x9b"), row
+        await pilot.press("e")
+        value = app.screen.query_one(Input).value
+        assert "\x1b" not in value and "\u202e" not in value and "\\u001b]52" in value
+        assert json.loads(value) == {"command": HOSTILE}  # the exact input, as JSON escapes

@@ -48,7 +48,7 @@ async def test_pause_holds_step_lets_one_through_resume_and_the_read_verbs(
 
         held = await helix(at, "inspect", "pj", "p1", "held")
         assert held.code == 0 and f"{first.control.tool_use_id}  Bash" in held.out
-        assert '{"command":"touch one"}' in held.out and "[paused]" in held.out
+        assert '{"command":"touch one"}' in held.out and "held by paused" in held.out
         phases = await helix(at, "phases", "pj")
         (row,) = [line for line in phases.lines if line.startswith("p1")]
         assert "PAUSED" in row and "Bash (held)" in row

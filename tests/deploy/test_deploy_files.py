@@ -93,8 +93,13 @@ def container() -> dict:
 
 
 def config_toml() -> dict:
+    """The ConfigMap's config.toml by flat key; it is written in sections, with no deprecated key."""
+    from helix_runner.config_file import flatten
+
     (cm,) = load("configmap.yaml")
-    return tomllib.loads(cm["data"]["config.toml"])
+    values, notices = flatten(tomllib.loads(cm["data"]["config.toml"]))
+    assert notices == []
+    return values
 
 
 # --- linters and schema validation -----------------------------------------------------------

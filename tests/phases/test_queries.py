@@ -429,6 +429,7 @@ def snapshot(**changes) -> RunSnapshot:
 class FakeRun:
     def __init__(self, snap: RunSnapshot, usage: ContextUsage | None = None):
         self.snap, self.usage, self.asked = snap, usage, 0
+        self.checkpoints = None  # checkpoints off: InspectPhase lists the stored ones
 
     def snapshot(self) -> RunSnapshot:
         return self.snap

@@ -158,3 +158,27 @@ def test_recordings_no_phase_names_go_with_the_age_rule(store, tmp_path):
     assert (report.jobs_deleted, report.recordings_deleted, report.bytes_freed) == (0, 1, 100)
     assert not gone.exists() and not gone.parent.exists()
     assert young.exists() and named.exists()
+
+
+def test_an_expired_jobs_checkpoints_go_with_it_their_hidden_refs_too(store, tmp_path):
+    from support.git_repos import make_repo, sh
+
+    from helix_runner.domain.checkpoints import Checkpoint, CheckpointKind, WorkspaceKind
+    from helix_runner.process.checkpoint_git import WorkspaceSnapshots, checkpoint_ref
+    from helix_runner.store.protocol import InsertCheckpoint
+
+    recordings = tmp_path / "data" / "recordings"
+    repo = make_repo(tmp_path / "repo")
+    add_phase(store, recordings, "old", "p1", status="SUCCEEDED", day=10)
+    add_phase(store, recordings, "new", "p1", status="SUCCEEDED", day=95)
+    for job in ("old", "new"):
+        snaps = WorkspaceSnapshots(WorkspaceKind.GIT_COMMIT, repo, repo, tmp_path / job, job, "p1")
+        snaps.start()
+        (repo / f"{job}.txt").write_text(job)
+        snap = snaps.take(1)
+        snaps.close()
+        store.write_phases([InsertCheckpoint(job, "p1", Checkpoint(1, CheckpointKind.TOOL_CALL, 1, "s", snap, 1))])
+    sweeper(store, recordings, max_age_s=30 * 86400).sweep()
+    assert store.list_checkpoints("old", "p1") == [] and len(store.list_checkpoints("new", "p1")) == 1
+    refs = sh(repo, "for-each-ref", "--format=%(refname)", "refs/helix").split()
+    assert refs == [checkpoint_ref("new", "p1", 0), checkpoint_ref("new", "p1", 1)]

@@ -132,3 +132,14 @@ def test_the_death_of_its_parent_ends_every_descendant(tmp_path):
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_the_shim_and_its_sandbox_launcher_start_without_heavy_modules():
+    """Every phase start pays the shim's imports (benchmarks/README.md, P6): `signal` pulls in enum
+    (about 6 ms of a 20 ms start); the shim and sandbox/launch.py use the C module `_signal`."""
+    shim_dir = Path(phase_shim.__file__).resolve().parent
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import phase_shim; from sandbox import launch; "
+             "print(sorted(m for m in ('enum', 'signal', 'typing', 're') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-B", "-c", probe, str(shim_dir)], capture_output=True,
+                         text=True, timeout=30, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

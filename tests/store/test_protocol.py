@@ -26,6 +26,8 @@ def test_the_protocol_names_every_method_the_application_uses():
         "claim_webhook_deliveries", "create_webhook", "delete_webhook", "enqueue_webhooks", "finish_webhook_attempt",
         "get_webhook", "list_webhook_deliveries", "list_webhooks", "next_webhook_due_s", "release_webhook_claims",
         "replace_config_webhooks", "webhook_attempts",
+        # checkpoints, forks (docs/fork-and-rewind.md)
+        "get_phase_request", "list_checkpoints", "read_transcript", "save_phase_request",
     ])  # fmt: skip
 
 

@@ -105,6 +105,56 @@ def repo(markers: str) -> None:
                  "-c core.fsmonitor= commit -q -m work && git log --oneline -1 | grep -q work")
 
 
+# Every family of git-config(1) and gitattributes(5) that makes git run a program, each writing its
+# own marker (``hg-<family>``) when it runs: what the server's own git must never run (issue 30.1).
+HOST_GIT_FAMILIES = ("clean", "smudge", "process", "textconv", "diffcmd", "external", "fsmonitor", "pager",
+                     "editor", "ssh", "gpg", "credential", "askpass", "merge", "proxy", "include", "hook")
+
+
+def hostgit(markers: str) -> None:
+    """Plants every program-running family in the phase's repository (config, attributes, hooks and
+    an included file), and leaves work for the server's git: files its filters and drivers apply to."""
+    m = markers
+
+    def run(name: str) -> str:  # a program that leaves its marker and passes its input through (quoted:
+        return f"\"sh -c 'touch {m}/hg-{name}; cat'\""  # a bare ';' starts a comment in git config)
+
+    # First the attributes and the files they select, committed while nothing is planted yet (a
+    # worktree made later checks them out through the smudge and process filters).
+    _write("attributes", ".gitattributes", "*.txt filter=hx diff=hx merge=hx\n*.p filter=hp\n*.i filter=inc\n")
+    for name in ("a.txt", "b.p", "c.i"):
+        _write(f"file_{name}", name, f"{name}\n")
+    sh("commit_clean", f"git add .gitattributes a.txt b.p c.i && {GIT} -c core.hooksPath=/dev/null commit -q -m attrs")
+    hooks = os.path.abspath(".hxhooks")
+    os.makedirs(hooks, exist_ok=True)
+    for hook in ("post-checkout", "reference-transaction", "post-index-change", "pre-commit", "post-commit"):
+        _write(f"hook_{hook}", f"{hooks}/{hook}", _hook(f"{m}/hg-hook"), exe=True)
+        _write(f"githook_{hook}", f".git/hooks/{hook}", _hook(f"{m}/hg-hook"), exe=True)
+    _write("include_file", ".hxinc", f"[core]\n\thooksPath = {hooks}\n[filter \"inc\"]\n\tclean = {run('include')}\n")
+    _write("config", ".git/config",
+           f"[core]\n\tfsmonitor = \"touch {m}/hg-fsmonitor\"\n\tpager = \"touch {m}/hg-pager; cat\"\n"
+           f"\teditor = \"touch {m}/hg-editor\"\n\tsshCommand = \"touch {m}/hg-ssh\"\n"
+           f"\taskPass = \"touch {m}/hg-askpass\"\n\tgitProxy = \"touch {m}/hg-proxy\"\n"
+           f"\thooksPath = {hooks}\n"
+           f"[filter \"hx\"]\n\tclean = {run('clean')}\n\tsmudge = {run('smudge')}\n"
+           f"[filter \"hp\"]\n\tprocess = \"touch {m}/hg-process\"\n"
+           f"[diff \"hx\"]\n\ttextconv = \"touch {m}/hg-textconv\"\n\tcommand = \"touch {m}/hg-diffcmd\"\n"
+           f"[diff]\n\texternal = \"touch {m}/hg-external\"\n"
+           f"[merge \"hx\"]\n\tdriver = \"touch {m}/hg-merge\"\n"
+           f"[gpg]\n\tprogram = \"touch {m}/hg-gpg\"\n[commit]\n\tgpgSign = true\n"
+           f"[credential]\n\thelper = \"!touch {m}/hg-credential\"\n"
+           f"[include]\n\tpath = {os.path.abspath('.hxinc')}\n"
+           f"[includeIf \"gitdir:/\"]\n\tpath = {os.path.abspath('.hxinc')}\n", "a")
+    _write("info_attributes", ".git/info/attributes", "* diff=hx\n")
+    for name in ("a.txt", "b.p", "c.i"):  # work for the server's diff of this phase
+        _write(f"work_{name}", name, f"work in {name}\n", "a")
+
+
+def worktree_work(markers: str) -> None:
+    """A phase in a git worktree of the planted repository: it changes a file the filters apply to."""
+    _write("work", "d.txt", "more work\n")
+
+
 def optin(markers: str) -> None:
     """With ``allow_repository_config_writes`` the phase may change its git config."""
     _write("config", ".git/config", "[hxbox]\n\toptin = yes\n", "a")
@@ -178,4 +228,4 @@ def stream(lines: str) -> None:
 
 if __name__ == "__main__":
     group, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
-    {"legit": legit, "repo": repo, "optin": optin, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)
+    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "worktree_work": worktree_work, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)

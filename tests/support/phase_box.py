@@ -163,6 +163,8 @@ class BoxScenario:
             *turns("[[repo-inplace]]", f"{battery} repo {self.markers}"),
             *turns("[[repo-worktree]]", f"{battery} repo {self.markers}"),
             *turns("[[optin]]", f"{battery} optin {self.markers}"),
+            *turns("[[hostgit]]", f"{battery} hostgit {self.markers}"),
+            *turns("[[hostgit-wt]]", f"{battery} worktree_work {self.markers}"),
             *turns("[[line]]", f"{battery} flood line"),
             *turns("[[output]]", f"{battery} flood output"),
             *turns("[[forkbomb]]", f"{battery} forkbomb {FORKS}"),
@@ -172,20 +174,21 @@ class BoxScenario:
     def lay_out(self) -> None:
         self.markers.mkdir()
         _repo(self.ws)
-        for name in ("proj", "trap", "wtrepo", "optin"):
+        for name in ("proj", "trap", "wtrepo", "optin", "hostgit"):
             _repo(self.ws / name)
         (self.ws / "trap" / ".gitmodules").write_text("")
         _git(self.ws / "trap", "add", ".gitmodules")
         _git(self.ws / "trap", "commit", "-q", "-m", "modules")
         (self.ws / "limits").mkdir()
-        for d in (self.ws, *(self.ws / n for n in ("proj", "trap", "wtrepo", "optin", "limits"))):
+        for d in (self.ws, *(self.ws / n for n in ("proj", "trap", "wtrepo", "optin", "hostgit", "limits"))):
             (d / ".hxbox").mkdir()
             shutil.copyfile(box_battery.__file__, d / ".hxbox" / "box_battery.py")
-        for name in ("proj", "trap", "wtrepo", "optin"):  # the battery's copy is not the project's work
+        for name in ("proj", "trap", "wtrepo", "optin", "hostgit"):  # the battery's copy is not the project's work
             (self.ws / name / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\n")
         (self.ws / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\n")
-        _git(self.ws / "wtrepo", "add", "-f", ".hxbox")  # a worktree holds what is committed
-        _git(self.ws / "wtrepo", "commit", "-q", "-m", "battery")
+        for name in ("wtrepo", "hostgit"):  # a worktree holds what is committed
+            _git(self.ws / name, "add", "-f", ".hxbox")
+            _git(self.ws / name, "commit", "-q", "-m", "battery")
         self.before = {name: snapshot(self.ws / name) for name in ("trap", "wtrepo")}
         self.script().save(self.root / "script.json")
         (self.root / "home").mkdir()
@@ -251,8 +254,14 @@ class BoxScenario:
                 ("repo-worktree", "[[repo-worktree]]", ws / "wtrepo",
                  {"workspace": pb.WORKSPACE_MODE_GIT_WORKTREE, "worktree_retention": pb.WORKTREE_RETENTION_KEEP}),
                 ("optin", "[[optin]]", ws / "optin", {"allow_repository_config_writes": True}),
+                # Every family planted for the server's own git (issue 30.1): its diff of this phase,
+                # then a worktree of the same repository made, diffed and removed.
+                ("hostgit", "[[hostgit]]", ws / "hostgit", {"allow_repository_config_writes": True}),
+                ("hostgit-wt", "[[hostgit-wt]]", ws / "hostgit", {"workspace": pb.WORKSPACE_MODE_GIT_WORKTREE}),
                 ("forkbomb", "[[forkbomb]]", ws / "limits", {"pids_limit": PIDS_LIMIT})):
             await self.finish(name, self.start(name, tag, workdir, **options))
+        # What the server's own git ran, before the user's git below runs anything.
+        self.outcome.effects["host_git_markers"] = sorted(n for n in os.listdir(self.markers) if n.startswith("hg-"))
         # The floods, each while a neighbour of another job streams.
         for flood in ("line", "output"):
             flooding = self.start(flood, f"[[{flood}]]", ws / "limits")

@@ -63,6 +63,7 @@ class FakeHost:
         self._written = asyncio.Event()
         self._changed = asyncio.Event()  # set on every emit and status change
         self.closed = asyncio.Event()  # set when the controller closes stdin
+        self.boundaries = 0  # how often the controller waited for a checkpoint before deciding a call
 
     # -- PhaseHost --------------------------------------------------------------------------
 
@@ -88,6 +89,9 @@ class FakeHost:
         if obj.get("type") == "control_request":
             self.on_control_request(obj)
         return True
+
+    async def at_boundary(self) -> None:
+        self.boundaries += 1
 
     async def close_stdin(self) -> None:
         self.stdin_closed = True

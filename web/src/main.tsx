@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import "./app.css";
 import { CostsView } from "./views/costs.js";
 import { JobsView, JobView } from "./views/jobs.js";
+import { CompareView } from "./views/fork.js";
 import { PhaseView } from "./views/phase.js";
 import { WebhooksView } from "./views/webhooks.js";
 
@@ -11,6 +12,7 @@ type Route =
   | { view: "jobs" }
   | { view: "job"; jobId: string }
   | { view: "phase"; jobId: string; phaseId: string }
+  | { view: "compare"; jobId: string; left: string; right: string }
   | { view: "costs"; params: URLSearchParams }
   | { view: "webhooks" };
 
@@ -20,6 +22,7 @@ export function parseRoute(hash: string): Route {
   if (parts[0] === "costs") return { view: "costs", params: new URLSearchParams(query) };
   if (parts[0] === "webhooks") return { view: "webhooks" };
   if (parts[0] === "jobs" && parts[1] && parts[2] === "phases" && parts[3]) return { view: "phase", jobId: parts[1], phaseId: parts[3] };
+  if (parts[0] === "jobs" && parts[1] && parts[2] === "compare" && parts[3] && parts[4]) return { view: "compare", jobId: parts[1], left: parts[3], right: parts[4] };
   if (parts[0] === "jobs" && parts[1]) return { view: "job", jobId: parts[1] };
   return { view: "jobs" };
 }
@@ -54,6 +57,7 @@ function App() {
         {route.view === "jobs" && <JobsView />}
         {route.view === "job" && <JobView key={route.jobId} jobId={route.jobId} />}
         {route.view === "phase" && <PhaseView key={`${route.jobId}/${route.phaseId}`} jobId={route.jobId} phaseId={route.phaseId} />}
+        {route.view === "compare" && <CompareView key={`${route.jobId}/${route.left}/${route.right}`} jobId={route.jobId} left={route.left} right={route.right} />}
         {route.view === "costs" && <CostsView params={route.params} />}
         {route.view === "webhooks" && <WebhooksView />}
       </main>

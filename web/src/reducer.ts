@@ -20,6 +20,7 @@ import {
   type PhaseResult,
   type StreamEvent,
 } from "./proto.js";
+import { visible } from "./visible.js";
 
 /** How many log entries the page keeps (the stream itself is complete in the server's store). */
 export const LOG_LIMIT = 500;
@@ -79,6 +80,8 @@ export interface PhaseView {
   result: PhaseResult | undefined;
   /** Bumped by control actions and status changes: the page then re-reads held calls. */
   controlVersion: number;
+  /** Rewinds in place (REWOUND control events): the events after `after` up to `to` are superseded. */
+  rewound: { after: number; to: number }[];
 }
 
 export type Action =
@@ -103,7 +106,13 @@ export function initialView(): PhaseView {
     costSeries: [],
     result: undefined,
     controlVersion: 0,
+    rewound: [],
   };
+}
+
+/** Whether a rewind in place superseded the event `seq` (it stays in the history, marked). */
+export function isRewound(view: PhaseView, seq: number): boolean {
+  return view.rewound.some((r) => seq > r.after && seq <= r.to);
 }
 
 export function reduce(view: PhaseView, action: Action): PhaseView {
@@ -138,7 +147,7 @@ function applyEvents(view: PhaseView, events: readonly StreamEvent[]): PhaseView
     next.lastMs = timeMs;
     apply(next, event, timeMs);
     const line = summarize(event);
-    if (line) entries.push({ seq, timeMs, ...line });
+    if (line) entries.push({ seq, timeMs, ...line, text: visible(line.text) });  // what a phase wrote, inert (visible.ts)
   }
   next.log = entries.length ? [...view.log, ...entries].slice(-LOG_LIMIT) : view.log;
   return next;
@@ -199,6 +208,9 @@ function apply(view: PhaseView, event: StreamEvent, timeMs: number): void {
       break;
     case "control":
       applyControl(view, p.value.kind, p.value.toolUseId, p.value.inputJson);
+      if (p.value.kind === ControlEventKind.REWOUND) {
+        view.rewound = [...view.rewound, { after: Number(p.value.rewoundAfterSequence), to: Number(p.value.rewoundToSequence) }];
+      }
       view.controlVersion++;
       break;
   }
@@ -318,7 +330,7 @@ export function callLabel(call: CallView, limit = 40): string {
   } catch {
     gist = "";
   }
-  return clip(`${call.name} ${gist}`, limit);
+  return clip(visible(`${call.name} ${gist}`), limit);
 }
 
 export function ms(ts: Timestamp | undefined): number | undefined {

@@ -17,6 +17,7 @@ import {
   currentTool,
   elapsedMs,
   initialView,
+  isRewound,
   reduce,
   timelineRows,
   type PhaseView,
@@ -186,4 +187,39 @@ test("a gateway event (429, a refused destination) is a line of the log, in the 
   assert.deepEqual(view.log.map((l) => [l.kind, l.tone]), [["gateway", "error"], ["gateway", "error"]]);
   assert.match(view.log[0].text, /^rate limited claude-x \(HTTP 429\) rate_limit_error: slow down$/);
   assert.match(view.log[1].text, /^egress refused evil\.example:443 \(HTTP 403\)/);
+});
+
+test("a REWOUND control event marks the superseded events, which stay in the log", () => {
+  const events = [
+    started(1, "a"),
+    finished(2, "a"),
+    started(3, "b"),
+    finished(4, "b"),
+    ev(5, { case: "control", value: { kind: ControlEventKind.REWOUND, checkpoint: 1, rewoundAfterSequence: 2n, rewoundToSequence: 4n } }),
+  ];
+  const view = reduce(initialView(), { type: "events", events });
+  assert.deepEqual(view.rewound, [{ after: 2, to: 4 }]);
+  assert.deepEqual(
+    view.log.map((e) => [e.seq, isRewound(view, e.seq)]),
+    [
+      [1, false],
+      [2, false],
+      [3, true],
+      [4, true],
+      [5, false],
+    ],
+  );
+});
+
+test("what a phase wrote reaches the log and the call labels as escapes, never as bidi or terminal controls", () => {
+  const hostile = "\u202eexe.txt\u202c \u001b]0;title\u0007 \u2066x\u2069";
+  const view = fold([
+    ev(1, { case: "assistantText", value: { text: `look: ${hostile}` } }),
+    ev(2, { case: "toolCallStarted", value: { toolUseId: "t1", name: `Bash${hostile}`, inputJson: JSON.stringify({ command: hostile }) } }),
+  ]);
+  const texts = view.log.map((e) => e.text).join("\n");
+  assert.ok(!/[\u202e\u202c\u2066\u2069\u001b\u0007]/.test(texts), texts);
+  assert.ok(texts.includes("\\u202eexe.txt\\u202c") && texts.includes("\\x1b]0;title\\x07"), texts);
+  const label = callLabel(view.calls["t1"]);
+  assert.ok(!/[\u202e\u2066]/.test(label) && label.startsWith("Bash\\u202e"), label);
 });

@@ -178,6 +178,22 @@ impl Client {
         let response = self.inner.cancel_phase(request).await?.into_inner();
         response.phase.ok_or_else(|| RunnerError::protocol("CancelPhaseResponse without a phase"))
     }
+
+    /// Starts a new phase of the job from a checkpoint of a phase (running, paused or ended): its
+    /// CLI resumes the phase's session cut at `point` in a new worktree at that checkpoint's files.
+    /// Watch the fork with [`watch_phase`](Self::watch_phase) (`response.phase.phase_id`).
+    pub async fn fork_phase(&mut self, request: pb::ForkPhaseRequest) -> Result<pb::ForkPhaseResponse, RunnerError> {
+        Ok(self.inner.fork_phase(request).await?.into_inner())
+    }
+
+    /// Takes a paused or held phase back to a checkpoint in place (a REWOUND event marks the
+    /// rewound part of its history, which stays).
+    pub async fn rewind_phase(
+        &mut self,
+        request: pb::RewindPhaseRequest,
+    ) -> Result<pb::RewindPhaseResponse, RunnerError> {
+        Ok(self.inner.rewind_phase(request).await?.into_inner())
+    }
 }
 
 impl pb::StreamEvent {

@@ -426,6 +426,10 @@ def _control(p: d.ControlEvent, m: ev.ControlEvent) -> None:
     m.resumed_session_id = p.resumed_session_id
     if p.queue is not None:
         m.queue.CopyFrom(queue_state_to_proto(p.queue))
+    if p.kind is d.ControlEventKind.REWOUND:
+        m.checkpoint = _i32(p.checkpoint)
+        m.rewound_after_sequence = p.rewound_after_sequence
+        m.rewound_to_sequence = p.rewound_to_sequence
 
 
 def _parse_error(p: d.ParseError, m: ev.ParseError) -> None:

@@ -9,7 +9,9 @@ from google.protobuf.message import DecodeError
 from helix.runner.v1 import resources_pb2
 from helix_runner.api import event_mapping as m
 from helix_runner.api.artifact_mapping import artifacts_to_proto
+from helix_runner.api.checkpoint_mapping import fork_origin_to_proto
 from helix_runner.api.wire import frame_events
+from helix_runner.domain.checkpoints import ForkOrigin
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event
 from helix_runner.domain.gateway_report import GatewayReport
@@ -58,6 +60,9 @@ class ProtoRecordEncoder:
             running.number = len(msg.attempts) + 1
             msg.attempts.append(running)
         return msg.SerializeToString()
+
+    def encode_fork_origin(self, origin: ForkOrigin) -> bytes:
+        return fork_origin_to_proto(origin).SerializeToString()
 
     def encode_attempts(self, attempts: Sequence[Attempt]) -> bytes:
         # A Phase carrying only attempts, as encode_tool_stats does for statistics.

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from helix.runner.v1 import events_pb2, resources_pb2
 from helix_runner.api import event_mapping as m
+from helix_runner.api.checkpoint_mapping import checkpoint_to_proto
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.proto_records import containment_to_proto, gateway_report_to_proto, sandbox_to_proto
 from helix_runner.api.wire import embedded
@@ -65,6 +66,8 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
     msg.last_sequence = view.last_sequence
     msg.prompt = view.prompt
     msg.on_disconnect = _DETACH if view.on_disconnect == "DETACH" else _CANCEL
+    if view.fork_pb:
+        msg.forked_from.ParseFromString(view.fork_pb)
     _time(msg.create_time, view.create_time_ns)
     if view.start_time_ns:
         _time(msg.start_time, view.start_time_ns)
@@ -196,6 +199,7 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
     msg = resources_pb2.PhaseInspection(phase=phase_to_proto(view))
     # The phase's attempts as its Phase lists them: live ones here, its result's, or those stored.
     msg.attempts.extend(msg.phase.attempts)
+    msg.checkpoints.extend(checkpoint_to_proto(c) for c in inspection.checkpoints)
     for recent in inspection.recent_events:
         event = events_pb2.StreamEvent.FromString(recent.body)
         ref = msg.recent_events.add(

@@ -75,6 +75,11 @@ ROUTES: Mapping[str, Route] = {
     "ListWebhooks": Route.ANY,
     "DeleteWebhook": Route.ANY,
     "ListWebhookDeliveries": Route.ANY,
+    # A fork reads the phase's checkpoints and transcript from the shared database and its files from
+    # the repository (on a root every replica mounts), so any replica starts it (docs/fork-and-rewind.md).
+    "ForkPhase": Route.ANY,
+    # A rewind stops and resumes the phase's CLI: its owner's.
+    "RewindPhase": Route.OWNER,
 }
 
 _PHASE_IDS = frozenset({"job_id", "phase_id"})

@@ -27,6 +27,12 @@ from google.protobuf.message import DecodeError
 
 from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
+from helix_runner.api.checkpoint_mapping import (
+    checkpoint_to_proto,
+    fork_point_from_proto,
+    fork_request,
+    storable_request,
+)
 from helix_runner.api.errors import abort
 from helix_runner.api.forwarding import OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
@@ -167,7 +173,8 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     async def RunPhase(self, request, context) -> AsyncIterator[bytes]:
         spec = spec_from_request(request, request.phase_id or self.service.new_phase_id())
         retry = retry_policy_from_options(request.options, self.service.retry_defaults)
-        live = await self.service.start(spec, breakpoints_from_request(request), retry)
+        live = await self.service.start(spec, breakpoints_from_request(request), retry,
+                                        request_pb=storable_request(request))
         state = {"completed": False, "handled": False}
 
         def caller_gone(*_: object) -> None:
@@ -354,6 +361,28 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
                else resources_pb2.ToolCall(tool_use_id=request.tool_use_id))
         return runner_service_pb2.ResolveToolCallResponse(tool_call=msg)
 
+
+    # -- fork and rewind (docs/fork-and-rewind.md) -----------------------------------------------
+
+    @_unary
+    async def ForkPhase(self, request, context):
+        point = fork_point_from_proto(request.point, request.conversation_only)
+        row, stored = await self.service.fork_source(request.job_id, request.phase_id)
+        base = fork_request(request, stored, row.prompt, row.working_dir, row.model, row.project_id,
+                            request.new_phase_id or self.service.new_phase_id())
+        spec = spec_from_request(base, base.phase_id)
+        retry = retry_policy_from_options(base.options, self.service.retry_defaults)
+        live, checkpoint = await self.service.fork(spec, request.job_id, request.phase_id, point,
+                                                   breakpoints_from_request(base), retry,
+                                                   request_pb=storable_request(base))
+        return runner_service_pb2.ForkPhaseResponse(phase=await self._phase(spec.job_id, spec.phase_id),
+                                                    checkpoint=checkpoint_to_proto(checkpoint))
+
+    @_unary
+    async def RewindPhase(self, request, context):
+        checkpoint, sequence = await self.commands.rewind(
+            request.job_id, request.phase_id, fork_point_from_proto(request.point, request.conversation_only))
+        return runner_service_pb2.RewindPhaseResponse(checkpoint=checkpoint_to_proto(checkpoint), sequence=sequence)
 
     # -- webhooks (README "Webhooks"; phases/webhooks.py) --------------------------------------
 

@@ -33,6 +33,7 @@ keys:
   a approve the selected held call      d deny it (asks for the message the model sees)
   e edit its input (JSON)               m inject a message (the next user turn)
   x cancel the phase (press twice)      ↑/↓ select a held call          q quit (the phase goes on)
+  f fork a new phase from after a tool call (the last finished one, or the id typed)
 """
 
 
@@ -159,6 +160,15 @@ class LiveControl:
             )
         ).tool_call
         return f"{decision}: {call.name} ({tool_use_id})"
+
+    async def fork(self, tool_use_id: str) -> str:
+        from helix_runner_client import pb
+
+        response = await self.client.call("fork_phase", pb.ForkPhaseRequest(
+            **self._ids(), point=pb.ForkPoint(tool_use_id=tool_use_id)))
+        fork = response.phase
+        return (f"forked after {tool_use_id} into {fork.job_id}/{fork.phase_id}: "
+                f"helix-runner attach {fork.job_id} {fork.phase_id}")
 
     async def inspect(self):
         from helix_runner_client import pb

@@ -318,16 +318,22 @@ def with_client(fn):
 
 
 def make_console(file: Any = None, *, stderr: bool = False) -> Console:
-    """A rich console on stdout (or stderr): colour on terminals only, never re-wrapping lines.
+    """A rich console on stdout (or stderr): colour on terminals only, never re-wrapping lines, and
+    never writing a control character or bidi override it was given (``cli.visible``).
 
     Off a terminal rich assumes 80 columns; tables for scripts and logs get more room instead.
     """
     from rich.console import Console
 
+    from helix_runner.cli.visible import VisibleGuard
+
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     is_tty = hasattr(stream, "isatty") and stream.isatty()
     width = None if is_tty else max(160, int(os.environ.get("COLUMNS", "0") or 0))
-    return Console(file=stream, highlight=False, markup=False, width=width, soft_wrap=False, emoji=False)
+    console = Console(file=stream, highlight=False, markup=False, width=width, soft_wrap=False, emoji=False)
+    # What a phase wrote is escaped by the views before layout; the guard escapes what slipped through.
+    console.push_render_hook(VisibleGuard())
+    return console
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -335,8 +341,9 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def print_json(data: Any, file: Any = None) -> None:
-    import json
+    from helix_runner.cli.visible import dumps_json
 
     stream = file if file is not None else sys.stdout
-    stream.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    # Lossless: control characters and bidi overrides inside strings are written as \u escapes.
+    stream.write(dumps_json(data, indent=2, default=str) + "\n")
     stream.flush()

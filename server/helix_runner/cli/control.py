@@ -384,7 +384,31 @@ async def _inspect(client, args) -> int:
         return EXIT_OK
     from helix_runner.cli.read import inspection_renderables
 
+    events = None
+    if args.what in ("all", "events") and response.inspection.phase is not None:
+        events = await recent_events(client, args.job, args.phase, response.inspection.phase.last_sequence)
     console = make_console()
-    for renderable in inspection_renderables(response.inspection, args.what):
+    for renderable in inspection_renderables(response.inspection, args.what, events):
         console.print(renderable, soft_wrap=True)
     return EXIT_OK
+
+
+RECENT_EVENTS = 20
+
+
+async def recent_events(client, job_id: str, phase_id: str, last_sequence: int) -> list:
+    """The phase's last ``RECENT_EVENTS`` events up to ``last_sequence``, whole (WatchPhase), so
+    ``inspect`` prints them with the lines `watch` prints."""
+    import asyncio
+
+    events: list = []
+    if last_sequence <= 0:
+        return events
+    async with asyncio.timeout(client.timeout), client.watch_phase(
+        job_id, phase_id, max(0, last_sequence - RECENT_EVENTS)
+    ) as stream:
+        async for event in stream:
+            events.append(event)
+            if event.sequence >= last_sequence:
+                break
+    return events

@@ -37,6 +37,7 @@ from helix_runner.cli.render import (
     result_line,
     status_text,
 )
+from helix_runner.cli.visible import escaped_json, visible
 
 REFRESH_SECONDS = 0.1
 LOG_LINES_PER_TICK = 60
@@ -55,6 +56,8 @@ class Controller(Protocol):
     async def cancel(self) -> str: ...
     async def inject(self, text: str) -> str: ...
     async def resolve(self, tool_use_id: str, decision: str, value: str = "") -> str: ...
+    async def fork(self, tool_use_id: str) -> str:
+        """ForkPhase from the checkpoint after this call (docs/fork-and-rewind.md)."""
     async def inspect(self) -> Any:
         """A ``PhaseInspection`` (held calls, pause state) or None when there is none to take."""
 
@@ -108,6 +111,7 @@ class Dashboard(App):
         Binding("d", "deny", "deny"),
         Binding("e", "edit", "edit"),
         Binding("m", "inject", "message"),
+        Binding("f", "fork", "fork"),
         Binding("x", "cancel_phase", "cancel"),
         Binding("q", "quit", "quit"),
     ]
@@ -224,12 +228,12 @@ class Dashboard(App):
     def _render_panels(self) -> None:
         v = self.view
         header = Text()
-        header.append(f"job {v.job_id} · phase {v.phase_id}   ", style="bold")
+        header.append(f"job {visible(v.job_id)} · phase {visible(v.phase_id)}   ", style="bold")
         header.append_text(status_text(v.status))
         header.append(f"   elapsed {fmt_seconds(v.elapsed(None if self.ended else datetime.now(UTC)))}")
         header.append(f"   {v.events} events (#{v.last_sequence})")
         if v.model:
-            header.append(f"   {v.model}", style="dim")
+            header.append(f"   {visible(v.model)}", style="dim")
         flags = []
         if v.hard_paused:
             flags.append("hard-paused")
@@ -239,7 +243,7 @@ class Dashboard(App):
             flags.append(f"API retry {v.last_retry.attempt}/{v.last_retry.max_retries}")
         if flags:
             header.append("   [" + ", ".join(flags) + "]", style="bold yellow")
-        header.append("\n" + (v.status_reason or ""), style="dim")
+        header.append("\n" + visible(v.status_reason or ""), style="dim")
         self.header_widget.update(header)
         if not self._dirty and not v.running:
             return
@@ -258,7 +262,8 @@ class Dashboard(App):
         table.clear()
         for h in self.view.held.values():
             table.add_row(
-                h.tool_use_id, h.name, h.reason or "-", one_line(h.input_json, 120), key=h.tool_use_id
+                visible(h.tool_use_id), visible(h.name), visible(h.reason or "-"), one_line(h.input_json, 120),
+                key=h.tool_use_id
             )
         if selected in self.view.held:
             table.move_cursor(row=list(self.view.held).index(selected))
@@ -362,8 +367,21 @@ class Dashboard(App):
             )
 
         self.push_screen(
-            Prompt(f"Edit the input of {held.name} ({held.tool_use_id}), JSON:", held.input_json), answered
+            # The exact input, what a terminal would obey written as JSON escapes (the same value).
+            Prompt(f"Edit the input of {visible(held.name)} ({visible(held.tool_use_id)}), JSON:",
+                   escaped_json(held.input_json)), answered
         )
+
+    def action_fork(self) -> None:
+        """Forks the phase after a tool call: the last one that ended, or the one typed instead."""
+        finished = [c for c in self.view.recent if c.ok is not None]
+        default = finished[-1].tool_use_id if finished else ""
+
+        def answered(text: str | None) -> None:
+            if text and text.strip():
+                self._act(self.control.fork(text.strip()) if self.control else _noop())
+
+        self.push_screen(Prompt("Fork a new phase from after tool call (tool_use id):", default), answered)
 
     def action_inject(self) -> None:
         def answered(text: str | None) -> None:
@@ -387,7 +405,7 @@ def now_panel(v) -> Any:
         running_for = (datetime.now(UTC) - current.started).total_seconds() if current.started else None
         held = current.tool_use_id in v.held
         now = Text("⏸ " if held else "▶ ", style="magenta" if held else "yellow")
-        now.append(current.name, style="bold")
+        now.append(visible(current.name), style="bold")
         now.append(" held" if held else "", style="bold magenta")
         now.append(f"  {fmt_seconds(running_for)}  {one_line(current.input_json, 60)}", style="dim")
     else:
@@ -405,17 +423,17 @@ def now_panel(v) -> Any:
     grid.add_row(
         "cost",
         f"CLI {fmt_usd(v.reported_usd)} · computed {fmt_usd(v.computed_usd)}{diff}"
-        + (f" · unpriced: {', '.join(v.unpriced)}" if v.unpriced else ""),
+        + (f" · unpriced: {visible(', '.join(v.unpriced))}" if v.unpriced else ""),
     )
     retry = ""
     if v.last_retry is not None:
         r = v.last_retry
         http = f" HTTP {r.error_status}" if r.error_status is not None else ""
-        retry = f" · last: {r.attempt}/{r.max_retries} {r.error}{http}"
+        retry = f" · last: {r.attempt}/{r.max_retries} {visible(r.error or '')}{http}"
     grid.add_row("turns", f"{v.turns} · API retries {v.retries}{retry}")
     counts = Text()
     for name, tally in sorted(v.tools.items(), key=lambda kv: (-kv[1].count, kv[0]))[:6]:
-        counts.append(f"{name} {tally.count}")
+        counts.append(f"{visible(name)} {tally.count}")
         if tally.failures:
             counts.append(f" ({tally.failures}✗)", style="red")
         counts.append("  ")
@@ -433,11 +451,11 @@ def recent_panel(v) -> Any:
     rows = list(v.recent)[-(v.recent_limit - len(v.running)) or None :] if v.running else list(v.recent)
     for call in rows:
         mark = Text("✓", style="bold green") if call.ok else Text("✗", style="bold red")
-        table.add_row(mark, call.name, fmt_duration(call.duration), one_line(call.input_json, 50))
+        table.add_row(mark, visible(call.name), fmt_duration(call.duration), one_line(call.input_json, 50))
     for call in v.running.values():
         running_for = (datetime.now(UTC) - call.started).total_seconds() if call.started else None
         table.add_row(
-            Text("…", style="yellow"), call.name, fmt_seconds(running_for), one_line(call.input_json, 50)
+            Text("…", style="yellow"), visible(call.name), fmt_seconds(running_for), one_line(call.input_json, 50)
         )
     if not rows and not v.running:
         return Text("no tool calls yet", style="dim")

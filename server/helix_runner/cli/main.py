@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from helix_runner.cli import attach, control, read, run, serve, watch, webhooks
+from helix_runner.cli import attach, control, fork, read, run, serve, watch, webhooks
 from helix_runner.cli.common import (
     ENV_HELP,
     EXIT_CODES_HELP,
@@ -31,7 +31,9 @@ debugging a phase:
   helix-runner attach JOB PHASE               live dashboard with keys for pause/step/approve/deny/edit
   helix-runner watch JOB PHASE --filter tools live event lines
   helix-runner break add JOB PHASE --tool Bash; approve / deny -m MSG / edit --input JSON
-  helix-runner replay JOB PHASE --speed 10    the recording again, at ten times its pace"""
+  helix-runner replay JOB PHASE --speed 10    the recording again, at ten times its pace
+  helix-runner fork JOB PHASE --at TOOL_USE_ID [--deny REASON]  what if that call had gone otherwise
+  helix-runner rewind JOB PHASE --turn N      a paused phase back to the end of turn N, in place"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.register(sub)
     control.register(sub)
     webhooks.register(sub)
+    fork.register(sub)
     return parser
 
 

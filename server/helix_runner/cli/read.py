@@ -246,14 +246,18 @@ async def _phases(client, args) -> int:
     if args.json:
         print_json(_dict(job))
         return EXIT_OK
+    from helix_runner.cli.render import lineage
+
     console = make_console()
     table = _table(
         "PHASE", "STATUS", "STARTED", "DURATION", "COST", "TOOLS", "CURRENT TOOL", "MODEL", "REASON"
     )
-    for phase in job.phases:
+    # Forks under the phase they came from, as a small tree (docs/fork-and-rewind.md).
+    for phase, branch in lineage(list(job.phases)):
         active = _is_active(phase.status)
+        origin = phase.forked_from
         table.add_row(
-            phase.phase_id,
+            branch + phase.phase_id + (f" (from {origin.phase_id}@{origin.checkpoint})" if origin else ""),
             status_text(phase.status),
             fmt_local(phase.start_time),
             _duration(phase.start_time, phase.end_time, active),
@@ -448,8 +452,9 @@ async def _tools(client, args) -> int:
 # -- inspect (used by control.inspect) ---------------------------------------------------------
 
 
-def inspection_renderables(inspection, what: str) -> list:
-    """The sections of ``inspect`` as rich renderables."""
+def inspection_renderables(inspection, what: str, events: list | None = None) -> list:
+    """The sections of ``inspect`` as rich renderables; ``events``: the recent events, whole, shown
+    with the lines `watch` prints (else the server's one-line summaries)."""
     from rich.text import Text
 
     from helix_runner.cli.render import (
@@ -459,6 +464,8 @@ def inspection_renderables(inspection, what: str) -> list:
         fmt_duration,
         fmt_tokens,
         fmt_usd,
+        held_call_text,
+        line_of,
         one_line,
         plural,
         status_text,
@@ -470,10 +477,11 @@ def inspection_renderables(inspection, what: str) -> list:
     if phase is None:
         raise CliError("the server returned no phase in the inspection")
     if everything or what == "status":
-        line = Text(f"phase {phase.phase_id} of job {phase.job_id}: ")
-        line.append_text(status_text(phase.status))
-        line.append(f" ({phase.status_reason})" if phase.status_reason else "")
-        out.append(line)
+        out.append(line_of(
+            f"phase {phase.phase_id} of job {phase.job_id}: ",
+            status_text(phase.status),
+            f" ({phase.status_reason})" if phase.status_reason else "",
+        ))
         if phase.status in FINAL_STATUSES:
             # The live counters went with the run; what the result and the events keep (issue 22, item 14).
             result = phase.result
@@ -507,11 +515,7 @@ def inspection_renderables(inspection, what: str) -> list:
         if not inspection.pending_calls:
             out.append("  none")
         for pending in inspection.pending_calls:
-            call = pending.call
-            out.append(
-                f"  {call.tool_use_id}  {call.name}  {one_line(call.input_json, 100)}  "
-                f"[{pending.hold_reason}] since {fmt_clock(pending.hold_time).strip()}"
-            )
+            out.append(held_call_text(pending, indent="  "))
     if everything or what == "breakpoints":
         from helix_runner.cli.render import describe_breakpoint
 
@@ -556,11 +560,18 @@ def inspection_renderables(inspection, what: str) -> list:
             )
     if everything or what == "events":
         out.append(Text("recent events:", style="bold"))
-        for ref in inspection.recent_events[-20:]:
-            out.append(
-                f"  {fmt_clock(ref.receive_time)} #{ref.sequence:<5} {ref.kind:<18} {one_line(ref.summary, 120)}"
-            )
-    return out
+        if events is not None:
+            from helix_runner.cli.render import event_line
+
+            out += [Text("  ").append_text(event_line(event)) for event in events]
+        else:
+            for ref in inspection.recent_events[-20:]:
+                out.append(line_of(
+                    f"  {fmt_clock(ref.receive_time)} #{ref.sequence:<5} {ref.kind:<18} {one_line(ref.summary, 120)}"
+                ))
+    # Every section's text passes through the one escaping function (the strings hold tool names,
+    # reasons, patterns: what a phase or a caller wrote).
+    return [line_of(x) if isinstance(x, str) else x for x in out]
 
 
 async def _status(client, args) -> int:

@@ -1,8 +1,10 @@
 """How the client verbs show a phase: one line per event, and a view model of the phase's state.
 
-``watch``, ``replay`` and ``attach`` all print events with :func:`event_line`, so a replay of a
-recording shows exactly the lines ``watch`` showed live (the time is the event's own
-``receive_time``, never the clock of the terminal). :class:`PhaseModel` folds events into what a
+``watch``, ``replay``, ``run``, ``inspect … events`` and ``attach`` all print events with
+:func:`event_line`, one table of event kinds (``EVENT_DETAILS``), so a replay of a recording shows
+exactly the lines ``watch`` showed live (the time is the event's own ``receive_time``, never the
+clock of the terminal). Every string from the phase goes through :func:`line_of`, which makes
+control characters and bidi overrides visible and inert (``cli.visible``). :class:`PhaseModel` folds events into what a
 person wants to see at a glance (status, current tool, recent calls with durations, per-tool counts,
 tokens, cost, held calls, API retries); ``run``'s progress line and ``attach``'s dashboard read it.
 Everything here works on the client's messages (``helix_runner_client.pb``); recordings of raw CLI
@@ -12,12 +14,16 @@ output are turned into the same messages first (see ``cli.sources``).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import betterproto2
 from helix_runner_client import pb
 from rich.text import Text
+
+from helix_runner.cli.visible import escaped_json, visible, visible_text
 
 # --------------------------------------------------------------------------------------------------
 # Small formatters.
@@ -126,8 +132,9 @@ def fmt_local(when: datetime | None) -> str:
 
 
 def one_line(text: str, limit: int) -> str:
-    """``text`` on one line (newlines shown as ``⏎``), cut to ``limit`` characters with ``…``."""
-    flat = text.replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " ")
+    """``text`` on one line (newlines shown as ``⏎``), made visible and inert (``cli.visible``), cut
+    to ``limit`` characters with ``…``."""
+    flat = visible(text.replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " "))
     return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"
 
 
@@ -145,6 +152,22 @@ def describe_breakpoint(bp: pb.Breakpoint) -> str:
     else:
         text = "?"
     return text + (" (once)" if bp.once else "")
+
+
+def held_call_text(pending: pb.PendingToolCall, *, indent: str = "") -> Text:
+    """A held call as a person deciding it must see it: id, tool, what holds it, since when, and
+    its input whole, as escaped JSON (``cli.visible.escaped_json``: the exact bytes, with every
+    control character and bidi override written as ``\\uXXXX``), never cut."""
+    call = pending.call or pb.ToolCall()
+    since = fmt_clock(pending.hold_time).strip()
+    size = len(call.input_json.encode("utf-8", "surrogatepass"))
+    return line_of(
+        f"{indent}{call.tool_use_id}  ",
+        (call.name or "?", "bold"),
+        f"  held by {pending.hold_reason or 'a pause'}" + (f" since {since}" if since else ""),
+        (f"\n{indent}  input ({plural(size, 'byte')}, as JSON with escapes): ", "dim"),
+        (escaped_json(call.input_json), ""),
+    )
 
 
 def cost_figure(cost: pb.PhaseCost | None) -> float | None:
@@ -207,150 +230,254 @@ def parse_filter(spec: str | None) -> frozenset[str] | None:
     return frozenset(kinds)
 
 
-_KIND_STYLES = {
-    "session_init": "green",
-    "tool_call_started": "yellow",
-    "tool_call_finished": "yellow",
-    "tool_progress": "yellow",
-    "cost_update": "blue",
-    "turn_result": "bold blue",
-    "api_retry": "red",
-    "api_error": "bold red",
-    "stderr": "red",
-    "parse_error": "red",
-    "permission_denied": "red",
-    "gateway": "bold red",
-    "control": "magenta",
-    "status_changed": "bold magenta",
-    "assistant_text": "white",
-    "thinking": "dim",
-}
 KIND_WIDTH = 18
 
+# What a line may be built from: plain text (escaped by ``line_of``), text with a style, or a
+# ``Text`` already built by this module (``status_text``, another ``line_of``).
+Part = str | tuple[str, str] | Text
 
-def _kind_detail(kind: str, p, event: pb.StreamEvent) -> Text:
-    t = Text()
-    if kind == "session_init":
-        t.append(f"model {p.model or '?'}  CLI {p.cli_version or '?'}  turn {p.turn_index}  {p.cwd}")
-    elif kind == "assistant_text":
-        t.append(one_line(p.text, 200))
-    elif kind == "thinking":
-        t.append("(redacted)" if p.redacted else one_line(p.text, 160), style="dim")
-    elif kind == "tool_call_started":
-        t.append("→ ", style="yellow")
-        t.append(p.name, style="bold")
-        t.append("  " + one_line(p.input_json, 140), style="dim")
-        if event.parent_tool_use_id:
-            t.append("  [subagent]", style="dim")
-    elif kind == "tool_call_finished":
-        t.append("✗ " if p.is_error else "✓ ", style="bold red" if p.is_error else "bold green")
-        t.append(p.name or "?", style="bold")
-        t.append(f"  {fmt_duration(p.duration)}")
-        if p.content_preview:
-            t.append("  " + one_line(p.content_preview, 100), style="dim")
-    elif kind == "api_retry":
-        http = f" HTTP {p.error_status}" if p.error_status is not None else ""
-        t.append(
-            f"retry {p.attempt}/{p.max_retries} in {fmt_duration(p.retry_delay)}: {p.error or '?'}{http}"
-        )
-    elif kind == "api_error":
-        http = f" HTTP {p.api_error_status}" if p.api_error_status is not None else ""
-        t.append(f"{p.error}{http}: {one_line(p.message, 160)}")
-    elif kind == "rate_limit":
-        t.append(f"{p.status} {p.rate_limit_type} {p.utilization:.0%}")
-    elif kind == "task":
-        t.append(
-            f"{enum_name(p.kind).lower()} {p.task_type} {one_line(p.description, 80)} {p.status}".strip()
-        )
-    elif kind == "compaction":
-        t.append(
-            f"compacted {p.pre_tokens} → {p.post_tokens} tokens"
-            if p.completed
-            else f"compacting ({p.trigger or 'auto'}, {p.pre_tokens} tokens)"
-        )
-    elif kind == "cli_status":
-        t.append(p.status or "-")
-    elif kind == "hook":
-        t.append(f"{enum_name(p.kind).lower()} {p.hook_name} {p.outcome}".strip())
-    elif kind == "permission_denied":
-        t.append("✗ ", style="bold red")
-        t.append(f"{p.tool_name}: {one_line(p.message or p.decision_reason, 140)}")
-    elif kind == "partial_delta":
-        t.append(f"{enum_name(p.kind).lower()} {one_line(p.text, 100)}".strip())
-    elif kind == "turn_result":
-        t.append(p.subtype, style="bold red" if p.is_error else "bold green")
-        if p.is_error:
-            t.append(" (error)", style="red")
-        t.append(f"  {plural(p.num_turns, 'turn')}  {fmt_duration(p.duration)}")
-        if p.total_cost_usd is not None:
-            t.append(f"  {fmt_usd(p.total_cost_usd)}")
-    elif kind == "control_response":
-        t.append(f"{p.request_subtype or p.request_id} {'ok' if p.success else 'error: ' + p.error}")
-    elif kind == "control_request":
-        t.append(f"{p.subtype} {p.tool_name}".strip())
-    elif kind == "user_message":
-        t.append(one_line(p.text, 160))
-    elif kind == "tool_progress":
-        t.append(f"{p.tool_name} running for {fmt_duration(p.elapsed)}")
-    elif kind == "cost_update":
-        c = p.cost or pb.PhaseCost()
-        tokens = c.tokens or pb.TokenUsage()
-        t.append(f"{fmt_usd(cost_figure(c))}", style="bold")
-        t.append(
-            f" (reported {fmt_usd(c.reported_usd)}, computed {fmt_usd(c.computed_usd)})  tokens "
-            f"{fmt_tokens(tokens.input_tokens + tokens.cache_read_input_tokens)} in / "
-            f"{fmt_tokens(tokens.output_tokens)} out"
-        )
-    elif kind == "stderr":
-        t.append(one_line(p.text, 200))
-    elif kind == "status_changed":
-        t.append(f"{enum_name(p.from_status)} → ")
-        t.append_text(status_text(p.to_status))
-        if p.reason:
-            t.append(f": {one_line(p.reason, 140)}")
-    elif kind == "control":
-        t.append(enum_name(p.kind), style="bold magenta")
-        if p.tool_name:
-            t.append(f" {p.tool_name}")
-        if p.tool_use_id:
-            t.append(f" {p.tool_use_id}", style="dim")
-        if p.breakpoint_id:
-            t.append(f" breakpoint {p.breakpoint_id}")
-        if p.input_json:
-            t.append("  " + one_line(p.input_json, 100), style="dim")
-        if p.message:
-            t.append(f"  {one_line(p.message, 100)}")
-    elif kind == "parse_error":
-        t.append(f"{enum_name(p.reason).lower()} line {p.line_number} ({p.line_bytes} bytes)")
-    elif kind == "gateway":
-        t.append(enum_name(p.kind).lower().replace("_", " "), style="bold red")
-        t.append(f" HTTP {p.http_status}")
-        if p.destination or p.model:
-            t.append(f" {p.destination or p.model}")
-        if p.message:
-            t.append(f": {one_line(p.message, 140)}")
-    elif kind == "unknown":
-        t.append(f"{p.type}/{p.subtype}" if p.subtype else p.type)
-    return t
+
+def line_of(*parts: Part) -> Text:
+    """A ``Text`` of ``parts``, every string made visible and inert (``cli.visible``): the one way a
+    view turns what a phase wrote into something to print."""
+    line = Text()
+    for part in parts:
+        if isinstance(part, Text):
+            line.append_text(part)
+        elif isinstance(part, tuple):
+            line.append_text(visible_text(part[0], part[1]))
+        elif part:
+            line.append_text(visible_text(part))
+    return line
+
+
+@dataclass(frozen=True)
+class EventKind:
+    """How one kind of event reads in a line: the colour of its kind and what it says."""
+
+    style: str
+    detail: Callable[[Any, pb.StreamEvent], Text]
+
+
+# Event kind (the StreamEvent payload's field name) -> its style and detail. ``watch``, ``replay``,
+# ``run``, ``inspect`` and ``attach`` all print events through this table (``event_line``); a new
+# kind is one ``@event_kind_detail`` function. A kind not in the table still gets a line: its
+# fields, ``name=value`` (``generic_detail``).
+EVENT_DETAILS: dict[str, EventKind] = {}
+
+
+def event_kind_detail(kind: str, style: str = "cyan"):
+    """Registers the function that says what an event of ``kind`` did (its payload, the event)."""
+
+    def register(fn: Callable[[Any, pb.StreamEvent], Text]):
+        EVENT_DETAILS[kind] = EventKind(style, fn)
+        return fn
+
+    return register
+
+
+def generic_detail(p: Any, _event: pb.StreamEvent) -> Text:
+    """A payload this table does not know yet: its set fields as ``name=value``."""
+    parts: list[Part] = []
+    for name in getattr(p, "__dataclass_fields__", {}):
+        value = getattr(p, name, None)
+        if value in (None, "", 0, False, [], b""):
+            continue
+        shown = enum_name(value) if hasattr(value, "name") else value
+        parts.append(f"{' ' if parts else ''}{name}={one_line(str(shown), 80)}")
+    return line_of(*parts)
+
+
+@event_kind_detail("session_init", "green")
+def _session_init(p, _e) -> Text:
+    return line_of(f"model {p.model or '?'}  CLI {p.cli_version or '?'}  turn {p.turn_index}  {p.cwd}")
+
+
+@event_kind_detail("assistant_text", "white")
+def _assistant_text(p, _e) -> Text:
+    return line_of(one_line(p.text, 200))
+
+
+@event_kind_detail("thinking", "dim")
+def _thinking(p, _e) -> Text:
+    return line_of(("(redacted)" if p.redacted else one_line(p.text, 160), "dim"))
+
+
+@event_kind_detail("tool_call_started", "yellow")
+def _tool_call_started(p, event) -> Text:
+    return line_of(
+        ("→ ", "yellow"),
+        (p.name, "bold"),
+        ("  " + one_line(p.input_json, 140), "dim"),
+        ("  [subagent]", "dim") if event.parent_tool_use_id else "",
+    )
+
+
+@event_kind_detail("tool_call_finished", "yellow")
+def _tool_call_finished(p, _e) -> Text:
+    return line_of(
+        ("✗ " if p.is_error else "✓ ", "bold red" if p.is_error else "bold green"),
+        (p.name or "?", "bold"),
+        f"  {fmt_duration(p.duration)}",
+        ("  " + one_line(p.content_preview, 100), "dim") if p.content_preview else "",
+    )
+
+
+@event_kind_detail("tool_progress", "yellow")
+def _tool_progress(p, _e) -> Text:
+    return line_of(f"{p.tool_name} running for {fmt_duration(p.elapsed)}")
+
+
+@event_kind_detail("api_retry", "red")
+def _api_retry(p, _e) -> Text:
+    http = f" HTTP {p.error_status}" if p.error_status is not None else ""
+    return line_of(f"retry {p.attempt}/{p.max_retries} in {fmt_duration(p.retry_delay)}: {p.error or '?'}{http}")
+
+
+@event_kind_detail("api_error", "bold red")
+def _api_error(p, _e) -> Text:
+    http = f" HTTP {p.api_error_status}" if p.api_error_status is not None else ""
+    return line_of(f"{p.error}{http}: {one_line(p.message, 160)}")
+
+
+@event_kind_detail("rate_limit")
+def _rate_limit(p, _e) -> Text:
+    return line_of(f"{p.status} {p.rate_limit_type} {p.utilization:.0%}")
+
+
+@event_kind_detail("task")
+def _task(p, _e) -> Text:
+    return line_of(f"{enum_name(p.kind).lower()} {p.task_type} {one_line(p.description, 80)} {p.status}".strip())
+
+
+@event_kind_detail("compaction")
+def _compaction(p, _e) -> Text:
+    return line_of(
+        f"compacted {p.pre_tokens} → {p.post_tokens} tokens"
+        if p.completed
+        else f"compacting ({p.trigger or 'auto'}, {p.pre_tokens} tokens)"
+    )
+
+
+@event_kind_detail("cli_status")
+def _cli_status(p, _e) -> Text:
+    return line_of(p.status or "-")
+
+
+@event_kind_detail("hook")
+def _hook(p, _e) -> Text:
+    return line_of(f"{enum_name(p.kind).lower()} {p.hook_name} {p.outcome}".strip())
+
+
+@event_kind_detail("permission_denied", "red")
+def _permission_denied(p, _e) -> Text:
+    return line_of(("✗ ", "bold red"), f"{p.tool_name}: {one_line(p.message or p.decision_reason, 140)}")
+
+
+@event_kind_detail("partial_delta")
+def _partial_delta(p, _e) -> Text:
+    return line_of(f"{enum_name(p.kind).lower()} {one_line(p.text, 100)}".strip())
+
+
+@event_kind_detail("turn_result", "bold blue")
+def _turn_result(p, _e) -> Text:
+    return line_of(
+        (p.subtype, "bold red" if p.is_error else "bold green"),
+        (" (error)", "red") if p.is_error else "",
+        f"  {plural(p.num_turns, 'turn')}  {fmt_duration(p.duration)}",
+        f"  {fmt_usd(p.total_cost_usd)}" if p.total_cost_usd is not None else "",
+    )
+
+
+@event_kind_detail("control_response")
+def _control_response(p, _e) -> Text:
+    return line_of(f"{p.request_subtype or p.request_id} {'ok' if p.success else 'error: ' + p.error}")
+
+
+@event_kind_detail("control_request")
+def _control_request(p, _e) -> Text:
+    return line_of(f"{p.subtype} {p.tool_name}".strip())
+
+
+@event_kind_detail("user_message")
+def _user_message(p, _e) -> Text:
+    return line_of(one_line(p.text, 160))
+
+
+@event_kind_detail("cost_update", "blue")
+def _cost_update(p, _e) -> Text:
+    c = p.cost or pb.PhaseCost()
+    tokens = c.tokens or pb.TokenUsage()
+    return line_of(
+        (fmt_usd(cost_figure(c)), "bold"),
+        f" (reported {fmt_usd(c.reported_usd)}, computed {fmt_usd(c.computed_usd)})  tokens "
+        f"{fmt_tokens(tokens.input_tokens + tokens.cache_read_input_tokens)} in / "
+        f"{fmt_tokens(tokens.output_tokens)} out",
+    )
+
+
+@event_kind_detail("stderr", "red")
+def _stderr(p, _e) -> Text:
+    return line_of(one_line(p.text, 200))
+
+
+@event_kind_detail("status_changed", "bold magenta")
+def _status_changed(p, _e) -> Text:
+    return line_of(
+        f"{enum_name(p.from_status)} → ",
+        status_text(p.to_status),
+        f": {one_line(p.reason, 140)}" if p.reason else "",
+    )
+
+
+@event_kind_detail("control", "magenta")
+def _control(p, _e) -> Text:
+    return line_of(
+        (enum_name(p.kind), "bold magenta"),
+        f" {p.tool_name}" if p.tool_name else "",
+        (f" {p.tool_use_id}", "dim") if p.tool_use_id else "",
+        f" breakpoint {p.breakpoint_id}" if p.breakpoint_id else "",
+        ("  " + one_line(p.input_json, 100), "dim") if p.input_json else "",
+        f"  {one_line(p.message, 100)}" if p.message else "",
+    )
+
+
+@event_kind_detail("parse_error", "red")
+def _parse_error(p, _e) -> Text:
+    return line_of(f"{enum_name(p.reason).lower()} line {p.line_number} ({p.line_bytes} bytes)")
+
+
+@event_kind_detail("gateway", "bold red")
+def _gateway(p, _e) -> Text:
+    return line_of(
+        (enum_name(p.kind).lower().replace("_", " "), "bold red"),
+        f" HTTP {p.http_status}",
+        f" {p.destination or p.model}" if p.destination or p.model else "",
+        f": {one_line(p.message, 140)}" if p.message else "",
+    )
+
+
+@event_kind_detail("unknown")
+def _unknown(p, _e) -> Text:
+    return line_of(f"{p.type}/{p.subtype}" if p.subtype else p.type)
 
 
 def event_line(event: pb.StreamEvent) -> Text:
     """One line for an event: local time, sequence, kind, what happened (like the seed's printEvent)."""
     kind = event_kind(event) or "event"
     payload = getattr(event, kind, None) if kind != "event" else None
+    entry = EVENT_DETAILS.get(kind)
     line = Text(fmt_clock(event.receive_time), style="dim")
     line.append(f" #{event.sequence:<5} ", style="dim")
-    line.append(kind.ljust(KIND_WIDTH), style=_KIND_STYLES.get(kind, "cyan"))
+    line.append(kind.ljust(KIND_WIDTH), style=entry.style if entry else "cyan")
     line.append(" ")
     if payload is not None:
-        line.append_text(_kind_detail(kind, payload, event))
+        line.append_text((entry.detail if entry else generic_detail)(payload, event))
     return line
 
 
 def result_line(result: pb.PhaseResult, events: int | None = None) -> Text:
     """The final word: status, reason, exit, turns, tool calls, cost."""
-    line = status_text(result.status)
-    line.append(f": {result.reason}")
     if result.exit_code is not None:
         exit_text = f"exit code {result.exit_code}"
     elif result.exit_signal:
@@ -368,8 +495,7 @@ def result_line(result: pb.PhaseResult, events: int | None = None) -> Text:
     ]
     if events is not None:
         parts.insert(3, plural(events, "event"))
-    line.append("\n  " + ", ".join(parts), style="dim")
-    return line
+    return line_of(status_text(result.status), f": {result.reason}", ("\n  " + ", ".join(parts), "dim"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -608,3 +734,31 @@ class PhaseModel:
             return None
         end = self.ended or now or self.last_event_time or self.started
         return max(0.0, (end - self.started).total_seconds())
+
+
+def lineage(phases: list[Any]) -> list[tuple[Any, str]]:
+    """A job's phases as a small tree: each fork under the phase it came from (in their order), with
+    the prefix to draw before its id ("", "├─ ", "│  └─ "...)."""
+    ids = {p.phase_id for p in phases}
+    children: dict[str, list[Any]] = {}
+    roots = []
+    for p in phases:
+        parent = p.forked_from.phase_id if p.forked_from is not None else ""
+        if parent and parent in ids and parent != p.phase_id:
+            children.setdefault(parent, []).append(p)
+        else:
+            roots.append(p)
+    out: list[tuple[Any, str]] = []
+
+    def walk(phase: Any, lead: str, branch: str) -> None:
+        out.append((phase, lead + branch))
+        kids = children.get(phase.phase_id, [])
+        below = lead + ("│  " if branch == "├─ " else "   " if branch else "")
+        for i, kid in enumerate(kids):
+            walk(kid, below, "└─ " if i == len(kids) - 1 else "├─ ")
+
+    for root in roots:
+        walk(root, "", "")
+    seen = {id(p) for p, _ in out}
+    out += [(p, "") for p in phases if id(p) not in seen]  # a cycle (cannot happen): still listed
+    return out

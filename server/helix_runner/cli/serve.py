@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
@@ -114,12 +115,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from helix_runner.structured_logging import configure_logging
 
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "handler")}
+    notices: list[str] = []
     try:
-        config = load_config(flags=flags, config_file=args.config)
+        config = load_config(flags=flags, config_file=args.config, notices=notices)
     except ConfigError as exc:
         print(f"helix-runner: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, config.log_format)
+    for notice in notices:  # an old file's flat keys still work; say how to write them now
+        logging.getLogger("helix_runner.config").warning(notice)
     try:
         asyncio.run(serve(config))
     except StartupError as exc:

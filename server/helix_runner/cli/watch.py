@@ -133,11 +133,10 @@ class EventPrinter:
         if self.kinds is not None and event_kind(event) not in self.kinds:
             return
         if self.as_json:
-            import json
-
             from helix_runner.cli.sources import event_to_json
+            from helix_runner.cli.visible import dumps_json
 
-            sys.stdout.write(json.dumps(event_to_json(event), ensure_ascii=False) + "\n")
+            sys.stdout.write(dumps_json(event_to_json(event)) + "\n")
             sys.stdout.flush()
         else:
             self.out.print(event_line(event), soft_wrap=True)
@@ -153,11 +152,10 @@ class EventPrinter:
         if result is None:
             return EXIT_OK
         if self.as_json:
-            import json
-
             from helix_runner.cli.sources import result_to_json
+            from helix_runner.cli.visible import dumps_json
 
-            sys.stdout.write(json.dumps(result_to_json(result), ensure_ascii=False) + "\n")
+            sys.stdout.write(dumps_json(result_to_json(result)) + "\n")
             sys.stdout.flush()
         else:
             self.out.print(result_line(result), soft_wrap=True)

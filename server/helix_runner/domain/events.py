@@ -125,6 +125,7 @@ class ControlEventKind(enum.IntEnum):
     RETRY_SCHEDULED = 15  # an attempt ended transiently; the next one waits out a backoff
     ATTEMPT_STARTED = 16  # the first event of every attempt
     QUEUED = 17  # the phase waits for admission, or what it waits for changed
+    REWOUND = 18  # RewindPhase took the phase back to a checkpoint in place
 
 
 class GatewayEventKind(enum.IntEnum):
@@ -166,6 +167,7 @@ class AttemptEndKind(enum.IntEnum):
     SPAWN_FAILED = 22
     MOVED = 23
     RESOURCE_LIMIT = 24
+    REWOUND = 25  # RewindPhase stopped the attempt to go back to a checkpoint in place
 
 
 class QueueReason(enum.IntEnum):
@@ -548,6 +550,10 @@ class ControlEvent(_Payload):
     retry_delay_ns: int | None = None
     resumed_session_id: str = ""
     queue: QueueState | None = None
+    # REWOUND: the checkpoint gone back to, and the rewound part of the history (after..to].
+    checkpoint: int = 0
+    rewound_after_sequence: int = 0
+    rewound_to_sequence: int = 0
 
 
 class GatewayEvent(_Payload):

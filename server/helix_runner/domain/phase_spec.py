@@ -113,6 +113,9 @@ class PhaseSpec:
     tools: str | None = None
     session_id: str = ""
     fork_session: bool = False
+    # A fork (docs/fork-and-rewind.md): the resumed session is cut after this transcript entry
+    # (`--resume-session-at`, a hidden flag of CLI 2.1.332); set by the server, never by a request.
+    resume_session_at: str = ""
     include_hook_events: bool = False
     no_session_persistence: bool = False
     bare: bool = False
@@ -254,6 +257,8 @@ def _check_run_options(spec: PhaseSpec) -> None:
                                             "that replaces it can only stand in for bypassPermissions")
     if spec.fork_session and not spec.resume_session_id:
         raise invalid_field("options.fork_session", "needs resume_session_id")
+    if spec.resume_session_at and (not UUID_PATTERN.match(spec.resume_session_at) or not spec.resume_session_id):
+        raise invalid_field("resume_session_at", "must be a transcript entry's UUID, with resume_session_id")
 
 
 def json_object(name: str, text: str) -> dict:

@@ -236,6 +236,11 @@ def token_usage_from_api(usage: Any) -> TokenUsage:
     return TokenUsage(inp, out, read, write_5m, write_1h, searches)
 
 
+def model_usage_of(model_usage: dict[str, Any]) -> tuple[ModelUsage, ...]:
+    """A ``modelUsage`` object (a result's, or a transcript's ``cost-state``) → ModelUsage entries."""
+    return _model_usage(model_usage, 0) if isinstance(model_usage, dict) else ()
+
+
 def _model_usage(model_usage: dict[str, Any], main_loop_1h: int) -> tuple[ModelUsage, ...]:
     """``result.modelUsage`` (camelCase) → ModelUsage entries, cache writes split per the pricing rule."""
     entries = [(m, u) for m, u in model_usage.items() if u.__class__ is dict]

@@ -159,6 +159,9 @@ class RequestMatcher:
     not_contains: str | None = None
     """Must NOT occur anywhere in ``system`` or ``messages``."""
     model_contains: str | None = None
+    tool_use_ids: tuple[str, ...] | None = None
+    """The ids of every ``tool_use`` block in the request's messages, in order, exactly: what a forked
+    or rewound session must carry (its history up to the cut, nothing after it)."""
 
     _KEYS: ClassVar[tuple[str, ...]] = (
         "contains",
@@ -167,6 +170,7 @@ class RequestMatcher:
         "last_user_contains",
         "not_contains",
         "model_contains",
+        "tool_use_ids",
     )
 
     def matches(self, body: Any) -> bool:
@@ -191,15 +195,34 @@ class RequestMatcher:
             (self.not_contains, lambda s: s not in everything),
             (self.model_contains, lambda s: s in str(body.get("model", ""))),
         ]
+        if self.tool_use_ids is not None and tuple(_tool_use_ids(messages)) != tuple(self.tool_use_ids):
+            return False
         return all(check(needle) for needle, check in checks if needle is not None)
 
-    def to_dict(self) -> dict[str, str]:
-        return _drop_none({key: getattr(self, key) for key in self._KEYS})
+    def to_dict(self) -> dict[str, Any]:
+        out = _drop_none({key: getattr(self, key) for key in self._KEYS})
+        if self.tool_use_ids is not None:
+            out["tool_use_ids"] = list(self.tool_use_ids)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RequestMatcher:
         _check_keys(data, cls._KEYS, "match")
-        return cls(**{key: str(value) for key, value in data.items()})
+        ids = data.get("tool_use_ids")
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise ScriptError("match: tool_use_ids must be a list of strings")
+        return cls(**{key: str(value) for key, value in data.items() if key != "tool_use_ids"},
+                   tool_use_ids=tuple(ids) if ids is not None else None)
+
+
+def _tool_use_ids(messages: Any) -> list[str]:
+    """The ids of the ``tool_use`` blocks of a request's messages, in order."""
+    out: list[str] = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            out.extend(str(b.get("id")) for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use")
+    return out
 
 
 @dataclass(frozen=True)

@@ -222,10 +222,13 @@ class Adopter:
                                      where, svc.replica_id, transcript_locator(plan, lambda: holder[0].sandbox))
         resumption = Resumption(AttemptPlan(number, first, line, session), tuple(attempts), row.last_sequence,
                                 session, reason, end_kind)
+        # Checkpoints go on where the previous replica's stopped (their commits are in the shared repository).
+        existing = await svc._off_loop(svc.store.list_checkpoints, job_id, phase_id)
         run = PhaseRun(run_spec, plan, svc.writer, svc.encoder, events, [], svc.prices, telemetry=observer,
                        retries=retries, accepted_ns=request.accepted_ns,
                        notifier=svc._notifier(job_id, phase_id, project), replica_id=svc.replica_id,
-                       durability=durability, resumption=resumption, control_state=control)
+                       durability=durability, resumption=resumption, control_state=control,
+                       checkpoints=svc.checkpoints_for(plan, lambda: holder[0].sandbox, existing))
         holder.append(run)
         durability.mirror.session_id = session
         durability.mirror.copied = len(transcript)  # what the store has already

@@ -13,12 +13,14 @@ controller or the run itself.
 from __future__ import annotations
 
 from helix_runner.domain.breakpoints import Breakpoint
+from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import OnDisconnect, PermissionMode
 from helix_runner.domain.tool_decision import Decision
 from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.phases.fork import ForkPoint
 from helix_runner.phases.service import LivePhase, PhaseService
 
 
@@ -59,6 +61,13 @@ class PhaseCommands:
         """Queues ``text`` as the next user turn; (its message uuid, the MESSAGE_INJECTED event's sequence)."""
         control = self._running(job_id, phase_id, "inject a message").run.control
         return await control.inject(text, interrupt_first=interrupt_first)
+
+    async def rewind(self, job_id: str, phase_id: str, point: ForkPoint) -> tuple[Checkpoint, int]:
+        """Takes a paused or held phase back to a checkpoint in place (docs/fork-and-rewind.md); the
+        checkpoint and the REWOUND event's sequence."""
+        run = self._running(job_id, phase_id, "rewind").run
+        return await run.request_rewind(point, lambda session_id: self._service.stored_transcript(
+            job_id, phase_id, session_id))
 
     # -- held calls and breakpoints -------------------------------------------------------------
 

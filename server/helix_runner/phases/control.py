@@ -214,7 +214,7 @@ class PhaseController:
     def startup_lines(self, prompt_line: bytes) -> list[bytes]:
         """``initialize`` (registers the hook) then the prompt; written before anything else."""
         _, init = self.channel.initialize_line()
-        return [init, prompt_line]
+        return [init, prompt_line] if prompt_line else [init]  # none: a resumed turn goes on by itself
 
     def observe(self, payload: object) -> None:
         """Called for every event of the phase, in order, on the event loop."""
@@ -329,6 +329,12 @@ class PhaseController:
         if tool_input is None:
             tool_input = (req.request.get("input") or {}).get("tool_input", {})
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
+        # The workspace snapshot of the previous boundary first: it must not see this call's writes.
+        await self.host.at_boundary()
+        decided = self.pending.pop(req.tool_use_id, None)
+        if decided is not None:  # decided before the CLI asked (a fork that decides its call differently)
+            self._changed()
+            return self._apply(req.tool_use_id, req.tool_name, "", decided)
         if self.handing_over:  # parked (the tracker shows it held) until the CLI is stopped; close cancels this
             self.host.mark_tool_held(req.tool_use_id, "")
             await asyncio.Event().wait()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from helix_runner.domain.checkpoints import ForkOrigin
 from helix_runner.domain.cost_ledger import PhaseCostSnapshot
 from helix_runner.domain.events import Event, Payload
 from helix_runner.domain.phase_result import Attempt, PhaseResult
@@ -67,6 +68,9 @@ class RecordEncoder(Protocol):
 
     def encode_tool_stats(self, stats: list[ToolStats]) -> bytes: ...
 
+    def encode_fork_origin(self, origin: ForkOrigin) -> bytes:
+        """Where a forked phase came from, as stored in ``PhaseRow.fork_pb``."""
+
 
 class PhaseHost(Protocol):
     """What job control needs from the phase it controls; implemented by ``phases.run.PhaseRun``.
@@ -110,6 +114,9 @@ class PhaseHost(Protocol):
 
     async def write_stdin(self, line: bytes) -> bool:
         """Writes one line to the CLI's stdin; False if stdin is closed."""
+
+    async def at_boundary(self) -> None:
+        """Returns once the checkpoint of the last tool boundary is taken (the next call may run)."""
 
     async def close_stdin(self) -> None:
         """Closes the CLI's stdin so it finishes its queued turns and exits."""

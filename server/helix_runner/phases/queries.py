@@ -237,6 +237,7 @@ class PhaseQueries:
             row.tool_stats_pb,
             snapshot,
             row.attempts_pb,
+            row.fork_pb,
         )
 
     async def inspect(self, job_id: str, phase_id: str, include_context_usage: bool = False) -> Inspection:
@@ -249,7 +250,11 @@ class PhaseQueries:
         run = self._running(job_id, phase_id) if include_context_usage and view.live is not None else None
         if run is not None:
             usage = await run.context_usage()
-        return Inspection(view, tuple(RecentEvent(e.kind, e.body) for e in tail), usage)
+        live = self._running(job_id, phase_id)
+        checkpoints = live.checkpoints.checkpoints if live is not None and live.checkpoints is not None \
+            else self._store.list_checkpoints(job_id, phase_id)
+        return Inspection(view, tuple(RecentEvent(e.kind, e.body) for e in tail), usage,
+                          tuple(sorted(checkpoints, key=lambda c: c.number)))
 
     # -- tool calls -------------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from helix_runner.process.checkpoint_git import delete_refs
+from helix_runner.process.git_worktree import GitError
 from helix_runner.store.protocol import Store
 
 log = logging.getLogger(__name__)
@@ -89,8 +91,14 @@ class RetentionSweeper:
         if self.policy.max_age_s > 0:
             cutoff = self.clock_ns() - int(self.policy.max_age_s * 1e9)
             while batch := self.store.expired_jobs(cutoff, BATCH):
+                refs = self._checkpoint_refs([job for job, _ in batch])  # read before their rows go
                 phases += self.store.delete_jobs([job for job, _ in batch])
                 jobs += len(batch)
+                for repository, job_id, phase_id in refs:  # worktree checkpoints' hidden refs go too
+                    try:
+                        delete_refs(Path(repository), job_id, phase_id)
+                    except (GitError, OSError):
+                        errors += 1
                 for _, dirs in batch:
                     for d in dirs:
                         size, ok = self._remove(d)
@@ -119,6 +127,15 @@ class RetentionSweeper:
                 else:
                     errors += 1
         return SweepReport(jobs, phases, recordings, freed, total, errors)
+
+    def _checkpoint_refs(self, job_ids: list[str]) -> set[tuple[str, str, str]]:
+        """(repository, job, phase) of these jobs' phases whose checkpoints hold hidden refs."""
+        out = set()
+        for row in self.store.phases_of_jobs(job_ids):
+            for c in self.store.list_checkpoints(row.job_id, row.phase_id):
+                if c.workspace.ref and c.workspace.repository:
+                    out.add((c.workspace.repository, row.job_id, row.phase_id))
+        return out
 
     async def run(self) -> None:
         """Sweeps now and then every interval, until cancelled; a failing sweep is logged, not fatal."""

@@ -13,13 +13,14 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
 from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.attempt_cost import restored_cost
 from helix_runner.domain.breakpoints import Breakpoint
+from helix_runner.domain.checkpoints import Checkpoint, WorkspaceSnapshot
 from helix_runner.domain.events import (
     AssistantText,
     AttemptEndKind,
@@ -46,7 +47,10 @@ from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.domain.pricing import PriceTable
+from helix_runner.domain.session_cut import last_cost_state
+from helix_runner.domain.stream_parser import model_usage_of
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus
+from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionClosedError, Ticket, TicketState
 from helix_runner.phases.attempts import (
     AttemptEnd,
@@ -60,27 +64,47 @@ from helix_runner.phases.attempts import (
     next_plan,
     retry_scheduled_event,
 )
+from helix_runner.phases.checkpoints import PhaseCheckpoints
 from helix_runner.phases.control import ControlState, PhaseController, saved_control
 from helix_runner.phases.event_log import Moved, PhaseEventLog
 from helix_runner.phases.fanout import Fanout
-from helix_runner.phases.handover import HANDOVER_RETRY_AFTER_S, PhaseDurability
+from helix_runner.phases.fork import ForkPoint, check_point, choose, require_workspace, resolve
+from helix_runner.phases.handover import (
+    HANDOVER_RETRY_AFTER_S,
+    PhaseDurability,
+    restore_transcript,
+    transcript_path,
+)
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.recorder import PhaseRecorder
 from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.phases.webhooks import PhaseNotifier
-from helix_runner.process.claude_command import redact_argv
+from helix_runner.process.checkpoint_git import restore
+from helix_runner.process.claude_command import prompt_line, redact_argv
 from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.process.git_worktree import GitError
 from helix_runner.process.procfs import start_ticks
+from helix_runner.process.sandbox.private_home import project_dir_name
 from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
 from helix_runner.process.warm_pool import SpawnSignature
-from helix_runner.store.protocol import EventRow
+from helix_runner.store.protocol import EventRow, MarkRewound
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Rewind:
+    """A rewind asked for, carried out once the CLI is gone (``PhaseRun._rewound``)."""
+
+    point: ForkPoint
+    checkpoint: Checkpoint
+    workspace: WorkspaceSnapshot
+    read_stored: Callable[[str], Awaitable[bytes]]
+    done: asyncio.Future
 
 
 @dataclass(frozen=True)
@@ -110,8 +134,11 @@ class PhaseRun:
                  telemetry: PhaseTelemetry | None = None, retries: Retries | None = None,
                  accepted_ns: int | None = None, notifier: PhaseNotifier | None = None, *,
                  replica_id: str = "", durability: PhaseDurability | None = None,
-                 resumption: Resumption | None = None, control_state: ControlState | None = None):
+                 resumption: Resumption | None = None, control_state: ControlState | None = None,
+                 checkpoints: PhaseCheckpoints | None = None):
         self.spec = spec
+        # Checkpoints at every tool boundary (phases/checkpoints.py; None: off).
+        self.checkpoints = checkpoints
         # Hand-over (docs/scale-out.md "Hand-over"): this replica's id (on each attempt it runs), the
         # phase's state kept in the shared store, where a phase taken over from another replica stands.
         self.replica_id = replica_id
@@ -128,6 +155,8 @@ class PhaseRun:
                 self._reconcile = len(resumption.attempts) - 1
         self.moved = False
         self._ran_here = False
+        # A rewind in place asked for (phases/fork.py ForkStart, its checkpoint, its answer's future).
+        self._rewind: _Rewind | None = None
         # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
         self.notifier = notifier
         # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
@@ -175,6 +204,7 @@ class PhaseRun:
             self.telemetry.on_events,  # telemetry
             self._note_stream_facts,
             self.recorder.on_events,
+            *([checkpoints.on_events] if checkpoints is not None else []),
             self._watch_attempt,
             self.control.on_events,
         ])
@@ -298,6 +328,143 @@ class PhaseRun:
                                                         "attempts": len(self.attempts)}})
         return True
 
+    # -- rewind in place (docs/fork-and-rewind.md) -------------------------------------------
+
+    async def request_rewind(self, point: ForkPoint, read_stored: Callable[[str], Awaitable[bytes]]) -> tuple[Checkpoint, int]:
+        """Takes the phase back to a checkpoint in place: stops its CLI, restores its workspace, resumes
+        its session cut there. Only while it is paused or holds a call (its CLI is at a tool boundary:
+        no tool runs). Returns the checkpoint and the REWOUND event's sequence once the next attempt is
+        set up. ``read_stored(session_id)``: the session's transcript as the store keeps it."""
+        check_point(point)
+        if self.checkpoints is None:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "CHECKPOINT_NOT_FOUND",
+                              "checkpoints are off on this server (checkpoints = false)",
+                              {"job_id": self.job_id, "phase_id": self.phase_id})
+        if self.result is not None or self.status not in (PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL) \
+                or self._rewind is not None or self._moving is not None or self._stop is not None:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
+                              "cannot rewind: the phase must be paused or hold a tool call (then no tool runs)",
+                              {"status": self.status.name, "operation": "rewind"})
+        await self.checkpoints.settled()
+        checkpoint, workspace = choose(self.job_id, self.phase_id, self.checkpoints.checkpoints, point)
+        require_workspace(self.job_id, self.phase_id, checkpoint, workspace, point)
+        if self._rewind is not None or self.result is not None:  # another rewind won meanwhile
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION", "cannot rewind: the phase is "
+                              "rewinding or ending already", {"status": self.status.name, "operation": "rewind"})
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._rewind = _Rewind(point, checkpoint, workspace, read_stored, done)
+        # SIGTERM: the CLI writes its transcript out before it exits (docs/claude-cli-protocol.md §3.7);
+        # the session is cut from that file once the process is gone (_rewound).
+        self.supervisor.request_stop(EndCause.INTERRUPTED, f"rewound to checkpoint {checkpoint.number}")
+        sequence = await asyncio.wait_for(asyncio.shield(done), 60.0)
+        return checkpoint, sequence
+
+    async def _rewound(self, plan: AttemptPlan) -> AttemptPlan:
+        """The CLI is gone after a rewind was asked for: the workspace goes back, the history is marked,
+        and the next attempt resumes the session cut at the checkpoint (it uses up no attempt). If the
+        session cannot be cut there after all, the phase resumes where it was and the caller is told."""
+        assert self._rewind is not None and self.checkpoints is not None
+        rewind, self._rewind = self._rewind, None
+        checkpoint, done = rewind.checkpoint, rewind.done
+        self.retries.policy = dc_replace(self.retries.policy, max_attempts=self.retries.policy.max_attempts + 1)
+        if self.control.hard_paused:  # its processes are gone: the pause goes on as a soft one
+            self.control.hard_paused = False
+            self.control.pause_requested = True
+        try:
+            transcript = b""
+            path = self.transcript_path(checkpoint.session_id)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    transcript = await asyncio.to_thread(path.read_bytes)
+            if not transcript:
+                transcript = await rewind.read_stored(checkpoint.session_id)
+            start = resolve(self.job_id, self.phase_id, checkpoint, rewind.workspace, transcript, rewind.point)
+        except Exception as exc:
+            error = exc if isinstance(exc, RunnerError) else RunnerError(
+                ErrorKind.INTERNAL, "INTERNAL", "the rewind failed; the server log has the details", {"operation": "rewind"})
+            if not isinstance(exc, RunnerError):
+                log.exception("a rewind failed", extra={"fields": self._log_fields()})
+            if not done.done():
+                done.set_exception(error)
+            return self._resumed_where_it_was(plan, f"the rewind to checkpoint {checkpoint.number} failed: "
+                                                    f"{error.message}")
+        self.attempts[-1] = dc_replace(self.attempts[-1], status=PhaseStatus.INTERRUPTED,
+                                       reason=f"rewound to checkpoint {checkpoint.number}",
+                                       end_kind=AttemptEndKind.REWOUND, retryable=True,
+                                       cost=await self._stopped_attempt_cost() or self.attempts[-1].cost)
+        snapshots = self.checkpoints.snapshots
+        try:
+            if start.workspace.kept and snapshots.work_dir is not None:
+                await asyncio.to_thread(restore, start.workspace, snapshots.work_dir)
+            await asyncio.to_thread(restore_transcript, start.transcript, self._session_file(start.session_file))
+        except Exception as exc:
+            log.exception("restoring a checkpoint failed", extra={"fields": self._log_fields()})
+            if not done.done():
+                done.set_exception(RunnerError(ErrorKind.INTERNAL, "INTERNAL", "restoring the checkpoint failed; the "
+                                               "server log has the details", {"operation": "rewind"}))
+            return self._resumed_where_it_was(plan, f"restoring checkpoint {checkpoint.number} failed ({exc})")
+        last = self.stream.last_sequence
+        self.checkpoints.restarted(checkpoint)
+        self.checkpoints.write(MarkRewound(self.job_id, self.phase_id, checkpoint.number))
+        for tool_use_id, decision in start.decisions:
+            self.control.pending[tool_use_id] = decision
+        self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None], resumed=True)
+        event = self.emit(ControlEvent(
+            ControlEventKind.REWOUND, checkpoint.tool_use_id, checkpoint.tool_name,
+            message=f"rewound to checkpoint {checkpoint.number} (turn {checkpoint.turn}); the events after "
+                    f"{checkpoint.sequence} up to {last} are superseded",
+            checkpoint=checkpoint.number, rewound_after_sequence=checkpoint.sequence, rewound_to_sequence=last))
+        spec = dc_replace(self.spec, resume_session_id=start.session_file, fork_session=True,
+                          resume_session_at=start.resume_at, session_id="")
+        nxt = self._requeued(AttemptPlan(plan.number + 1, spec, start.first_line, checkpoint.session_id),
+                             f"rewound to checkpoint {checkpoint.number}")
+        if not done.done():
+            done.set_result(event.sequence if event is not None else last)
+        return nxt
+
+    async def _stopped_attempt_cost(self):
+        """The true cost of the attempt just stopped without a result: the session totals its CLI saved
+        at SIGTERM (its transcript's last ``cost-state``), minus what earlier attempts of that session
+        reported (the stream showed only the start of its last message's usage)."""
+        session = self.stream.session_id or ""
+        path = self.transcript_path(session)
+        if path is None:
+            return None
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except OSError:
+            return None
+        usage = last_cost_state(data)
+        if usage is None:
+            return None
+        others = [a.cost for a in self.attempts[:-1]
+                  if a.cost is not None and a.session_id == session and a.cost.reported_usd is not None]
+        return restored_cost(model_usage_of(usage), others, self.stream.prices)
+
+    def _resumed_where_it_was(self, plan: AttemptPlan, why: str) -> AttemptPlan:
+        """After a rewind that could not be made: the next attempt resumes the session as it was."""
+        session = self.stream.session_id or ""
+        spec = dc_replace(self.spec, resume_session_id=session, fork_session=False, session_id="",
+                          resume_session_at="") if session else self.spec
+        line = prompt_line(self.retries.policy.continuation_prompt) if session else self.plan.prompt_line
+        self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None], resumed=bool(session))
+        return self._requeued(AttemptPlan(plan.number + 1, spec, line, session), why)
+
+    def _requeued(self, plan: AttemptPlan, why: str) -> AttemptPlan:
+        self.set_status(PhaseStatus.QUEUED, why, attempts_pb=self.encoder.encode_attempts(self.attempts))
+        self._watch = AttemptWatch()
+        if self.retries.admission is not None:
+            self._ticket = self.retries.admission.submit(
+                (self.job_id, self.phase_id), self.retries.project, self.retries.credential,
+                attempt=plan.number, retry=True)
+        return plan
+
+    def _session_file(self, name: str):
+        """Where this phase's CLI finds a session file ``name`` (in its sandbox's home, or its config)."""
+        if self.sandbox is not None:
+            return self.sandbox.home.config / "projects" / project_dir_name(str(self.plan.cwd)) / f"{name}.jsonl"
+        return transcript_path(self.plan.env, self.plan.cwd, name)
+
     def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
         """Ends the phase now (cancel, drain), also while it waits for admission or a backoff."""
         if self._stop is None:
@@ -327,6 +494,16 @@ class PhaseRun:
 
     async def write_stdin(self, line: bytes) -> bool:
         return await self.supervisor.write_stdin(line)
+
+    def transcript_path(self, session_id: str):
+        """Where this run's CLI keeps the session's transcript on this replica's disk (None: unknown)."""
+        locate = (self.checkpoints._locate if self.checkpoints is not None else None) or \
+            (self.durability._locate if self.durability is not None else None)
+        return locate(session_id) if locate is not None and session_id else None
+
+    async def at_boundary(self) -> None:
+        if self.checkpoints is not None:
+            await self.checkpoints.settled()
 
     async def close_stdin(self) -> None:
         await self.supervisor.close_stdin()
@@ -401,6 +578,10 @@ class PhaseRun:
         policy = self.retries.policy
         plan = first_plan(self.spec, self.plan.prompt_line)
         end: AttemptEnd | None = None
+        if self._resumption is None and self.spec.resume_session_id:
+            # It resumes a session (a fork, or a caller's resume): what that session's earlier processes
+            # spent is carried into its CLI's totals and is not this phase's (domain/attempt_cost.py).
+            self.stream.begin_attempt([], resumed=True)
         if self._resumption is not None:
             plan = self._resumption.plan
             self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
@@ -421,6 +602,11 @@ class PhaseRun:
                     break
                 exit_ = await self._run_attempt(plan, timeout - (time.monotonic() - started))
                 end = self._end_attempt(plan, exit_, deadline_s=start_ns / 1e9 + timeout)
+                if self.checkpoints is not None:  # the transcript as the attempt left it: forks resume from it
+                    await self.checkpoints.copy_transcript(self.stream.session_id or "")
+                if self._rewind is not None and self._stop is None and self._moving is None:
+                    plan = await self._rewound(plan)  # the next attempt resumes at the checkpoint
+                    continue
                 if self._moving is not None:  # stopped at a tool boundary to move: this attempt moved
                     self.attempts[-1] = dc_replace(self.attempts[-1], status=PhaseStatus.INTERRUPTED,
                                                    reason=self._moving, end_kind=AttemptEndKind.MOVED,
@@ -447,11 +633,15 @@ class PhaseRun:
         except asyncio.CancelledError:
             exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
                                 start_ns, time.time_ns())
-            self.result = self._finish(exit_, None)
+            self.result = self._finish(exit_, None, None)
             if self.sandbox is not None:
                 self.sandbox.restore()
                 self.sandbox.close()
+            if self.checkpoints is not None:
+                self.checkpoints.abandon()
             raise
+        if self.checkpoints is not None:  # the last boundaries' snapshots, before the worktree may go
+            await self.checkpoints.close()
         if self._moving is not None and await self._hand_over():
             return None
         if self.sandbox is not None:  # what it changed of its repository's git config and hooks, put back
@@ -515,6 +705,8 @@ class PhaseRun:
     async def _run_attempt(self, plan: AttemptPlan, time_left: float) -> ProcessExit:
         """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
         attempt_ns = time.time_ns()
+        if self.checkpoints is not None:  # the first one here snapshots the workspace as it starts
+            self.checkpoints.begin_attempt(plan.number)
         if plan.number > 1:
             # A hard pause taken during the backoff holds the next attempt until it is resumed.
             while self.control.hard_paused and self._stop is None:

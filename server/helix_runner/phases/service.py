@@ -21,10 +21,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
+from helix_runner.domain.checkpoints import Checkpoint, ForkOrigin
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_result import PhaseResult
 from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
@@ -37,15 +39,19 @@ from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.admission import AdmissionLimits, AsyncAdmission, QueueStatus, Ticket
 from helix_runner.phases.adoption import Adopter
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
+from helix_runner.phases.checkpoints import PhaseCheckpoints, checkpoints_for
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.control import saved_control
 from helix_runner.phases.event_log import Delivery, EventWriter, Moved, PhaseEventLog, replay
+from helix_runner.phases.fork import ForkLaunch, ForkPoint, ForkStart, check_point, choose, resolve
 from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
     PhaseDurability,
     SavedRequest,
     encode_decision,
+    restore_transcript,
     transcript_locator,
+    transcript_path,
     workspace_movability,
 )
 from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch, project_mismatch, start_warm_pool
@@ -55,15 +61,27 @@ from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import PhaseRun
 from helix_runner.phases.views import ServerStatus
 from helix_runner.phases.webhooks import PhaseNotifier, Webhooks
+from helix_runner.process.checkpoint_git import fork_commit, has_objects
 from helix_runner.process.containment import Containment
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.sandbox.phase_sandbox import Sandbox, off_report
 from helix_runner.process.warm_pool import WarmPool
 from helix_runner.store.cluster import SINGLE_NODE, Cluster
-from helix_runner.store.protocol import ACTIVE_STATUSES, AlreadyExistsError, EventRow, PhaseRow, Store
+from helix_runner.store.protocol import (
+    ACTIVE_STATUSES,
+    AlreadyExistsError,
+    EventRow,
+    PhaseRow,
+    SaveRequest,
+    Store,
+    StoreError,
+)
 from helix_runner.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+# How long a fork of a running phase waits for its CLI to write a checkpoint's entry to its transcript.
+FRESH_TRANSCRIPT_WAIT_S = 3.0
 
 # (job_id, phase_id, after_sequence) -> the phase's committed events after the cursor, then live,
 # ending once the phase is final (store/postgres_notify.follow_phase_events on a shared database).
@@ -136,7 +154,8 @@ class PhaseService:
     # -- starting --------------------------------------------------------------------------
 
     async def start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None = None,
-                    retry: RetryPolicy | None = None) -> LivePhase:
+                    retry: RetryPolicy | None = None, *, request_pb: bytes = b"",
+                    fork: ForkLaunch | None = None) -> LivePhase:
         """Validates, records and starts a phase; it runs until it ends, whoever watches.
 
         Everything a request can get wrong is checked before the phase row is written: a rejected
@@ -144,19 +163,30 @@ class PhaseService:
         """
         with self.telemetry.admission():  # telemetry: counts refusals by reason
             try:
-                return await self._start(spec, breakpoints, retry or self.retry_defaults)
+                return await self._start(spec, breakpoints, retry or self.retry_defaults, request_pb=request_pb,
+                                         fork=fork)
             except RunnerError as exc:
                 if exc.reason == "QUEUE_FULL" and self.webhooks is not None:
                     self.webhooks.queue_full(spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT, exc)
                 raise
 
-    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy) -> LivePhase:
+    async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy, *,
+                     request_pb: bytes = b"", fork: ForkLaunch | None = None) -> LivePhase:
         breakpoints = list(breakpoints or [])
         BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
         job = await self._off_loop(self.store.get_job, spec.job_id)
+        if fork is not None and self.launcher.sandbox is not None and self.launcher.sandbox.on:
+            # The sandbox restores a resumed session from this replica's store of the project's sessions.
+            await asyncio.to_thread(restore_transcript, fork.start.transcript, self.launcher.sandbox.sessions
+                                    .transcript_file(spec.project_id or DEFAULT_PROJECT, fork.start.session_file))
         plan = await plan_launch(spec, self.config, self.launcher, job_project=job.project_id if job else None)
+        if fork is not None:
+            plan = fork.planned(plan)
+            if self.launcher.sandbox is None or not self.launcher.sandbox.on:
+                await asyncio.to_thread(restore_transcript, fork.start.transcript,
+                                        transcript_path(plan.env, plan.cwd, fork.start.session_file))
         try:
             # Admission: QUEUE_FULL refuses here, before anything is written or streamed; else the
             # phase either starts at once or waits QUEUED inside its run (the stream is open meanwhile).
@@ -169,7 +199,7 @@ class PhaseService:
             try:
                 return await self._record_and_launch(plan, breakpoints,
                                                      Retries(retry, self.admission, ticket, plan.project,
-                                                             DEFAULT_CREDENTIAL))
+                                                             DEFAULT_CREDENTIAL), request_pb=request_pb, fork=fork)
             except BaseException:
                 self.admission.release(ticket)
                 raise
@@ -177,7 +207,8 @@ class PhaseService:
             plan.discard()
             raise
 
-    async def _record_and_launch(self, plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries) -> LivePhase:
+    async def _record_and_launch(self, plan: LaunchPlan, breakpoints: list[Breakpoint], retries: Retries, *,
+                                 request_pb: bytes = b"", fork: ForkLaunch | None = None) -> LivePhase:
         # Persisted from here on.
         spec, project = plan.spec, plan.project
         now = time.time_ns()
@@ -188,6 +219,7 @@ class PhaseService:
             job_id=spec.job_id, phase_id=spec.phase_id, ordinal=0, project_id=project,
             status=PhaseStatus.PENDING, create_time_ns=now, working_dir=str(plan.working_dir), prompt=spec.prompt,
             model=spec.model, on_disconnect=spec.on_disconnect, recording_dir=str(plan.recording_dir),
+            fork_pb=self.encoder.encode_fork_origin(fork.origin) if fork is not None else None,
         )
         try:
             await self._off_loop(self.store.insert_phase, row)
@@ -199,6 +231,8 @@ class PhaseService:
             raise RunnerError(ErrorKind.ALREADY_EXISTS, "PHASE_ALREADY_EXISTS",
                               f"phase {spec.phase_id} already exists in job {spec.job_id}",
                               {"job_id": spec.job_id, "phase_id": spec.phase_id}) from None
+        if request_pb:  # a fork of this phase starts from its request (docs/fork-and-rewind.md)
+            self.writer.write(SaveRequest(spec.job_id, spec.phase_id, request_pb))
         try:
             await plan.workspace.create()  # after the phase row: its ids are ours, so is the branch
             events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
@@ -207,23 +241,114 @@ class PhaseService:
             # The run's row writes are queued behind its events; a write refused by the fence (another
             # replica took the phase over) stops the run (the writer's on_fenced).
             durability = None
+            holder: list[PhaseRun] = []
             if self.handover is not None:
-                holder: list[PhaseRun] = []
                 durability = PhaseDurability(
                     self.handover, spec.job_id, spec.phase_id, SavedRequest(spec, retries.policy, now),
                     workspace_movability(plan, self.config.workspace_roots), self.replica_id,
                     transcript_locator(plan, lambda: holder[0].sandbox if holder else plan.sandbox))
             run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project),
-                           replica_id=self.replica_id, durability=durability)
+                           replica_id=self.replica_id, durability=durability,
+                           checkpoints=self.checkpoints_for(plan, lambda: holder[0].sandbox if holder else plan.sandbox),
+                           control_state=fork.control(breakpoints) if fork is not None else None)
+            holder.append(run)
             if durability is not None:
-                holder.append(run)
                 await durability.start(saved_control(run.control.state()))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             self._fail_unstarted(spec.job_id, spec.phase_id, now)
             raise
         return self._launch(run, events, plan)
+
+    async def fork(self, spec: PhaseSpec, source_job: str, source_phase: str, point: ForkPoint,
+                   breakpoints: list[Breakpoint] | None = None, retry: RetryPolicy | None = None, *,
+                   request_pb: bytes = b"") -> tuple[LivePhase, Checkpoint]:
+        """Starts ``spec`` (a new phase of the job: the source phase's request with the fork's changes)
+        from a checkpoint of the source phase, running or ended (docs/fork-and-rewind.md): its CLI resumes
+        the source's session cut there under a new session id, in a new worktree at the checkpoint's
+        files. The source phase is not touched."""
+        check_point(point)
+        retry = retry or self.retry_defaults
+        row = await self._off_loop(self.require_phase, source_job, source_phase)
+        live = self.get_live(source_job, source_phase)
+        run_checkpoints = live.run.checkpoints if live is not None else None
+        if run_checkpoints is not None:  # running here: its own list is the freshest
+            await run_checkpoints.settled()
+            checkpoints = list(run_checkpoints.checkpoints)
+        else:
+            checkpoints = await self._off_loop(self.store.list_checkpoints, source_job, source_phase)
+        checkpoint, workspace = choose(source_job, source_phase, checkpoints, point)
+        start = await self._fork_start(live, row, checkpoint, workspace, point)
+        if start.workspace.kept:
+            if not await asyncio.to_thread(has_objects, start.workspace):
+                raise RunnerError(ErrorKind.FAILED_PRECONDITION, "WORKSPACE_NOT_KEPT",
+                                  f"checkpoint {checkpoint.number}'s files are not reachable from replica "
+                                  f"{self.replica_id or 'here'}: repository {start.workspace.repository} (on no shared "
+                                  "root here, or its objects were pruned)",
+                                  {"job_id": source_job, "phase_id": source_phase, "reason": "objects not reachable"})
+            commit = await asyncio.to_thread(fork_commit, start.workspace, source_job, source_phase, checkpoint.number)
+            spec = dc_replace(spec, workspace="GIT_WORKTREE", base_ref=commit)
+        else:  # only the conversation (conversation_only): in the phase's working directory as it is
+            spec = dc_replace(spec, workspace="IN_PLACE", worktree_retention="", base_ref="",
+                              working_dir=row.working_dir or spec.working_dir)
+        spec = dc_replace(spec, resume_session_id=start.session_file, fork_session=True,
+                          resume_session_at=start.resume_at, session_id="")
+        spec.validate()
+        origin = ForkOrigin(source_job, source_phase, checkpoint.number, checkpoint.tool_use_id, checkpoint.turn,
+                            point.changes())
+        live_fork = await self.start(spec, breakpoints, retry, request_pb=request_pb,
+                                     fork=ForkLaunch(start, origin))
+        return live_fork, checkpoint
+
+    async def fork_source(self, job_id: str, phase_id: str) -> tuple[PhaseRow, bytes | None]:
+        """The phase a fork starts from, and its accepted request as stored (None: from before forks)."""
+        row = await self._off_loop(self.require_phase, job_id, phase_id)
+        return row, await self._off_loop(self.store.get_phase_request, job_id, phase_id)
+
+    async def stored_transcript(self, job_id: str, phase_id: str, session_id: str) -> bytes:
+        """A phase's session transcript as the store keeps it (TRANSCRIPT_UNAVAILABLE when not whole)."""
+        try:
+            return await self._off_loop(self.store.read_transcript, job_id, phase_id, session_id)
+        except StoreError as exc:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TRANSCRIPT_UNAVAILABLE",
+                              f"phase {phase_id} of job {job_id}: its session {session_id} is not whole in the "
+                              f"store ({exc})", {"job_id": job_id, "phase_id": phase_id, "session_id": session_id}
+                              ) from None
+
+    async def _fork_start(self, live: LivePhase | None, row: PhaseRow, checkpoint: Checkpoint, workspace,
+                          point: ForkPoint) -> ForkStart:
+        """The fork's start from the phase's transcript. A running CLI writes its transcript a moment
+        after its stdout: a checkpoint just made may not be in the file yet, which is read again then
+        (up to ``FRESH_TRANSCRIPT_WAIT_S``)."""
+        deadline = time.monotonic() + FRESH_TRANSCRIPT_WAIT_S
+        while True:
+            transcript = await self._transcript_of(live, row, checkpoint.session_id)
+            try:
+                return resolve(row.job_id, row.phase_id, checkpoint, workspace, transcript, point)
+            except RunnerError as exc:
+                if exc.reason != "TRANSCRIPT_UNAVAILABLE" or live is None or live.done.is_set() \
+                        or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
+
+    async def _transcript_of(self, live: LivePhase | None, row: PhaseRow, session_id: str) -> bytes:
+        """A phase's session transcript: its CLI's own file when it runs here (the freshest), else the
+        copy kept in the store (any replica)."""
+        if live is not None:
+            path = live.run.transcript_path(session_id)
+            if path is not None:
+                try:
+                    return await asyncio.to_thread(path.read_bytes)
+                except OSError:
+                    pass
+        return await self.stored_transcript(row.job_id, row.phase_id, session_id)
+
+    def checkpoints_for(self, plan: LaunchPlan, sandbox, existing=None) -> PhaseCheckpoints | None:
+        """A planned phase's checkpoints (``checkpoints`` in the config). Alone its transcript is copied
+        into the store by them; on PostgreSQL the hand-over's mirror copies it."""
+        locate = transcript_locator(plan, sandbox) if self.handover is None else None
+        return checkpoints_for(plan, self.writer.write, on=self.config.checkpoints, locate=locate, existing=existing)
 
     def launch_adopted(self, run: PhaseRun, events: PhaseEventLog) -> LivePhase:
         """Runs a phase taken over from another replica (phases/adoption.py)."""

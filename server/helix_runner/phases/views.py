@@ -99,6 +99,8 @@ class PhaseView:
     # Encoded Phase holding only the ended attempts (PhaseRow.attempts_pb): what a phase running on
     # another replica, or waiting for its next attempt there, has recorded so far.
     attempts_pb: bytes | None = None
+    # Encoded ForkOrigin (PhaseRow.fork_pb): the phase and checkpoint a forked phase started from.
+    fork_pb: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,7 @@ class Inspection:
     phase: PhaseView
     recent_events: tuple[RecentEvent, ...]
     context_usage: ContextUsage | None = None
+    checkpoints: tuple = ()  # domain.checkpoints.Checkpoint, oldest first (docs/fork-and-rewind.md)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,9 @@ def run_option_args(spec: PhaseSpec) -> list[str]:
         args += ["--session-id", spec.session_id]
     if spec.fork_session:
         args.append("--fork-session")
+    if spec.resume_session_at:
+        # Equals form: the value can never be read as a flag (claude_agent_sdk's subprocess_cli does the same).
+        args.append(f"--resume-session-at={spec.resume_session_at}")
     if spec.include_hook_events:
         args.append("--include-hook-events")
     if spec.no_session_persistence:

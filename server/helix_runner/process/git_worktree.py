@@ -8,8 +8,8 @@ server would control neither the base ref, nor the branch, nor the location, nor
 Artifacts compare two snapshots of the working tree taken as tree objects through a private
 index file (``GIT_INDEX_FILE``): so untracked files count, ignored ones do not, uncommitted and
 committed changes alike, and neither the user's index nor the branch is touched. Every git call
-disables hooks, fsmonitor, external diff and textconv drivers: a repository's config must not
-make the server run its programs.
+goes through the server's git runner (``host_git.py``): a repository's config and attributes
+must not make the server run their programs.
 
 Crash safety: a worktree gets a manifest (JSON next to it under ``<data_dir>/worktrees/``)
 before it is made, whose state says how far it got; ``sweep`` at startup removes half-made ones
@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from pathlib import Path
 from helix_runner.domain.artifacts import PhaseArtifacts, bounded_diff, changed_files
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.process.host_git import HOST_GIT, GitError
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +54,7 @@ def _repo_lock(repo: Path) -> threading.Lock:
 # starting meanwhile creates it again before writing its own manifest (both under this lock).
 _JOB_DIRS_LOCK = threading.Lock()
 
-GIT_TIMEOUT = 120.0
 RETENTIONS = ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
-_SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "diff.external=",
-         "-c", "core.quotePath=false")
-
-
-class GitError(Exception):
-    """A git command failed or timed out (its stderr, shortened)."""
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -69,25 +62,11 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW)
 
 
-def _env() -> dict[str, str]:
-    # The server's own GIT_* variables (GIT_DIR, GIT_INDEX_FILE, ...) must not redirect our calls.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", LC_ALL="C")
-    return env
-
-
-def git(cwd: Path, *args: str, env: dict[str, str] | None = None, stdout=None, check: bool = True) -> bytes:
-    """Runs ``git args`` in ``cwd``; stdout bytes (or written to ``stdout``). Bounded by GIT_TIMEOUT."""
-    try:
-        proc = subprocess.run(["git", *_SAFE, *args], cwd=cwd, env=env or _env(), stdin=subprocess.DEVNULL,
-                              stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, timeout=GIT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise GitError(f"git {args[0]} took longer than {GIT_TIMEOUT:.0f}s") from None
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc.strerror or exc}") from None
-    if check and proc.returncode != 0:
-        raise GitError(f"git {args[0]} failed: {proc.stderr.decode('utf-8', 'replace').strip()[:500]}")
-    return proc.stdout or b""
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None, stdout=None, check: bool = True,
+        writable: tuple[Path, ...] = ()) -> bytes:
+    """Runs ``git args`` in ``cwd`` through the server's git runner (process/host_git.py: nothing
+    the repository names runs); stdout bytes (or written to ``stdout``). ``env``: git variables."""
+    return HOST_GIT.run(cwd, *args, env=env, stdout=stdout, check=check, writable=writable)
 
 
 def repo_toplevel(path: Path) -> Path | None:
@@ -108,7 +87,7 @@ def head_commit(top: Path) -> str:
 def snapshot_tree(top: Path) -> str:
     """The working tree (untracked files included, ignored ones not) as a tree object id."""
     with tempfile.TemporaryDirectory(prefix="helix-index-") as tmp:
-        env = {**_env(), "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if head_commit(top):
             git(top, "read-tree", "HEAD", env=env)
         else:
@@ -177,10 +156,10 @@ class PhaseWorkspace:
                         # on a lost replica's disk): forget it, then check the branch out here.
                         git(self.toplevel, "worktree", "prune")
                         git(self.toplevel, "worktree", "add", "--quiet", "--force", str(self.worktree_path),
-                            self.branch)
+                            self.branch, writable=(self.worktree_path.parent,))
                     else:
                         git(self.toplevel, "worktree", "add", "--quiet", "-b", self.branch, str(self.worktree_path),
-                            self.base_commit)
+                            self.base_commit, writable=(self.worktree_path.parent,))
             except (GitError, OSError) as exc:
                 _settle(self.manifest_path, PhaseStatus.FAILED, half_made=True)
                 raise RunnerError(ErrorKind.FAILED_PRECONDITION, "PREFLIGHT_FAILED",
@@ -210,7 +189,8 @@ class PhaseWorkspace:
             "-m", "helix-runner: work in progress at a hand-over to another replica")
         commit = head_commit(self.worktree_path)
         with _repo_lock(self.toplevel):
-            git(self.toplevel, "worktree", "remove", "--force", str(self.worktree_path))
+            git(self.toplevel, "worktree", "remove", "--force", str(self.worktree_path),
+                writable=(self.worktree_path.parent,))
         if self.manifest_path is not None:
             with contextlib.suppress(OSError):
                 self.manifest_path.unlink()
@@ -332,16 +312,18 @@ def plan_workspace(*, mode: str, workdir: Path, job_id: str, phase_id: str, base
 
 
 def _ref_exists(top: Path, branch: str) -> bool:
-    proc = subprocess.run(["git", *_SAFE, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=top,
-                          env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=GIT_TIMEOUT)
-    return proc.returncode == 0
+    try:
+        HOST_GIT.run(top, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", read_only=True)
+    except GitError:
+        return False
+    return True
 
 
 def _remove(repo: Path, path: Path, root: Path) -> None:
     """Removes a worktree (tolerating one git never registered or a directory already gone)."""
     if repo.is_dir():
         with contextlib.suppress(GitError):
-            git(repo, "worktree", "remove", "--force", "--force", str(path))
+            git(repo, "worktree", "remove", "--force", "--force", str(path), writable=(path.parent,))
     if path.exists() and root in path.resolve().parents:
         shutil.rmtree(path, ignore_errors=True)
     if repo.is_dir():

@@ -153,14 +153,15 @@ class PostgresHandover:
         return claims
 
     def forget(self, job_id: str, phase_id: str) -> None:
-        """The phase ended: its hand-over state and mirrored transcript go (its job's deletion would
-        take them too). Not fenced: only a final phase's rows are deleted."""
+        """The phase ended: its hand-over state goes (its job's deletion would take it too). Its mirrored
+        transcript stays, for forks of its checkpoints (docs/fork-and-rewind.md): retention deletes it
+        with the phase. Not fenced: only a final phase's rows are deleted."""
         with self._pool.connection() as conn, conn.transaction():
             final = conn.execute("SELECT 1 FROM phases WHERE job_id = %s AND phase_id = %s AND NOT status = ANY(%s)",
                                  (job_id, phase_id, self._active)).fetchone()
             if final is None:
                 return
-            for table in ("phase_transcripts", "phase_decisions", "phase_handover"):
+            for table in ("phase_decisions", "phase_handover"):
                 conn.execute(f"DELETE FROM {table} WHERE job_id = %s AND phase_id = %s", (job_id, phase_id))
 
     def give_up(self, job_id: str, phase_id: str, why: str) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
 from helix_runner.domain.pricing import PricingSource
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
@@ -45,6 +46,10 @@ FINISHED_TOOL_STATUSES: tuple[ToolCallStatus, ...] = (ToolCallStatus.SUCCEEDED, 
 
 class StoreError(Exception):
     """The store cannot be opened or used (unwritable directory, corrupt file, newer schema)."""
+
+
+class TranscriptGapError(StoreError):
+    """The kept chunks of a transcript do not follow each other (a chunk is missing)."""
 
 
 class AlreadyExistsError(StoreError):
@@ -121,6 +126,8 @@ class PhaseRow:
     # Encoded Phase holding only its ended attempts (Attempt records), written when each attempt
     # ends, so a phase recovered after a crash or swept after its replica died keeps them.
     attempts_pb: bytes | None = None
+    # Encoded helix.runner.v1.ForkOrigin: the phase and checkpoint a forked phase started from.
+    fork_pb: bytes | None = None
     # Derived on read (the phase's highest event sequence); never written.
     last_sequence: int = 0
 
@@ -313,7 +320,48 @@ class InsertOutbox:
     rows: Sequence[OutboxRow]
 
 
-PhaseWrite = AppendEvents | UpdatePhase | UpsertToolCalls | ReplaceModelCosts | InsertOutbox
+@dataclass(frozen=True, slots=True)
+class InsertCheckpoint:
+    """One checkpoint of a phase (docs/fork-and-rewind.md), committed after the events it follows."""
+
+    job_id: str
+    phase_id: str
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class MarkRewound:
+    """A rewind in place: the phase's checkpoints after ``after_number`` are marked rewound (they stay)."""
+
+    job_id: str
+    phase_id: str
+    after_number: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendTranscript:
+    """Bytes of a phase's CLI session transcript from ``offset`` (append-only; a fork resumes from it).
+    ``offset`` 0 with ``restart``: the file was rewritten, the session's earlier bytes go."""
+
+    job_id: str
+    phase_id: str
+    session_id: str
+    offset: int
+    data: bytes
+    restart: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """The phase's accepted request (an encoded RunPhaseRequest), which a fork of it starts from."""
+
+    job_id: str
+    phase_id: str
+    request_pb: bytes
+
+
+PhaseWrite = (AppendEvents | UpdatePhase | UpsertToolCalls | ReplaceModelCosts | InsertOutbox | InsertCheckpoint
+              | MarkRewound | AppendTranscript | SaveRequest)
 # The columns a write may set: PhaseRow's fields but last_sequence (derived on read, never written).
 _PHASE_FIELDS = frozenset(f.name for f in fields(PhaseRow)) - {"last_sequence"}
 
@@ -479,6 +527,25 @@ class Store(Protocol):
         of each row is set when the scope is ``job_ids`` and empty for a project (one row per
         model and source). ``reported_usd`` is None when no summed row had one.
         """
+        ...
+
+    # -- checkpoints (docs/fork-and-rewind.md) -------------------------------------------------
+
+    def save_phase_request(self, job_id: str, phase_id: str, request_pb: bytes) -> None:
+        """Keeps the phase's accepted request (encoded RunPhaseRequest): a fork starts from it."""
+        ...
+
+    def get_phase_request(self, job_id: str, phase_id: str) -> bytes | None:
+        """The phase's accepted request, or None (a phase from before forks were built)."""
+        ...
+
+    def list_checkpoints(self, job_id: str, phase_id: str) -> list[Checkpoint]:
+        """The phase's checkpoints in number order (rewound ones included, marked)."""
+        ...
+
+    def read_transcript(self, job_id: str, phase_id: str, session_id: str) -> bytes:
+        """The phase's copy of a CLI session transcript (chunks joined; b"" when none was kept).
+        ``TranscriptGapError`` when a chunk is missing."""
         ...
 
     # -- retention --------------------------------------------------------------------------

@@ -26,23 +26,29 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus
+from helix_runner.store import checkpoint_rows
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
     AppendEvents,
+    AppendTranscript,
     EventRow,
     FencedError,
+    InsertCheckpoint,
     InsertOutbox,
     JobRow,
+    MarkRewound,
     ModelCostRow,
     OutboxRow,
     PhaseCostSums,
     PhaseRow,
     PhaseWrite,
     ReplaceModelCosts,
+    SaveRequest,
     ToolCallRow,
     UpdatePhase,
     UpsertToolCalls,
@@ -165,6 +171,10 @@ _APPLY = {
     UpsertToolCalls: "_upsert_tool_calls_in",
     ReplaceModelCosts: "_replace_model_costs_in",
     InsertOutbox: "_insert_outbox_in",
+    InsertCheckpoint: "_insert_checkpoint_in",
+    MarkRewound: "_mark_rewound_in",
+    AppendTranscript: "_append_transcript_in",
+    SaveRequest: "_save_request_in",
 }
 
 SQLITE = Dialect("sqlite", "?", arrays=False,
@@ -346,6 +356,45 @@ class SqlStore:
 
     def _insert_outbox_in(self, tx: Any, w: InsertOutbox) -> None:
         insert_outbox(self.dialect, tx, w.rows)
+
+    # -- checkpoints, transcripts, accepted requests (docs/fork-and-rewind.md) -----------------------
+
+    def _insert_checkpoint_in(self, tx: Any, w: InsertCheckpoint) -> None:
+        checkpoint_rows.insert_checkpoint(self.dialect, tx, w.job_id, w.phase_id, w.checkpoint)
+
+    def _mark_rewound_in(self, tx: Any, w: MarkRewound) -> None:
+        checkpoint_rows.mark_rewound(self.dialect, tx, w.job_id, w.phase_id, w.after_number)
+
+    def _append_transcript_in(self, tx: Any, w: AppendTranscript) -> None:
+        checkpoint_rows.append_transcript(self.dialect, tx, w.job_id, w.phase_id, w.session_id, w.offset, w.data,
+                                          w.restart)
+
+    def insert_checkpoint(self, job_id: str, phase_id: str, checkpoint: Checkpoint) -> None:
+        """One checkpoint, in a transaction of its own (a running phase's go through its writer)."""
+        self._write_one(InsertCheckpoint(job_id, phase_id, checkpoint))
+
+    def list_checkpoints(self, job_id: str, phase_id: str) -> list[Checkpoint]:
+        rows = self._read(f"SELECT {','.join(checkpoint_rows.CHECKPOINT_COLUMNS)} FROM phase_checkpoints "
+                          "WHERE job_id = ? AND phase_id = ? ORDER BY number", (job_id, phase_id))
+        return [checkpoint_rows.checkpoint_from_row(r) for r in rows]
+
+    def read_transcript(self, job_id: str, phase_id: str, session_id: str) -> bytes:
+        rows = self._read("SELECT start_offset, data FROM phase_transcripts WHERE job_id = ? AND phase_id = ? "
+                          "AND session_id = ? ORDER BY start_offset", (job_id, phase_id, session_id))
+        return checkpoint_rows.joined_transcript(rows, f"{session_id} of {job_id}/{phase_id}")
+
+    def save_phase_request(self, job_id: str, phase_id: str, request_pb: bytes) -> None:
+        self._write_one(SaveRequest(job_id, phase_id, request_pb))
+
+    def _save_request_in(self, tx: Any, w: SaveRequest) -> None:
+        tx.execute(self.dialect.sql("INSERT INTO phase_requests (job_id, phase_id, request_pb) VALUES (?,?,?) "
+                                    "ON CONFLICT (job_id, phase_id) DO UPDATE SET request_pb = excluded.request_pb"),
+                   (w.job_id, w.phase_id, w.request_pb))
+
+    def get_phase_request(self, job_id: str, phase_id: str) -> bytes | None:
+        r = self._read_one("SELECT request_pb FROM phase_requests WHERE job_id = ? AND phase_id = ?",
+                           (job_id, phase_id))
+        return bytes(r[0]) if r else None
 
     def _update_phase_in(self, tx: Any, w: UpdatePhase) -> None:
         if not w.values:
@@ -607,7 +656,8 @@ class SqlStore:
             # Explicit deletes in dependency order (cheaper than row-by-row cascades on events).
             tx.execute(q(f"DELETE FROM webhook_attempts WHERE delivery_id IN (SELECT delivery_id FROM "
                          f"webhook_deliveries WHERE {term})"), args)
-            for table in ("events", "tool_calls", "model_costs", "webhook_deliveries"):
+            for table in ("events", "tool_calls", "model_costs", "webhook_deliveries", "phase_checkpoints",
+                          "phase_transcripts", "phase_requests"):
                 tx.execute(q(f"DELETE FROM {table} WHERE {term}"), args)
             phases = tx.execute(q(f"DELETE FROM phases WHERE {term}"), args).rowcount
             tx.execute(q(f"DELETE FROM jobs WHERE {term}"), args)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
+from helix_runner.store.checkpoint_rows import SQLITE_TABLES as CHECKPOINT_TABLES
 from helix_runner.store.protocol import (
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
@@ -36,7 +37,8 @@ from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, 
 # attempts (store/protocol.py PhaseRow), so recovery and reads keep them after a crash. Version 5:
 # per-model costs of phases without a project under "default". Version 6: webhook subscriptions,
 # their deliveries (the outbox, written with the events that cause them) and the attempts' log.
-SCHEMA_VERSION = 6
+# Version 7: checkpoints, the phases' transcripts and accepted requests (forks), phases.fork_pb.
+SCHEMA_VERSION = 7
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -74,6 +76,7 @@ CREATE TABLE IF NOT EXISTS phases (
     pid INTEGER,
     pid_start_ticks INTEGER,
     attempts_pb BLOB,
+    fork_pb BLOB,
     PRIMARY KEY (job_id, phase_id)
 );
 CREATE INDEX IF NOT EXISTS phases_by_status ON phases (status);
@@ -188,6 +191,9 @@ _ADD_ATTEMPTS = "ALTER TABLE phases ADD COLUMN attempts_pb BLOB"
 # names, so the default project's totals had no per-model breakdown (issue 22, item 14).
 _DEFAULT_PROJECT_MODEL_COSTS = "UPDATE model_costs SET project_id = 'default' WHERE project_id = ''"
 
+# Version 7 (PostgreSQL: migration 0010_checkpoints.sql): where a forked phase came from.
+_ADD_FORK = "ALTER TABLE phases ADD COLUMN fork_pb BLOB"
+
 # Each step takes the schema from version N to N + 1 (index N - 1); statements, not a script, so
 # that the step and the new user_version commit together.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -207,8 +213,17 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (_ADD_ATTEMPTS,),
     (_DEFAULT_PROJECT_MODEL_COSTS,),
     _WEBHOOKS,  # version 6 (PostgreSQL: migration 0008_webhooks.sql)
+    (*CHECKPOINT_TABLES, _ADD_FORK),  # version 7 (PostgreSQL: migration 0010_checkpoints.sql)
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
+
+
+def _adds_existing_column(db: sqlite3.Connection, statement: str) -> bool:
+    """Whether ``statement`` is ``ALTER TABLE t ADD COLUMN c ...`` for a column ``t`` has already."""
+    words = statement.split()
+    if [w.upper() for w in words[:2]] != ["ALTER", "TABLE"] or [w.upper() for w in words[3:5]] != ["ADD", "COLUMN"]:
+        return False
+    return any(row[1] == words[5] for row in db.execute(f"PRAGMA table_info({words[2]})"))
 
 
 class _Locked:
@@ -286,7 +301,7 @@ class SqliteStore(SqlStore):
             )
         if version == 0:
             db.executescript(_SCHEMA)  # idempotent (IF NOT EXISTS), so an interrupted creation redoes it
-            for statement in _WEBHOOKS:
+            for statement in (*_WEBHOOKS, *CHECKPOINT_TABLES):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return None
@@ -295,7 +310,8 @@ class SqliteStore(SqlStore):
         for step in range(version, SCHEMA_VERSION):
             with self._transaction() as tx:
                 for statement in _MIGRATIONS[step - 1]:
-                    tx.execute(statement)
+                    if not _adds_existing_column(tx, statement):  # a step redone finds its column there
+                        tx.execute(statement)
                 tx.execute(f"PRAGMA user_version = {step + 1}")
         return version
 

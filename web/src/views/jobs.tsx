@@ -5,6 +5,7 @@ import { PhaseStatus, type Job, type Phase } from "../proto.js";
 import { ms } from "../reducer.js";
 import { duration, href, reportedTotal, statusClass, statusName, usd, usePoll, when } from "../util.js";
 import { Problem } from "./common.js";
+import { lineage } from "./fork.js";
 
 const ACTIVE = [PhaseStatus.PENDING, PhaseStatus.RUNNING, PhaseStatus.PAUSING, PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL];
 const STATUS_FILTERS: { label: string; statuses: PhaseStatus[] }[] = [
@@ -138,8 +139,8 @@ export function JobView({ jobId }: { jobId: string }) {
               </tr>
             </thead>
             <tbody>
-              {j.phases.map((p) => (
-                <PhaseRow phase={p} />
+              {lineage(j.phases).map(({ phase, depth }) => (
+                <PhaseRow phase={phase} depth={depth} />
               ))}
             </tbody>
           </table>
@@ -149,14 +150,16 @@ export function JobView({ jobId }: { jobId: string }) {
   );
 }
 
-function PhaseRow({ phase }: { phase: Phase }) {
+function PhaseRow({ phase, depth = 0 }: { phase: Phase; depth?: number }) {
   const start = ms(phase.startTime);
   const end = ms(phase.endTime) ?? Date.now();
   const calls = phase.toolStats.reduce((n, s) => n + Number(s.count), 0);
   return (
     <tr data-phase={phase.phaseId}>
       <td>
+        {depth > 0 && <span class="branch">{"\u00a0\u00a0".repeat(depth - 1)}└─ </span>}
         <a href={href("jobs", phase.jobId, "phases", phase.phaseId)}>{phase.phaseId}</a>
+        {phase.forkedFrom?.phaseId && <span class="muted" data-testid="forked-from-cell"> from {phase.forkedFrom.phaseId}@{phase.forkedFrom.checkpoint}</span>}
       </td>
       <td>
         <StatusBadge status={phase.status} />

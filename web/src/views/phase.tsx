@@ -25,6 +25,7 @@ import {
   durationMs,
   elapsedMs,
   initialView,
+  isRewound,
   isTerminal,
   ms,
   reduce,
@@ -34,7 +35,9 @@ import {
 } from "../reducer.js";
 import { clock, duration, href, money, usd, useNow } from "../util.js";
 import { Problem, TokenPrompt } from "./common.js";
+import { Checkpoints, ForkedFrom } from "./fork.js";
 import { StatusBadge } from "./jobs.js";
+import { escapedJson, visible } from "../visible.js";
 
 type Connection =
   | { state: "connecting" }
@@ -179,7 +182,7 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
           <span data-testid="elapsed">{duration(elapsedMs(view, now))}</span>
         </Stat>
         <Stat label="Current tool">
-          <span data-testid="current-tool">{tool ? `${tool.name}${tool.status === "held" ? " (held)" : ""}` : "–"}</span>
+          <span data-testid="current-tool">{tool ? `${visible(tool.name)}${tool.status === "held" ? " (held)" : ""}` : "–"}</span>
         </Stat>
         <Stat label="Cost (computed / CLI)">
           <span data-testid="cost">
@@ -193,12 +196,13 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
       </div>
       {view.result && (
         <div class={`result ${view.result.isError ? "bad" : ""}`} data-testid="result">
-          <strong>Result:</strong> {view.result.reason || view.result.resultSubtype}
-          {view.result.resultText && <pre>{view.result.resultText}</pre>}
+          <strong>Result:</strong> {visible(view.result.reason || view.result.resultSubtype)}
+          {view.result.resultText && <pre>{visible(view.result.resultText)}</pre>}
         </div>
       )}
       <Problem error={actionError ?? (connection.state === "failed" ? connection.error : undefined) ?? (done ? undefined : inspectError)} />
       {connection.state === "failed" && connection.unauthenticated && <TokenPrompt />}
+      <ForkedFrom jobId={jobId} phaseId={phaseId} origin={phase?.forkedFrom} />
       {!done && <Controls jobId={jobId} phaseId={phaseId} inspection={inspection} act={act} />}
       <HeldCalls jobId={jobId} phaseId={phaseId} pending={done ? [] : (inspection?.pendingCalls ?? [])} act={act} />
       <div class="panels">
@@ -217,6 +221,16 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
         <div class="panel">
           <h2>Per-tool statistics</h2>
           <ToolStatsTable stats={stats} />
+        </div>
+        <div class="panel wide">
+          <h2>Checkpoints</h2>
+          <Checkpoints
+            jobId={jobId}
+            phaseId={phaseId}
+            checkpoints={inspection?.checkpoints ?? []}
+            canRewind={!done && ((inspection?.paused ?? false) || (inspection?.pendingCalls.length ?? 0) > 0)}
+            act={act}
+          />
         </div>
         <div class="panel wide">
           <h2>
@@ -366,9 +380,9 @@ function HeldCall({
   return (
     <div class="held-call" data-testid="held-call" data-tool={call.name} data-tool-use-id={call.toolUseId}>
       <div class="held-head">
-        <strong>{call.name}</strong>
+        <strong>{visible(call.name)}</strong>
         <span class="muted">
-          {pending.holdReason}
+          {visible(pending.holdReason)}
           {pending.breakpointId && !pending.holdReason.includes(pending.breakpointId) && ` · breakpoint ${pending.breakpointId}`}
           {pending.holdTime && ` · since ${clock(ms(pending.holdTime)!)}`}
         </span>
@@ -405,11 +419,13 @@ function HeldCall({
   );
 }
 
+// A call's input as the person deciding it sees it: indented, and what a bidi algorithm would
+// obey written as JSON escapes (the same value: an edit starts from it; visible.ts).
 function pretty(json: string): string {
   try {
-    return JSON.stringify(JSON.parse(json), null, 2);
+    return escapedJson(JSON.stringify(JSON.parse(json), null, 2));
   } catch {
-    return json;
+    return visible(json);
   }
 }
 
@@ -450,7 +466,7 @@ function Timeline({ view, now }: { view: View; now: number }) {
               label: (item) => {
                 const call = rows[item.dataIndex].call;
                 const took = (end(call) - (call.startMs - origin)) / 1000;
-                return `${call.status} · ${took.toFixed(2)} s · ${call.input.slice(0, 80)}`;
+                return `${call.status} · ${took.toFixed(2)} s · ${visible(call.input.slice(0, 80))}`;
               },
             },
           },
@@ -558,7 +574,7 @@ function ToolStatsTable({ stats }: { stats: ToolStats[] }) {
       <tbody>
         {stats.map((t) => (
           <tr>
-            <td>{t.name}</td>
+            <td>{visible(t.name)}</td>
             <td class="num">{String(t.count)}</td>
             <td class="num">{String(t.failures)}</td>
             <td class="num">{String(t.unfinished)}</td>
@@ -589,7 +605,7 @@ function EventLog({ view }: { view: View }) {
       }}
     >
       {view.log.map((entry) => (
-        <div class={`line ${entry.tone}`} data-seq={entry.seq}>
+        <div class={`line ${entry.tone} ${isRewound(view, entry.seq) ? "rewound" : ""}`} data-seq={entry.seq}>
           <span class="seq">#{entry.seq}</span>
           <span class="time">{clock(entry.timeMs)}</span>
           <span class="kind">{entry.kind}</span>

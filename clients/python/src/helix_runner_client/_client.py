@@ -62,6 +62,8 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
         pb.ListWebhookDeliveriesResponse,
         False,
     ),
+    ("fork_phase", "ForkPhase", pb.ForkPhaseRequest, pb.ForkPhaseResponse, False),
+    ("rewind_phase", "RewindPhase", pb.RewindPhaseRequest, pb.RewindPhaseResponse, False),
 )
 
 
@@ -419,3 +421,22 @@ class RunnerClient:
         request = pb.CancelPhaseRequest(job_id=job_id, phase_id=phase_id, reason=reason)
         response = await self.call("cancel_phase", request)
         return response.phase
+
+    async def fork_phase(
+        self, job_id: str, phase_id: str, point: pb.ForkPoint, *, new_phase_id: str = "", **fields: Any
+    ) -> pb.ForkPhaseResponse:
+        """Starts a new phase of the job from a checkpoint of ``phase_id`` (``point``: a tool call,
+        a turn or a checkpoint number, and optionally a deny or edit of that call or a message);
+        ``fields``: ``model``, ``permission_mode``, ``breakpoints``, ``conversation_only``. Watch the
+        fork with :meth:`watch_phase` (its id is ``response.phase.phase_id``)."""
+        request = pb.ForkPhaseRequest(job_id=job_id, phase_id=phase_id, point=point, new_phase_id=new_phase_id,
+                                      **fields)
+        return await self.call("fork_phase", request)
+
+    async def rewind_phase(
+        self, job_id: str, phase_id: str, point: pb.ForkPoint, *, conversation_only: bool = False
+    ) -> pb.RewindPhaseResponse:
+        """Takes a paused or held phase back to a checkpoint in place (its stream gets a REWOUND event)."""
+        request = pb.RewindPhaseRequest(job_id=job_id, phase_id=phase_id, point=point,
+                                        conversation_only=conversation_only)
+        return await self.call("rewind_phase", request)

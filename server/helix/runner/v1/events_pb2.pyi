@@ -61,6 +61,7 @@ class ControlEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTROL_EVENT_KIND_RETRY_SCHEDULED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_ATTEMPT_STARTED: _ClassVar[ControlEventKind]
     CONTROL_EVENT_KIND_QUEUED: _ClassVar[ControlEventKind]
+    CONTROL_EVENT_KIND_REWOUND: _ClassVar[ControlEventKind]
 
 class GatewayEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -120,6 +121,7 @@ CONTROL_EVENT_KIND_DETACHED: ControlEventKind
 CONTROL_EVENT_KIND_RETRY_SCHEDULED: ControlEventKind
 CONTROL_EVENT_KIND_ATTEMPT_STARTED: ControlEventKind
 CONTROL_EVENT_KIND_QUEUED: ControlEventKind
+CONTROL_EVENT_KIND_REWOUND: ControlEventKind
 GATEWAY_EVENT_KIND_UNSPECIFIED: GatewayEventKind
 GATEWAY_EVENT_KIND_RATE_LIMITED: GatewayEventKind
 GATEWAY_EVENT_KIND_OVERLOADED: GatewayEventKind
@@ -571,7 +573,7 @@ class PhaseStatusChanged(_message.Message):
     def __init__(self, from_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., to_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ControlEvent(_message.Message):
-    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json", "attempt", "max_attempts", "end_kind", "retry_delay", "resumed_session_id", "queue")
+    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json", "attempt", "max_attempts", "end_kind", "retry_delay", "resumed_session_id", "queue", "checkpoint", "rewound_after_sequence", "rewound_to_sequence")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -584,6 +586,9 @@ class ControlEvent(_message.Message):
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     RESUMED_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    REWOUND_AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REWOUND_TO_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     kind: ControlEventKind
     tool_use_id: str
     tool_name: str
@@ -596,7 +601,10 @@ class ControlEvent(_message.Message):
     retry_delay: _duration_pb2.Duration
     resumed_session_id: str
     queue: _resources_pb2.QueueState
-    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ...) -> None: ...
+    checkpoint: int
+    rewound_after_sequence: int
+    rewound_to_sequence: int
+    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ..., checkpoint: _Optional[int] = ..., rewound_after_sequence: _Optional[int] = ..., rewound_to_sequence: _Optional[int] = ...) -> None: ...
 
 class GatewayEvent(_message.Message):
     __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id")

@@ -101,6 +101,7 @@ class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_END_KIND_SPAWN_FAILED: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_MOVED: _ClassVar[AttemptEndKind]
     ATTEMPT_END_KIND_RESOURCE_LIMIT: _ClassVar[AttemptEndKind]
+    ATTEMPT_END_KIND_REWOUND: _ClassVar[AttemptEndKind]
 
 class QueueReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -134,6 +135,20 @@ class WebhookDeliveryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WEBHOOK_DELIVERY_STATE_DELIVERED: _ClassVar[WebhookDeliveryState]
     WEBHOOK_DELIVERY_STATE_DEAD: _ClassVar[WebhookDeliveryState]
     WEBHOOK_DELIVERY_STATE_CANCELLED: _ClassVar[WebhookDeliveryState]
+
+class CheckpointKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHECKPOINT_KIND_UNSPECIFIED: _ClassVar[CheckpointKind]
+    CHECKPOINT_KIND_START: _ClassVar[CheckpointKind]
+    CHECKPOINT_KIND_TOOL_CALL: _ClassVar[CheckpointKind]
+    CHECKPOINT_KIND_TURN_END: _ClassVar[CheckpointKind]
+
+class CheckpointWorkspaceKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHECKPOINT_WORKSPACE_KIND_UNSPECIFIED: _ClassVar[CheckpointWorkspaceKind]
+    CHECKPOINT_WORKSPACE_KIND_NONE: _ClassVar[CheckpointWorkspaceKind]
+    CHECKPOINT_WORKSPACE_KIND_GIT_TREE: _ClassVar[CheckpointWorkspaceKind]
+    CHECKPOINT_WORKSPACE_KIND_GIT_COMMIT: _ClassVar[CheckpointWorkspaceKind]
 PHASE_STATUS_UNSPECIFIED: PhaseStatus
 PHASE_STATUS_PENDING: PhaseStatus
 PHASE_STATUS_RUNNING: PhaseStatus
@@ -201,6 +216,7 @@ ATTEMPT_END_KIND_SERVER_SHUTDOWN: AttemptEndKind
 ATTEMPT_END_KIND_SPAWN_FAILED: AttemptEndKind
 ATTEMPT_END_KIND_MOVED: AttemptEndKind
 ATTEMPT_END_KIND_RESOURCE_LIMIT: AttemptEndKind
+ATTEMPT_END_KIND_REWOUND: AttemptEndKind
 QUEUE_REASON_UNSPECIFIED: QueueReason
 QUEUE_REASON_SERVER_LIMIT: QueueReason
 QUEUE_REASON_PROJECT_LIMIT: QueueReason
@@ -222,6 +238,14 @@ WEBHOOK_DELIVERY_STATE_PENDING: WebhookDeliveryState
 WEBHOOK_DELIVERY_STATE_DELIVERED: WebhookDeliveryState
 WEBHOOK_DELIVERY_STATE_DEAD: WebhookDeliveryState
 WEBHOOK_DELIVERY_STATE_CANCELLED: WebhookDeliveryState
+CHECKPOINT_KIND_UNSPECIFIED: CheckpointKind
+CHECKPOINT_KIND_START: CheckpointKind
+CHECKPOINT_KIND_TOOL_CALL: CheckpointKind
+CHECKPOINT_KIND_TURN_END: CheckpointKind
+CHECKPOINT_WORKSPACE_KIND_UNSPECIFIED: CheckpointWorkspaceKind
+CHECKPOINT_WORKSPACE_KIND_NONE: CheckpointWorkspaceKind
+CHECKPOINT_WORKSPACE_KIND_GIT_TREE: CheckpointWorkspaceKind
+CHECKPOINT_WORKSPACE_KIND_GIT_COMMIT: CheckpointWorkspaceKind
 
 class PhaseContainment(_message.Message):
     __slots__ = ("mode", "cgroup_paths", "memory_limit_bytes", "cpu_limit_millicores", "process_count", "memory_current_bytes", "memory_peak_bytes", "oom_kills")
@@ -262,7 +286,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., cost: _Optional[_Union[CostTotals, _Mapping]] = ...) -> None: ...
 
 class Phase(_message.Message):
-    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue", "auth_source", "queue_wait")
+    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue", "auth_source", "queue_wait", "forked_from")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +309,7 @@ class Phase(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     AUTH_SOURCE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     project_id: str
@@ -307,7 +332,8 @@ class Phase(_message.Message):
     queue: QueueState
     auth_source: str
     queue_wait: _duration_pb2.Duration
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ..., auth_source: _Optional[str] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    forked_from: ForkOrigin
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ..., auth_source: _Optional[str] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., forked_from: _Optional[_Union[ForkOrigin, _Mapping]] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens", "cache_write_1h_input_tokens", "web_search_requests")
@@ -722,7 +748,7 @@ class ContextUsage(_message.Message):
     def __init__(self, total_tokens: _Optional[int] = ..., max_tokens: _Optional[int] = ..., percentage: _Optional[float] = ..., raw_json: _Optional[str] = ...) -> None: ...
 
 class PhaseInspection(_message.Message):
-    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts", "gateway", "sandbox")
+    __slots__ = ("phase", "paused", "hard_paused", "pending_calls", "recent_events", "assistant_message_count", "user_message_count", "turn_count", "context_usage", "breakpoints", "containment", "attempts", "gateway", "sandbox", "checkpoints")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     HARD_PAUSED_FIELD_NUMBER: _ClassVar[int]
@@ -737,6 +763,7 @@ class PhaseInspection(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     GATEWAY_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     paused: bool
     hard_paused: bool
@@ -751,7 +778,8 @@ class PhaseInspection(_message.Message):
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
     gateway: GatewayReport
     sandbox: SandboxReport
-    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ...) -> None: ...
+    checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
+    def __init__(self, phase: _Optional[_Union[Phase, _Mapping]] = ..., paused: _Optional[bool] = ..., hard_paused: _Optional[bool] = ..., pending_calls: _Optional[_Iterable[_Union[PendingToolCall, _Mapping]]] = ..., recent_events: _Optional[_Iterable[_Union[StreamEventRef, _Mapping]]] = ..., assistant_message_count: _Optional[int] = ..., user_message_count: _Optional[int] = ..., turn_count: _Optional[int] = ..., context_usage: _Optional[_Union[ContextUsage, _Mapping]] = ..., breakpoints: _Optional[_Iterable[_Union[Breakpoint, _Mapping]]] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
 
 class SandboxReport(_message.Message):
     __slots__ = ("setting", "layers", "home", "egress_ports", "protected", "restored")
@@ -880,3 +908,67 @@ class WebhookDelivery(_message.Message):
     last_status_code: int
     last_error: str
     def __init__(self, delivery_id: _Optional[str] = ..., webhook_id: _Optional[str] = ..., event: _Optional[_Union[WebhookEventType, str]] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., sequence: _Optional[int] = ..., state: _Optional[_Union[WebhookDeliveryState, str]] = ..., attempt_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[WebhookAttempt, _Mapping]]] = ..., body: _Optional[str] = ..., last_status_code: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class CheckpointWorkspace(_message.Message):
+    __slots__ = ("kind", "tree", "head", "commit", "ref", "repository", "reason", "same_as")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TREE_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    REPOSITORY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SAME_AS_FIELD_NUMBER: _ClassVar[int]
+    kind: CheckpointWorkspaceKind
+    tree: str
+    head: str
+    commit: str
+    ref: str
+    repository: str
+    reason: str
+    same_as: int
+    def __init__(self, kind: _Optional[_Union[CheckpointWorkspaceKind, str]] = ..., tree: _Optional[str] = ..., head: _Optional[str] = ..., commit: _Optional[str] = ..., ref: _Optional[str] = ..., repository: _Optional[str] = ..., reason: _Optional[str] = ..., same_as: _Optional[int] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("number", "kind", "sequence", "session_id", "tool_use_id", "tool_name", "turn", "before", "attempt", "time", "rewound", "workspace")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    REWOUND_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    kind: CheckpointKind
+    sequence: int
+    session_id: str
+    tool_use_id: str
+    tool_name: str
+    turn: int
+    before: int
+    attempt: int
+    time: _timestamp_pb2.Timestamp
+    rewound: bool
+    workspace: CheckpointWorkspace
+    def __init__(self, number: _Optional[int] = ..., kind: _Optional[_Union[CheckpointKind, str]] = ..., sequence: _Optional[int] = ..., session_id: _Optional[str] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., turn: _Optional[int] = ..., before: _Optional[int] = ..., attempt: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rewound: _Optional[bool] = ..., workspace: _Optional[_Union[CheckpointWorkspace, _Mapping]] = ...) -> None: ...
+
+class ForkOrigin(_message.Message):
+    __slots__ = ("job_id", "phase_id", "checkpoint", "tool_use_id", "turn", "changes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    checkpoint: int
+    tool_use_id: str
+    turn: int
+    changes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., checkpoint: _Optional[int] = ..., tool_use_id: _Optional[str] = ..., turn: _Optional[int] = ..., changes: _Optional[_Iterable[str]] = ...) -> None: ...

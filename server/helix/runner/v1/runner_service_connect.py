@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteWebhookRequest, DeleteWebhookResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -223,6 +223,24 @@ class RunnerService(Protocol):
     async def list_webhook_deliveries(self, request: ListWebhookDeliveriesRequest, ctx: RequestContext[ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse], /) -> ListWebhookDeliveriesResponse:
         """
         Pages through deliveries, newest first, with their attempts (the delivery log).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def fork_phase(self, request: ForkPhaseRequest, ctx: RequestContext[ForkPhaseRequest, ForkPhaseResponse], /) -> ForkPhaseResponse:
+        """
+        Starts a new phase of the job from a checkpoint of a phase (running, paused or ended): its CLI
+        resumes the phase's session cut at that point under a new session id, in a new worktree at
+        that checkpoint's files; the phase forked is untouched. Optionally the call at that point is
+        decided differently (deny, edit), a message is injected, or the model, permission mode or
+        breakpoints differ. Returns once the fork is accepted; watch it with WatchPhase.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def rewind_phase(self, request: RewindPhaseRequest, ctx: RequestContext[RewindPhaseRequest, RewindPhaseResponse], /) -> RewindPhaseResponse:
+        """
+        Takes a paused or held phase back to an earlier checkpoint in place: its CLI is stopped, its
+        workspace restored and its session resumed there (a REWOUND control event marks the rewound
+        part of the history, which stays).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -536,6 +554,28 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.list_webhook_deliveries,
+                ),
+                "/helix.runner.v1.RunnerService/ForkPhase": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ForkPhase",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ForkPhaseRequest,
+                        output=ForkPhaseResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.fork_phase,
+                ),
+                "/helix.runner.v1.RunnerService/RewindPhase": Endpoint.unary(
+                    method=MethodInfo(
+                        name="RewindPhase",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=RewindPhaseRequest,
+                        output=RewindPhaseResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.rewind_phase,
                 ),
             },
             interceptors=interceptors,
@@ -1216,6 +1256,58 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=ListWebhookDeliveriesRequest,
                 output=ListWebhookDeliveriesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def fork_phase(
+        self,
+        request: ForkPhaseRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ForkPhaseResponse:
+        """
+        Starts a new phase of the job from a checkpoint of a phase (running, paused or ended): its CLI
+        resumes the phase's session cut at that point under a new session id, in a new worktree at
+        that checkpoint's files; the phase forked is untouched. Optionally the call at that point is
+        decided differently (deny, edit), a message is injected, or the model, permission mode or
+        breakpoints differ. Returns once the fork is accepted; watch it with WatchPhase.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ForkPhase",
+                service_name="helix.runner.v1.RunnerService",
+                input=ForkPhaseRequest,
+                output=ForkPhaseResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def rewind_phase(
+        self,
+        request: RewindPhaseRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RewindPhaseResponse:
+        """
+        Takes a paused or held phase back to an earlier checkpoint in place: its CLI is stopped, its
+        workspace restored and its session resumed there (a REWOUND control event marks the rewound
+        part of the history, which stays).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="RewindPhase",
+                service_name="helix.runner.v1.RunnerService",
+                input=RewindPhaseRequest,
+                output=RewindPhaseResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -43,6 +43,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_WEBHOOK_FROM_CONFIG: _ClassVar[ErrorReason]
     ERROR_REASON_TOO_MANY_WEBHOOKS: _ClassVar[ErrorReason]
     ERROR_REASON_PHASE_MOVED: _ClassVar[ErrorReason]
+    ERROR_REASON_CHECKPOINT_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_WORKSPACE_NOT_KEPT: _ClassVar[ErrorReason]
+    ERROR_REASON_TRANSCRIPT_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_OPTIONS_NOT_KEPT: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -97,6 +101,10 @@ ERROR_REASON_WEBHOOK_DESTINATION_REFUSED: ErrorReason
 ERROR_REASON_WEBHOOK_FROM_CONFIG: ErrorReason
 ERROR_REASON_TOO_MANY_WEBHOOKS: ErrorReason
 ERROR_REASON_PHASE_MOVED: ErrorReason
+ERROR_REASON_CHECKPOINT_NOT_FOUND: ErrorReason
+ERROR_REASON_WORKSPACE_NOT_KEPT: ErrorReason
+ERROR_REASON_TRANSCRIPT_UNAVAILABLE: ErrorReason
+ERROR_REASON_OPTIONS_NOT_KEPT: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -709,3 +717,82 @@ class ListWebhookDeliveriesResponse(_message.Message):
     deliveries: _containers.RepeatedCompositeFieldContainer[_resources_pb2.WebhookDelivery]
     next_page_token: str
     def __init__(self, deliveries: _Optional[_Iterable[_Union[_resources_pb2.WebhookDelivery, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ForkPoint(_message.Message):
+    __slots__ = ("tool_use_id", "turn", "checkpoint", "deny", "edit", "inject")
+    TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    EDIT_FIELD_NUMBER: _ClassVar[int]
+    INJECT_FIELD_NUMBER: _ClassVar[int]
+    tool_use_id: str
+    turn: int
+    checkpoint: int
+    deny: DenyDecision
+    edit: EditDecision
+    inject: str
+    def __init__(self, tool_use_id: _Optional[str] = ..., turn: _Optional[int] = ..., checkpoint: _Optional[int] = ..., deny: _Optional[_Union[DenyDecision, _Mapping]] = ..., edit: _Optional[_Union[EditDecision, _Mapping]] = ..., inject: _Optional[str] = ...) -> None: ...
+
+class ForkPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "point", "new_phase_id", "model", "permission_mode", "breakpoints", "clear_breakpoints", "conversation_only", "mcp_config", "settings", "env")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    NEW_PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_MODE_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_BREAKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ONLY_FIELD_NUMBER: _ClassVar[int]
+    MCP_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    point: ForkPoint
+    new_phase_id: str
+    model: str
+    permission_mode: _resources_pb2.PermissionMode
+    breakpoints: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Breakpoint]
+    clear_breakpoints: bool
+    conversation_only: bool
+    mcp_config: str
+    settings: str
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., point: _Optional[_Union[ForkPoint, _Mapping]] = ..., new_phase_id: _Optional[str] = ..., model: _Optional[str] = ..., permission_mode: _Optional[_Union[_resources_pb2.PermissionMode, str]] = ..., breakpoints: _Optional[_Iterable[_Union[_resources_pb2.Breakpoint, _Mapping]]] = ..., clear_breakpoints: _Optional[bool] = ..., conversation_only: _Optional[bool] = ..., mcp_config: _Optional[str] = ..., settings: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ForkPhaseResponse(_message.Message):
+    __slots__ = ("phase", "checkpoint")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    phase: _resources_pb2.Phase
+    checkpoint: _resources_pb2.Checkpoint
+    def __init__(self, phase: _Optional[_Union[_resources_pb2.Phase, _Mapping]] = ..., checkpoint: _Optional[_Union[_resources_pb2.Checkpoint, _Mapping]] = ...) -> None: ...
+
+class RewindPhaseRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "point", "conversation_only")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ONLY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    point: ForkPoint
+    conversation_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., point: _Optional[_Union[ForkPoint, _Mapping]] = ..., conversation_only: _Optional[bool] = ...) -> None: ...
+
+class RewindPhaseResponse(_message.Message):
+    __slots__ = ("checkpoint", "sequence")
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    checkpoint: _resources_pb2.Checkpoint
+    sequence: int
+    def __init__(self, checkpoint: _Optional[_Union[_resources_pb2.Checkpoint, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...

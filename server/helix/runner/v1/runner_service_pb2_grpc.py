@@ -177,6 +177,16 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesResponse.FromString,
                 _registered_method=True)
+        self.ForkPhase = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ForkPhase',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ForkPhaseRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ForkPhaseResponse.FromString,
+                _registered_method=True)
+        self.RewindPhase = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/RewindPhase',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -395,6 +405,26 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkPhase(self, request, context):
+        """Starts a new phase of the job from a checkpoint of a phase (running, paused or ended): its CLI
+        resumes the phase's session cut at that point under a new session id, in a new worktree at
+        that checkpoint's files; the phase forked is untouched. Optionally the call at that point is
+        decided differently (deny, edit), a message is injected, or the model, permission mode or
+        breakpoints differ. Returns once the fork is accepted; watch it with WatchPhase.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RewindPhase(self, request, context):
+        """Takes a paused or held phase back to an earlier checkpoint in place: its CLI is stopped, its
+        workspace restored and its session resumed there (a REWOUND control event marks the rewound
+        part of the history, which stays).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -532,6 +562,16 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.ListWebhookDeliveries,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesResponse.SerializeToString,
+            ),
+            'ForkPhase': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkPhase,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ForkPhaseRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ForkPhaseResponse.SerializeToString,
+            ),
+            'RewindPhase': grpc.unary_unary_rpc_method_handler(
+                    servicer.RewindPhase,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1271,6 +1311,60 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/ListWebhookDeliveries',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.ListWebhookDeliveriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkPhase(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ForkPhase',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ForkPhaseRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ForkPhaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RewindPhase(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/RewindPhase',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

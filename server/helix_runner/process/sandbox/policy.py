@@ -12,6 +12,7 @@ allowed directory, so such a directory is replaced by its other children, recurs
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -51,7 +52,10 @@ class SandboxPolicy:
     splittable: tuple[str, ...] = ()
 
 
+@functools.lru_cache(maxsize=4096)
 def _norm(path: str) -> str:
+    # Cached: a policy compares each path with every other (``outermost``, ``masked``), some 500
+    # normalisations a phase for the same few dozen paths (benchmarks/README.md, P9).
     return os.path.normpath(path) if path else path
 
 

@@ -16,6 +16,10 @@ __all__ = (
     "CancelPhaseRequest",
     "CancelPhaseResponse",
     "ChangedFile",
+    "Checkpoint",
+    "CheckpointKind",
+    "CheckpointWorkspace",
+    "CheckpointWorkspaceKind",
     "CliStatus",
     "Compaction",
     "ContainmentMode",
@@ -33,6 +37,10 @@ __all__ = (
     "DenyDecision",
     "EditDecision",
     "ErrorReason",
+    "ForkOrigin",
+    "ForkPhaseRequest",
+    "ForkPhaseResponse",
+    "ForkPoint",
     "GatewayEvent",
     "GatewayEventKind",
     "GatewayModelUsage",
@@ -104,6 +112,8 @@ __all__ = (
     "ResumePhaseRequest",
     "ResumePhaseResponse",
     "RetryPolicy",
+    "RewindPhaseRequest",
+    "RewindPhaseResponse",
     "RunPhaseRequest",
     "RunPhaseResponse",
     "RunnerServiceStub",
@@ -302,6 +312,12 @@ class AttemptEndKind(betterproto2.Enum):
     `PhaseResult.resource_fault` says which): not retried, another attempt would do the same.
     """
 
+    REWOUND = 25
+    """
+    RewindPhase stopped the attempt's CLI to go back to an earlier checkpoint in place; the next
+    attempt resumes the session cut there (not a failure: it uses up no attempt of the policy).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -330,6 +346,7 @@ class AttemptEndKind(betterproto2.Enum):
             22: "ATTEMPT_END_KIND_SPAWN_FAILED",
             23: "ATTEMPT_END_KIND_MOVED",
             24: "ATTEMPT_END_KIND_RESOURCE_LIMIT",
+            25: "ATTEMPT_END_KIND_REWOUND",
         }
 
     @classmethod
@@ -360,6 +377,98 @@ class AttemptEndKind(betterproto2.Enum):
             "ATTEMPT_END_KIND_SPAWN_FAILED": 22,
             "ATTEMPT_END_KIND_MOVED": 23,
             "ATTEMPT_END_KIND_RESOURCE_LIMIT": 24,
+            "ATTEMPT_END_KIND_REWOUND": 25,
+        }
+
+
+class CheckpointKind(betterproto2.Enum):
+    """
+    CheckpointKind says what a checkpoint follows.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not set.
+    """
+
+    START = 1
+    """
+    The workspace as the phase started (number 0; no conversation to resume yet).
+    """
+
+    TOOL_CALL = 2
+    """
+    A main-thread tool call ended.
+    """
+
+    TURN_END = 3
+    """
+    A turn ended (a result).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "CHECKPOINT_KIND_UNSPECIFIED",
+            1: "CHECKPOINT_KIND_START",
+            2: "CHECKPOINT_KIND_TOOL_CALL",
+            3: "CHECKPOINT_KIND_TURN_END",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "CHECKPOINT_KIND_UNSPECIFIED": 0,
+            "CHECKPOINT_KIND_START": 1,
+            "CHECKPOINT_KIND_TOOL_CALL": 2,
+            "CHECKPOINT_KIND_TURN_END": 3,
+        }
+
+
+class CheckpointWorkspaceKind(betterproto2.Enum):
+    """
+    CheckpointWorkspaceKind says how a checkpoint keeps the phase's files.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not set.
+    """
+
+    NONE = 1
+    """
+    Not kept: the working directory is in no git repository (only the conversation can be
+    forked or rewound); `reason` says so.
+    """
+
+    GIT_TREE = 2
+    """
+    In place in a repository: a tree object of the working tree (uncommitted and untracked
+    files included, ignored ones not); no ref is added to the repository.
+    """
+
+    GIT_COMMIT = 3
+    """
+    A worktree phase: that tree committed on the worktree's HEAD, kept by the hidden ref
+    `refs/helix/checkpoints/<job>/<phase>/<number>` (deleted with the phase by retention).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "CHECKPOINT_WORKSPACE_KIND_UNSPECIFIED",
+            1: "CHECKPOINT_WORKSPACE_KIND_NONE",
+            2: "CHECKPOINT_WORKSPACE_KIND_GIT_TREE",
+            3: "CHECKPOINT_WORKSPACE_KIND_GIT_COMMIT",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "CHECKPOINT_WORKSPACE_KIND_UNSPECIFIED": 0,
+            "CHECKPOINT_WORKSPACE_KIND_NONE": 1,
+            "CHECKPOINT_WORKSPACE_KIND_GIT_TREE": 2,
+            "CHECKPOINT_WORKSPACE_KIND_GIT_COMMIT": 3,
         }
 
 
@@ -511,6 +620,13 @@ class ControlEventKind(betterproto2.Enum):
     `message` says it in words. Position changes alone are not events (see Phase.queue).
     """
 
+    REWOUND = 18
+    """
+    RewindPhase took the phase back to checkpoint `checkpoint` in place: its CLI was stopped, its
+    workspace restored and the session resumed there. The events after `rewound_after_sequence`
+    up to `rewound_to_sequence` are the rewound part: they stay in the history, superseded.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -532,6 +648,7 @@ class ControlEventKind(betterproto2.Enum):
             15: "CONTROL_EVENT_KIND_RETRY_SCHEDULED",
             16: "CONTROL_EVENT_KIND_ATTEMPT_STARTED",
             17: "CONTROL_EVENT_KIND_QUEUED",
+            18: "CONTROL_EVENT_KIND_REWOUND",
         }
 
     @classmethod
@@ -555,6 +672,7 @@ class ControlEventKind(betterproto2.Enum):
             "CONTROL_EVENT_KIND_RETRY_SCHEDULED": 15,
             "CONTROL_EVENT_KIND_ATTEMPT_STARTED": 16,
             "CONTROL_EVENT_KIND_QUEUED": 17,
+            "CONTROL_EVENT_KIND_REWOUND": 18,
         }
 
 
@@ -722,6 +840,32 @@ class ErrorReason(betterproto2.Enum):
     ending with the result. Metadata `job_id`, `phase_id`, `after_sequence`, `from_replica`.
     """
 
+    CHECKPOINT_NOT_FOUND = 29
+    """
+    ForkPhase, RewindPhase: the phase has no such checkpoint (or it was rewound); metadata
+    `job_id`, `phase_id`, and `tool_use_id`, `turn` or `checkpoint` as asked.
+    """
+
+    WORKSPACE_NOT_KEPT = 30
+    """
+    ForkPhase, RewindPhase: the checkpoint did not keep the phase's files (no git repository, or
+    its objects are gone) and `conversation_only` was not set; metadata `reason`.
+    """
+
+    TRANSCRIPT_UNAVAILABLE = 31
+    """
+    ForkPhase, RewindPhase: the phase's session transcript up to the checkpoint is not kept here
+    (a phase from before checkpoints, or one whose transcript never reached the store); metadata
+    `session_id`.
+    """
+
+    OPTIONS_NOT_KEPT = 32
+    """
+    ForkPhase: the phase was started with options the server does not keep because they may hold
+    secrets (`mcp_config`, `settings`, `env` values); send them again in the ForkPhaseRequest.
+    Metadata `fields` (comma-separated, e.g. `mcp_config,env.DB_PASSWORD`).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -754,6 +898,10 @@ class ErrorReason(betterproto2.Enum):
             26: "ERROR_REASON_WEBHOOK_FROM_CONFIG",
             27: "ERROR_REASON_TOO_MANY_WEBHOOKS",
             28: "ERROR_REASON_PHASE_MOVED",
+            29: "ERROR_REASON_CHECKPOINT_NOT_FOUND",
+            30: "ERROR_REASON_WORKSPACE_NOT_KEPT",
+            31: "ERROR_REASON_TRANSCRIPT_UNAVAILABLE",
+            32: "ERROR_REASON_OPTIONS_NOT_KEPT",
         }
 
     @classmethod
@@ -788,6 +936,10 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_WEBHOOK_FROM_CONFIG": 26,
             "ERROR_REASON_TOO_MANY_WEBHOOKS": 27,
             "ERROR_REASON_PHASE_MOVED": 28,
+            "ERROR_REASON_CHECKPOINT_NOT_FOUND": 29,
+            "ERROR_REASON_WORKSPACE_NOT_KEPT": 30,
+            "ERROR_REASON_TRANSCRIPT_UNAVAILABLE": 31,
+            "ERROR_REASON_OPTIONS_NOT_KEPT": 32,
         }
 
 
@@ -2285,6 +2437,132 @@ default_message_pool.register_message("helix.runner.v1", "ChangedFile", ChangedF
 
 
 @dataclass(eq=False, repr=False)
+class Checkpoint(betterproto2.Message):
+    """
+    Checkpoint is a point of a phase it can be forked or rewound from.
+    """
+
+    number: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    The checkpoint's number in its phase (0: the start).
+    """
+
+    kind: "CheckpointKind" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: CheckpointKind(0)
+    )
+    """
+    What it follows.
+    """
+
+    sequence: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    The sequence of the event it follows (the tool call's result, or the turn's result).
+    """
+
+    session_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The CLI session it belongs to.
+    """
+
+    tool_use_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    TOOL_CALL: the call.
+    """
+
+    tool_name: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    TOOL_CALL: its tool's name.
+    """
+
+    turn: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+    """
+    The model turn it is in (1-based: one assistant message, what the CLI's num_turns counts).
+    """
+
+    before: "int" = betterproto2.field(8, betterproto2.TYPE_INT32)
+    """
+    The checkpoint whose workspace is the state before this call ran (0: the start).
+    """
+
+    attempt: "int" = betterproto2.field(9, betterproto2.TYPE_INT32)
+    """
+    The attempt that made it.
+    """
+
+    time: "datetime.datetime | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it was taken.
+    """
+
+    rewound: "bool" = betterproto2.field(11, betterproto2.TYPE_BOOL)
+    """
+    A rewind in place went back past it: it stays listed, but cannot be forked or rewound to.
+    """
+
+    workspace: "CheckpointWorkspace | None" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The workspace then.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Checkpoint", Checkpoint)
+
+
+@dataclass(eq=False, repr=False)
+class CheckpointWorkspace(betterproto2.Message):
+    """
+    CheckpointWorkspace is the phase's workspace at a checkpoint.
+    """
+
+    kind: "CheckpointWorkspaceKind" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: CheckpointWorkspaceKind(0)
+    )
+    """
+    How it is kept.
+    """
+
+    tree: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The working tree as a tree object id.
+    """
+
+    head: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The commit checked out then (empty: an unborn branch).
+    """
+
+    commit: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    GIT_COMMIT: the checkpoint's commit (`tree` on `head`).
+    """
+
+    ref: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    GIT_COMMIT: the hidden ref keeping it.
+    """
+
+    repository: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The repository's top level holding these objects.
+    """
+
+    reason: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    NONE: why the files are not kept.
+    """
+
+    same_as: "int | None" = betterproto2.field(8, betterproto2.TYPE_INT32, optional=True)
+    """
+    Set when nothing changed since checkpoint `same_as`: this is that checkpoint's workspace.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "CheckpointWorkspace", CheckpointWorkspace)
+
+
+@dataclass(eq=False, repr=False)
 class CliStatus(betterproto2.Message):
     """
     CliStatus is `system/status`.
@@ -2445,6 +2723,21 @@ class ControlEvent(betterproto2.Message):
     queue: "QueueState | None" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, optional=True)
     """
     QUEUED: where the phase waits and why.
+    """
+
+    checkpoint: "int" = betterproto2.field(13, betterproto2.TYPE_INT32)
+    """
+    REWOUND: the checkpoint the phase went back to.
+    """
+
+    rewound_after_sequence: "int" = betterproto2.field(14, betterproto2.TYPE_INT64)
+    """
+    REWOUND: the rewound part of the history is the events after this sequence...
+    """
+
+    rewound_to_sequence: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
+    """
+    ...up to this one (the last event before the REWOUND event).
     """
 
 
@@ -2714,6 +3007,198 @@ class EditDecision(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "EditDecision", EditDecision)
+
+
+@dataclass(eq=False, repr=False)
+class ForkOrigin(betterproto2.Message):
+    """
+    ForkOrigin says where a forked phase came from (Phase.forked_from).
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The job of the phase forked (the fork's own job).
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The phase forked.
+    """
+
+    checkpoint: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+    """
+    Its checkpoint the fork continues from.
+    """
+
+    tool_use_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The checkpoint's tool call (empty: a turn's end).
+    """
+
+    turn: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    The checkpoint's model turn.
+    """
+
+    changes: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    What the fork changed, in words ("deny toolu_...: reason", "inject ...", "model ..."), one
+    entry each; empty: the same conversation continued from there.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ForkOrigin", ForkOrigin)
+
+
+@dataclass(eq=False, repr=False)
+class ForkPhaseRequest(betterproto2.Message):
+    """
+    ForkPhaseRequest starts a fork of a phase.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The job of the phase forked; the fork is a new phase of it.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The phase forked.
+    """
+
+    point: "ForkPoint | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Where to fork, and what differs there.
+    """
+
+    new_phase_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The fork's phase id in the job (same charset as RunPhaseRequest.phase_id); empty: generated.
+    """
+
+    model: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Another model for the fork (empty: the phase's).
+    """
+
+    permission_mode: "PermissionMode" = betterproto2.field(
+        6, betterproto2.TYPE_ENUM, default_factory=lambda: PermissionMode(0)
+    )
+    """
+    Another permission mode for the fork (unspecified: the phase's).
+    """
+
+    breakpoints: "list[Breakpoint]" = betterproto2.field(7, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The fork's breakpoints (empty: the phase's as it was requested).
+    """
+
+    clear_breakpoints: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    Replace the phase's breakpoints with none (`breakpoints` empty and this set).
+    """
+
+    conversation_only: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    Fork a phase whose checkpoint kept no files (no git repository): only the conversation is
+    forked, and the fork runs in the phase's working directory as it is now. Refused
+    (WORKSPACE_NOT_KEPT) without it.
+    """
+
+    mcp_config: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    The phase's options the server does not keep because they may hold secrets, for the fork:
+    its `mcp_config`, its `settings`, its `env` values (required when the phase had them:
+    OPTIONS_NOT_KEPT otherwise; validated as in RunPhaseRequest.options).
+    """
+
+    settings: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    See `mcp_config`.
+    """
+
+    env: "dict[str, str]" = betterproto2.field(
+        12,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    See `mcp_config`: a value for each variable of the phase's `env`.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ForkPhaseRequest", ForkPhaseRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ForkPhaseResponse(betterproto2.Message):
+    """
+    ForkPhaseResponse names the fork.
+    """
+
+    phase: "Phase | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The fork as accepted (its `forked_from` set); watch it with WatchPhase.
+    """
+
+    checkpoint: "Checkpoint | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The checkpoint it continues from.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ForkPhaseResponse", ForkPhaseResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ForkPoint(betterproto2.Message):
+    """
+    ForkPoint names a checkpoint of a phase and what is different from there.
+
+    Oneofs:
+        - at: The checkpoint.
+        - decision: The call at the point (`tool_use_id`) decided differently: the session is cut before its
+            result instead of after it, the workspace is the one before the call, and the call is asked
+            about again and answered so (the model sees a denial, or the call runs with this input).
+    """
+
+    tool_use_id: "str | None" = betterproto2.field(1, betterproto2.TYPE_STRING, optional=True, group="at")
+    """
+    After this main-thread tool call.
+    """
+
+    turn: "int | None" = betterproto2.field(2, betterproto2.TYPE_INT32, optional=True, group="at")
+    """
+    At the end of this model turn (1-based; its last checkpoint).
+    """
+
+    checkpoint: "int | None" = betterproto2.field(3, betterproto2.TYPE_INT32, optional=True, group="at")
+    """
+    By number (Checkpoint.number).
+    """
+
+    deny: "DenyDecision | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True, group="decision"
+    )
+    """
+    Deny it; the model sees `message` as the tool's error.
+    """
+
+    edit: "EditDecision | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True, group="decision"
+    )
+    """
+    Run it with this input instead.
+    """
+
+    inject: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    A user message the model gets at the point (at most 256 KiB); empty: the session's
+    continuation prompt (or, with a decision, nothing: the turn goes on).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ForkPoint", ForkPoint)
 
 
 @dataclass(eq=False, repr=False)
@@ -3972,6 +4457,11 @@ class Phase(betterproto2.Message):
     A retry's wait before a later attempt is that attempt's predecessor's `retry_delay`.
     """
 
+    forked_from: "ForkOrigin | None" = betterproto2.field(23, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Set when the phase was started by ForkPhase: the phase and checkpoint it continues from.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "Phase", Phase)
 
@@ -4300,6 +4790,12 @@ class PhaseInspection(betterproto2.Message):
     sandbox: "SandboxReport | None" = betterproto2.field(13, betterproto2.TYPE_MESSAGE, optional=True)
     """
     The sandbox the phase runs in (as `diagnostics.sandbox` of its result once it has ended).
+    """
+
+    checkpoints: "list[Checkpoint]" = betterproto2.field(15, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The phase's checkpoints, oldest first: the start, then one after each main-thread tool call
+    and at each turn's end (docs/fork-and-rewind.md). Rewound ones are listed, marked.
     """
 
 
@@ -5072,6 +5568,57 @@ class RetryPolicy(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "RetryPolicy", RetryPolicy)
+
+
+@dataclass(eq=False, repr=False)
+class RewindPhaseRequest(betterproto2.Message):
+    """
+    RewindPhaseRequest takes a phase back to a checkpoint in place.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The phase's job.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The phase (paused, or holding a call).
+    """
+
+    point: "ForkPoint | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Where to go back to, and what differs there.
+    """
+
+    conversation_only: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    Rewind a phase whose checkpoint kept no files: only the conversation goes back; the files
+    stay as they are. Refused (WORKSPACE_NOT_KEPT) without it.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "RewindPhaseRequest", RewindPhaseRequest)
+
+
+@dataclass(eq=False, repr=False)
+class RewindPhaseResponse(betterproto2.Message):
+    """
+    RewindPhaseResponse confirms the rewind.
+    """
+
+    checkpoint: "Checkpoint | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The checkpoint the phase went back to.
+    """
+
+    sequence: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    The sequence of the REWOUND control event.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "RewindPhaseResponse", RewindPhaseResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -7019,6 +7566,34 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/ListWebhookDeliveries",
             ListWebhookDeliveriesRequest.SerializeToString,
             ListWebhookDeliveriesResponse.FromString,
+        )(message)
+
+    def fork_phase(self, message: "ForkPhaseRequest") -> "ForkPhaseResponse":
+        """
+        Starts a new phase of the job from a checkpoint of a phase (running, paused or ended): its CLI
+        resumes the phase's session cut at that point under a new session id, in a new worktree at
+        that checkpoint's files; the phase forked is untouched. Optionally the call at that point is
+        decided differently (deny, edit), a message is injected, or the model, permission mode or
+        breakpoints differ. Returns once the fork is accepted; watch it with WatchPhase.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ForkPhase",
+            ForkPhaseRequest.SerializeToString,
+            ForkPhaseResponse.FromString,
+        )(message)
+
+    def rewind_phase(self, message: "RewindPhaseRequest") -> "RewindPhaseResponse":
+        """
+        Takes a paused or held phase back to an earlier checkpoint in place: its CLI is stopped, its
+        workspace restored and its session resumed there (a REWOUND control event marks the rewound
+        part of the history, which stays).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/RewindPhase",
+            RewindPhaseRequest.SerializeToString,
+            RewindPhaseResponse.FromString,
         )(message)
 
 

@@ -165,7 +165,7 @@ async def test_a_server_with_retention_prunes_old_jobs_in_the_background(tmp_pat
                 await asyncio.sleep(0.02)
     finally:
         await running.drain(1.0)
-    assert running.retention_task is not None and running.retention_task.done()
+    assert running.sweeps is not None and running.sweeps.tasks["retention"].done()
 
 
 @pytest.mark.real_cli
