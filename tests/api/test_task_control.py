@@ -110,6 +110,14 @@ async def test_task_output_stop_task_model_and_mode_switches_on_a_held_phase(
                     )
                 assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert error_info(caught.value).metadata["field"] == "mode"
+                # An id the CLI never reported: TASK_NOT_FOUND (the CLI itself answers success; issue 34.6).
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await runner.stub.StopTask(
+                        pb.StopTaskRequest(job_id="j", phase_id="p", task_id="bnosuchtask"), timeout=15
+                    )
+                assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+                assert error_info(caught.value).reason == "TASK_NOT_FOUND"
+                assert error_info(caught.value).metadata["task_id"] == "bnosuchtask"
                 # Stop the shell; the phase itself goes on.
                 await runner.stub.StopTask(
                     pb.StopTaskRequest(job_id="j", phase_id="p", task_id=task_id), timeout=15

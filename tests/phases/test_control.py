@@ -511,3 +511,23 @@ async def test_an_approval_that_arrives_while_the_owner_stops_the_cli_goes_with_
     assert await other.answer_to(again) == {"continue": True}
     assert other.control_kinds().count(ControlEventKind.TOOL_APPROVED) == 1
     assert adopted.state().decisions == () and adopted.state().held == ()
+
+
+async def test_stop_task_with_an_id_the_cli_never_reported_is_task_not_found_and_asks_nothing():
+    # The CLI answers stop_task for an id it does not know with success and no payload (2.1.332 and
+    # 2.1.336, captured), so the controller must know the ids itself.
+    host, control = make_controller()
+    with pytest.raises(RunnerError) as err:
+        await control.stop_task("bnosuchtask")
+    assert (err.value.kind, err.value.reason) == (ErrorKind.NOT_FOUND, "TASK_NOT_FOUND")
+    assert not [line for line in host.stdin if line["type"] == "control_request"]
+    host.observe(_task(TaskEventKind.STARTED, "running"))
+    await asyncio.wait_for(control.stop_task("task1"), WAIT_S)
+    assert [line["request"] for line in host.stdin if line["type"] == "control_request"] == [
+        {"subtype": "stop_task", "task_id": "task1"}
+    ]
+    # The next attempt is a new process: the old one's tasks died with it.
+    control.attach(FakeHost())
+    with pytest.raises(RunnerError) as err:
+        await control.stop_task("task1")
+    assert err.value.reason == "TASK_NOT_FOUND"

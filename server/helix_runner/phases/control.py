@@ -183,6 +183,10 @@ class PhaseController:
         self.turns_expected = 1
         self.results_seen = 0
         self._delegated_in_flight: set[str] = set()
+        # Every task this process reported (system/task_*): the CLI answers stop_task for an id it
+        # does not know with success and an empty payload (2.1.332 and 2.1.336, captured), so the
+        # server tells an unknown id itself. Background tasks die with their process.
+        self.known_tasks: set[str] = set()
         self._settle: asyncio.TimerHandle | None = None
         self.stdin_closed = False
 
@@ -223,6 +227,7 @@ class PhaseController:
                 self._stepping.discard(payload.tool_use_id)
                 self.host.emit(ControlEvent(ControlEventKind.STEP_COMPLETE, payload.tool_use_id, payload.name))
         elif isinstance(payload, TaskEvent):
+            self.known_tasks.add(payload.task_id)
             self._track_task(payload)
         elif isinstance(payload, TurnResult):
             self.results_seen += 1
@@ -624,6 +629,8 @@ class PhaseController:
         """``stop_task``: stops one background task (a shell, an agent) and leaves the turn alone."""
         _check_task_id(task_id)
         self._require_input("stop a task")
+        if task_id not in self.known_tasks:
+            raise _task_not_found(task_id)
         await self._task_request("stop_task", task_id)
 
     async def task_output(self, task_id: str, max_bytes: int) -> tuple[str, int, bool]:
@@ -652,8 +659,7 @@ class PhaseController:
             # task with that task_id in this session"; stop_task: "No task found with ID: ...".
             text = str(exc).lower()
             if "no shell or monitor task" in text or "no task found" in text or "not found" in text:
-                raise RunnerError(ErrorKind.NOT_FOUND, "TASK_NOT_FOUND",
-                                  f"the phase has no background task {task_id!r}", {"task_id": task_id}) from None
+                raise _task_not_found(task_id) from None
             raise
 
     async def context_usage(self) -> dict[str, Any] | None:
@@ -670,6 +676,11 @@ def _utf8_prefix(text: str, max_bytes: int) -> str:
     """``text`` cut to at most ``max_bytes`` of UTF-8 (a character split by the cut is dropped)."""
     encoded = text.encode()
     return text if len(encoded) <= max_bytes else encoded[:max_bytes].decode(errors="ignore")
+
+
+def _task_not_found(task_id: str) -> RunnerError:
+    return RunnerError(ErrorKind.NOT_FOUND, "TASK_NOT_FOUND", f"the phase has no background task {task_id!r}",
+                       {"task_id": task_id})
 
 
 def _check_task_id(task_id: str) -> None:
