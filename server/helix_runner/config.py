@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from helix_runner.config_file import SECTION_OF, TOP_LEVEL, ConfigFileError, flatten
+from helix_runner.domain.api_features import validate_names
 from helix_runner.domain.phase_spec import (
     MAX_CPU_LIMIT_MILLICORES,
     MAX_PIDS_LIMIT,
@@ -220,6 +221,8 @@ class ServerConfig:
     # Models each project may use ({"project": ["claude-sonnet-4-5*", ...], "*": [...] for the rest});
     # empty: any model. Enforced by the gateway.
     model_allowlist: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # API features that reach out (domain/api_features.py) every phase may use; a request adds its own.
+    api_features_allow: tuple[str, ...] = ()
     # The egress proxy: the phases' HTTP(S)_PROXY, on 127.0.0.1, allowing only egress_allowlist
     # (plus what a request adds) on egress_allowed_ports, never a private, loopback or link-local
     # address unless egress_private_allow names that host:port.
@@ -599,6 +602,7 @@ _CONVERTERS: dict[str, Any] = {
     "api_upstream_url": lambda v: str(v).strip(),
     "api_upstream_ca_file": lambda v: Path(v).expanduser() if v else None,
     "model_allowlist": lambda v: _model_allowlist(v),
+    "api_features_allow": lambda v: validate_names(_as_str_tuple(v), "api_features_allow"),
     "egress_proxy": _as_bool,
     "egress_proxy_port": int,
     "egress_allowlist": _as_str_tuple,

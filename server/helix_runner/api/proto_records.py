@@ -101,6 +101,7 @@ def gateway_report_to_proto(g: GatewayReport) -> resources_pb2.GatewayReport:
         model_refusals=g.model_refusals, upstream_failures=g.upstream_failures,
         egress_connections=g.egress_connections, egress_refusals=g.egress_refusals,
         egress_allowlist=list(g.egress_allowlist), allowed_models=list(g.allowed_models),
+        feature_refusals=g.feature_refusals,
     )
     for usage in g.models:
         msg.models.add(model=usage.model, requests=usage.requests).tokens.CopyFrom(m.token_usage_to_proto(usage.tokens))

@@ -51,4 +51,5 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "egress_allowlist": tuple(o.egress_allowlist),
         "allow_repository_config_writes": o.allow_repository_config_writes,
         "pids_limit": o.pids_limit,
+        "api_features": tuple(o.api_features),
     }

@@ -137,6 +137,7 @@ class GatewayEventKind(enum.IntEnum):
     MODEL_REFUSED = 3  # the project's model allowlist refused the request's model
     EGRESS_REFUSED = 4  # the egress proxy refused a destination
     UPSTREAM_FAILED = 5  # the gateway could not reach the API (connection, TLS, timeout)
+    FEATURE_REFUSED = 6  # a request used an API feature that reaches out (domain/api_features.py), not allowed
 
 
 class AttemptEndKind(enum.IntEnum):

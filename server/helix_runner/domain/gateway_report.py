@@ -37,6 +37,7 @@ class GatewayReport(msgspec.Struct, frozen=True, gc=False):
     egress_refusals: int = 0
     egress_allowlist: tuple[str, ...] = ()  # the phase's own: the server's entries and the request's
     allowed_models: tuple[str, ...] = ()  # the project's model allowlist (empty: any model)
+    feature_refusals: int = 0  # requests refused for an API feature that reaches out (api_features.py)
 
     @property
     def tokens(self) -> TokenUsage:
@@ -55,7 +56,7 @@ class GatewayLedger:
         self._allowed_models = allowed_models
         self._models: dict[str, list] = {}  # model -> [requests, TokenUsage]
         self._counts = dict.fromkeys(("requests", "rate_limited", "overloaded", "api_errors", "model_refusals",
-                                      "upstream_failures", "egress_connections", "egress_refusals"), 0)
+                                      "upstream_failures", "egress_connections", "egress_refusals", "feature_refusals"), 0)
 
     def on_response(self, model: str, status: int, usage: TokenUsage | None) -> None:
         """The API answered one request (the stream ended or was cut); ``usage`` as it reported it."""
@@ -89,4 +90,5 @@ _COUNTED = {
     GatewayEventKind.MODEL_REFUSED: "model_refusals",
     GatewayEventKind.EGRESS_REFUSED: "egress_refusals",
     GatewayEventKind.UPSTREAM_FAILED: "upstream_failures",
+    GatewayEventKind.FEATURE_REFUSED: "feature_refusals",
 }

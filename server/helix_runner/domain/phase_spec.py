@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from helix_runner.domain.api_features import validate_names
 from helix_runner.domain.bounds import (
     ENV_VALUE_MAX_BYTES,
     MAX_TURNS,
@@ -136,6 +137,7 @@ class PhaseSpec:
     # writable (process/sandbox/repo_guard.py; read-only by default).
     allow_repository_config_writes: bool = False
     pids_limit: int = 0  # 0: the server's default
+    api_features: tuple[str, ...] = ()  # API features that reach out, allowed for this phase (api_features.py)
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -193,6 +195,10 @@ class PhaseSpec:
         if self.pids_limit and not MIN_PIDS_LIMIT <= self.pids_limit <= MAX_PIDS_LIMIT:
             raise invalid_field("options.pids_limit",
                                 f"must be 0 (the server's default) or {MIN_PIDS_LIMIT} to {MAX_PIDS_LIMIT}")
+        try:
+            validate_names(self.api_features, "options.api_features")
+        except ValueError as exc:
+            raise invalid_field("options.api_features", str(exc).split(': ', 1)[1]) from None
         if self.on_disconnect not in ON_DISCONNECT:
             raise invalid_field("options.on_disconnect", f"unknown value {self.on_disconnect!r}",
                                 value=self.on_disconnect)

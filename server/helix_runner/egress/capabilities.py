@@ -64,6 +64,8 @@ class Grant:
     project: str
     sink: GrantSink
     models: ModelAllowlist | None = None  # None: any model
+    # The API features that reach out (domain/api_features.py) this phase may use; none by default.
+    features: frozenset[str] = frozenset()
     egress: EgressPolicy = EgressPolicy()
 
 

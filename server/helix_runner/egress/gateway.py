@@ -33,6 +33,7 @@ from pathlib import Path
 import httptools
 import msgspec
 
+from helix_runner.domain.api_features import FEATURES, BodyError, refused
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_api_capability, tell
 from helix_runner.egress.idle_timer import IdleTimer
@@ -71,6 +72,9 @@ def served(method: bytes, path: str) -> bool:
     if method == b"POST":
         return path in ("/v1/messages", "/v1/messages/count_tokens")
     return method == b"GET" and (path == "/v1/models" or path.startswith("/v1/models/"))
+
+
+ALL_FEATURES = frozenset(FEATURES)
 
 
 class _RequestHead(msgspec.Struct):
@@ -461,12 +465,14 @@ class _Exchange:
             return None
         self._plain = plain  # the model is read from it only when something needs it (request_model)
         allowlist = self.grant.models
-        if allowlist is None:
+        features = self.grant.features
+        check_features = not features >= ALL_FEATURES
+        if allowlist is None and not check_features:
             return body
         try:
             fields = _decode_top(plain)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            self._refuse(400, "the request body is not a JSON object; its model cannot be checked")
+            self._refuse(400, "the request body is not a JSON object; the gateway cannot check it")
             return None
         # The API gets these bytes: a key twice could show this check one model and the API another
         # (parsers keep the first or the last), so each top-level key must come once.
@@ -480,6 +486,10 @@ class _Exchange:
             self._refuse(400, f"the request body has the top-level key {twice!r} twice; the gateway forwards a "
                               "body only when every reader reads it alike")
             return None
+        if check_features and self._refused_feature(plain, features):
+            return None
+        if allowlist is None:
+            return body
         raw = fields.get("model")
         value = msgspec.json.decode(raw) if raw is not None else ""
         self.model = value if isinstance(value, str) else ""
@@ -492,6 +502,27 @@ class _Exchange:
             self._refuse(403, message, counted=True)
             return None
         return body
+
+    def _refused_feature(self, plain: bytes, allowed: frozenset[str]) -> bool:
+        """Refuses the request (400, the API's error shape, and a FEATURE_REFUSED event) when it uses a
+        feature that makes the API reach out and the grant does not allow it (domain/api_features.py)."""
+        try:
+            found = refused(plain, allowed)
+        except BodyError as exc:
+            self._refuse(400, f"the request body is not a Messages request the gateway can check: {exc}")
+            return True
+        if not found:
+            return False
+        first = found[0]
+        others = sorted({f.feature for f in found[1:]} - {first.feature})
+        message = (f"the gateway refused {first.feature} at {first.where} ({FEATURES[first.feature]}): the API would "
+                   f"reach out with this phase's data; allow it by name in PhaseOptions.api_features or the server's "
+                   f"api_features_allow" + (f" (also used: {', '.join(others)})" if others else ""))
+        log.info("gateway refused an API feature", extra={"fields": {**self._fields(), "feature": first.feature,
+                                                                     "where": first.where}})
+        self._notify(GatewayEventKind.FEATURE_REFUSED, 400, message)
+        self._refuse(400, message, counted=True)
+        return True
 
     def _upstream_head(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], length: int) -> bytes:
         settings = self.gateway.settings

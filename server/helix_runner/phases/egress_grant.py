@@ -40,11 +40,13 @@ class PhaseEgress:
     """One phase's capability, policy and reports (the egress ``GrantSink``)."""
 
     def __init__(self, egress: Egress, *, job_id: str, phase_id: str, project: str,
-                 models: tuple[str, ...] | None, request_entries: tuple[str, ...] = ()) -> None:
+                 models: tuple[str, ...] | None, request_entries: tuple[str, ...] = (),
+                 features: tuple[str, ...] = ()) -> None:
         self.egress = egress
         policy = egress.policy.with_entries(request_patterns(request_entries, egress.policy.ports))
         self.grant = Grant(job_id=job_id, phase_id=phase_id, project=project, sink=self,
-                           models=ModelAllowlist(models) if models else None, egress=policy)
+                           models=ModelAllowlist(models) if models else None, egress=policy,
+                           features=frozenset(features))
         self.ledger = GatewayLedger(
             egress_allowlist=tuple(str(p) for p in policy.allowlist) if egress.proxy is not None else (),
             allowed_models=models or ())

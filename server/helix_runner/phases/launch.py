@@ -188,7 +188,8 @@ class Launcher:
         if self.egress is None:
             return None
         return PhaseEgress(self.egress, job_id=spec.job_id, phase_id=spec.phase_id, project=project,
-                           models=allowed_models(config, project), request_entries=spec.egress_allowlist)
+                           models=allowed_models(config, project), request_entries=spec.egress_allowlist,
+                           features=(*config.api_features_allow, *spec.api_features))
 
     def prepare_sandbox(self, run_id: str, spec: PhaseSpec, workspace, env: dict[str, str], claude_path: str,
                         project: str, config: ServerConfig, *, secrets_dir: Path | None = None) -> PhaseSandbox | None:

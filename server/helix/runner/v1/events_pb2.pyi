@@ -71,6 +71,7 @@ class GatewayEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GATEWAY_EVENT_KIND_MODEL_REFUSED: _ClassVar[GatewayEventKind]
     GATEWAY_EVENT_KIND_EGRESS_REFUSED: _ClassVar[GatewayEventKind]
     GATEWAY_EVENT_KIND_UPSTREAM_FAILED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_FEATURE_REFUSED: _ClassVar[GatewayEventKind]
 
 class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -128,6 +129,7 @@ GATEWAY_EVENT_KIND_OVERLOADED: GatewayEventKind
 GATEWAY_EVENT_KIND_MODEL_REFUSED: GatewayEventKind
 GATEWAY_EVENT_KIND_EGRESS_REFUSED: GatewayEventKind
 GATEWAY_EVENT_KIND_UPSTREAM_FAILED: GatewayEventKind
+GATEWAY_EVENT_KIND_FEATURE_REFUSED: GatewayEventKind
 PARSE_ERROR_REASON_UNSPECIFIED: ParseErrorReason
 PARSE_ERROR_REASON_NOT_JSON: ParseErrorReason
 PARSE_ERROR_REASON_INVALID_JSON: ParseErrorReason

@@ -500,7 +500,7 @@ class PhaseDiagnostics(_message.Message):
     def __init__(self, stderr_tail: _Optional[str] = ..., stderr_bytes: _Optional[int] = ..., parse_error_count: _Optional[int] = ..., unfinished_tool_calls: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., claude_path: _Optional[str] = ..., recording_path: _Optional[str] = ..., containment: _Optional[_Union[PhaseContainment, _Mapping]] = ..., gateway: _Optional[_Union[GatewayReport, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ...) -> None: ...
 
 class GatewayReport(_message.Message):
-    __slots__ = ("requests", "models", "rate_limited", "overloaded", "api_errors", "model_refusals", "upstream_failures", "egress_connections", "egress_refusals", "egress_allowlist", "allowed_models")
+    __slots__ = ("requests", "models", "rate_limited", "overloaded", "api_errors", "model_refusals", "upstream_failures", "egress_connections", "egress_refusals", "egress_allowlist", "allowed_models", "feature_refusals")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
@@ -512,6 +512,7 @@ class GatewayReport(_message.Message):
     EGRESS_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     EGRESS_ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     requests: int
     models: _containers.RepeatedCompositeFieldContainer[GatewayModelUsage]
     rate_limited: int
@@ -523,7 +524,8 @@ class GatewayReport(_message.Message):
     egress_refusals: int
     egress_allowlist: _containers.RepeatedScalarFieldContainer[str]
     allowed_models: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, requests: _Optional[int] = ..., models: _Optional[_Iterable[_Union[GatewayModelUsage, _Mapping]]] = ..., rate_limited: _Optional[int] = ..., overloaded: _Optional[int] = ..., api_errors: _Optional[int] = ..., model_refusals: _Optional[int] = ..., upstream_failures: _Optional[int] = ..., egress_connections: _Optional[int] = ..., egress_refusals: _Optional[int] = ..., egress_allowlist: _Optional[_Iterable[str]] = ..., allowed_models: _Optional[_Iterable[str]] = ...) -> None: ...
+    feature_refusals: int
+    def __init__(self, requests: _Optional[int] = ..., models: _Optional[_Iterable[_Union[GatewayModelUsage, _Mapping]]] = ..., rate_limited: _Optional[int] = ..., overloaded: _Optional[int] = ..., api_errors: _Optional[int] = ..., model_refusals: _Optional[int] = ..., upstream_failures: _Optional[int] = ..., egress_connections: _Optional[int] = ..., egress_refusals: _Optional[int] = ..., egress_allowlist: _Optional[_Iterable[str]] = ..., allowed_models: _Optional[_Iterable[str]] = ..., feature_refusals: _Optional[int] = ...) -> None: ...
 
 class GatewayModelUsage(_message.Message):
     __slots__ = ("model", "requests", "tokens")

@@ -981,6 +981,14 @@ class GatewayEventKind(betterproto2.Enum):
     The gateway could not reach the API (connection, TLS verification, timeout); the CLI got a 502.
     """
 
+    FEATURE_REFUSED = 6
+    """
+    The gateway refused a request that used an API feature which makes the API fetch or call out with
+    the phase's data (a URL or file source, web_fetch, web_search, code execution, mcp_servers, a
+    container) and that neither `PhaseOptions.api_features` nor the server's `api_features_allow`
+    names; the requester got a 400 `invalid_request_error` saying which.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -990,6 +998,7 @@ class GatewayEventKind(betterproto2.Enum):
             3: "GATEWAY_EVENT_KIND_MODEL_REFUSED",
             4: "GATEWAY_EVENT_KIND_EGRESS_REFUSED",
             5: "GATEWAY_EVENT_KIND_UPSTREAM_FAILED",
+            6: "GATEWAY_EVENT_KIND_FEATURE_REFUSED",
         }
 
     @classmethod
@@ -1001,6 +1010,7 @@ class GatewayEventKind(betterproto2.Enum):
             "GATEWAY_EVENT_KIND_MODEL_REFUSED": 3,
             "GATEWAY_EVENT_KIND_EGRESS_REFUSED": 4,
             "GATEWAY_EVENT_KIND_UPSTREAM_FAILED": 5,
+            "GATEWAY_EVENT_KIND_FEATURE_REFUSED": 6,
         }
 
 
@@ -3338,6 +3348,11 @@ class GatewayReport(betterproto2.Message):
     The project's model allowlist (empty: any model).
     """
 
+    feature_refusals: "int" = betterproto2.field(12, betterproto2.TYPE_INT64)
+    """
+    Requests refused for an API feature that makes the API reach out (GATEWAY_EVENT_KIND_FEATURE_REFUSED).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "GatewayReport", GatewayReport)
 
@@ -5076,6 +5091,14 @@ class PhaseOptions(betterproto2.Message):
     `default_pids_limit`); at least 16. A fork beyond it fails with EAGAIN, and the phase ends
     FAILED with RESOURCE_FAULT_PROCESS_LIMIT. FAILED_PRECONDITION (`LIMITS_UNAVAILABLE`) when the
     server can enforce none (no pids cgroup and no user namespace; see GetServerStatus).
+    """
+
+    api_features: "list[str]" = betterproto2.field(62, betterproto2.TYPE_STRING, repeated=True)
+    """
+    API features that make the model API fetch or call out with the phase's data, which the gateway
+    refuses unless named here or in the server's `api_features_allow`: `url_sources` (an image or
+    document by URL), `file_sources` (a Files API id), `web_fetch`, `web_search`, `code_execution`,
+    `mcp_servers`, `container`. An unknown name is INVALID_ARGUMENT (`INVALID_FIELD`).
     """
 
 
