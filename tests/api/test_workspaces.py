@@ -31,6 +31,13 @@ WRITE_AND_COMMIT = ('basename "$PWD" > shared.txt && '
                     'git -c user.name=phase -c user.email=phase@example.invalid commit -qam "$(basename "$PWD")"')
 
 
+async def _gone(path: Path, limit: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit
+    for _ in iter(path.exists, False):
+        assert asyncio.get_running_loop().time() < deadline, f"{path} still there after {limit} s"
+        await asyncio.sleep(0.02)
+
+
 async def test_two_worktree_phases_on_one_repository(claude_binary, scripted_api, runner_factory):
     api = scripted_api([Reply.tool_use("Bash", {"command": WRITE_AND_COMMIT}), Reply.text("Wrote it.")])
     async with runner_factory(api) as runner:
@@ -50,8 +57,10 @@ async def test_two_worktree_phases_on_one_repository(claude_binary, scripted_api
             assert [(f.path, f.status, f.lines_added, f.lines_deleted) for f in art.changed_files] == [
                 ("shared.txt", "M", 1, 1)]
             assert f"-original\n+{phase}\n" in art.diff and not art.diff_truncated
-            # Retention REMOVE: the worktree is gone (the branch and the stored diff stay).
-            assert not art.worktree_kept and not Path(art.worktree_path).exists()
+            # Retention REMOVE: the worktree goes (the branch and the stored diff stay). The removal
+            # follows the result (phases/service.py _drive), so it is waited for, bounded.
+            assert not art.worktree_kept
+            await _gone(Path(art.worktree_path))
             assert (await full_diff(runner.stub, "job-w", phase, page_size=37)).decode() == art.diff
         assert a.artifacts.worktree_path != b.artifacts.worktree_path
         # The main worktree never changed, and git knows no other worktree now.

@@ -215,3 +215,28 @@ def test_no_git_runs_outside_the_runner():
                 if any(n.elts and n.elts[0] is node for n in parent_lists):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == [], offenders
+
+
+@needs_bwrap
+def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_path, runner):
+    """`git worktree prune` takes a worktree it cannot see for deleted: the phases' worktrees in the
+    (hidden) data dir must stay visible to the box, or one phase's removal unregisters another's."""
+    data = tmp_path / "data"
+    (data / "worktrees").mkdir(parents=True)
+    assert runner.configure(hidden=[data], visible=[tmp_path, git_worktree.worktrees_dir(data)]) == ""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-q", "-m", "f")
+    spaces = {}
+    for phase in ("a", "b"):
+        spaces[phase] = git_worktree.PhaseWorkspace(
+            "GIT_WORKTREE", repo, repo, base_commit=git_worktree.head_commit(repo), branch=f"helix/j/{phase}",
+            worktree_path=data / "worktrees" / "j" / phase, manifest_path=data / "worktrees" / "j" / f"{phase}.json",
+            diff_path=tmp_path / f"{phase}.diff", retention="REMOVE")
+        spaces[phase]._create()
+    git_worktree._settle(spaces["a"].manifest_path, git_worktree.PhaseStatus.SUCCEEDED)
+    (spaces["b"].worktree_path / "g").write_text("y\n")
+    assert [f.path for f in spaces["b"]._collect().changed_files] == ["g"]

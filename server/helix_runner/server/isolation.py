@@ -9,6 +9,7 @@ from pathlib import Path
 
 from helix_runner.config import ServerConfig
 from helix_runner.process.containment import MODE_NAMES, Containment, ContainmentError, detect, instance_id
+from helix_runner.process.git_worktree import worktrees_dir
 from helix_runner.process.host_git import HOST_GIT
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.sandbox.detect import SandboxBroken
@@ -84,7 +85,10 @@ def box_host_git(config: ServerConfig) -> None:
     the server's home and its secret files hidden, the workspace roots visible, no network. Where
     bubblewrap cannot run, only git's overrides protect, and the log says so."""
     secrets = [p for p in (config.auth_token_file, config.tls_key_file, config.api_key_file) if p is not None]
-    note = HOST_GIT.configure(hidden=[config.data_dir, Path.home(), *secrets], visible=config.workspace_roots)
+    # The phases' worktrees (data dir) stay visible: git checks every worktree of a repository it
+    # prunes, and one it cannot see is taken for deleted (its administration removed under it).
+    note = HOST_GIT.configure(hidden=[config.data_dir, Path.home(), *secrets],
+                              visible=[*config.workspace_roots, worktrees_dir(config.data_dir)])
     if note:
         log.warning("host git: the server's own git calls run without their helper sandbox; a program a "
                     "repository names that git's overrides miss would run as the server",
