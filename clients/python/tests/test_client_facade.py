@@ -65,6 +65,7 @@ class FakeRunner:
         self.jobs = [pb.Job(job_id=f"job-{i}") for i in range(5)]
         self.watches: list[int] = []  # after_sequence of each WatchPhase
         self.draining_answers = 1  # re-attaches the draining replica still answers PHASE_MOVED
+        self.stopping_answers = 0  # re-attaches cancelled by the draining replica's server stopping
         self.watching = asyncio.Event()
 
     async def run_phase(self, request: pb.RunPhaseRequest, context: grpc.aio.ServicerContext):
@@ -101,6 +102,9 @@ class FakeRunner:
         if request.job_id == "lost":  # every replica it reaches is the draining one
             await context.abort_with_status(moved("lost", request.after_sequence, retry_delay=0.1))
         if request.job_id == "moving":
+            if self.stopping_answers:  # its server stops under the re-attach: gRPC says CANCELLED
+                self.stopping_answers -= 1
+                await context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
             if self.draining_answers:  # the first re-attach lands on the draining replica again
                 self.draining_answers -= 1
                 await context.abort_with_status(moved("moving", request.after_sequence))
@@ -249,6 +253,15 @@ async def test_a_moved_phase_is_followed_through_watch_phase_as_one_gap_free_str
         ("moving", "p1", "replica-a", 2)
     ]
     assert seen == phase.moves
+
+
+async def test_a_re_attach_cancelled_by_a_stopping_server_is_tried_again(fake):
+    fake.draining_answers, fake.stopping_answers = 0, 1
+    async with RunnerClient(fake.address) as client:
+        phase = client.run_phase(pb.RunPhaseRequest(job_id="moving", phase_id="p1", prompt="hi", working_dir="/tmp"))
+        events, result = await phase.collect()
+    assert [e.sequence for e in events] == [1, 2, 3, 4, 5] and result.status == pb.PhaseStatus.SUCCEEDED
+    assert fake.watches == [2, 2]
 
 
 async def test_a_watch_follows_a_move_too(fake):

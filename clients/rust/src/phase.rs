@@ -345,7 +345,11 @@ async fn reattach(open: Open, request: pb::WatchPhaseRequest, timeout: Duration)
             }
             Err(status) => RunnerError::from(status),
         };
-        let retry = err.phase_moved() || err.code() == Code::Unavailable || err.reason() == Some("DRAINING");
+        // Cancelled here is not ours (a dropped stream never gets this far) but the old replica's
+        // server stopping under the re-attach at the end of its drain: the phase goes on elsewhere.
+        let retry = err.phase_moved()
+            || matches!(err.code(), Code::Unavailable | Code::Cancelled)
+            || err.reason() == Some("DRAINING");
         if !retry || tokio::time::Instant::now() + backoff > deadline {
             return Err(err);
         }
@@ -494,6 +498,35 @@ mod tests {
         assert!(err.phase_moved());
         assert_eq!(err.retry_delay(), Some(Duration::from_millis(10)));
         assert!(asked.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_reattach_cancelled_by_a_stopping_server_is_tried_again() {
+        let calls = Arc::new(std::sync::Mutex::new(0));
+        let counted = calls.clone();
+        let follow = Follow::new(
+            move |_request: pb::WatchPhaseRequest| {
+                let counted = counted.clone();
+                Box::pin(async move {
+                    let n = {
+                        let mut c = counted.lock().unwrap();
+                        *c += 1;
+                        *c
+                    };
+                    if n == 1 {
+                        return Err(Status::cancelled("CANCELLED"));
+                    }
+                    Ok(watch_batches(tokio_stream::iter(vec![watch(vec![2], false), watch(vec![], true)])))
+                }) as OpenFuture
+            },
+            "j".into(),
+            "p1".into(),
+        );
+        let stream = PhaseStream::from_batches(vec![Ok((vec![event(1)], None)), Err(moved(1))]).following(follow, 0);
+        let (events, result) = stream.collect().await.unwrap();
+        assert_eq!(events.iter().map(|e| e.sequence).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(result.status(), pb::PhaseStatus::Succeeded);
+        assert_eq!(*calls.lock().unwrap(), 2);
     }
 
     #[tokio::test]

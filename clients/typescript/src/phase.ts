@@ -149,7 +149,9 @@ export class PhaseStream implements AsyncIterable<StreamEvent> {
       } catch (error) {
         if (this.cancelled) return undefined;
         const e = RunnerError.from(error);
-        const retry = e.phaseMoved || e.code === Code.Unavailable || e.reason === "DRAINING";
+        // Canceled: not ours (this.cancelled is checked above) but the old replica's server stopping
+        // under the re-attach, as it does at the end of its drain: the phase goes on elsewhere.
+        const retry = e.phaseMoved || e.code === Code.Unavailable || e.code === Code.Canceled || e.reason === "DRAINING";
         if (!retry || Date.now() + backoff > deadline) throw e;
         await sleep(backoff, this.controller.signal);
         backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);

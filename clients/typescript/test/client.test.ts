@@ -91,6 +91,13 @@ describe("against a fake RunnerService over gRPC", () => {
     });
   });
 
+  it("a re-attach cancelled by a stopping server is tried again, like an unreachable one", async () => {
+    const phase = runPhase(client, { jobId: "moving-cancelled", phaseId: "p1", prompt: "hi", workingDir: "/tmp" });
+    const { events, result } = await phase.collect();
+    assert.deepEqual(events.map((e) => e.sequence), [1n, 2n, 3n]);
+    assert.equal(result.status, PhaseStatus.SUCCEEDED);
+  });
+
   it("a re-attach refused for good (not a move, not unavailable) ends the stream with that error", async () => {
     const phase = runPhase(client, { jobId: "moving-final", phaseId: "p1", prompt: "hi", workingDir: "/tmp" });
     await assert.rejects(phase.collect(), (err: unknown) => {

@@ -51,6 +51,7 @@ function moved(jobId: string, afterSequence: bigint): ConnectError {
 export async function startFakeServer(): Promise<FakeServer> {
   const cancelled: string[] = [];
   const movingWatches: bigint[] = [];
+  let cancelledWatches = 0;
   const authorization: (string | null)[] = [];
   const routes = (router: ConnectRouter) =>
     router.service(RunnerService, {
@@ -62,7 +63,7 @@ export async function startFakeServer(): Promise<FakeServer> {
           cancelled.push(request.jobId);
           return;
         }
-        if (request.jobId === "moving" || request.jobId === "moving-final") {
+        if (request.jobId === "moving" || request.jobId === "moving-final" || request.jobId === "moving-cancelled") {
           yield { events: [event(1, request.jobId), event(2, request.jobId)] };
           throw moved(request.jobId, 2n);
         }
@@ -75,6 +76,14 @@ export async function startFakeServer(): Promise<FakeServer> {
         yield { events: [], result: create(PhaseResultSchema, { status: PhaseStatus.SUCCEEDED, lastSequence: 3n }) };
       },
       async *watchPhase(request) {
+        if (request.jobId === "moving-cancelled") {
+          cancelledWatches += 1;
+          // The draining replica's server stopping under the first re-attach: gRPC says CANCELLED.
+          if (cancelledWatches === 1) throw new ConnectError("CANCELLED", Code.Canceled);
+          yield { events: [event(3, "moving-cancelled")] };
+          yield { events: [], result: create(PhaseResultSchema, { status: PhaseStatus.SUCCEEDED, lastSequence: 3n }) };
+          return;
+        }
         if (request.jobId === "moving-final") {
           throw new ConnectError("phase p1 of job moving-final does not exist", Code.NotFound);
         }

@@ -220,9 +220,11 @@ class PhaseStream(Generic[_Response]):
                     if isinstance(exc, grpc.aio.AioRpcError)
                     else RunnerError(grpc.StatusCode.INTERNAL, "the phase stream ended without a PhaseResult")
                 )
+                # CANCELLED here is not ours (``_done`` is): the old replica's server stopping under
+                # the re-attach at the end of its drain; the phase goes on elsewhere.
                 retry = (
                     error.phase_moved
-                    or error.code == grpc.StatusCode.UNAVAILABLE
+                    or error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
                     or error.reason == "DRAINING"
                 )
                 if not retry or loop.time() + backoff > deadline:
