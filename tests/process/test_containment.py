@@ -263,3 +263,35 @@ async def test_recovery_skips_an_instance_directory_pruned_since_it_was_listed(t
     c = _detect("subreaper", f"srv-test-{uuid.uuid4().hex[:8]}")
     monkeypatch.setattr(c, "_instance_dirs", lambda: [(2, tmp_path / "srv-gone")])
     assert await c.recover([]) == {}
+
+
+async def test_forks_refused_just_before_the_phase_exits_still_name_the_limit(containment, tmp_path, monkeypatch):
+    """The limit is checked every OOM_CHECK_S; a phase whose forks were refused and which exited
+    before the next check (a loaded host) still ends with the limit as its cause, not EXITED."""
+    if "pids" not in containment.limits_available:
+        pytest.skip("no pids cgroup with the subreaper fallback")
+    from helix_runner.process import supervisor
+
+    monkeypatch.setattr(supervisor, "OOM_CHECK_S", 3600.0)  # only the first check and the last look
+    scope = containment.scope(uuid.uuid4().hex, ResourceLimits(pids=16))
+    bomb = textwrap.dedent("""
+        import os, time
+        time.sleep(0.5)  # after the supervisor's first check
+        kids = []
+        try:
+            for _ in range(100):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                kids.append(pid)
+        except OSError as exc:
+            print("refused", len(kids), exc.errno, flush=True)
+        for pid in kids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    """)
+    sup = ProcessSupervisor(_fake_cli(tmp_path, bomb), cwd=tmp_path, env=dict(os.environ), sink=CollectingSink(),
+                            limits=ProcessLimits(), scope=scope)
+    result = await asyncio.wait_for(sup.run(), 60)
+    assert result.cause is EndCause.PROCESS_LIMIT, (result.cause, result.detail)

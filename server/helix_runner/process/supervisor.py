@@ -373,6 +373,14 @@ class ProcessSupervisor:
                             f"the phase reached its limit of {self.scope.limits.pids} processes (pids_limit): the "
                             f"kernel refused {refused} fork(s); it was stopped")
                 if out_task.done() and wait_task.done():
+                    # A last look: a fork refused (or an OOM kill) since the previous check still
+                    # says how the phase ended, however late this loop ran (a loaded host).
+                    if watch_oom and (oom := self.scope.oom_kills()):
+                        return EndCause.OUT_OF_MEMORY, self._oom_detail(oom)
+                    if watch_pids and (refused := self.scope.pids_refused()):
+                        return EndCause.PROCESS_LIMIT, (
+                            f"the phase reached its limit of {self.scope.limits.pids} processes (pids_limit): the "
+                            f"kernel refused {refused} fork(s); it was stopped")
                     return EndCause.EXITED, ""
                 if out_task.done() and clk.stdout_eof is None:
                     clk.stdout_eof = now
