@@ -28,6 +28,7 @@ from helix_runner.domain.checkpoints import (
     WorkspaceSnapshot,
 )
 from helix_runner.domain.events import Event
+from helix_runner.process.beneath import open_beneath, transcript_anchor
 from helix_runner.process.checkpoint_git import WorkspaceSnapshots
 from helix_runner.process.git_worktree import GitError
 from helix_runner.store.protocol import AppendTranscript, InsertCheckpoint, PhaseWrite
@@ -54,8 +55,8 @@ class TranscriptCopy:
             return None
         if session_id != self.session_id:
             self.session_id, self.copied = session_id, 0
-        try:
-            with open(path, "rb") as f:
+        try:  # no link the phase put in the way is followed (process/beneath.py)
+            with open_beneath(transcript_anchor(path), path) as f:
                 size = f.seek(0, 2)
                 restart = size < self.copied
                 if restart:

@@ -30,6 +30,7 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.process.beneath import NotBeneath, open_beneath, transcript_anchor
 from helix_runner.process.sandbox.private_home import project_dir_name
 
 log = logging.getLogger(__name__)
@@ -264,8 +265,8 @@ class TranscriptMirror:
         """Copies the new bytes of ``path``; returns how many were copied."""
         if session_id != self.session_id:
             self.session_id, self.copied = session_id, 0
-        try:
-            with open(path, "rb") as f:
+        try:  # no link the phase put in the way is followed (process/beneath.py)
+            with open_beneath(transcript_anchor(path), path) as f:
                 size = f.seek(0, 2)
                 if size < self.copied:  # rewritten, not appended to
                     self._handover.drop_transcript(self.job_id, self.phase_id, session_id)
@@ -273,6 +274,10 @@ class TranscriptMirror:
                 f.seek(self.copied)
                 data = f.read(min(size - self.copied, self.CHUNK_BYTES))
         except FileNotFoundError:
+            return 0
+        except NotBeneath as exc:
+            log.warning("a phase's transcript is not a plain file of its own: not mirrored",
+                        extra={"fields": {"job_id": self.job_id, "phase_id": self.phase_id, "error": exc.strerror}})
             return 0
         # Only whole lines: the CLI may be in the middle of writing the last one.
         end = data.rfind(b"\n") + 1
