@@ -55,6 +55,9 @@ def test_the_package_keeps_every_contract():
         ("api/routing.py", "import psycopg", "see the store through its ports"),
         # The admission queue reaching for the cluster's ledger instead of asking its grant.
         ("phases/admission.py", "import helix_runner.phases.cluster_admission", "knows its grant by the Grant"),
+        # Webhook delivery is an adapter beside the egress proxy: it shares the address rules (domain),
+        # nothing of egress (issue 34.4: it sat a floor above the other adapters for them).
+        ("webhook_http/sender.py", "import helix_runner.egress.proxy", "Layers:"),
         # The composition root holding a store by its class instead of by its ports.
         ("server/storage.py", "import helix_runner.store.sqlite_store", "opens storage through store.factory"),
         # A handler reaching a phase's controller instead of the command surface.

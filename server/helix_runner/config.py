@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from helix_runner.config_file import SECTION_OF, TOP_LEVEL, ConfigFileError, flatten
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.domain.api_features import validate_names
 from helix_runner.domain.phase_spec import (
     MAX_CPU_LIMIT_MILLICORES,
@@ -36,7 +37,6 @@ from helix_runner.domain.webhooks import (
     WebhookSpec,
     check_subscription,
 )
-from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.egress.allowlist import parse_pattern
 from helix_runner.egress.upstream import UpstreamUrl
 from helix_runner.errors import RunnerError

@@ -179,9 +179,9 @@ def _queue_full_error():
 
 async def test_a_phase_a_crashed_server_left_running_is_told_when_the_server_starts_again(runner_factory, tmp_path):
     """SQLite, one process: recovery records the phase INTERRUPTED and its phase.finished in one transaction."""
+    from helix_runner.domain.addresses import OperatorExceptions
     from helix_runner.domain.phase_status import PhaseStatus
     from helix_runner.domain.webhooks import WebhookEvent, WebhookSpec
-    from helix_runner.egress.addresses import OperatorExceptions
     from helix_runner.phases.webhooks import Webhooks
     from helix_runner.store.protocol import EventRow, PhaseRow
     from helix_runner.store.sqlite_store import SqliteStore

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.egress.allowlist import (
     MAX_REQUEST_ENTRIES,
     DomainPattern,

@@ -10,8 +10,8 @@ import ipaddress
 import pytest
 from support.egress import RecordingSink
 
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.domain.events import GatewayEventKind
-from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.egress.allowlist import DomainPattern, EgressPolicy
 from helix_runner.egress.capabilities import Capabilities, Grant
 from helix_runner.egress.proxy import EgressProxy, ProxySettings, system_connector

@@ -9,9 +9,9 @@ from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.proto_records import ProtoRecordEncoder
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.webhooks import WebhookEvent, WebhookSpec
-from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.phases.takeover import REASON, Takeover
 from helix_runner.phases.webhooks import Webhooks
 from helix_runner.store.postgres_store import PostgresStore

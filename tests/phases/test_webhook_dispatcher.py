@@ -12,10 +12,10 @@ import time
 import pytest
 from support.webhook_receiver import Response, WebhookReceiver
 
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.domain.events import ControlEvent, ControlEventKind, Event, PhaseStatusChanged
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.webhooks import RetrySchedule, WebhookEvent, WebhookSpec
-from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.phases.webhook_dispatcher import DispatchSettings, WebhookDispatcher
 from helix_runner.phases.webhooks import Webhooks
 from helix_runner.store.protocol import EventRow, PhaseRow

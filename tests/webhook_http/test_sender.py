@@ -11,7 +11,7 @@ import pytest
 from support.certs import CertificateAuthority
 from support.webhook_receiver import Response, WebhookReceiver
 
-from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.webhook_http.sender import SenderSettings, WebhookSender, system_connector
 from helix_runner.webhook_http.signing import check_secret, new_secret, signed_headers
 from helix_runner.webhook_http.target import WebhookUrl

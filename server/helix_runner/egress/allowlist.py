@@ -4,7 +4,7 @@ A phase's policy is the server's allowlist (config ``egress_allowlist``) plus th
 adds (``PhaseOptions.egress_allowlist``). An entry is a domain name (``pypi.org``: that name only)
 or a wildcard (``*.pythonhosted.org``: every name below it, not the name itself), optionally with
 one port (``example.com:8443``); IP literals are refused, so a request can only name what DNS
-answers for, and every address is then checked (egress/addresses.py). Ports outside
+answers for, and every address is then checked (domain/addresses.py). Ports outside
 ``egress_allowed_ports`` are refused whatever the entry. The operator's ``host:port`` exceptions
 (``egress_private_allow``) pass both checks; the server's own ports never do.
 """
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from helix_runner.egress.addresses import IPAddress, OperatorExceptions, parse_ip, refusal, split_host_port
+from helix_runner.domain.addresses import IPAddress, OperatorExceptions, parse_ip, refusal, split_host_port
 from helix_runner.errors import ErrorKind, RunnerError
 
 MAX_REQUEST_ENTRIES = 32

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import httptools
 
+from helix_runner.domain.addresses import IPAddress, parse_ip, split_host_port
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
-from helix_runner.egress.addresses import IPAddress, parse_ip, split_host_port
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability, tell
 from helix_runner.egress.idle_timer import IdleTimer
 from helix_runner.egress.log_throttle import LogThrottle

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.domain.events import Event
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.webhooks import (
@@ -31,7 +32,6 @@ from helix_runner.domain.webhooks import (
     queue_full,
     render_body,
 )
-from helix_runner.egress.addresses import OperatorExceptions
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.store.protocol import (
     AlreadyExistsError,

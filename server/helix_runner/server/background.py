@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from helix_runner.config import ConfigError, ServerConfig, webhook_schedule, webhook_specs
-from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.errors import RunnerError
 from helix_runner.phases.webhook_dispatcher import DispatchSettings, WebhookDispatcher
 from helix_runner.phases.webhooks import Webhooks

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from helix_runner.config import ServerConfig
-from helix_runner.egress.addresses import OperatorExceptions
+from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.egress.allowlist import EgressPolicy, parse_pattern
 from helix_runner.egress.gateway import GatewaySettings
 from helix_runner.egress.proxy import ProxySettings

@@ -2,6 +2,6 @@
 reaches only an address it checked.
 
 An adapter beside ``egress`` and ``store``: the phases layer's dispatcher (``phases/webhook_dispatcher``)
-drives it. It reuses the egress proxy's address rules (``egress/addresses.py``), which is why it sits
-one layer above the other adapters in the import contract.
+drives it. Its SSRF checks use the same address rules as the egress proxy (``domain/addresses.py``,
+plain domain code), so it needs nothing of ``egress``.
 """

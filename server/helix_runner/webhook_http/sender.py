@@ -3,7 +3,7 @@
 The HTTP/1.1 client is ``httpcore2`` (the connection pool under ``httpx2``, which the server already
 installs through ``genai-prices`` and ``mcp``), given a network backend of our own
 (``CheckedBackend``): asked to connect to ``host:port``, it resolves the name once, checks every
-address with the egress proxy's rules (``egress/addresses.py``: no loopback, private, link-local,
+address with the egress proxy's rules (``domain/addresses.py``: no loopback, private, link-local,
 metadata, multicast or unspecified address unless ``webhook_private_allow`` names that host:port),
 and connects to an address it checked, never to the name. So a name that answers a public address
 to the check and a private one afterwards (DNS rebinding) gains nothing: the pool's TLS handshake
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpcore2
 
-from helix_runner.egress.addresses import IPAddress, OperatorExceptions, parse_ip, refusal
+from helix_runner.domain.addresses import IPAddress, OperatorExceptions, parse_ip, refusal
 
 USER_AGENT = "helix-runner-webhooks/1"
 

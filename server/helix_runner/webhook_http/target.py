@@ -2,7 +2,7 @@
 
 ``http`` or ``https``, a host, an optional port, a path; no user info (credentials in a URL end up in
 logs) and no fragment. An IP literal is checked against the address rules at once
-(``egress/addresses.py``); a name is checked after it is resolved, at each delivery
+(``domain/addresses.py``); a name is checked after it is resolved, at each delivery
 (``webhook_http/sender.py``).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from helix_runner.domain.addresses import OperatorExceptions, normalize_host, parse_ip, refusal
 from helix_runner.domain.webhooks import MAX_URL_LENGTH
-from helix_runner.egress.addresses import OperatorExceptions, normalize_host, parse_ip, refusal
 
 
 @dataclass(frozen=True)

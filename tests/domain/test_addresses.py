@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from helix_runner.egress.addresses import (
+from helix_runner.domain.addresses import (
     OperatorExceptions,
     embedded_ipv4,
     parse_ip,
