@@ -16,6 +16,7 @@ from support.streams import PhaseCall
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
+from helix_runner.cli.common import EXIT_CODES_HELP
 from helix_runner.offline import Reply, TextBlock
 
 pytestmark = pytest.mark.real_cli
@@ -114,6 +115,12 @@ async def test_breakpoints_deny_keeps_the_file_and_edit_runs_the_new_input(
 
         added = await helix(at, "break", "add", "bj", "p1", "--pattern", r"rm\s+-rf", "--id", "no-rm")
         assert added.lines == [r"breakpoint no-rm added: input matches /rm\s+-rf/"], added.err
+        # A regex the server's RE2 refuses exits as --help says (issue 35.3: it said 2, it is 4).
+        bad = await helix(at, "break", "add", "bj", "p1", "--pattern", "(?=lookahead)", "--id", "bad")
+        assert bad.code == 4, (bad.code, bad.err)
+        code_line = next(line for line in EXIT_CODES_HELP.splitlines() if line.strip().startswith(f"{bad.code} "))
+        following = EXIT_CODES_HELP.split(code_line, 1)[1].splitlines()[1]
+        assert "regex" in code_line + following, EXIT_CODES_HELP
         added = await helix(at, "break", "add", "bj", "p1", "--tool", "Bash", "--once", "--id", "edit-me")
         assert added.code == 0
         for flag, value, shown in (

@@ -40,9 +40,10 @@ EXIT_CODES_HELP = """\
 exit codes:
   0    success (run, watch, replay: the phase ended SUCCEEDED)
   1    run, watch, replay: the phase ended with another status (FAILED, CANCELLED, ...)
-  2    bad usage: an unknown flag, an unreadable token file, invalid JSON or regex
+  2    bad usage: an unknown flag, an unreadable token file, invalid JSON
   3    the server cannot be reached, did not answer in time, or refused the credentials
-  4    the server refused the request (phase not found, illegal transition, invalid field)
+  4    the server refused the request (phase not found, illegal transition, invalid field,
+       a regex its RE2 does not accept)
   130  interrupted with Ctrl-C"""
 
 ENV_HELP = """\
