@@ -152,7 +152,7 @@ async def test_breakpoints_deny_keeps_the_file_and_edit_runs_the_new_input(
         result = await phase.finish()
         nothing = await helix(at, "approve", "bj", "p1")
         assert nothing.code == 4 and nothing.err.splitlines() == [
-            "helix-runner: error: no tool call is held in phase p1 (it is SUCCEEDED) [TOOL_CALL_NOT_HELD]"
+            "helix-runner: error: no tool call is held in phase p1 (the phase is SUCCEEDED) [TOOL_CALL_NOT_HELD]"
         ]
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
     assert (runner.workdir / "precious" / "data").read_text() == "keep me"
@@ -216,5 +216,7 @@ async def test_cancel_ends_the_phase_with_the_reason(claude_binary, scripted_api
         await phase.wait_for(lambda e: e.HasField("tool_call_started"))
         cancelled = await helix(address(runner), "cancel", "cj", "p1", "--reason", "enough of this")
         assert cancelled.code == 0 and cancelled.out.startswith("cancel requested: phase p1 of job cj is")
+        # Said once (issue 35.3: "is CANCELLED; it ends CANCELLED").
+        assert not ("is CANCELLED" in cancelled.out and "it ends CANCELLED" in cancelled.out), cancelled.out
         result = await phase.finish()
     assert result.status == res.PHASE_STATUS_CANCELLED and "enough of this" in result.reason

@@ -213,7 +213,9 @@ async def _cancel(client, args) -> int:
     from helix_runner_client import pb
 
     response = await client.call("cancel_phase", pb.CancelPhaseRequest(**_ids(args), reason=args.reason))
-    return _say(args, response, _phase_text(response.phase, "cancel requested: ", "; it ends CANCELLED"))
+    # "it ends CANCELLED" only while it has not yet (issue 35.3: "is CANCELLED; it ends CANCELLED").
+    ending = "" if response.phase.status == pb.PhaseStatus.CANCELLED else "; it ends CANCELLED"
+    return _say(args, response, _phase_text(response.phase, "cancel requested: ", ending))
 
 
 async def _inject(client, args) -> int:
@@ -248,7 +250,7 @@ async def held_call_id(client, job_id: str, phase_id: str, tool_use_id: str | No
 
         status = enum_name(inspection.phase.status) if inspection.phase else "?"
         raise CliError(
-            f"no tool call is held in phase {phase_id} (it is {status}) [TOOL_CALL_NOT_HELD]", EXIT_REFUSED
+            f"no tool call is held in phase {phase_id} (the phase is {status}) [TOOL_CALL_NOT_HELD]", EXIT_REFUSED
         )
     if len(pending) > 1:
         listing = ", ".join(f"{c.tool_use_id} ({c.name})" for c in pending)
