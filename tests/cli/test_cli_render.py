@@ -223,6 +223,8 @@ def test_raw_cli_output_becomes_the_servers_events(tmp_path):
     assert rendered[0].startswith("session_init       model claude-x  CLI 2.1.0")
     assert 'tool_call_started  → Bash  {"command":"ls"}' in rendered
     assert any(r.startswith("tool_call_finished ✓ Bash") and r.endswith("a.txt") for r in rendered)
+    # Raw output has no times: a tool call's duration is unknown ("-"), never "0ms" (issue 35.3).
+    assert any(r.startswith("tool_call_finished ✓ Bash  -  ") for r in rendered), rendered
     assert any(r.startswith("turn_result        success  1 turn  ") for r in rendered)
 
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import betterproto2
 import grpc
 from helix_runner_client import RunnerClient, RunnerError, pb
 
@@ -170,11 +171,21 @@ def raw_output_events(data: bytes, *, job_id: str, phase_id: str) -> Iterator[pb
 
     stream = PhaseStream(PhaseStreamOptions(include_partial_messages=True), clock_ns=lambda: 0)
     encoder = ProtoRecordEncoder()
+
+    def untimed(record: bytes) -> pb.StreamEvent:
+        # Raw stdout carries no times, so every duration the engine measured is 0 by its clock:
+        # unknown, shown as "-" (issue 35.3: replay showed 0ms for calls of 92 ms and 1m12s).
+        event = pb.StreamEvent.parse(record)
+        kind, payload = betterproto2.which_one_of(event, "payload")
+        if kind == "tool_call_finished":
+            payload.duration = None
+        return event
+
     for line in data.splitlines(keepends=True):
         for event in stream.feed(line):
-            yield pb.StreamEvent.parse(encoder.encode_event(job_id, phase_id, event))
+            yield untimed(encoder.encode_event(job_id, phase_id, event))
     for event in stream.finish():
-        yield pb.StreamEvent.parse(encoder.encode_event(job_id, phase_id, event))
+        yield untimed(encoder.encode_event(job_id, phase_id, event))
 
 
 def event_to_json(event: pb.StreamEvent) -> dict:
