@@ -167,3 +167,25 @@ async def test_a_turn_boundary_mirrors_the_transcript_and_saves_the_attempts_in_
     assert [s.get("session_id") for s in store.saves] == [None, "s-1", "s-1"]
     assert h.decode_request(store.saves[-1]["request"]).attempts == (attempt,)
     assert store.saves[0]["movable"] is False and "marked shared" in store.saves[0]["not_movable_reason"]
+
+
+async def test_after_close_no_save_writes_the_state_back(tmp_path: Path):
+    """An ended phase's state is forgotten after ``close``: a save still scheduled then is made before
+    it, and none after (one made after the forget inserted the state again, as a movable phase's:
+    seen in CI as test_a_phase_keeps_its_state..._but_its_transcript)."""
+    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
+    store = RecordingHandover()
+    transcript = tmp_path / "s-1.jsonl"
+    transcript.write_bytes(b'{"turn":1}\n')
+    durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
+                                   h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
+                                   lambda session: transcript)
+    await durability.start(h.SavedControl())
+    durability.progress("s-1", ())  # scheduled before the end: made
+    await durability.close()
+    made = len(store.saves)
+    assert made == 2
+    durability.progress("s-1", ())
+    durability.control_changed(h.SavedControl())
+    await durability.settle()
+    assert len(store.saves) == made

@@ -322,13 +322,23 @@ class PhaseDurability:
         self._progress_pending = False
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        self.closed = False
 
     @property
     def movable(self) -> bool:
         return self.where.movable
 
+    async def close(self) -> None:
+        """The phase ended here: the saves scheduled so far are made, and none after (a late save
+        would insert the state again after it was forgotten, as a movable phase's)."""
+        await self.settle()
+        async with self._lock:
+            self.closed = True
+
     async def _run(self, what: str, call, *args) -> bool:
         async with self._lock:
+            if self.closed:
+                return False
             try:
                 await asyncio.to_thread(call, *args)
                 return True

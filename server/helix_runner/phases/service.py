@@ -457,11 +457,18 @@ class PhaseService:
             self.live.pop((live.run.job_id, live.run.phase_id), None)
             if self.handover is not None and live.run.result is not None:  # ended here: nothing to move any more
                 # After the pop: reads of the ended phase come from the store at once, not after this write.
-                self._forgetting.add(asyncio.ensure_future(asyncio.to_thread(
-                    _quietly, self.handover.forget, live.run.job_id, live.run.phase_id)))
+                # Its own saves first, and none after: one still queued would write the state back.
+                self._forgetting.add(asyncio.ensure_future(self._forget(live)))
                 self._forgetting = {f for f in self._forgetting if not f.done()}
             if self.adopter is not None:  # room freed here: a released phase may be waiting for it
                 self.adopter.wake()
+
+    async def _forget(self, live: LivePhase) -> None:
+        """Forgets an ended phase's hand-over state, once its own saves are made and closed."""
+        durability = getattr(live.run, "durability", None)
+        if durability is not None:
+            await durability.close()
+        await asyncio.to_thread(_quietly, self.handover.forget, live.run.job_id, live.run.phase_id)
 
     def new_phase_id(self) -> str:
         return f"phase-{uuid.uuid4().hex[:12]}"
