@@ -351,6 +351,16 @@ class ProcessSupervisor:
         what = f"its memory limit of {limit // (1024 * 1024)} MiB" if limit else "the memory available to it"
         return f"the kernel's OOM killer killed {kills} process(es) of the phase at {what}"
 
+    def _limit_hit(self, watch_oom: bool, watch_pids: bool) -> tuple[EndCause, str] | None:
+        """An OOM kill or a fork refused at the process limit in the phase's cgroup, else None."""
+        if watch_oom and (oom := self.scope.oom_kills()):
+            return EndCause.OUT_OF_MEMORY, self._oom_detail(oom)
+        if watch_pids and (refused := self.scope.pids_refused()):
+            return EndCause.PROCESS_LIMIT, (
+                f"the phase reached its limit of {self.scope.limits.pids} processes (pids_limit): the "
+                f"kernel refused {refused} fork(s); it was stopped")
+        return None
+
     async def _watch(self, out_task: asyncio.Task, wait_task: asyncio.Task) -> tuple[EndCause, str]:
         lim, clk = self.limits, self._clock
         stop_wait = asyncio.create_task(self._stop_event.wait())
@@ -366,22 +376,12 @@ class ProcessSupervisor:
                     return self._stop_cause, self._stop_detail
                 if (watch_oom or watch_pids) and now >= next_oom_check:
                     next_oom_check = now + OOM_CHECK_S
-                    if watch_oom and (oom := self.scope.oom_kills()):
-                        return EndCause.OUT_OF_MEMORY, self._oom_detail(oom)
-                    if watch_pids and (refused := self.scope.pids_refused()):
-                        return EndCause.PROCESS_LIMIT, (
-                            f"the phase reached its limit of {self.scope.limits.pids} processes (pids_limit): the "
-                            f"kernel refused {refused} fork(s); it was stopped")
+                    if (hit := self._limit_hit(watch_oom, watch_pids)) is not None:
+                        return hit
                 if out_task.done() and wait_task.done():
                     # A last look: a fork refused (or an OOM kill) since the previous check still
                     # says how the phase ended, however late this loop ran (a loaded host).
-                    if watch_oom and (oom := self.scope.oom_kills()):
-                        return EndCause.OUT_OF_MEMORY, self._oom_detail(oom)
-                    if watch_pids and (refused := self.scope.pids_refused()):
-                        return EndCause.PROCESS_LIMIT, (
-                            f"the phase reached its limit of {self.scope.limits.pids} processes (pids_limit): the "
-                            f"kernel refused {refused} fork(s); it was stopped")
-                    return EndCause.EXITED, ""
+                    return self._limit_hit(watch_oom, watch_pids) or (EndCause.EXITED, "")
                 if out_task.done() and clk.stdout_eof is None:
                     clk.stdout_eof = now
                 if wait_task.done() and clk.exited is None:
