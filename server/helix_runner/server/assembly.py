@@ -47,7 +47,7 @@ from helix_runner.server.isolation import (
     start_sandbox,
     warn_about_phase_limits,
 )
-from helix_runner.server.lifecycle import Components, StartupError
+from helix_runner.server.lifecycle import Components, ReadyPart, StartupError
 from helix_runner.server.model_access import ModelAccess
 from helix_runner.server.ports import Dashboard, GrpcPorts, bound_address, tls_files, tls_mode
 from helix_runner.server.storage import DataDir, Storage
@@ -116,7 +116,7 @@ class RunningServer:
         await self.parts.stop()
 
 
-class TelemetryPart:
+class TelemetryPart(ReadyPart):
     """Telemetry ([telemetry]) is built first, so every later part is traced; it is stopped (the
     probe, /metrics, then the spans still queued flushed) after every part that makes spans. Its
     endpoint and the event-loop lag probe start late (``open``): start-up's own stalls must not
@@ -126,9 +126,6 @@ class TelemetryPart:
 
     def __init__(self, telemetry: Telemetry):
         self.telemetry = telemetry
-
-    async def start(self) -> None:
-        pass
 
     async def open(self, config: ServerConfig) -> None:
         try:
@@ -147,7 +144,7 @@ class TelemetryPart:
         await self.telemetry.stop()
 
 
-class PhasesPart:
+class PhasesPart(ReadyPart):
     """The application layer ([phases], [admission], [retry]): its phases ended by the drain, it
     stops after the ports (no call can reach it any more): the store-call thread and the
     containment directories, then the event writer commits what is left and stops its thread."""
@@ -157,24 +154,18 @@ class PhasesPart:
     def __init__(self, service: PhaseService):
         self.service = service
 
-    async def start(self) -> None:
-        pass
-
     async def stop(self) -> None:
         self.service.close()
         self.service.writer.close()
 
 
-class ForwarderPart:
+class ForwarderPart(ReadyPart):
     """With replicas: the channels control calls are forwarded to other replicas over."""
 
     name = "forwarder"
 
     def __init__(self, forwarder: OwnerForwarder):
         self.forwarder = forwarder
-
-    async def start(self) -> None:
-        pass
 
     async def stop(self) -> None:
         await self.forwarder.close()

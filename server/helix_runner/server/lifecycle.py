@@ -30,6 +30,13 @@ class Component(Protocol):
         """Releases what ``start`` took; called once, only after ``start`` returned."""
 
 
+class ReadyPart:
+    """A part built ready by its constructor: on the stack only for its ``stop``."""
+
+    async def start(self) -> None:
+        pass
+
+
 C = TypeVar("C", bound=Component)
 
 
