@@ -126,16 +126,22 @@ class RecordingHandover(FakeHandover):
         self.saves.append(values)
 
 
-async def test_boundaries_faster_than_the_store_are_saved_together_with_the_latest_state(tmp_path: Path):
-    """Every tool call's end asks for a save (a crash resumes after the last finished call): those
-    asked for while one waits are one save of the latest transcript and attempts, not a queue."""
+def in_place_durability(tmp_path: Path, transcript_bytes: bytes):
+    """(a recording store, the transcript file, the PhaseDurability) of phase p of job j in place."""
     spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
     store = RecordingHandover()
     transcript = tmp_path / "s-1.jsonl"
-    transcript.write_bytes(b"")
+    transcript.write_bytes(transcript_bytes)
     durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
                                    h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
                                    lambda session: transcript)
+    return store, transcript, durability
+
+
+async def test_boundaries_faster_than_the_store_are_saved_together_with_the_latest_state(tmp_path: Path):
+    """Every tool call's end asks for a save (a crash resumes after the last finished call): those
+    asked for while one waits are one save of the latest transcript and attempts, not a queue."""
+    store, transcript, durability = in_place_durability(tmp_path, b"")
     await durability.start(h.SavedControl())
     for n in range(1, 51):
         with open(transcript, "ab") as f:
@@ -148,13 +154,7 @@ async def test_boundaries_faster_than_the_store_are_saved_together_with_the_late
 
 
 async def test_a_turn_boundary_mirrors_the_transcript_and_saves_the_attempts_in_order(tmp_path: Path):
-    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
-    store = RecordingHandover()
-    transcript = tmp_path / "s-1.jsonl"
-    transcript.write_bytes(b'{"turn":1}\n')
-    durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
-                                   h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
-                                   lambda session: transcript)
+    store, transcript, durability = in_place_durability(tmp_path, b'{"turn":1}\n')
     await durability.start(h.SavedControl())
     durability.progress("s-1", ())
     await durability.settle()
@@ -173,13 +173,7 @@ async def test_after_close_no_save_writes_the_state_back(tmp_path: Path):
     """An ended phase's state is forgotten after ``close``: a save still scheduled then is made before
     it, and none after (one made after the forget inserted the state again, as a movable phase's:
     seen in CI as test_a_phase_keeps_its_state..._but_its_transcript)."""
-    spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
-    store = RecordingHandover()
-    transcript = tmp_path / "s-1.jsonl"
-    transcript.write_bytes(b'{"turn":1}\n')
-    durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
-                                   h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
-                                   lambda session: transcript)
+    store, transcript, durability = in_place_durability(tmp_path, b'{"turn":1}\n')
     await durability.start(h.SavedControl())
     durability.progress("s-1", ())  # scheduled before the end: made
     await durability.close()
