@@ -184,14 +184,10 @@ async def test_an_oom_kill_ends_the_phase(containment, tmp_path):
     assert not alive(result.pid)
 
 
-async def test_a_fork_past_the_process_limit_ends_the_phase(containment, tmp_path):
-    """pids.max in the phase's cgroup: the fork beyond it fails, and the supervisor ends the phase
-    with the limit as its cause (a fork bomb would otherwise spin, each fork failing, until its timeout)."""
-    if "pids" not in containment.limits_available:
-        pytest.skip("no pids cgroup with the subreaper fallback")
-    scope = containment.scope(uuid.uuid4().hex, ResourceLimits(pids=16))
-    bomb = textwrap.dedent("""
-        import os, time
+def fork_bomb(*, before: str = "", after: str = "") -> str:
+    """A script that forks up to 100 sleeping children, prints ``refused <n> <errno>`` when a fork
+    fails, then runs ``after`` (``before`` runs first)."""
+    return "\n".join(["import os, time", before, textwrap.dedent("""
         kids = []
         try:
             for _ in range(100):
@@ -202,8 +198,16 @@ async def test_a_fork_past_the_process_limit_ends_the_phase(containment, tmp_pat
                 kids.append(pid)
         except OSError as exc:
             print("refused", len(kids), exc.errno, flush=True)
-        time.sleep(60)
-    """)
+    """), after])
+
+
+async def test_a_fork_past_the_process_limit_ends_the_phase(containment, tmp_path):
+    """pids.max in the phase's cgroup: the fork beyond it fails, and the supervisor ends the phase
+    with the limit as its cause (a fork bomb would otherwise spin, each fork failing, until its timeout)."""
+    if "pids" not in containment.limits_available:
+        pytest.skip("no pids cgroup with the subreaper fallback")
+    scope = containment.scope(uuid.uuid4().hex, ResourceLimits(pids=16))
+    bomb = fork_bomb(after="time.sleep(60)")
     sink = CollectingSink()
     sup = ProcessSupervisor(_fake_cli(tmp_path, bomb), cwd=tmp_path, env=dict(os.environ), sink=sink,
                             limits=ProcessLimits(), scope=scope)
@@ -274,23 +278,8 @@ async def test_forks_refused_just_before_the_phase_exits_still_name_the_limit(co
 
     monkeypatch.setattr(supervisor, "OOM_CHECK_S", 3600.0)  # only the first check and the last look
     scope = containment.scope(uuid.uuid4().hex, ResourceLimits(pids=16))
-    bomb = textwrap.dedent("""
-        import os, time
-        time.sleep(0.5)  # after the supervisor's first check
-        kids = []
-        try:
-            for _ in range(100):
-                pid = os.fork()
-                if pid == 0:
-                    time.sleep(60)
-                    os._exit(0)
-                kids.append(pid)
-        except OSError as exc:
-            print("refused", len(kids), exc.errno, flush=True)
-        for pid in kids:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-    """)
+    bomb = fork_bomb(before="time.sleep(0.5)  # after the supervisor's first check",
+                     after="for pid in kids:\n    os.kill(pid, 9)\n    os.waitpid(pid, 0)")
     sup = ProcessSupervisor(_fake_cli(tmp_path, bomb), cwd=tmp_path, env=dict(os.environ), sink=CollectingSink(),
                             limits=ProcessLimits(), scope=scope)
     result = await asyncio.wait_for(sup.run(), 60)
