@@ -92,7 +92,7 @@ async def test_a_fork_at_call_2_sees_turns_1_2_only_has_their_files_and_pays_its
         events, result = await collect(runner.stub.WatchPhase(
             pb.WatchPhaseRequest(job_id="job-f", phase_id="fork-2"), timeout=120))
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
-        assert api.fallback_requests() == []  # every request's history was the one expected
+        assert [r.describe() for r in api.fallback_requests()] == []  # every request's history was the one expected
         served = [r for r in api.message_requests() if r.session_id == result.session_id]
         assert [r.label or r.turn_index for r in served] == [5, 6]  # the fork's two turns, nothing else
         # Its own session, its own worktree at the checkpoint: the files of calls 1-2, then its own.
@@ -118,7 +118,8 @@ async def test_a_fork_at_call_2_sees_turns_1_2_only_has_their_files_and_pays_its
 
 async def test_a_fork_denying_call_2_shows_the_model_the_denial_from_the_files_before_it(
         claude_binary, scripted_api, runner_factory):
-    api = scripted_api([*original_turns(), *denied_turns()])
+    # The denial's turn first: the request it answers has calls 1-2 only, as the original's third has.
+    api = scripted_api([*denied_turns(), *original_turns()])
     async with runner_factory(api) as runner:
         make_repo(runner.workdir)
         await _original(runner)
@@ -128,7 +129,7 @@ async def test_a_fork_denying_call_2_shows_the_model_the_denial_from_the_files_b
         events, result = await collect(runner.stub.WatchPhase(
             pb.WatchPhaseRequest(job_id="job-f", phase_id="fork-deny"), timeout=120))
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
-        assert api.fallback_requests() == []
+        assert [r.describe() for r in api.fallback_requests()] == []
         (request,) = [r for r in api.message_requests() if r.session_id == result.session_id]
         assert "not that file, fork" in request.tool_result_text(CALLS[1])
         assert request.tool_results()[0]["is_error"] is True
@@ -138,6 +139,36 @@ async def test_a_fork_denying_call_2_shows_the_model_the_denial_from_the_files_b
         # The workspace before call 2: call 1's file only; call 2 never ran in the fork.
         assert files(Path(result.artifacts.worktree_path)) == {"f1.txt", "shared.txt"}
         assert tokens(result.cost) == (100, 20)
+
+
+def edited_turns() -> list[Reply]:
+    """A fork with call 2 edited: the model's history carries the edited input and its result."""
+    return [Reply.text("Edited file written.", usage=USAGE,
+                       match=RequestMatcher(tool_use_ids=tuple(CALLS[:2]), contains="edited > f2e.txt"))]
+
+
+async def test_a_fork_editing_call_2_runs_the_new_input_on_the_files_before_it(
+        claude_binary, scripted_api, runner_factory):
+    api = scripted_api([*edited_turns(), *original_turns()])
+    async with runner_factory(api) as runner:
+        make_repo(runner.workdir)
+        await _original(runner)
+        await runner.stub.ForkPhase(pb.ForkPhaseRequest(
+            job_id="job-f", phase_id="orig", new_phase_id="fork-edit",
+            point=pb.ForkPoint(tool_use_id=CALLS[1], edit=pb.EditDecision(
+                input_json='{"command": "echo edited > f2e.txt", "description": "edited"}'))), timeout=30)
+        events, result = await collect(runner.stub.WatchPhase(
+            pb.WatchPhaseRequest(job_id="job-f", phase_id="fork-edit"), timeout=120))
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        assert [r.describe() for r in api.fallback_requests()] == []
+        # The edited command ran (not call 2's own), on the files from before call 2.
+        assert files(Path(result.artifacts.worktree_path)) == {"f1.txt", "f2e.txt", "shared.txt"}
+        served = [r for r in api.message_requests() if r.session_id == result.session_id]
+        assert [r.label or r.turn_index for r in served] == [0]  # the edited turn's answer, nothing else
+        assert tokens(result.cost) == (100, 20)
+        edited = [e.control.tool_use_id for e in events if e.WhichOneof("payload") == "control"
+                  and e.control.kind == ev.CONTROL_EVENT_KIND_TOOL_EDITED]
+        assert edited == [CALLS[1]]
 
 
 async def test_a_fork_names_a_checkpoint_that_exists(claude_binary, scripted_api, runner_factory):

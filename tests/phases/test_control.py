@@ -531,3 +531,23 @@ async def test_stop_task_with_an_id_the_cli_never_reported_is_task_not_found_and
     with pytest.raises(RunnerError) as err:
         await control.stop_task("task1")
     assert err.value.reason == "TASK_NOT_FOUND"
+
+
+async def test_a_call_the_startup_lines_decide_is_announced_once_when_the_attempt_starts():
+    # A fork's denial is its first stdin line: the CLI never asks about the call, the event says so.
+    host, control = make_controller()
+    control.answered_at_start = [("toolu_2", "Bash", Decision.deny("not that file"))]
+    control.announce_answered()
+    control.announce_answered()
+    assert host.control_kinds() == [ControlEventKind.TOOL_DENIED]
+
+
+async def test_an_announced_edit_asked_about_later_gets_its_answer_without_a_second_event():
+    host, control = make_controller()
+    edit = Decision.edit('{"command": "ls"}')
+    control.pending["t1"] = edit
+    control.answered_at_start = [("t1", "Bash", edit)]
+    control.announce_answered()
+    answer = await host.answer_to(host.tool_call("t1"))
+    assert answer["hookSpecificOutput"]["updatedInput"] == {"command": "ls"}
+    assert host.control_kinds() == [ControlEventKind.TOOL_EDITED]

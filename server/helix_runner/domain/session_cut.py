@@ -11,10 +11,14 @@ What the CLI does with a session (docs/claude-cli-protocol.md §3.8, captured ag
   across the whole file, so a call re-decided at the cut would show the model its original result.
   The copy therefore ends with the cut entry (and carries no ``cost-state`` entry: the fork's CLI
   reports only its own spending).
-* A call decided differently: the copy ends with the entry carrying the call, followed by a
-  ``hook_deferred_tool`` attachment (what the CLI itself writes when a PreToolUse hook defers a call).
-  Resumed there, the CLI asks the hook about that call again, under its own ``tool_use_id``, and
-  continues the turn with whatever the hook answers (deny, or allow with edited input).
+* A call denied: the copy ends with the entry carrying the call, and the first stdin line carries
+  the call's result (an ``is_error`` ``tool_result``, the denial): the model is sent that result.
+* A call edited: the copy ends with the entry carrying the call, its input replaced by the edited
+  one, followed by a ``hook_deferred_tool`` attachment (what the CLI itself writes when a PreToolUse
+  hook defers a call). Resumed there, the CLI runs that call again, under its own ``tool_use_id``.
+  It asks the PreToolUse hook first *if* the ``initialize`` request registering the hook was read
+  by then: the resumed turn starts without waiting for it (a deferred deny went unasked and the
+  call ran in 4 of 10 forks under load), so neither decision may depend on the hook being asked.
 """
 
 from __future__ import annotations
@@ -101,11 +105,8 @@ def cut_after(data: bytes, at: str) -> SessionCut:
     raise SessionCutError(f"the session's transcript has no entry {at} (not written yet, or another session's)")
 
 
-def cut_before_result(data: bytes, call_at: str, tool_use_id: str, *, now: datetime.datetime | None = None,
-                      entry_id: str | None = None) -> SessionCut:
-    """The transcript up to the entry ``call_at`` carrying the call ``tool_use_id``, then a deferred-call
-    attachment: resumed at it, the CLI asks its PreToolUse hook about the call again."""
-    lines = _entries(data)
+def _call_entry(lines: list[bytes], call_at: str, tool_use_id: str) -> tuple[int, dict, dict]:
+    """The index of the entry ``call_at``, the entry, and its ``tool_use`` block ``tool_use_id``."""
     wanted = call_at.encode()
     for i, line in enumerate(lines):
         entry = _uuid_of(line, wanted)
@@ -116,16 +117,41 @@ def cut_before_result(data: bytes, call_at: str, tool_use_id: str, *, now: datet
                      and b.get("id") == tool_use_id), None) if isinstance(content, list) else None
         if call is None:
             raise SessionCutError(f"entry {call_at} carries no call {tool_use_id}")
-        stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        attachment = {
-            "parentUuid": call_at,
-            **{k: entry[k] for k in _CONTEXT_FIELDS if k in entry},
-            "type": "attachment",
-            "uuid": entry_id or str(uuid_module.uuid4()),
-            "timestamp": stamp,
-            "attachment": {"type": "hook_deferred_tool", "toolUseID": tool_use_id, "toolName": call.get("name", ""),
-                           "toolInput": call.get("input") or {}, "hookName": "helix-runner",
-                           "hookEvent": "PreToolUse", "permissionMode": "default"},
-        }
-        return SessionCut(b"\n".join(lines[: i + 1]) + b"\n" + orjson.dumps(attachment) + b"\n", attachment["uuid"])
+        return i, entry, call
     raise SessionCutError(f"the session's transcript has no entry {call_at} (not written yet, or another session's)")
+
+
+def cut_at_call(data: bytes, call_at: str, tool_use_id: str) -> SessionCut:
+    """The transcript up to the entry ``call_at`` carrying the call ``tool_use_id``, for a resume whose
+    first user line answers the call (``call_result_line``)."""
+    lines = _entries(data)
+    i, _, _ = _call_entry(lines, call_at, tool_use_id)
+    return SessionCut(b"\n".join(lines[: i + 1]) + b"\n", call_at)
+
+
+def call_result_line(tool_use_id: str, text: str) -> bytes:
+    """The stream-json user line that gives a call its result as an error: the denial the model reads."""
+    block = {"type": "tool_result", "tool_use_id": tool_use_id, "is_error": True, "content": text}
+    return orjson.dumps({"type": "user", "message": {"role": "user", "content": [block]}, "parent_tool_use_id": None})
+
+
+def cut_before_result(data: bytes, call_at: str, tool_use_id: str, new_input: dict, *,
+                      now: datetime.datetime | None = None, entry_id: str | None = None) -> SessionCut:
+    """The transcript up to the entry ``call_at`` carrying the call ``tool_use_id`` (its input now
+    ``new_input``), then a deferred-call attachment: resumed at it, the CLI runs the call again."""
+    lines = _entries(data)
+    i, entry, call = _call_entry(lines, call_at, tool_use_id)
+    call["input"] = new_input  # ``call`` is a block of ``entry``: the entry as written carries the edit
+    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    attachment = {
+        "parentUuid": call_at,
+        **{k: entry[k] for k in _CONTEXT_FIELDS if k in entry},
+        "type": "attachment",
+        "uuid": entry_id or str(uuid_module.uuid4()),
+        "timestamp": stamp,
+        "attachment": {"type": "hook_deferred_tool", "toolUseID": tool_use_id, "toolName": call.get("name", ""),
+                       "toolInput": new_input, "hookName": "helix-runner",
+                       "hookEvent": "PreToolUse", "permissionMode": "default"},
+    }
+    return SessionCut(b"\n".join([*lines[:i], orjson.dumps(entry)]) + b"\n" + orjson.dumps(attachment) + b"\n",
+                      attachment["uuid"])

@@ -581,6 +581,12 @@ class RecordedRequest:
             if tool_use_id is None or block.get("tool_use_id") == tool_use_id
         )
 
+    def describe(self) -> str:
+        """One line for a failing test: which session sent it, the calls in its history, what it tells the model."""
+        last = self.tool_result_text()[:160].replace("\n", " ")
+        return (f"#{self.index} {self.outcome} session={self.session_id[:8]} messages={len(self.messages)} "
+                f"calls={_tool_use_ids(self.messages)} last results={last!r}")
+
     def text(self) -> str:
         """All text in system and messages, as matched by :class:`RequestMatcher`."""
         return self.system_text + "\n" + _flatten_text(self.messages)

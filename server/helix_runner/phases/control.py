@@ -156,6 +156,10 @@ class PhaseController:
         self.carried: list[HeldCallRecord] = list(state.held) if state is not None else []
         self.pending: dict[str, Decision] = dict(state.decisions) if state is not None else {}
         self.aliases: dict[str, str] = {}
+        # Calls the next attempt's startup lines decide themselves (a fork's denial is its first
+        # line): their events are emitted when that attempt starts, once.
+        self.answered_at_start: list[tuple[str, str, Decision]] = []
+        self._announced: set[str] = set()
         # The replica is handing the phase over: new calls wait (never answered; the CLI is stopped).
         self.handing_over = False
         # Called whenever the state above changes (the owner saves it for another replica).
@@ -215,6 +219,14 @@ class PhaseController:
         """``initialize`` (registers the hook) then the prompt; written before anything else."""
         _, init = self.channel.initialize_line()
         return [init, prompt_line] if prompt_line else [init]  # none: a resumed turn goes on by itself
+
+    def announce_answered(self) -> None:
+        """The events of the calls this attempt's start decided (``answered_at_start``), once: a fork's
+        denial is its first stdin line, its edit is in the resumed copy (asked about or not)."""
+        answered, self.answered_at_start = self.answered_at_start, []
+        for tool_use_id, tool_name, decision in answered:
+            self._apply(tool_use_id, tool_name, "", decision)
+            self._announced.add(tool_use_id)
 
     def observe(self, payload: object) -> None:
         """Called for every event of the phase, in order, on the event loop."""
@@ -518,7 +530,11 @@ class PhaseController:
         return hold
 
     def _apply(self, tool_use_id: str, tool_name: str, breakpoint_id: str, decision: Decision) -> dict[str, Any]:
-        """The hook answer for a decision, with its event."""
+        """The hook answer for a decision, with its event (none when it was announced already)."""
+        if tool_use_id in self._announced:
+            self._announced.discard(tool_use_id)
+            return deny_hook(decision.message) if decision.kind is DecisionKind.DENY else (
+                edit_hook(decision.new_input or {}) if decision.kind is DecisionKind.EDIT else allow_hook())
         if decision.kind is DecisionKind.APPROVE:
             self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, tool_name, breakpoint_id))
             return allow_hook()

@@ -21,7 +21,14 @@ from helix_runner.domain.checkpoints import (
     select_checkpoint,
     workspace_before,
 )
-from helix_runner.domain.session_cut import SessionCutError, cut_after, cut_before_result, renamed
+from helix_runner.domain.session_cut import (
+    SessionCutError,
+    call_result_line,
+    cut_after,
+    cut_at_call,
+    cut_before_result,
+    renamed,
+)
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.control import ControlState
@@ -60,7 +67,8 @@ class ForkPoint:
 class ForkStart:
     """A fork's (or a rewind's) start: resume ``session_file`` at ``resume_at``; the workspace as
     ``workspace`` (not kept: only the conversation); ``first_line`` on stdin (b"": none, the CLI goes
-    on by itself); ``decisions`` applied when the CLI asks about those calls."""
+    on by itself); ``decisions`` applied when the CLI asks about those calls; ``answered``: the calls
+    ``first_line`` decides (their control events are emitted when it is written)."""
 
     checkpoint: Checkpoint
     workspace: WorkspaceSnapshot
@@ -69,6 +77,7 @@ class ForkStart:
     resume_at: str
     first_line: bytes
     decisions: tuple[tuple[str, Decision], ...] = ()
+    answered: tuple[tuple[str, str, Decision], ...] = ()  # (id, tool, decision) decided by ``first_line``
 
 
 @dataclass(frozen=True)
@@ -149,9 +158,12 @@ def resolve(job_id: str, phase_id: str, checkpoint: Checkpoint, workspace: Works
                           f"phase {phase_id} of job {job_id}: its session {checkpoint.session_id} was not kept "
                           "(a phase from before checkpoints, or its transcript never reached the store)",
                           {"job_id": job_id, "phase_id": phase_id, "session_id": checkpoint.session_id})
+    decision = point.decision
     try:
-        if point.decision is not None:
-            cut = cut_before_result(transcript, checkpoint.call_at, checkpoint.tool_use_id)
+        if decision is not None and decision.kind is DecisionKind.DENY:
+            cut = cut_at_call(transcript, checkpoint.call_at, checkpoint.tool_use_id)
+        elif decision is not None:
+            cut = cut_before_result(transcript, checkpoint.call_at, checkpoint.tool_use_id, decision.new_input or {})
         else:
             cut = cut_after(transcript, checkpoint.resume_at)
     except SessionCutError as exc:
@@ -159,12 +171,17 @@ def resolve(job_id: str, phase_id: str, checkpoint: Checkpoint, workspace: Works
                           f"phase {phase_id} of job {job_id}: {exc}",
                           {"job_id": job_id, "phase_id": phase_id, "session_id": checkpoint.session_id}) from None
     require_workspace(job_id, phase_id, checkpoint, workspace, point)
-    if point.decision is not None:
-        first = b""  # the CLI asks about the call again and its turn goes on
-        decisions: tuple[tuple[str, Decision], ...] = ((checkpoint.tool_use_id, point.decision),)
+    decisions: tuple[tuple[str, Decision], ...] = ()
+    answered: tuple[tuple[str, str, Decision], ...] = ()
+    if decision is not None and decision.kind is DecisionKind.DENY:
+        first = call_result_line(checkpoint.tool_use_id, decision.message)  # the denial is the call's result
+        answered = ((checkpoint.tool_use_id, checkpoint.tool_name, decision),)
+    elif decision is not None:
+        first = b""  # the CLI runs the edited call again (asking the hook if it registered it by then)
+        decisions = ((checkpoint.tool_use_id, decision),)
+        answered = ((checkpoint.tool_use_id, checkpoint.tool_name, decision),)
     else:
         first = prompt_line(point.inject or continuation_prompt)
-        decisions = ()
     session_file = str(uuid.uuid4())
     return ForkStart(checkpoint, workspace, renamed(cut.transcript, session_file), session_file, cut.resume_at,
-                     first, decisions)
+                     first, decisions, answered)

@@ -408,6 +408,7 @@ class PhaseRun:
         self.checkpoints.write(MarkRewound(self.job_id, self.phase_id, checkpoint.number))
         for tool_use_id, decision in start.decisions:
             self.control.pending[tool_use_id] = decision
+        self.control.answered_at_start = list(start.answered)
         self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None], resumed=True)
         event = self.emit(ControlEvent(
             ControlEventKind.REWOUND, checkpoint.tool_use_id, checkpoint.tool_name,
@@ -733,6 +734,7 @@ class PhaseRun:
             await asyncio.to_thread(self.sandbox.arm)
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
+        self.control.announce_answered()
         self._ticket_starting = self._ticket is not None
         cli_ns = time.time_ns()  # the attempt's start, and for the first one the phase's
         try:

@@ -253,6 +253,8 @@ class PhaseService:
                            checkpoints=self.checkpoints_for(plan, lambda: holder[0].sandbox if holder else plan.sandbox),
                            control_state=fork.control(breakpoints) if fork is not None else None)
             holder.append(run)
+            if fork is not None:
+                run.control.answered_at_start = list(fork.start.answered)
             if durability is not None:
                 await durability.start(saved_control(run.control.state()))
         except BaseException:
