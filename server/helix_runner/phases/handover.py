@@ -29,7 +29,13 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.process.beneath import NotBeneath, open_beneath, transcript_anchor, write_beneath
+from helix_runner.process.beneath import (
+    NotBeneath,
+    open_beneath,
+    read_beneath,
+    transcript_anchor,
+    write_beneath,
+)
 from helix_runner.process.sandbox.private_home import project_dir_name
 
 log = logging.getLogger(__name__)
@@ -285,6 +291,19 @@ class TranscriptMirror:
         self._handover.mirror_transcript(self.job_id, self.phase_id, session_id, self.copied, data[:end])
         self.copied += end
         return end
+
+
+# A whole transcript read for a fork, a rewind or an attempt's cost: the phase writes the file itself,
+# so a larger one is not read (the reader falls back to the store's copy, or to no cost).
+TRANSCRIPT_READ_MAX_BYTES = 256 * 1024 * 1024
+
+
+def read_transcript(path: Path) -> bytes:
+    """The whole transcript at ``path``, opened below the directory holding the CLI's config with no
+    link followed on the way (the phase can swap the file, or a directory on the way, for a link to
+    a file only the server may read); an OSError when it is not there, not a plain file of the
+    phase's own, or over ``TRANSCRIPT_READ_MAX_BYTES``."""
+    return read_beneath(transcript_anchor(path), path, TRANSCRIPT_READ_MAX_BYTES)
 
 
 def restore_transcript(data: bytes, target: Path) -> None:
