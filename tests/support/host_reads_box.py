@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from pathlib import Path
 
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.offline import Reply, RequestMatcher, Script
@@ -86,7 +85,7 @@ class HostReadsScenario(BoxScenario):
         # The worktree's retention applies after the phase's stream has ended: wait for it (bounded).
         manifest = self.root / "data" / "worktrees" / "box-removal" / "p.json"
         deadline = time.monotonic() + 60
-        while manifest.exists() and time.monotonic() < deadline:
+        while manifest.exists() and time.monotonic() < deadline:  # noqa: ASYNC110 - a file, no event
             await asyncio.sleep(0.1)
 
     def observe(self) -> None:
