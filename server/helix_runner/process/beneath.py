@@ -131,8 +131,8 @@ def open_at(dirfd: int, rel: str, flags: int, *, use_openat2: bool | None = None
     try:
         return _walk(dirfd, rel, flags)
     except OSError as exc:
-        if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and flags & os.O_DIRECTORY == 0):
-            raise NotBeneath(exc.errno, "a link on the way", shown) from None
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW | O_DIRECTORY on a link: ENOTDIR
+            raise NotBeneath(exc.errno, "a link on the way (or not a directory)", shown) from None
         raise
 
 
