@@ -166,7 +166,14 @@ def read_beneath(anchor: Path, path: Path, max_bytes: int) -> bytes:
         size = os.fstat(f.fileno()).st_size
         if size > max_bytes:
             raise TooLarge(errno.EFBIG, f"{size} bytes, over the cap of {max_bytes}", str(path))
-        data = f.read(max_bytes + 1)  # the phase may append meanwhile: never more than the cap
+        # What is there now, then what the phase appends meanwhile, never more than the cap (a read of
+        # the cap at once would allocate all of it up front).
+        parts = [f.read(size)]
+        got = len(parts[0])
+        while got <= max_bytes and (more := f.read(min(1 << 20, max_bytes + 1 - got))):
+            parts.append(more)
+            got += len(more)
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
     if len(data) > max_bytes:
         raise TooLarge(errno.EFBIG, f"over the cap of {max_bytes} bytes", str(path))
     return data
