@@ -256,10 +256,11 @@ def write_beneath(anchor: Path, path: Path, data: bytes, *, mode: int = 0o600) -
         f.write(data)
 
 
-def remove_tree(path: Path) -> None:
+def remove_tree(path: Path, *, ignore_errors: bool = False) -> None:
     """Removes the directory tree ``path`` (gone already: nothing to do) without following a link
     in it; a ``path`` that is itself a link is unlinked, its target untouched. ``path``'s parent must
-    be a directory the phase cannot replace (the data dir, the workspace root of a worktree)."""
+    be a directory the phase cannot replace (the data dir). ``ignore_errors``: what cannot be
+    removed (a directory the phase made unreadable to an unprivileged server) is left, the rest goes."""
     try:
         parent = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -274,7 +275,10 @@ def remove_tree(path: Path) -> None:
             return
         # Descriptor-based: lstat, open, compare the two (a swap between them is refused), then
         # fdopendir/unlinkat below, never a path string through the tree.
-        shutil.rmtree(path.name, dir_fd=parent)
+        shutil.rmtree(path.name, ignore_errors=ignore_errors, dir_fd=parent)
+    except OSError:
+        if not ignore_errors:
+            raise
     finally:
         os.close(parent)
 

@@ -327,8 +327,7 @@ def _remove(repo: Path, path: Path, root: Path) -> None:
     if path.exists() and root in path.resolve().parents:
         # By directory descriptors (process/beneath.py): the phase wrote the tree, and a link in it
         # is removed, never followed out of it.
-        with contextlib.suppress(OSError):
-            remove_tree(path)
+        remove_tree(path, ignore_errors=True)
     if repo.is_dir():
         with contextlib.suppress(GitError):
             git(repo, "worktree", "prune")

@@ -15,7 +15,6 @@ another project is refused (``SessionStore.owner``).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -114,8 +113,7 @@ class PrivateHome:
         return found
 
     def remove(self) -> None:
-        with contextlib.suppress(OSError):
-            remove_tree(self.root)
+        remove_tree(self.root, ignore_errors=True)
 
 
 def _size(entries: list[tuple[int, str]]) -> int:
@@ -194,8 +192,8 @@ class SessionStore:
                 remove_tree(target)
                 staging.rename(target)
                 kept.append(session_id)
-            except NotBeneath as exc:
-                log.warning("a phase's session transcript is not where its CLI keeps it: not kept",
+            except OSError as exc:  # a link on the way (NotBeneath), two entries of one name: the others go on
+                log.warning("a phase's session transcript could not be kept for resume",
                             extra={"fields": {"session_id": session_id, "error": str(exc)}})
             finally:
                 for fd, _ in dirs:
