@@ -16,38 +16,21 @@ server as root and as nobody.
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from support.host_reads_box import HostReadsScenario
-from support.phase_box import AT_ONCE, SCENARIOS
-from support.processes import nobody_python
+from support.phase_box import SCENARIOS, run_box_scenarios
 
 from helix.runner.v1 import resources_pb2 as res
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-async def _run_all(scenarios, claude: str) -> dict:
-    gate = asyncio.Semaphore(AT_ONCE)
-
-    async def one(mode: str, user: str):
-        if os.geteuid() != 0:
-            pytest.skip("stages servers as root and as nobody: needs root")
-        if user == "nobody" and nobody_python() is None:
-            pytest.skip("needs root, setpriv and a Python that nobody can run")
-        async with gate:
-            return await HostReadsScenario(mode, user, claude).run()
-
-    results = await asyncio.gather(*(one(m, u) for m, u in scenarios), return_exceptions=True)
-    return dict(zip(scenarios, results, strict=True))
-
-
 @pytest.fixture(scope="module")
 def host_reads_outcomes(request, claude_binary) -> dict:
     wanted = [item.callspec.params["host_reads"] for item in request.session.items
               if "host_reads" in getattr(getattr(item, "callspec", None), "params", {})]
-    return asyncio.run(_run_all(list(dict.fromkeys(wanted)), str(claude_binary.path)))
+    return asyncio.run(run_box_scenarios(list(dict.fromkeys(wanted)), str(claude_binary.path), HostReadsScenario))
 
 
 @pytest.fixture(scope="module", params=SCENARIOS, ids=[f"{mode}-{user}" for mode, user in SCENARIOS])
