@@ -116,11 +116,11 @@ class PrivateHome:
         remove_tree(self.root, ignore_errors=True)
 
 
-def _size(entries: list[tuple[int, str]]) -> int:
+def _size(found: list[tuple[int, str]]) -> int:
     """Bytes on disk of these entries (a name in a directory descriptor each): files and directory
     trees, links counted as themselves and never followed."""
     total = 0
-    for dirfd, name in entries:
+    for dirfd, name in found:
         try:
             st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
         except OSError:
