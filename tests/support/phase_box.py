@@ -332,8 +332,9 @@ class BoxScenario:
 AT_ONCE = 2
 
 
-async def run_box_scenarios(scenarios: list[tuple[str, str]], claude: str) -> dict[tuple[str, str], Any]:
-    """Each scenario, ``AT_ONCE`` at a time; its outcome or what it raised (a skip included)."""
+async def run_box_scenarios(scenarios: list[tuple[str, str]], claude: str,
+                            scenario: type[BoxScenario] = BoxScenario) -> dict[tuple[str, str], Any]:
+    """Each scenario (of class ``scenario``), ``AT_ONCE`` at a time; its outcome or what it raised (a skip included)."""
     gate = asyncio.Semaphore(AT_ONCE)
 
     async def one(mode: str, user: str) -> BoxOutcome:
@@ -342,7 +343,7 @@ async def run_box_scenarios(scenarios: list[tuple[str, str]], claude: str) -> di
         if user == "nobody" and nobody_python() is None:
             pytest.skip("needs root, setpriv and a Python that nobody can run")
         async with gate:
-            return await BoxScenario(mode, user, claude).run()
+            return await scenario(mode, user, claude).run()
 
     results = await asyncio.gather(*(one(m, u) for m, u in scenarios), return_exceptions=True)
     return dict(zip(scenarios, results, strict=True))

@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 SETTLE_BOUND_S = 10.0
 
 
+# At most this much of a transcript is read per copy: the phase can write its transcript itself, and
+# a read of all of it at once would hold all of it in the server's memory.
+CHUNK_BYTES = 16 * 1024 * 1024
+
+
 class TranscriptCopy:
     """What the CLI appended to its transcript since the last copy, as a store record (append-only
     chunks, whole lines only). A file shorter than what was copied was rewritten: copied again whole."""
@@ -62,7 +67,7 @@ class TranscriptCopy:
                 if restart:
                     self.copied = 0
                 f.seek(self.copied)
-                data = f.read(size - self.copied)
+                data = f.read(min(size - self.copied, CHUNK_BYTES))  # the next call copies on
         except OSError:
             return None
         end = data.rfind(b"\n") + 1  # the CLI may be in the middle of its last line

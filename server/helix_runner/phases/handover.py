@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,13 @@ from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.process.beneath import NotBeneath, open_beneath, transcript_anchor
+from helix_runner.process.beneath import (
+    NotBeneath,
+    open_beneath,
+    read_beneath,
+    transcript_anchor,
+    write_beneath,
+)
 from helix_runner.process.sandbox.private_home import project_dir_name
 
 log = logging.getLogger(__name__)
@@ -288,12 +293,26 @@ class TranscriptMirror:
         return end
 
 
+# A whole transcript read for a fork, a rewind or an attempt's cost: the phase writes the file itself,
+# so a larger one is not read (the reader falls back to the store's copy, or to no cost).
+TRANSCRIPT_READ_MAX_BYTES = 256 * 1024 * 1024
+
+
+def read_transcript(path: Path) -> bytes:
+    """The whole transcript at ``path``, opened below the directory holding the CLI's config with no
+    link followed on the way (the phase can swap the file, or a directory on the way, for a link to
+    a file only the server may read); an OSError when it is not there, not a plain file of the
+    phase's own, or over ``TRANSCRIPT_READ_MAX_BYTES``."""
+    return read_beneath(transcript_anchor(path), path, TRANSCRIPT_READ_MAX_BYTES)
+
+
 def restore_transcript(data: bytes, target: Path) -> None:
-    """Writes a mirrored transcript where the adopter's CLI will look for it (0600, no symlink followed)."""
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with open(fd, "wb") as f:
-        f.write(data)
+    """Writes a transcript where a CLI will look for it (0600, directories made 0700): the adopter's,
+    a fork's or a rewound phase's. Below the directory holding the CLI's config, no link followed
+    on the way (a rewound phase wrote its home itself; process/beneath.py)."""
+    anchor = transcript_anchor(target)
+    anchor.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_beneath(anchor, target, data)
 
 
 # -- one phase's durable state, written as it changes ---------------------------------------------------

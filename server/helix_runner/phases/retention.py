@@ -25,12 +25,12 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from helix_runner.process.beneath import remove_tree
 from helix_runner.process.checkpoint_git import delete_refs
 from helix_runner.process.git_worktree import GitError
 from helix_runner.store.protocol import Store
@@ -192,9 +192,7 @@ class RetentionSweeper:
             return 0, False
         size = _tree_bytes(path)
         try:
-            shutil.rmtree(path)
-        except FileNotFoundError:
-            return 0, True
+            remove_tree(path)  # by directory descriptors: a link in the recording is removed, not followed
         except OSError as exc:
             log.warning("cannot delete a recording", extra={"fields": {"path": str(path), "error": str(exc)}})
             return 0, False

@@ -72,6 +72,7 @@ from helix_runner.phases.fork import ForkPoint, check_point, choose, require_wor
 from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
     PhaseDurability,
+    read_transcript,
     restore_transcript,
     transcript_path,
 )
@@ -374,8 +375,8 @@ class PhaseRun:
             transcript = b""
             path = self.transcript_path(checkpoint.session_id)
             if path is not None:
-                with contextlib.suppress(OSError):
-                    transcript = await asyncio.to_thread(path.read_bytes)
+                with contextlib.suppress(OSError):  # no link the phase put in the way is followed
+                    transcript = await asyncio.to_thread(read_transcript, path)
             if not transcript:
                 transcript = await rewind.read_stored(checkpoint.session_id)
             start = resolve(self.job_id, self.phase_id, checkpoint, rewind.workspace, transcript, rewind.point)
@@ -432,7 +433,7 @@ class PhaseRun:
         if path is None:
             return None
         try:
-            data = await asyncio.to_thread(path.read_bytes)
+            data = await asyncio.to_thread(read_transcript, path)  # no link the phase put in the way
         except OSError:
             return None
         usage = last_cost_state(data)

@@ -49,6 +49,7 @@ from helix_runner.phases.handover import (
     PhaseDurability,
     SavedRequest,
     encode_decision,
+    read_transcript,
     restore_transcript,
     transcript_locator,
     transcript_path,
@@ -340,8 +341,8 @@ class PhaseService:
         if live is not None:
             path = live.run.transcript_path(session_id)
             if path is not None:
-                try:
-                    return await asyncio.to_thread(path.read_bytes)
+                try:  # no link the phase put in the way is followed
+                    return await asyncio.to_thread(read_transcript, path)
                 except OSError:
                     pass
         return await self.stored_transcript(row.job_id, row.phase_id, session_id)

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ from pathlib import Path
 from helix_runner.domain.artifacts import PhaseArtifacts, bounded_diff, changed_files
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
+from helix_runner.process.beneath import remove_tree
 from helix_runner.process.host_git import HOST_GIT, GitError
 
 log = logging.getLogger(__name__)
@@ -325,7 +325,9 @@ def _remove(repo: Path, path: Path, root: Path) -> None:
         with contextlib.suppress(GitError):
             git(repo, "worktree", "remove", "--force", "--force", str(path), writable=(path.parent,))
     if path.exists() and root in path.resolve().parents:
-        shutil.rmtree(path, ignore_errors=True)
+        # By directory descriptors (process/beneath.py): the phase wrote the tree, and a link in it
+        # is removed, never followed out of it.
+        remove_tree(path, ignore_errors=True)
     if repo.is_dir():
         with contextlib.suppress(GitError):
             git(repo, "worktree", "prune")

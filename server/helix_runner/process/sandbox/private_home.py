@@ -20,7 +20,17 @@ import logging
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
+
+from helix_runner.process.beneath import (
+    NotBeneath,
+    entries,
+    open_dir_beneath,
+    open_subdir,
+    remove_tree,
+    tree_bytes,
+)
 
 log = logging.getLogger(__name__)
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -61,35 +71,70 @@ class PrivateHome:
                 "XDG_CACHE_HOME": str(self.home / ".cache")}
 
     def transcripts(self) -> dict[str, list[Path]]:
-        """Session id -> its transcript file and subagent directory, from every project directory."""
-        out: dict[str, list[Path]] = {}
-        projects = self.config / "projects"
-        if not projects.is_dir():
-            return out
-        for project in projects.iterdir():
-            if not project.is_dir() or project.is_symlink():
-                continue
-            for entry in project.iterdir():
-                name = entry.name.removesuffix(".jsonl")
-                if _SESSION_ID.match(name) and not entry.is_symlink() and (entry.suffix == ".jsonl" or entry.is_dir()):
-                    out.setdefault(name, []).append(entry)
+        """Session id -> its transcript file and subagent directory, from every project directory
+        (no link followed on the way: the phase may have made ``projects`` a link to elsewhere)."""
+        return {sid: [self.root / rel for rel in rels] for sid, rels in self._sessions().items()}
+
+    def _sessions(self) -> dict[str, list[str]]:
+        """Session id -> its entries, as paths relative to ``root`` (each a real file or directory)."""
+        out: dict[str, list[str]] = {}
+        for rel, name in self._session_entries():
+            out.setdefault(name.removesuffix(".jsonl"), []).append(f"{rel}/{name}")
         return out
 
-    def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _size(entries: list[Path]) -> int:
-    """Bytes on disk of files and directory trees (links not followed, counted as themselves)."""
-    total = 0
-    for entry in entries:
-        for dirpath, dirnames, filenames in os.walk(entry) if entry.is_dir() and not entry.is_symlink() else \
-                [(str(entry.parent), [], [entry.name])]:
-            for name in (*dirnames, *filenames):
+    def _session_entries(self) -> list[tuple[str, str]]:
+        """(project directory relative to ``root``, entry name) of every session entry, listed by
+        directory descriptors below ``root`` (which the phase cannot replace)."""
+        found: list[tuple[str, str]] = []
+        projects_dir = self.config / "projects"
+        try:
+            projects = open_dir_beneath(self.root, projects_dir)
+        except (FileNotFoundError, NotBeneath):
+            return found
+        try:
+            for project, st in entries(projects):
+                if not stat.S_ISDIR(st.st_mode):
+                    continue
                 try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                    fd = open_subdir(projects, project)
                 except OSError:
-                    pass
+                    continue
+                rel = str((projects_dir / project).relative_to(self.root))
+                try:
+                    for name, est in entries(fd):
+                        regular, folder = stat.S_ISREG(est.st_mode), stat.S_ISDIR(est.st_mode)
+                        if _SESSION_ID.match(name.removesuffix(".jsonl")) and \
+                                ((regular and name.endswith(".jsonl")) or folder):
+                            found.append((rel, name))
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(projects)
+        return found
+
+    def remove(self) -> None:
+        remove_tree(self.root, ignore_errors=True)
+
+
+def _size(found: list[tuple[int, str]]) -> int:
+    """Bytes on disk of these entries (a name in a directory descriptor each): files and directory
+    trees, links counted as themselves and never followed."""
+    total = 0
+    for dirfd, name in found:
+        try:
+            st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except OSError:
+            continue
+        total += st.st_blocks * 512
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                fd = open_subdir(dirfd, name)
+            except OSError:
+                continue
+            try:
+                total += tree_bytes(fd)
+            finally:
+                os.close(fd)
     return total
 
 
@@ -117,22 +162,42 @@ class SessionStore:
         """Moves the home's transcripts into the project's store (a later save of the same session
         replaces it); returns the session ids kept. A session larger than ``max_bytes`` (0: no cap)
         is not kept: the phase can write its transcripts itself, and what is kept stays in the
-        data dir for good (its session then cannot be resumed)."""
+        data dir for good (its session then cannot be resumed).
+
+        Each entry is moved by ``renameat`` from a descriptor of its own project directory, reached
+        below the home's root without following a link: a ``projects`` (or ``.claude``) the phase
+        made a link to another directory, or swapped for one meanwhile, moves nothing of that
+        directory (before, the server moved whatever it found there into the store)."""
         kept = []
-        for session_id, entries in home.transcripts().items():
-            if max_bytes and (size := _size(entries)) > max_bytes:
-                log.warning("a phase's session transcript is over the cap and not kept for resume",
-                            extra={"fields": {"session_id": session_id, "bytes": size, "cap": max_bytes}})
-                continue
-            target = self._dir(project, session_id)
-            staging = target.with_name(f".{session_id}.{os.getpid()}.new")
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(mode=0o700, parents=True)
-            for entry in entries:
-                shutil.move(str(entry), staging / entry.name)
-            shutil.rmtree(target, ignore_errors=True)
-            staging.rename(target)
-            kept.append(session_id)
+        for session_id, rels in home._sessions().items():
+            dirs: list[tuple[int, str]] = []
+            try:
+                for rel in rels:
+                    parent, name = rel.rsplit("/", 1)
+                    dirs.append((open_dir_beneath(home.root, home.root / parent), name))
+                if max_bytes and (size := _size(dirs)) > max_bytes:
+                    log.warning("a phase's session transcript is over the cap and not kept for resume",
+                                extra={"fields": {"session_id": session_id, "bytes": size, "cap": max_bytes}})
+                    continue
+                target = self._dir(project, session_id)
+                staging = target.with_name(f".{session_id}.{os.getpid()}.new")
+                remove_tree(staging)
+                staging.mkdir(mode=0o700, parents=True)
+                into = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    for fd, name in dirs:
+                        os.rename(name, name, src_dir_fd=fd, dst_dir_fd=into)
+                finally:
+                    os.close(into)
+                remove_tree(target)
+                staging.rename(target)
+                kept.append(session_id)
+            except OSError as exc:  # a link on the way (NotBeneath), two entries of one name: the others go on
+                log.warning("a phase's session transcript could not be kept for resume",
+                            extra={"fields": {"session_id": session_id, "error": str(exc)}})
+            finally:
+                for fd, _ in dirs:
+                    os.close(fd)
         return kept
 
     def owner(self, session_id: str) -> str | None:
@@ -153,8 +218,10 @@ class SessionStore:
         target = home.config / "projects" / project_dir_name(cwd)
         target.mkdir(mode=0o700, parents=True, exist_ok=True)
         for entry in source.iterdir():
-            if entry.is_dir():
+            # The store's entries are what ``save`` moved (a real file, a real directory); a link
+            # below a directory is copied as a link, never followed.
+            if entry.is_dir() and not entry.is_symlink():
                 shutil.copytree(entry, target / entry.name, symlinks=True, dirs_exist_ok=True)
-            else:
-                shutil.copy2(entry, target / entry.name)
+            elif entry.is_file() and not entry.is_symlink():
+                shutil.copy2(entry, target / entry.name, follow_symlinks=False)
         return True
