@@ -14,11 +14,23 @@ from pathlib import Path
 import pytest
 
 from helix_runner.process import git_worktree, host_git
-from helix_runner.process.host_git import HOST_GIT, GitBox, HostGit
+from helix_runner.process.host_git import HOST_GIT, GitBox, GitError, HostGit
+from helix_runner.process.sandbox import landlock
 
 ROOT = Path(__file__).resolve().parents[2]
 BWRAP = host_git.shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None or GitBox(BWRAP).works() != "", reason="bubblewrap cannot run here")
+LANDLOCK_ABI = landlock.abi()
+needs_landlock = pytest.mark.skipif(LANDLOCK_ABI < 4, reason="no Landlock with TCP rules (ABI 4+) here")
+# Each helper sandbox: bubblewrap where it runs, Landlock where it does not (configure falls back).
+BOXES = [pytest.param("bubblewrap", marks=needs_bwrap), pytest.param("landlock", marks=needs_landlock)]
+
+
+def configure(runner: HostGit, kind: str, hidden, visible) -> None:
+    """Configures ``runner`` with the helper sandbox ``kind`` (Landlock: as if bubblewrap were missing)."""
+    bwrap = None if kind == "bubblewrap" else "/nonexistent/bwrap"
+    assert runner.configure(hidden=hidden, visible=visible, bwrap=bwrap) == ""
+    assert runner.kind == kind
 
 FAMILIES = ("clean", "smudge", "process", "textconv", "diffcmd", "external", "fsmonitor", "pager", "editor",
             "ssh", "gpg", "credential", "askpass", "merge", "proxy", "include", "hook", "alternate")
@@ -125,10 +137,11 @@ def test_git_overrides_alone_run_no_family(tmp_path, runner):
     assert "d.txt" in {f.path for f in done["worktree"].changed_files} and done["commit"]
 
 
-@needs_bwrap
-def test_inside_the_helper_sandbox_no_family_runs_and_the_work_is_done(tmp_path, runner):
-    assert runner.configure(hidden=[tmp_path / "data"], visible=[tmp_path]) == ""
+@pytest.mark.parametrize("kind", BOXES)
+def test_inside_the_helper_sandbox_no_family_runs_and_the_work_is_done(tmp_path, runner, kind):
+    visible = [tmp_path] if kind == "bubblewrap" else [tmp_path / "repo", tmp_path / "markers", tmp_path / "data"]
     repo, markers = planted_repo(tmp_path)
+    configure(runner, kind, [tmp_path / "data"], visible)
     (tmp_path / "data").mkdir()
     done = _servers_operations(repo, tmp_path / "data")
     assert os.listdir(markers) == []
@@ -137,8 +150,8 @@ def test_inside_the_helper_sandbox_no_family_runs_and_the_work_is_done(tmp_path,
     assert not (tmp_path / "data" / "worktrees" / "j" / "p").exists()
 
 
-@needs_bwrap
-def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", BOXES)
+def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch, kind):
     """Defence in depth: pretend the runner missed the filter drivers. The planted clean filter then
     runs, but in the box: it cannot read the hidden secret, write outside what the command writes,
     or reach the network."""
@@ -163,7 +176,9 @@ def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch
     with open(repo / ".git" / "config", "a") as f:
         f.write(f"[filter \"evil\"]\n\tclean = \"bash -c '{program}'\"\n")
     runner = HostGit()
-    assert runner.configure(hidden=[tmp_path / "data"], visible=[tmp_path]) == ""
+    # Landlock hides nothing inside what it shows: its visible paths are the workspace, as a server's
+    # roots are (the data dir outside them, as the server warns at start it should be).
+    configure(runner, kind, [tmp_path / "data"], [tmp_path] if kind == "bubblewrap" else [repo])
     (tmp_path / "index.d").mkdir()
     runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(tmp_path / "index.d" / "index")})
     assert (repo / ".git" / "ran").exists(), "the missed filter did not run at all"
@@ -177,8 +192,8 @@ def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch
 
 def test_without_bubblewrap_the_runner_says_why_and_still_overrides(tmp_path):
     runner = HostGit()
-    note = runner.configure(hidden=[], bwrap=str(tmp_path / "no-bwrap"))
-    assert note.startswith("bubblewrap cannot run here") and runner.box is None
+    note = runner.configure(hidden=[], bwrap=str(tmp_path / "no-bwrap"), use_landlock=False)
+    assert note.startswith("bubblewrap cannot run here") and "Landlock is not used" in note and runner.box is None
     repo, markers = planted_repo(tmp_path)
     change(repo)
     runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(tmp_path / "index")})
@@ -217,13 +232,13 @@ def test_no_git_runs_outside_the_runner():
     assert offenders == [], offenders
 
 
-@needs_bwrap
-def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_path, runner):
+@pytest.mark.parametrize("kind", BOXES)
+def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_path, runner, kind):
     """`git worktree prune` takes a worktree it cannot see for deleted: the phases' worktrees in the
     (hidden) data dir must stay visible to the box, or one phase's removal unregisters another's."""
     data = tmp_path / "data"
     (data / "worktrees").mkdir(parents=True)
-    assert runner.configure(hidden=[data], visible=[tmp_path, git_worktree.worktrees_dir(data)]) == ""
+    configure(runner, kind, [data], [tmp_path / "repo", git_worktree.worktrees_dir(data)])
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
@@ -240,3 +255,97 @@ def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_pa
     git_worktree._settle(spaces["a"].manifest_path, git_worktree.PhaseStatus.SUCCEEDED)
     (spaces["b"].worktree_path / "g").write_text("y\n")
     assert [f.path for f in spaces["b"]._collect().changed_files] == ["g"]
+
+
+def test_a_driver_named_with_an_equals_sign_stays_unrun(tmp_path, runner):
+    """``-c filter.x=y.clean=`` is read as the key ``filter.x``: a driver whose name holds ``=``
+    escaped its override and ran (seen on the runner of -c overrides). Overrides alone, no box."""
+    assert runner.configure(hidden=[], use_box=False) == "turned off"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitattributes").write_text("* filter=x=y diff=d=e\n")
+    (repo / "f").write_text("x\n")
+    with open(repo / ".git" / "config", "a") as f:
+        f.write(f"[filter \"x=y\"]\n\tclean = \"sh -c 'touch {markers}/clean; cat'\"\n"
+                f"[diff \"d=e\"]\n\ttextconv = \"sh -c 'touch {markers}/textconv; cat'\"\n")
+    runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(tmp_path / "index")})
+    tree = runner.run(repo, "write-tree", env={"GIT_INDEX_FILE": str(tmp_path / "index")}).decode().strip()
+    (repo / "f").write_text("y\n")
+    # The server's diff (its flags): an emptied driver would make git fail, not run a program.
+    runner.run(repo, "diff", "--no-ext-diff", "--no-textconv", tree)
+    assert os.listdir(markers) == []
+
+
+def test_the_repositorys_core_worktree_does_not_move_the_servers_git(tmp_path, runner):
+    """A phase sets ``core.worktree`` to a directory of the host: the server's ``add -A`` read it into
+    the repository and its rewind's ``clean`` deleted its files (seen on the runner before the working
+    tree was pinned). The server's git works on the tree it found by ``.git``."""
+    assert runner.configure(hidden=[], use_box=False) == "turned off"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("sk-ant-outside\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "work.txt").write_text("work\n")
+    _git(repo, "config", "core.worktree", str(outside))
+    index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+    runner.run(repo, "add", "-A", env=index)
+    listed = runner.run(repo, "ls-files", "-z", env=index).decode().split("\0")
+    assert "work.txt" in listed and "secret.txt" not in listed
+    runner.run(repo, "clean", "--quiet", "-d", "--force", writable=(repo,))
+    assert (outside / "secret.txt").exists(), "the server's git deleted a file outside the repository"
+    assert git_worktree.repo_toplevel(repo) == repo.resolve()
+
+
+def test_only_the_servers_builtin_commands_run(tmp_path, runner):
+    """No alias is ever looked up: every command the runner allows is a builtin of this git (an alias
+    never shadows a builtin), and any other name is refused before git starts."""
+    builtins = set(subprocess.run(["git", "--list-cmds=builtins"], capture_output=True, text=True,
+                                  check=True).stdout.split())
+    assert host_git.COMMANDS <= builtins, host_git.COMMANDS - builtins
+    assert runner.configure(hidden=[], use_box=False) == "turned off"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    with open(repo / ".git" / "config", "a") as f:
+        f.write(f"[alias]\n\thx = \"!touch {markers}/alias\"\n\tstatus = \"!touch {markers}/shadow\"\n")
+    with pytest.raises(GitError, match="not a command the server runs"):
+        runner.run(repo, "hx")
+    with pytest.raises(GitError):
+        runner.run(repo, "-c", "user.name=x", "status")
+    assert host_git.subcommand(("-c", "a=b", "--literal-pathspecs", "add", "-A")) == "add"
+    assert os.listdir(markers) == []
+
+
+@needs_landlock
+def test_landlock_box_keeps_the_data_dir_and_home_out_and_writes_only_what_the_command_writes(tmp_path):
+    """The Landlock fallback is an allowlist: a program git runs reads the repository, not the data
+    dir, /etc's other files or /proc; it writes the git directory, not the working tree."""
+    runner = HostGit()
+    data = tmp_path / "data"
+    (data / "secret").mkdir(parents=True)
+    (data / "secret" / "key").write_text("sk-ant-data\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    configure(runner, "landlock", [data], [repo])
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    (repo / "f").write_text("x\n")
+    probe = (f"cat {data}/secret/key > .git/leak 2>&1; ls /proc/1 > .git/proc 2>&1; ls /root > .git/home 2>&1; "
+             f"touch {repo}/wt-write 2>/dev/null; touch .git/ran; cat")
+    with open(repo / ".git" / "config", "a") as f:
+        f.write(f"[filter \"evil\"]\n\tclean = \"bash -c '{probe}'\"\n")
+    import unittest.mock
+    with unittest.mock.patch.object(host_git, "drivers", lambda names: []):
+        runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(repo / ".git" / "hx-index")})
+    assert (repo / ".git" / "ran").exists()
+    assert "sk-ant-data" not in (repo / ".git" / "leak").read_text()
+    assert "Permission denied" in (repo / ".git" / "proc").read_text()
+    assert "Permission denied" in (repo / ".git" / "home").read_text() or not Path("/root").exists()
+    assert not (repo / "wt-write").exists()
