@@ -349,3 +349,37 @@ def test_landlock_box_keeps_the_data_dir_and_home_out_and_writes_only_what_the_c
     assert "Permission denied" in (repo / ".git" / "proc").read_text()
     assert "Permission denied" in (repo / ".git" / "home").read_text() or not Path("/root").exists()
     assert not (repo / "wt-write").exists()
+
+
+@needs_landlock
+def test_landlock_spawner_kills_a_timed_out_program_and_comes_back_after_it_died(tmp_path):
+    """The single-threaded spawner that starts the server's git in its Landlock domain: a program past
+    its time is killed with its process group; a spawner that died is started again."""
+    import signal
+    import time
+
+    from helix_runner.process.host_git import LandlockBox
+    box = LandlockBox(LANDLOCK_ABI)
+    try:
+        fs = box.rules(tmp_path, [tmp_path])
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            box.run(["sh", "-c", "sleep 60 & echo $! > child; wait"], tmp_path, {"PATH": "/usr/bin:/bin"}, fs,
+                    timeout=1.0)
+        assert time.monotonic() - started < 10
+        child = int((tmp_path / "child").read_text())
+        for _ in range(100):  # bounded: the spawner kills the group as soon as it sees the socket closed
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the timed-out program's child still runs")
+        assert box._spawner is not None
+        box._spawner.send_signal(signal.SIGKILL)
+        box._spawner.wait(timeout=10)
+        status, out, _ = box.run(["echo", "back"], tmp_path, {"PATH": "/usr/bin:/bin"}, fs, timeout=20)
+        assert (status, out) == (0, b"back\n")
+    finally:
+        box.close()

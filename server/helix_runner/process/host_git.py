@@ -37,10 +37,15 @@ system calls): about +2 ms a call with the overrides, +6 ms boxed.
 from __future__ import annotations
 
 import logging
+import marshal
 import os
+import selectors
 import shutil
+import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,37 +285,144 @@ class LandlockBox:
     nothing inside what it shows (a secret file in a workspace root stays readable), and UDP and
     named unix sockets are outside Landlock's reach: the log says so at start.
 
-    The ruleset is built in the server; the child enters it between fork and exec (two system
-    calls, ``landlock.enter``): no helper process to start, so the cost is a fork for a vfork."""
+    The domain is entered between fork and exec, which the multi-threaded server cannot do safely:
+    a single-threaded helper process (``sandbox/landlock_spawner.py``), started once, forks each
+    git for it; stdin, stdout and stderr are the server's own pipes, passed with the request."""
 
     abi: int
     visible: tuple[Path, ...] = ()
     programs: tuple[Path, ...] = ()
+    _spawner: subprocess.Popen | None = field(default=None, repr=False)
+    _control: socket.socket | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def ruleset(self, cwd: Path, writable: Iterable[Path], readable: Iterable[Path] = ()) -> int:
+    def rules(self, cwd: Path, writable: Iterable[Path], readable: Iterable[Path] = ()) -> list[tuple[str, int]]:
         read = landlock.READ
         fs: list[tuple[str, int]] = [(d, read) for d in (*_SYSTEM_DIRS, *map(str, self.programs))]
         fs += [(f, landlock.FS_READ_FILE) for f in _SYSTEM_FILES]
         fs += [(d, landlock.DEVICE) for d in _DEVICES]
         fs += [(str(p), read) for p in (*self.visible, *readable, cwd)]
         fs += [(str(p), read | landlock.WRITE) for p in writable]
-        return landlock.make_ruleset(self.abi, fs=fs, tcp_ports=[])
+        return fs
+
+    def run(self, argv: Sequence[str], cwd: Path, env: dict[str, str], fs: list[tuple[str, int]], *,
+            stdout=None, input: bytes | None = None, timeout: float = GIT_TIMEOUT) -> tuple[int, bytes, bytes]:
+        """Runs ``argv`` in the domain ``fs``; (exit status, stdout, stderr). Raises OSError when the
+        spawner cannot be reached, TimeoutError after ``timeout`` (the program is then killed)."""
+        request = marshal.dumps({"argv": list(argv), "cwd": str(cwd), "env": env, "abi": self.abi, "fs": fs})
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        out_r, out_w = os.pipe() if stdout is None else (-1, os.dup(stdout.fileno()))
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if input is not None else (os.open(os.devnull, os.O_RDONLY), -1)
+        try:
+            self._send(request, [theirs.fileno(), in_r, out_w, err_w])
+        finally:
+            theirs.close()
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        try:
+            out, err = _communicate(in_w, input or b"", out_r, err_r, timeout)
+            mine.settimeout(max(0.1, timeout))
+            answer = mine.recv(64)
+        finally:
+            mine.close()  # before an answer: the spawner kills the program
+        if not answer:
+            raise OSError("the Landlock spawner ended")
+        return int(marshal.loads(answer)), out, err
+
+    def _send(self, request: bytes, fds: list[int]) -> None:
+        with self._lock:
+            for attempt in (1, 2):
+                if self._control is None:
+                    self._start()
+                assert self._control is not None
+                try:
+                    socket.send_fds(self._control, [request], fds)
+                    return
+                except OSError:
+                    self.close()
+                    if attempt == 2:
+                        raise
+
+    def _start(self) -> None:
+        """The spawner: a child with none of the server's variables, its request socket on an fd."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        script = Path(landlock.__file__).with_name("landlock_spawner.py")
+        try:
+            self._spawner = subprocess.Popen(
+                [sys.executable, "-E", "-s", "-S", "-B", str(script), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd="/")
+        finally:
+            theirs.close()
+        self._control = mine
+
+    def close(self) -> None:
+        """Stops the spawner (closing its socket ends it and every program it started)."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._spawner is not None:
+            try:
+                self._spawner.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._spawner.kill()
+                self._spawner.wait()
+            self._spawner = None
 
     def works(self) -> str:
         """"" when a ``true`` in the domain runs here, else why not (one line)."""
         try:
-            fd = self.ruleset(Path("/"), ())
-        except OSError as exc:
-            return f"landlock: {exc.strerror or exc}"
-        try:
-            proc = subprocess.run(["true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False,
-                                  cwd="/", env={"PATH": "/usr/bin:/bin"}, pass_fds=(fd,),
-                                  preexec_fn=lambda: landlock.enter(fd))
-        except (OSError, subprocess.SubprocessError) as exc:
+            status, _, err = self.run(["true"], Path("/"), {"PATH": "/usr/bin:/bin"}, self.rules(Path("/"), ()),
+                                      timeout=20)
+        except (OSError, TimeoutError) as exc:
             return f"landlock: {exc}"
-        finally:
-            os.close(fd)
-        return "" if proc.returncode == 0 else f"landlock: a confined program exited with {proc.returncode}"
+        if status != 0:
+            return f"landlock: {err.decode('utf-8', 'replace').strip()[:300] or f'exit status {status}'}"
+        return ""
+
+
+def _communicate(in_w: int, data: bytes, out_r: int, err_r: int, timeout: float) -> tuple[bytes, bytes]:
+    """Writes ``data`` to ``in_w`` and reads ``out_r`` and ``err_r`` to their ends (-1: none), within
+    ``timeout``; closes them all."""
+    deadline = time.monotonic() + timeout
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    sel = selectors.DefaultSelector()
+    try:
+        for fd in (out_r, err_r):
+            if fd >= 0:
+                sel.register(fd, selectors.EVENT_READ)
+        if in_w >= 0:
+            os.set_blocking(in_w, False)
+            sel.register(in_w, selectors.EVENT_WRITE)
+        view = memoryview(data)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            for key, _ in sel.select(left):
+                fd = key.fd
+                if fd == in_w:
+                    try:
+                        view = view[os.write(fd, view[:65536]):]
+                    except BrokenPipeError:
+                        view = view[:0]
+                    if not view:
+                        sel.unregister(fd)
+                        os.close(fd)
+                        in_w = -1
+                    continue
+                block = os.read(fd, 65536)
+                if block:
+                    chunks[fd].append(block)
+                else:
+                    sel.unregister(fd)
+    finally:
+        sel.close()
+        for fd in (in_w, out_r, err_r):
+            if fd >= 0:
+                os.close(fd)
+    return b"".join(chunks.get(out_r, [])), b"".join(chunks[err_r])
 
 
 class GitError(Exception):
@@ -336,6 +448,8 @@ class HostGit:
         """Decides the helper sandbox once (start-up): bubblewrap, else Landlock; returns "" when git
         runs boxed, else why not."""
         with self._lock:
+            if isinstance(self.box, LandlockBox):
+                self.box.close()
             self.box, self.box_note = None, ""
             path = bwrap or shutil.which("bwrap")
             shown = tuple(dict.fromkeys(Path(v).absolute() for v in visible))
@@ -358,6 +472,7 @@ class HostGit:
                 if not lwhy:
                     self.box = lbox
                     return ""
+                lbox.close()
                 why = f"{why}; {lwhy}"
             else:
                 why = f"{why}; Landlock is {'not used' if not use_landlock else 'not available'}"
@@ -395,14 +510,16 @@ class HostGit:
         if isinstance(box, GitBox):
             argv = box.wrap(argv, cwd, rw, readable=[work_tree(cwd)])
         elif isinstance(box, LandlockBox):
+            fs = box.rules(cwd, rw, readable=[work_tree(cwd), *git_dirs(cwd)])
             try:
-                fd = box.ruleset(cwd, rw, readable=[work_tree(cwd), *git_dirs(cwd)])
+                status, out, err = box.run(argv, cwd, full_env, fs, stdout=stdout, input=input, timeout=timeout)
+            except TimeoutError:
+                raise GitError(f"git {name} took longer than {timeout:.0f}s") from None
             except OSError as exc:
-                raise GitError(f"cannot confine git: {exc.strerror or exc}") from None
-            try:
-                return self._exec(argv, cwd, full_env, stdout, check, name, timeout, input, ruleset=fd)
-            finally:
-                os.close(fd)
+                raise GitError(f"cannot run git in its sandbox: {exc.strerror or exc}") from None
+            if check and status != 0:
+                raise GitError(f"git {name} failed: {err.decode('utf-8', 'replace').strip()[:500]}")
+            return out
         return self._exec(argv, cwd, full_env, stdout, check, name, timeout, input)
 
     def _reads_env_config(self) -> bool:
@@ -431,19 +548,15 @@ class HostGit:
 
     @staticmethod
     def _exec(argv: list[str], cwd: Path, env: dict[str, str], stdout, check: bool, name: str,
-              timeout: float, input: bytes | None = None, ruleset: int = -1) -> bytes:
+              timeout: float, input: bytes | None = None) -> bytes:
         stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
-        # In a Landlock box the child enters the domain between fork and exec: two system calls.
-        confine = {"pass_fds": (ruleset,), "preexec_fn": lambda: landlock.enter(ruleset)} if ruleset >= 0 else {}
         try:
             proc = subprocess.run(argv, cwd=cwd, env=env, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=timeout, **stdin, **confine)
+                                  timeout=timeout, **stdin)
         except subprocess.TimeoutExpired:
             raise GitError(f"git {name} took longer than {timeout:.0f}s") from None
         except OSError as exc:
             raise GitError(f"cannot run git: {exc.strerror or exc}") from None
-        except subprocess.SubprocessError as exc:  # the domain could not be entered: nothing ran
-            raise GitError(f"cannot confine git: {exc}") from None
         if check and proc.returncode != 0:
             raise GitError(f"git {name} failed: {proc.stderr.decode('utf-8', 'replace').strip()[:500]}")
         return proc.stdout or b""
