@@ -173,6 +173,8 @@ class BoxScenario:
 
     def lay_out(self) -> None:
         self.markers.mkdir()
+        (self.root / "outside").mkdir()  # what a planted core.worktree points the server's git at
+        (self.root / "outside" / "secret.txt").write_text(f"{box_battery.OUTSIDE_SECRET}\n")
         _repo(self.ws)
         for name in ("proj", "trap", "wtrepo", "optin", "hostgit"):
             _repo(self.ws / name)

@@ -88,8 +88,13 @@ def box_host_git(config: ServerConfig) -> None:
     secrets = [p for p in (config.auth_token_file, config.tls_key_file, config.api_key_file) if p is not None]
     # The phases' worktrees (data dir) stay visible: git checks every worktree of a repository it
     # prunes, and one it cannot see is taken for deleted (its administration removed under it).
+    # The layers this host is told it lacks (sandbox_skip_layers) are left out here too: without
+    # namespaces no bubblewrap, without landlock no Landlock domain.
+    skip = set(config.sandbox_skip_layers)
     note = HOST_GIT.configure(hidden=[config.data_dir, Path.home(), *secrets],
-                              visible=[*config.workspace_roots, worktrees_dir(config.data_dir)])
+                              visible=[*config.workspace_roots, worktrees_dir(config.data_dir)],
+                              bwrap="/nonexistent/bwrap" if "namespaces" in skip else None,
+                              use_landlock="landlock" not in skip)
     if note:
         log.warning("host git: the server's own git calls run without their helper sandbox; a program a "
                     "repository names that git's overrides miss would run as the server",
