@@ -141,7 +141,7 @@ def hostgit(markers: str) -> None:
            f"[core]\n\tfsmonitor = \"touch {m}/hg-fsmonitor\"\n\tpager = \"touch {m}/hg-pager; cat\"\n"
            f"\teditor = \"touch {m}/hg-editor\"\n\tsshCommand = \"touch {m}/hg-ssh\"\n"
            f"\taskPass = \"touch {m}/hg-askpass\"\n\tgitProxy = \"touch {m}/hg-proxy\"\n"
-           f"\thooksPath = {hooks}\n\tworktree = {os.path.join(os.path.dirname(m), 'outside')}\n"
+           f"\thooksPath = {hooks}\n"
            f"[filter \"hx\"]\n\tclean = {run('clean')}\n\tsmudge = {run('smudge')}\n"
            f"[filter \"x=y\"]\n\tclean = {run('eqname')}\n\tsmudge = {run('eqname')}\n"
            f"[diff \"x=y\"]\n\ttextconv = {run('eqname')}\n"
@@ -158,6 +158,15 @@ def hostgit(markers: str) -> None:
     _write("info_attributes", ".git/info/attributes", "* diff=hx\n")
     for name in ("a.txt", "b.p", "c.i", "e.e"):  # work for the server's diff of this phase
         _write(f"work_{name}", name, f"work in {name}\n", "a")
+
+
+def hostgit_worktree(markers: str) -> None:
+    """Points the repository's ``core.worktree`` at a directory outside the workspace (beside the
+    markers), and leaves work: the server's git must still see this working tree, not that one.
+    (A phase of its own: with the other families planted, the redirect would hide their files.)"""
+    outside = os.path.join(os.path.dirname(markers), "outside")
+    _write("config", ".git/config", f"[core]\n\tworktree = {outside}\n", "a")
+    _write("work", "w.txt", "work\n")
 
 
 def worktree_work(markers: str) -> None:
@@ -238,4 +247,4 @@ def stream(lines: str) -> None:
 
 if __name__ == "__main__":
     group, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
-    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "worktree_work": worktree_work, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)
+    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "hostgit_worktree": hostgit_worktree, "worktree_work": worktree_work, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)
