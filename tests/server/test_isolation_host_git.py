@@ -13,7 +13,6 @@ from helix_runner.process.sandbox import landlock
 from helix_runner.server.isolation import box_host_git
 
 
-
 @pytest.fixture
 def restored():
     box, note = HOST_GIT.box, HOST_GIT.box_note
