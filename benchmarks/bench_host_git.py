@@ -5,7 +5,9 @@ Three ways to run the same git command on the same repository, rounds interleave
 * ``before``: git as the server ran it before (a few ``-c`` overrides, the server's environment);
 * ``overrides``: through ``process/host_git.py`` without the sandbox (every override, the driver
   names read first with ``git config --list``, a minimal environment);
-* ``boxed``: the same inside its bubblewrap helper sandbox (what a server with bubblewrap runs).
+* ``boxed``: the same inside its bubblewrap helper sandbox (what a server with bubblewrap runs);
+* ``landlock``: the same inside its Landlock helper sandbox, started by the runner's spawner
+  process (what a server without bubblewrap runs, most Kubernetes pods).
 
 Commands: ``rev-parse --show-toplevel`` (the cheapest), ``add -A`` into a private index (the
 snapshot of a phase's working tree, 200 files) and ``diff --name-status`` of two trees. Goal: at
@@ -62,9 +64,10 @@ def main() -> int:
         repo, first, second = _repo(root)
         data = root / "data"
         data.mkdir()
-        overrides, boxed = HostGit(), HostGit()
+        overrides, boxed, landlocked = HostGit(), HostGit(), HostGit()
         overrides.configure(hidden=[], use_box=False)
         note = boxed.configure(hidden=[data, Path.home()], visible=[root])
+        lnote = landlocked.configure(hidden=[data, Path.home()], visible=[repo], bwrap="/nonexistent/bwrap")
         index_dir = root / "index"
         index_dir.mkdir()
         commands = {
@@ -81,10 +84,14 @@ def main() -> int:
 
         ways = {"before": before,
                 "overrides": lambda cmd, env: overrides.run(repo, *cmd, env=env),
-                "boxed": lambda cmd, env: boxed.run(repo, *cmd, env=env)}
-        if note:
-            print(f"# no helper sandbox here ({note}): the boxed column is left out")
+                "boxed": lambda cmd, env: boxed.run(repo, *cmd, env=env),
+                "landlock": lambda cmd, env: landlocked.run(repo, *cmd, env=env)}
+        if note or boxed.kind != "bubblewrap":
+            print(f"# no bubblewrap here ({note}): the boxed column is left out")
             del ways["boxed"]
+        if lnote or landlocked.kind != "landlock":
+            print(f"# no Landlock here ({lnote}): the landlock column is left out")
+            del ways["landlock"]
         samples: dict[tuple[str, str], list[float]] = {(c, w): [] for c in commands for w in ways}
         for rnd in range(args.rounds):
             order = list(ways) if rnd % 2 == 0 else list(reversed(ways))

@@ -14,11 +14,23 @@ from pathlib import Path
 import pytest
 
 from helix_runner.process import git_worktree, host_git
-from helix_runner.process.host_git import HOST_GIT, GitBox, HostGit
+from helix_runner.process.host_git import HOST_GIT, GitBox, GitError, HostGit
+from helix_runner.process.sandbox import landlock
 
 ROOT = Path(__file__).resolve().parents[2]
 BWRAP = host_git.shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None or GitBox(BWRAP).works() != "", reason="bubblewrap cannot run here")
+LANDLOCK_ABI = landlock.abi()
+needs_landlock = pytest.mark.skipif(LANDLOCK_ABI < 4, reason="no Landlock with TCP rules (ABI 4+) here")
+# Each helper sandbox: bubblewrap where it runs, Landlock where it does not (configure falls back).
+BOXES = [pytest.param("bubblewrap", marks=needs_bwrap), pytest.param("landlock", marks=needs_landlock)]
+
+
+def configure(runner: HostGit, kind: str, hidden, visible) -> None:
+    """Configures ``runner`` with the helper sandbox ``kind`` (Landlock: as if bubblewrap were missing)."""
+    bwrap = None if kind == "bubblewrap" else "/nonexistent/bwrap"
+    assert runner.configure(hidden=hidden, visible=visible, bwrap=bwrap) == ""
+    assert runner.kind == kind
 
 FAMILIES = ("clean", "smudge", "process", "textconv", "diffcmd", "external", "fsmonitor", "pager", "editor",
             "ssh", "gpg", "credential", "askpass", "merge", "proxy", "include", "hook", "alternate")
@@ -125,10 +137,11 @@ def test_git_overrides_alone_run_no_family(tmp_path, runner):
     assert "d.txt" in {f.path for f in done["worktree"].changed_files} and done["commit"]
 
 
-@needs_bwrap
-def test_inside_the_helper_sandbox_no_family_runs_and_the_work_is_done(tmp_path, runner):
-    assert runner.configure(hidden=[tmp_path / "data"], visible=[tmp_path]) == ""
+@pytest.mark.parametrize("kind", BOXES)
+def test_inside_the_helper_sandbox_no_family_runs_and_the_work_is_done(tmp_path, runner, kind):
+    visible = [tmp_path] if kind == "bubblewrap" else [tmp_path / "repo", tmp_path / "markers", tmp_path / "data"]
     repo, markers = planted_repo(tmp_path)
+    configure(runner, kind, [tmp_path / "data"], visible)
     (tmp_path / "data").mkdir()
     done = _servers_operations(repo, tmp_path / "data")
     assert os.listdir(markers) == []
@@ -137,8 +150,8 @@ def test_inside_the_helper_sandbox_no_family_runs_and_the_work_is_done(tmp_path,
     assert not (tmp_path / "data" / "worktrees" / "j" / "p").exists()
 
 
-@needs_bwrap
-def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", BOXES)
+def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch, kind):
     """Defence in depth: pretend the runner missed the filter drivers. The planted clean filter then
     runs, but in the box: it cannot read the hidden secret, write outside what the command writes,
     or reach the network."""
@@ -163,7 +176,9 @@ def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch
     with open(repo / ".git" / "config", "a") as f:
         f.write(f"[filter \"evil\"]\n\tclean = \"bash -c '{program}'\"\n")
     runner = HostGit()
-    assert runner.configure(hidden=[tmp_path / "data"], visible=[tmp_path]) == ""
+    # Landlock hides nothing inside what it shows: its visible paths are the workspace, as a server's
+    # roots are (the data dir outside them, as the server warns at start it should be).
+    configure(runner, kind, [tmp_path / "data"], [tmp_path] if kind == "bubblewrap" else [repo])
     (tmp_path / "index.d").mkdir()
     runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(tmp_path / "index.d" / "index")})
     assert (repo / ".git" / "ran").exists(), "the missed filter did not run at all"
@@ -177,8 +192,8 @@ def test_a_key_the_overrides_miss_runs_only_inside_the_box(tmp_path, monkeypatch
 
 def test_without_bubblewrap_the_runner_says_why_and_still_overrides(tmp_path):
     runner = HostGit()
-    note = runner.configure(hidden=[], bwrap=str(tmp_path / "no-bwrap"))
-    assert note.startswith("bubblewrap cannot run here") and runner.box is None
+    note = runner.configure(hidden=[], bwrap=str(tmp_path / "no-bwrap"), use_landlock=False)
+    assert note.startswith("bubblewrap cannot run here") and "Landlock is not used" in note and runner.box is None
     repo, markers = planted_repo(tmp_path)
     change(repo)
     runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(tmp_path / "index")})
@@ -202,28 +217,45 @@ def test_driver_names_with_dots_are_emptied_whole():
     assert pairs["merge.m.driver"] == "" and not any(k.startswith("user.") for k in pairs)
 
 
+def _starts_git(node: ast.AST) -> bool:
+    """A constant naming git as a program: ``"git"``, ``"/usr/bin/git"``, or a command line ``"git ..."``."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+        node.value.split(" ", 1)[0].rsplit("/", 1)[-1] == "git")
+
+
+def git_starts(tree: ast.AST) -> list[int]:
+    """Lines that start git: an argv list or tuple whose first element names git, or a call whose
+    first argument does (``create_subprocess_exec("git", ...)``, ``os.execvp("git", ...)``,
+    ``shutil.which("git")``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List | ast.Tuple) and node.elts and _starts_git(node.elts[0]):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and node.args and _starts_git(node.args[0]):
+            lines.append(node.lineno)
+    return lines
+
+
 def test_no_git_runs_outside_the_runner():
     """Every git process the server starts goes through host_git.py: no other module spawns git."""
-    offenders = []
-    for path in (ROOT / "server" / "helix_runner").rglob("*.py"):
-        if path.name == "host_git.py":
-            continue
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and node.value == "git":
-                parent_lists = [n for n in ast.walk(tree) if isinstance(n, ast.List | ast.Tuple) and node in n.elts]
-                if any(n.elts and n.elts[0] is node for n in parent_lists):
-                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    offenders = [f"{path.relative_to(ROOT)}:{line}"
+                 for path in (ROOT / "server" / "helix_runner").rglob("*.py") if path.name != "host_git.py"
+                 for line in git_starts(ast.parse(path.read_text()))]
     assert offenders == [], offenders
+    # The check finds what it is for.
+    sample = ('import asyncio, subprocess, shutil\nsubprocess.run(["git", "status"])\n'
+              'asyncio.create_subprocess_exec("git", "diff")\nsubprocess.run("git status", shell=True)\n'
+              'shutil.which("git")\nargv = ("/usr/bin/git", "add")\nprint("gitlab")\n')
+    assert sorted(git_starts(ast.parse(sample))) == [2, 3, 4, 5, 6]
 
 
-@needs_bwrap
-def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_path, runner):
+@pytest.mark.parametrize("kind", BOXES)
+def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_path, runner, kind):
     """`git worktree prune` takes a worktree it cannot see for deleted: the phases' worktrees in the
     (hidden) data dir must stay visible to the box, or one phase's removal unregisters another's."""
     data = tmp_path / "data"
     (data / "worktrees").mkdir(parents=True)
-    assert runner.configure(hidden=[data], visible=[tmp_path, git_worktree.worktrees_dir(data)]) == ""
+    configure(runner, kind, [data], [tmp_path / "repo", git_worktree.worktrees_dir(data)])
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
@@ -240,3 +272,131 @@ def test_removing_one_worktree_in_the_box_leaves_its_neighbour_registered(tmp_pa
     git_worktree._settle(spaces["a"].manifest_path, git_worktree.PhaseStatus.SUCCEEDED)
     (spaces["b"].worktree_path / "g").write_text("y\n")
     assert [f.path for f in spaces["b"]._collect().changed_files] == ["g"]
+
+
+def test_a_driver_named_with_an_equals_sign_stays_unrun(tmp_path, runner):
+    """``-c filter.x=y.clean=`` is read as the key ``filter.x``: a driver whose name holds ``=``
+    escaped its override and ran (seen on the runner of -c overrides). Overrides alone, no box."""
+    assert runner.configure(hidden=[], use_box=False) == "turned off"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitattributes").write_text("* filter=x=y diff=d=e\n")
+    (repo / "f").write_text("x\n")
+    with open(repo / ".git" / "config", "a") as f:
+        f.write(f"[filter \"x=y\"]\n\tclean = \"sh -c 'touch {markers}/clean; cat'\"\n"
+                f"[diff \"d=e\"]\n\ttextconv = \"sh -c 'touch {markers}/textconv; cat'\"\n")
+    runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(tmp_path / "index")})
+    tree = runner.run(repo, "write-tree", env={"GIT_INDEX_FILE": str(tmp_path / "index")}).decode().strip()
+    (repo / "f").write_text("y\n")
+    # The server's diff (its flags): an emptied driver would make git fail, not run a program.
+    runner.run(repo, "diff", "--no-ext-diff", "--no-textconv", tree)
+    assert os.listdir(markers) == []
+
+
+def test_the_repositorys_core_worktree_does_not_move_the_servers_git(tmp_path, runner):
+    """A phase sets ``core.worktree`` to a directory of the host: the server's ``add -A`` read it into
+    the repository and its rewind's ``clean`` deleted its files (seen on the runner before the working
+    tree was pinned). The server's git works on the tree it found by ``.git``."""
+    assert runner.configure(hidden=[], use_box=False) == "turned off"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("sk-ant-outside\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "work.txt").write_text("work\n")
+    _git(repo, "config", "core.worktree", str(outside))
+    index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+    runner.run(repo, "add", "-A", env=index)
+    listed = runner.run(repo, "ls-files", "-z", env=index).decode().split("\0")
+    assert "work.txt" in listed and "secret.txt" not in listed
+    runner.run(repo, "clean", "--quiet", "-d", "--force", writable=(repo,))
+    assert (outside / "secret.txt").exists(), "the server's git deleted a file outside the repository"
+    assert git_worktree.repo_toplevel(repo) == repo.resolve()
+
+
+def test_only_the_servers_builtin_commands_run(tmp_path, runner):
+    """No alias is ever looked up: every command the runner allows is a builtin of this git (an alias
+    never shadows a builtin), and any other name is refused before git starts."""
+    builtins = set(subprocess.run(["git", "--list-cmds=builtins"], capture_output=True, text=True,
+                                  check=True).stdout.split())
+    assert host_git.COMMANDS <= builtins, host_git.COMMANDS - builtins
+    assert runner.configure(hidden=[], use_box=False) == "turned off"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    with open(repo / ".git" / "config", "a") as f:
+        f.write(f"[alias]\n\thx = \"!touch {markers}/alias\"\n\tstatus = \"!touch {markers}/shadow\"\n")
+    with pytest.raises(GitError, match="not a command the server runs"):
+        runner.run(repo, "hx")
+    with pytest.raises(GitError):
+        runner.run(repo, "-c", "user.name=x", "status")
+    assert host_git.subcommand(("-c", "a=b", "--literal-pathspecs", "add", "-A")) == "add"
+    assert os.listdir(markers) == []
+
+
+@needs_landlock
+def test_landlock_box_keeps_the_data_dir_and_home_out_and_writes_only_what_the_command_writes(tmp_path):
+    """The Landlock fallback is an allowlist: a program git runs reads the repository, not the data
+    dir, /etc's other files or /proc; it writes the git directory, not the working tree."""
+    runner = HostGit()
+    data = tmp_path / "data"
+    (data / "secret").mkdir(parents=True)
+    (data / "secret" / "key").write_text("sk-ant-data\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    configure(runner, "landlock", [data], [repo])
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    (repo / "f").write_text("x\n")
+    probe = (f"cat {data}/secret/key > .git/leak 2>&1; ls /proc/1 > .git/proc 2>&1; ls /root > .git/home 2>&1; "
+             f"touch {repo}/wt-write 2>/dev/null; touch .git/ran; cat")
+    with open(repo / ".git" / "config", "a") as f:
+        f.write(f"[filter \"evil\"]\n\tclean = \"bash -c '{probe}'\"\n")
+    import unittest.mock
+    with unittest.mock.patch.object(host_git, "drivers", lambda names: []):
+        runner.run(repo, "add", "-A", env={"GIT_INDEX_FILE": str(repo / ".git" / "hx-index")})
+    assert (repo / ".git" / "ran").exists()
+    assert "sk-ant-data" not in (repo / ".git" / "leak").read_text()
+    assert "Permission denied" in (repo / ".git" / "proc").read_text()
+    assert "Permission denied" in (repo / ".git" / "home").read_text() or not Path("/root").exists()
+    assert not (repo / "wt-write").exists()
+
+
+@needs_landlock
+def test_landlock_spawner_kills_a_timed_out_program_and_comes_back_after_it_died(tmp_path):
+    """The single-threaded spawner that starts the server's git in its Landlock domain: a program past
+    its time is killed with its process group; a spawner that died is started again."""
+    import signal
+    import time
+
+    from helix_runner.process.host_git import LandlockBox
+    box = LandlockBox(LANDLOCK_ABI)
+    try:
+        fs = box.rules(tmp_path, [tmp_path])
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            box.run(["sh", "-c", "sleep 60 & echo $! > child; wait"], tmp_path, {"PATH": "/usr/bin:/bin"}, fs,
+                    timeout=1.0)
+        assert time.monotonic() - started < 10
+        child = int((tmp_path / "child").read_text())
+        for _ in range(100):  # bounded: the spawner kills the group as soon as it sees the socket closed
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the timed-out program's child still runs")
+        assert box._spawner is not None
+        box._spawner.send_signal(signal.SIGKILL)
+        box._spawner.wait(timeout=10)
+        status, out, _ = box.run(["echo", "back"], tmp_path, {"PATH": "/usr/bin:/bin"}, fs, timeout=20)
+        assert (status, out) == (0, b"back\n")
+    finally:
+        box.close()

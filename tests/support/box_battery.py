@@ -108,7 +108,11 @@ def repo(markers: str) -> None:
 # Every family of git-config(1) and gitattributes(5) that makes git run a program, each writing its
 # own marker (``hg-<family>``) when it runs: what the server's own git must never run (issue 30.1).
 HOST_GIT_FAMILIES = ("clean", "smudge", "process", "textconv", "diffcmd", "external", "fsmonitor", "pager",
-                     "editor", "ssh", "gpg", "credential", "askpass", "merge", "proxy", "include", "hook")
+                     "editor", "ssh", "gpg", "credential", "askpass", "merge", "proxy", "include", "hook", "eqname",
+                     "alias")
+# A file outside the workspace, beside the markers (``<markers>/../outside``, laid out by phase_box):
+# the repository's ``core.worktree`` points the server's git at it; it must never reach the diff.
+OUTSIDE_SECRET = "hxbox-outside-secret"
 
 
 def hostgit(markers: str) -> None:
@@ -121,10 +125,12 @@ def hostgit(markers: str) -> None:
 
     # First the attributes and the files they select, committed while nothing is planted yet (a
     # worktree made later checks them out through the smudge and process filters).
-    _write("attributes", ".gitattributes", "*.txt filter=hx diff=hx merge=hx\n*.p filter=hp\n*.i filter=inc\n")
-    for name in ("a.txt", "b.p", "c.i"):
+    # ``x=y``: a driver whose name holds '=' (``-c filter.x=y.clean=`` is read as the key ``filter.x``).
+    _write("attributes", ".gitattributes",
+           "*.txt filter=hx diff=hx merge=hx\n*.p filter=hp\n*.i filter=inc\n*.e filter=x=y diff=x=y\n")
+    for name in ("a.txt", "b.p", "c.i", "e.e"):
         _write(f"file_{name}", name, f"{name}\n")
-    sh("commit_clean", f"git add .gitattributes a.txt b.p c.i && {GIT} -c core.hooksPath=/dev/null commit -q -m attrs")
+    sh("commit_clean", f"git add .gitattributes a.txt b.p c.i e.e && {GIT} -c core.hooksPath=/dev/null commit -q -m attrs")
     hooks = os.path.abspath(".hxhooks")
     os.makedirs(hooks, exist_ok=True)
     for hook in ("post-checkout", "reference-transaction", "post-index-change", "pre-commit", "post-commit"):
@@ -137,6 +143,10 @@ def hostgit(markers: str) -> None:
            f"\taskPass = \"touch {m}/hg-askpass\"\n\tgitProxy = \"touch {m}/hg-proxy\"\n"
            f"\thooksPath = {hooks}\n"
            f"[filter \"hx\"]\n\tclean = {run('clean')}\n\tsmudge = {run('smudge')}\n"
+           f"[filter \"x=y\"]\n\tclean = {run('eqname')}\n\tsmudge = {run('eqname')}\n"
+           f"[diff \"x=y\"]\n\ttextconv = {run('eqname')}\n"
+           f"[alias]\n\tdiff = \"!touch {m}/hg-alias\"\n\tadd = \"!touch {m}/hg-alias\"\n"
+           f"\tworktree = \"!touch {m}/hg-alias\"\n"
            f"[filter \"hp\"]\n\tprocess = \"touch {m}/hg-process\"\n"
            f"[diff \"hx\"]\n\ttextconv = \"touch {m}/hg-textconv\"\n\tcommand = \"touch {m}/hg-diffcmd\"\n"
            f"[diff]\n\texternal = \"touch {m}/hg-external\"\n"
@@ -146,8 +156,17 @@ def hostgit(markers: str) -> None:
            f"[include]\n\tpath = {os.path.abspath('.hxinc')}\n"
            f"[includeIf \"gitdir:/\"]\n\tpath = {os.path.abspath('.hxinc')}\n", "a")
     _write("info_attributes", ".git/info/attributes", "* diff=hx\n")
-    for name in ("a.txt", "b.p", "c.i"):  # work for the server's diff of this phase
+    for name in ("a.txt", "b.p", "c.i", "e.e"):  # work for the server's diff of this phase
         _write(f"work_{name}", name, f"work in {name}\n", "a")
+
+
+def hostgit_worktree(markers: str) -> None:
+    """Points the repository's ``core.worktree`` at a directory outside the workspace (beside the
+    markers), and leaves work: the server's git must still see this working tree, not that one.
+    (A phase of its own: with the other families planted, the redirect would hide their files.)"""
+    outside = os.path.join(os.path.dirname(markers), "outside")
+    _write("config", ".git/config", f"[core]\n\tworktree = {outside}\n", "a")
+    _write("work", "w.txt", "work\n")
 
 
 def worktree_work(markers: str) -> None:
@@ -228,4 +247,4 @@ def stream(lines: str) -> None:
 
 if __name__ == "__main__":
     group, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
-    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "worktree_work": worktree_work, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)
+    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "hostgit_worktree": hostgit_worktree, "worktree_work": worktree_work, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)

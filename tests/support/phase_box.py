@@ -165,6 +165,7 @@ class BoxScenario:
             *turns("[[optin]]", f"{battery} optin {self.markers}"),
             *turns("[[hostgit]]", f"{battery} hostgit {self.markers}"),
             *turns("[[hostgit-wt]]", f"{battery} worktree_work {self.markers}"),
+            *turns("[[hostgit-redirect]]", f"{battery} hostgit_worktree {self.markers}"),
             *turns("[[line]]", f"{battery} flood line"),
             *turns("[[output]]", f"{battery} flood output"),
             *turns("[[forkbomb]]", f"{battery} forkbomb {FORKS}"),
@@ -173,17 +174,19 @@ class BoxScenario:
 
     def lay_out(self) -> None:
         self.markers.mkdir()
+        (self.root / "outside").mkdir()  # what a planted core.worktree points the server's git at
+        (self.root / "outside" / "secret.txt").write_text(f"{box_battery.OUTSIDE_SECRET}\n")
         _repo(self.ws)
-        for name in ("proj", "trap", "wtrepo", "optin", "hostgit"):
+        for name in ("proj", "trap", "wtrepo", "optin", "hostgit", "redirect"):
             _repo(self.ws / name)
         (self.ws / "trap" / ".gitmodules").write_text("")
         _git(self.ws / "trap", "add", ".gitmodules")
         _git(self.ws / "trap", "commit", "-q", "-m", "modules")
         (self.ws / "limits").mkdir()
-        for d in (self.ws, *(self.ws / n for n in ("proj", "trap", "wtrepo", "optin", "hostgit", "limits"))):
+        for d in (self.ws, *(self.ws / n for n in ("proj", "trap", "wtrepo", "optin", "hostgit", "redirect", "limits"))):
             (d / ".hxbox").mkdir()
             shutil.copyfile(box_battery.__file__, d / ".hxbox" / "box_battery.py")
-        for name in ("proj", "trap", "wtrepo", "optin", "hostgit"):  # the battery's copy is not the project's work
+        for name in ("proj", "trap", "wtrepo", "optin", "hostgit", "redirect"):  # the battery's copy is not the project's work
             (self.ws / name / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\n")
         (self.ws / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\n")
         for name in ("wtrepo", "hostgit"):  # a worktree holds what is committed
@@ -258,6 +261,8 @@ class BoxScenario:
                 # then a worktree of the same repository made, diffed and removed.
                 ("hostgit", "[[hostgit]]", ws / "hostgit", {"allow_repository_config_writes": True}),
                 ("hostgit-wt", "[[hostgit-wt]]", ws / "hostgit", {"workspace": pb.WORKSPACE_MODE_GIT_WORKTREE}),
+                # The repository's core.worktree pointed outside: the server's diff must stay here.
+                ("hostgit-redirect", "[[hostgit-redirect]]", ws / "redirect", {"allow_repository_config_writes": True}),
                 ("forkbomb", "[[forkbomb]]", ws / "limits", {"pids_limit": PIDS_LIMIT})):
             await self.finish(name, self.start(name, tag, workdir, **options))
         # What the server's own git ran, before the user's git below runs anything.

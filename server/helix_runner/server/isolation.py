@@ -82,17 +82,28 @@ def start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: Child
 
 def box_host_git(config: ServerConfig) -> None:
     """The server's own git runs in a helper sandbox of its own (process/host_git.py): the data dir,
-    the server's home and its secret files hidden, the workspace roots visible, no network. Where
-    bubblewrap cannot run, only git's overrides protect, and the log says so."""
+    the server's home and its secret files hidden, the workspace roots visible, no network. Without
+    bubblewrap it is a Landlock domain (an allowlist, with gaps the log names); with neither, only
+    git's overrides protect, and the log says so."""
     secrets = [p for p in (config.auth_token_file, config.tls_key_file, config.api_key_file) if p is not None]
     # The phases' worktrees (data dir) stay visible: git checks every worktree of a repository it
     # prunes, and one it cannot see is taken for deleted (its administration removed under it).
+    # The layers this host is told it lacks (sandbox_skip_layers) are left out here too: without
+    # namespaces no bubblewrap, without landlock no Landlock domain.
+    skip = set(config.sandbox_skip_layers)
     note = HOST_GIT.configure(hidden=[config.data_dir, Path.home(), *secrets],
-                              visible=[*config.workspace_roots, worktrees_dir(config.data_dir)])
+                              visible=[*config.workspace_roots, worktrees_dir(config.data_dir)],
+                              bwrap="/nonexistent/bwrap" if "namespaces" in skip else None,
+                              use_landlock="landlock" not in skip)
     if note:
         log.warning("host git: the server's own git calls run without their helper sandbox; a program a "
                     "repository names that git's overrides miss would run as the server",
                     extra={"fields": {"reason": note}})
+    elif HOST_GIT.kind == "landlock":
+        shown = [str(s) for s in secrets if any(s.absolute().is_relative_to(r) for r in config.workspace_roots)]
+        log.warning("host git: bubblewrap cannot run here; the server's git runs in a Landlock domain (the "
+                    "system's directories, the workspace roots and the phases' worktrees readable, no TCP), which "
+                    "does not stop UDP or a named unix socket, and hides no file inside a workspace root",
+                    extra={"fields": {"sandbox": "landlock", "secrets_inside_roots": shown}})
     else:
         log.info("host git", extra={"fields": {"sandbox": "bubblewrap", "hidden": len(secrets) + 2}})
-

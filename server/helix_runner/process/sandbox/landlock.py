@@ -108,13 +108,26 @@ def restrict(abi_version: int, *, fs: list[tuple[str, int]] | None = None, tcp_p
     ``scoped``: signals and abstract unix sockets stay inside the domain (ABI 6+).
     Rules on paths that do not exist are skipped. Sets ``no_new_privs`` (Landlock requires it).
     """
+    ruleset = make_ruleset(abi_version, fs=fs, tcp_ports=tcp_ports, scoped=scoped)
+    if ruleset < 0:
+        return
+    try:
+        enter(ruleset)
+    finally:
+        os.close(ruleset)
+
+
+def make_ruleset(abi_version: int, *, fs: list[tuple[str, int]] | None = None, tcp_ports: list[int] | None = None,
+                 scoped: bool = True) -> int:
+    """The ruleset ``restrict`` would enter, as a file descriptor (-1 when it would handle nothing),
+    built without restricting this process: a parent builds it, its child ``enter``s it."""
     all_fs = fs_rights(abi_version)
     handled_fs = all_fs if fs is not None else 0
     handled_net = NET_CONNECT_TCP if tcp_ports is not None and abi_version >= 4 else 0
     scope = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if scoped and abi_version >= 6 else 0
     attr = _u64(handled_fs) + (_u64(handled_net) if abi_version >= 4 else b"") + (_u64(scope) if abi_version >= 6 else b"")
     if not (handled_fs or handled_net or scope):
-        return
+        return -1
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = _call(SYS_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
     try:
@@ -139,9 +152,16 @@ def restrict(abi_version: int, *, fs: list[tuple[str, int]] | None = None, tcp_p
                 rule = _u64(NET_CONNECT_TCP) + _u64(port)  # struct landlock_net_port_attr
                 _call(SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_NET_PORT),
                       ctypes.create_string_buffer(rule, len(rule)), ctypes.c_uint32(0))
-        if _syscall().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
-            raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
-        _call(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
-    finally:
+    except BaseException:
         os.close(ruleset)
+        raise
+    return ruleset
+
+
+def enter(ruleset: int) -> None:
+    """Sets ``no_new_privs`` and enters the domain of ``ruleset`` (from ``make_ruleset``); raises
+    LandlockError. Two system calls and nothing else: safe in a child between fork and exec."""
+    if _syscall().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
+    _call(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
