@@ -35,7 +35,6 @@ from helix_runner.phases.handover import (
     SavedWorkspace,
     decisions_of,
     decode_control,
-    decode_request,
     restore_transcript,
     transcript_locator,
     transcript_path,
@@ -134,7 +133,7 @@ class Adopter:
         svc, state = self.service, claim.state
         job_id, phase_id = state.job_id, state.phase_id
         try:
-            request = decode_request(state.request)
+            request = svc.handover_codec.decode_request(state.request)
             saved = decode_control(state.control)
             workspace = msgspec.json.decode(state.workspace, type=SavedWorkspace) if state.workspace else None
         except (msgspec.DecodeError, msgspec.ValidationError, RunnerError):
@@ -219,7 +218,8 @@ class Adopter:
         holder: list[PhaseRun] = []
         durability = PhaseDurability(self.handover, job_id, phase_id,
                                      SavedRequest(request.spec, request.retry, request.accepted_ns, tuple(attempts)),
-                                     where, svc.replica_id, transcript_locator(plan, lambda: holder[0].sandbox))
+                                     where, svc.replica_id, transcript_locator(plan, lambda: holder[0].sandbox),
+                                     svc.handover_codec)
         resumption = Resumption(AttemptPlan(number, first, line, session), tuple(attempts), row.last_sequence,
                                 session, reason, end_kind)
         # Checkpoints go on where the previous replica's stopped (their commits are in the shared repository).

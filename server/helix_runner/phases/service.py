@@ -47,6 +47,7 @@ from helix_runner.phases.fork import ForkLaunch, ForkPoint, ForkStart, check_poi
 from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
     PhaseDurability,
+    HandoverCodec,
     SavedRequest,
     encode_decision,
     restore_transcript,
@@ -107,7 +108,7 @@ class PhaseService:
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
                  telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE,
                  egress: Egress | None = None, sandbox: Sandbox | None = None,
-                 webhooks: Webhooks | None = None):
+                 webhooks: Webhooks | None = None, handover_codec: HandoverCodec | None = None):
         self.config = config
         # Webhook subscriptions: each run maps its events to outbox rows (phases/webhooks.py).
         self.webhooks = webhooks
@@ -139,6 +140,10 @@ class PhaseService:
         self.cluster = cluster
         self.replica_id = cluster.replica_id
         self.handover = cluster.handover()
+        if self.handover is not None and handover_codec is None:
+            raise ValueError("a shared database hands phases over: PhaseService needs a handover_codec")
+        # How a phase's request is stored for the replica that takes it over (api.handover_codec).
+        self.handover_codec = handover_codec
         self.adopter = Adopter(self, self.handover) if self.handover is not None else None
         self.sweep_now: Callable[[], None] = lambda: None  # the takeover's sweep, once more (server.py)
         self._forgetting: set[asyncio.Future] = set()  # ended phases' hand-over state being deleted
@@ -246,7 +251,8 @@ class PhaseService:
                 durability = PhaseDurability(
                     self.handover, spec.job_id, spec.phase_id, SavedRequest(spec, retries.policy, now),
                     workspace_movability(plan, self.config.workspace_roots), self.replica_id,
-                    transcript_locator(plan, lambda: holder[0].sandbox if holder else plan.sandbox))
+                    transcript_locator(plan, lambda: holder[0].sandbox if holder else plan.sandbox),
+                    self.handover_codec)
             run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
                            retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project),
                            replica_id=self.replica_id, durability=durability,
