@@ -46,8 +46,8 @@ from helix_runner.phases.event_log import Delivery, EventWriter, Moved, PhaseEve
 from helix_runner.phases.fork import ForkLaunch, ForkPoint, ForkStart, check_point, choose, resolve
 from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
-    PhaseDurability,
     HandoverCodec,
+    PhaseDurability,
     SavedRequest,
     encode_decision,
     restore_transcript,
