@@ -18,7 +18,7 @@ from helix_runner.phases.admission import AdmissionLimits, AdmissionQueue
 from helix_runner.store.cluster import AdmissionCandidate, ClusterLimits
 
 WORKLOADS = 40
-FAST_WORKLOADS = 8  # in the fast tier (about half a second each on PostgreSQL); the rest are slow
+FAST_WORKLOADS = 3  # in the fast tier (about a second each: a fresh database); the rest are slow
 STEPS = 40
 
 
