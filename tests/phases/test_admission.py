@@ -511,3 +511,26 @@ def test_a_grant_that_refuses_an_entry_is_queue_full_and_nothing_is_queued():
         queue.submit("x", "A")
     assert (refused.value.reason, refused.value.metadata["scope"]) == ("QUEUE_FULL", "cluster")
     assert queue.get("x") is None and queue.queued == 0
+
+
+def test_a_project_that_went_idle_keeps_its_turn_and_does_not_jump_ahead():
+    """A project whose phases all ended and that comes back was still served more recently than one
+    that waited at its project limit meanwhile: the one waiting goes first, as in the cluster's ledger
+    (which keeps every project's turn; tests/store/test_admission_differential.py found the two apart)."""
+    queue = make(max_running=4, max_running_per_project=1, max_starting=4)
+    first = [queue.submit("a1", "pa"), queue.submit("a2", "pa"), queue.submit("b1", "pb")]
+    assert [t.key for t in queue.pump()] == ["a1", "b1"]  # pa waits at its project limit with a2
+    queue.release(first[0])
+    queue.release(first[2])  # pb is idle now, served after pa
+    queue.submit("b2", "pb")
+    assert [t.key for t in queue.pump()] == ["a2", "b2"]
+
+
+def test_idle_turn_records_are_bounded(monkeypatch):
+    monkeypatch.setattr("helix_runner.phases.admission.IDLE_TURNS_KEPT", 3)
+    queue = make(max_running=1)
+    for i in range(6):
+        ticket = queue.submit(f"k{i}", f"p{i}")
+        assert queue.pump() == [ticket]
+        queue.release(ticket)
+    assert set(queue._last_served) == {"p3", "p4", "p5"}  # the least recently served went first

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from helix_runner.api.handover_codec import ProtoHandoverCodec, request_to_proto
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.events import AttemptEndKind
 from helix_runner.domain.phase_result import Attempt
@@ -15,6 +16,8 @@ from helix_runner.domain.retry_policy import RetryPolicy
 from helix_runner.errors import RunnerError
 from helix_runner.phases import handover as h
 
+CODEC = ProtoHandoverCodec()
+
 
 def test_the_request_round_trips_with_its_attempts(tmp_path: Path):
     spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="proj", prompt="do it", working_dir=str(tmp_path),
@@ -22,16 +25,20 @@ def test_the_request_round_trips_with_its_attempts(tmp_path: Path):
     attempt = Attempt(number=1, status=PhaseStatus.INTERRUPTED, end_kind=AttemptEndKind.MOVED, replica_id="r-a",
                       session_id="s-1", first_sequence=1, last_sequence=9)
     saved = h.SavedRequest(spec, RetryPolicy(max_attempts=5), 123, (attempt,))
-    back = h.decode_request(h.encode_request(saved))
+    back = CODEC.decode_request(CODEC.encode_request(saved))
     assert back == saved
     assert dict(back.spec.env) == {"A": "1"} and back.attempts[0].end_kind is AttemptEndKind.MOVED
 
 
 def test_a_stored_request_is_validated_again(tmp_path: Path):
     spec = PhaseSpec.create(job_id="j", phase_id="p", project_id="", prompt="x", working_dir=str(tmp_path))
-    data = h.encode_request(h.SavedRequest(spec, RetryPolicy(), 1)).replace(b'"job_id":"j"', b'"job_id":"../x"')
+    msg = request_to_proto(h.SavedRequest(spec, RetryPolicy(), 1))
+    msg.request.job_id = "../x"
+    with pytest.raises(RunnerError, match="job_id"):
+        CODEC.decode_request(msg.SerializeToString())
+    legacy = h.encode_legacy_request(h.SavedRequest(spec, RetryPolicy(), 1)).replace(b'"job_id":"j"', b'"job_id":"../x"')
     with pytest.raises(RunnerError):
-        h.decode_request(data)
+        CODEC.decode_request(legacy)
 
 
 def test_breakpoints_keep_their_hit_counts_and_are_compiled_again():
@@ -134,7 +141,7 @@ def in_place_durability(tmp_path: Path, transcript_bytes: bytes):
     transcript.write_bytes(transcript_bytes)
     durability = h.PhaseDurability(store, "j", "p", h.SavedRequest(spec, RetryPolicy(), 1),
                                    h.movability("IN_PLACE", tmp_path, None, "", (tmp_path,)), "r-a",
-                                   lambda session: transcript)
+                                   lambda session: transcript, CODEC)
     return store, transcript, durability
 
 
@@ -149,7 +156,7 @@ async def test_boundaries_faster_than_the_store_are_saved_together_with_the_late
         durability.progress("s-1", (Attempt(number=n, status=PhaseStatus.FAILED, replica_id="r-a"),))
     await durability.settle()
     assert len(store.saves) == 2  # the start, then one save for the fifty boundaries
-    assert h.decode_request(store.saves[-1]["request"]).attempts[0].number == 50
+    assert CODEC.decode_request(store.saves[-1]["request"]).attempts[0].number == 50
     assert b"".join(d for _, d in store.chunks) == transcript.read_bytes()
 
 
@@ -165,7 +172,7 @@ async def test_a_turn_boundary_mirrors_the_transcript_and_saves_the_attempts_in_
     await durability.settle()
     assert b"".join(d for _, d in store.chunks) == transcript.read_bytes()
     assert [s.get("session_id") for s in store.saves] == [None, "s-1", "s-1"]
-    assert h.decode_request(store.saves[-1]["request"]).attempts == (attempt,)
+    assert CODEC.decode_request(store.saves[-1]["request"]).attempts == (attempt,)
     assert store.saves[0]["movable"] is False and "marked shared" in store.saves[0]["not_movable_reason"]
 
 

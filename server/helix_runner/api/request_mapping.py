@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from helix.runner.v1 import resources_pb2, runner_service_pb2
-from helix_runner.api.run_options import run_options
+from helix_runner.api.run_options import run_options, set_run_options
 from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
 from helix_runner.domain.phase_spec import OnDisconnect, PermissionMode, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
@@ -81,6 +81,42 @@ def spec_from_request(request: runner_service_pb2.RunPhaseRequest, phase_id: str
         cpu_limit_millicores=o.cpu_limit_millicores,
         **run_options(o),
     )
+
+
+_PERMISSION_MODES_BACK = {mode: number for number, mode in PERMISSION_MODES.items()}
+_ON_DISCONNECT_BACK = {OnDisconnect.CANCEL: resources_pb2.ON_DISCONNECT_CANCEL,
+                       OnDisconnect.DETACH: resources_pb2.ON_DISCONNECT_DETACH}
+
+
+def request_from_spec(spec: PhaseSpec) -> runner_service_pb2.RunPhaseRequest:
+    """The RunPhase request ``spec_from_request`` makes ``spec`` of (its phase_id set): a spec kept as
+    the contract's message. ``resume_session_at`` is the server's, not a request's: not included."""
+    request = runner_service_pb2.RunPhaseRequest(job_id=spec.job_id, phase_id=spec.phase_id,
+                                                 project_id=spec.project_id, prompt=spec.prompt,
+                                                 working_dir=spec.working_dir)
+    o = request.options
+    o.model = spec.model
+    o.allowed_tools.extend(spec.allowed_tools)
+    o.disallowed_tools.extend(spec.disallowed_tools)
+    o.permission_mode = _PERMISSION_MODES_BACK[spec.permission_mode]
+    o.max_turns = spec.max_turns
+    if spec.max_budget_usd is not None:
+        o.max_budget_usd = spec.max_budget_usd
+    o.append_system_prompt = spec.append_system_prompt
+    o.resume_session_id = spec.resume_session_id
+    if spec.timeout_s:
+        o.timeout.FromNanoseconds(round(spec.timeout_s * 1e9))
+    if spec.idle_timeout_s:
+        o.idle_timeout.FromNanoseconds(round(spec.idle_timeout_s * 1e9))
+    o.include_partial_messages = spec.include_partial_messages
+    o.include_raw_unknown = spec.include_raw_unknown
+    o.on_disconnect = _ON_DISCONNECT_BACK[OnDisconnect(spec.on_disconnect)]
+    o.env.update(spec.env)
+    o.fallback_model = spec.fallback_model
+    o.memory_limit_bytes = spec.memory_limit_bytes
+    o.cpu_limit_millicores = spec.cpu_limit_millicores
+    set_run_options(o, spec)
+    return request
 
 
 def breakpoints_from_request(request: runner_service_pb2.RunPhaseRequest) -> list[Breakpoint]:

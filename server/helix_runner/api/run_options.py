@@ -1,6 +1,7 @@
-"""The PhaseOptions fields added after the first contract, as ``PhaseSpec`` values.
+"""The PhaseOptions fields added after the first contract, as ``PhaseSpec`` values, and back.
 
 ``spec_from_request`` spreads ``run_options(options)`` into the spec; validation is the spec's.
+``set_run_options`` is the way back, for a spec kept as the contract's message (the hand-over).
 """
 
 from __future__ import annotations
@@ -53,3 +54,36 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "pids_limit": o.pids_limit,
         "api_features": tuple(o.api_features),
     }
+
+
+_WORKSPACE_BACK = {"IN_PLACE": runner_service_pb2.WORKSPACE_MODE_IN_PLACE,
+                   "GIT_WORKTREE": runner_service_pb2.WORKSPACE_MODE_GIT_WORKTREE}
+_RETENTION_BACK = {name: number for number, name in _RETENTION.items()}
+
+
+def set_run_options(o: runner_service_pb2.PhaseOptions, spec: Any) -> None:
+    """Sets ``o``'s fields from a ``PhaseSpec``'s, so that ``run_options(o)`` gives them back."""
+    o.workspace = _WORKSPACE_BACK[spec.workspace]
+    o.base_ref = spec.base_ref
+    o.worktree_retention = _RETENTION_BACK[spec.worktree_retention]
+    o.add_dirs.extend(spec.add_dirs)
+    o.system_prompt = spec.system_prompt
+    o.effort = spec.effort
+    if spec.tools is not None:
+        o.tools = spec.tools
+    o.session_id = spec.session_id
+    o.fork_session = spec.fork_session
+    o.include_hook_events = spec.include_hook_events
+    o.no_session_persistence = spec.no_session_persistence
+    o.bare = spec.bare
+    o.mcp_config = spec.mcp_config
+    o.strict_mcp_config = spec.strict_mcp_config
+    o.agents = spec.agents
+    o.settings = spec.settings
+    if spec.setting_sources is not None:
+        o.setting_sources = spec.setting_sources
+    o.json_schema = spec.json_schema
+    o.egress_allowlist.extend(spec.egress_allowlist)
+    o.allow_repository_config_writes = spec.allow_repository_config_writes
+    o.pids_limit = spec.pids_limit
+    o.api_features.extend(spec.api_features)

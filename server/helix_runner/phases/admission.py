@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from helix_runner.domain.events import QueueReason, QueueState
+from helix_runner.domain.fair_order import Turns
 from helix_runner.errors import ErrorKind, RunnerError
 
 Clock = Callable[[], float]
@@ -45,6 +46,8 @@ Clock = Callable[[], float]
 # wait doubling to 4 s while nothing happens: a lost wake-up from another replica costs that much.
 POLL_MIN_S = 0.5
 POLL_MAX_S = 4.0
+# Turn records of projects with nothing waiting or running kept (least recently served dropped first).
+IDLE_TURNS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,7 @@ class AdmissionQueue:
         self._admissions = itertools.count()
         self._last_served: dict[str, int] = {}  # project → number of its latest admission
         self._joined: dict[str, int] = {}  # project → when its current waiting entries began
+        self._idle_turns: set[str] = set()  # projects whose turn record is kept while idle
         self._queued = 0
         self._queued_fresh: dict[str, int] = {}
         self._running = 0  # admitted entries (starting ones included)
@@ -293,6 +297,7 @@ class AdmissionQueue:
         if lanes is None:
             lanes = self._waiting[project] = (deque(), deque())
             self._joined[project] = ticket._seq
+            self._idle_turns.discard(project)
         lanes[0 if retry else 1].append(ticket)
         self._tickets[key] = ticket
         self._queued += 1
@@ -513,25 +518,20 @@ class AdmissionQueue:
     def _candidates(self, now: float, room: int) -> list[Ticket]:
         """The entries the local rules would start now, in the order they would start them.
 
-        Projects take turns (one entry each, least recently served first, then again), each up to
-        ``room`` and its per-project room; within a project retries first, then by arrival. The
-        first ``room`` of them are what starts when nobody else has a say.
+        Projects take turns (domain/fair_order.py), each up to ``room`` and its per-project room;
+        within a project retries first, then by arrival. The first ``room`` of them are what starts
+        when nobody else has a say.
         """
         if room <= 0:
             return []
         per_project = self.limits.max_running_per_project
-        lanes = []
-        for project in self._turn_order():
+        lanes = {}
+        for project, waiting in self._waiting.items():
             share = room if not per_project else min(room, per_project - self._running_by_project.get(project, 0))
-            if share <= 0:
-                continue
-            startable = list(itertools.islice(
-                (t for lane in self._waiting[project] for t in lane if self._startable(t, now)), share))
-            if startable:
-                lanes.append(startable)
-        if len(lanes) == 1:
-            return lanes[0]
-        return [t for t in itertools.chain.from_iterable(itertools.zip_longest(*lanes)) if t is not None]
+            if share > 0:
+                lanes[project] = itertools.islice(
+                    (t for lane in waiting for t in lane if self._startable(t, now)), share)
+        return Turns(lanes, self._last_served, self._joined).order()
 
     def _admit(self, ticket: Ticket, now: float) -> None:
         self._unqueue(ticket)
@@ -561,23 +561,23 @@ class AdmissionQueue:
             del self._joined[ticket.project]
 
     def _forget_if_idle(self, project: str) -> None:
-        """Drop the turn record of a project with nothing waiting or running (memory stays bounded)."""
-        if project not in self._waiting and project not in self._running_by_project:
-            self._last_served.pop(project, None)
-
-    def _turn_order(self) -> list[str]:
-        """Projects with waiting entries, the one whose turn it is first (least recently served)."""
-        served = self._last_served
-        return sorted(self._waiting, key=lambda p: (served.get(p, -1), self._joined[p]))
+        """Keeps the turn record of a project with nothing waiting or running (so it does not count as
+        never served when it comes back, as the cluster's ledger keeps it), up to ``IDLE_TURNS_KEPT``
+        of them: beyond that the least recently served idle record goes (memory stays bounded)."""
+        if project in self._waiting or project in self._running_by_project:
+            return
+        self._idle_turns.add(project)
+        while len(self._idle_turns) > IDLE_TURNS_KEPT:
+            oldest = min(self._idle_turns, key=lambda p: self._last_served.get(p, -1))
+            self._idle_turns.remove(oldest)
+            self._last_served.pop(oldest, None)
 
     def _positions(self, now: float) -> dict[Hashable, int]:
         """1-based order in which the startable entries would start if slots were free now."""
-        lanes = [
-            [t for lane in self._waiting[project] for t in lane if self._startable(t, now)]
-            for project in self._turn_order()
-        ]
-        order = itertools.chain.from_iterable(itertools.zip_longest(*lanes))
-        return {t.key: i for i, t in enumerate((t for t in order if t is not None), start=1)}
+        lanes = {project: [t for lane in waiting for t in lane if self._startable(t, now)]
+                 for project, waiting in self._waiting.items()}
+        order = Turns(lanes, self._last_served, self._joined).order()
+        return {t.key: i for i, t in enumerate(order, start=1)}
 
     def _status(self, ticket: Ticket, now: float, positions: dict[Hashable, int]) -> QueueStatus:
         limits = self.limits

@@ -15,37 +15,44 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol, TypeVar
 
 import msgspec
 import msgspec.structs
 
+from helix_runner.config import ServerConfig
 from helix_runner.domain.attempt_cost import budget_for_next_attempt, spent_usd
+from helix_runner.domain.breakpoints import Breakpoint
+from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.events import AttemptEndKind
 from helix_runner.domain.phase_result import Attempt
+from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.errors import RunnerError
+from helix_runner.phases.admission import AsyncAdmission
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, AttemptPlan, Retries
-from helix_runner.phases.control import control_state, saved_control
+from helix_runner.phases.control import ControlState, control_state, saved_control
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.handover import (
+    HandoverCodec,
     Movability,
-    PhaseDurability,
     SavedRequest,
     SavedWorkspace,
     decisions_of,
     decode_control,
-    decode_request,
     restore_transcript,
-    transcript_locator,
     transcript_path,
 )
-from helix_runner.phases.launch import plan_launch
+from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch
 from helix_runner.phases.run import PhaseRun, Resumption
 from helix_runner.process.claude_command import prompt_line
-from helix_runner.store.cluster import HandoverClaim, PhaseHandover
+from helix_runner.store.cluster import Cluster, HandoverClaim, PhaseHandover
+from helix_runner.store.protocol import Store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def moved_reason(from_replica: str) -> str:
@@ -56,10 +63,39 @@ def lost_reason(from_replica: str) -> str:
     return f"resumed after replica {from_replica} was lost"
 
 
+class AdoptionHost(Protocol):
+    """What the adopter needs of the replica it continues phases on: its room, the parts a request is
+    planned with, the phase records, and the one assembly of a run (``PhaseService`` is it; the
+    service hands itself over, so this port keeps the imports one way and names every member used)."""
+
+    replica_id: str
+    draining: bool
+    config: ServerConfig
+    launcher: Launcher
+    admission: AsyncAdmission
+    cluster: Cluster
+    store: Store
+    handover_codec: HandoverCodec | None
+
+    async def off_loop(self, call: Callable[..., T], *args: object) -> T: ...
+
+    def waiting_for_room_here(self) -> list[PhaseRun]:
+        """Live phases queued here only for this replica's own limit."""
+
+    def assemble(self, plan: LaunchPlan, spec: PhaseSpec, retries: Retries, request: SavedRequest,
+                 where: Movability, *, breakpoints: list[Breakpoint] | None = None, last_sequence: int = 0,
+                 resumption: Resumption | None = None, control_state: ControlState | None = None,
+                 existing_checkpoints: list[Checkpoint] | None = None) -> tuple[PhaseRun, PhaseEventLog]: ...
+
+    def launch_adopted(self, run: PhaseRun, events: PhaseEventLog) -> object: ...
+
+    def sweep_now(self) -> None: ...
+
+
 class Adopter:
     """Claims and continues phases released or lost by other replicas; one per server on PostgreSQL."""
 
-    def __init__(self, service, handover: PhaseHandover):
+    def __init__(self, service: AdoptionHost, handover: PhaseHandover):
         self.service = service
         self.handover = handover
         self._wake = asyncio.Event()
@@ -94,15 +130,15 @@ class Adopter:
         svc = self.service
         if svc.draining:
             return 0
-        waiting = [lp for lp in list(svc.live.values()) if not lp.done.is_set() and lp.run.waits_for_room_here()]
+        waiting = svc.waiting_for_room_here()
         if not waiting:
             return 0
         capacity = await asyncio.to_thread(svc.cluster.replica_capacity)
         free = sum(max(0, c.free) for c in capacity
                    if c.live and c.max_running > 0 and c.replica_id != svc.replica_id)
         moved = 0
-        for lp in waiting[:free]:
-            if lp.run.request_handover(f"moved from replica {svc.replica_id} (queued; another replica has room)", 0.0):
+        for run in waiting[:free]:
+            if run.request_handover(f"moved from replica {svc.replica_id} (queued; another replica has room)", 0.0):
                 moved += 1
         return moved
 
@@ -134,13 +170,13 @@ class Adopter:
         svc, state = self.service, claim.state
         job_id, phase_id = state.job_id, state.phase_id
         try:
-            request = decode_request(state.request)
+            request = svc.handover_codec.decode_request(state.request)
             saved = decode_control(state.control)
             workspace = msgspec.json.decode(state.workspace, type=SavedWorkspace) if state.workspace else None
         except (msgspec.DecodeError, msgspec.ValidationError, RunnerError):
             await self._give_up(claim, "its saved state cannot be read")
             return
-        row = await svc._off_loop(svc.store.get_phase, job_id, phase_id)
+        row = await svc.off_loop(svc.store.get_phase, job_id, phase_id)
         if row is None:
             return
         spec, policy = request.spec, request.retry
@@ -203,7 +239,7 @@ class Adopter:
         if session and (launcher.sandbox is None or not launcher.sandbox.on):
             await asyncio.to_thread(restore_transcript, transcript, transcript_path(plan.env, plan.cwd, session))
         if not claim.drained:  # the lost replica's running and held calls never finish
-            await svc._off_loop(svc.store.mark_tool_calls_unfinished, job_id, phase_id)
+            await svc.off_loop(svc.store.mark_tool_calls_unfinished, job_id, phase_id)
         decisions = dict(saved.decisions)
         decisions.update(decisions_of(await asyncio.to_thread(self.handover.take_decisions, job_id, phase_id)))
         control = control_state(msgspec.structs.replace(saved, decisions=tuple(decisions.items())))
@@ -213,28 +249,19 @@ class Adopter:
         ticket = svc.admission.submit(key, plan.project, DEFAULT_CREDENTIAL, attempt=number, retry=True)
         retries = Retries(policy, svc.admission, ticket, plan.project, DEFAULT_CREDENTIAL)
         where = Movability(workspace or SavedWorkspace("IN_PLACE", str(plan.working_dir)), True)
-        events = PhaseEventLog(svc.store, job_id, phase_id, last_sequence=row.last_sequence, writer=svc.writer,
-                               frame=svc.encoder.frame_events)
-        observer = svc.telemetry.phase(job_id, phase_id, project, spec.model)
-        holder: list[PhaseRun] = []
-        durability = PhaseDurability(self.handover, job_id, phase_id,
-                                     SavedRequest(request.spec, request.retry, request.accepted_ns, tuple(attempts)),
-                                     where, svc.replica_id, transcript_locator(plan, lambda: holder[0].sandbox))
         resumption = Resumption(AttemptPlan(number, first, line, session), tuple(attempts), row.last_sequence,
                                 session, reason, end_kind)
         # Checkpoints go on where the previous replica's stopped (their commits are in the shared repository).
-        existing = await svc._off_loop(svc.store.list_checkpoints, job_id, phase_id)
-        run = PhaseRun(run_spec, plan, svc.writer, svc.encoder, events, [], svc.prices, telemetry=observer,
-                       retries=retries, accepted_ns=request.accepted_ns,
-                       notifier=svc._notifier(job_id, phase_id, project), replica_id=svc.replica_id,
-                       durability=durability, resumption=resumption, control_state=control,
-                       checkpoints=svc.checkpoints_for(plan, lambda: holder[0].sandbox, existing))
-        holder.append(run)
+        existing = await svc.off_loop(svc.store.list_checkpoints, job_id, phase_id)
+        run, events = svc.assemble(
+            plan, run_spec, retries, SavedRequest(request.spec, request.retry, request.accepted_ns, tuple(attempts)),
+            where, last_sequence=row.last_sequence, resumption=resumption, control_state=control,
+            existing_checkpoints=existing)
+        durability = run.durability
+        assert durability is not None  # a shared database: the adopter exists only there
         durability.mirror.session_id = session
         durability.mirror.copied = len(transcript)  # what the store has already
         durability.control_changed(saved_control(control))
-        # Its recording (and diff) is on this replica's disk from now on: GetPhaseDiff reads it here.
-        svc.writer.update_phase(job_id, phase_id, time.time_ns(), recording_dir=str(plan.recording_dir))
         svc.launch_adopted(run, events)
         log.info("took a phase over", extra={"fields": {"job_id": job_id, "phase_id": phase_id, "reason": reason,
                                                         "attempt": number, "resumed_session": session}})

@@ -7,7 +7,10 @@ retry takes (docs/retries-and-admission.md). The job control state is kept as it
 breakpoints with hit counts, a pause asked for, step credits, held calls); a hard pause is kept as
 a soft one, since it stops processes that do not outlive the move. The CLI's transcript is mirrored
 by ``TranscriptMirror``. The design, with what a move cannot keep: docs/scale-out.md "Hand-over".
-Encoded with msgspec (typed decoding into the domain's own dataclasses, no hand-written parsing).
+The request is stored by a ``HandoverCodec`` (the API layer's: a declared, versioned protobuf
+message, since replicas of two releases exchange it in a rolling deploy); the job control state and
+the workspace, which only this release's replicas read back within one move, with msgspec (typed
+decoding into the domain's own dataclasses, no hand-written parsing).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import logging
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import msgspec.structs
@@ -76,17 +79,29 @@ class SavedRequest(msgspec.Struct, frozen=True):
     attempts: tuple[Attempt, ...] = ()
 
 
+class HandoverCodec(Protocol):
+    """How the stored request is written and read; implemented by ``api.handover_codec.ProtoHandoverCodec``."""
+
+    def encode_request(self, request: SavedRequest) -> bytes: ...
+
+    def decode_request(self, data: bytes) -> SavedRequest:
+        """The stored request, checked again as any request is (RunnerError when it cannot be read)."""
+
+
 def _enc_hook(obj: Any) -> Any:
     if isinstance(obj, types.MappingProxyType):  # PhaseSpec.env
         return dict(obj)
     raise NotImplementedError(f"cannot encode {type(obj).__name__}")
 
 
-def encode_request(request: SavedRequest) -> bytes:
+def encode_legacy_request(request: SavedRequest) -> bytes:
+    """The request as releases before the declared form stored it (msgspec JSON of these dataclasses,
+    no version): what an old replica writes. Only tests write it now."""
     return msgspec.json.encode(request, enc_hook=_enc_hook)
 
 
-def decode_request(data: bytes) -> SavedRequest:
+def decode_legacy_request(data: bytes) -> SavedRequest:
+    """Reads a request stored by a release before the declared form (``encode_legacy_request``)."""
     request = msgspec.json.decode(data, type=SavedRequest)
     request.spec.validate()  # the stored request is checked again as any request is
     return request
@@ -322,13 +337,15 @@ class PhaseDurability:
     """Keeps one running phase's state in the shared store, off the event loop and in order.
 
     ``handover`` is the store's ``PhaseHandover``; ``locate(session_id)`` finds the CLI's transcript
-    on this replica's disk (the sandbox's private home, or the CLI's config directory). A write that
+    on this replica's disk (the sandbox's private home, or the CLI's config directory); ``codec``
+    writes the request. A write that
     fails is logged: the phase runs on, and a move then starts from the last state that was saved.
     """
 
     def __init__(self, handover, job_id: str, phase_id: str, request: SavedRequest, where: Movability,
-                 replica_id: str, locate):
+                 replica_id: str, locate, codec: HandoverCodec):
         self.handover = handover
+        self.codec = codec
         self.job_id, self.phase_id = job_id, phase_id
         self.request = request
         self.where = where
@@ -375,7 +392,7 @@ class PhaseDurability:
         """The first save, once the phase row exists: request, control, workspace, whether it can move."""
         self._control = control
         await self._run("start", functools.partial(
-            self.handover.save, self.job_id, self.phase_id, request=encode_request(self.request),
+            self.handover.save, self.job_id, self.phase_id, request=self.codec.encode_request(self.request),
             control=encode_control(control), workspace=msgspec.json.encode(self.where.workspace),
             movable=self.where.movable, not_movable_reason=self.where.why_not))
 
@@ -396,7 +413,8 @@ class PhaseDurability:
     def _mirror_and_save(self, session_id: str, request: SavedRequest) -> None:
         if session_id and (path := self._locate(session_id)) is not None:
             self.mirror.mirror(path, session_id)
-        self.handover.save(self.job_id, self.phase_id, request=encode_request(request), session_id=session_id)
+        self.handover.save(self.job_id, self.phase_id, request=self.codec.encode_request(request),
+                           session_id=session_id)
 
     def progress(self, session_id: str, attempts: tuple[Attempt, ...]) -> None:
         """A tool call or a turn ended, or an attempt did: the transcript so far and the ended attempts.

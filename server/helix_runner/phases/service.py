@@ -41,11 +41,13 @@ from helix_runner.phases.adoption import Adopter
 from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.checkpoints import PhaseCheckpoints, checkpoints_for
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
-from helix_runner.phases.control import saved_control
+from helix_runner.phases.control import ControlState, saved_control
 from helix_runner.phases.event_log import Delivery, EventWriter, Moved, PhaseEventLog, replay
 from helix_runner.phases.fork import ForkLaunch, ForkPoint, ForkStart, check_point, choose, resolve
 from helix_runner.phases.handover import (
     HANDOVER_RETRY_AFTER_S,
+    HandoverCodec,
+    Movability,
     PhaseDurability,
     SavedRequest,
     encode_decision,
@@ -59,7 +61,7 @@ from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch, projec
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
 from helix_runner.phases.replicas import Replicas
-from helix_runner.phases.run import PhaseRun
+from helix_runner.phases.run import PhaseRun, Resumption
 from helix_runner.phases.views import ServerStatus
 from helix_runner.phases.webhooks import PhaseNotifier, Webhooks
 from helix_runner.process.checkpoint_git import fork_commit, has_objects
@@ -108,7 +110,7 @@ class PhaseService:
                  env_withhold: tuple[str, ...] = (), key_broker: KeyBroker | None = None,
                  telemetry: Telemetry | None = None, cluster: Cluster = SINGLE_NODE,
                  egress: Egress | None = None, sandbox: Sandbox | None = None,
-                 webhooks: Webhooks | None = None):
+                 webhooks: Webhooks | None = None, handover_codec: HandoverCodec | None = None):
         self.config = config
         # Webhook subscriptions: each run maps its events to outbox rows (phases/webhooks.py).
         self.webhooks = webhooks
@@ -124,7 +126,7 @@ class PhaseService:
         self._drained = asyncio.Event()
         self.writer = EventWriter(store)
         self.writer.on_fenced = self.on_fenced
-        self._store_calls: concurrent.futures.ThreadPoolExecutor | None = None  # _off_loop's thread
+        self._store_calls: concurrent.futures.ThreadPoolExecutor | None = None  # off_loop's thread
         # One price table for all phases: lookups are cached per model.
         self.prices = PriceTable(config.price_overrides)
         # Admission (docs/retries-and-admission.md §5): phases beyond the limits wait QUEUED.
@@ -140,6 +142,10 @@ class PhaseService:
         self.cluster = cluster
         self.replica_id = cluster.replica_id
         self.handover = cluster.handover()
+        if self.handover is not None and handover_codec is None:
+            raise ValueError("a shared database hands phases over: PhaseService needs a handover_codec")
+        # How a phase's request is stored for the replica that takes it over (api.handover_codec).
+        self.handover_codec = handover_codec
         self.adopter = Adopter(self, self.handover) if self.handover is not None else None
         self.sweep_now: Callable[[], None] = lambda: None  # the takeover's sweep, once more (server.py)
         self._forgetting: set[asyncio.Future] = set()  # ended phases' hand-over state being deleted
@@ -177,7 +183,7 @@ class PhaseService:
         BreakpointSet.of(breakpoints)  # count and unique ids; each breakpoint is validated already
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
-        job = await self._off_loop(self.store.get_job, spec.job_id)
+        job = await self.off_loop(self.store.get_job, spec.job_id)
         if fork is not None and self.launcher.sandbox is not None and self.launcher.sandbox.on:
             # The sandbox restores a resumed session from this replica's store of the project's sessions.
             await asyncio.to_thread(restore_transcript, fork.start.transcript, self.launcher.sandbox.sessions
@@ -213,7 +219,7 @@ class PhaseService:
         # Persisted from here on.
         spec, project = plan.spec, plan.project
         now = time.time_ns()
-        job, _ = await self._off_loop(self.store.get_or_create_job, spec.job_id, project, now)
+        job, _ = await self.off_loop(self.store.get_or_create_job, spec.job_id, project, now)
         if job.project_id != project:  # another request created the job just now
             raise project_mismatch(spec.job_id, job.project_id)
         row = PhaseRow(
@@ -223,7 +229,7 @@ class PhaseService:
             fork_pb=self.encoder.encode_fork_origin(fork.origin) if fork is not None else None,
         )
         try:
-            await self._off_loop(self.store.insert_phase, row)
+            await self.off_loop(self.store.insert_phase, row)
         except asyncio.CancelledError:
             if row.ordinal:  # inserted (the ordinal is assigned) before the call went away: not left PENDING
                 self._fail_unstarted(spec.job_id, spec.phase_id, now)
@@ -236,28 +242,14 @@ class PhaseService:
             self.writer.write(SaveRequest(spec.job_id, spec.phase_id, request_pb))
         try:
             await plan.workspace.create()  # after the phase row: its ids are ours, so is the branch
-            events = PhaseEventLog(self.store, spec.job_id, spec.phase_id, writer=self.writer,
-                                   frame=self.encoder.frame_events)
-            observer = self.telemetry.phase(spec.job_id, spec.phase_id, project, spec.model)  # telemetry
-            # The run's row writes are queued behind its events; a write refused by the fence (another
-            # replica took the phase over) stops the run (the writer's on_fenced).
-            durability = None
-            holder: list[PhaseRun] = []
-            if self.handover is not None:
-                durability = PhaseDurability(
-                    self.handover, spec.job_id, spec.phase_id, SavedRequest(spec, retries.policy, now),
-                    workspace_movability(plan, self.config.workspace_roots), self.replica_id,
-                    transcript_locator(plan, lambda: holder[0].sandbox if holder else plan.sandbox))
-            run = PhaseRun(spec, plan, self.writer, self.encoder, events, breakpoints, self.prices, telemetry=observer,
-                           retries=retries, accepted_ns=now, notifier=self._notifier(spec.job_id, spec.phase_id, project),
-                           replica_id=self.replica_id, durability=durability,
-                           checkpoints=self.checkpoints_for(plan, lambda: holder[0].sandbox if holder else plan.sandbox),
-                           control_state=fork.control(breakpoints) if fork is not None else None)
-            holder.append(run)
-            if fork is not None:
+            run, events = self.assemble(
+                plan, spec, retries, SavedRequest(spec, retries.policy, now),
+                workspace_movability(plan, self.config.workspace_roots), breakpoints=breakpoints,
+                control_state=fork.control(breakpoints) if fork is not None else None)
+            if fork is not None:  # the calls its first line (or its cut copy) decides: announced at its start
                 run.control.answered_at_start = list(fork.start.answered)
-            if durability is not None:
-                await durability.start(saved_control(run.control.state()))
+            if run.durability is not None:
+                await run.durability.start(saved_control(run.control.state()))
         except BaseException:
             # E.g. the recordings directory cannot be created: the phase must not stay PENDING.
             self._fail_unstarted(spec.job_id, spec.phase_id, now)
@@ -273,14 +265,14 @@ class PhaseService:
         files. The source phase is not touched."""
         check_point(point)
         retry = retry or self.retry_defaults
-        row = await self._off_loop(self.require_phase, source_job, source_phase)
+        row = await self.off_loop(self.require_phase, source_job, source_phase)
         live = self.get_live(source_job, source_phase)
         run_checkpoints = live.run.checkpoints if live is not None else None
         if run_checkpoints is not None:  # running here: its own list is the freshest
             await run_checkpoints.settled()
             checkpoints = list(run_checkpoints.checkpoints)
         else:
-            checkpoints = await self._off_loop(self.store.list_checkpoints, source_job, source_phase)
+            checkpoints = await self.off_loop(self.store.list_checkpoints, source_job, source_phase)
         checkpoint, workspace = choose(source_job, source_phase, checkpoints, point)
         start = await self._fork_start(live, row, checkpoint, workspace, point)
         if start.workspace.kept:
@@ -306,13 +298,13 @@ class PhaseService:
 
     async def fork_source(self, job_id: str, phase_id: str) -> tuple[PhaseRow, bytes | None]:
         """The phase a fork starts from, and its accepted request as stored (None: from before forks)."""
-        row = await self._off_loop(self.require_phase, job_id, phase_id)
-        return row, await self._off_loop(self.store.get_phase_request, job_id, phase_id)
+        row = await self.off_loop(self.require_phase, job_id, phase_id)
+        return row, await self.off_loop(self.store.get_phase_request, job_id, phase_id)
 
     async def stored_transcript(self, job_id: str, phase_id: str, session_id: str) -> bytes:
         """A phase's session transcript as the store keeps it (TRANSCRIPT_UNAVAILABLE when not whole)."""
         try:
-            return await self._off_loop(self.store.read_transcript, job_id, phase_id, session_id)
+            return await self.off_loop(self.store.read_transcript, job_id, phase_id, session_id)
         except StoreError as exc:
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "TRANSCRIPT_UNAVAILABLE",
                               f"phase {phase_id} of job {job_id}: its session {session_id} is not whole in the "
@@ -347,14 +339,54 @@ class PhaseService:
                     pass
         return await self.stored_transcript(row.job_id, row.phase_id, session_id)
 
+    def assemble(self, plan: LaunchPlan, spec: PhaseSpec, retries: Retries, request: SavedRequest,
+                 where: Movability, *, breakpoints: list[Breakpoint] | None = None, last_sequence: int = 0,
+                 resumption: Resumption | None = None, control_state: ControlState | None = None,
+                 existing_checkpoints: list[Checkpoint] | None = None) -> tuple[PhaseRun, PhaseEventLog]:
+        """A phase's run and its event log, built the one way for a phase accepted here and one taken
+        over from another replica (phases/adoption.py); ``run_phase`` (or ``launch_adopted``) runs it.
+
+        ``spec`` is what runs (an adopted phase's resumes its session), ``request`` what is kept for a
+        hand-over (on a shared database: ``where`` says whether the phase can move); ``last_sequence``
+        and ``resumption``: where an adopted phase's stream and attempts go on.
+        """
+        job_id, phase_id = spec.job_id, spec.phase_id
+        events = PhaseEventLog(self.store, job_id, phase_id, last_sequence=last_sequence, writer=self.writer,
+                               frame=self.encoder.frame_events)
+        observer = self.telemetry.phase(job_id, phase_id, plan.project, spec.model)  # telemetry
+        holder: list[PhaseRun] = []
+
+        def sandbox():  # the run's current sandbox (a warm start brings its own)
+            return holder[0].sandbox if holder else plan.sandbox
+
+        # The run's row writes are queued behind its events; a write refused by the fence (another
+        # replica took the phase over) stops the run (the writer's on_fenced).
+        durability = None
+        if self.handover is not None:
+            durability = PhaseDurability(self.handover, job_id, phase_id, request, where, self.replica_id,
+                                         transcript_locator(plan, sandbox), self.handover_codec)
+        run = PhaseRun(spec, plan, self.writer, self.encoder, events, list(breakpoints or ()), self.prices,
+                       telemetry=observer, retries=retries, accepted_ns=request.accepted_ns,
+                       notifier=self._notifier(job_id, phase_id, plan.project), replica_id=self.replica_id,
+                       durability=durability, resumption=resumption, control_state=control_state,
+                       checkpoints=self.checkpoints_for(plan, sandbox, existing_checkpoints))
+        holder.append(run)
+        return run, events
+
     def checkpoints_for(self, plan: LaunchPlan, sandbox, existing=None) -> PhaseCheckpoints | None:
         """A planned phase's checkpoints (``checkpoints`` in the config). Alone its transcript is copied
         into the store by them; on PostgreSQL the hand-over's mirror copies it."""
         locate = transcript_locator(plan, sandbox) if self.handover is None else None
         return checkpoints_for(plan, self.writer.write, on=self.config.checkpoints, locate=locate, existing=existing)
 
+    def waiting_for_room_here(self) -> list[PhaseRun]:
+        """Live phases queued here only for this replica's own limit (the adopter moves them where room is)."""
+        return [lp.run for lp in list(self.live.values()) if not lp.done.is_set() and lp.run.waits_for_room_here()]
+
     def launch_adopted(self, run: PhaseRun, events: PhaseEventLog) -> LivePhase:
         """Runs a phase taken over from another replica (phases/adoption.py)."""
+        # Its recording (and diff) is on this replica's disk from now on: GetPhaseDiff reads it here.
+        self.writer.update_phase(run.job_id, run.phase_id, time.time_ns(), recording_dir=str(run.plan.recording_dir))
         live = self._launch(run, events, run.plan)
         if self.draining:  # adopted while this replica began to drain: it moves on at once
             run.request_handover(f"moved from replica {self.replica_id} (draining)", 0.0)
@@ -370,7 +402,7 @@ class PhaseService:
                                                      "containment": plan.scope.describe()}})
         return live
 
-    async def _off_loop(self, call: Callable[..., T], *args: object) -> T:
+    async def off_loop(self, call: Callable[..., T], *args: object) -> T:
         """A store call, on a worker thread when the store's calls wait on a database server (the
         writer's store says so: ``Committer.off_loop``), else here. It is never cut short: a cancel
         while it runs waits for it to end (so the caller knows what it did), then propagates."""

@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2
 
 from helix_runner.api.auth import BearerTokenInterceptor, is_digest
 from helix_runner.api.forwarding import OwnerForwarder
+from helix_runner.api.handover_codec import ProtoHandoverCodec
 from helix_runner.api.proto_records import ProtoRecordEncoder
 from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer
@@ -223,7 +224,7 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
     service = PhaseService(config, store, ProtoRecordEncoder(), containment, server_env=server_env,
                            env_overrides=creds.overrides, env_withhold=creds.withhold, key_broker=creds.key_broker,
                            telemetry=telemetry, cluster=cluster, egress=creds.egress, sandbox=sandbox,
-                           webhooks=webhooks)
+                           webhooks=webhooks, handover_codec=ProtoHandoverCodec())
     await parts.start(PhasesPart(service))
     telemetry.attach(service, lagged_total=lambda: PhaseEventLog.lagged_total)
     takeover = None

@@ -7,9 +7,10 @@ limits are counted, then raised, under the lock; no double grant). Rows of repli
 ran out are deleted at the start of each pass and by the dead-replica sweep, so a crashed replica
 never holds a slot longer than its lease.
 
-Fairness is the local queue's (phases/admission.py) across the cluster: among the entries that
-their replica could start now but for the cluster's limits ("ready"), the project served least
-recently goes next (``admission_turns``), retries first, then first come first served. A replica
+Fairness is the local queue's rule (domain/fair_order.py, used by phases/admission.py too) across
+the cluster: among the entries that their replica could start now but for the cluster's limits
+("ready"), the project served least recently goes next (``admission_turns``), retries first, then
+first come first served. A replica
 grants only its own entries; when another replica's entry is next it stops and NOTIFYs
 ``helix_admission`` (payload ``turn:<replica>``) so that replica runs its own pass; a release
 sends ``released:<replica>`` (store/postgres_notify.py delivers both).
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from helix_runner.domain.fair_order import Turns
 from helix_runner.store.cluster import AdmissionCandidate, AdmissionPass, ClusterLimits, LedgerFullError
 from helix_runner.store.protocol import StoreError
 
@@ -121,6 +123,8 @@ class PostgresAdmissionLedger:
             served = dict(cur.execute(
                 "SELECT project_id, last_served FROM admission_turns WHERE project_id = ANY(%s)", (list(lanes),)
             ).fetchall())
+            # The fair order (domain/fair_order.py); a project never served goes by its oldest ready entry.
+            turns = Turns(lanes, served, {p: min(r[4] for r in rows) for p, rows in lanes.items()})
             room = local_room
             project_room = dict(local_project_room) if local_project_room is not None else None
             running = sum(running_by_project.values())
@@ -128,36 +132,29 @@ class PostgresAdmissionLedger:
             unready: list[tuple[str, str]] = []
             waiting_for = ""
 
-            def pass_over_mine(project: str | None) -> None:
-                """This replica cannot start these after all: out of this pass, and not ready for others'."""
-                for p in [project] if project is not None else list(lanes):
-                    unready.extend((r[0], r[1]) for r in lanes[p] if r[2] == me)
-                    lanes[p] = [r for r in lanes[p] if r[2] != me]
-                    if not lanes[p]:
-                        del lanes[p]
+            def not_mine(row: tuple) -> bool:
+                return row[2] != me
 
-            while lanes:
+            per_project = limits.max_running_per_project
+            while turns:
                 if limits.max_running and running >= limits.max_running:
                     waiting_for = "server"
                     break
-                # Projects in turn order: least recently served first, then by their oldest entry.
-                order = sorted(lanes, key=lambda p: (served.get(p, -1), min(r[4] for r in lanes[p])))
-                per_project = limits.max_running_per_project
-                open_projects = [p for p in order if not per_project or running_by_project.get(p, 0) < per_project]
-                if not open_projects:
+                project = turns.next(lambda p: not per_project or running_by_project.get(p, 0) < per_project)
+                if project is None:
                     waiting_for = "project"
                     break
-                project = open_projects[0]
-                job_id, phase_id, replica, _, _ = lanes[project][0]
+                job_id, phase_id, replica, _, _ = turns.head(project)
                 if replica != me:
                     waiting_for = "turn"
                     cur.execute("SELECT pg_notify(%s, %s)", (ADMISSION_CHANNEL, f"turn:{replica}"))
                     break
-                if room <= 0:
-                    pass_over_mine(None)  # no room left here: the next entry may be another replica's
+                # This replica cannot start these after all: out of this pass, and not ready for others'.
+                if room <= 0:  # no room left here: the next entry may be another replica's
+                    unready.extend((r[0], r[1]) for r in turns.drop(not_mine))
                     continue
                 if project_room is not None and project_room.get(project, 0) <= 0:
-                    pass_over_mine(project)  # this replica's own limit for the project
+                    unready.extend((r[0], r[1]) for r in turns.drop(not_mine, project))  # its own limit here
                     continue
                 cur.execute(
                     "UPDATE admission_ledger SET state = 'running', admitted_at = now(), ready_until = NULL "
@@ -169,16 +166,13 @@ class PostgresAdmissionLedger:
                     "ON CONFLICT (project_id) DO UPDATE SET last_served = excluded.last_served RETURNING last_served",
                     (project,),
                 ).fetchone()[0]
-                served[project] = turn
+                turns.take(project, turn)
                 granted.append((job_id, phase_id))
                 running += 1
                 running_by_project[project] = running_by_project.get(project, 0) + 1
                 room -= 1
                 if project_room is not None:
                     project_room[project] -= 1
-                lanes[project].pop(0)
-                if not lanes[project]:
-                    del lanes[project]
             if unready:
                 cur.execute(
                     "UPDATE admission_ledger SET ready_until = NULL WHERE (job_id, phase_id) IN "
