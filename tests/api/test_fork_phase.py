@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support.git_repos import make_repo, sh
+from support.phase_box import MODES, sandbox_config
 from support.runner_server import collect
 
 from helix.runner.v1 import events_pb2 as ev
@@ -71,10 +72,13 @@ async def _original(runner) -> res.PhaseResult:
     return result
 
 
+# Every sandbox mode: checkpoints write a private index and hidden refs from the server, a fork's
+# worktree is made by the server; the phases themselves see their repository's git dir read-only.
+@pytest.mark.parametrize("mode", list(MODES))
 async def test_a_fork_at_call_2_sees_turns_1_2_only_has_their_files_and_pays_its_own_turns(
-        claude_binary, scripted_api, runner_factory):
+        claude_binary, scripted_api, runner_factory, mode):
     api = scripted_api([*original_turns(), *fork_turns()])
-    async with runner_factory(api) as runner:
+    async with runner_factory(api, **sandbox_config(mode)) as runner:
         make_repo(runner.workdir)
         orig = await _original(runner)
         orig_worktree = Path(orig.artifacts.worktree_path)

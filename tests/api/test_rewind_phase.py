@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from support.git_repos import make_repo, sh
+from support.phase_box import MODES, sandbox_config
 from support.streams import start_phase
 
 from helix.runner.v1 import events_pb2 as ev
@@ -33,12 +34,16 @@ def script() -> list[Reply]:
     return turns
 
 
+# Every sandbox mode: a rewind's git calls run in the server (its git runner, boxed where bubblewrap
+# runs) and write the working tree back, while the phase's repository stays read-only to it there.
+@pytest.mark.parametrize("mode", list(MODES))
 async def test_a_held_phase_rewinds_in_place_its_files_and_session_back_at_call_1(
-        claude_binary, scripted_api, runner_factory):
+        claude_binary, scripted_api, runner_factory, mode):
     api = scripted_api(script())
-    async with runner_factory(api) as runner:
+    async with runner_factory(api, **sandbox_config(mode)) as runner:
         repo = make_repo(runner.workdir)
         head = sh(repo, "rev-parse", "HEAD").strip()
+        git_config = (repo / ".git" / "config").read_bytes()
         bp = res.Breakpoint(breakpoint_id="third", input_pattern=res.InputPatternCondition(regex="f3"))
         phase = start_phase(runner, "rw", allowed_tools=["Bash"], breakpoints=[bp])
         await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
@@ -54,6 +59,8 @@ async def test_a_held_phase_rewinds_in_place_its_files_and_session_back_at_call_
         # The workspace went back in place: call 2's file is gone, call 1's stays; HEAD unchanged.
         assert {p.name for p in repo.iterdir() if p.suffix == ".txt"} == {"f1.txt", "shared.txt"}
         assert sh(repo, "rev-parse", "HEAD").strip() == head
+        # A rewind restores the working tree only: the repository's config is not written back.
+        assert (repo / ".git" / "config").read_bytes() == git_config
         events = phase.events
         (rewound,) = [e for e in events if e.HasField("control") and e.control.kind == ev.CONTROL_EVENT_KIND_REWOUND]
         assert rewound.sequence == answer.sequence and rewound.control.checkpoint == answer.checkpoint.number

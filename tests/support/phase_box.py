@@ -63,6 +63,11 @@ MODES = {"every-layer": (), "no-bubblewrap": ("namespaces",), "landlock-only": (
          "no-landlock": ("landlock",), "no-seccomp": ("seccomp",), "off": None}
 USERS = ("root", "nobody")
 SCENARIOS = tuple((mode, user) for mode in MODES for user in USERS)
+
+
+def sandbox_config(mode: str) -> dict[str, object]:
+    """The in-process server's configuration for one of ``MODES`` (runner_factory's keywords)."""
+    return {"sandbox": "off"} if MODES[mode] is None else {"sandbox_skip_layers": MODES[mode]}
 REGISTRY_HOST = "127.0.0.2"
 PIDS_LIMIT = 64
 FORKS = 300

@@ -117,6 +117,31 @@ describe("against a fake RunnerService over gRPC", () => {
     });
   });
 
+  it("forkPhase sends the point, its decision and the overrides; the fork comes back with forkedFrom", async () => {
+    const forked = await client.forkPhase({
+      jobId: "job-f",
+      phaseId: "orig",
+      newPhaseId: "what-if",
+      model: "claude-haiku",
+      point: { at: { case: "toolUseId", value: "toolu_2" }, decision: { case: "deny", value: { message: "no" } } },
+    });
+    assert.equal(forked.phase?.phaseId, "what-if");
+    assert.equal(forked.phase?.forkedFrom?.phaseId, "orig");
+    assert.equal(forked.phase?.forkedFrom?.toolUseId, "toolu_2");
+    assert.deepEqual(forked.phase?.forkedFrom?.changes, ["deny toolu_2: no", "model claude-haiku"]);
+    assert.equal(forked.checkpoint?.number, 2);
+  });
+
+  it("rewindPhase answers the checkpoint and the REWOUND event's sequence, or an error with its ErrorInfo", async () => {
+    const rewound = await client.rewindPhase({ jobId: "job-f", phaseId: "orig", point: { at: { case: "turn", value: 1 } } });
+    assert.equal(rewound.checkpoint?.number, 1);
+    assert.equal(rewound.sequence, 41n);
+    await assert.rejects(
+      client.rewindPhase({ jobId: "job-f", phaseId: "orig", point: { at: { case: "toolUseId", value: "toolu_1" } } }),
+      (error: unknown) => errorInfo(error)?.reason === "PHASE_NOT_PAUSED",
+    );
+  });
+
   it("decodes ErrorInfo from grpc-status-details-bin", async () => {
     const err = await client.getJob({ jobId: "nope" }).then(
       () => assert.fail("expected an error"),

@@ -7,8 +7,10 @@ import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import {
+  ForkPhaseResponseSchema,
   PhaseResultSchema,
   PhaseStatus,
+  RewindPhaseResponseSchema,
   RunnerService,
   StreamEventSchema,
   type StreamEvent,
@@ -103,6 +105,37 @@ export async function startFakeServer(): Promise<FakeServer> {
         throw new ConnectError(`job ${request.jobId} does not exist`, Code.NotFound, undefined, [
           { desc: ErrorInfoSchema, value: { reason: "JOB_NOT_FOUND", domain: "runner.helix", metadata: { job_id: request.jobId } } },
         ]);
+      },
+      async forkPhase(request) {
+        // Echoes what arrived as the fork's origin, so a test sees the request went over whole.
+        const point = request.point;
+        const changes: string[] = [];
+        if (point?.decision.case === "deny") changes.push(`deny ${point.at.value}: ${point.decision.value.message}`);
+        if (point?.inject) changes.push(`inject ${point.inject}`);
+        if (request.model) changes.push(`model ${request.model}`);
+        return create(ForkPhaseResponseSchema, {
+          phase: {
+            jobId: request.jobId,
+            phaseId: request.newPhaseId || "fork-1",
+            status: PhaseStatus.RUNNING,
+            forkedFrom: {
+              jobId: request.jobId,
+              phaseId: request.phaseId,
+              checkpoint: 2,
+              toolUseId: point?.at.case === "toolUseId" ? point.at.value : "",
+              changes,
+            },
+          },
+          checkpoint: { number: 2, toolUseId: point?.at.case === "toolUseId" ? point.at.value : "" },
+        });
+      },
+      async rewindPhase(request) {
+        if (request.point?.at.case !== "turn") {
+          throw new ConnectError("the phase is RUNNING", Code.FailedPrecondition, undefined, [
+            { desc: ErrorInfoSchema, value: { reason: "PHASE_NOT_PAUSED", domain: "runner.helix" } },
+          ]);
+        }
+        return create(RewindPhaseResponseSchema, { checkpoint: { number: request.point.at.value }, sequence: 41n });
       },
       async pausePhase() {
         throw new ConnectError("not yet", Code.Unimplemented, undefined, [
