@@ -220,9 +220,25 @@ def _obeying_terminal(name: str, argv: list[str], config) -> Terminal:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "HELIX_RUNNER_"))}
     env["TERM"] = "xterm-256color"
     subprocess.run(
-        [TMUX, "-L", term.socket, "-f", str(config), "new-session", "-d", "-s", name, "-x", "200", "-y", "50",
-         command],
-        check=True, timeout=30, env=env,
+        [
+            TMUX,
+            "-L",
+            term.socket,
+            "-f",
+            str(config),
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            command,
+        ],
+        check=True,
+        timeout=30,
+        env=env,
     )
     return term
 
@@ -230,15 +246,17 @@ def _obeying_terminal(name: str, argv: list[str], config) -> Terminal:
 def _effects(term: Terminal) -> tuple[str, str]:
     """(the pane's title, the tmux paste buffers): what an obeyed OSC 0 / OSC 52 would change."""
     title = term._tmux("display-message", "-p", "-t", term.name, "#{pane_title}").strip()
-    buffers = subprocess.run([TMUX, "-L", term.socket, "list-buffers"], capture_output=True, text=True,
-                             timeout=30).stdout
+    buffers = subprocess.run(
+        [TMUX, "-L", term.socket, "list-buffers"], capture_output=True, text=True, timeout=30
+    ).stdout
     return title, buffers
 
 
 async def test_the_terminal_detects_what_an_obeyed_escape_does(tmp_path):
     """The control for the test below: raw bytes do set the title and the clipboard here."""
-    term = _obeying_terminal("control", ["printf", r"\033]52;c;cHduZWQ=\007\033]0;pwned\007done\n"],
-                             tmp_path / "tmux.conf")
+    term = _obeying_terminal(
+        "control", ["printf", r"\033]52;c;cHduZWQ=\007\033]0;pwned\007done\n"], tmp_path / "tmux.conf"
+    )
     try:
         await term.wait_for(lambda s: "EXIT=0" in s, "printf to finish")
         title, buffers = _effects(term)
@@ -247,23 +265,33 @@ async def test_the_terminal_detects_what_an_obeyed_escape_does(tmp_path):
     assert title == "pwned" and "pwned" in buffers
 
 
-async def test_views_in_a_real_terminal_obey_nothing_a_phase_wrote(claude_binary, scripted_api, runner_factory,
-                                                                     tmp_path):
+async def test_views_in_a_real_terminal_obey_nothing_a_phase_wrote(
+    claude_binary, scripted_api, runner_factory, tmp_path
+):
     """`watch`, `replay` and `attach` (a held call whose input carries the escapes) in tmux: the
     screen is not cleared (the line before the view stays), the title and clipboard are untouched,
     and the escapes are on the screen as text."""
-    api = scripted_api([
-        Reply.tool_use("Bash", {"command": HOSTILE_BASH, "description": HOSTILE}),
-        Reply.text("done " + HOSTILE),
-    ])
+    api = scripted_api(
+        [
+            Reply.tool_use("Bash", {"command": HOSTILE_BASH, "description": HOSTILE}),
+            Reply.text("done " + HOSTILE),
+        ]
+    )
     async with runner_factory(api) as runner:
         address = f"127.0.0.1:{runner.server.port}"
-        phase = PhaseCall(runner.stub, "esc", "p1", str(runner.workdir), allowed_tools=["Bash"],
-                          breakpoints=[res.Breakpoint(breakpoint_id="bp", tool_name="Bash", once=True)])
+        phase = PhaseCall(
+            runner.stub,
+            "esc",
+            "p1",
+            str(runner.workdir),
+            allowed_tools=["Bash"],
+            breakpoints=[res.Breakpoint(breakpoint_id="bp", tool_name="Bash", once=True)],
+        )
         await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
         cli = [sys.executable, "-m", "helix_runner"]
-        attach = _obeying_terminal("escattach", [*cli, "attach", "esc", "p1", "--server", address],
-                                   tmp_path / "attach.conf")
+        attach = _obeying_terminal(
+            "escattach", [*cli, "attach", "esc", "p1", "--server", address], tmp_path / "attach.conf"
+        )
         try:
             held = await attach.wait_for(lambda s: "\\u001b]52;c;" in held_panel_or_empty(s), "the held call")
             attach_effects = _effects(attach)
@@ -275,8 +303,9 @@ async def test_views_in_a_real_terminal_obey_nothing_a_phase_wrote(claude_binary
         assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
         screens = {"attach": (held, attach_effects)}
         for verb in ("watch", "replay"):
-            term = _obeying_terminal(f"esc{verb}", [*cli, verb, "esc", "p1", "--server", address],
-                                     tmp_path / f"{verb}.conf")
+            term = _obeying_terminal(
+                f"esc{verb}", [*cli, verb, "esc", "p1", "--server", address], tmp_path / f"{verb}.conf"
+            )
             try:
                 await term.wait_for(lambda s: "EXIT=" in s, f"{verb} to finish", limit=60)
                 screens[verb] = (term.screen(joined=True), _effects(term))
