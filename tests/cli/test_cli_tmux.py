@@ -200,3 +200,122 @@ async def test_run_progress_fits_80_columns_and_reports_the_retry(
     (progress,) = [row for row in live if row.startswith("[")]
     assert "| 1 tool |" in progress and "| 1 retry" in progress
     assert any("api_retry" in row and "HTTP 429" in row for row in rows)
+
+
+# What a phase writes that a terminal would obey: an OSC 52 clipboard write, an OSC 0 title, a screen
+# clear with a cursor move home, a C1 CSI, and a bidi override. In the tool's input (raw bytes in the
+# JSON string) and in the model's text; the Bash output carries the same through its printf.
+HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b]0;pwned\x07\x1b[2J\x1b[H\x9b31m\u202efdp.exe"
+HOSTILE_BASH = r"printf '\033]52;c;cHduZWQ=\007\033]0;pwned\007\033[2J\033[H fake\n'"
+
+
+def _obeying_terminal(name: str, argv: list[str], config) -> Terminal:
+    """A window whose tmux accepts OSC 52 into its paste buffers (``set-clipboard on``): a write to
+    the clipboard leaves a buffer behind, a title sets ``pane_title``."""
+    term = Terminal.__new__(Terminal)
+    term.socket = f"helix-test-{os.getpid()}-{name}"
+    term.name = name
+    config.write_text("set -g set-clipboard on\nset -g history-limit 5000\n")
+    command = f"echo BEFORE-THE-VIEW; {shlex.join(argv)}; echo EXIT=$?; sleep 60"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "HELIX_RUNNER_"))}
+    env["TERM"] = "xterm-256color"
+    subprocess.run(
+        [
+            TMUX,
+            "-L",
+            term.socket,
+            "-f",
+            str(config),
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            command,
+        ],
+        check=True,
+        timeout=30,
+        env=env,
+    )
+    return term
+
+
+def _effects(term: Terminal) -> tuple[str, str]:
+    """(the pane's title, the tmux paste buffers): what an obeyed OSC 0 / OSC 52 would change."""
+    title = term._tmux("display-message", "-p", "-t", term.name, "#{pane_title}").strip()
+    buffers = subprocess.run(
+        [TMUX, "-L", term.socket, "list-buffers"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return title, buffers
+
+
+async def test_the_terminal_detects_what_an_obeyed_escape_does(tmp_path):
+    """The control for the test below: raw bytes do set the title and the clipboard here."""
+    term = _obeying_terminal(
+        "control", ["printf", r"\033]52;c;cHduZWQ=\007\033]0;pwned\007done\n"], tmp_path / "tmux.conf"
+    )
+    try:
+        await term.wait_for(lambda s: "EXIT=0" in s, "printf to finish")
+        title, buffers = _effects(term)
+    finally:
+        term.close()
+    assert title == "pwned" and "pwned" in buffers
+
+
+async def test_views_in_a_real_terminal_obey_nothing_a_phase_wrote(
+    claude_binary, scripted_api, runner_factory, tmp_path
+):
+    """`watch`, `replay` and `attach` (a held call whose input carries the escapes) in tmux: the
+    screen is not cleared (the line before the view stays), the title and clipboard are untouched,
+    and the escapes are on the screen as text."""
+    api = scripted_api(
+        [
+            Reply.tool_use("Bash", {"command": HOSTILE_BASH, "description": HOSTILE}),
+            Reply.text("done " + HOSTILE),
+        ]
+    )
+    async with runner_factory(api) as runner:
+        address = f"127.0.0.1:{runner.server.port}"
+        phase = PhaseCall(
+            runner.stub,
+            "esc",
+            "p1",
+            str(runner.workdir),
+            allowed_tools=["Bash"],
+            breakpoints=[res.Breakpoint(breakpoint_id="bp", tool_name="Bash", once=True)],
+        )
+        await phase.control(ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT)
+        cli = [sys.executable, "-m", "helix_runner"]
+        attach = _obeying_terminal(
+            "escattach", [*cli, "attach", "esc", "p1", "--server", address], tmp_path / "attach.conf"
+        )
+        try:
+            held = await attach.wait_for(lambda s: "\\u001b]52;c;" in held_panel_or_empty(s), "the held call")
+            attach_effects = _effects(attach)
+            attach.keys("a")
+            result = await phase.finish()
+            attach.keys("q")
+        finally:
+            attach.close()
+        assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
+        screens = {"attach": (held, attach_effects)}
+        for verb in ("watch", "replay"):
+            term = _obeying_terminal(
+                f"esc{verb}", [*cli, verb, "esc", "p1", "--server", address], tmp_path / f"{verb}.conf"
+            )
+            try:
+                await term.wait_for(lambda s: "EXIT=" in s, f"{verb} to finish", limit=60)
+                screens[verb] = (term.screen(joined=True), _effects(term))
+            finally:
+                term.close()
+    for view, (screen, (title, buffers)) in screens.items():
+        assert "pwned" not in title, (view, title)
+        assert not buffers.strip(), (view, buffers)
+        if view == "attach":  # the held input as JSON escapes: the same value, what an edit starts from
+            assert "\\u001b]52;c;cHdu" in screen, screen
+        else:  # a full-screen app, the others print lines after the shell's
+            assert "\\x1b]52;c;" in screen and "\\u202efdp.exe" in screen, (view, screen)
+            assert "BEFORE-THE-VIEW" in screen and "EXIT=0" in screen, (view, screen)
