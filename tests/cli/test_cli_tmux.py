@@ -27,6 +27,13 @@ pytestmark = [
 ]
 
 
+
+def terminal_env() -> dict[str, str]:
+    """The views' environment in a tmux window: ours without tmux's and the server's variables, and
+    without COLUMNS/LINES (pytest-xdist's workers carry 80x24, which the views obey over the window's size)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("TMUX", "HELIX_RUNNER_")) and k not in ("COLUMNS", "LINES")}
+
 class Terminal:
     """One tmux window on a private tmux server, running ``argv``; the shell reports its exit."""
 
@@ -34,7 +41,7 @@ class Terminal:
         self.socket = f"helix-test-{os.getpid()}-{name}"
         self.name = name
         command = f"{shlex.join(argv)}; echo EXIT=$?; sleep 60"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "HELIX_RUNNER_"))}
+        env = terminal_env()
         env["TERM"] = "xterm-256color"
         subprocess.run(
             [
@@ -217,7 +224,7 @@ def _obeying_terminal(name: str, argv: list[str], config) -> Terminal:
     term.name = name
     config.write_text("set -g set-clipboard on\nset -g history-limit 5000\n")
     command = f"echo BEFORE-THE-VIEW; {shlex.join(argv)}; echo EXIT=$?; sleep 60"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TMUX", "HELIX_RUNNER_"))}
+    env = terminal_env()
     env["TERM"] = "xterm-256color"
     subprocess.run(
         [
