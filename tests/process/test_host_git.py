@@ -122,9 +122,9 @@ def _servers_operations(repo: Path, data: Path) -> dict:
 @pytest.fixture
 def runner(monkeypatch):
     """The process's runner, restored after the test."""
-    box, note = HOST_GIT.box, HOST_GIT.box_note
+    box, note, roots = HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots
     yield HOST_GIT
-    HOST_GIT.box, HOST_GIT.box_note = box, note
+    HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots = box, note, roots
 
 
 def test_git_overrides_alone_run_no_family(tmp_path, runner):
@@ -400,3 +400,34 @@ def test_landlock_spawner_kills_a_timed_out_program_and_comes_back_after_it_died
         assert (status, out) == (0, b"back\n")
     finally:
         box.close()
+
+
+@pytest.mark.parametrize("kind", BOXES)
+def test_a_git_file_pointing_outside_the_roots_gets_no_writable_git_dir(tmp_path, runner, kind):
+    """A phase writes its working tree, so also a ``.git`` file there: one naming another repository's
+    git dir made the server's next git call (its diff's ``add -A``) write that repository."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    _git(victim, "init", "-q")
+    (victim / "kept").write_text("x\n")
+    _git(victim, "add", "kept")
+    _git(victim, "commit", "-q", "-m", "kept")
+    index = (victim / ".git" / "index").read_bytes()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".git").write_text(f"gitdir: {victim / '.git'}\n")  # what the phase wrote
+    (ws / "planted").write_text("y\n")
+    configure(runner, kind, [tmp_path / "data"], [ws])
+    assert runner.git_dirs_of(ws) == []
+    with pytest.raises(GitError):
+        runner.run(ws, "add", "-A")
+    assert (victim / ".git" / "index").read_bytes() == index
+
+
+def test_a_repository_the_roots_lie_in_stays_writable(tmp_path, runner):
+    """A workspace root inside a repository (``serve`` started in a subdirectory): its git dir counts."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    assert runner.configure(hidden=[], visible=[repo / "sub"], use_box=False) == "turned off"
+    assert runner.git_dirs_of(repo / "sub") == [(repo / ".git").resolve()]

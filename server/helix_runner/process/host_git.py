@@ -195,6 +195,17 @@ def work_tree(cwd: Path) -> Path:
     return found_work_tree(cwd) or cwd
 
 
+def _enclosing_git_dir(path: Path) -> Path | None:
+    """The ``.git`` directory (a real one, no link) of the repository ``path`` lies in, if any."""
+    for top in (path, *path.parents):
+        dot = top / ".git"
+        if dot.is_dir() and not dot.is_symlink():
+            return dot.resolve()
+        if dot.exists() or dot.is_symlink():
+            return None
+    return None
+
+
 def git_dirs(cwd: Path) -> list[Path]:
     """The git directories a command in ``cwd`` writes: the repository's (its common directory),
     and a linked worktree's own; found from ``.git`` without running git (which would read config)."""
@@ -437,6 +448,9 @@ class HostGit:
         self.box_note = "not configured"
         self._lock = threading.Lock()
         self._env_config: bool | None = None  # whether this git reads GIT_CONFIG_COUNT (2.31+)
+        # Where the git directories a command may write can lie (``configure``'s visible paths and the
+        # repositories they belong to); empty: anywhere (not configured).
+        self.git_roots: tuple[Path, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -453,6 +467,11 @@ class HostGit:
             self.box, self.box_note = None, ""
             path = bwrap or shutil.which("bwrap")
             shown = tuple(dict.fromkeys(Path(v).absolute() for v in visible))
+            # A root may lie inside a repository (serve started in a subdirectory): that repository's
+            # ``.git`` directory is the server's to write too (never a ``.git`` file's target: a phase
+            # may have written that file in a root before this start).
+            self.git_roots = tuple(dict.fromkeys([*(v.resolve() for v in shown),
+                                                  *(d for v in shown if (d := _enclosing_git_dir(v)))]))
             if not use_box:
                 self.box_note = "turned off"
                 return self.box_note
@@ -503,14 +522,15 @@ class HostGit:
         full_env = git_env(extra)
         if in_env:
             full_env.update(config_env(pairs))
-        rw = [] if read_only else [*git_dirs(cwd), *writable]
+        own = self.git_dirs_of(cwd)
+        rw = [] if read_only else [*own, *writable]
         if "GIT_INDEX_FILE" in extra and not read_only:
             rw.append(Path(extra["GIT_INDEX_FILE"]).parent)
         box = self.box
         if isinstance(box, GitBox):
             argv = box.wrap(argv, cwd, rw, readable=[work_tree(cwd)])
         elif isinstance(box, LandlockBox):
-            fs = box.rules(cwd, rw, readable=[work_tree(cwd), *git_dirs(cwd)])
+            fs = box.rules(cwd, rw, readable=[work_tree(cwd), *own])
             try:
                 status, out, err = box.run(argv, cwd, full_env, fs, stdout=stdout, input=input, timeout=timeout)
             except TimeoutError:
@@ -521,6 +541,19 @@ class HostGit:
                 raise GitError(f"git {name} failed: {err.decode('utf-8', 'replace').strip()[:500]}")
             return out
         return self._exec(argv, cwd, full_env, stdout, check, name, timeout, input)
+
+    def git_dirs_of(self, cwd: Path) -> list[Path]:
+        """The git directories of ``cwd`` the box lets a command write: those inside ``git_roots``. A
+        ``.git`` file or ``commondir`` is written by whoever writes the working tree (a phase), and one
+        pointing elsewhere (another repository, the data dir) must not become a writable bind."""
+        found = git_dirs(cwd)
+        if not self.git_roots:
+            return found
+        kept = [d for d in found if any(d.is_relative_to(root) for root in self.git_roots)]
+        if len(kept) != len(found):
+            log.warning("host git: %s names git directories outside the workspace roots (%s); the "
+                        "server's git does not write them", cwd, ", ".join(str(d) for d in found if d not in kept))
+        return kept
 
     def _reads_env_config(self) -> bool:
         """Whether this git reads its config from ``GIT_CONFIG_COUNT`` (git 2.31+); asked once."""
