@@ -26,6 +26,7 @@ from typing import Protocol
 from helix_runner.domain.events import GatewayEvent
 from helix_runner.domain.usage import TokenUsage
 from helix_runner.egress.allowlist import EgressPolicy
+from helix_runner.egress.vault import PhaseCredentials
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class Grant:
     # The API features that reach out (domain/api_features.py) this phase may use; none by default.
     features: frozenset[str] = frozenset()
     egress: EgressPolicy = EgressPolicy()
+    # The project's vault secrets as the phase took them at its start (None: none, or no vault).
+    credentials: PhaseCredentials | None = None
 
 
 def _digest(token: str) -> bytes:
