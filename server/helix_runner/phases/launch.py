@@ -206,6 +206,8 @@ class Launcher:
         private = [str(secrets_dir or config.data_dir / "phase-secrets" / run_id)]
         if self.key_broker is not None:
             private.append(str(self.key_broker.socket_path.parent))
+        if self.egress is not None and self.egress.trust_dir is not None:  # the CA bundle SSL_CERT_FILE names
+            private.append(str(self.egress.trust_dir))
         worktree = None
         if workspace.mode == "GIT_WORKTREE" and workspace.worktree_path is not None:
             worktree = workspace.worktree_path
