@@ -95,14 +95,14 @@ class ProxySettings:
 class EgressProxy:
     """The proxy's listening socket and what its connections share."""
 
-    def __init__(self, settings: ProxySettings, capabilities: Capabilities, *, resolver: Resolver = system_resolver,
+    def __init__(self, settings: ProxySettings, capabilities: Capabilities, *, resolver: Resolver | None = None,
                  connector: Connector = system_connector,
                  is_local: Callable[[IPAddress], bool] = is_local_address,
                  interceptor: Interceptor | None = None) -> None:
         self.settings = settings
         self.capabilities = capabilities
         self.interceptor = interceptor  # None: no TLS termination (a host with rules is then refused)
-        self.resolver = resolver
+        self.resolver = resolver or system_resolver  # looked up now: a test may stand in for DNS
         self.connector = connector
         self.is_local = is_local
         self._server: asyncio.Server | None = None
@@ -166,7 +166,7 @@ class _ProxyClient(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.parser = httptools.HttpRequestParser(self)
-        self.state = "head"  # head -> connecting -> tunnel | forward | intercept
+        self.state = "head"  # head -> connecting -> tunnel | forward | handshake -> intercept
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_bytes = 0
@@ -195,6 +195,9 @@ class _ProxyClient(asyncio.Protocol):
         if self.state == "tunnel":
             self._arm(IDLE_TIMEOUT_S)
             self._to_upstream(data)
+            return
+        if self.state == "handshake":  # a request that came with the tool's handshake: read once it is done
+            self.pending.append(data)
             return
         if self.state in ("forward", "intercept"):
             self._arm(IDLE_TIMEOUT_S)
@@ -451,6 +454,7 @@ class _ProxyClient(asyncio.Protocol):
         self._write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         client = self.transport
         assert client is not None
+        self.state = "handshake"  # what the TLS layer hands over before start_tls returns waits in pending
         try:
             client_tls = await loop.start_tls(client, self, interceptor.server_context(host), server_side=True,
                                               ssl_handshake_timeout=HEAD_TIMEOUT_S)
@@ -464,6 +468,11 @@ class _ProxyClient(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.messages = 0
         self._arm(IDLE_TIMEOUT_S)
+        pending, self.pending = self.pending, []
+        for part in pending:
+            if self.closed:
+                return
+            self.data_received(part)
 
     def _intercepted_request(self) -> None:
         """One request inside a terminated connection: checked against the host's rules, given its
