@@ -6,6 +6,7 @@ is refused with the rule named."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ipaddress
 import secrets
@@ -97,8 +98,8 @@ async def test_git_clone_and_push_over_https_with_a_token_the_phase_cannot_find(
     expected = "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
     assert git_requests and all(auth == expected for _, _, auth in git_requests), git_requests
     assert any(m == "POST" and p.endswith("/git-receive-pack") for m, p, _ in git_requests)
-    pushed = subprocess.run(["git", "-C", str(bare), "log", "-1", "--format=%s", "from-phase"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    pushed = (await asyncio.to_thread(subprocess.run, ["git", "-C", str(bare), "log", "-1", "--format=%s", "from-phase"],
+                                      capture_output=True, text=True, check=True)).stdout.strip()
     assert pushed == "from-phase"
     # The unbound host: reached, without the token or any authorization.
     assert other_requests and all("authorization" not in h and token not in str(h) for _, h in other_requests)
