@@ -19,7 +19,9 @@ CA, and reads each request inside, checks it against the rules, adds the secrets
 A plain HTTP request is checked against the rules too; a secret is never added to one.
 
 Bounded: a head of at most 16 KiB within 30 s, a connection within 10 s, a tunnel idle for at
-most 5 minutes, at most 128 connections per phase and 1024 in all; each direction pauses reading
+most 5 minutes, at most 128 connections per phase (``egress_max_connections_per_phase``: the next
+is answered 503) and 1024 in all, and optionally a number of bytes per phase
+(``egress_max_bytes_per_phase``: past it the phase's connections are closed and it is stopped); each direction pauses reading
 while the other side's write buffer is full (asyncio's high-water mark), so no buffer grows
 beyond a socket's worth.
 """
@@ -90,6 +92,9 @@ def is_local_address(ip: IPAddress) -> bool:
 @dataclass(frozen=True)
 class ProxySettings:
     port: int = 0
+    # Per phase: proxied connections open at once, and bytes moved both ways in all (0: no cap).
+    max_connections_per_phase: int = MAX_CONNECTIONS_PER_PHASE
+    max_bytes_per_phase: int = 0
 
 
 class EgressProxy:
@@ -314,8 +319,15 @@ class _ProxyClient(asyncio.Protocol):
         self.destination = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.host, self.port = host, port
         key = (self.grant.job_id, self.grant.phase_id)
-        if self.proxy.per_phase.get(key, 0) >= MAX_CONNECTIONS_PER_PHASE:
-            self._answer(503, f"the phase has {MAX_CONNECTIONS_PER_PHASE} proxied connections open already")
+        if self.grant.traffic.over_limit:
+            self._answer(403, self.grant.traffic.over_limit)
+            return
+        cap = self.proxy.settings.max_connections_per_phase
+        if self.proxy.per_phase.get(key, 0) >= cap:
+            why = f"the phase has {cap} proxied connections open already (egress_max_connections_per_phase)"
+            tell(self.grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=503,
+                                                        message=why, destination=self.destination))
+            self._answer(503, why)
             return
         self.proxy.per_phase[key] = self.proxy.per_phase.get(key, 0) + 1
         self._counted = key
@@ -501,12 +513,36 @@ class _ProxyClient(asyncio.Protocol):
 
     # -- relaying -------------------------------------------------------------------------------
     def _to_upstream(self, data: bytes) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
+        if self.upstream is not None and self.upstream.transport is not None and self._metered(len(data)):
             self.upstream.transport.write(data)
 
     def from_upstream(self, data: bytes) -> None:
         self._arm(IDLE_TIMEOUT_S)
-        self._write(data)
+        if self._metered(len(data)):
+            self._write(data)
+
+    def _metered(self, n: int) -> bool:
+        """Counts ``n`` bytes to the phase; False (and every connection of the phase closed, the phase
+        told) once they pass ``max_bytes_per_phase``."""
+        grant = self.grant
+        if grant is None:
+            return True
+        traffic = grant.traffic
+        traffic.bytes += n
+        cap = self.proxy.settings.max_bytes_per_phase
+        if not cap or traffic.bytes <= cap:
+            return not traffic.over_limit
+        if not traffic.over_limit:
+            traffic.over_limit = (f"the phase moved more than {cap} bytes through the egress proxy "
+                                  "(egress_max_bytes_per_phase)")
+            log.warning("egress proxy: a phase passed its byte cap; its connections are closed", extra={
+                "fields": {"job_id": grant.job_id, "phase_id": grant.phase_id, "limit": cap}})
+            tell(grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
+                                                   message=traffic.over_limit, destination=self.destination))
+            tell(grant.sink.on_egress_limit, traffic.over_limit)
+            for conn in [c for c in self.proxy.connections if c.grant is grant]:
+                conn.abort()
+        return False
 
     def upstream_eof(self) -> None:
         if self.state == "tunnel" and self.transport is not None and self.transport.can_write_eof():

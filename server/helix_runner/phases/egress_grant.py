@@ -55,11 +55,14 @@ class PhaseEgress:
         self._capability: str | None = None
         self._emit: Callable[[GatewayEvent], Any] | None = None
         self._telemetry: Any = None
+        self._at_limit: Callable[[str], Any] | None = None
         self._streamed = 0
 
-    def attach(self, emit: Callable[[GatewayEvent], Any], telemetry: Any) -> None:
-        """Where events go (the phase's stream) and which metrics count them (its PhaseTelemetry)."""
-        self._emit, self._telemetry = emit, telemetry
+    def attach(self, emit: Callable[[GatewayEvent], Any], telemetry: Any,
+               at_limit: Callable[[str], Any] | None = None) -> None:
+        """Where events go (the phase's stream), which metrics count them (its PhaseTelemetry), and
+        what stops the phase at one of the proxy's caps."""
+        self._emit, self._telemetry, self._at_limit = emit, telemetry, at_limit
 
     # -- the capability ---------------------------------------------------------------------------
     def child_env(self) -> dict[str, str]:
@@ -110,6 +113,10 @@ class PhaseEgress:
         self.ledger.on_egress_connection()
         if self._telemetry is not None:
             self._telemetry.on_egress_connection()
+
+    def on_egress_limit(self, reason: str) -> None:
+        if self._at_limit is not None:
+            self._at_limit(reason)
 
 
 def prestart_env(egress: Egress) -> dict[str, str]:

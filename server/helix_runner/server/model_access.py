@@ -76,7 +76,9 @@ async def child_credentials(config: ServerConfig, server_env: dict[str, str]) ->
     try:
         vault = Vault.load(config.vault_key_file, server_env, config.data_dir) if config.egress_proxy else None
         egress = await Egress(EgressSettings(
-            gateway=gateway, proxy=ProxySettings(config.egress_proxy_port) if config.egress_proxy else None,
+            gateway=gateway, proxy=ProxySettings(
+                config.egress_proxy_port, max_connections_per_phase=config.egress_max_connections_per_phase,
+                max_bytes_per_phase=config.egress_max_bytes_per_phase) if config.egress_proxy else None,
             policy=_egress_policy(config), ca_dir=config.data_dir / "egress",
             upstream_ca_file=config.egress_upstream_ca_file, vault=vault)).start()
     except (VaultKeyError, ValueError) as exc:  # a vault key or a kept CA that cannot be used

@@ -1736,6 +1736,12 @@ class ResourceFault(betterproto2.Enum):
     writes one; a process of the phase writing into the CLI's stdout can); the server stopped it.
     """
 
+    EGRESS_LIMIT = 6
+    """
+    The phase moved more bytes through the egress proxy (both ways, in all) than the server's
+    `egress_max_bytes_per_phase`; its proxied connections were closed and the server stopped it.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -1745,6 +1751,7 @@ class ResourceFault(betterproto2.Enum):
             3: "RESOURCE_FAULT_PROCESS_LIMIT",
             4: "RESOURCE_FAULT_OUTPUT_LIMIT",
             5: "RESOURCE_FAULT_LINE_LIMIT",
+            6: "RESOURCE_FAULT_EGRESS_LIMIT",
         }
 
     @classmethod
@@ -1756,6 +1763,7 @@ class ResourceFault(betterproto2.Enum):
             "RESOURCE_FAULT_PROCESS_LIMIT": 3,
             "RESOURCE_FAULT_OUTPUT_LIMIT": 4,
             "RESOURCE_FAULT_LINE_LIMIT": 5,
+            "RESOURCE_FAULT_EGRESS_LIMIT": 6,
         }
 
 
