@@ -79,6 +79,8 @@ class Registry:
             return f"<html><body>{link}</body></html>".encode(), "text/html"
         if path == f"/packages/{self.wheel_name}":
             return self.wheel, "application/octet-stream"
+        if path.startswith("/big/") and path[5:].isdigit():  # bulk bytes, for a phase's traffic cap
+            return b"z" * min(int(path[5:]), 64 << 20), "application/octet-stream"
         return None, "text/plain"
 
     @property
