@@ -156,7 +156,7 @@ def summary(values: list[float]) -> dict:
 
 async def bench(samples: int, before: Path | None, work: Path) -> dict:
     sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from support.certs import CertificateAuthority as TestCA  # noqa: PLC0415
+    from support.certs import CertificateAuthority as TestCA
 
     internal = TestCA(work / "internal", "bench CA")
     leaf = internal.issue("upstream", ips=("127.0.0.1",), client=False)
@@ -180,7 +180,7 @@ async def bench(samples: int, before: Path | None, work: Path) -> dict:
             results.setdefault(name, []).append(value)
 
         for _ in range(20):  # warm up: imports, the leaf minted and cached
-            for name, proxy in sides.items():
+            for proxy in sides.values():
                 await fresh(proxy, targets["plain"])
             await fresh(sides["this tree"], targets["terminated"], trusting)
         for _ in range(samples):

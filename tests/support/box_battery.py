@@ -196,7 +196,7 @@ def flood(kind: str) -> None:
 def egress_flood(address: str) -> None:
     """Downloads 4 MiB at a time through the egress proxy (the phase's http_proxy) from the stand-in
     registry, 16 times; reports how many bytes came; then waits to be stopped."""
-    import urllib.request  # noqa: PLC0415
+    import urllib.request
 
     got = 0
     try:
