@@ -13,6 +13,7 @@ from support.scripted_servers import ScriptedApiFactory
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
+from helix_runner.process.host_git import HOST_GIT
 from helix_runner.store.protocol import PhaseRow
 from helix_runner.store.sqlite_store import SqliteStore
 
@@ -24,6 +25,17 @@ settings.load_profile(PROFILE)
 
 def pytest_report_header() -> str:
     return f"hypothesis profile: {PROFILE} (tests/support/properties.py)"
+
+
+@pytest.fixture(autouse=True)
+def _host_git_as_it_was() -> Iterator[None]:
+    """The process's git runner as before each test: an in-process server configures it for its own
+    data dir and workspace roots, which the next test's repositories lie outside of."""
+    saved = HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots
+    yield
+    if HOST_GIT.box is not saved[0] and hasattr(HOST_GIT.box, "close"):
+        HOST_GIT.box.close()  # a Landlock box's spawner process
+    HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots = saved
 
 
 @pytest.fixture(scope="session")

@@ -223,7 +223,7 @@ RELATIVE_PATHS = {
     "api_key_file": "secrets/key", "api_upstream_ca_file": "ca.pem", "sandbox_home_template": "template",
     "tls_cert_file": "pki/cert.pem", "tls_key_file": "pki/key.pem", "tls_client_ca_file": "pki/ca.pem",
     "webhook_ca_file": "webhook-ca.pem", "workspace_roots": "ws", "path_prefix": "venv/bin",
-    "sandbox_read_paths": "runtime",
+    "sandbox_read_paths": "runtime", "egress_upstream_ca_file": "internal-ca.pem", "vault_key_file": "secrets/vault",
 }
 
 

@@ -231,6 +231,15 @@ class ServerConfig:
     egress_allowlist: tuple[str, ...] = ()
     egress_allowed_ports: tuple[int, ...] = (80, 443)
     egress_private_allow: tuple[str, ...] = ()
+    # TLS termination for hosts a phase has vault secrets or HTTP rules for (docs/network.md): the
+    # upstream is verified against the system's roots and this CA file (internal hosts); the vault's
+    # AES-GCM key (base64 of 32 bytes) comes from vault_key_file, else HELIX_RUNNER_VAULT_KEY, else a
+    # key made in the data dir. Each phase may hold egress_max_connections_per_phase proxied
+    # connections at once and move egress_max_bytes_per_phase bytes (both ways, 0: no cap) in all.
+    egress_upstream_ca_file: Path | None = None
+    vault_key_file: Path | None = None
+    egress_max_connections_per_phase: int = 128
+    egress_max_bytes_per_phase: int = 0
     # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
     # days are deleted with their rows and recordings; the oldest finished phases' recordings are
     # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
@@ -608,6 +617,10 @@ _CONVERTERS: dict[str, Any] = {
     "egress_allowlist": _as_str_tuple,
     "egress_allowed_ports": _as_int_tuple,
     "egress_private_allow": _as_str_tuple,
+    "egress_upstream_ca_file": lambda v: Path(v).expanduser() if v else None,
+    "vault_key_file": lambda v: Path(v).expanduser() if v else None,
+    "egress_max_connections_per_phase": int,
+    "egress_max_bytes_per_phase": int,
     "retention_days": float,
     "recordings_max_bytes": int,
     "retention_interval_seconds": float,
@@ -824,7 +837,8 @@ def validate(config: ServerConfig) -> ServerConfig:
 
 # The keys that hold one path or a tuple of paths (``absolute_paths``).
 PATH_KEYS = ("data_dir", "auth_token_file", "offline_script", "api_key_file", "api_upstream_ca_file",
-             "sandbox_home_template", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "webhook_ca_file")
+             "sandbox_home_template", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "webhook_ca_file",
+             "egress_upstream_ca_file", "vault_key_file")
 PATH_TUPLE_KEYS = ("workspace_roots", "path_prefix", "sandbox_read_paths")
 
 
@@ -889,6 +903,14 @@ def _validate_egress(config: ServerConfig) -> None:
         OperatorExceptions.parse(config.egress_private_allow)
     except ValueError as exc:
         raise ConfigError(f"egress_private_allow: {exc}") from None
+    for name in ("egress_upstream_ca_file", "vault_key_file"):
+        path = getattr(config, name)
+        if path is not None and not path.is_file():
+            raise ConfigError(f"{name} {path} is not a file")
+    if not 1 <= config.egress_max_connections_per_phase <= 100_000:
+        raise ConfigError("egress_max_connections_per_phase must be 1-100000")
+    if config.egress_max_bytes_per_phase < 0:
+        raise ConfigError("egress_max_bytes_per_phase must be 0 (no cap) or a number of bytes")
 
 
 def _validate_webhooks(config: ServerConfig) -> None:

@@ -77,6 +77,9 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "egress": (
         ("egress_proxy", "enabled"), ("egress_proxy_port", "port"), ("egress_allowlist", "allowlist"),
         ("egress_allowed_ports", "allowed_ports"), ("egress_private_allow", "private_allow"),
+        ("egress_upstream_ca_file", "upstream_ca_file"), ("vault_key_file", "vault_key_file"),
+        ("egress_max_connections_per_phase", "max_connections_per_phase"),
+        ("egress_max_bytes_per_phase", "max_bytes_per_phase"),
     ),
     "telemetry": (
         ("metrics_host", "metrics_host"), ("metrics_port", "metrics_port"),

@@ -93,3 +93,52 @@ def test_addresses_are_checked_after_resolution_and_operator_exceptions_apply() 
     assert "the server's own ports" in policy.check_address("127.0.0.2", 3141, ip("127.0.0.2"), local=True)
     assert "own ports" in policy.check_address("pypi.org", 50051, ip("127.0.0.1"), local=False)
     assert "own ports" in policy.check_address("pypi.org", 50051, ip("151.101.0.223"), local=True)
+
+
+def test_http_rules_parse_methods_names_and_paths() -> None:
+    rule = parse_pattern("GET,HEAD github.com/org/*", PORTS)
+    assert rule == DomainPattern("github.com", methods=frozenset({"GET", "HEAD"}), path="/org/*")
+    assert rule.is_rule and str(rule) == "GET,HEAD github.com/org/*"
+    assert str(parse_pattern("POST api.example.com:443/v1/run", PORTS)) == "POST api.example.com:443/v1/run"
+    assert parse_pattern("GET *.example.com", PORTS) == DomainPattern("example.com", wildcard=True,
+                                                                    methods=frozenset({"GET"}))
+    assert parse_pattern("example.com/docs/*", PORTS).methods == frozenset()
+    assert not parse_pattern("example.com", PORTS).is_rule
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ("get github.com/x", "unknown method 'get'"),
+    ("CONNECT github.com/x", "unknown method"),
+    ("GET github.com /x", "no spaces"),
+    ("GET github.com/a*b", "'\\*' except a final one"),
+    ("GET github.com/a%2fb", "no '%'"),
+    ("GET 10.0.0.1/x", "IP addresses"),
+    ("github.com/*", "names methods, a path, or both"),
+    ("GET github.com:22/x", "port 22"),
+    ("GET " + "a" * 1100 + ".com/", "at most 1024"),
+])  # fmt: skip
+def test_bad_http_rules_are_refused_with_the_reason(entry: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_pattern(entry, PORTS)
+
+
+def test_a_host_with_only_rules_checks_each_request_and_names_the_rules() -> None:
+    policy = EgressPolicy(allowlist=(parse_pattern("GET,HEAD git.example.com/org/*", PORTS),
+                                     parse_pattern("POST git.example.com/org/repo.git/git-upload-pack", PORTS),
+                                     DomainPattern("pypi.org")))
+    assert policy.check_name("git.example.com", 443) is None  # a rule admits its host
+    assert policy.check_request("git.example.com", 443, "GET", "/org/repo.git/info/refs") is None
+    assert policy.check_request("git.example.com", 443, "POST", "/org/repo.git/git-upload-pack") is None
+    why = policy.check_request("git.example.com", 443, "POST", "/org/repo.git/git-receive-pack")
+    assert "POST git.example.com/org/repo.git/git-receive-pack matches no HTTP rule" in why
+    assert "GET,HEAD git.example.com/org/*" in why  # the rule that decided is named
+    assert "matches no" in policy.check_request("git.example.com", 443, "GET", "/other/x")
+    assert "matches no" in policy.check_request("git.example.com", 443, "GET", "/org")  # '/org/*' is below /org/
+    for sneaky in ("/org/../admin", "/org/%2e%2e/admin", "/org//x", "/org/a%2Fb", "/org/..", "/org/.\\x"):
+        assert "canonical form" in policy.check_request("git.example.com", 443, "GET", sneaky), sneaky
+    assert policy.check_request("pypi.org", 443, "DELETE", "/anything") is None  # no rule: not checked
+    assert policy.http_rules("pypi.org", 443) == ()
+    # Entries add up: a plain entry for the host lifts its rules.
+    lifted = policy.with_entries([DomainPattern("git.example.com")])
+    assert lifted.http_rules("git.example.com", 443) == ()
+    assert lifted.check_request("git.example.com", 443, "POST", "/other") is None

@@ -51,7 +51,7 @@ async def test_pip_installs_from_an_allowed_registry_and_is_refused_elsewhere(
     assert "/simple/helixdemo/" in paths and any(p.endswith(".whl") for p in paths), paths
     assert all(h.get("connection") == "close" and "proxy-authorization" not in h for _, h in served)
     refusals = [e.gateway for e in events if e.HasField("gateway")]
-    assert {r.destination for r in refusals} == {other.address, "pypi.refused.example:443"}
+    assert {r.destination for r in refusals} == {other.address, "pypi.refused.example:443"}, logs
     assert all(r.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED and r.http_status == 403 for r in refusals)
     report = result.diagnostics.gateway
     assert report.egress_connections >= 2 and report.egress_refusals >= 2

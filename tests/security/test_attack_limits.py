@@ -1,11 +1,12 @@
 """A phase cannot starve its neighbours (support/phase_box.py), in every sandbox mode, as root and as
 nobody: a line of 8 MiB without a newline into its CLI's stdout (``max_line_bytes`` 1 MiB here), 64
-MiB of output (``phase_output_max_bytes`` 16 MiB here), and a fork bomb (``pids_limit`` 64). Only the
+MiB of output (``phase_output_max_bytes`` 16 MiB here), 64 MiB downloaded through the egress proxy
+(``egress_max_bytes_per_phase`` 8 MiB here), and a fork bomb (``pids_limit`` 64). Only the
 offender fails, with the limit it hit as its typed fault and its reason, and a neighbour phase of
 another job that streams meanwhile ends SUCCEEDED with every one of its events delivered.
 
 Before the fix the line was dropped and the phase went on (SUCCEEDED), the output was all written
-to the data dir, and the fork bomb started all its processes.
+to the data dir, the download came whole, and the fork bomb started all its processes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ pytestmark = [pytest.mark.real_cli, pytest.mark.slow, pytest.mark.timeout(1800)]
 @pytest.mark.parametrize(("flood", "fault", "words"), [
     ("line", "RESOURCE_FAULT_LINE_LIMIT", "max_line_bytes"),
     ("output", "RESOURCE_FAULT_OUTPUT_LIMIT", "phase_output_max_bytes"),
+    ("egress", "RESOURCE_FAULT_EGRESS_LIMIT", "egress_max_bytes_per_phase"),
 ])
 def test_a_phase_past_an_output_limit_fails_with_that_limit(boxed, flood, fault, words):
     run = boxed.phase(flood)
@@ -32,7 +34,7 @@ def test_a_phase_past_an_output_limit_fails_with_that_limit(boxed, flood, fault,
     assert kinds == ["ATTEMPT_END_KIND_RESOURCE_LIMIT"], kinds  # not retried: it would do the same
 
 
-@pytest.mark.parametrize("flood", ["line", "output"])
+@pytest.mark.parametrize("flood", ["line", "output", "egress"])
 def test_a_neighbour_streams_to_its_end_while_a_phase_floods(boxed, flood):
     run = boxed.phase(f"neighbour-{flood}")
     assert run.result is not None and run.result.status == res.PHASE_STATUS_SUCCEEDED, (boxed.who, run.ended)

@@ -82,8 +82,10 @@ def test_a_batch_of_many_phases_is_one_transaction_in_two_round_trips(store):
     sent = [line.split("\t")[3] for line in trace.read().splitlines() if line.split("\t")[1:2] == ["F"]]
     assert refused == set()
     # BEGIN and the fence check, a flush (the first wait: its rows); then every write and the COMMIT,
-    # one Sync (the second wait). Nothing else waits.
-    assert [m for m in sent if m in ("Sync", "Flush")] == ["Flush", "Sync", "Flush"]
+    # one Sync (the second wait). Nothing else waits. (The pipeline's exit may send one more Flush
+    # after the Sync, with nothing to wait for; it was in the trace in most runs, not in all.)
+    assert sent.count("Sync") == 1
+    assert [m for m in sent[: sent.index("Sync")] if m == "Flush"] == ["Flush"]
     assert sent.index("Sync") > max(i for i, m in enumerate(sent) if m == "Execute")
     assert sequences(store, "p") == [1, 2, 3, 4] and sequences(store, "q") == [1, 2]
     assert store.get_phase("j", "p").status is PhaseStatus.PAUSED and store.get_phase("j", "r").model == "m"

@@ -28,6 +28,8 @@ def test_the_protocol_names_every_method_the_application_uses():
         "replace_config_webhooks", "webhook_attempts",
         # checkpoints, forks (docs/fork-and-rewind.md)
         "get_phase_request", "list_checkpoints", "read_transcript", "save_phase_request",
+        # the credential vault (docs/network.md)
+        "delete_egress_secret", "list_egress_secrets", "put_egress_secret",
     ])  # fmt: skip
 
 

@@ -212,6 +212,23 @@ def flood(kind: str) -> None:
     time.sleep(30)
 
 
+def egress_flood(address: str) -> None:
+    """Downloads 4 MiB at a time through the egress proxy (the phase's http_proxy) from the stand-in
+    registry, 16 times; reports how many bytes came; then waits to be stopped."""
+    import urllib.request
+
+    got = 0
+    try:
+        for _ in range(16):
+            with urllib.request.urlopen(f"http://{address}/big/{4 << 20}", timeout=30) as answer:
+                while chunk := answer.read(1 << 16):
+                    got += len(chunk)
+        report("flood_egress", True, f"{got} bytes")
+    except OSError as exc:
+        report("flood_egress", False, f"{got} bytes, then {type(exc).__name__}: {exc}")
+    time.sleep(30)
+
+
 def forkbomb(most: str) -> None:
     """Starts processes (each a ``sleep``) until a fork fails or ``most`` run; reports how many; gives
     the server a few seconds to notice, then ends them."""
@@ -247,4 +264,6 @@ def stream(lines: str) -> None:
 
 if __name__ == "__main__":
     group, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
-    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "hostgit_worktree": hostgit_worktree, "worktree_work": worktree_work, "flood": flood, "forkbomb": forkbomb, "stream": stream}[group](arg)
+    {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "hostgit_worktree": hostgit_worktree,
+     "worktree_work": worktree_work, "flood": flood, "egress_flood": egress_flood, "forkbomb": forkbomb,
+     "stream": stream}[group](arg)

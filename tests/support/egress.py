@@ -21,6 +21,7 @@ class RecordingSink:
     responses: list[tuple[str, int, TokenUsage | None]] = field(default_factory=list)
     events: list[GatewayEvent] = field(default_factory=list)
     connections: list[str] = field(default_factory=list)
+    limits: list[str] = field(default_factory=list)
 
     def on_response(self, model: str, status: int, usage: TokenUsage | None) -> None:
         self.responses.append((model, status, usage))
@@ -30,6 +31,9 @@ class RecordingSink:
 
     def on_egress_connection(self, destination: str) -> None:
         self.connections.append(destination)
+
+    def on_egress_limit(self, reason: str) -> None:
+        self.limits.append(reason)
 
 
 @dataclass

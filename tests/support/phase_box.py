@@ -13,7 +13,8 @@ mode, its data dir outside the workspace root ``ws`` (itself a git repository, s
   ``ws/wtrepo`` kept after the phase; and the same write in ``ws/optin`` with
   ``allow_repository_config_writes``;
 - limits: a line of 8 MiB without a newline (``max_line_bytes`` 1 MiB), 64 MiB of output
-  (``phase_output_max_bytes`` 16 MiB), a fork bomb (``pids_limit`` 64), while a neighbour phase of
+  (``phase_output_max_bytes`` 16 MiB), 64 MiB downloaded through the egress proxy
+  (``egress_max_bytes_per_phase`` 8 MiB), a fork bomb (``pids_limit`` 64), while a neighbour phase of
   another job streams.
 
 After the phases the scenario runs git in the repositories as the server's user would, outside any
@@ -73,6 +74,7 @@ PIDS_LIMIT = 64
 FORKS = 300
 LINE_CAP = 1 << 20
 OUTPUT_CAP = 16 << 20
+EGRESS_CAP = 8 << 20  # egress_max_bytes_per_phase: the egress flood downloads 64 MiB
 PYTHON = "/usr/bin/python3"  # a Python both users can run, inside every sandbox (/usr)
 
 
@@ -173,6 +175,7 @@ class BoxScenario:
             *turns("[[hostgit-redirect]]", f"{battery} hostgit_worktree {self.markers}"),
             *turns("[[line]]", f"{battery} flood line"),
             *turns("[[output]]", f"{battery} flood output"),
+            *turns("[[egress]]", f"{battery} egress_flood {self.registry.address}"),
             *turns("[[forkbomb]]", f"{battery} forkbomb {FORKS}"),
             *turns("[[neighbour]]", f"{battery} stream 200"),
         ])
@@ -211,7 +214,8 @@ class BoxScenario:
                           str(self.root / "script.json"), workspace_root=self.ws)
         env = {"HOME": str(self.root / "home"), "PYTHONUNBUFFERED": "1",
                "HELIX_RUNNER_EGRESS_PRIVATE_ALLOW": self.registry.address,
-               "HELIX_RUNNER_MAX_LINE_BYTES": str(LINE_CAP), "HELIX_RUNNER_PHASE_OUTPUT_MAX_BYTES": str(OUTPUT_CAP)}
+               "HELIX_RUNNER_MAX_LINE_BYTES": str(LINE_CAP), "HELIX_RUNNER_PHASE_OUTPUT_MAX_BYTES": str(OUTPUT_CAP),
+               "HELIX_RUNNER_EGRESS_MAX_BYTES_PER_PHASE": str(EGRESS_CAP)}
         if MODES[self.mode] is None:
             env["HELIX_RUNNER_SANDBOX"] = "off"
         elif MODES[self.mode]:
@@ -273,7 +277,7 @@ class BoxScenario:
         # What the server's own git ran, before the user's git below runs anything.
         self.outcome.effects["host_git_markers"] = sorted(n for n in os.listdir(self.markers) if n.startswith("hg-"))
         # The floods, each while a neighbour of another job streams.
-        for flood in ("line", "output"):
+        for flood in ("line", "output", "egress"):
             flooding = self.start(flood, f"[[{flood}]]", ws / "limits")
             await flooding.wait_for(lambda e: e.HasField("tool_call_started"), limit=120)
             neighbour = self.start(f"neighbour-{flood}", "[[neighbour]]", ws / "limits",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import ssl
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,7 +38,9 @@ def build_wheel() -> tuple[str, bytes]:
 class Registry:
     """Serves ``/simple/``, ``/simple/helixdemo/`` and the wheel; ``requests`` keeps (path, headers)."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, *, tls: ssl.SSLContext | None = None, authorization: str = "") -> None:
+        """``tls``: served over HTTPS with this context; ``authorization``: every request must carry
+        this ``Authorization`` header (401 otherwise), as a private index does."""
         self.wheel_name, self.wheel = build_wheel()
         self.requests: list[tuple[str, dict[str, str]]] = []
         registry = self
@@ -45,6 +48,12 @@ class Registry:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 registry.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                if authorization and self.headers.get("authorization") != authorization:
+                    self.send_response(401)
+                    self.send_header("www-authenticate", 'Basic realm="index"')
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 body, kind = registry.answer(self.path)
                 self.send_response(200 if body is not None else 404)
                 self.send_header("content-type", kind)
@@ -56,6 +65,8 @@ class Registry:
                 pass
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def answer(self, path: str) -> tuple[bytes | None, str]:
@@ -68,6 +79,8 @@ class Registry:
             return f"<html><body>{link}</body></html>".encode(), "text/html"
         if path == f"/packages/{self.wheel_name}":
             return self.wheel, "application/octet-stream"
+        if path.startswith("/big/") and path[5:].isdigit():  # bulk bytes, for a phase's traffic cap
+            return b"z" * min(int(path[5:]), 64 << 20), "application/octet-stream"
         return None, "text/plain"
 
     @property

@@ -80,6 +80,7 @@ _RESOURCE_FAULTS = {
     ResourceFault.PROCESS_LIMIT: resources_pb2.RESOURCE_FAULT_PROCESS_LIMIT,
     ResourceFault.OUTPUT_LIMIT: resources_pb2.RESOURCE_FAULT_OUTPUT_LIMIT,
     ResourceFault.LINE_LIMIT: resources_pb2.RESOURCE_FAULT_LINE_LIMIT,
+    ResourceFault.EGRESS_LIMIT: resources_pb2.RESOURCE_FAULT_EGRESS_LIMIT,
 }
 
 

@@ -75,6 +75,10 @@ ROUTES: Mapping[str, Route] = {
     "ListWebhooks": Route.ANY,
     "DeleteWebhook": Route.ANY,
     "ListWebhookDeliveries": Route.ANY,
+    # The vault's rows are in the shared database too (sealed with the key every replica shares).
+    "PutEgressSecret": Route.ANY,
+    "ListEgressSecrets": Route.ANY,
+    "DeleteEgressSecret": Route.ANY,
     # A fork reads the phase's checkpoints and transcript from the shared database and its files from
     # the repository (on a root every replica mounts), so any replica starts it (docs/fork-and-rewind.md).
     "ForkPhase": Route.ANY,

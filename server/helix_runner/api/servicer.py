@@ -16,6 +16,7 @@ so responses that are bytes pass the serializer untouched.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -33,6 +34,7 @@ from helix_runner.api.checkpoint_mapping import (
     fork_request,
     storable_request,
 )
+from helix_runner.api.egress_secret_mapping import presentation_from_request, secret_to_proto
 from helix_runner.api.errors import abort
 from helix_runner.api.forwarding import OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
@@ -383,6 +385,32 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         checkpoint, sequence = await self.commands.rewind(
             request.job_id, request.phase_id, fork_point_from_proto(request.point, request.conversation_only))
         return runner_service_pb2.RewindPhaseResponse(checkpoint=checkpoint_to_proto(checkpoint), sequence=sequence)
+
+    # -- the credential vault (docs/network.md; phases/egress_vault.py) -------------------------
+
+    def _vault(self):
+        if self.service.egress_vault is None:
+            raise RunnerError(ErrorKind.FAILED_PRECONDITION, "NOT_IMPLEMENTED", "the credential vault needs the "
+                              "egress proxy (egress_proxy = true)", {"missing": "egress_proxy"})
+        return self.service.egress_vault
+
+    @_unary
+    async def PutEgressSecret(self, request, context):
+        vault = self._vault()
+        kind = presentation_from_request(request)
+        info = await asyncio.to_thread(vault.put, request.project_id, request.name, request.value,
+                                       list(request.hosts), kind, request.header, request.username)
+        return runner_service_pb2.PutEgressSecretResponse(secret=secret_to_proto(info))
+
+    @_unary
+    async def ListEgressSecrets(self, request, context):
+        infos = await asyncio.to_thread(self._vault().list, request.project_id)
+        return runner_service_pb2.ListEgressSecretsResponse(secrets=[secret_to_proto(i) for i in infos])
+
+    @_unary
+    async def DeleteEgressSecret(self, request, context):
+        await asyncio.to_thread(self._vault().delete, request.project_id, request.name)
+        return runner_service_pb2.DeleteEgressSecretResponse()
 
     # -- webhooks (README "Webhooks"; phases/webhooks.py) --------------------------------------
 

@@ -32,6 +32,7 @@ class EndCause(enum.Enum):
     PROCESS_LIMIT = "process_limit"  # the kernel refused a fork at the phase's process limit (pids.max)
     OUTPUT_LIMIT = "output_limit"  # what the phase made the server write passed phase_output_max_bytes
     LINE_LIMIT = "line_limit"  # a line of the CLI's stdout passed max_line_bytes
+    EGRESS_LIMIT = "egress_limit"  # its traffic through the egress proxy passed egress_max_bytes_per_phase
 
 
 class ResourceFault(enum.Enum):
@@ -42,6 +43,7 @@ class ResourceFault(enum.Enum):
     PROCESS_LIMIT = "process_limit"  # its processes reached the phase's process limit
     OUTPUT_LIMIT = "output_limit"  # its recording, events and transcripts reached their cap in the data dir
     LINE_LIMIT = "line_limit"  # its CLI's stdout carried a line longer than max_line_bytes
+    EGRESS_LIMIT = "egress_limit"  # it moved more through the egress proxy than egress_max_bytes_per_phase
 
 
 # The causes that are a limit of the server's, and the fault each one is.
@@ -50,6 +52,7 @@ LIMIT_FAULTS = {
     EndCause.PROCESS_LIMIT: ResourceFault.PROCESS_LIMIT,
     EndCause.OUTPUT_LIMIT: ResourceFault.OUTPUT_LIMIT,
     EndCause.LINE_LIMIT: ResourceFault.LINE_LIMIT,
+    EndCause.EGRESS_LIMIT: ResourceFault.EGRESS_LIMIT,
 }
 
 

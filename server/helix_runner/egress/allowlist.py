@@ -7,6 +7,12 @@ one port (``example.com:8443``); IP literals are refused, so a request can only 
 answers for, and every address is then checked (domain/addresses.py). Ports outside
 ``egress_allowed_ports`` are refused whatever the entry. The operator's ``host:port`` exceptions
 (``egress_private_allow``) pass both checks; the server's own ports never do.
+
+An entry can also be an HTTP rule: methods before the name and a path after it
+(``GET,HEAD github.com/org/*``: those methods, paths under ``/org/``; ``POST api.example.com/v1/run``:
+that one path). A host that only rules name is reached through the proxy's TLS termination
+(egress/interception.py), and each request on it must match one of them; the refusal names the
+rules. Entries add up: a plain entry for the same host lets every request through.
 """
 
 from __future__ import annotations
@@ -20,7 +26,16 @@ from helix_runner.errors import ErrorKind, RunnerError
 
 MAX_REQUEST_ENTRIES = 32
 MAX_ENTRY_LENGTH = 260  # a 253-character name and ':65535'
+MAX_RULE_LENGTH = 1024  # methods, a name and a path
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_METHODS_WORD = re.compile(r"^[A-Z]+(,[A-Z]+)*\s")  # an entry that starts with methods
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# A path rule's characters: RFC 3986 pchar and '/', no '%' (a rule compares the path as sent, so
+# an escape would match only one of its spellings), '*' only at the end (a prefix).
+_PATH = re.compile(r"^/[A-Za-z0-9._~!$&'()+,;=:@/-]*\*?$")
+# A request path that could mean another path to the server: dot segments, empty segments, escaped
+# dots, slashes or backslashes. A rule-checked host refuses it rather than guess how it is read.
+_AMBIGUOUS = re.compile(r"(^|/)\.{1,2}(/|$)|//|\\|%2[eEfF]|%5[cC]")
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,9 @@ class DomainPattern:
     domain: str  # lower case ASCII (IDNA), no trailing dot
     wildcard: bool = False
     port: int | None = None
+    # An HTTP rule: the methods it allows (empty: any) and its path ('' any; ending in '*': a prefix).
+    methods: frozenset[str] = frozenset()
+    path: str = ""
 
     def matches(self, host: str, port: int) -> bool:
         if self.port is not None and port != self.port:
@@ -38,14 +56,33 @@ class DomainPattern:
             return host.endswith("." + self.domain)
         return host == self.domain
 
+    @property
+    def is_rule(self) -> bool:
+        """Whether the entry restricts requests (methods or a path), not only names a host."""
+        return bool(self.methods or self.path)
+
+    def allows_request(self, method: str, path: str) -> bool:
+        """Whether a request's method and path (without its query) match this entry."""
+        if self.methods and method not in self.methods:
+            return False
+        if not self.path:
+            return True
+        if self.path.endswith("*"):
+            return path.startswith(self.path[:-1])
+        return path == self.path
+
     def __str__(self) -> str:
         name = f"*.{self.domain}" if self.wildcard else self.domain
-        return name if self.port is None else f"{name}:{self.port}"
+        name = name if self.port is None else f"{name}:{self.port}"
+        methods = ",".join(sorted(self.methods))
+        return f"{methods} {name}{self.path}" if methods else f"{name}{self.path}"
 
 
 def parse_pattern(text: str, allowed_ports: frozenset[int]) -> DomainPattern:
-    """An allowlist entry; ValueError saying what is wrong with it."""
+    """An allowlist entry (a name, or an HTTP rule); ValueError saying what is wrong with it."""
     entry = text.strip()
+    if "/" in entry or _METHODS_WORD.match(entry):
+        return _parse_rule(entry, allowed_ports)
     if not entry or len(entry) > MAX_ENTRY_LENGTH:
         raise ValueError(f"must be 1 to {MAX_ENTRY_LENGTH} characters")
     host, port = split_host_port(entry)
@@ -68,6 +105,38 @@ def parse_pattern(text: str, allowed_ports: frozenset[int]) -> DomainPattern:
     if port is not None and port not in allowed_ports:
         raise ValueError(f"port {port} is not allowed (allowed: {_ports(allowed_ports)})")
     return DomainPattern(name, wildcard, port)
+
+
+def _parse_rule(entry: str, allowed_ports: frozenset[int]) -> DomainPattern:
+    """``[METHOD[,METHOD...]] host[:port][/path[*]]``."""
+    if len(entry) > MAX_RULE_LENGTH:
+        raise ValueError(f"an HTTP rule must be at most {MAX_RULE_LENGTH} characters")
+    words = entry.split()
+    if len(words) > 2:
+        raise ValueError("an HTTP rule is 'METHODS host/path' (methods comma-separated, no spaces)")
+    methods: frozenset[str] = frozenset()
+    if len(words) == 2:
+        named = words[0].split(",")
+        unknown = [m for m in named if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown method {unknown[0][:20]!r} (methods: {', '.join(sorted(METHODS))}, "
+                             "upper case)")
+        methods = frozenset(named)
+    target = words[-1]
+    slash = target.find("/")
+    name, path = (target, "") if slash < 0 else (target[:slash], target[slash:])
+    if path and not _PATH.match(path):
+        raise ValueError("a rule's path starts with '/', has no '%', spaces or '*' except a final one")
+    if path in ("/*", ""):
+        path = ""  # every path: only the methods restrict
+    if not methods and not path:
+        raise ValueError("an HTTP rule names methods, a path, or both")
+    return replace(parse_pattern(name, allowed_ports), methods=methods, path=path)
+
+
+def ambiguous_path(path: str) -> bool:
+    """Whether a request path has a spelling a server may read as another path (see ``_AMBIGUOUS``)."""
+    return bool(_AMBIGUOUS.search(path))
 
 
 def request_patterns(entries: Iterable[str], allowed_ports: frozenset[int],
@@ -114,6 +183,30 @@ class EgressPolicy:
         if not any(p.matches(name, port) for p in self.allowlist):
             return f"{name} is not in the phase's egress allowlist"
         return None
+
+    def http_rules(self, host: str, port: int) -> tuple[DomainPattern, ...]:
+        """The rules each request to ``host:port`` must match; () when none restrict it (a plain
+        entry names it too, or no rule does)."""
+        name = host.lower().rstrip(".")
+        rules = []
+        for entry in self.allowlist:
+            if entry.matches(name, port):
+                if not entry.is_rule:
+                    return ()
+                rules.append(entry)
+        return tuple(rules)
+
+    def check_request(self, host: str, port: int, method: str, path: str) -> str | None:
+        """Why a request (method, path without its query) to ``host:port`` is refused, or None."""
+        rules = self.http_rules(host, port)
+        if not rules:
+            return None
+        named = "; ".join(str(r) for r in rules[:8])
+        if ambiguous_path(path):
+            return f"the path {path[:200]!r} is not in canonical form (the rules for {host} compare paths: {named})"
+        if any(r.allows_request(method, path) for r in rules):
+            return None
+        return f"{method} {host}{path[:200]} matches no HTTP rule for {host} (allowed: {named})"
 
     def check_address(self, host: str, port: int, ip: IPAddress, *, local: bool) -> str | None:
         """Why connecting to ``ip`` (what ``host`` resolved to) on ``port`` is refused, or None.

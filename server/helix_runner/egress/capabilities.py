@@ -19,13 +19,14 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Protocol
 
 from helix_runner.domain.events import GatewayEvent
 from helix_runner.domain.usage import TokenUsage
 from helix_runner.egress.allowlist import EgressPolicy
+from helix_runner.egress.vault import PhaseCredentials
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ class GrantSink(Protocol):
 
     def on_egress_connection(self, destination: str) -> None:
         """The egress proxy connected the phase to ``destination`` (host:port)."""
+
+    def on_egress_limit(self, reason: str) -> None:
+        """The phase passed one of the proxy's caps that ends it (``reason`` names the limit)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,18 @@ class Grant:
     # The API features that reach out (domain/api_features.py) this phase may use; none by default.
     features: frozenset[str] = frozenset()
     egress: EgressPolicy = EgressPolicy()
+    # The project's vault secrets as the phase took them at its start (None: none, or no vault).
+    credentials: PhaseCredentials | None = None
+    # What the phase moved through the proxy so far (mutable: the proxy counts into it).
+    traffic: EgressTraffic = field(default_factory=lambda: EgressTraffic())
+
+
+@dataclass
+class EgressTraffic:
+    """Bytes one phase moved through the proxy (both ways), and the cap's verdict once it passed it."""
+
+    bytes: int = 0
+    over_limit: str = ""  # the reason, once the phase passed egress_max_bytes_per_phase
 
 
 def _digest(token: str) -> bytes:

@@ -13,8 +13,15 @@ the server's own ports), and connects only to an address it checked, so a name t
 differently the second time (DNS rebinding) gains nothing. Refusals are answered with a short text
 saying why (403) and reported to the phase's grant, which shows them in its stream.
 
+A ``CONNECT`` to a host the phase has vault secrets or HTTP rules for is terminated instead of
+tunnelled (interception.py): the proxy verifies the upstream, answers with a leaf of the server's
+CA, and reads each request inside, checks it against the rules, adds the secrets and forwards it.
+A plain HTTP request is checked against the rules too; a secret is never added to one.
+
 Bounded: a head of at most 16 KiB within 30 s, a connection within 10 s, a tunnel idle for at
-most 5 minutes, at most 128 connections per phase and 1024 in all; each direction pauses reading
+most 5 minutes, at most 128 connections per phase (``egress_max_connections_per_phase``: the next
+is answered 503) and 1024 in all, and optionally a number of bytes per phase
+(``egress_max_bytes_per_phase``: past it the phase's connections are closed and it is stopped); each direction pauses reading
 while the other side's write buffer is full (asyncio's high-water mark), so no buffer grows
 beyond a socket's worth.
 """
@@ -25,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -34,6 +42,7 @@ from helix_runner.domain.addresses import IPAddress, parse_ip, split_host_port
 from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.egress.capabilities import Capabilities, Grant, presented_proxy_capability, tell
 from helix_runner.egress.idle_timer import IdleTimer
+from helix_runner.egress.interception import Interceptor, with_secrets
 from helix_runner.egress.log_throttle import LogThrottle
 
 log = logging.getLogger(__name__)
@@ -83,17 +92,22 @@ def is_local_address(ip: IPAddress) -> bool:
 @dataclass(frozen=True)
 class ProxySettings:
     port: int = 0
+    # Per phase: proxied connections open at once, and bytes moved both ways in all (0: no cap).
+    max_connections_per_phase: int = MAX_CONNECTIONS_PER_PHASE
+    max_bytes_per_phase: int = 0
 
 
 class EgressProxy:
     """The proxy's listening socket and what its connections share."""
 
-    def __init__(self, settings: ProxySettings, capabilities: Capabilities, *, resolver: Resolver = system_resolver,
+    def __init__(self, settings: ProxySettings, capabilities: Capabilities, *, resolver: Resolver | None = None,
                  connector: Connector = system_connector,
-                 is_local: Callable[[IPAddress], bool] = is_local_address) -> None:
+                 is_local: Callable[[IPAddress], bool] = is_local_address,
+                 interceptor: Interceptor | None = None) -> None:
         self.settings = settings
         self.capabilities = capabilities
-        self.resolver = resolver
+        self.interceptor = interceptor  # None: no TLS termination (a host with rules is then refused)
+        self.resolver = resolver or system_resolver  # looked up now: a test may stand in for DNS
         self.connector = connector
         self.is_local = is_local
         self._server: asyncio.Server | None = None
@@ -157,7 +171,7 @@ class _ProxyClient(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.parser = httptools.HttpRequestParser(self)
-        self.state = "head"  # head -> connecting -> tunnel | forward
+        self.state = "head"  # head -> connecting -> tunnel | forward | handshake -> intercept
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_bytes = 0
@@ -166,6 +180,9 @@ class _ProxyClient(asyncio.Protocol):
         self.messages = 0  # a forwarded connection carries one request; what follows it is dropped
         self.grant: Grant | None = None
         self.destination = ""
+        self.host = ""
+        self.port = 0
+        self.request_path = "/"  # a forwarded request's (the rules check it)
         self.upstream: _Upstream | None = None
         self._counted: tuple[str, str] | None = None
         self._timer = IdleTimer(HEAD_TIMEOUT_S, self.close)
@@ -184,12 +201,17 @@ class _ProxyClient(asyncio.Protocol):
             self._arm(IDLE_TIMEOUT_S)
             self._to_upstream(data)
             return
-        if self.state == "forward":
+        if self.state == "handshake":  # a request that came with the tool's handshake: read once it is done
+            self.pending.append(data)
+            return
+        if self.state in ("forward", "intercept"):
             self._arm(IDLE_TIMEOUT_S)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as upgrade:
-            if self.parser.get_method() != b"CONNECT":
+            if self.state == "intercept":
+                self._answer(400, "protocol upgrades are not passed on a host the proxy terminates TLS for")
+            elif self.parser.get_method() != b"CONNECT":
                 self._answer(400, "upgrades are not proxied")
                 return
             self.pending.append(data[upgrade.args[0]:])  # e.g. a TLS ClientHello sent right away
@@ -229,34 +251,42 @@ class _ProxyClient(asyncio.Protocol):
     # -- httptools callbacks (the request head, then a forwarded request's body) ----------------------
     def on_message_begin(self) -> None:
         self.messages += 1
+        if self.state == "intercept":  # each request inside a terminated connection is read anew
+            self.url, self.headers, self.head_bytes, self.chunked = b"", [], 0, False
+
+    def _ignored(self) -> bool:
+        """A forwarded connection carries one request: what follows it is dropped."""
+        return self.messages > 1 and self.state != "intercept"
 
     def on_url(self, url: bytes) -> None:
-        if self.messages > 1:
+        if self._ignored():
             return
         self.url += url
         self._count(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.messages > 1:
+        if self._ignored():
             return
         self._count(len(name) + len(value))
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        if self.state == "head" and self.parser.get_method() != b"CONNECT":
+        if self.state == "intercept":
+            self._intercepted_request()
+        elif self.state == "head" and self.parser.get_method() != b"CONNECT":
             self._begin(connect=False)
 
     def on_body(self, body: bytes) -> None:
-        if self.messages > 1:
+        if self._ignored():
             return
-        if self.state != "forward":
+        if self.state not in ("forward", "intercept"):
             self.pending.append(self._frame(body))
         else:
             self._to_upstream(self._frame(body))
 
     def on_message_complete(self) -> None:
-        if self.chunked and self.messages == 1:
-            if self.state == "forward":
+        if self.chunked and not self._ignored():
+            if self.state in ("forward", "intercept"):
                 self._to_upstream(b"0\r\n\r\n")
             else:
                 self.pending.append(b"0\r\n\r\n")
@@ -287,9 +317,17 @@ class _ProxyClient(asyncio.Protocol):
             self._answer(400, str(exc))
             return
         self.destination = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.host, self.port = host, port
         key = (self.grant.job_id, self.grant.phase_id)
-        if self.proxy.per_phase.get(key, 0) >= MAX_CONNECTIONS_PER_PHASE:
-            self._answer(503, f"the phase has {MAX_CONNECTIONS_PER_PHASE} proxied connections open already")
+        if self.grant.traffic.over_limit:
+            self._answer(403, self.grant.traffic.over_limit)
+            return
+        cap = self.proxy.settings.max_connections_per_phase
+        if self.proxy.per_phase.get(key, 0) >= cap:
+            why = f"the phase has {cap} proxied connections open already (egress_max_connections_per_phase)"
+            tell(self.grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=503,
+                                                        message=why, destination=self.destination))
+            self._answer(503, why)
             return
         self.proxy.per_phase[key] = self.proxy.per_phase.get(key, 0) + 1
         self._counted = key
@@ -312,6 +350,7 @@ class _ProxyClient(asyncio.Protocol):
         host = url.host.decode("latin-1")
         port = url.port or 80
         target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
+        self.request_path = _path_of(target)
         lines = [b"%s %s HTTP/1.1" % (self.parser.get_method(), target)]
         lines += [k + b": " + v for k, v in self.headers if k not in _HOP_BY_HOP]
         lines.append(b"connection: close")  # one exchange per connection: its end is the answer's end
@@ -346,6 +385,11 @@ class _ProxyClient(asyncio.Protocol):
             if not allowed:
                 why = reasons[0] if reasons else f"{host} has no address"
             addresses = allowed
+        if why is None and not connect:
+            why = policy.check_request(host, port, self.parser.get_method().decode("latin-1"), self.request_path)
+        intercept = connect and self._intercepts(grant, host, port)
+        if why is None and intercept and self.proxy.interceptor is None:
+            why = f"{host} has HTTP rules or secrets, and this server does not terminate TLS (no CA)"
         if why is not None:
             self._refused(why)
             return
@@ -372,7 +416,11 @@ class _ProxyClient(asyncio.Protocol):
             return
         tell(grant.sink.on_egress_connection, self.destination)
         log.debug("egress proxy connected", extra={"fields": {"job_id": grant.job_id, "phase_id": grant.phase_id,
-                                                              "destination": self.destination}})
+                                                              "destination": self.destination,
+                                                              "terminated": intercept}})
+        if intercept:
+            await self._intercept(host, transport)
+            return
         if connect:
             self._write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             self.state = "tunnel"
@@ -387,14 +435,114 @@ class _ProxyClient(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
 
+    # -- TLS termination (interception.py) ---------------------------------------------------------
+    @staticmethod
+    def _intercepts(grant: Grant, host: str, port: int) -> bool:
+        return bool(grant.egress.http_rules(host, port)) or (
+            grant.credentials is not None and grant.credentials.bound(host, port))
+
+    async def _intercept(self, host: str, transport: asyncio.Transport) -> None:
+        """TLS to the upstream (verified), the ``CONNECT`` answered, TLS with the tool (the server's
+        leaf), then requests are read one by one (``_intercepted_request``)."""
+        interceptor = self.proxy.interceptor
+        assert interceptor is not None and self.upstream is not None
+        if any(self.pending):
+            self._answer(400, "a host the proxy terminates TLS for: send the handshake after the CONNECT answer")
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            upstream_tls = await loop.start_tls(transport, self.upstream, interceptor.upstream_context,
+                                                server_hostname=host, ssl_handshake_timeout=CONNECT_TIMEOUT_S)
+        except ssl.SSLCertVerificationError as exc:
+            self._answer(502, f"the certificate of {self.destination} is not trusted: "
+                              f"{exc.verify_message or exc.reason}")
+            return
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            self._answer(502, f"no TLS with {self.destination}: {getattr(exc, 'reason', None) or 'handshake failed'}")
+            return
+        if self.closed or upstream_tls is None:
+            return
+        self.upstream.transport = upstream_tls  # type: ignore[assignment]
+        self._write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        client = self.transport
+        assert client is not None
+        self.state = "handshake"  # what the TLS layer hands over before start_tls returns waits in pending
+        try:
+            client_tls = await loop.start_tls(client, self, interceptor.server_context(host), server_side=True,
+                                              ssl_handshake_timeout=HEAD_TIMEOUT_S)
+        except (ssl.SSLError, OSError, TimeoutError, ConnectionError):
+            self.close()  # the tool does not trust the server's CA, or spoke no TLS
+            return
+        if client_tls is None or self.closed:
+            return
+        self.transport = client_tls  # type: ignore[assignment]
+        self.state = "intercept"
+        self.parser = httptools.HttpRequestParser(self)
+        self.messages = 0
+        self._arm(IDLE_TIMEOUT_S)
+        pending, self.pending = self.pending, []
+        for part in pending:
+            if self.closed:
+                return
+            self.data_received(part)
+
+    def _intercepted_request(self) -> None:
+        """One request inside a terminated connection: checked against the host's rules, given its
+        secrets, and forwarded (its body follows through ``on_body``)."""
+        grant = self.grant
+        assert grant is not None
+        method = self.parser.get_method()
+        target = self.url
+        if not target.startswith(b"/"):  # absolute-form inside the tunnel: its path is what counts
+            try:
+                url = httptools.parse_url(target)
+            except httptools.HttpParserInvalidURLError:
+                self._answer(400, "the request target is not a URL")
+                return
+            target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
+        why = grant.egress.check_request(self.host, self.port, method.decode("latin-1"), _path_of(target))
+        if why is not None:
+            self._refused(why)
+            return
+        secrets = grant.credentials.for_host(self.host, self.port) if grant.credentials is not None else []
+        headers = with_secrets(self.headers, secrets)
+        self.chunked = any(k == b"transfer-encoding" and b"chunked" in v.lower() for k, v in headers)
+        version = self.parser.get_http_version().encode("latin-1") or b"1.1"
+        lines = [b"%s %s HTTP/%s" % (method, target, version), *(k + b": " + v for k, v in headers)]
+        self._to_upstream(b"\r\n".join(lines) + b"\r\n\r\n")
+
     # -- relaying -------------------------------------------------------------------------------
     def _to_upstream(self, data: bytes) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
+        if self.upstream is not None and self.upstream.transport is not None and self._metered(len(data)):
             self.upstream.transport.write(data)
 
     def from_upstream(self, data: bytes) -> None:
         self._arm(IDLE_TIMEOUT_S)
-        self._write(data)
+        if self._metered(len(data)):
+            self._write(data)
+
+    def _metered(self, n: int) -> bool:
+        """Counts ``n`` bytes to the phase; False (and every connection of the phase closed, the phase
+        told) once they pass ``max_bytes_per_phase``."""
+        grant = self.grant
+        if grant is None:
+            return True
+        traffic = grant.traffic
+        traffic.bytes += n
+        cap = self.proxy.settings.max_bytes_per_phase
+        if not cap or traffic.bytes <= cap:
+            return not traffic.over_limit
+        if not traffic.over_limit:
+            traffic.over_limit = (f"the phase moved more than {cap} bytes through the egress proxy "
+                                  "(egress_max_bytes_per_phase)")
+            log.warning("egress proxy: a phase passed its byte cap; its connections are closed", extra={
+                "fields": {"job_id": grant.job_id, "phase_id": grant.phase_id, "limit": cap}})
+            tell(grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
+                                                   message=traffic.over_limit, destination=self.destination))
+            tell(grant.sink.on_egress_limit, traffic.over_limit)
+            for conn in [c for c in self.proxy.connections if c.grant is grant]:
+                conn.abort()
+        return False
 
     def upstream_eof(self) -> None:
         if self.state == "tunnel" and self.transport is not None and self.transport.can_write_eof():
@@ -451,3 +599,8 @@ class _ProxyClient(asyncio.Protocol):
 
     def _disarm(self) -> None:
         self._timer.cancel()
+
+
+def _path_of(target: bytes) -> str:
+    """A request target's path (no query, no fragment), as the server reads it."""
+    return target.split(b"?", 1)[0].split(b"#", 1)[0].decode("latin-1") or "/"

@@ -5,18 +5,27 @@
 fixed part of its environment (``static_env``: the gateway's URL, ``NO_PROXY``) and the part that
 carries its capability (``capability_env``: the key and the proxy URLs). ``ports`` are the two
 host ports a sandboxed phase may reach.
+
+With the proxy on, the server's CA (authority.py) is loaded or made in ``ca_dir`` and every phase
+trusts it through the variables common tools read (``TRUST_ENV``): the bundle of the system's roots
+and the CA, in ``trust_dir``, the one directory of the data dir a sandboxed phase may read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from helix_runner.egress.allowlist import EgressPolicy
+from helix_runner.egress.authority import CertificateAuthority
 from helix_runner.egress.capabilities import Capabilities
 from helix_runner.egress.gateway import ApiGateway, GatewaySettings
+from helix_runner.egress.interception import Interceptor
 from helix_runner.egress.proxy import EgressProxy, ProxySettings
+from helix_runner.egress.vault import Vault
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +35,10 @@ API_KEY_ENV = "ANTHROPIC_API_KEY"
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 NO_PROXY_ENV = ("NO_PROXY", "no_proxy")
 NO_PROXY = "127.0.0.1,localhost,::1"  # the gateway is reached directly; so is what the phase serves itself
+# Where tools look for trusted roots: OpenSSL (Python's ssl, curl, wget), requests, pip, git, and
+# the combined bundle for each; Node adds NODE_EXTRA_CA_CERTS (the CA alone) to its own roots.
+BUNDLE_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE")
+CA_ENV = ("NODE_EXTRA_CA_CERTS",)
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,11 @@ class EgressSettings:
     gateway: GatewaySettings | None
     proxy: ProxySettings | None
     policy: EgressPolicy = EgressPolicy()
+    # The server's CA for TLS termination (None: no termination; a host with rules is refused).
+    ca_dir: Path | None = None
+    upstream_ca_file: Path | None = None
+    # The credential vault's key (None: no vault).
+    vault: Vault | None = None
 
 
 class Egress:
@@ -46,13 +64,19 @@ class Egress:
         self.policy = settings.policy
         self.gateway: ApiGateway | None = None
         self.proxy: EgressProxy | None = None
+        self.authority: CertificateAuthority | None = None
+        self.vault = settings.vault
 
     async def start(self) -> Egress:
         try:
             if self.settings.gateway is not None:
                 self.gateway = await ApiGateway(self.settings.gateway, self.capabilities).start()
             if self.settings.proxy is not None:
-                self.proxy = await EgressProxy(self.settings.proxy, self.capabilities).start()
+                interceptor = None
+                if self.settings.ca_dir is not None:
+                    self.authority = await asyncio.to_thread(CertificateAuthority(self.settings.ca_dir).load_or_create)
+                    interceptor = Interceptor(self.authority, self.settings.upstream_ca_file)
+                self.proxy = await EgressProxy(self.settings.proxy, self.capabilities, interceptor=interceptor).start()
         except BaseException:
             await self.stop()
             raise
@@ -92,7 +116,15 @@ class Egress:
             env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
         if self.proxy is not None:
             env.update(dict.fromkeys(NO_PROXY_ENV, NO_PROXY))
+        if self.proxy is not None and self.authority is not None:
+            env.update(dict.fromkeys(BUNDLE_ENV, str(self.authority.bundle_file)))
+            env.update(dict.fromkeys(CA_ENV, str(self.authority.ca_file)))
         return env
+
+    @property
+    def trust_dir(self) -> Path | None:
+        """The directory of the CA and the bundle phases read (None: no TLS termination)."""
+        return self.authority.trust_dir if self.proxy is not None and self.authority is not None else None
 
     def capability_env(self, capability: str) -> dict[str, str]:
         """The variables that carry a phase's capability."""
@@ -120,4 +152,6 @@ class Egress:
             names += ["ANTHROPIC_*"]
         if self.proxy is not None:
             names += [*PROXY_ENV, *NO_PROXY_ENV, "ALL_PROXY", "all_proxy"]
+        if self.trust_dir is not None:
+            names += [*BUNDLE_ENV, *CA_ENV]
         return tuple(names)

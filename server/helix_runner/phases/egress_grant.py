@@ -21,6 +21,7 @@ from helix_runner.domain.usage import TokenUsage
 from helix_runner.egress.allowlist import request_patterns
 from helix_runner.egress.capabilities import Grant, ModelAllowlist
 from helix_runner.egress.service import Egress
+from helix_runner.egress.vault import PhaseCredentials, SealedSecret
 
 log = logging.getLogger(__name__)
 
@@ -41,30 +42,37 @@ class PhaseEgress:
 
     def __init__(self, egress: Egress, *, job_id: str, phase_id: str, project: str,
                  models: tuple[str, ...] | None, request_entries: tuple[str, ...] = (),
-                 features: tuple[str, ...] = ()) -> None:
+                 features: tuple[str, ...] = (), secrets: tuple[SealedSecret, ...] = ()) -> None:
         self.egress = egress
         policy = egress.policy.with_entries(request_patterns(request_entries, egress.policy.ports))
+        credentials = PhaseCredentials(egress.vault, secrets) if secrets and egress.vault is not None else None
         self.grant = Grant(job_id=job_id, phase_id=phase_id, project=project, sink=self,
                            models=ModelAllowlist(models) if models else None, egress=policy,
-                           features=frozenset(features))
+                           features=frozenset(features), credentials=credentials)
         self.ledger = GatewayLedger(
             egress_allowlist=tuple(str(p) for p in policy.allowlist) if egress.proxy is not None else (),
             allowed_models=models or ())
         self._capability: str | None = None
         self._emit: Callable[[GatewayEvent], Any] | None = None
         self._telemetry: Any = None
+        self._at_limit: Callable[[str], Any] | None = None
         self._streamed = 0
 
-    def attach(self, emit: Callable[[GatewayEvent], Any], telemetry: Any) -> None:
-        """Where events go (the phase's stream) and which metrics count them (its PhaseTelemetry)."""
-        self._emit, self._telemetry = emit, telemetry
+    def attach(self, emit: Callable[[GatewayEvent], Any], telemetry: Any,
+               at_limit: Callable[[str], Any] | None = None) -> None:
+        """Where events go (the phase's stream), which metrics count them (its PhaseTelemetry), and
+        what stops the phase at one of the proxy's caps."""
+        self._emit, self._telemetry, self._at_limit = emit, telemetry, at_limit
 
     # -- the capability ---------------------------------------------------------------------------
     def child_env(self) -> dict[str, str]:
         """The CLI's capability variables; the capability is issued on first use and kept for every attempt."""
         if self._capability is None:
             self._capability = self.egress.capabilities.issue(self.grant)
-        return self.egress.capability_env(self._capability)
+        env = self.egress.capability_env(self._capability)
+        if self.grant.credentials is not None and self.egress.proxy is not None:
+            env.update(self.grant.credentials.placeholders())  # HELIX_SECRET_<NAME>: never the value
+        return env
 
     def adopt(self, env: Mapping[str, str]) -> bool:
         """A warm-pool CLI takes the phase: its capability (in ``env``, issued unbound) becomes the phase's."""
@@ -105,6 +113,10 @@ class PhaseEgress:
         self.ledger.on_egress_connection()
         if self._telemetry is not None:
             self._telemetry.on_egress_connection()
+
+    def on_egress_limit(self, reason: str) -> None:
+        if self._at_limit is not None:
+            self._at_limit(reason)
 
 
 def prestart_env(egress: Egress) -> dict[str, str]:

@@ -19,6 +19,7 @@ import asyncio
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from helix_runner.config import ServerConfig
 from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PermissionMode, PhaseSpec
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.egress.service import Egress
+from helix_runner.egress.vault import SealedSecret
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.egress_grant import PhaseEgress, allowed_models, prestart_env, release_prestart_env
 from helix_runner.process.cgroups import ResourceLimits
@@ -108,6 +110,8 @@ class Launcher:
     sandbox: Sandbox | None = None
     # Prestarted CLI processes for one declared spawn signature (opt-in; start_warm_pool).
     warm_pool: WarmPool | None = None
+    # A project's vault secrets, sealed, for a phase starting now (phases/egress_vault.py; None: no vault).
+    vault_secrets: Callable[[str], tuple[SealedSecret, ...]] | None = None
     _claude: ClaudeBinary | None = None
     _inherited_env: dict[str, str] | None = None  # the allowlisted part of server_env (child_env)
 
@@ -182,14 +186,15 @@ class Launcher:
             return replace(spec, setting_sources="user")
         return spec
 
-    def egress_grant(self, spec: PhaseSpec, project: str, config: ServerConfig) -> PhaseEgress | None:
+    def egress_grant(self, spec: PhaseSpec, project: str, config: ServerConfig,
+                     secrets: tuple[SealedSecret, ...] = ()) -> PhaseEgress | None:
         """The phase's grant at the gateway and the proxy (phases/egress_grant.py); INVALID_FIELD for a
-        bad ``options.egress_allowlist`` entry."""
+        bad ``options.egress_allowlist`` entry. ``secrets``: its project's vault secrets."""
         if self.egress is None:
             return None
         return PhaseEgress(self.egress, job_id=spec.job_id, phase_id=spec.phase_id, project=project,
                            models=allowed_models(config, project), request_entries=spec.egress_allowlist,
-                           features=(*config.api_features_allow, *spec.api_features))
+                           features=(*config.api_features_allow, *spec.api_features), secrets=secrets)
 
     def prepare_sandbox(self, run_id: str, spec: PhaseSpec, workspace, env: dict[str, str], claude_path: str,
                         project: str, config: ServerConfig, *, secrets_dir: Path | None = None) -> PhaseSandbox | None:
@@ -206,6 +211,8 @@ class Launcher:
         private = [str(secrets_dir or config.data_dir / "phase-secrets" / run_id)]
         if self.key_broker is not None:
             private.append(str(self.key_broker.socket_path.parent))
+        if self.egress is not None and self.egress.trust_dir is not None:  # the CA bundle SSL_CERT_FILE names
+            private.append(str(self.egress.trust_dir))
         worktree = None
         if workspace.mode == "GIT_WORKTREE" and workspace.worktree_path is not None:
             worktree = workspace.worktree_path
@@ -247,7 +254,8 @@ async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher,
                           "options.permission_mode: bypassPermissions is disabled on this server",
                           {"field": "options.permission_mode"})
     project = spec.project_id or DEFAULT_PROJECT
-    egress = launcher.egress_grant(spec, project, config)  # validates options.egress_allowlist
+    secrets = await asyncio.to_thread(launcher.vault_secrets, project) if launcher.vault_secrets else ()
+    egress = launcher.egress_grant(spec, project, config, secrets)  # validates options.egress_allowlist
     env = launcher.child_env(spec, config)
     missing = missing_commands(config.required_commands, env)
     if missing:

@@ -194,7 +194,8 @@ class PhaseRun:
             self.attempts = list(resumption.attempts)
             self.stream.continue_from(resumption.last_sequence, resumption.session_id)
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
-            plan.egress.attach(self.emit, self.telemetry)
+            plan.egress.attach(self.emit, self.telemetry,
+                               at_limit=lambda reason: self._at_limit(EndCause.EGRESS_LIMIT, reason))
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0

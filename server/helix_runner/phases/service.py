@@ -42,6 +42,7 @@ from helix_runner.phases.attempts import DEFAULT_CREDENTIAL, Retries
 from helix_runner.phases.checkpoints import PhaseCheckpoints, checkpoints_for
 from helix_runner.phases.cluster_admission import admission_for, cluster_limits
 from helix_runner.phases.control import ControlState, saved_control
+from helix_runner.phases.egress_vault import EgressVault
 from helix_runner.phases.event_log import Delivery, EventWriter, Moved, PhaseEventLog, replay
 from helix_runner.phases.fork import ForkLaunch, ForkPoint, ForkStart, check_point, choose, resolve
 from helix_runner.phases.handover import (
@@ -121,6 +122,11 @@ class PhaseService:
         # What every phase is launched with (phases/launch.py): containment, sandbox, gateway, environment.
         self.launcher = Launcher(containment, dict(os.environ if server_env is None else server_env),
                                  dict(env_overrides or {}), env_withhold, key_broker, egress, sandbox)
+        # The credential vault (phases/egress_vault.py): with the proxy, which adds its secrets.
+        self.egress_vault = EgressVault(store, egress.vault) if egress is not None and egress.vault is not None \
+            and egress.proxy is not None else None
+        if self.egress_vault is not None:
+            self.launcher.vault_secrets = self.egress_vault.sealed_for
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._drained = asyncio.Event()

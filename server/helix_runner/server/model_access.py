@@ -15,6 +15,7 @@ from helix_runner.egress.gateway import GatewaySettings
 from helix_runner.egress.proxy import ProxySettings
 from helix_runner.egress.service import Egress, EgressSettings
 from helix_runner.egress.upstream import UpstreamUrl
+from helix_runner.egress.vault import Vault, VaultKeyError
 from helix_runner.offline import Script, ScriptedApi, ScriptError
 from helix_runner.process.child_env import CREDENTIAL_ENV, matches_any
 from helix_runner.process.key_broker import KeyBroker, KeySource
@@ -73,9 +74,17 @@ async def child_credentials(config: ServerConfig, server_env: dict[str, str]) ->
     if gateway is None and not config.egress_proxy:
         return creds
     try:
+        vault = Vault.load(config.vault_key_file, server_env, config.data_dir) if config.egress_proxy else None
         egress = await Egress(EgressSettings(
-            gateway=gateway, proxy=ProxySettings(config.egress_proxy_port) if config.egress_proxy else None,
-            policy=_egress_policy(config))).start()
+            gateway=gateway, proxy=ProxySettings(
+                config.egress_proxy_port, max_connections_per_phase=config.egress_max_connections_per_phase,
+                max_bytes_per_phase=config.egress_max_bytes_per_phase) if config.egress_proxy else None,
+            policy=_egress_policy(config), ca_dir=config.data_dir / "egress",
+            upstream_ca_file=config.egress_upstream_ca_file, vault=vault)).start()
+    except (VaultKeyError, ValueError) as exc:  # a vault key or a kept CA that cannot be used
+        if creds.offline_api is not None:
+            creds.offline_api.stop()
+        raise StartupError(f"cannot start the egress proxy: {exc}") from None
     except OSError as exc:
         if creds.offline_api is not None:
             creds.offline_api.stop()

@@ -169,6 +169,25 @@ class ModelCostRow:
     pricing_source: PricingSource
 
 
+# -- the credential vault (egress/vault.py, phases/egress_vault.py) ----------------------------------
+
+
+@dataclass(frozen=True)
+class EgressSecretRow:
+    """A vault secret as stored: its binding in plain columns, its value sealed (AES-GCM)."""
+
+    project_id: str
+    name: str
+    hosts: tuple[str, ...]  # host:port
+    presentation: str  # header, bearer, basic
+    header: str
+    username: str
+    key_id: str
+    nonce: bytes
+    ciphertext: bytes
+    create_time_ns: int
+
+
 # -- webhooks (issue 26; domain/webhooks.py, phases/webhook_*.py) ------------------------------------
 
 # A delivery's state: PENDING until it is delivered, given up (DEAD: the last try failed, or its
@@ -568,6 +587,21 @@ class Store(Protocol):
 
     def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
         """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        ...
+
+    # -- the credential vault ------------------------------------------------------------------
+
+    def put_egress_secret(self, row: EgressSecretRow, max_per_project: int) -> bool:
+        """Stores a secret, replacing the project's one of that name; False (nothing written) when the
+        project has ``max_per_project`` others already."""
+        ...
+
+    def list_egress_secrets(self, project_id: str) -> list[EgressSecretRow]:
+        """The project's secrets by name."""
+        ...
+
+    def delete_egress_secret(self, project_id: str, name: str) -> bool:
+        """Deletes a secret; False if the project has none of that name."""
         ...
 
     # -- webhooks ---------------------------------------------------------------------------

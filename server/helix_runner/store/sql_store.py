@@ -29,13 +29,14 @@ from typing import Any
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.store import checkpoint_rows
+from helix_runner.store import checkpoint_rows, egress_secret_rows
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
     AlreadyExistsError,
     AppendEvents,
     AppendTranscript,
+    EgressSecretRow,
     EventRow,
     FencedError,
     InsertCheckpoint,
@@ -683,6 +684,35 @@ class SqlStore:
             term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
             found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
         return found
+
+    # -- the credential vault ----------------------------------------------------------------------
+
+    def put_egress_secret(self, row: EgressSecretRow, max_per_project: int) -> bool:
+        q = self.dialect.sql
+        columns = ",".join(egress_secret_rows.COLUMNS)
+        with self._transaction() as tx:
+            (others,) = tx.execute(q("SELECT count(*) FROM egress_secrets WHERE project_id = ? AND name <> ?"),
+                                   (row.project_id, row.name)).fetchone()
+            if others >= max_per_project:
+                return False
+            tx.execute(q(f"INSERT INTO egress_secrets ({columns}) VALUES ({','.join('?' * 10)}) "
+                         "ON CONFLICT (project_id, name) DO UPDATE SET hosts = excluded.hosts, "
+                         "presentation = excluded.presentation, header = excluded.header, "
+                         "username = excluded.username, key_id = excluded.key_id, nonce = excluded.nonce, "
+                         "ciphertext = excluded.ciphertext, create_time_ns = excluded.create_time_ns"),
+                       egress_secret_rows.values(row))
+        return True
+
+    def list_egress_secrets(self, project_id: str) -> list[EgressSecretRow]:
+        rows = self._read(f"SELECT {','.join(egress_secret_rows.COLUMNS)} FROM egress_secrets WHERE project_id = ? "
+                          "ORDER BY name", (project_id,))
+        return [egress_secret_rows.from_row(r) for r in rows]
+
+    def delete_egress_secret(self, project_id: str, name: str) -> bool:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            return tx.execute(q("DELETE FROM egress_secrets WHERE project_id = ? AND name = ?"),
+                              (project_id, name)).rowcount > 0
 
     # -- webhooks ----------------------------------------------------------------------------------
 

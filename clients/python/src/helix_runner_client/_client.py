@@ -64,6 +64,9 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ),
     ("fork_phase", "ForkPhase", pb.ForkPhaseRequest, pb.ForkPhaseResponse, False),
     ("rewind_phase", "RewindPhase", pb.RewindPhaseRequest, pb.RewindPhaseResponse, False),
+    ("put_egress_secret", "PutEgressSecret", pb.PutEgressSecretRequest, pb.PutEgressSecretResponse, False),
+    ("list_egress_secrets", "ListEgressSecrets", pb.ListEgressSecretsRequest, pb.ListEgressSecretsResponse, False),
+    ("delete_egress_secret", "DeleteEgressSecret", pb.DeleteEgressSecretRequest, pb.DeleteEgressSecretResponse, False),
 )
 
 
@@ -442,3 +445,20 @@ class RunnerClient:
         request = pb.RewindPhaseRequest(job_id=job_id, phase_id=phase_id, point=point,
                                         conversation_only=conversation_only)
         return await self.call("rewind_phase", request)
+
+    async def put_egress_secret(
+        self, project_id: str, name: str, value: bytes, hosts: list[str], presentation: pb.EgressSecretPresentation,
+        *, header: str = "", username: str = ""
+    ) -> pb.EgressSecret:
+        """Stores a secret in the project's credential vault (write-only: the value never comes back);
+        the egress proxy adds it to the project's requests for ``hosts`` only (docs/network.md)."""
+        request = pb.PutEgressSecretRequest(project_id=project_id, name=name, value=value, hosts=hosts,
+                                            presentation=presentation, header=header, username=username)
+        return (await self.call("put_egress_secret", request)).secret
+
+    async def list_egress_secrets(self, project_id: str) -> list[pb.EgressSecret]:
+        """The project's secrets: names, hosts, presentation; never values."""
+        return list((await self.call("list_egress_secrets", pb.ListEgressSecretsRequest(project_id=project_id))).secrets)
+
+    async def delete_egress_secret(self, project_id: str, name: str) -> None:
+        await self.call("delete_egress_secret", pb.DeleteEgressSecretRequest(project_id=project_id, name=name))

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteEgressSecretRequest, DeleteEgressSecretResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListEgressSecretsRequest, ListEgressSecretsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, PutEgressSecretRequest, PutEgressSecretResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -241,6 +241,28 @@ class RunnerService(Protocol):
         Takes a paused or held phase back to an earlier checkpoint in place: its CLI is stopped, its
         workspace restored and its session resumed there (a REWOUND control event marks the rewound
         part of the history, which stays).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def put_egress_secret(self, request: PutEgressSecretRequest, ctx: RequestContext[PutEgressSecretRequest, PutEgressSecretResponse], /) -> PutEgressSecretResponse:
+        """
+        Stores a secret in a project's credential vault (docs/network.md), replacing one of the same
+        name: write-only, its value is never returned, logged or put in an event. The egress proxy adds
+        it, as its presentation says, to the requests of that project's phases for its bound hosts
+        only (terminating TLS for them); inside a phase there is only a placeholder. Applies to phases
+        started after it. FAILED_PRECONDITION (`NOT_IMPLEMENTED`) without the egress proxy.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_egress_secrets(self, request: ListEgressSecretsRequest, ctx: RequestContext[ListEgressSecretsRequest, ListEgressSecretsResponse], /) -> ListEgressSecretsResponse:
+        """
+        Lists a project's secrets: names, hosts and presentation, never values.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def delete_egress_secret(self, request: DeleteEgressSecretRequest, ctx: RequestContext[DeleteEgressSecretRequest, DeleteEgressSecretResponse], /) -> DeleteEgressSecretResponse:
+        """
+        Deletes a secret (`SECRET_NOT_FOUND` when the project has none of that name).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -576,6 +598,39 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.rewind_phase,
+                ),
+                "/helix.runner.v1.RunnerService/PutEgressSecret": Endpoint.unary(
+                    method=MethodInfo(
+                        name="PutEgressSecret",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=PutEgressSecretRequest,
+                        output=PutEgressSecretResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.put_egress_secret,
+                ),
+                "/helix.runner.v1.RunnerService/ListEgressSecrets": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListEgressSecrets",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ListEgressSecretsRequest,
+                        output=ListEgressSecretsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_egress_secrets,
+                ),
+                "/helix.runner.v1.RunnerService/DeleteEgressSecret": Endpoint.unary(
+                    method=MethodInfo(
+                        name="DeleteEgressSecret",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=DeleteEgressSecretRequest,
+                        output=DeleteEgressSecretResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.delete_egress_secret,
                 ),
             },
             interceptors=interceptors,
@@ -1308,6 +1363,79 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=RewindPhaseRequest,
                 output=RewindPhaseResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def put_egress_secret(
+        self,
+        request: PutEgressSecretRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> PutEgressSecretResponse:
+        """
+        Stores a secret in a project's credential vault (docs/network.md), replacing one of the same
+        name: write-only, its value is never returned, logged or put in an event. The egress proxy adds
+        it, as its presentation says, to the requests of that project's phases for its bound hosts
+        only (terminating TLS for them); inside a phase there is only a placeholder. Applies to phases
+        started after it. FAILED_PRECONDITION (`NOT_IMPLEMENTED`) without the egress proxy.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="PutEgressSecret",
+                service_name="helix.runner.v1.RunnerService",
+                input=PutEgressSecretRequest,
+                output=PutEgressSecretResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_egress_secrets(
+        self,
+        request: ListEgressSecretsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListEgressSecretsResponse:
+        """
+        Lists a project's secrets: names, hosts and presentation, never values.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListEgressSecrets",
+                service_name="helix.runner.v1.RunnerService",
+                input=ListEgressSecretsRequest,
+                output=ListEgressSecretsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def delete_egress_secret(
+        self,
+        request: DeleteEgressSecretRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> DeleteEgressSecretResponse:
+        """
+        Deletes a secret (`SECRET_NOT_FOUND` when the project has none of that name).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="DeleteEgressSecret",
+                service_name="helix.runner.v1.RunnerService",
+                input=DeleteEgressSecretRequest,
+                output=DeleteEgressSecretResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

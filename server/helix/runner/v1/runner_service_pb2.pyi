@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from helix.runner.v1 import events_pb2 as _events_pb2
 from helix.runner.v1 import resources_pb2 as _resources_pb2
 from google.protobuf.internal import containers as _containers
@@ -47,6 +48,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_WORKSPACE_NOT_KEPT: _ClassVar[ErrorReason]
     ERROR_REASON_TRANSCRIPT_UNAVAILABLE: _ClassVar[ErrorReason]
     ERROR_REASON_OPTIONS_NOT_KEPT: _ClassVar[ErrorReason]
+    ERROR_REASON_SECRET_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_SECRETS_LIMIT: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -72,6 +75,13 @@ class WorktreeRetention(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKTREE_RETENTION_KEEP: _ClassVar[WorktreeRetention]
     WORKTREE_RETENTION_REMOVE: _ClassVar[WorktreeRetention]
     WORKTREE_RETENTION_REMOVE_ON_SUCCESS: _ClassVar[WorktreeRetention]
+
+class EgressSecretPresentation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EGRESS_SECRET_PRESENTATION_UNSPECIFIED: _ClassVar[EgressSecretPresentation]
+    EGRESS_SECRET_PRESENTATION_HEADER: _ClassVar[EgressSecretPresentation]
+    EGRESS_SECRET_PRESENTATION_BEARER: _ClassVar[EgressSecretPresentation]
+    EGRESS_SECRET_PRESENTATION_BASIC: _ClassVar[EgressSecretPresentation]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_WORKING_DIR_OUTSIDE_ROOTS: ErrorReason
@@ -105,6 +115,8 @@ ERROR_REASON_CHECKPOINT_NOT_FOUND: ErrorReason
 ERROR_REASON_WORKSPACE_NOT_KEPT: ErrorReason
 ERROR_REASON_TRANSCRIPT_UNAVAILABLE: ErrorReason
 ERROR_REASON_OPTIONS_NOT_KEPT: ErrorReason
+ERROR_REASON_SECRET_NOT_FOUND: ErrorReason
+ERROR_REASON_SECRETS_LIMIT: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -118,6 +130,10 @@ WORKTREE_RETENTION_UNSPECIFIED: WorktreeRetention
 WORKTREE_RETENTION_KEEP: WorktreeRetention
 WORKTREE_RETENTION_REMOVE: WorktreeRetention
 WORKTREE_RETENTION_REMOVE_ON_SUCCESS: WorktreeRetention
+EGRESS_SECRET_PRESENTATION_UNSPECIFIED: EgressSecretPresentation
+EGRESS_SECRET_PRESENTATION_HEADER: EgressSecretPresentation
+EGRESS_SECRET_PRESENTATION_BEARER: EgressSecretPresentation
+EGRESS_SECRET_PRESENTATION_BASIC: EgressSecretPresentation
 
 class PhaseOptions(_message.Message):
     __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare", "mcp_config", "strict_mcp_config", "agents", "settings", "setting_sources", "json_schema", "egress_allowlist", "allow_repository_config_writes", "pids_limit", "api_features")
@@ -798,3 +814,73 @@ class RewindPhaseResponse(_message.Message):
     checkpoint: _resources_pb2.Checkpoint
     sequence: int
     def __init__(self, checkpoint: _Optional[_Union[_resources_pb2.Checkpoint, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class PutEgressSecretRequest(_message.Message):
+    __slots__ = ("project_id", "name", "value", "hosts", "presentation", "header", "username")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    PRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    name: str
+    value: bytes
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    presentation: EgressSecretPresentation
+    header: str
+    username: str
+    def __init__(self, project_id: _Optional[str] = ..., name: _Optional[str] = ..., value: _Optional[bytes] = ..., hosts: _Optional[_Iterable[str]] = ..., presentation: _Optional[_Union[EgressSecretPresentation, str]] = ..., header: _Optional[str] = ..., username: _Optional[str] = ...) -> None: ...
+
+class PutEgressSecretResponse(_message.Message):
+    __slots__ = ("secret",)
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    secret: EgressSecret
+    def __init__(self, secret: _Optional[_Union[EgressSecret, _Mapping]] = ...) -> None: ...
+
+class ListEgressSecretsRequest(_message.Message):
+    __slots__ = ("project_id",)
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    def __init__(self, project_id: _Optional[str] = ...) -> None: ...
+
+class ListEgressSecretsResponse(_message.Message):
+    __slots__ = ("secrets",)
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    secrets: _containers.RepeatedCompositeFieldContainer[EgressSecret]
+    def __init__(self, secrets: _Optional[_Iterable[_Union[EgressSecret, _Mapping]]] = ...) -> None: ...
+
+class DeleteEgressSecretRequest(_message.Message):
+    __slots__ = ("project_id", "name")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    name: str
+    def __init__(self, project_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteEgressSecretResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EgressSecret(_message.Message):
+    __slots__ = ("project_id", "name", "hosts", "presentation", "header", "username", "create_time", "env_name", "openable")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    PRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ENV_NAME_FIELD_NUMBER: _ClassVar[int]
+    OPENABLE_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    name: str
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    presentation: EgressSecretPresentation
+    header: str
+    username: str
+    create_time: _timestamp_pb2.Timestamp
+    env_name: str
+    openable: bool
+    def __init__(self, project_id: _Optional[str] = ..., name: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., presentation: _Optional[_Union[EgressSecretPresentation, str]] = ..., header: _Optional[str] = ..., username: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., env_name: _Optional[str] = ..., openable: _Optional[bool] = ...) -> None: ...

@@ -187,6 +187,21 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseResponse.FromString,
                 _registered_method=True)
+        self.PutEgressSecret = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/PutEgressSecret',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.PutEgressSecretRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.PutEgressSecretResponse.FromString,
+                _registered_method=True)
+        self.ListEgressSecrets = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ListEgressSecrets',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressSecretsRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressSecretsResponse.FromString,
+                _registered_method=True)
+        self.DeleteEgressSecret = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/DeleteEgressSecret',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -425,6 +440,31 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutEgressSecret(self, request, context):
+        """Stores a secret in a project's credential vault (docs/network.md), replacing one of the same
+        name: write-only, its value is never returned, logged or put in an event. The egress proxy adds
+        it, as its presentation says, to the requests of that project's phases for its bound hosts
+        only (terminating TLS for them); inside a phase there is only a placeholder. Applies to phases
+        started after it. FAILED_PRECONDITION (`NOT_IMPLEMENTED`) without the egress proxy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEgressSecrets(self, request, context):
+        """Lists a project's secrets: names, hosts and presentation, never values.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteEgressSecret(self, request, context):
+        """Deletes a secret (`SECRET_NOT_FOUND` when the project has none of that name).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -572,6 +612,21 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.RewindPhase,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseResponse.SerializeToString,
+            ),
+            'PutEgressSecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutEgressSecret,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.PutEgressSecretRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.PutEgressSecretResponse.SerializeToString,
+            ),
+            'ListEgressSecrets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEgressSecrets,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressSecretsRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressSecretsResponse.SerializeToString,
+            ),
+            'DeleteEgressSecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteEgressSecret,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1365,6 +1420,87 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/RewindPhase',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.RewindPhaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutEgressSecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/PutEgressSecret',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.PutEgressSecretRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.PutEgressSecretResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEgressSecrets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ListEgressSecrets',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressSecretsRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressSecretsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteEgressSecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/DeleteEgressSecret',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.FromString,
             options,
             channel_credentials,
             insecure,

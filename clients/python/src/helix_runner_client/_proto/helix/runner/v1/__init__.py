@@ -32,10 +32,14 @@ __all__ = (
     "CostUpdate",
     "CreateWebhookRequest",
     "CreateWebhookResponse",
+    "DeleteEgressSecretRequest",
+    "DeleteEgressSecretResponse",
     "DeleteWebhookRequest",
     "DeleteWebhookResponse",
     "DenyDecision",
     "EditDecision",
+    "EgressSecret",
+    "EgressSecretPresentation",
     "ErrorReason",
     "ForkOrigin",
     "ForkPhaseRequest",
@@ -68,6 +72,8 @@ __all__ = (
     "Job",
     "ListBreakpointsRequest",
     "ListBreakpointsResponse",
+    "ListEgressSecretsRequest",
+    "ListEgressSecretsResponse",
     "ListJobsRequest",
     "ListJobsResponse",
     "ListToolCallsRequest",
@@ -101,6 +107,8 @@ __all__ = (
     "PhaseStatus",
     "PhaseStatusChanged",
     "PricingSource",
+    "PutEgressSecretRequest",
+    "PutEgressSecretResponse",
     "QueueReason",
     "QueueState",
     "RateLimit",
@@ -676,6 +684,50 @@ class ControlEventKind(betterproto2.Enum):
         }
 
 
+class EgressSecretPresentation(betterproto2.Enum):
+    """
+    EgressSecretPresentation is how the egress proxy adds a secret to a request.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Refused (INVALID_FIELD).
+    """
+
+    HEADER = 1
+    """
+    As a header of its own name (`header`), replacing one the tool sent.
+    """
+
+    BEARER = 2
+    """
+    As `Authorization: Bearer <value>`.
+    """
+
+    BASIC = 3
+    """
+    As `Authorization: Basic base64(<username>:<value>)` (git, pip and most registries over HTTPS).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "EGRESS_SECRET_PRESENTATION_UNSPECIFIED",
+            1: "EGRESS_SECRET_PRESENTATION_HEADER",
+            2: "EGRESS_SECRET_PRESENTATION_BEARER",
+            3: "EGRESS_SECRET_PRESENTATION_BASIC",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "EGRESS_SECRET_PRESENTATION_UNSPECIFIED": 0,
+            "EGRESS_SECRET_PRESENTATION_HEADER": 1,
+            "EGRESS_SECRET_PRESENTATION_BEARER": 2,
+            "EGRESS_SECRET_PRESENTATION_BASIC": 3,
+        }
+
+
 class ErrorReason(betterproto2.Enum):
     """
     ErrorReason documents the `ErrorInfo.reason` values of this service (sent without the
@@ -866,6 +918,16 @@ class ErrorReason(betterproto2.Enum):
     Metadata `fields` (comma-separated, e.g. `mcp_config,env.DB_PASSWORD`).
     """
 
+    SECRET_NOT_FOUND = 33
+    """
+    DeleteEgressSecret: the project has no secret of that name; metadata `project_id`, `name`.
+    """
+
+    SECRETS_LIMIT = 34
+    """
+    PutEgressSecret: the project has as many secrets as a project may (64); metadata `project_id`, `max`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -902,6 +964,8 @@ class ErrorReason(betterproto2.Enum):
             30: "ERROR_REASON_WORKSPACE_NOT_KEPT",
             31: "ERROR_REASON_TRANSCRIPT_UNAVAILABLE",
             32: "ERROR_REASON_OPTIONS_NOT_KEPT",
+            33: "ERROR_REASON_SECRET_NOT_FOUND",
+            34: "ERROR_REASON_SECRETS_LIMIT",
         }
 
     @classmethod
@@ -940,6 +1004,8 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_WORKSPACE_NOT_KEPT": 30,
             "ERROR_REASON_TRANSCRIPT_UNAVAILABLE": 31,
             "ERROR_REASON_OPTIONS_NOT_KEPT": 32,
+            "ERROR_REASON_SECRET_NOT_FOUND": 33,
+            "ERROR_REASON_SECRETS_LIMIT": 34,
         }
 
 
@@ -1670,6 +1736,12 @@ class ResourceFault(betterproto2.Enum):
     writes one; a process of the phase writing into the CLI's stdout can); the server stopped it.
     """
 
+    EGRESS_LIMIT = 6
+    """
+    The phase moved more bytes through the egress proxy (both ways, in all) than the server's
+    `egress_max_bytes_per_phase`; its proxied connections were closed and the server stopped it.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -1679,6 +1751,7 @@ class ResourceFault(betterproto2.Enum):
             3: "RESOURCE_FAULT_PROCESS_LIMIT",
             4: "RESOURCE_FAULT_OUTPUT_LIMIT",
             5: "RESOURCE_FAULT_LINE_LIMIT",
+            6: "RESOURCE_FAULT_EGRESS_LIMIT",
         }
 
     @classmethod
@@ -1690,6 +1763,7 @@ class ResourceFault(betterproto2.Enum):
             "RESOURCE_FAULT_PROCESS_LIMIT": 3,
             "RESOURCE_FAULT_OUTPUT_LIMIT": 4,
             "RESOURCE_FAULT_LINE_LIMIT": 5,
+            "RESOURCE_FAULT_EGRESS_LIMIT": 6,
         }
 
 
@@ -2955,6 +3029,42 @@ default_message_pool.register_message("helix.runner.v1", "CreateWebhookResponse"
 
 
 @dataclass(eq=False, repr=False)
+class DeleteEgressSecretRequest(betterproto2.Message):
+    """
+    DeleteEgressSecretRequest names the secret.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its project.
+    """
+
+    name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Its name.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "DeleteEgressSecretRequest", DeleteEgressSecretRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteEgressSecretResponse(betterproto2.Message):
+    """
+    DeleteEgressSecretResponse confirms the deletion.
+    """
+
+    pass
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "DeleteEgressSecretResponse", DeleteEgressSecretResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class DeleteWebhookRequest(betterproto2.Message):
     """
     DeleteWebhookRequest names a subscription.
@@ -3017,6 +3127,66 @@ class EditDecision(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "EditDecision", EditDecision)
+
+
+@dataclass(eq=False, repr=False)
+class EgressSecret(betterproto2.Message):
+    """
+    EgressSecret is a vault secret as listed: never its value.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its project.
+    """
+
+    name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Its name.
+    """
+
+    hosts: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The hosts it is added for, as `host:port`.
+    """
+
+    presentation: "EgressSecretPresentation" = betterproto2.field(
+        4, betterproto2.TYPE_ENUM, default_factory=lambda: EgressSecretPresentation(0)
+    )
+    """
+    How it is presented.
+    """
+
+    header: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    PRESENTATION_HEADER: the header.
+    """
+
+    username: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    PRESENTATION_BASIC: the user name.
+    """
+
+    create_time: "datetime.datetime | None" = betterproto2.field(
+        7, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When it was stored.
+    """
+
+    env_name: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The variable a phase sees (`HELIX_SECRET_<name>`), holding a placeholder.
+    """
+
+    openable: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    False when it does not open with this server's vault key (another key sealed it): the proxy
+    does not add it.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "EgressSecret", EgressSecret)
 
 
 @dataclass(eq=False, repr=False)
@@ -3844,6 +4014,38 @@ class ListBreakpointsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "ListBreakpointsResponse", ListBreakpointsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListEgressSecretsRequest(betterproto2.Message):
+    """
+    ListEgressSecretsRequest names the project.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (required).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListEgressSecretsRequest", ListEgressSecretsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListEgressSecretsResponse(betterproto2.Message):
+    """
+    ListEgressSecretsResponse is the project's secrets by name.
+    """
+
+    secrets: "list[EgressSecret]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Its secrets, without values.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListEgressSecretsResponse", ListEgressSecretsResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -5312,6 +5514,70 @@ class PhaseStatusChanged(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "PhaseStatusChanged", PhaseStatusChanged)
+
+
+@dataclass(eq=False, repr=False)
+class PutEgressSecretRequest(betterproto2.Message):
+    """
+    PutEgressSecretRequest stores a secret in a project's credential vault.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project whose phases may use it (required).
+    """
+
+    name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    A-Z, 0-9 and `_`, starting with a letter, at most 64: the phase sees `HELIX_SECRET_<name>`
+    holding a placeholder the proxy replaces in a bound request's headers.
+    """
+
+    value: "bytes" = betterproto2.field(3, betterproto2.TYPE_BYTES)
+    """
+    The value (1 to 8192 bytes, no control characters). Write-only.
+    """
+
+    hosts: "list[str]" = betterproto2.field(4, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The hosts it is added for (1 to 16): `name`, `name:port` (port 443 unless named) or an IP
+    literal (`10.0.0.5:8443`, `[fd00::5]:443`). No wildcards: exactly these.
+    """
+
+    presentation: "EgressSecretPresentation" = betterproto2.field(
+        5, betterproto2.TYPE_ENUM, default_factory=lambda: EgressSecretPresentation(0)
+    )
+    """
+    How the proxy presents it.
+    """
+
+    header: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    PRESENTATION_HEADER: the header's name (`X-Api-Key`; not one that frames or routes a request).
+    """
+
+    username: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    PRESENTATION_BASIC: the user name (`x-access-token` for GitHub, `__token__` for PyPI).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PutEgressSecretRequest", PutEgressSecretRequest)
+
+
+@dataclass(eq=False, repr=False)
+class PutEgressSecretResponse(betterproto2.Message):
+    """
+    PutEgressSecretResponse is the stored secret, without its value.
+    """
+
+    secret: "EgressSecret | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The secret as listed.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "PutEgressSecretResponse", PutEgressSecretResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -7617,6 +7883,43 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/RewindPhase",
             RewindPhaseRequest.SerializeToString,
             RewindPhaseResponse.FromString,
+        )(message)
+
+    def put_egress_secret(self, message: "PutEgressSecretRequest") -> "PutEgressSecretResponse":
+        """
+        Stores a secret in a project's credential vault (docs/network.md), replacing one of the same
+        name: write-only, its value is never returned, logged or put in an event. The egress proxy adds
+        it, as its presentation says, to the requests of that project's phases for its bound hosts
+        only (terminating TLS for them); inside a phase there is only a placeholder. Applies to phases
+        started after it. FAILED_PRECONDITION (`NOT_IMPLEMENTED`) without the egress proxy.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/PutEgressSecret",
+            PutEgressSecretRequest.SerializeToString,
+            PutEgressSecretResponse.FromString,
+        )(message)
+
+    def list_egress_secrets(self, message: "ListEgressSecretsRequest") -> "ListEgressSecretsResponse":
+        """
+        Lists a project's secrets: names, hosts and presentation, never values.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListEgressSecrets",
+            ListEgressSecretsRequest.SerializeToString,
+            ListEgressSecretsResponse.FromString,
+        )(message)
+
+    def delete_egress_secret(self, message: "DeleteEgressSecretRequest") -> "DeleteEgressSecretResponse":
+        """
+        Deletes a secret (`SECRET_NOT_FOUND` when the project has none of that name).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/DeleteEgressSecret",
+            DeleteEgressSecretRequest.SerializeToString,
+            DeleteEgressSecretResponse.FromString,
         )(message)
 
 
