@@ -249,6 +249,15 @@ class PhaseStream:
         self._sequence = seq
         return out
 
+    def cost_now(self) -> list[Event]:
+        """A CostUpdate with the cost now, if it changed since the last one (updates are at most one
+        a second while lines arrive): before a call is held, every view must show what was spent."""
+        if self._finished or self.cost == self._last_cost:
+            return []
+        out: list[Event] = []
+        self._cost_event(self._clock(), out)
+        return out
+
     def finish(self) -> list[Event]:
         """End of stdout: report a truncated last line, close open calls, send the final cost."""
         if self._finished:

@@ -505,6 +505,8 @@ class PhaseRun:
         return locate(session_id) if locate is not None and session_id else None
 
     async def at_boundary(self) -> None:
+        if self.result is None:  # the cost of the message that made the call, before it may be held
+            self._publish(self.stream.cost_now())
         if self.checkpoints is not None:
             await self.checkpoints.settled()
 
