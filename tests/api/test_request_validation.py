@@ -21,6 +21,7 @@ from helix.runner.v1 import runner_service_pb2 as pb
 from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.api.errors import error_info
 from helix_runner.config import load_config
+from helix_runner.domain.bounds import PROMPT_MAX_BYTES, MiB
 from helix_runner.server import start_server
 
 SERVICE = pb.DESCRIPTOR.services_by_name["RunnerService"]
@@ -287,3 +288,15 @@ async def test_json_options_nested_thousands_of_levels_are_invalid_argument_with
     info = error_info(error)
     assert info.reason == "INVALID_FIELD" and info.metadata["field"] == f"options.{name}"
     assert info.metadata["max_depth"] == "64" and int(info.metadata["depth"]) >= 3000
+
+
+@pytest.mark.parametrize("size", [PROMPT_MAX_BYTES + 1, 5 * MiB])
+async def test_a_prompt_over_the_limit_is_invalid_argument_naming_the_limit(stub, tmp_path, size):
+    """Over 4 MiB (gRPC's default receive limit) it was a transport error quoting 4 MiB."""
+    stub, server = stub
+    request = pb.RunPhaseRequest(job_id="j", phase_id="p", prompt="x" * size, working_dir=str(tmp_path))
+    error = await call(stub, SERVICE.methods_by_name["RunPhase"], request)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(error).metadata["field"] == "prompt"
+    assert str(PROMPT_MAX_BYTES) in error.details()
+    assert server.store.get_job("j") is None

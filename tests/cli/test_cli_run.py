@@ -282,3 +282,37 @@ def test_the_progress_line_shows_no_cost_before_one_is_known_and_marks_a_compute
     assert progress_line(view, 2.0, 200).endswith("| $0.0004*")
     view.apply(_event(3, cost_update=pb.CostUpdate(cost=pb.PhaseCost(computed_usd=0.0016, reported_usd=0.0016))))
     assert progress_line(view, 3.0, 200).endswith("| $0.0016")
+
+
+def _prompt_of(argv: list[str], stdin: bytes | None = None, monkeypatch=None) -> str:
+    from helix_runner.cli.main import build_parser
+    from helix_runner.cli.run import build_request
+
+    if stdin is not None:
+        import io
+
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    return build_request(build_parser().parse_args(["run", "--workdir", "/w", *argv])).prompt
+
+
+def test_run_reads_its_prompt_from_a_file_or_standard_input(tmp_path, monkeypatch):
+    (tmp_path / "p.md").write_text("Fix the build.\nThen run the tests.\n")
+    assert _prompt_of(["--prompt-file", str(tmp_path / "p.md")]) == "Fix the build.\nThen run the tests.\n"
+    assert _prompt_of(["--prompt-file", "-"], "from stdin ✓".encode(), monkeypatch) == "from stdin ✓"
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"x" * (1024 * 1024 + 1), "over the limit of 1048576 bytes"),
+    (b"\xff\xfe not text", "not UTF-8"),
+    (b"  \n", "empty"),
+    (None, "cannot read the prompt"),
+])
+def test_run_refuses_a_prompt_file_it_cannot_send_with_one_line(tmp_path, content, says):
+    from helix_runner.cli.common import CliError
+
+    path = tmp_path / "p.md"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(CliError) as caught:
+        _prompt_of(["--prompt-file", str(path)])
+    assert says in caught.value.message and caught.value.code == 2

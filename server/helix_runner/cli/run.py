@@ -37,6 +37,7 @@ from helix_runner.cli.common import (
     make_console,
     run_async,
 )
+from helix_runner.domain.bounds import PROMPT_MAX_BYTES, MiB
 
 CANCEL_REASON = "cancelled with Ctrl-C in `helix-runner run`"
 # After Ctrl-C, how long to wait for the cancelled phase's final result.
@@ -65,7 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--prompt", required=True)
+    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="the prompt's text")
+    prompt.add_argument("--prompt-file", metavar="PATH",
+                        help=f"read the prompt from PATH ('-': standard input); at most {PROMPT_MAX_BYTES // MiB} MiB "
+                        "of UTF-8")
     p.add_argument("--workdir", required=True, help="a directory inside one of the server's workspace roots")
     p.add_argument("--job-id", help="job id (default: cli-<random>)")
     p.add_argument("--phase-id", help="phase id (default: phase-<random>)")
@@ -98,6 +103,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_run)
 
 
+def read_prompt(args: argparse.Namespace) -> str:
+    """The prompt from ``--prompt`` or ``--prompt-file`` (``-``: stdin), refused here when it is over
+    the service's limit (the server would refuse it too, or its transport, over 8 MiB)."""
+    if args.prompt_file is None:
+        data = args.prompt.encode()
+        where = "--prompt"
+    else:
+        where = "standard input" if args.prompt_file == "-" else args.prompt_file
+        try:
+            if args.prompt_file == "-":
+                data = sys.stdin.buffer.read(PROMPT_MAX_BYTES + 1)
+            else:
+                with open(args.prompt_file, "rb") as f:
+                    data = f.read(PROMPT_MAX_BYTES + 1)
+        except OSError as exc:
+            raise CliError(f"cannot read the prompt from {where}: {exc.strerror or exc}") from None
+    if len(data) > PROMPT_MAX_BYTES:
+        raise CliError(f"the prompt from {where} is over the limit of {PROMPT_MAX_BYTES} bytes (1 MiB)")
+    if not data.strip():
+        raise CliError(f"the prompt from {where} is empty")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise CliError(f"the prompt from {where} is not UTF-8 (byte {exc.start})") from None
+
+
 def build_request(args: argparse.Namespace):
     from helix_runner_client import pb
 
@@ -117,7 +148,7 @@ def build_request(args: argparse.Namespace):
         job_id=args.job_id or f"cli-{uuid.uuid4().hex[:8]}",
         phase_id=args.phase_id or f"phase-{uuid.uuid4().hex[:12]}",
         project_id=args.project_id,
-        prompt=args.prompt,
+        prompt=read_prompt(args),
         working_dir=workdir,
         options=options,
     )

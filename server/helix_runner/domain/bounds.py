@@ -33,6 +33,9 @@ RECENT_EVENTS_MAX = 50  # PhaseInspection.recent_events
 # What a caller may send: larger is INVALID_ARGUMENT naming the field.
 
 PROMPT_MAX_BYTES = 1 * MiB  # RunPhase prompt (1 byte to 1 MiB)
+# The largest request message the server reads (gRPC's max_receive_message_length): room for every
+# field at its own limit, and for an over-long prompt to be refused by name (INVALID_ARGUMENT).
+MAX_REQUEST_BYTES = 8 * MiB
 SYSTEM_PROMPT_MAX_BYTES = 64 * KiB  # options.append_system_prompt
 ENV_VALUE_MAX_BYTES = 32 * KiB  # each value of options.env (the server's own bound)
 MAX_TURNS = 10_000  # options.max_turns (0: no limit)

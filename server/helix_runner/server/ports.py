@@ -18,6 +18,7 @@ from helix_runner.api.servicer import RunnerServicer, add_runner_service
 from helix_runner.api.tls import CertificateFiles
 from helix_runner.api.web import WebServer, bind_web, start_web
 from helix_runner.config import ServerConfig
+from helix_runner.domain.bounds import MAX_REQUEST_BYTES
 from helix_runner.server.lifecycle import StartupError
 
 
@@ -68,6 +69,9 @@ class GrpcPorts:
                 ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
                 # Off unless configured: a second server on a busy port must fail, not share it silently.
                 ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+                # gRPC's default (4 MiB) answered a prompt over it with a transport error quoting 4 MiB;
+                # a request up to this size is read and refused field by field (a 1 MiB prompt limit).
+                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
             ],
         )
         add_runner_service(servicer, self.server)
