@@ -65,4 +65,26 @@ async def test_a_cached_job_is_the_same_on_every_transport_and_shows_a_new_phase
         assert all(p.status == res.PHASE_STATUS_SUCCEEDED and p.last_sequence > 0 for p in after.phases)
         listed = await runner.stub.ListJobs(pb.ListJobsRequest(project_id="p"), timeout=10)
         assert {j.job_id: len(j.phases) for j in listed.jobs} == {"j": 2, "other": 1}
-        assert next(j for j in listed.jobs if j.job_id == "j") == after
+        listed_j = next(j for j in listed.jobs if j.job_id == "j")
+        for phase in after.phases:  # a listing carries each prompt's first line and size, not the prompt
+            phase.ClearField("prompt")
+        assert listed_j == after
+
+
+async def test_a_listing_carries_each_prompts_first_line_and_size_and_the_prompt_when_asked(
+    claude_binary, scripted_api, runner_factory
+):
+    api = scripted_api(Script(turns=[], fallback=Reply.text("ok", usage=Usage(input_tokens=100, output_tokens=10))))
+    prompt = "\n  Fix the flaky test in tests/x.py.\n" + "Context line.\n" * 20_000  # about 280 KB
+    async with runner_factory(api) as runner:
+        request = pb.RunPhaseRequest(job_id="big", phase_id="a", project_id="p", prompt=prompt,
+                                     working_dir=str(runner.workdir))
+        async for _ in runner.stub.RunPhase(request, timeout=60):
+            pass
+        listed = (await runner.stub.ListJobs(pb.ListJobsRequest(project_id="p"), timeout=10)).jobs[0].phases[0]
+        assert (listed.prompt, listed.prompt_first_line, listed.prompt_bytes) == (
+            "", "Fix the flaky test in tests/x.py.", len(prompt.encode()))
+        full = (await runner.stub.ListJobs(pb.ListJobsRequest(project_id="p", full_prompts=True),
+                                           timeout=10)).jobs[0].phases[0]
+        got = (await runner.stub.GetJob(pb.GetJobRequest(job_id="big"), timeout=10)).job.phases[0]
+        assert full.prompt == got.prompt == prompt and got.prompt_first_line == listed.prompt_first_line

@@ -55,7 +55,7 @@ PAGE_SIZES = {
     "TOOL_CALLS_PAGE_SIZE": ("ListToolCallsRequest", "0: {}; at most {}"),
 }
 # The server's own limits, not part of the contract's text.
-SERVER_OWN = {"ENV_VALUE_MAX_BYTES", "MAX_TURNS", "MAX_BREAKPOINTS"}
+SERVER_OWN = {"ENV_VALUE_MAX_BYTES", "MAX_TURNS", "MAX_BREAKPOINTS", "MAX_REQUEST_BYTES"}
 
 
 def size(value: int) -> str:

@@ -204,7 +204,7 @@ def test_responses_join_each_jobs_encoding_made_once(stores):
         add_job(reader, f"j{i}", phases=2, t=i)
     queries = PhaseQueries(reader, no_live)
     page = queries.list_jobs(None, [], 10, None)
-    data = list_jobs_response(page.jobs, "tok")
+    data = list_jobs_response(page.jobs, "tok", full_prompts=True)
     expected = runner_service_pb2.ListJobsResponse(
         jobs=[job_to_proto(j) for j in page.jobs], next_page_token="tok"
     )
@@ -212,7 +212,7 @@ def test_responses_join_each_jobs_encoding_made_once(stores):
     assert runner_service_pb2.ListJobsResponse.FromString(list_jobs_response(page.jobs, "")).next_page_token == ""
     encoded = page.jobs[0].memo["job_pb"]
     again = queries.list_jobs(None, [], 10, None)
-    list_jobs_response(again.jobs, "")
+    list_jobs_response(again.jobs, "", full_prompts=True)
     assert again.jobs[0].memo["job_pb"] is encoded  # encoded once per cached view
     job = runner_service_pb2.GetJobResponse.FromString(get_job_response(queries.job("j1")))
     assert job == runner_service_pb2.GetJobResponse(job=job_to_proto(page.jobs[1]))

@@ -54,6 +54,14 @@ def phase_to_proto(view: PhaseView) -> resources_pb2.Phase:
     return msg
 
 
+PROMPT_FIRST_LINE_CHARS = 200
+
+
+def prompt_summary(prompt: str) -> tuple[str, int]:
+    """A prompt's first line (at most 200 characters) and its size in bytes: what a listing shows."""
+    return prompt.lstrip().split("\n", 1)[0][:PROMPT_FIRST_LINE_CHARS].rstrip(), len(prompt.encode())
+
+
 def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
     msg.job_id = view.job_id
     msg.phase_id = view.phase_id
@@ -65,6 +73,7 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
     msg.working_dir = view.working_dir
     msg.last_sequence = view.last_sequence
     msg.prompt = view.prompt
+    msg.prompt_first_line, msg.prompt_bytes = prompt_summary(view.prompt)
     msg.on_disconnect = _DETACH if view.on_disconnect == "DETACH" else _CANCEL
     if view.fork_pb:
         msg.forked_from.ParseFromString(view.fork_pb)
@@ -143,15 +152,21 @@ def _fill_job(msg: resources_pb2.Job, view: JobView) -> None:
     _fill_cost_totals(msg.cost, view.cost)
 
 
-def job_bytes(view: JobView) -> bytes:
-    """The encoded Job of a view, made once per view and kept in its ``memo``.
+def job_bytes(view: JobView, *, full_prompts: bool = True) -> bytes:
+    """The encoded Job of a view, made once per view and kept in its ``memo`` (with its phases'
+    whole prompts, or for a listing without them: their first lines and sizes stay).
 
     The read model serves a finished job's view from its cache until the job changes, so a page of
     such jobs costs no message building at all (phases/queries.py JobViewCache).
     """
-    data = view.memo.get("job_pb")
+    key = "job_pb" if full_prompts else "job_pb_listed"
+    data = view.memo.get(key)
     if data is None:
-        data = view.memo["job_pb"] = job_to_proto(view).SerializeToString()
+        msg = job_to_proto(view)
+        if not full_prompts:
+            for phase in msg.phases:
+                phase.ClearField("prompt")
+        data = view.memo[key] = msg.SerializeToString()
     return data
 
 
@@ -165,9 +180,9 @@ def get_job_response(view: JobView) -> bytes:
     return embedded(_JOB_TAG, job_bytes(view))
 
 
-def list_jobs_response(views: Iterable[JobView], next_page_token: str) -> bytes:
+def list_jobs_response(views: Iterable[JobView], next_page_token: str, *, full_prompts: bool = False) -> bytes:
     """An encoded ListJobsResponse: the jobs' cached encodings joined, without building messages."""
-    parts = [embedded(_JOB_TAG, job_bytes(v)) for v in views]
+    parts = [embedded(_JOB_TAG, job_bytes(v, full_prompts=full_prompts)) for v in views]
     if next_page_token:
         parts.append(embedded(_NEXT_PAGE_TOKEN_TAG, next_page_token.encode()))
     return b"".join(parts)

@@ -245,7 +245,8 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         after = read_token(request.page_token, query, (int, str))
         page = self.queries.list_jobs(request.project_id, statuses, page_size(request.page_size, 50, 500),
                                       tuple(after) if after else None)
-        return list_jobs_response(page.jobs, make_token(query, list(page.next_after)) if page.next_after else "")
+        return list_jobs_response(page.jobs, make_token(query, list(page.next_after)) if page.next_after else "",
+                                  full_prompts=request.full_prompts)
 
     @_unary
     async def ListToolCalls(self, request, context):

@@ -288,7 +288,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., cost: _Optional[_Union[CostTotals, _Mapping]] = ...) -> None: ...
 
 class Phase(_message.Message):
-    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue", "auth_source", "queue_wait", "forked_from")
+    __slots__ = ("job_id", "phase_id", "project_id", "status", "status_reason", "create_time", "start_time", "end_time", "session_id", "model", "working_dir", "cost", "tool_stats", "current_tool", "last_sequence", "result", "on_disconnect", "prompt", "attempts", "queue", "auth_source", "queue_wait", "forked_from", "prompt_first_line", "prompt_bytes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +312,8 @@ class Phase(_message.Message):
     AUTH_SOURCE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_WAIT_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIRST_LINE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_BYTES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase_id: str
     project_id: str
@@ -335,7 +337,9 @@ class Phase(_message.Message):
     auth_source: str
     queue_wait: _duration_pb2.Duration
     forked_from: ForkOrigin
-    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ..., auth_source: _Optional[str] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., forked_from: _Optional[_Union[ForkOrigin, _Mapping]] = ...) -> None: ...
+    prompt_first_line: str
+    prompt_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., project_id: _Optional[str] = ..., status: _Optional[_Union[PhaseStatus, str]] = ..., status_reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., working_dir: _Optional[str] = ..., cost: _Optional[_Union[PhaseCost, _Mapping]] = ..., tool_stats: _Optional[_Iterable[_Union[ToolStats, _Mapping]]] = ..., current_tool: _Optional[_Union[ToolCall, _Mapping]] = ..., last_sequence: _Optional[int] = ..., result: _Optional[_Union[PhaseResult, _Mapping]] = ..., on_disconnect: _Optional[_Union[OnDisconnect, str]] = ..., prompt: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., queue: _Optional[_Union[QueueState, _Mapping]] = ..., auth_source: _Optional[str] = ..., queue_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., forked_from: _Optional[_Union[ForkOrigin, _Mapping]] = ..., prompt_first_line: _Optional[str] = ..., prompt_bytes: _Optional[int] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_write_5m_input_tokens", "cache_write_1h_input_tokens", "web_search_requests")

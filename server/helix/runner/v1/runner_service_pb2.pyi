@@ -299,16 +299,18 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_resources_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("project_id", "statuses", "page_size", "page_token")
+    __slots__ = ("project_id", "statuses", "page_size", "page_token", "full_prompts")
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FULL_PROMPTS_FIELD_NUMBER: _ClassVar[int]
     project_id: str
     statuses: _containers.RepeatedScalarFieldContainer[_resources_pb2.PhaseStatus]
     page_size: int
     page_token: str
-    def __init__(self, project_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.PhaseStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    full_prompts: bool
+    def __init__(self, project_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[_resources_pb2.PhaseStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., full_prompts: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -4075,6 +4075,12 @@ class ListJobsRequest(betterproto2.Message):
     Token from a previous response; the other fields must match that request.
     """
 
+    full_prompts: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+    """
+    Each phase's whole prompt (Phase.prompt). Without it a listing carries each prompt's first
+    line and size only (a dashboard polls ListJobs; prompts may be up to 1 MiB each).
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "ListJobsRequest", ListJobsRequest)
 
@@ -4644,7 +4650,9 @@ class Phase(betterproto2.Message):
 
     prompt: "str" = betterproto2.field(18, betterproto2.TYPE_STRING)
     """
-    The prompt the phase was started with (bounded to 1 MiB by the request limit).
+    The prompt the phase was started with (bounded to 1 MiB by the request limit). Empty in
+    ListJobs unless it asks for full_prompts: a listing carries prompt_first_line and
+    prompt_bytes instead.
     """
 
     attempts: "list[Attempt]" = betterproto2.field(19, betterproto2.TYPE_MESSAGE, repeated=True)
@@ -4677,6 +4685,16 @@ class Phase(betterproto2.Message):
     forked_from: "ForkOrigin | None" = betterproto2.field(23, betterproto2.TYPE_MESSAGE, optional=True)
     """
     Set when the phase was started by ForkPhase: the phase and checkpoint it continues from.
+    """
+
+    prompt_first_line: "str" = betterproto2.field(24, betterproto2.TYPE_STRING)
+    """
+    The prompt's first line, at most 200 characters (set in every response, listings included).
+    """
+
+    prompt_bytes: "int" = betterproto2.field(25, betterproto2.TYPE_INT64)
+    """
+    The prompt's size in bytes (UTF-8).
     """
 
 
