@@ -155,6 +155,15 @@ def test_a_running_phase_shows_its_live_figures():
     assert not msg.HasField("result")
 
 
+
+def test_an_ended_phase_still_live_shows_its_stored_result():
+    """Between its end and its worktree's removal a phase is still live here: GetJob showed it with
+    no result (its branch "", CI saw it once in test_two_worktree_phases_on_one_repository)."""
+    live = RunSnapshot(PhaseStatus.SUCCEEDED, 12, COST, STATS, None, True, False, (), (), 1, 0, 0)
+    result = PhaseResult(job_id="j", phase_id="p", status=PhaseStatus.SUCCEEDED, reason="done")
+    msg = phase_to_proto(view(status=PhaseStatus.SUCCEEDED, live=live, result_pb=ENCODER.encode_result(result)))
+    assert msg.result.reason == "done" and msg.cost.computed_usd == 0.25
+
 def test_jobs_totals_and_tool_calls():
     totals = CostTotals(2, 1.5, 1.25, 1, TOKENS, COST.models, ("mystery",))
     job = job_to_proto(JobView("j", "proj", PhaseStatus.FAILED, 1_000, 3_000, (view(),), totals))

@@ -95,6 +95,8 @@ def _fill_phase(msg: resources_pb2.Phase, view: PhaseView) -> None:
         msg.auth_source = live.auth_source
         if live.queue is not None:
             msg.queue.CopyFrom(m.queue_state_to_proto(live.queue))
+        if view.result_pb:  # ended, still live while its worktree's retention runs: its result is stored
+            msg.result.ParseFromString(view.result_pb)
         return
     if view.cost_pb:
         msg.cost.ParseFromString(view.cost_pb)
