@@ -207,6 +207,7 @@ async def test_run_progress_fits_80_columns_and_reports_the_retry(
     (progress,) = [row for row in live if row.startswith("[")]
     assert "| 1 tool |" in progress and "| 1 retry" in progress
     assert any("api_retry" in row and "HTTP 429" in row for row in rows)
+    assert any("assistant_text" in row and "done done" in row for row in live)  # the model's text, one row
 
 
 # What a phase writes that a terminal would obey: an OSC 52 clipboard write, an OSC 0 title, a screen

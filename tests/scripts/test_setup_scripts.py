@@ -110,7 +110,7 @@ def test_bootstrap_says_what_it_installs_and_is_silent_when_nothing_changed(tmp_
     (venv / "bin").mkdir(parents=True)
     calls = tmp_path / "calls"
     fake = venv / "bin" / "python"
-    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\necho "warnings: $PYTHONWARNINGS" >> {calls}\n')
     fake.chmod(0o755)
     env = {"PATH": os.environ["PATH"], "HELIX_VENV": str(venv)}
 
@@ -122,6 +122,9 @@ def test_bootstrap_says_what_it_installs_and_is_silent_when_nothing_changed(tmp_
     assert "bootstrap: installed in" in first.stderr
     # One editable install: helix-runner ships the Python client (nothing resolved by that name).
     assert "-m pip install --quiet -e .[dev]" in calls.read_text() and "clients/python" not in calls.read_text()
+    # setuptools' seven-line "Editable installation" warning (it read like an error) is filtered out.
+    install = calls.read_text().split("-m pip install --quiet -e .[dev]\n", 1)[1]
+    assert install.startswith("warnings: ignore:Editable installation\n")
 
     again = subprocess.run(
         [ROOT / "scripts" / "bootstrap"], env=env, capture_output=True, text=True, timeout=60

@@ -20,6 +20,7 @@ from helix.runner.v1 import runner_service_pb2_grpc as pb_grpc
 from helix_runner.config import load_config
 from helix_runner.process.child_env import CREDENTIAL_ENV
 from helix_runner.server import StartupError, child_credentials, start_server
+from helix_runner.store.database_url import SQLITE_FILE_NAME
 from helix_runner.store.sqlite_store import SqliteStore
 from helix_runner.structured_logging import TextFormatter
 
@@ -255,3 +256,18 @@ def test_the_ports_a_sandboxed_phase_may_reach_are_the_model_apis_a_proxys_and_t
     # The model API off this host and no gateway: no network layer can confine the phase.
     ports, why = egress_ports(cfg, {"ANTHROPIC_BASE_URL": "https://api.example"}, ChildCredentials({}))
     assert ports is None and "not on this host's loopback" in why
+
+
+async def test_the_start_says_which_data_dir_it_uses_and_how_many_jobs_it_holds(tmp_path, capsys):
+    """The default data dir is one per user: a fresh checkout listed another checkout's jobs unannounced."""
+    cfg = config(tmp_path, port=0)
+    running = await start_server(cfg, server_env={})
+    await running.drain(0)
+    assert f"Data: {cfg.data_dir} (no jobs yet)" in capsys.readouterr().out
+    store = SqliteStore(cfg.data_dir / SQLITE_FILE_NAME)
+    for job in ("a", "b"):
+        store.get_or_create_job(job, "", 1)
+    store.close()
+    running = await start_server(cfg, server_env={})
+    await running.drain(0)
+    assert f"Data: {cfg.data_dir} (2 jobs from earlier runs)" in capsys.readouterr().out

@@ -46,13 +46,14 @@ CANCEL_WAIT_SECONDS = 20.0
 REDRAW_INTERVAL_S = 0.1
 
 # Events worth a line of their own (above the progress line on a terminal, alone off one).
+# The model's text too: a terminal hid it (one row each, cut at the terminal's width; `watch` shows it whole).
 _NOTABLE_TTY = frozenset(
-    {"tool_call_finished", "api_retry", "api_error", "permission_denied", "control", "stderr", "parse_error"}
+    {"tool_call_finished", "api_retry", "api_error", "permission_denied", "control", "stderr", "parse_error",
+     "assistant_text"}
 )
 _NOTABLE_PLAIN = _NOTABLE_TTY | {
     "session_init",
     "tool_call_started",
-    "assistant_text",
     "turn_result",
     "status_changed",
 }

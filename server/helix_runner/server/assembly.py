@@ -280,9 +280,13 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
     # the collector's reach, a full collection no longer walks it. Each one paused the event loop, and
     # every live stream, for ~40-60 ms (benchmarks/README.md, fan-out).
     gc.freeze()
+    jobs = await asyncio.to_thread(store.list_jobs, None, [], JOBS_COUNTED + 1)
+    # The default data dir is one per user: a fresh checkout shows the jobs of every other one.
+    print(f"Data: {config.data_dir} ({jobs_in_words(len(jobs))})", flush=True)
     log.info(
         "serving",
         extra={"fields": {"address": f"{config.host}:{ports.port}", "data_dir": str(config.data_dir),
+                          "jobs": len(jobs),
                           "workspace_roots": [str(r) for r in config.workspace_roots],
                           "auth": token is not None, "tls": tls_mode(config), "health_port": ports.health_port}},
     )
@@ -302,6 +306,19 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
                          telemetry=telemetry, feed=feed, forwarder=forwarder, health_server=ports.health_server,
                          health_port=ports.health_port, cluster=cluster, egress=creds.egress,
                          webhook_dispatcher=delivery.dispatcher, sweeps=sweeps)
+
+
+# How many jobs the start-up line counts at most (one query; "over 1000 jobs" beyond).
+JOBS_COUNTED = 1000
+
+
+def jobs_in_words(count: int) -> str:
+    """What the start-up line says of the jobs already in the data dir."""
+    if count == 0:
+        return "no jobs yet"
+    if count > JOBS_COUNTED:
+        return f"over {JOBS_COUNTED} jobs from earlier runs"
+    return f"{count} job{'s' if count != 1 else ''} from earlier runs"
 
 
 def _sweeps(config: ServerConfig, store: Store, cluster: Cluster, service: PhaseService,
