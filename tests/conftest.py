@@ -10,6 +10,7 @@ from hypothesis import settings
 from support.properties import DEV_EXAMPLES, PROFILE
 from support.sandbox import ClaudeSandbox
 from support.scripted_servers import ScriptedApiFactory
+from support.test_claude import test_claude
 
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.process.claude_locator import ClaudeBinary, ClaudeNotFoundError, locate_claude
@@ -40,9 +41,10 @@ def _host_git_as_it_was() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def claude_binary() -> ClaudeBinary:
-    """The real Claude Code CLI (via the runner's locator); tests needing it skip if there is none."""
+    """The real Claude Code CLI (via the runner's locator; ``HELIX_TEST_CLAUDE`` names another one,
+    docs/testing.md "Another CLI"); tests needing it skip if there is none."""
     try:
-        binary = locate_claude()
+        binary = locate_claude(test_claude() or None)
     except ClaudeNotFoundError as exc:
         pytest.skip(str(exc))
     binary.version()  # fail early, with the reason, if the binary cannot even start

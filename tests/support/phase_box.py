@@ -56,6 +56,7 @@ from support.processes import (
 )
 from support.registry import Registry
 from support.streams import Stream
+from support.test_claude import test_claude
 
 # Sandbox modes: name -> the layers turned off (config ``sandbox_skip_layers``), as the attack suite's.
 # ``off``: ``sandbox = off``, no layer at all (legitimate work must work there too; the repository's
@@ -224,6 +225,8 @@ class BoxScenario:
         # This checkout's server first, for both users (a checkout of an earlier commit imports its own).
         full_env = nobody_env(**env) if self.user == "nobody" else {"PATH": os.environ["PATH"],
                                                                      "PYTHONPATH": SERVER_SRC, **env}
+        if test_claude():  # the CLI the real-CLI tests were told to run
+            full_env.setdefault("HELIX_RUNNER_CLAUDE_PATH", test_claude())
         with open(log, "w") as stderr:
             self.proc = subprocess.Popen(as_nobody(*argv) if self.user == "nobody" else argv, env=full_env, cwd="/",  # noqa: ASYNC220
                                          stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from helix_runner.process import procfs
 from helix_runner.process.procfs import process_state
+from support.test_claude import test_claude
 
 
 def alive(pid: int) -> bool:
@@ -56,7 +57,10 @@ def serve_env(tmp_path: Path) -> dict[str, str]:
     """A minimal environment with a private HOME under ``tmp_path``."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    if test_claude():  # the CLI the real-CLI tests were told to run
+        env["HELIX_RUNNER_CLAUDE_PATH"] = test_claude()
+    return env
 
 
 def serve_argv(python: str, root: Path, *extra_args: str, workspace_root: Path | None = None) -> list[str]:
@@ -138,7 +142,8 @@ def as_nobody(*argv: str) -> list[str]:
 def nobody_env(**extra: str) -> dict[str, str]:
     """An environment in which ``nobody_python`` imports this checkout's server and its dependencies."""
     paths = dict.fromkeys([SERVER_SRC, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    return {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(paths), **extra}
+    chosen = {"HELIX_RUNNER_CLAUDE_PATH": test_claude()} if test_claude() else {}
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(paths), **chosen, **extra}
 
 
 @functools.cache

@@ -17,6 +17,7 @@ from helix_runner.config import load_config
 from helix_runner.offline import ScriptedApi
 from helix_runner.server import RunningServer, start_server
 from helix_runner.telemetry import Telemetry
+from support.test_claude import test_claude
 
 
 @dataclass
@@ -70,7 +71,7 @@ async def start_runner(tmp_path: Path, api: ScriptedApi | None, *, claude_path: 
     # Retries are off unless a test asks for them (config or PhaseOptions.retry): the fault tests
     # check how one attempt ends, and the retry tests set their own (tiny) backoffs.
     flags = {"port": 0, "data_dir": str(data_dir), "workspace_roots": [str(tmp_path)],
-             "claude_path": claude_path, "retry_max_attempts": 1, **config}
+             "claude_path": claude_path or test_claude() or None, "retry_max_attempts": 1, **config}
     cfg = load_config(flags=flags, environ={})
     server = await start_server(cfg, server_env=server_env, telemetry=telemetry)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
