@@ -176,6 +176,9 @@ def _with_result_fields(fixture: str, **fields: object) -> bytes:
         ("worktree_unverified", K.STARTUP_TRANSIENT),
         ("org_config_refused", K.STARTUP_REFUSED),
         ("bypass_root", K.STARTUP_REFUSED),
+        # CLI 2.1.336+: --resume of a session it cannot find (2.1.332 wrote no reason); a retry meets
+        # the same (the server refuses an unknown session before any attempt: FAILED_PRECONDITION).
+        ("resume_target_not_found", K.STARTUP_REFUSED),
         ("a_reason_from_a_later_cli", K.STARTUP_REFUSED),
     ],
 )
