@@ -15,6 +15,7 @@ from support.egress import RecordingSink
 
 from helix_runner.domain.addresses import OperatorExceptions
 from helix_runner.domain.egress_secrets import validate
+from helix_runner.domain.events import GatewayEventKind
 from helix_runner.egress.allowlist import EgressPolicy, parse_pattern
 from helix_runner.egress.authority import CertificateAuthority
 from helix_runner.egress.capabilities import Capabilities, Grant
@@ -197,7 +198,7 @@ async def test_a_host_whose_rules_allow_get_refuses_post_naming_the_rule(network
     assert b"POST api.example.test/v1/items matches no HTTP rule" in body and b"GET,HEAD api.example.test/v1/*" in body
     assert len(network.api.heads) == 1 and network.api.heads[0].startswith(b"GET /v1/items")
     assert b"x-api-key: " + OTHER_TOKEN in network.api.heads[0]  # header presentation
-    (refusal,) = network.sink.events
+    (refusal,) = [e for e in network.sink.events if e.kind is GatewayEventKind.EGRESS_REFUSED]
     assert "matches no HTTP rule" in refusal.message and refusal.destination == "api.example.test:443"
     answers, _ = await tls_get(network, "api.example.test", [("GET", "/v1/../admin", {})])
     assert answers[0][0] == b"HTTP/1.1 403 Forbidden" and b"canonical form" in answers[0][1]

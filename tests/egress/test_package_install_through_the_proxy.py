@@ -4,6 +4,8 @@ address nobody allowed and a domain outside the allowlist, each refusal shown in
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 
 import pytest
@@ -39,6 +41,16 @@ async def test_pip_installs_from_an_allowed_registry_and_is_refused_elsewhere(
         async with runner_factory(api, egress_private_allow=[allowed.address]) as runner:
             events, result = await runner.run_phase("install", allowed_tools=["Bash"], deadline=180)
             logs = {name: (runner.workdir / f"{name}.log").read_text() for name in ("install", "other", "refused")}
+            # `helix-runner egress` lists what the phase reached, and what it was refused.
+            listing = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "helix_runner", "egress", "job-1", "p1", "--server",
+                f"127.0.0.1:{runner.server.port}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "COLUMNS": "250"})
+            listed, _ = await asyncio.wait_for(listing.communicate(), 60)
+        listed_lines = listed.decode().splitlines()
+        assert any(allowed.address in line and "allowed" in line and "/simple/helixdemo/" in line
+                   for line in listed_lines), listed_lines
+        assert any("pypi.refused.example:443" in line and "refused (403)" in line for line in listed_lines)
         assert other.requests == [], "the registry nobody allowed was reached"
         served = list(allowed.requests)
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
@@ -50,11 +62,19 @@ async def test_pip_installs_from_an_allowed_registry_and_is_refused_elsewhere(
     paths = [path for path, _ in served]
     assert "/simple/helixdemo/" in paths and any(p.endswith(".whl") for p in paths), paths
     assert all(h.get("connection") == "close" and "proxy-authorization" not in h for _, h in served)
-    refusals = [e.gateway for e in events if e.HasField("gateway")]
+    refusals = [e.gateway for e in events
+                if e.HasField("gateway") and e.gateway.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED]
     assert {r.destination for r in refusals} == {other.address, "pypi.refused.example:443"}, logs
     assert all(r.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED and r.http_status == 403 for r in refusals)
     report = result.diagnostics.gateway
     assert report.egress_connections >= 2 and report.egress_refusals >= 2
+    # Every request pip made to the allowed registry is a connection in the phase's stream: method,
+    # path, and the bytes it received (its wheel among them).
+    reached = [e.gateway for e in events
+               if e.HasField("gateway") and e.gateway.kind == ev.GATEWAY_EVENT_KIND_EGRESS_CONNECTION]
+    assert {g.destination for g in reached} == {allowed.address}
+    assert sorted((g.method, g.path) for g in reached) == sorted(("GET", p) for p in paths)
+    assert all(g.bytes_sent > 0 and g.bytes_received > 0 and g.duration.ToNanoseconds() > 0 for g in reached)
 
 
 async def test_the_cli_s_own_webfetch_goes_through_the_proxy(claude_binary, scripted_api, runner_factory):
@@ -67,7 +87,8 @@ async def test_the_cli_s_own_webfetch_goes_through_the_proxy(claude_binary, scri
         events, result = await runner.run_phase("fetch", allowed_tools=["WebFetch"], deadline=120,
                                                 settings='{"skipWebFetchPreflight": true}')
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
-    (refusal,) = [e.gateway for e in events if e.HasField("gateway")]
+    (refusal,) = [e.gateway for e in events
+                  if e.HasField("gateway") and e.gateway.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED]
     assert refusal.kind == ev.GATEWAY_EVENT_KIND_EGRESS_REFUSED and refusal.destination == "docs.refused.example:443"
     (finished,) = [e.tool_call_finished for e in events if e.HasField("tool_call_finished")]
     assert finished.name == "WebFetch" and finished.is_error

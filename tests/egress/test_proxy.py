@@ -75,6 +75,15 @@ async def echo_server():
     server.close()
 
 
+async def ended(sink: RecordingSink, limit_s: float = 5.0) -> list:
+    """The sink's events once a connection's end was reported (bounded wait)."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not any(e.kind is GatewayEventKind.EGRESS_CONNECTION for e in sink.events):
+        assert asyncio.get_running_loop().time() < deadline, sink.events
+        await asyncio.sleep(0.01)
+    return list(sink.events)
+
+
 def auth(capability: str) -> bytes:
     return b"Proxy-Authorization: Basic " + base64.b64encode(b"phase:" + capability.encode()) + b"\r\n"
 
@@ -136,7 +145,13 @@ async def test_an_allowed_name_gets_a_tunnel_to_its_checked_address(proxy, echo_
                             then=b"\x16\x03\x01hello")
     assert answer == b"HTTP/1.1 200 Connection Established\r\n\r\necho:\x16\x03\x01hello"
     assert proxy.world.connected == [OTHER_PUBLIC]
-    assert sink.connections == ["files.pythonhosted.org:443"] and sink.events == []
+    assert sink.connections == ["files.pythonhosted.org:443"]
+    # Once it ended, the phase's stream is told what went through: no refusal, one connection.
+    (event,) = await ended(sink)
+    assert (event.kind, event.destination, event.method, event.path) == (
+        GatewayEventKind.EGRESS_CONNECTION, "files.pythonhosted.org:443", "CONNECT", "")
+    assert (event.bytes_sent, event.bytes_received) == (len(b"\x16\x03\x01hello"), len(b"echo:\x16\x03\x01hello"))
+    assert event.duration_ns > 0
 
 
 async def test_plain_http_is_forwarded_without_the_proxy_credentials(proxy, echo_server) -> None:
@@ -149,6 +164,10 @@ async def test_plain_http_is_forwarded_without_the_proxy_credentials(proxy, echo
     assert b"proxy-authorization" not in forwarded.lower() and b"proxy-connection" not in forwarded.lower()
     assert cap.encode() not in forwarded
     assert b"connection: close" in forwarded
+    (event,) = await ended(sink)
+    assert (event.kind, event.destination, event.method, event.path) == (
+        GatewayEventKind.EGRESS_CONNECTION, "pypi.org:80", "GET", "/simple/pkg/")
+    assert event.bytes_sent == len(forwarded) and event.bytes_received == len(answer)
 
 
 @pytest.mark.parametrize(("target", "why"), [

@@ -450,6 +450,12 @@ def _gateway(p: d.GatewayEvent, m: ev.GatewayEvent) -> None:
     if p.retry_after_ns is not None:
         _set_duration_ns(m.retry_after, p.retry_after_ns)
     m.request_id = p.request_id
+    m.bytes_sent = p.bytes_sent
+    m.bytes_received = p.bytes_received
+    if p.duration_ns:
+        _set_duration_ns(m.duration, p.duration_ns)
+    m.method = p.method
+    m.path = p.path
 
 
 def _session_writes_lost(p: d.SessionWritesLost, m: ev.SessionWritesLost) -> None:

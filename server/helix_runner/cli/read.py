@@ -9,6 +9,7 @@ from typing import Any
 from helix_runner.cli.common import (
     EXIT_CODES_HELP,
     EXIT_OK,
+    EXIT_REFUSED,
     CliError,
     add_connection_args,
     add_json_flag,
@@ -103,6 +104,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = _parser(
         sub,
+        "egress",
+        "what a phase reached through the egress proxy: each connection let through and each refusal",
+        "Lists the phase's egress events, oldest first: each connection the proxy let through "
+        "(destination, the method and path of its last request where the proxy saw them, bytes "
+        "each way, how long it was open) and each destination or request it refused, with why.",
+    )
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("phase", metavar="PHASE")
+    p.set_defaults(handler=with_client(_egress))
+
+    p = _parser(
+        sub,
         "status",
         "how the server runs phases: its sandbox's layers (on, or off and why), containment, refusals",
         "Prints the per-phase sandbox the server found and probed at start: its setting (auto, "
@@ -111,6 +124,62 @@ def register(sub: argparse._SubParsersAction) -> None:
         "under sandbox = required with a layer missing, the refusal every phase gets.",
     )
     p.set_defaults(handler=with_client(_status))
+
+
+async def egress_events(client, job_id: str, phase_id: str) -> list:
+    """The phase's egress events (connections let through, refusals) up to its last event so far."""
+    import asyncio
+
+    from helix_runner_client import pb
+
+    job = await client.get_job(job_id)
+    phase = next((p for p in job.phases if p.phase_id == phase_id), None)
+    if phase is None:
+        raise CliError(f"job {job_id} has no phase {phase_id}", EXIT_REFUSED)
+    kinds = (pb.GatewayEventKind.EGRESS_CONNECTION, pb.GatewayEventKind.EGRESS_REFUSED)
+    found: list = []
+    if phase.last_sequence <= 0:
+        return found
+    async with asyncio.timeout(max(client.timeout, 60)), client.watch_phase(job_id, phase_id, 0) as stream:
+        async for event in stream:
+            gateway = event.gateway
+            if gateway is not None and gateway.kind in kinds:
+                found.append(event)
+            if event.sequence >= phase.last_sequence:
+                break
+    return found
+
+
+async def _egress(client, args) -> int:
+    from helix_runner_client import pb
+
+    from helix_runner.cli.render import fmt_clock, fmt_duration, one_line
+
+    events = await egress_events(client, args.job, args.phase)
+    if args.json:
+        print_json([_dict(e) for e in events])
+        return EXIT_OK
+    console = make_console()
+    if not events:
+        console.print("no egress: the phase reached nothing through the egress proxy")
+        return EXIT_OK
+    table = _table("TIME", "DECISION", "DESTINATION", "REQUEST", "SENT", "RECEIVED", "OPEN", "REASON")
+    for event in events:
+        g = event.gateway
+        allowed = g.kind == pb.GatewayEventKind.EGRESS_CONNECTION
+        request = one_line(f"{g.method} {g.path}".strip(), 60) or "-"
+        table.add_row(
+            fmt_clock(event.receive_time),
+            "allowed" if allowed else f"refused ({g.http_status})",
+            one_line(g.destination, 80),
+            request,
+            str(g.bytes_sent) if allowed else "-",
+            str(g.bytes_received) if allowed else "-",
+            fmt_duration(g.duration) if allowed else "-",
+            "" if allowed else one_line(g.message, 120),
+        )
+    console.print(table)
+    return EXIT_OK
 
 
 def _status_arg(text: str) -> str:

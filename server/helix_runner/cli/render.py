@@ -449,6 +449,10 @@ def _parse_error(p, _e) -> Text:
 
 @event_kind_detail("gateway", "bold red")
 def _gateway(p, _e) -> Text:
+    if p.kind == pb.GatewayEventKind.EGRESS_CONNECTION:  # let through: not an error
+        request = f" {p.method} {p.path}".rstrip() if p.method else ""
+        return line_of(("egress", "cyan"), f" {one_line(p.destination, 80)}{one_line(request, 80)}",
+                       f" ↑{p.bytes_sent} B ↓{p.bytes_received} B in {fmt_duration(p.duration)}")
     return line_of(
         (enum_name(p.kind).lower().replace("_", " "), "bold red"),
         f" HTTP {p.http_status}",

@@ -138,6 +138,7 @@ class GatewayEventKind(enum.IntEnum):
     EGRESS_REFUSED = 4  # the egress proxy refused a destination
     UPSTREAM_FAILED = 5  # the gateway could not reach the API (connection, TLS, timeout)
     FEATURE_REFUSED = 6  # a request used an API feature that reaches out (domain/api_features.py), not allowed
+    EGRESS_CONNECTION = 7  # a connection the egress proxy let through ended (bytes each way, duration)
 
 
 class AttemptEndKind(enum.IntEnum):
@@ -559,7 +560,8 @@ class ControlEvent(_Payload):
 
 class GatewayEvent(_Payload):
     """A request of the phase the gateway or the egress proxy refused, or the API answered with
-    a rate limit or an overload, as it happened; ``message`` at most 1 KiB."""
+    a rate limit or an overload, as it happened, or a connection the proxy let through, once it
+    ended; ``message`` at most 1 KiB."""
 
     kind: GatewayEventKind
     http_status: int = 0
@@ -568,6 +570,11 @@ class GatewayEvent(_Payload):
     destination: str = ""  # EGRESS_REFUSED: host:port
     retry_after_ns: int | None = None  # the API's retry-after, when it sent one
     request_id: str = ""  # the API's request-id (or the gateway's own for a refusal)
+    bytes_sent: int = 0  # EGRESS_CONNECTION: the phase's bytes out through the connection
+    bytes_received: int = 0  # and in
+    duration_ns: int = 0  # EGRESS_CONNECTION: how long it was open
+    method: str = ""  # the request's, where the proxy saw it (plain HTTP, or terminated HTTPS)
+    path: str = ""
 
 
 class ParseError(_Payload):

@@ -33,6 +33,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -186,6 +187,13 @@ class _ProxyClient(asyncio.Protocol):
         self.upstream: _Upstream | None = None
         self._counted: tuple[str, str] | None = None
         self._timer = IdleTimer(HEAD_TIMEOUT_S, self.close)
+        # What the phase's stream is told when the connection ends (an EGRESS_CONNECTION event):
+        # bytes each way once the destination answered, since when, and the last request seen.
+        self.sent = 0
+        self.received = 0
+        self.opened_ns = 0
+        self.method = ""
+        self.path = ""
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -230,6 +238,12 @@ class _ProxyClient(asyncio.Protocol):
         self.closed = True
         self._disarm()
         self.proxy.connections.discard(self)
+        if self.grant is not None and self.opened_ns:
+            opened, self.opened_ns = self.opened_ns, 0
+            tell(self.grant.sink.on_event, GatewayEvent(
+                kind=GatewayEventKind.EGRESS_CONNECTION, destination=self.destination, bytes_sent=self.sent,
+                bytes_received=self.received, duration_ns=time.monotonic_ns() - opened,
+                method=self.method, path=self.path[:1024]))
         if self._counted is not None:
             left = self.proxy.per_phase.get(self._counted, 1) - 1
             if left > 0:
@@ -415,6 +429,11 @@ class _ProxyClient(asyncio.Protocol):
             transport.close()
             return
         tell(grant.sink.on_egress_connection, self.destination)
+        self.opened_ns = time.monotonic_ns()
+        if connect and not intercept:
+            self.method = "CONNECT"  # a tunnel: what goes through it is the tool's own TLS
+        elif not connect:
+            self.method, self.path = self.parser.get_method().decode("latin-1"), self.request_path
         log.debug("egress proxy connected", extra={"fields": {"job_id": grant.job_id, "phase_id": grant.phase_id,
                                                               "destination": self.destination,
                                                               "terminated": intercept}})
@@ -500,7 +519,8 @@ class _ProxyClient(asyncio.Protocol):
                 self._answer(400, "the request target is not a URL")
                 return
             target = (url.path or b"/") + (b"?" + url.query if url.query else b"")
-        why = grant.egress.check_request(self.host, self.port, method.decode("latin-1"), _path_of(target))
+        self.method, self.path = method.decode("latin-1"), _path_of(target)
+        why = grant.egress.check_request(self.host, self.port, self.method, self.path)
         if why is not None:
             self._refused(why)
             return
@@ -514,11 +534,13 @@ class _ProxyClient(asyncio.Protocol):
     # -- relaying -------------------------------------------------------------------------------
     def _to_upstream(self, data: bytes) -> None:
         if self.upstream is not None and self.upstream.transport is not None and self._metered(len(data)):
+            self.sent += len(data)
             self.upstream.transport.write(data)
 
     def from_upstream(self, data: bytes) -> None:
         self._arm(IDLE_TIMEOUT_S)
         if self._metered(len(data)):
+            self.received += len(data)
             self._write(data)
 
     def _metered(self, n: int) -> bool:

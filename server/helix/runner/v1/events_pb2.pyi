@@ -72,6 +72,7 @@ class GatewayEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GATEWAY_EVENT_KIND_EGRESS_REFUSED: _ClassVar[GatewayEventKind]
     GATEWAY_EVENT_KIND_UPSTREAM_FAILED: _ClassVar[GatewayEventKind]
     GATEWAY_EVENT_KIND_FEATURE_REFUSED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_EGRESS_CONNECTION: _ClassVar[GatewayEventKind]
 
 class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -130,6 +131,7 @@ GATEWAY_EVENT_KIND_MODEL_REFUSED: GatewayEventKind
 GATEWAY_EVENT_KIND_EGRESS_REFUSED: GatewayEventKind
 GATEWAY_EVENT_KIND_UPSTREAM_FAILED: GatewayEventKind
 GATEWAY_EVENT_KIND_FEATURE_REFUSED: GatewayEventKind
+GATEWAY_EVENT_KIND_EGRESS_CONNECTION: GatewayEventKind
 PARSE_ERROR_REASON_UNSPECIFIED: ParseErrorReason
 PARSE_ERROR_REASON_NOT_JSON: ParseErrorReason
 PARSE_ERROR_REASON_INVALID_JSON: ParseErrorReason
@@ -609,7 +611,7 @@ class ControlEvent(_message.Message):
     def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ..., checkpoint: _Optional[int] = ..., rewound_after_sequence: _Optional[int] = ..., rewound_to_sequence: _Optional[int] = ...) -> None: ...
 
 class GatewayEvent(_message.Message):
-    __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id")
+    __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id", "bytes_sent", "bytes_received", "duration", "method", "path")
     KIND_FIELD_NUMBER: _ClassVar[int]
     HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -617,6 +619,11 @@ class GatewayEvent(_message.Message):
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SENT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     kind: GatewayEventKind
     http_status: int
     model: str
@@ -624,7 +631,12 @@ class GatewayEvent(_message.Message):
     destination: str
     retry_after: _duration_pb2.Duration
     request_id: str
-    def __init__(self, kind: _Optional[_Union[GatewayEventKind, str]] = ..., http_status: _Optional[int] = ..., model: _Optional[str] = ..., message: _Optional[str] = ..., destination: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    bytes_sent: int
+    bytes_received: int
+    duration: _duration_pb2.Duration
+    method: str
+    path: str
+    def __init__(self, kind: _Optional[_Union[GatewayEventKind, str]] = ..., http_status: _Optional[int] = ..., model: _Optional[str] = ..., message: _Optional[str] = ..., destination: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., method: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class ParseError(_message.Message):
     __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail", "repaired")

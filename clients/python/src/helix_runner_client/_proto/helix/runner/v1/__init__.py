@@ -1055,6 +1055,13 @@ class GatewayEventKind(betterproto2.Enum):
     names; the requester got a 400 `invalid_request_error` saying which.
     """
 
+    EGRESS_CONNECTION = 7
+    """
+    A connection of the phase through the egress proxy ended after the proxy let it through:
+    `destination`, the bytes each way and how long it was open; `method` and `path` of its last
+    request where the proxy saw them (a plain HTTP request, or HTTPS the proxy terminates).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -1065,6 +1072,7 @@ class GatewayEventKind(betterproto2.Enum):
             4: "GATEWAY_EVENT_KIND_EGRESS_REFUSED",
             5: "GATEWAY_EVENT_KIND_UPSTREAM_FAILED",
             6: "GATEWAY_EVENT_KIND_FEATURE_REFUSED",
+            7: "GATEWAY_EVENT_KIND_EGRESS_CONNECTION",
         }
 
     @classmethod
@@ -1077,6 +1085,7 @@ class GatewayEventKind(betterproto2.Enum):
             "GATEWAY_EVENT_KIND_EGRESS_REFUSED": 4,
             "GATEWAY_EVENT_KIND_UPSTREAM_FAILED": 5,
             "GATEWAY_EVENT_KIND_FEATURE_REFUSED": 6,
+            "GATEWAY_EVENT_KIND_EGRESS_CONNECTION": 7,
         }
 
 
@@ -3412,7 +3421,7 @@ class GatewayEvent(betterproto2.Message):
 
     destination: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
     """
-    EGRESS_REFUSED: the refused `host:port`.
+    EGRESS_REFUSED, EGRESS_CONNECTION: the `host:port`.
     """
 
     retry_after: "datetime.timedelta | None" = betterproto2.field(
@@ -3426,6 +3435,27 @@ class GatewayEvent(betterproto2.Message):
     """
     The API's `request-id` header, when it sent one.
     """
+
+    bytes_sent: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    EGRESS_CONNECTION: bytes the phase sent through the connection, and received.
+    """
+
+    bytes_received: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+
+    duration: "datetime.timedelta | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
+    )
+    """
+    EGRESS_CONNECTION: how long the connection was open (from the destination's answer).
+    """
+
+    method: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    EGRESS_CONNECTION, EGRESS_REFUSED: the request's method and path, where the proxy saw them.
+    """
+
+    path: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
 
 
 default_message_pool.register_message("helix.runner.v1", "GatewayEvent", GatewayEvent)
