@@ -11,6 +11,7 @@ import { plural, usd } from "./format.js";
 import {
   ControlEventKind,
   ControlEventKindSchema,
+  GatewayEventKind,
   GatewayEventKindSchema,
   PhaseStatus,
   PhaseStatusSchema,
@@ -434,6 +435,16 @@ export function summarize(event: StreamEvent): { kind: string; text: string; ton
     case "unknown":
       return { kind: "unknown", text: `${p.value.type}/${p.value.subtype}`, tone: "muted" };
     case "gateway": {
+      if (p.value.kind === GatewayEventKind.EGRESS_CONNECTION) {
+        // A connection the egress proxy let through, once it ended: not an error.
+        const request = p.value.method ? ` ${p.value.method} ${clip(p.value.path, 120)}`.trimEnd() : "";
+        const ms = durationMs(p.value.duration);
+        return {
+          kind: "egress",
+          text: `${clip(p.value.destination, 120)}${request} ↑${p.value.bytesSent} B ↓${p.value.bytesReceived} B${ms === undefined ? "" : ` in ${ms} ms`}`,
+          tone: "muted",
+        };
+      }
       const kind = enumName(GatewayEventKindSchema, p.value.kind).replace(/^GATEWAY_EVENT_KIND_/, "").toLowerCase().replace(/_/g, " ");
       const what = p.value.destination || p.value.model;
       return { kind: "gateway", text: `${kind}${what ? ` ${what}` : ""} (HTTP ${p.value.httpStatus}) ${clip(p.value.message, 160)}`, tone: "error" };

@@ -189,6 +189,15 @@ test("a gateway event (429, a refused destination) is a line of the log, in the 
   assert.match(view.log[1].text, /^egress refused evil\.example:443 \(HTTP 403\)/);
 });
 
+test("a connection the egress proxy let through is a muted line: destination, request, bytes", () => {
+  const view = fold([
+    ev(1, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_CONNECTION, destination: "pypi.org:443", method: "GET",
+      path: "/simple/x/", bytesSent: 210n, bytesReceived: 4096n } }),
+  ]);
+  assert.deepEqual(view.log.map((l) => [l.kind, l.tone]), [["egress", "muted"]]);
+  assert.match(view.log[0].text, /^pypi\.org:443 GET \/simple\/x\/ ↑210 B ↓4096 B$/);
+});
+
 test("a REWOUND control event marks the superseded events, which stay in the log", () => {
   const events = [
     started(1, "a"),
