@@ -470,7 +470,9 @@ class HostGit:
             # A root may lie inside a repository (serve started in a subdirectory): that repository's
             # ``.git`` directory is the server's to write too (never a ``.git`` file's target: a phase
             # may have written that file in a root before this start).
-            self.git_roots = tuple(dict.fromkeys([*(v.resolve() for v in shown),
+            # Added to what an earlier configure allowed: servers sharing a process (the tests'
+            # replicas) each keep their own roots.
+            self.git_roots = tuple(dict.fromkeys([*self.git_roots, *(v.resolve() for v in shown),
                                                   *(d for v in shown if (d := _enclosing_git_dir(v)))]))
             if not use_box:
                 self.box_note = "turned off"
