@@ -1760,13 +1760,15 @@ export type GatewayEvent = Message<"helix.runner.v1.GatewayEvent"> & {
   requestId: string;
 
   /**
-   * EGRESS_CONNECTION: bytes the phase sent through the connection, and received.
+   * EGRESS_CONNECTION: bytes the phase sent through the connection.
    *
    * @generated from field: int64 bytes_sent = 8;
    */
   bytesSent: bigint;
 
   /**
+   * EGRESS_CONNECTION: bytes the phase received through the connection.
+   *
    * @generated from field: int64 bytes_received = 9;
    */
   bytesReceived: bigint;
@@ -1779,13 +1781,16 @@ export type GatewayEvent = Message<"helix.runner.v1.GatewayEvent"> & {
   duration?: Duration | undefined;
 
   /**
-   * EGRESS_CONNECTION, EGRESS_REFUSED: the request's method and path, where the proxy saw them.
+   * EGRESS_CONNECTION: the method of the connection's last request, where the proxy saw it
+   * (CONNECT for a tunnel it does not terminate).
    *
    * @generated from field: string method = 11;
    */
   method: string;
 
   /**
+   * EGRESS_CONNECTION: the path of that request (no query), where the proxy saw it.
+   *
    * @generated from field: string path = 12;
    */
   path: string;

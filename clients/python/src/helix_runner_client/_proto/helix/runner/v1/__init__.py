@@ -3438,10 +3438,13 @@ class GatewayEvent(betterproto2.Message):
 
     bytes_sent: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
     """
-    EGRESS_CONNECTION: bytes the phase sent through the connection, and received.
+    EGRESS_CONNECTION: bytes the phase sent through the connection.
     """
 
     bytes_received: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+    """
+    EGRESS_CONNECTION: bytes the phase received through the connection.
+    """
 
     duration: "datetime.timedelta | None" = betterproto2.field(
         10, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Duration, optional=True
@@ -3452,10 +3455,14 @@ class GatewayEvent(betterproto2.Message):
 
     method: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
     """
-    EGRESS_CONNECTION, EGRESS_REFUSED: the request's method and path, where the proxy saw them.
+    EGRESS_CONNECTION: the method of the connection's last request, where the proxy saw it
+    (CONNECT for a tunnel it does not terminate).
     """
 
     path: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    EGRESS_CONNECTION: the path of that request (no query), where the proxy saw it.
+    """
 
 
 default_message_pool.register_message("helix.runner.v1", "GatewayEvent", GatewayEvent)
