@@ -18,7 +18,7 @@ from support.processes import serve_env, serving_port, start_serve
 
 from helix_runner.cli.render import PhaseModel
 from helix_runner.cli.run import progress_line
-from helix_runner.offline import Reply, Script
+from helix_runner.offline import Reply, Script, Usage
 
 
 def _event(seq: int, **payload) -> pb.StreamEvent:
@@ -316,3 +316,26 @@ def test_run_refuses_a_prompt_file_it_cannot_send_with_one_line(tmp_path, conten
     with pytest.raises(CliError) as caught:
         _prompt_of(["--prompt-file", str(path)])
     assert says in caught.value.message and caught.value.code == 2
+
+
+@pytest.mark.real_cli
+def test_an_offline_run_says_its_cost_was_not_billed(claude_binary, tmp_path):
+    """Offline runs showed dollar costs while the README says nothing is billed."""
+    from helix_runner.cli.run import OFFLINE_COST_NOTE
+
+    script = tmp_path / "script.json"
+    Script([Reply.text("hello", usage=Usage(input_tokens=1000, output_tokens=100))]).save(script)
+    work = tmp_path / "work"
+    work.mkdir()
+    log = tmp_path / "serve.log"
+    server = start_serve(tmp_path, log, "--offline-script", str(script))
+    try:
+        address = f"127.0.0.1:{serving_port(log, server)}"
+        run = subprocess.run([sys.executable, "-m", "helix_runner", "run", "--server", address, "--workdir",
+                              str(work), "--prompt", "hi"], capture_output=True, text=True, timeout=120,
+                             env=serve_env(tmp_path))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    assert run.returncode == 0, run.stderr
+    assert "SUCCEEDED" in run.stdout and OFFLINE_COST_NOTE in " ".join(run.stdout.split()), run.stdout

@@ -270,4 +270,4 @@ def inspection_to_proto(inspection: Inspection) -> resources_pb2.PhaseInspection
 def server_status_to_proto(status: ServerStatus) -> resources_pb2.ServerStatus:
     return resources_pb2.ServerStatus(sandbox=sandbox_to_proto(status.sandbox),
                                       containment_mode=int(status.containment_mode), refusal=status.refusal,
-                                      version=status.version)
+                                      version=status.version, offline=status.offline)

@@ -279,6 +279,7 @@ async def _run(connection: Connection, request) -> int:
     with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
         loop.add_signal_handler(signal.SIGINT, on_sigint)
         installed = True
+    offline = False
     try:
         async with connection.open() as client:
             stream = client.run_phase(request, on_move=lambda move: display.notice(move_notice(move)))
@@ -296,6 +297,7 @@ async def _run(connection: Connection, request) -> int:
                     message = await _cancel(client, request, reader, stream)
                     raise CliError(message, EXIT_INTERRUPTED)
                 await reader  # raises what the stream raised
+                offline = await _offline(client)
             except asyncio.CancelledError:  # a second Ctrl-C
                 where = f"phase {request.phase_id} of job {request.job_id}"
                 if stream.moves:  # following a moved phase is a watch: dropping it cancels nothing
@@ -326,7 +328,23 @@ async def _run(connection: Connection, request) -> int:
     display.console.print(result_line(result, events=display.view.events), soft_wrap=True)
     if result.result_text:
         display.console.print(f"  result: {result.result_text[:500]}", soft_wrap=True, markup=False)
+    if offline:
+        display.console.print(f"  {OFFLINE_COST_NOTE}", soft_wrap=True, markup=False)
     return EXIT_OK if result.status == pb.PhaseStatus.SUCCEEDED else EXIT_PHASE_NOT_SUCCEEDED
+
+
+OFFLINE_COST_NOTE = ("offline: the scripted Messages API answered; the cost is what the same tokens would "
+                     "cost at the model's price, nothing was billed")
+
+
+async def _offline(client) -> bool:
+    """Whether the server answers the model API itself (its status says so; False if it cannot say)."""
+    from helix_runner_client import RunnerError
+
+    try:
+        return bool((await client.get_server_status()).offline)
+    except RunnerError:
+        return False
 
 
 def move_notice(move) -> str:

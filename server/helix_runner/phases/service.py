@@ -474,7 +474,8 @@ class PhaseService:
         except importlib.metadata.PackageNotFoundError:
             version = ""
         return ServerStatus(sandbox=sandbox, containment_mode=self.containment.mode,
-                            refusal=refused.message if refused is not None else "", version=version)
+                            refusal=refused.message if refused is not None else "", version=version,
+                            offline=self.config.offline_script is not None)
 
     def start_warm_pool(self) -> None:
         """Starts the opt-in pool of prestarted CLI processes, if declared (``launch.start_warm_pool``)."""

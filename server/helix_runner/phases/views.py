@@ -187,3 +187,4 @@ class ServerStatus:
     containment_mode: ContainmentMode
     refusal: str = ""  # the message every phase is refused with (sandbox = required, a layer missing)
     version: str = ""
+    offline: bool = False  # the scripted Messages API answers: costs are what the tokens would cost

@@ -806,16 +806,18 @@ class SandboxReport(_message.Message):
     def __init__(self, setting: _Optional[str] = ..., layers: _Optional[_Iterable[_Union[SandboxLayer, _Mapping]]] = ..., home: _Optional[str] = ..., egress_ports: _Optional[_Iterable[int]] = ..., protected: _Optional[_Iterable[str]] = ..., restored: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("sandbox", "containment_mode", "refusal", "version")
+    __slots__ = ("sandbox", "containment_mode", "refusal", "version", "offline")
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     CONTAINMENT_MODE_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_FIELD_NUMBER: _ClassVar[int]
     sandbox: SandboxReport
     containment_mode: ContainmentMode
     refusal: str
     version: str
-    def __init__(self, sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ..., containment_mode: _Optional[_Union[ContainmentMode, str]] = ..., refusal: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    offline: bool
+    def __init__(self, sandbox: _Optional[_Union[SandboxReport, _Mapping]] = ..., containment_mode: _Optional[_Union[ContainmentMode, str]] = ..., refusal: _Optional[str] = ..., version: _Optional[str] = ..., offline: _Optional[bool] = ...) -> None: ...
 
 class SandboxLayer(_message.Message):
     __slots__ = ("name", "active", "detail")

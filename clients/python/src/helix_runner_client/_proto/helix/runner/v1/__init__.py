@@ -6126,6 +6126,12 @@ class ServerStatus(betterproto2.Message):
     The server's version.
     """
 
+    offline: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+    """
+    The server answers the model API itself (offline mode, `offline_script`): costs are what the
+    same tokens would cost with the model's price; nothing is billed.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "ServerStatus", ServerStatus)
 
