@@ -95,7 +95,7 @@ async def test_a_refusal_by_a_full_queue_is_told(claude_binary, scripted_api, ru
 
 async def test_a_delivery_pending_when_the_server_stops_is_delivered_after_it_starts_again(
         claude_binary, scripted_api, runner_factory, receiver):
-    receiver.stop()  # down: every attempt fails
+    receiver.down()  # every attempt fails
     config = {"webhook_private_allow": [receiver.allow], "webhook_initial_backoff_seconds": 0.2,
               "webhook_backoff_multiplier": 1.0, "webhook_max_backoff_seconds": 0.5}
     async with runner_factory(scripted_api([Reply.text("Done.")]), **config) as runner:

@@ -114,7 +114,7 @@ async def test_a_delivery_arrives_signed_with_its_phases_sequence(tmp_path, rece
 
 
 async def test_a_receiver_that_is_down_gets_everything_in_order_once_it_is_up(tmp_path, receiver):
-    receiver.stop()  # connections refused
+    receiver.down()  # connections refused
     h = Harness(tmp_path / "db", receiver, RetrySchedule(max_attempts=50, initial_backoff_s=0.05, multiplier=1.5,
                                                           max_backoff_s=0.3)).open()
     try:

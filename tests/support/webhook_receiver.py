@@ -2,12 +2,16 @@
 
 ``WebhookReceiver(secret)`` serves on 127.0.0.1 (a thread of its own, ``http.server``), records each
 request (headers, body, whether its signature verified, when it arrived) and answers from a script of
-responses (``respond``: status, Retry-After, delay, body size), then 200. ``stop()`` closes the port
-(a receiver that is down: connections are refused) and ``start()`` opens the same port again.
+responses (``respond``: status, Retry-After, delay, body size), then 200. ``down()`` stops listening
+(a receiver that is down: connections are refused) and ``start()`` listens on the same port again;
+``stop()`` closes it for good. While down, the port stays bound to a socket that does not listen:
+closed outright, its number was free for the next listener on the machine, and CI once saw the
+runner's own egress proxy take it (the "down" receiver answered 407).
 """
 
 from __future__ import annotations
 
+import socket
 import ssl
 import threading
 import time
@@ -53,6 +57,7 @@ class WebhookReceiver:
     received: list[Received] = field(default_factory=list)
     script: deque[Response] = field(default_factory=deque)
     _server: ThreadingHTTPServer | None = None
+    _held: socket.socket | None = None  # the port, bound and not listening, while stopped
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> WebhookReceiver:
@@ -92,6 +97,9 @@ class WebhookReceiver:
             def log_message(self, *args: object) -> None:
                 pass
 
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         if self.tls is not None:
@@ -102,11 +110,22 @@ class WebhookReceiver:
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
+    def down(self) -> None:
+        """Refuses connections until ``start()``, keeping the port number to itself meanwhile."""
+        self.stop()
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", self.port))  # no listen(): a connect is refused
+        self._held = held
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     @property
     def url(self) -> str:
