@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import importlib.metadata
 import logging
@@ -25,6 +26,7 @@ from dataclasses import replace as dc_replace
 from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
+from helix_runner.domain.access import acting
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.checkpoints import Checkpoint, ForkOrigin
 from helix_runner.domain.phase_outcome import EndCause
@@ -402,7 +404,10 @@ class PhaseService:
         spec = run.spec
         live = LivePhase(run, events)
         self.live[(spec.job_id, spec.phase_id)] = live
-        live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
+        # The phase's own task acts for nobody: what it does by itself must not carry the name of the
+        # caller that started it (ControlEvent.actor, domain/access.py).
+        live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}",
+                                        context=_serverside_context())
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,
                                                      "working_dir": str(plan.working_dir),
                                                      "containment": plan.scope.describe()}})
@@ -684,3 +689,10 @@ def admission_limits(config: ServerConfig) -> AdmissionLimits:
         max_queued=config.max_queued_phases,
         max_queued_per_project=config.max_queued_phases_per_project,
     )
+
+
+def _serverside_context() -> contextvars.Context:
+    """A copy of the current context in which nobody is ``acting``."""
+    context = contextvars.copy_context()
+    context.run(acting.set, None)
+    return context

@@ -26,10 +26,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.store import checkpoint_rows, egress_secret_rows
+from helix_runner.store import audit_rows, checkpoint_rows, egress_secret_rows
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
@@ -270,7 +271,7 @@ class SqlStore:
 
     def list_jobs(
         self,
-        project_id: str | None,
+        project_id: str | Sequence[str] | None,
         statuses: Sequence[PhaseStatus],
         limit: int,
         after: tuple[int, str] | None = None,
@@ -278,9 +279,13 @@ class SqlStore:
         """Jobs newest first; ``after`` is the (create_time_ns, job_id) of the last row of the previous page."""
         where: list[str] = []
         args: list[Any] = []
-        if project_id:
+        if isinstance(project_id, str) and project_id:
             where.append("project_id = ?")
             args.append(project_id)
+        elif project_id is not None and not isinstance(project_id, str):  # the projects a caller may see
+            term, values = self.dialect.in_list("project_id", list(project_id) or [""])
+            where.append(term)
+            args.extend(values)
         if statuses:
             term, values = self.dialect.in_list("status", [s.name for s in statuses])
             where.append(term)
@@ -684,6 +689,34 @@ class SqlStore:
             term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
             found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
         return found
+
+    # -- the audit trail ---------------------------------------------------------------------------
+
+    def append_audit(self, entry: AuditEntry) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            tx.execute(q(f"INSERT INTO audit_entries ({','.join(audit_rows.COLUMNS)}) "
+                         f"VALUES ({','.join('?' * len(audit_rows.COLUMNS))})"), audit_rows.values(entry))
+
+    def list_audit(self, projects: Sequence[str] | None, job_id: str, principal: str, limit: int,
+                   before_id: int | None) -> list[AuditEntry]:
+        where: list[str] = []
+        args: list[Any] = []
+        if projects is not None:
+            term, values = self.dialect.in_list("project_id", list(projects) or [""])
+            where.append(term)
+            args.extend(values)
+        for column, value in (("job_id", job_id), ("principal", principal)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if before_id is not None:
+            where.append("entry_id < ?")
+            args.append(before_id)
+        sql = f"SELECT entry_id,{','.join(audit_rows.COLUMNS)} FROM audit_entries"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [audit_rows.from_row(r) for r in self._read(sql + " ORDER BY entry_id DESC LIMIT ?", [*args, limit])]
 
     # -- the credential vault ----------------------------------------------------------------------
 

@@ -67,6 +67,8 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("put_egress_secret", "PutEgressSecret", pb.PutEgressSecretRequest, pb.PutEgressSecretResponse, False),
     ("list_egress_secrets", "ListEgressSecrets", pb.ListEgressSecretsRequest, pb.ListEgressSecretsResponse, False),
     ("delete_egress_secret", "DeleteEgressSecret", pb.DeleteEgressSecretRequest, pb.DeleteEgressSecretResponse, False),
+    ("list_audit_entries", "ListAuditEntries", pb.ListAuditEntriesRequest, pb.ListAuditEntriesResponse, False),
+    ("who_am_i", "WhoAmI", pb.WhoAmIRequest, pb.WhoAmIResponse, False),
 )
 
 
@@ -462,3 +464,13 @@ class RunnerClient:
 
     async def delete_egress_secret(self, project_id: str, name: str) -> None:
         await self.call("delete_egress_secret", pb.DeleteEgressSecretRequest(project_id=project_id, name=name))
+
+    async def who_am_i(self) -> pb.Principal:
+        """Who the server takes this client for, and its grants per project (docs/tenancy.md)."""
+        return (await self.call("who_am_i", pb.WhoAmIRequest())).principal
+
+    async def list_audit_entries(self, *, project_id: str = "", job_id: str = "", principal: str = "",
+                                 page_size: int = 0, page_token: str = "") -> pb.ListAuditEntriesResponse:
+        """A page of the audit trail, newest first (needs ``admin``)."""
+        return await self.call("list_audit_entries", pb.ListAuditEntriesRequest(
+            project_id=project_id, job_id=job_id, principal=principal, page_size=page_size, page_token=page_token))

@@ -982,3 +982,49 @@ class ForkOrigin(_message.Message):
     turn: int
     changes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., checkpoint: _Optional[int] = ..., tool_use_id: _Optional[str] = ..., turn: _Optional[int] = ..., changes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("project_id", "roles")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, project_id: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Principal(_message.Message):
+    __slots__ = ("name", "source", "grants")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    source: str
+    grants: _containers.RepeatedCompositeFieldContainer[Grant]
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("entry_id", "time", "principal", "principal_source", "action", "project_id", "job_id", "phase_id", "target", "detail", "peer", "outcome")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    time: _timestamp_pb2.Timestamp
+    principal: str
+    principal_source: str
+    action: str
+    project_id: str
+    job_id: str
+    phase_id: str
+    target: str
+    detail: str
+    peer: str
+    outcome: str
+    def __init__(self, entry_id: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., principal: _Optional[str] = ..., principal_source: _Optional[str] = ..., action: _Optional[str] = ..., project_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., target: _Optional[str] = ..., detail: _Optional[str] = ..., peer: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...

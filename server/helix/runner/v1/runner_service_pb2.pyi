@@ -886,3 +886,35 @@ class EgressSecret(_message.Message):
     env_name: str
     openable: bool
     def __init__(self, project_id: _Optional[str] = ..., name: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., presentation: _Optional[_Union[EgressSecretPresentation, str]] = ..., header: _Optional[str] = ..., username: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., env_name: _Optional[str] = ..., openable: _Optional[bool] = ...) -> None: ...
+
+class ListAuditEntriesRequest(_message.Message):
+    __slots__ = ("project_id", "job_id", "principal", "page_size", "page_token")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    job_id: str
+    principal: str
+    page_size: int
+    page_token: str
+    def __init__(self, project_id: _Optional[str] = ..., job_id: _Optional[str] = ..., principal: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListAuditEntriesResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[_resources_pb2.AuditEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[_resources_pb2.AuditEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: _resources_pb2.Principal
+    def __init__(self, principal: _Optional[_Union[_resources_pb2.Principal, _Mapping]] = ...) -> None: ...

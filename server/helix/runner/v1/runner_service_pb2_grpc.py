@@ -202,6 +202,16 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.FromString,
                 _registered_method=True)
+        self.ListAuditEntries = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ListAuditEntries',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/WhoAmI',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -465,6 +475,22 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEntries(self, request, context):
+        """The audit trail (docs/tenancy.md): every action taken through the API (runs, control,
+        decisions on held calls, webhooks, secrets), who took it, from where and how it ended, newest
+        first. Entries are append-only. Needs `admin` on the project (on every project without one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Who the server takes the caller for, and what it may do where.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -627,6 +653,16 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.DeleteEgressSecret,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.SerializeToString,
+            ),
+            'ListAuditEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEntries,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1501,6 +1537,60 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/DeleteEgressSecret',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ListAuditEntries',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/WhoAmI',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,6 +12,7 @@ __all__ = (
     "AssistantText",
     "Attempt",
     "AttemptEndKind",
+    "AuditEntry",
     "Breakpoint",
     "CancelPhaseRequest",
     "CancelPhaseResponse",
@@ -59,6 +60,7 @@ __all__ = (
     "GetServerStatusResponse",
     "GetTaskOutputRequest",
     "GetTaskOutputResponse",
+    "Grant",
     "HookEvent",
     "HookEventKind",
     "InjectMessageRequest",
@@ -70,6 +72,8 @@ __all__ = (
     "InterruptPhaseRequest",
     "InterruptPhaseResponse",
     "Job",
+    "ListAuditEntriesRequest",
+    "ListAuditEntriesResponse",
     "ListBreakpointsRequest",
     "ListBreakpointsResponse",
     "ListEgressSecretsRequest",
@@ -107,6 +111,7 @@ __all__ = (
     "PhaseStatus",
     "PhaseStatusChanged",
     "PricingSource",
+    "Principal",
     "PutEgressSecretRequest",
     "PutEgressSecretResponse",
     "QueueReason",
@@ -162,6 +167,8 @@ __all__ = (
     "WebhookDeliveryState",
     "WebhookEventType",
     "WebhookFormat",
+    "WhoAmIRequest",
+    "WhoAmIResponse",
     "WorkspaceMode",
     "WorktreeRetention",
 )
@@ -2393,6 +2400,78 @@ default_message_pool.register_message("helix.runner.v1", "Attempt", Attempt)
 
 
 @dataclass(eq=False, repr=False)
+class AuditEntry(betterproto2.Message):
+    """
+    AuditEntry is one action taken through the API (append-only).
+    """
+
+    entry_id: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Its id, increasing.
+    """
+
+    time: "datetime.datetime | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the call arrived.
+    """
+
+    principal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Who made it.
+    """
+
+    principal_source: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    How the principal was known (token, jwt, certificate).
+    """
+
+    action: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The RPC, e.g. "ResolveToolCall".
+    """
+
+    project_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The project it touched.
+    """
+
+    job_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The job and phase it named, when it named one.
+    """
+
+    phase_id: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The phase.
+    """
+
+    target: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    What else it named: a tool_use_id, a webhook id, a secret's name, a breakpoint id.
+    """
+
+    detail: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    A short description of what was asked (e.g. "deny: not in prod"); never a secret's value.
+    """
+
+    peer: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    Where the call came from (the peer address), and through which replica it was served.
+    """
+
+    outcome: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    How it ended: "OK", or the status code's name and the ErrorInfo reason ("PERMISSION_DENIED").
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "AuditEntry", AuditEntry)
+
+
+@dataclass(eq=False, repr=False)
 class Breakpoint(betterproto2.Message):
     """
     Breakpoint holds matching tool calls until ResolveToolCall (or, for cost and turn
@@ -2831,6 +2910,13 @@ class ControlEvent(betterproto2.Message):
     rewound_to_sequence: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
     """
     ...up to this one (the last event before the REWOUND event).
+    """
+
+    actor: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+    """
+    Who took the action, for the actions a call takes (pause, resume, a decision on a held call,
+    inject, interrupt, cancel, breakpoints, rewind): the caller's principal (docs/tenancy.md);
+    empty for what the server did by itself.
     """
 
 
@@ -3774,6 +3860,26 @@ default_message_pool.register_message("helix.runner.v1", "GetTaskOutputResponse"
 
 
 @dataclass(eq=False, repr=False)
+class Grant(betterproto2.Message):
+    """
+    Grant is a principal's roles on one project (docs/tenancy.md).
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project, or "*" for every project.
+    """
+
+    roles: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The roles held there: viewer, operator, approver, admin (with what each implies).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Grant", Grant)
+
+
+@dataclass(eq=False, repr=False)
 class HookEvent(betterproto2.Message):
     """
     HookEvent is a hook lifecycle line (with `--include-hook-events`).
@@ -4016,6 +4122,61 @@ class Job(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "Job", Job)
+
+
+@dataclass(eq=False, repr=False)
+class ListAuditEntriesRequest(betterproto2.Message):
+    """
+    ListAuditEntriesRequest filters the audit trail; every filter is optional.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this project's entries (empty: every project; needs `admin` on "*").
+    """
+
+    job_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only the entries about this job.
+    """
+
+    principal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Only the entries of this principal.
+    """
+
+    page_size: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    Page size (default 100, at most 1000).
+    """
+
+    page_token: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The previous page's next_page_token.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListAuditEntriesRequest", ListAuditEntriesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListAuditEntriesResponse(betterproto2.Message):
+    """
+    ListAuditEntriesResponse is a page of the audit trail, newest first.
+    """
+
+    entries: "list[AuditEntry]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The entries.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Set when there are more.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListAuditEntriesResponse", ListAuditEntriesResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -5569,6 +5730,31 @@ class PhaseStatusChanged(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "PhaseStatusChanged", PhaseStatusChanged)
+
+
+@dataclass(eq=False, repr=False)
+class Principal(betterproto2.Message):
+    """
+    Principal is whoever made a call.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its name: a static token's name, a JWT's subject, a certificate's subject, or "admin".
+    """
+
+    source: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    How it was known: token, jwt or certificate.
+    """
+
+    grants: "list[Grant]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    What it may do where.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Principal", Principal)
 
 
 @dataclass(eq=False, repr=False)
@@ -7583,6 +7769,33 @@ class WebhookDelivery(betterproto2.Message):
 default_message_pool.register_message("helix.runner.v1", "WebhookDelivery", WebhookDelivery)
 
 
+@dataclass(eq=False, repr=False)
+class WhoAmIRequest(betterproto2.Message):
+    """
+    WhoAmIRequest has no fields.
+    """
+
+    pass
+
+
+default_message_pool.register_message("helix.runner.v1", "WhoAmIRequest", WhoAmIRequest)
+
+
+@dataclass(eq=False, repr=False)
+class WhoAmIResponse(betterproto2.Message):
+    """
+    WhoAmIResponse is the caller as the server sees it.
+    """
+
+    principal: "Principal | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The caller.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "WhoAmIResponse", WhoAmIResponse)
+
+
 class RunnerServiceStub:
     """
     RunnerService runs Claude Code phases and makes them observable and controllable.
@@ -7981,6 +8194,33 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/DeleteEgressSecret",
             DeleteEgressSecretRequest.SerializeToString,
             DeleteEgressSecretResponse.FromString,
+        )(message)
+
+    def list_audit_entries(self, message: "ListAuditEntriesRequest") -> "ListAuditEntriesResponse":
+        """
+        The audit trail (docs/tenancy.md): every action taken through the API (runs, control,
+        decisions on held calls, webhooks, secrets), who took it, from where and how it ended, newest
+        first. Entries are append-only. Needs `admin` on the project (on every project without one).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListAuditEntries",
+            ListAuditEntriesRequest.SerializeToString,
+            ListAuditEntriesResponse.FromString,
+        )(message)
+
+    def who_am_i(self, message: "WhoAmIRequest | None" = None) -> "WhoAmIResponse":
+        """
+        Who the server takes the caller for, and what it may do where.
+        """
+
+        if message is None:
+            message = WhoAmIRequest()
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/WhoAmI",
+            WhoAmIRequest.SerializeToString,
+            WhoAmIResponse.FromString,
         )(message)
 
 
