@@ -24,6 +24,7 @@ class ErrorKind(enum.Enum):
     UNAVAILABLE = "unavailable"
     UNIMPLEMENTED = "unimplemented"
     UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
     ABORTED = "aborted"
     INTERNAL = "internal"
 

@@ -3,8 +3,9 @@
 ``Authorization.check`` takes the method's ``Need`` (``api/routing.py`` PERMISSIONS), the request
 and the caller's principal, and answers the project the call touches, or raises:
 
-* ``NOT_FOUND`` when the call names a job of a project the caller may not see: the same status,
-  reason and message as a job that does not exist, so ids do not leak;
+* ``NOT_FOUND`` when the call names a job of a project the caller may not see, or one that does
+  not exist: to a caller confined to some projects both answer the same (status, reason, message),
+  before the rest of the request is validated, so ids do not leak;
 * ``PERMISSION_DENIED`` (``PERMISSION_DENIED``, with the role and project) when it may see the
   project but not do this there.
 
@@ -107,9 +108,11 @@ class Authorization:
             # The handler refuses a missing job_id (INVALID_ARGUMENT); an empty one names no project.
             return "*" if principal.everywhere(need.role) else self._require(principal, need, "*")
         project = self.job_project(job_id)
-        if project is None:
-            return ""  # no such job: the handler answers NOT_FOUND as it always did
-        if not principal.may(Role.VIEWER, project):
+        if project is None and principal.everywhere(Role.VIEWER):
+            return ""  # no such job: the handler answers as it always did
+        if project is None or not principal.may(Role.VIEWER, project):
+            # To a caller confined to some projects, a job it may not see and one that does not
+            # exist get the same answer, before anything else about the request is looked at.
             phase_id = getattr(request, "phase_id", "")
             raise phase_not_found(job_id, phase_id) if phase_id else job_not_found(job_id)
         return self._require(principal, need, project)

@@ -25,6 +25,7 @@ _CODES: dict[ErrorKind, int] = {
     ErrorKind.UNAVAILABLE: code_pb2.UNAVAILABLE,
     ErrorKind.UNIMPLEMENTED: code_pb2.UNIMPLEMENTED,
     ErrorKind.UNAUTHENTICATED: code_pb2.UNAUTHENTICATED,
+    ErrorKind.PERMISSION_DENIED: code_pb2.PERMISSION_DENIED,
     ErrorKind.ABORTED: code_pb2.ABORTED,
     ErrorKind.INTERNAL: code_pb2.INTERNAL,
 }

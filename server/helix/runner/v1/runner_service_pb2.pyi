@@ -50,6 +50,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_OPTIONS_NOT_KEPT: _ClassVar[ErrorReason]
     ERROR_REASON_SECRET_NOT_FOUND: _ClassVar[ErrorReason]
     ERROR_REASON_SECRETS_LIMIT: _ClassVar[ErrorReason]
+    ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -117,6 +118,7 @@ ERROR_REASON_TRANSCRIPT_UNAVAILABLE: ErrorReason
 ERROR_REASON_OPTIONS_NOT_KEPT: ErrorReason
 ERROR_REASON_SECRET_NOT_FOUND: ErrorReason
 ERROR_REASON_SECRETS_LIMIT: ErrorReason
+ERROR_REASON_PERMISSION_DENIED: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode

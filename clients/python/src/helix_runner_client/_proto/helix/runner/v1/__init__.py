@@ -935,6 +935,13 @@ class ErrorReason(betterproto2.Enum):
     PutEgressSecret: the project has as many secrets as a project may (64); metadata `project_id`, `max`.
     """
 
+    PERMISSION_DENIED = 35
+    """
+    Any call (PERMISSION_DENIED): the caller's principal lacks the role this call needs on the
+    project it touches (docs/tenancy.md); metadata `principal`, `role`, `project_id` ("*": every
+    project). A job of a project the caller may not see answers NOT_FOUND instead, like a missing one.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -973,6 +980,7 @@ class ErrorReason(betterproto2.Enum):
             32: "ERROR_REASON_OPTIONS_NOT_KEPT",
             33: "ERROR_REASON_SECRET_NOT_FOUND",
             34: "ERROR_REASON_SECRETS_LIMIT",
+            35: "ERROR_REASON_PERMISSION_DENIED",
         }
 
     @classmethod
@@ -1013,6 +1021,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_OPTIONS_NOT_KEPT": 32,
             "ERROR_REASON_SECRET_NOT_FOUND": 33,
             "ERROR_REASON_SECRETS_LIMIT": 34,
+            "ERROR_REASON_PERMISSION_DENIED": 35,
         }
 
 
