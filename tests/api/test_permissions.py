@@ -110,7 +110,7 @@ def request_for(method, job_id: str, project: str):
         request.job_id = job_id
     if "phase_id" in fields:
         request.phase_id = "p1"
-    if "project_id" in fields and not (PERMISSIONS[method.name].scope is Scope.COSTS):
+    if "project_id" in fields and PERMISSIONS[method.name].scope is not Scope.COSTS:
         request.project_id = project
     return request
 

@@ -117,6 +117,17 @@ class Authorization:
             raise phase_not_found(job_id, phase_id) if phase_id else job_not_found(job_id)
         return self._require(principal, need, project)
 
+    def touched(self, need: Need, request: Any) -> str:
+        """The project a call named, for the audit entry of one that was refused ("" if none)."""
+        job_id = getattr(request, "job_id", "")
+        if job_id and need.scope in (Scope.PHASE, Scope.COSTS, Scope.WEBHOOK):
+            return self.job_project(job_id) or ""
+        if need.scope is Scope.WEBHOOK and getattr(request, "webhook_id", ""):
+            return self._webhook_project(request.webhook_id) or ""
+        if hasattr(request, "project_id"):
+            return request.project_id or (DEFAULT_PROJECT if need.scope is Scope.PROJECT else "*")
+        return "*"
+
     @staticmethod
     def _missing_webhook(webhook_id: str) -> str:
         raise RunnerError(ErrorKind.NOT_FOUND, "WEBHOOK_NOT_FOUND", f"webhook {webhook_id} does not exist",

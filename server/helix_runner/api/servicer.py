@@ -145,6 +145,8 @@ class _Call:
         if self.recorded or self.principal is None or not self.need.audited or self.request is None:
             return
         self.recorded = True
+        if not self.project:  # refused before its project was settled
+            self.project = self.access.authorization.touched(self.need, self.request)
         self.access.authorization.record(self.name, self.request, self.principal, self.project, self.outcome,
                                          self.access.peer(self.context))
 
