@@ -9,6 +9,7 @@ that caller, so a replica's own credentials never widen what the caller may do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from helix_runner.api.auth import unauthenticated
@@ -21,9 +22,12 @@ from helix_runner.domain.access import Principal
 class CallAccess:
     """Resolves each call's principal; holds the permission check and the audit trail."""
 
-    def __init__(self, authenticator: Authenticator, authorization: Authorization):
+    def __init__(self, authenticator: Authenticator, authorization: Authorization,
+                 annotate: Callable[[str, str], None] | None = None):
         self.authenticator = authenticator
         self.authorization = authorization
+        # Names the caller on the call's trace span (telemetry/grpc_interceptor.py annotate_principal).
+        self.annotate = annotate
 
     def principal(self, context: Any) -> Principal:
         metadata = context.invocation_metadata() or ()
@@ -40,7 +44,9 @@ class CallAccess:
             caller = principal_from_header(carried)
             if caller is None:
                 raise unauthenticated()
-            return caller
+            principal = caller
+        if self.annotate is not None:
+            self.annotate(principal.name, principal.source)
         return principal
 
     @staticmethod

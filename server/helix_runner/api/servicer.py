@@ -233,13 +233,14 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     control goes to the command surface, questions to the read model."""
 
     def __init__(self, service: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None,
-                 authenticator: Authenticator | None = None):
+                 authenticator: Authenticator | None = None,
+                 annotate_principal: Callable[[str, str], None] | None = None):
         self.service = service
         self.commands = PhaseCommands(service)
         self.queries = queries
         # Who calls and what they may do (docs/tenancy.md); without credentials configured, admin.
         self.access = CallAccess(authenticator or Authenticator(None), Authorization(
-            queries.project_of, self._webhook_project, service.store.append_audit))
+            queries.project_of, self._webhook_project, service.store.append_audit), annotate_principal)
         # A shared database (a forwarder): calls go to the replica their route names (api/routing.py).
         self.router = Router(service.replicas, forwarder, place_on_free_replica=service.config.place_on_free_replica,
                              new_phase_id=service.new_phase_id)

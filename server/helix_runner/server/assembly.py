@@ -61,6 +61,7 @@ from helix_runner.server.storage import DataDir, Storage
 from helix_runner.store.cluster import SINGLE_NODE, Cluster, ReplicaFeed
 from helix_runner.store.protocol import Store, sweep_interval_seconds
 from helix_runner.telemetry import Telemetry
+from helix_runner.telemetry.grpc_interceptor import annotate_principal
 from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
@@ -260,7 +261,7 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
     if cluster.shared:
         forwarding_tls = None if tls is None else ForwardingCredentials(tls, config.tls_server_name)
         forwarder = (await parts.start(ForwarderPart(OwnerForwarder(token, forwarding_tls)))).forwarder
-    servicer = RunnerServicer(service, queries, forwarder, authenticator)
+    servicer = RunnerServicer(service, queries, forwarder, authenticator, annotate_principal)
 
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
     if not authenticator.open:
