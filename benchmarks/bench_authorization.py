@@ -36,11 +36,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
-from helix.runner.v1 import runner_service_pb2 as pb  # noqa: E402
-from helix_runner.api.authorization import Authorization  # noqa: E402
-from helix_runner.api.call_access import CallAccess  # noqa: E402
-from helix_runner.api.principals import Authenticator, load_principals_file  # noqa: E402
-from helix_runner.api.routing import PERMISSIONS  # noqa: E402
+from helix.runner.v1 import runner_service_pb2 as pb
+from helix_runner.api.authorization import Authorization
+from helix_runner.api.call_access import CallAccess
+from helix_runner.api.principals import Authenticator, load_principals_file
+from helix_runner.api.routing import PERMISSIONS
 
 TOKEN = "the-old-single-token-0123456789"
 NAMED = "named-token-of-team-a-0123456789"

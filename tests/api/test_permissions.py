@@ -32,13 +32,13 @@ TOKENS = {role: f"{role}-of-team-a-0123456789" for role in ROLES}
 
 # The words, written out independently of api/routing.py: what each role may do.
 READS = {"WatchPhase", "GetJob", "ListJobs", "ListToolCalls", "GetCostTotals", "GetPhaseDiff", "InspectPhase",
-         "GetTaskOutput", "ListBreakpoints", "WhoAmI"}
+         "GetTaskOutput", "ListBreakpoints", "WhoAmI", "GetProjectQuota"}
 OPERATE = {"RunPhase", "CancelPhase", "PausePhase", "ResumePhase", "StepPhase", "InterruptPhase", "SetPhaseModel",
            "SetPhasePermissionMode", "StopTask", "InjectMessage", "AddBreakpoint", "RemoveBreakpoint", "ForkPhase",
            "RewindPhase"}
 APPROVE = {"ResolveToolCall"}
 ADMINISTER = {"GetServerStatus", "CreateWebhook", "ListWebhooks", "DeleteWebhook", "ListWebhookDeliveries",
-              "PutEgressSecret", "ListEgressSecrets", "DeleteEgressSecret", "ListAuditEntries"}
+              "PutEgressSecret", "ListEgressSecrets", "DeleteEgressSecret", "ListAuditEntries", "SetProjectQuota"}
 ALLOWED = {"viewer": READS, "operator": READS | OPERATE, "approver": READS | APPROVE,
            "admin": READS | OPERATE | APPROVE | ADMINISTER}
 

@@ -32,8 +32,11 @@ async def test_whoami_and_audit_with_a_token_from_a_command(runner_factory, tmp_
         broken = await helix(address, "whoami", "--token-command", f"{sys.executable} -c 'raise SystemExit(3)'")
         assert broken.code == 2 and "the token command exited 3" in broken.err
         monkeypatch.setenv("HELIX_RUNNER_TOKEN", ADMIN_TOKEN)
+        quota = await helix(address, "quota", "--project", "team-c", "--day", "2.5")
+        assert quota.code == 0 and "today:      $0.0000 of $2.5000" in quota.out and "no cap" in quota.out
+        assert "set by admin" in quota.out
         log = await helix(address, "audit", "--json")
         assert log.code == 0, log.err
         entries = json.loads(log.out)
     assert [(e["principal"], e["action"], e["outcome"]) for e in entries] == [
-        ("carol@team-c", "CancelPhase", "NOT_FOUND PHASE_NOT_FOUND")]
+        ("admin", "SetProjectQuota", "OK"), ("carol@team-c", "CancelPhase", "NOT_FOUND PHASE_NOT_FOUND")]

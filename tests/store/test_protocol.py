@@ -32,6 +32,8 @@ def test_the_protocol_names_every_method_the_application_uses():
         "delete_egress_secret", "list_egress_secrets", "put_egress_secret",
         # the audit trail (docs/tenancy.md)
         "append_audit", "list_audit",
+        # per-project quotas (docs/tenancy.md)
+        "get_quota", "project_spend", "put_quota",
     ])  # fmt: skip
 
 

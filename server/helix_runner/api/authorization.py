@@ -26,12 +26,12 @@ from typing import Any
 from helix_runner.api.routing import Need, Scope
 from helix_runner.domain.access import Principal, Role
 from helix_runner.domain.audit import MAX_DETAIL_BYTES, AuditEntry
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.queries import job_not_found, phase_not_found
 
 log = logging.getLogger("helix_runner.audit")
 
-DEFAULT_PROJECT = "default"
 _JOB_CACHE = 65536
 
 

@@ -18,6 +18,7 @@ from helix_runner.domain.access import Principal
 from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.phase_result import queue_wait_ns
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, ServerStatus, StoredToolCall
 
 # PhaseInspection.recent_events[].summary (resources.proto).
@@ -288,4 +289,13 @@ def audit_entry_to_proto(entry: AuditEntry) -> resources_pb2.AuditEntry:
                                    project_id=entry.project_id, job_id=entry.job_id, phase_id=entry.phase_id,
                                    target=entry.target, detail=entry.detail, peer=entry.peer, outcome=entry.outcome)
     msg.time.FromNanoseconds(entry.time_ns)
+    return msg
+
+
+def project_quota_to_proto(quota: ProjectQuota, spend: Spend) -> resources_pb2.ProjectQuota:
+    msg = resources_pb2.ProjectQuota(project_id=quota.project_id, spend_usd_per_day=quota.spend_usd_per_day,
+                                     spend_usd_per_month=quota.spend_usd_per_month, spent_today_usd=spend.today_usd,
+                                     spent_this_month_usd=spend.this_month_usd, updated_by=quota.updated_by)
+    if quota.update_time_ns:
+        msg.update_time.FromNanoseconds(quota.update_time_ns)
     return msg

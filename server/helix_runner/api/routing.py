@@ -89,6 +89,9 @@ ROUTES: Mapping[str, Route] = {
     # The audit trail is in the shared database; who the caller is, any replica can say.
     "ListAuditEntries": Route.ANY,
     "WhoAmI": Route.ANY,
+    # Quotas are rows of the shared database; the spend is summed there.
+    "SetProjectQuota": Route.ANY,
+    "GetProjectQuota": Route.ANY,
 }
 
 
@@ -157,6 +160,8 @@ PERMISSIONS: Mapping[str, Need] = {
     "DeleteEgressSecret": Need(_ADMIN, Scope.PROJECT),
     "ListAuditEntries": Need(_ADMIN, Scope.PROJECTS, read=True),
     "WhoAmI": Need(_V, Scope.LISTING),
+    "SetProjectQuota": Need(_ADMIN, Scope.PROJECT),
+    "GetProjectQuota": Need(_V, Scope.PROJECT),
 }
 
 _PHASE_IDS = frozenset({"job_id", "phase_id"})

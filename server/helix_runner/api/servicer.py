@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -63,6 +64,7 @@ from helix_runner.api.resource_mapping import (
     list_jobs_response,
     phase_to_proto,
     principal_to_proto,
+    project_quota_to_proto,
     server_status_to_proto,
     tool_call_to_proto,
 )
@@ -78,6 +80,8 @@ from helix_runner.api.webhook_mapping import (
 )
 from helix_runner.api.wire import event_responses, result_response
 from helix_runner.domain.access import ADMIN, Role, acting
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT
+from helix_runner.domain.quotas import ProjectQuota, check_limit
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.commands import PhaseCommands
 from helix_runner.phases.handover import phase_moved_error
@@ -494,6 +498,26 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         return runner_service_pb2.ListAuditEntriesResponse(
             entries=[audit_entry_to_proto(e) for e in entries],
             next_page_token=make_token(query, [entries[-1].entry_id]) if more and entries else "")
+
+    @_unary
+    async def SetProjectQuota(self, request, context):
+        project = request.project_id or DEFAULT_PROJECT
+        try:
+            day = check_limit("spend_usd_per_day", request.spend_usd_per_day)
+            month = check_limit("spend_usd_per_month", request.spend_usd_per_month)
+        except ValueError as exc:
+            raise invalid_field(str(exc).split()[0], str(exc)) from None
+        principal = acting.get()
+        await self.commands.set_quota(ProjectQuota(project, day, month, time.time_ns(),
+                                                   principal.name if principal else ""))
+        quota, spend = await self.commands.quota(project)
+        return runner_service_pb2.SetProjectQuotaResponse(quota=project_quota_to_proto(quota, spend))
+
+    @_unary
+    async def GetProjectQuota(self, request, context):
+        project = request.project_id or DEFAULT_PROJECT
+        quota, spend = await self.commands.quota(project)
+        return runner_service_pb2.GetProjectQuotaResponse(quota=project_quota_to_proto(quota, spend))
 
     # -- the credential vault (docs/network.md; phases/egress_vault.py) -------------------------
 

@@ -32,6 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=50, help="at most this many entries (default 50)")
     p.set_defaults(handler=with_client(_audit))
 
+    p = _parser(sub, "quota", "a project's spend quota and what it spent; --day/--month set it (admin)",
+                "Prints a project's spend caps per UTC day and month and what its phases created today and this "
+                "month cost. With --day or --month, sets them first (0: no cap; needs the admin role): a new "
+                "phase of a project at a cap is refused, a running one pauses before its next tool call.")
+    p.add_argument("--project", default="", help="the project (default: the default project)")
+    p.add_argument("--day", type=float, default=None, metavar="USD", help="set the cap per UTC day")
+    p.add_argument("--month", type=float, default=None, metavar="USD", help="set the cap per UTC month")
+    p.set_defaults(handler=with_client(_quota))
+
 
 def _parser(sub, name: str, help_: str, description: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_, description=description, epilog=EXIT_CODES_HELP,
@@ -82,4 +91,29 @@ async def _audit(client, args) -> int:
         table.add_row(fmt_clock(e.time), one_line(e.principal, 40), e.action, one_line(e.project_id, 30),
                       one_line(where, 40), one_line(e.target, 40) or "-", e.outcome, one_line(e.detail, 80))
     console.print(table)
+    return EXIT_OK
+
+
+async def _quota(client, args) -> int:
+    if args.day is not None or args.month is not None:
+        current = await client.get_project_quota(args.project)
+        quota = await client.set_project_quota(
+            args.project, spend_usd_per_day=current.spend_usd_per_day if args.day is None else args.day,
+            spend_usd_per_month=current.spend_usd_per_month if args.month is None else args.month)
+    else:
+        quota = await client.get_project_quota(args.project)
+    if args.json:
+        print_json(quota.to_dict(include_default_values=True))
+        return EXIT_OK
+
+    def cap(value: float) -> str:
+        return f"${value:.4f}" if value > 0 else "no cap"
+
+    console = make_console()
+    console.print(f"project {quota.project_id}", markup=False)
+    console.print(f"  today:      ${quota.spent_today_usd:.4f} of {cap(quota.spend_usd_per_day)}", markup=False)
+    console.print(f"  this month: ${quota.spent_this_month_usd:.4f} of {cap(quota.spend_usd_per_month)}",
+                  markup=False)
+    if quota.updated_by:
+        console.print(f"  set by {quota.updated_by}", markup=False)
     return EXIT_OK

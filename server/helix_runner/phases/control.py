@@ -344,6 +344,12 @@ class PhaseController:
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
         # The workspace snapshot of the previous boundary first: it must not see this call's writes.
         await self.host.at_boundary()
+        crossed = await self.host.quota_crossed()
+        if crossed is not None and not self.pause_requested:  # the project reached a spend quota
+            self.pause_requested = True
+            self.step_credits = 0
+            self.host.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message=crossed[:4096]))
+            self._changed()
         decided = self.pending.pop(req.tool_use_id, None)
         if decided is not None:  # decided before the CLI asked (a fork that decides its call differently)
             self._changed()

@@ -63,6 +63,7 @@ from helix_runner.phases.handover import (
 from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch, project_mismatch, start_warm_pool
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.quota_guard import QuotaGuard
 from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import PhaseRun, Resumption
 from helix_runner.phases.views import ServerStatus
@@ -129,6 +130,8 @@ class PhaseService:
             and egress.proxy is not None else None
         if self.egress_vault is not None:
             self.launcher.vault_secrets = self.egress_vault.sealed_for
+        # Per-project spend quotas (phases/quota_guard.py), from the shared store.
+        self.quotas = QuotaGuard(store, self.off_loop, lambda: self.writer.committed())
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._drained = asyncio.Event()
@@ -192,6 +195,8 @@ class PhaseService:
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
         job = await self.off_loop(self.store.get_job, spec.job_id)
+        # A project at its spend quota starts nothing (the job's project when the job exists).
+        await self.quotas.admit(job.project_id if job is not None else spec.project_id or DEFAULT_PROJECT)
         if fork is not None and self.launcher.sandbox is not None and self.launcher.sandbox.on:
             # The sandbox restores a resumed session from this replica's store of the project's sessions.
             await asyncio.to_thread(restore_transcript, fork.start.transcript, self.launcher.sandbox.sessions
@@ -378,6 +383,7 @@ class PhaseService:
                        notifier=self._notifier(job_id, phase_id, plan.project), replica_id=self.replica_id,
                        durability=durability, resumption=resumption, control_state=control_state,
                        checkpoints=self.checkpoints_for(plan, sandbox, existing_checkpoints))
+        run.quota_guard = self.quotas
         holder.append(run)
         return run, events
 

@@ -18,6 +18,7 @@ from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
 from helix_runner.domain.pricing import PricingSource
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 
 # Replica leases on a shared database (store/postgres_cluster.py; docs/scale-out.md, "Dead-replica
@@ -589,6 +590,20 @@ class Store(Protocol):
 
     def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
         """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        ...
+
+    # -- per-project quotas ----------------------------------------------------------------------
+
+    def put_quota(self, quota: ProjectQuota) -> None:
+        """Sets a project's quota, replacing the one it had."""
+        ...
+
+    def get_quota(self, project_id: str) -> ProjectQuota | None:
+        """The project's quota (None: it has none)."""
+        ...
+
+    def project_spend(self, project_id: str, day_start_ns: int, month_start_ns: int) -> Spend:
+        """What the project's phases created since each start cost (the cost totals' ledger)."""
         ...
 
     # -- the audit trail -------------------------------------------------------------------------

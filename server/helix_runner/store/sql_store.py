@@ -29,6 +29,7 @@ from typing import Any
 from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.domain.tool_tracker import ToolCallStatus
 from helix_runner.store import audit_rows, checkpoint_rows, egress_secret_rows
 from helix_runner.store.protocol import (
@@ -58,6 +59,7 @@ from helix_runner.store.protocol import (
     WebhookDeliveryRow,
     WebhookRow,
 )
+from helix_runner.store.quota_rows import PHASE_SPEND
 from helix_runner.store.rows import (
     WEBHOOK_COLUMNS,
     job_row,
@@ -689,6 +691,31 @@ class SqlStore:
             term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
             found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
         return found
+
+    # -- per-project quotas --------------------------------------------------------------------------
+
+    def put_quota(self, quota: ProjectQuota) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            tx.execute(q("INSERT INTO project_quotas (project_id, spend_usd_per_day, spend_usd_per_month, "
+                         "update_time_ns, updated_by) VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id) DO UPDATE SET "
+                         "spend_usd_per_day = excluded.spend_usd_per_day, "
+                         "spend_usd_per_month = excluded.spend_usd_per_month, "
+                         "update_time_ns = excluded.update_time_ns, updated_by = excluded.updated_by"),
+                       (quota.project_id, quota.spend_usd_per_day, quota.spend_usd_per_month, quota.update_time_ns,
+                        quota.updated_by))
+
+    def get_quota(self, project_id: str) -> ProjectQuota | None:
+        r = self._read_one("SELECT project_id, spend_usd_per_day, spend_usd_per_month, update_time_ns, updated_by "
+                           "FROM project_quotas WHERE project_id = ?", (project_id,))
+        return ProjectQuota(r[0], float(r[1]), float(r[2]), int(r[3]), r[4]) if r else None
+
+    def project_spend(self, project_id: str, day_start_ns: int, month_start_ns: int) -> Spend:
+        r = self._read_one(
+            f"SELECT COALESCE(SUM(CASE WHEN create_time_ns >= ? THEN {PHASE_SPEND} ELSE 0 END), 0), "
+            f"COALESCE(SUM({PHASE_SPEND}), 0) FROM phases WHERE project_id = ? AND create_time_ns >= ?",
+            (day_start_ns, project_id, month_start_ns))
+        return Spend(float(r[0]), float(r[1]))
 
     # -- the audit trail ---------------------------------------------------------------------------
 

@@ -1028,3 +1028,21 @@ class AuditEntry(_message.Message):
     peer: str
     outcome: str
     def __init__(self, entry_id: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., principal: _Optional[str] = ..., principal_source: _Optional[str] = ..., action: _Optional[str] = ..., project_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., target: _Optional[str] = ..., detail: _Optional[str] = ..., peer: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class ProjectQuota(_message.Message):
+    __slots__ = ("project_id", "spend_usd_per_day", "spend_usd_per_month", "spent_today_usd", "spent_this_month_usd", "update_time", "updated_by")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_MONTH_FIELD_NUMBER: _ClassVar[int]
+    SPENT_TODAY_USD_FIELD_NUMBER: _ClassVar[int]
+    SPENT_THIS_MONTH_USD_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BY_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    spend_usd_per_day: float
+    spend_usd_per_month: float
+    spent_today_usd: float
+    spent_this_month_usd: float
+    update_time: _timestamp_pb2.Timestamp
+    updated_by: str
+    def __init__(self, project_id: _Optional[str] = ..., spend_usd_per_day: _Optional[float] = ..., spend_usd_per_month: _Optional[float] = ..., spent_today_usd: _Optional[float] = ..., spent_this_month_usd: _Optional[float] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ...) -> None: ...

@@ -51,6 +51,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SECRET_NOT_FOUND: _ClassVar[ErrorReason]
     ERROR_REASON_SECRETS_LIMIT: _ClassVar[ErrorReason]
     ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
+    ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -119,6 +120,7 @@ ERROR_REASON_OPTIONS_NOT_KEPT: ErrorReason
 ERROR_REASON_SECRET_NOT_FOUND: ErrorReason
 ERROR_REASON_SECRETS_LIMIT: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -920,3 +922,31 @@ class WhoAmIResponse(_message.Message):
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     principal: _resources_pb2.Principal
     def __init__(self, principal: _Optional[_Union[_resources_pb2.Principal, _Mapping]] = ...) -> None: ...
+
+class SetProjectQuotaRequest(_message.Message):
+    __slots__ = ("project_id", "spend_usd_per_day", "spend_usd_per_month")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_MONTH_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    spend_usd_per_day: float
+    spend_usd_per_month: float
+    def __init__(self, project_id: _Optional[str] = ..., spend_usd_per_day: _Optional[float] = ..., spend_usd_per_month: _Optional[float] = ...) -> None: ...
+
+class SetProjectQuotaResponse(_message.Message):
+    __slots__ = ("quota",)
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    quota: _resources_pb2.ProjectQuota
+    def __init__(self, quota: _Optional[_Union[_resources_pb2.ProjectQuota, _Mapping]] = ...) -> None: ...
+
+class GetProjectQuotaRequest(_message.Message):
+    __slots__ = ("project_id",)
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    def __init__(self, project_id: _Optional[str] = ...) -> None: ...
+
+class GetProjectQuotaResponse(_message.Message):
+    __slots__ = ("quota",)
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    quota: _resources_pb2.ProjectQuota
+    def __init__(self, quota: _Optional[_Union[_resources_pb2.ProjectQuota, _Mapping]] = ...) -> None: ...

@@ -212,6 +212,16 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.SetProjectQuota = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/SetProjectQuota',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaResponse.FromString,
+                _registered_method=True)
+        self.GetProjectQuota = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/GetProjectQuota',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -491,6 +501,22 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetProjectQuota(self, request, context):
+        """Sets a project's spend quota (docs/tenancy.md), shared by every replica: a new phase of a
+        project at a cap is refused RESOURCE_EXHAUSTED (`QUOTA_EXCEEDED`, with a QuotaFailure), a
+        running one pauses before its next tool call once its project reaches it. Needs `admin`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProjectQuota(self, request, context):
+        """A project's quota and what it spent today and this month (UTC).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -663,6 +689,16 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'SetProjectQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetProjectQuota,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaResponse.SerializeToString,
+            ),
+            'GetProjectQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProjectQuota,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1591,6 +1627,60 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/WhoAmI',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetProjectQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/SetProjectQuota',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProjectQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/GetProjectQuota',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,8 @@ __all__ = (
     "GetJobResponse",
     "GetPhaseDiffRequest",
     "GetPhaseDiffResponse",
+    "GetProjectQuotaRequest",
+    "GetProjectQuotaResponse",
     "GetServerStatusRequest",
     "GetServerStatusResponse",
     "GetTaskOutputRequest",
@@ -112,6 +114,7 @@ __all__ = (
     "PhaseStatusChanged",
     "PricingSource",
     "Principal",
+    "ProjectQuota",
     "PutEgressSecretRequest",
     "PutEgressSecretResponse",
     "QueueReason",
@@ -139,6 +142,8 @@ __all__ = (
     "SetPhaseModelResponse",
     "SetPhasePermissionModeRequest",
     "SetPhasePermissionModeResponse",
+    "SetProjectQuotaRequest",
+    "SetProjectQuotaResponse",
     "StderrOutput",
     "StepPhaseRequest",
     "StepPhaseResponse",
@@ -942,6 +947,13 @@ class ErrorReason(betterproto2.Enum):
     project). A job of a project the caller may not see answers NOT_FOUND instead, like a missing one.
     """
 
+    QUOTA_EXCEEDED = 36
+    """
+    RunPhase, ForkPhase (RESOURCE_EXHAUSTED): the project reached a spend quota; a QuotaFailure
+    detail names it. Metadata `project_id`, `quota` (spend_usd_per_day, spend_usd_per_month),
+    `limit_usd`, `spent_usd`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -981,6 +993,7 @@ class ErrorReason(betterproto2.Enum):
             33: "ERROR_REASON_SECRET_NOT_FOUND",
             34: "ERROR_REASON_SECRETS_LIMIT",
             35: "ERROR_REASON_PERMISSION_DENIED",
+            36: "ERROR_REASON_QUOTA_EXCEEDED",
         }
 
     @classmethod
@@ -1022,6 +1035,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_SECRET_NOT_FOUND": 33,
             "ERROR_REASON_SECRETS_LIMIT": 34,
             "ERROR_REASON_PERMISSION_DENIED": 35,
+            "ERROR_REASON_QUOTA_EXCEEDED": 36,
         }
 
 
@@ -3787,6 +3801,36 @@ default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse",
 
 
 @dataclass(eq=False, repr=False)
+class GetProjectQuotaRequest(betterproto2.Message):
+    """
+    GetProjectQuotaRequest names the project.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (empty: the default project).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetProjectQuotaRequest", GetProjectQuotaRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetProjectQuotaResponse(betterproto2.Message):
+    """
+    GetProjectQuotaResponse is the project's quota (all caps 0 when it has none).
+    """
+
+    quota: "ProjectQuota | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The quota, with what the project spent so far.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetProjectQuotaResponse", GetProjectQuotaResponse)
+
+
+@dataclass(eq=False, repr=False)
 class GetServerStatusRequest(betterproto2.Message):
     """
     GetServerStatusRequest asks for the server's status; it has no fields.
@@ -5767,6 +5811,54 @@ default_message_pool.register_message("helix.runner.v1", "Principal", Principal)
 
 
 @dataclass(eq=False, repr=False)
+class ProjectQuota(betterproto2.Message):
+    """
+    ProjectQuota is a project's spend caps and what it spent (docs/tenancy.md). Spend is counted
+    from the cost totals' ledger, each phase in the window in which it was created.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project.
+    """
+
+    spend_usd_per_day: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
+    """
+    The cap per UTC day in USD (0: none).
+    """
+
+    spend_usd_per_month: "float" = betterproto2.field(3, betterproto2.TYPE_DOUBLE)
+    """
+    The cap per UTC month in USD (0: none).
+    """
+
+    spent_today_usd: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
+    """
+    What the project's phases created today cost so far.
+    """
+
+    spent_this_month_usd: "float" = betterproto2.field(5, betterproto2.TYPE_DOUBLE)
+    """
+    What its phases created this month cost so far.
+    """
+
+    update_time: "datetime.datetime | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the quota was last set.
+    """
+
+    updated_by: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    Who set it.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ProjectQuota", ProjectQuota)
+
+
+@dataclass(eq=False, repr=False)
 class PutEgressSecretRequest(betterproto2.Message):
     """
     PutEgressSecretRequest stores a secret in a project's credential vault.
@@ -6507,6 +6599,46 @@ class SetPhasePermissionModeResponse(betterproto2.Message):
 default_message_pool.register_message(
     "helix.runner.v1", "SetPhasePermissionModeResponse", SetPhasePermissionModeResponse
 )
+
+
+@dataclass(eq=False, repr=False)
+class SetProjectQuotaRequest(betterproto2.Message):
+    """
+    SetProjectQuotaRequest sets a project's caps (0: no cap).
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (empty: the default project).
+    """
+
+    spend_usd_per_day: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
+    """
+    What the project's phases may cost per UTC day, in USD (0: no cap).
+    """
+
+    spend_usd_per_month: "float" = betterproto2.field(3, betterproto2.TYPE_DOUBLE)
+    """
+    What they may cost per UTC month, in USD (0: no cap).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SetProjectQuotaRequest", SetProjectQuotaRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetProjectQuotaResponse(betterproto2.Message):
+    """
+    SetProjectQuotaResponse is the quota as stored.
+    """
+
+    quota: "ProjectQuota | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The quota, with what the project spent so far.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SetProjectQuotaResponse", SetProjectQuotaResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -8230,6 +8362,30 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/WhoAmI",
             WhoAmIRequest.SerializeToString,
             WhoAmIResponse.FromString,
+        )(message)
+
+    def set_project_quota(self, message: "SetProjectQuotaRequest") -> "SetProjectQuotaResponse":
+        """
+        Sets a project's spend quota (docs/tenancy.md), shared by every replica: a new phase of a
+        project at a cap is refused RESOURCE_EXHAUSTED (`QUOTA_EXCEEDED`, with a QuotaFailure), a
+        running one pauses before its next tool call once its project reaches it. Needs `admin`.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/SetProjectQuota",
+            SetProjectQuotaRequest.SerializeToString,
+            SetProjectQuotaResponse.FromString,
+        )(message)
+
+    def get_project_quota(self, message: "GetProjectQuotaRequest") -> "GetProjectQuotaResponse":
+        """
+        A project's quota and what it spent today and this month (UTC).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetProjectQuota",
+            GetProjectQuotaRequest.SerializeToString,
+            GetProjectQuotaResponse.FromString,
         )(message)
 
 
