@@ -10,6 +10,7 @@ import grpc
 import pytest
 from support.runner_server import replica_pair
 from support.streams import Stream
+from support.webhook_receiver import WebhookReceiver
 
 from helix.runner.v1 import events_pb2 as ev
 from helix.runner.v1 import resources_pb2 as res
@@ -17,6 +18,7 @@ from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api.errors import error_info, quota_failure
 from helix_runner.offline import Reply
 from helix_runner.offline.script import Usage
+from helix_runner.webhook_http.signing import new_secret
 
 TOOL_TURNS = 4
 
@@ -60,7 +62,19 @@ async def turn_cost(runner, project: str) -> float:
 
 async def test_a_phase_that_crosses_its_project_s_quota_pauses_and_goes_on_once_it_is_raised(
         claude_binary, scripted_api, runner_factory):
-    async with runner_factory(scripted_api(script("calib") + script("q"))) as runner:
+    receiver = WebhookReceiver(new_secret()).start()
+    try:
+        await crossing(claude_binary, scripted_api, runner_factory, receiver)
+    finally:
+        receiver.stop()
+
+
+async def crossing(claude_binary, scripted_api, runner_factory, receiver):
+    async with runner_factory(scripted_api(script("calib") + script("q")),
+                              webhook_private_allow=[receiver.allow]) as runner:
+        await runner.stub.CreateWebhook(pb.CreateWebhookRequest(
+            url=receiver.url, secret=receiver.secret, project_id="team-q",
+            events=[res.WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED]), timeout=10)
         c = await turn_cost(runner, "calib")
         await runner.stub.SetProjectQuota(pb.SetProjectQuotaRequest(project_id="team-q", spend_usd_per_day=2.5 * c),
                                           timeout=10)
@@ -75,6 +89,7 @@ async def test_a_phase_that_crosses_its_project_s_quota_pauses_and_goes_on_once_
                                           timeout=10)
         await runner.stub.ResumePhase(pb.ResumePhaseRequest(job_id="job-q", phase_id="p"), timeout=10)
         _, result = await phase.finish()
+        told_hooks = await receiver.arrived(2)
     assert "spend_usd_per_day" in told.control.message
     # Turns 1-3 cost 3c >= 2.5c: the third call waits; the first two ran before the cap was reached.
     assert len(ran) == 2
@@ -84,6 +99,10 @@ async def test_a_phase_that_crosses_its_project_s_quota_pauses_and_goes_on_once_
     assert violation.subject == "project:team-q" and "spend_usd_per_day" in violation.description
     assert quota.spend_usd_per_day == pytest.approx(2.5 * c) and quota.spent_today_usd >= 2.5 * c
     assert result.status == res.PHASE_STATUS_SUCCEEDED
+    # The subscribers were told twice: the phase paused, then the new one refused.
+    assert [(h.json["type"], h.json["data"]["action"], h.json["data"]["job_id"]) for h in told_hooks] == [
+        ("quota.exceeded", "paused", "job-q"), ("quota.exceeded", "refused", "job-q2")]
+    assert all(h.verified and h.json["data"]["quota"] == "spend_usd_per_day" for h in told_hooks)
 
 
 async def test_two_replicas_enforce_one_spend_quota_together(claude_binary, scripted_api, postgres_url, tmp_path):

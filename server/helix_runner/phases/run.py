@@ -141,6 +141,7 @@ class PhaseRun:
         self.spec = spec
         # Per-project spend quotas, checked at each tool boundary (phases/quota_guard.py; None: none).
         self.quota_guard: QuotaGuard | None = None
+        self.on_quota_pause: Callable[[str, dict[str, object]], None] | None = None
         # Checkpoints at every tool boundary (phases/checkpoints.py; None: off).
         self.checkpoints = checkpoints
         # Hand-over (docs/scale-out.md "Hand-over"): this replica's id (on each attempt it runs), the
@@ -516,7 +517,13 @@ class PhaseRun:
             return None
         self.recorder.write_cost()  # this phase's spend so far counts (the guard waits for it to commit)
         found = await guard.violation(project, after_writes=True)
-        return None if found is None else found.describe(project)
+        if found is None:
+            return None
+        reason = found.describe(project)
+        if self.on_quota_pause is not None and not self.control.pause_requested:  # it pauses now: once told
+            self.on_quota_pause(reason, {"quota": found.quota, "limit_usd": f"{found.limit_usd:.4f}",
+                                         "spent_usd": f"{found.spent_usd:.4f}"})
+        return reason
 
     async def at_boundary(self) -> None:
         if self.result is None:  # the cost of the message that made the call, before it may be held

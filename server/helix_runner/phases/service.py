@@ -186,6 +186,9 @@ class PhaseService:
             except RunnerError as exc:
                 if exc.reason == "QUEUE_FULL" and self.webhooks is not None:
                     self.webhooks.queue_full(spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT, exc)
+                if exc.reason == "QUOTA_EXCEEDED" and self.webhooks is not None:
+                    self.webhooks.quota_exceeded(spec.job_id, spec.phase_id, exc.metadata.get("project_id", ""),
+                                                 exc.message, {"action": "refused", **exc.metadata})
                 raise
 
     async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy, *,
@@ -384,6 +387,10 @@ class PhaseService:
                        durability=durability, resumption=resumption, control_state=control_state,
                        checkpoints=self.checkpoints_for(plan, sandbox, existing_checkpoints))
         run.quota_guard = self.quotas
+        if self.webhooks is not None:  # a running phase paused by its project's quota tells the subscribers
+            webhooks = self.webhooks
+            run.on_quota_pause = lambda reason, details: webhooks.quota_exceeded(
+                job_id, phase_id, plan.project, reason, {"action": "paused", **details})
         holder.append(run)
         return run, events
 

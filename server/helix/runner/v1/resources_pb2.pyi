@@ -122,6 +122,7 @@ class WebhookEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: _ClassVar[WebhookEventType]
     WEBHOOK_EVENT_TYPE_QUEUE_FULL: _ClassVar[WebhookEventType]
     WEBHOOK_EVENT_TYPE_JOB_FINISHED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED: _ClassVar[WebhookEventType]
 
 class WebhookFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -232,6 +233,7 @@ WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD: WebhookEventType
 WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: WebhookEventType
 WEBHOOK_EVENT_TYPE_QUEUE_FULL: WebhookEventType
 WEBHOOK_EVENT_TYPE_JOB_FINISHED: WebhookEventType
+WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED: WebhookEventType
 WEBHOOK_FORMAT_UNSPECIFIED: WebhookFormat
 WEBHOOK_FORMAT_STANDARD: WebhookFormat
 WEBHOOK_FORMAT_SLACK: WebhookFormat

@@ -2008,6 +2008,12 @@ class WebhookEventType(betterproto2.Enum):
     `Webhook.statuses`, the status of the phase that ended last).
     """
 
+    QUOTA_EXCEEDED = 7
+    """
+    `quota.exceeded`: a project reached a spend quota (docs/tenancy.md): a new phase was refused
+    (`data.phase_id` the refused one) or a running one paused before its next tool call.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -2018,6 +2024,7 @@ class WebhookEventType(betterproto2.Enum):
             4: "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED",
             5: "WEBHOOK_EVENT_TYPE_QUEUE_FULL",
             6: "WEBHOOK_EVENT_TYPE_JOB_FINISHED",
+            7: "WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED",
         }
 
     @classmethod
@@ -2030,6 +2037,7 @@ class WebhookEventType(betterproto2.Enum):
             "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED": 4,
             "WEBHOOK_EVENT_TYPE_QUEUE_FULL": 5,
             "WEBHOOK_EVENT_TYPE_JOB_FINISHED": 6,
+            "WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED": 7,
         }
 
 
