@@ -447,6 +447,17 @@ export function summarize(event: StreamEvent): { kind: string; text: string; ton
           tone: "muted",
         };
       }
+      if (p.value.kind === GatewayEventKind.EGRESS_HELD || p.value.kind === GatewayEventKind.EGRESS_APPROVED || p.value.kind === GatewayEventKind.EGRESS_DENIED) {
+        // A network breakpoint's request and its decision (docs/network.md): who decided, and why.
+        const word = p.value.kind === GatewayEventKind.EGRESS_HELD ? "held" : p.value.kind === GatewayEventKind.EGRESS_APPROVED ? "approved" : "denied";
+        const request = p.value.method ? ` ${p.value.method} ${clip(p.value.path, 120)}`.trimEnd() : "";
+        const by = p.value.actor ? ` by ${p.value.actor}` : "";
+        return {
+          kind: "egress",
+          text: `${word}${by}: ${clip(p.value.destination, 120)}${request} [${p.value.holdId}]${p.value.message ? ` ${clip(p.value.message, 160)}` : ""}`,
+          tone: p.value.kind === GatewayEventKind.EGRESS_DENIED ? "error" : "control",
+        };
+      }
       const kind = enumName(GatewayEventKindSchema, p.value.kind).replace(/^GATEWAY_EVENT_KIND_/, "").toLowerCase().replace(/_/g, " ");
       const what = p.value.destination || p.value.model;
       return { kind: "gateway", text: `${kind}${what ? ` ${what}` : ""} (HTTP ${p.value.httpStatus}) ${clip(p.value.message, 160)}`, tone: "error" };
