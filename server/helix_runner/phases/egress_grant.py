@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from helix_runner.config import ServerConfig
-from helix_runner.domain.events import GatewayEvent
+from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.domain.gateway_report import GatewayLedger, GatewayReport
 from helix_runner.domain.usage import TokenUsage
 from helix_runner.egress.allowlist import request_patterns
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 # A model that hammers a refused domain or an overloaded API must not flood its own stream; every
 # event is still counted in the report and the metrics.
 MAX_STREAM_EVENTS = 200
+# Never capped: someone must see a held request to decide it.
+_HOLD_KINDS = frozenset({GatewayEventKind.EGRESS_HELD, GatewayEventKind.EGRESS_APPROVED,
+                         GatewayEventKind.EGRESS_DENIED})
 
 
 def allowed_models(config: ServerConfig, project: str) -> tuple[str, ...] | None:
@@ -108,7 +111,11 @@ class PhaseEgress:
         self.ledger.on_event(event)
         if self._telemetry is not None:
             self._telemetry.on_gateway_event(event.kind)
-        if self._emit is not None and self._streamed < MAX_STREAM_EVENTS:
+        if self._emit is None:
+            return
+        if event.kind in _HOLD_KINDS:  # a held request and its decision: always shown, whatever came before
+            self._emit(event)
+        elif self._streamed < MAX_STREAM_EVENTS:
             self._streamed += 1
             self._emit(event)
 

@@ -201,7 +201,9 @@ class PhaseRun:
         # Network breakpoints (phases/egress_holds.py): requests the proxy holds until decided.
         self.egress_holds = EgressHolds(
             project=spec.project_id or DEFAULT_PROJECT, breakpoints=self.control.breakpoints.list,
-            emit=self.emit, changed=self._egress_changed, hold_watchdog=self.hold_watchdog)
+            # Through the grant when there is one: its events are counted by kind (helix_gateway_events).
+            emit=plan.egress.on_event if plan.egress is not None else self.emit, changed=self._egress_changed,
+            hold_watchdog=self.hold_watchdog)
         self.control.egress_holds = self.egress_holds
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
             plan.egress.attach(self.emit, self.telemetry,
