@@ -251,3 +251,11 @@ test("a held network request and its decision are egress lines that say who deci
     ["egress", "denied by alice@team-a: pypi.org:443 [eg-1] no installs", "error"],
   ]);
 });
+
+test("a held network request is pending until it is decided", () => {
+  let view = fold([ev(1, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_HELD, destination: "pypi.org:443", method: "CONNECT", holdId: "eg-1", breakpointId: "b" } })]);
+  assert.deepEqual(Object.keys(view.egressHolds), ["eg-1"]);
+  assert.equal(view.egressHolds["eg-1"]!.destination, "pypi.org:443");
+  view = reduce(view, { type: "events", events: [ev(2, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_APPROVED, holdId: "eg-1" } })] });
+  assert.deepEqual(view.egressHolds, {});
+});
