@@ -47,10 +47,18 @@ async def test_pip_installs_from_an_allowed_registry_and_is_refused_elsewhere(
                 f"127.0.0.1:{runner.server.port}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 env={**os.environ, "COLUMNS": "250"})
             listed, _ = await asyncio.wait_for(listing.communicate(), 60)
+            refused_only = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "helix_runner", "egress", "job-1", "p1", "--refused", "--server",
+                f"127.0.0.1:{runner.server.port}", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "COLUMNS": "250"})
+            only, _ = await asyncio.wait_for(refused_only.communicate(), 60)
         listed_lines = listed.decode().splitlines()
         assert any(allowed.address in line and "allowed" in line and "/simple/helixdemo/" in line
                    for line in listed_lines), listed_lines
         assert any("pypi.refused.example:443" in line and "refused (403)" in line for line in listed_lines)
+        only_lines = only.decode().splitlines()
+        assert any("pypi.refused.example:443" in line for line in only_lines)
+        assert not any(line.split()[1:2] == ["allowed"] for line in only_lines if line.strip()), only_lines
         assert other.requests == [], "the registry nobody allowed was reached"
         served = list(allowed.requests)
     assert result.status == res.PHASE_STATUS_SUCCEEDED, result.reason
@@ -75,6 +83,10 @@ async def test_pip_installs_from_an_allowed_registry_and_is_refused_elsewhere(
     assert {g.destination for g in reached} == {allowed.address}
     assert sorted((g.method, g.path) for g in reached) == sorted(("GET", p) for p in paths)
     assert all(g.bytes_sent > 0 and g.bytes_received > 0 and g.duration.ToNanoseconds() > 0 for g in reached)
+    # What decided each: the operator's exception let the registry through; the allowlist refused the other name.
+    assert {g.rule for g in reached} == {"operator exception (egress_private_allow)"}
+    (by_name,) = [r for r in refusals if r.destination == "pypi.refused.example:443"]
+    assert "not in the phase's egress allowlist" in by_name.rule
 
 
 async def test_the_cli_s_own_webfetch_goes_through_the_proxy(claude_binary, scripted_api, runner_factory):

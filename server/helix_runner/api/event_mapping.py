@@ -460,6 +460,7 @@ def _gateway(p: d.GatewayEvent, m: ev.GatewayEvent) -> None:
     m.hold_id = p.hold_id
     m.actor = p.actor
     m.breakpoint_id = p.breakpoint_id
+    m.rule = p.rule
 
 
 def _session_writes_lost(p: d.SessionWritesLost, m: ev.SessionWritesLost) -> None:

@@ -112,6 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("job", metavar="JOB")
     p.add_argument("phase", metavar="PHASE")
+    p.add_argument("--refused", action="store_true", help="only what was refused or denied")
     p.set_defaults(handler=with_client(_egress))
 
     p = _parser(
@@ -136,7 +137,8 @@ async def egress_events(client, job_id: str, phase_id: str) -> list:
     phase = next((p for p in job.phases if p.phase_id == phase_id), None)
     if phase is None:
         raise CliError(f"job {job_id} has no phase {phase_id}", EXIT_REFUSED)
-    kinds = (pb.GatewayEventKind.EGRESS_CONNECTION, pb.GatewayEventKind.EGRESS_REFUSED)
+    kinds = (pb.GatewayEventKind.EGRESS_CONNECTION, pb.GatewayEventKind.EGRESS_REFUSED,
+             pb.GatewayEventKind.EGRESS_HELD, pb.GatewayEventKind.EGRESS_APPROVED, pb.GatewayEventKind.EGRESS_DENIED)
     found: list = []
     if phase.last_sequence <= 0:
         return found
@@ -156,27 +158,36 @@ async def _egress(client, args) -> int:
     from helix_runner.cli.render import fmt_clock, fmt_duration, one_line
 
     events = await egress_events(client, args.job, args.phase)
+    if args.refused:
+        events = [e for e in events if e.gateway.kind in (pb.GatewayEventKind.EGRESS_REFUSED,
+                                                          pb.GatewayEventKind.EGRESS_DENIED)]
     if args.json:
         print_json([_dict(e) for e in events])
         return EXIT_OK
     console = make_console()
     if not events:
-        console.print("no egress: the phase reached nothing through the egress proxy")
+        console.print("nothing refused" if args.refused else
+                      "no egress: the phase reached nothing through the egress proxy")
         return EXIT_OK
+    words = {pb.GatewayEventKind.EGRESS_CONNECTION: "allowed", pb.GatewayEventKind.EGRESS_HELD: "held",
+             pb.GatewayEventKind.EGRESS_APPROVED: "approved", pb.GatewayEventKind.EGRESS_DENIED: "denied"}
     table = _table("TIME", "DECISION", "DESTINATION", "REQUEST", "SENT", "RECEIVED", "OPEN", "REASON")
     for event in events:
         g = event.gateway
         allowed = g.kind == pb.GatewayEventKind.EGRESS_CONNECTION
         request = one_line(f"{g.method} {g.path}".strip(), 60) or "-"
+        decision = words.get(g.kind, f"refused ({g.http_status})")
+        if g.actor:
+            decision += f" by {g.actor}"
         table.add_row(
             fmt_clock(event.receive_time),
-            "allowed" if allowed else f"refused ({g.http_status})",
+            one_line(decision, 60),
             one_line(g.destination, 80),
             request,
             str(g.bytes_sent) if allowed else "-",
             str(g.bytes_received) if allowed else "-",
             fmt_duration(g.duration) if allowed else "-",
-            "" if allowed else one_line(g.message, 120),
+            one_line(g.rule if allowed else (g.message or g.rule), 120),
         )
     console.print(table)
     return EXIT_OK

@@ -582,6 +582,7 @@ class GatewayEvent(_Payload):
     hold_id: str = ""  # EGRESS_HELD / _APPROVED / _DENIED: the held request
     actor: str = ""  # EGRESS_APPROVED / _DENIED: who decided
     breakpoint_id: str = ""  # EGRESS_HELD: the network breakpoint
+    rule: str = ""  # EGRESS_CONNECTION / _REFUSED: what decided (allowlist entry, exception, approval, refusal)
 
 
 class ParseError(_Payload):

@@ -184,6 +184,19 @@ class EgressPolicy:
             return f"{name} is not in the phase's egress allowlist"
         return None
 
+    def deciding_entry(self, host: str, port: int, method: str = "", path: str = "") -> str:
+        """What lets ``host:port`` (and the request, when given) through, in words: the HTTP rule or
+        allowlist entry, or the operator's exception ("" when none does: an approval). For the
+        phase's egress events."""
+        name = host.lower().rstrip(".")
+        if method:  # a request on a host with HTTP rules: the rule that let it through
+            rule = next((r for r in self.http_rules(host, port) if r.allows_request(method, path)), None)
+            if rule is not None:
+                return str(rule)
+        if self.exceptions.allows(name, port):
+            return "operator exception (egress_private_allow)"
+        return next((str(p) for p in self.allowlist if p.matches(name, port)), "")
+
     def http_rules(self, host: str, port: int) -> tuple[DomainPattern, ...]:
         """The rules each request to ``host:port`` must match; () when none restrict it (a plain
         entry names it too, or no rule does)."""

@@ -194,6 +194,7 @@ class _ProxyClient(asyncio.Protocol):
         self.opened_ns = 0
         self.method = ""
         self.path = ""
+        self.rule = ""  # what let it through (EgressPolicy.deciding_entry, or an approval)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -243,7 +244,7 @@ class _ProxyClient(asyncio.Protocol):
             tell(self.grant.sink.on_event, GatewayEvent(
                 kind=GatewayEventKind.EGRESS_CONNECTION, destination=self.destination, bytes_sent=self.sent,
                 bytes_received=self.received, duration_ns=time.monotonic_ns() - opened,
-                method=self.method, path=self.path[:1024]))
+                method=self.method, path=self.path[:1024], rule=self.rule[:1024]))
         if self._counted is not None:
             left = self.proxy.per_phase.get(self._counted, 1) - 1
             if left > 0:
@@ -439,6 +440,8 @@ class _ProxyClient(asyncio.Protocol):
             return
         tell(grant.sink.on_egress_connection, self.destination)
         self.opened_ns = time.monotonic_ns()
+        self.rule = policy.deciding_entry(host, port, "" if connect else self.parser.get_method().decode("latin-1"),
+                                          "" if connect else self.request_path) or "approved (network breakpoint)"
         if connect and not intercept:
             self.method = "CONNECT"  # a tunnel: what goes through it is the tool's own TLS
         elif not connect:
@@ -596,8 +599,17 @@ class _ProxyClient(asyncio.Protocol):
             self._answer(403, f"egress to {self.destination} denied by the operator: {why}")
             return
         tell(grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
-                                               message=why[:1024], destination=self.destination))
+                                               message=why[:1024], destination=self.destination, rule=why[:1024],
+                                               method=self._method_seen(),
+                                               path="" if self._method_seen() in ("", "CONNECT") else self.request_path))
         self._answer(403, f"egress to {self.destination} refused: {why}")
+
+    def _method_seen(self) -> str:
+        """The method of the request being decided ("" before a request line was read)."""
+        try:
+            return self.parser.get_method().decode("latin-1") if self.url else ""
+        except Exception:  # noqa: BLE001 - httptools raises before a method was parsed
+            return ""
 
     def _answer(self, status: int, text: str) -> None:
         reason = {400: b"Bad Request", 403: b"Forbidden", 407: b"Proxy Authentication Required",

@@ -3788,6 +3788,12 @@ class GatewayEvent(betterproto2.Message):
     EGRESS_HELD: the breakpoint that holds the request.
     """
 
+    rule: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+    """
+    EGRESS_CONNECTION, EGRESS_REFUSED: what decided: the allowlist entry or HTTP rule that let it
+    through, the operator's exception, an approval (held request), or the rule that refused it.
+    """
+
 
 default_message_pool.register_message("helix.runner.v1", "GatewayEvent", GatewayEvent)
 
