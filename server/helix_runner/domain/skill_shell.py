@@ -25,8 +25,8 @@ PRE_SKILL_SHELL_COMMAND = "PreSkillShellCommand"
 INTERRUPT = "Interrupt"
 
 # The reason the model reads when a skill's shell command is refused by default.
-REFUSED_REASON = ("a skill's shell command (!`...` in a skill or command file) runs only in a phase whose "
-                  "request allows Bash (allowed_tools Bash, or permission_mode bypassPermissions)")
+REFUSED_REASON = ("a skill's shell commands run only in a phase whose request allows Bash "
+                  "(allowed_tools Bash, or permission_mode bypassPermissions)")
 # Why an edit cannot answer a held skill shell command: the CLI never runs a changed command
 # (its schema: ``updatedInput`` "Never applied. Any value keeps the command from running").
 NOT_EDITABLE = "a skill's shell command cannot be edited (the CLI never runs a changed command): approve or deny it"
