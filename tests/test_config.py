@@ -224,6 +224,7 @@ RELATIVE_PATHS = {
     "tls_cert_file": "pki/cert.pem", "tls_key_file": "pki/key.pem", "tls_client_ca_file": "pki/ca.pem",
     "webhook_ca_file": "webhook-ca.pem", "workspace_roots": "ws", "path_prefix": "venv/bin",
     "sandbox_read_paths": "runtime", "egress_upstream_ca_file": "internal-ca.pem", "vault_key_file": "secrets/vault",
+    "auth_principals_file": "secrets/principals.toml",
 }
 
 

@@ -142,6 +142,9 @@ class ServerConfig:
     workspace_roots: tuple[Path, ...] = ()
     claude_path: str | None = None
     auth_token_file: Path | None = None
+    # Named tokens (as digests), client-certificate subjects and JWT rules, each with its grants
+    # per project (docs/tenancy.md); the auth_token_file's token stays the admin.
+    auth_principals_file: Path | None = None
     log_level: str = "info"
     log_format: str = "auto"
     # Seconds running phases get to finish after SIGTERM before they are killed and recorded
@@ -571,6 +574,7 @@ _CONVERTERS: dict[str, Any] = {
     "workspace_roots": _as_path_tuple,
     "claude_path": lambda v: str(v) or None,
     "auth_token_file": lambda v: Path(v).expanduser() if v else None,
+    "auth_principals_file": lambda v: Path(v).expanduser() if v else None,
     "log_level": lambda v: str(v).lower(),
     "log_format": lambda v: str(v).lower(),
     "drain_grace_seconds": float,
@@ -732,14 +736,16 @@ def validate(config: ServerConfig) -> ServerConfig:
     if config.log_format not in LOG_FORMATS:
         raise ConfigError(f"log format {config.log_format!r} is not one of {', '.join(LOG_FORMATS)}")
     _validate_tls(config)
-    if not config.is_loopback and config.auth_token_file is None and not config.mutual_tls:
+    if (not config.is_loopback and config.auth_token_file is None and config.auth_principals_file is None
+            and not config.mutual_tls):
         raise ConfigError(
             f"refusing to listen on non-loopback address {config.host} without --auth-token-file or mutual "
             "TLS (--tls-client-ca-file): this service runs an agent that executes commands"
         )
     if config.web_port is not None and not 0 <= config.web_port <= 65535:
         raise ConfigError(f"web port {config.web_port} is out of range 0-65535")
-    if config.web_port is not None and not config.web_is_loopback and config.auth_token_file is None:
+    if (config.web_port is not None and not config.web_is_loopback and config.auth_token_file is None
+            and config.auth_principals_file is None):
         raise ConfigError(
             f"refusing to serve the dashboard on non-loopback address {config.web_host} without "
             "--auth-token-file: its API controls an agent that executes commands"
@@ -836,7 +842,7 @@ def validate(config: ServerConfig) -> ServerConfig:
 
 
 # The keys that hold one path or a tuple of paths (``absolute_paths``).
-PATH_KEYS = ("data_dir", "auth_token_file", "offline_script", "api_key_file", "api_upstream_ca_file",
+PATH_KEYS = ("data_dir", "auth_token_file", "auth_principals_file", "offline_script", "api_key_file", "api_upstream_ca_file",
              "sandbox_home_template", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "webhook_ca_file",
              "egress_upstream_ca_file", "vault_key_file")
 PATH_TUPLE_KEYS = ("workspace_roots", "path_prefix", "sandbox_read_paths")

@@ -17,6 +17,7 @@ from typing import Any
 SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "server": (
         ("host", "host"), ("port", "port"), ("auth_token_file", "auth_token_file"),
+        ("auth_principals_file", "auth_principals_file"),
         ("tls_cert_file", "tls_cert_file"), ("tls_key_file", "tls_key_file"),
         ("tls_client_ca_file", "tls_client_ca_file"), ("tls_server_name", "tls_server_name"),
         ("health_port", "health_port"), ("reuse_port", "reuse_port"), ("read_cache_jobs", "read_cache_jobs"),

@@ -24,6 +24,7 @@ class ErrorKind(enum.Enum):
     UNAVAILABLE = "unavailable"
     UNIMPLEMENTED = "unimplemented"
     UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
     ABORTED = "aborted"
     INTERNAL = "internal"
 
@@ -39,6 +40,7 @@ class RunnerError(Exception):
         metadata: Mapping[str, object] | None = None,
         *,
         retry_after_s: float | None = None,
+        quota_violation: tuple[str, str] | None = None,
     ):
         super().__init__(message)
         self.kind = kind
@@ -46,6 +48,7 @@ class RunnerError(Exception):
         self.message = message
         self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
         self.retry_after_s = retry_after_s
+        self.quota_violation = quota_violation  # (subject, description): a QuotaFailure detail
 
     def __repr__(self) -> str:
         return f"RunnerError({self.kind.name}, {self.reason}, {self.message!r})"

@@ -13,7 +13,10 @@ import pytest
 
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.api import routing
+from helix_runner.api.authorization import Authorization
+from helix_runner.api.call_access import CallAccess
 from helix_runner.api.forwarding import FORWARDED_HEADER, OwnerForwarder
+from helix_runner.api.principals import Authenticator
 from helix_runner.api.routing import HERE, ROUTES, Forward, Place, Route, Router, check_routes
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.servicer import RunnerServicer, add_runner_service
@@ -179,6 +182,7 @@ class RecordingForwarder(OwnerForwarder):
 async def test_each_owner_routed_handler_sends_the_call_to_the_owner(method):
     """The handler wrappers ask the router, so no RPC can be missed: its handler never runs here."""
     servicer = object.__new__(RunnerServicer)  # no service: a handler that ran here would fail
+    servicer.access = CallAccess(Authenticator(None), Authorization(lambda job_id: "default", lambda _: None))
     forwarder = RecordingForwarder()
     servicer.router = router()
     servicer.router.forwarder = forwarder

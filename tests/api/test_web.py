@@ -105,6 +105,9 @@ async def test_every_method_answers_over_connect_as_over_grpc(runner_factory):
                 )
                 grpc_outcome = await _outcome(grpc_call(request, timeout=10))
                 connect_outcome = await _outcome(call(request))
+            if method.name == "SetProjectQuota":  # each call sets the quota again, at its own time
+                for outcome in (grpc_outcome, connect_outcome):
+                    outcome.quota.ClearField("update_time")
             assert connect_outcome == grpc_outcome, method.name
 
 

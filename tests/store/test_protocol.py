@@ -30,6 +30,10 @@ def test_the_protocol_names_every_method_the_application_uses():
         "get_phase_request", "list_checkpoints", "read_transcript", "save_phase_request",
         # the credential vault (docs/network.md)
         "delete_egress_secret", "list_egress_secrets", "put_egress_secret",
+        # the audit trail (docs/tenancy.md)
+        "append_audit", "list_audit",
+        # per-project quotas (docs/tenancy.md)
+        "get_quota", "project_spend", "put_quota",
     ])  # fmt: skip
 
 

@@ -50,6 +50,7 @@ class FakeHost:
         self.process_started = True
         self.cost_usd = 0.0
         self.assistant_turns = 0
+        self.quota_reason: str | None = None  # quota_crossed answers this (phases/quota_guard.py)
         self.payloads: list[Any] = []  # everything emitted or set, in order
         self.stdin: list[dict[str, Any]] = []  # lines written, decoded
         self.stdin_closed = False
@@ -92,6 +93,9 @@ class FakeHost:
 
     async def at_boundary(self) -> None:
         self.boundaries += 1
+
+    async def quota_crossed(self) -> str | None:
+        return self.quota_reason
 
     async def close_stdin(self) -> None:
         self.stdin_closed = True

@@ -132,6 +132,7 @@ async def test_rpcs_are_counted_by_method_and_code_and_traced_from_the_callers_c
     assert format(get_job.context.trace_id, "032x") == TRACE_ID
     assert format(get_job.parent.span_id, "016x") == PARENT_ID and get_job.parent.is_remote
     assert get_job.attributes["rpc.system"] == "grpc" and get_job.attributes["rpc.method"] == "GetJob"
+    assert get_job.attributes["enduser.id"] == "admin"  # no credentials on loopback: the admin principal
     assert get_job.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
     assert get_job.status.status_code is StatusCode.UNSET  # a caller's mistake is not a server error
     (run_phase,) = spans.named(f"{SERVICE}/RunPhase")

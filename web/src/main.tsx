@@ -1,4 +1,4 @@
-/** The dashboard's entry point: a hash router over the five views. */
+/** The dashboard's entry point: a hash router over the six views. */
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import "./app.css";
@@ -7,6 +7,8 @@ import { JobsView, JobView } from "./views/jobs.js";
 import { CompareView } from "./views/fork.js";
 import { PhaseView } from "./views/phase.js";
 import { WebhooksView } from "./views/webhooks.js";
+import { AuditView } from "./views/audit.js";
+import { WhoAmI } from "./views/common.js";
 
 type Route =
   | { view: "jobs" }
@@ -14,13 +16,15 @@ type Route =
   | { view: "phase"; jobId: string; phaseId: string }
   | { view: "compare"; jobId: string; left: string; right: string }
   | { view: "costs"; params: URLSearchParams }
-  | { view: "webhooks" };
+  | { view: "webhooks" }
+  | { view: "audit" };
 
 export function parseRoute(hash: string): Route {
   const [path, query = ""] = hash.replace(/^#\/?/, "").split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   if (parts[0] === "costs") return { view: "costs", params: new URLSearchParams(query) };
   if (parts[0] === "webhooks") return { view: "webhooks" };
+  if (parts[0] === "audit") return { view: "audit" };
   if (parts[0] === "jobs" && parts[1] && parts[2] === "phases" && parts[3]) return { view: "phase", jobId: parts[1], phaseId: parts[3] };
   if (parts[0] === "jobs" && parts[1] && parts[2] === "compare" && parts[3] && parts[4]) return { view: "compare", jobId: parts[1], left: parts[3], right: parts[4] };
   if (parts[0] === "jobs" && parts[1]) return { view: "job", jobId: parts[1] };
@@ -51,7 +55,11 @@ function App() {
           <a href="#/webhooks" class={route.view === "webhooks" ? "active" : ""}>
             Webhooks
           </a>
+          <a href="#/audit" class={route.view === "audit" ? "active" : ""}>
+            Audit
+          </a>
         </nav>
+        <WhoAmI />
       </header>
       <main>
         {route.view === "jobs" && <JobsView />}
@@ -60,6 +68,7 @@ function App() {
         {route.view === "compare" && <CompareView key={`${route.jobId}/${route.left}/${route.right}`} jobId={route.jobId} left={route.left} right={route.right} />}
         {route.view === "costs" && <CostsView params={route.params} />}
         {route.view === "webhooks" && <WebhooksView />}
+        {route.view === "audit" && <AuditView />}
       </main>
     </>
   );

@@ -428,7 +428,9 @@ export function summarize(event: StreamEvent): { kind: string; text: string; ton
       const detail = [p.value.toolName, p.value.breakpointId && `breakpoint ${p.value.breakpointId}`, p.value.message && clip(p.value.message, 120)]
         .filter(Boolean)
         .join(" · ");
-      return { kind: "control", text: detail ? `${kind}: ${detail}` : kind, tone: "control" };
+      // Who took the action, when a call took it (docs/tenancy.md): "tool approved by alice@team-a".
+      const by = p.value.actor ? ` by ${p.value.actor}` : "";
+      return { kind: "control", text: detail ? `${kind}${by}: ${detail}` : `${kind}${by}`, tone: "control" };
     }
     case "parseError":
       return { kind: "parse error", text: `line ${p.value.lineNumber} (${p.value.lineBytes} bytes) ${p.value.detail}`, tone: "error" };

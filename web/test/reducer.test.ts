@@ -232,3 +232,11 @@ test("what a phase wrote reaches the log and the call labels as escapes, never a
   const label = callLabel(view.calls["t1"]);
   assert.ok(!/[\u202e\u2066]/.test(label) && label.startsWith("Bash\\u202e"), label);
 });
+
+test("a control event a caller caused names who: tool approved by alice", () => {
+  const view = fold([
+    ev(1, { case: "control", value: { kind: ControlEventKind.TOOL_APPROVED, toolName: "Bash", actor: "alice@team-a" } }),
+    ev(2, { case: "control", value: { kind: ControlEventKind.BREAKPOINT_HIT, toolName: "Bash" } }),
+  ]);
+  assert.deepEqual(view.log.map((l) => l.text), ["tool approved by alice@team-a: Bash", "breakpoint hit: Bash"]);
+});

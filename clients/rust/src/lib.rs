@@ -49,21 +49,50 @@ pub use tonic::transport::Channel;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 
-/// Adds `authorization: Bearer <token>` to every call, when the server requires a token.
-#[derive(Debug, Clone, Default)]
-pub struct BearerToken(Option<MetadataValue<Ascii>>);
+/// Where a short-lived token comes from: asked before each call (e.g. a cache refreshed from an
+/// identity provider); `None` sends no token.
+pub type TokenSource = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Adds `authorization: Bearer <token>` to every call, when the server requires a token: a fixed
+/// one ([`BearerToken::new`]) or one asked for each call ([`BearerToken::from_source`]).
+#[derive(Clone, Default)]
+pub struct BearerToken {
+    fixed: Option<MetadataValue<Ascii>>,
+    source: Option<TokenSource>,
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token itself.
+        f.debug_struct("BearerToken").field("fixed", &self.fixed.is_some()).field("source", &self.source.is_some()).finish()
+    }
+}
 
 impl BearerToken {
     /// A token to send (`None` sends nothing). Fails if the token is not valid header text.
     pub fn new(token: Option<&str>) -> Result<Self, tonic::metadata::errors::InvalidMetadataValue> {
-        token.map(|t| format!("Bearer {t}").parse()).transpose().map(Self)
+        let fixed = token.map(|t| format!("Bearer {t}").parse()).transpose()?;
+        Ok(Self { fixed, source: None })
+    }
+
+    /// A token asked of `source` before each call; a call whose token is not valid header text
+    /// fails with `UNAUTHENTICATED` before it is sent.
+    pub fn from_source(source: TokenSource) -> Self {
+        Self { fixed: None, source: Some(source) }
     }
 }
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
+        if let Some(value) = &self.fixed {
             request.metadata_mut().insert("authorization", value.clone());
+        } else if let Some(source) = &self.source {
+            if let Some(token) = source() {
+                let value: MetadataValue<Ascii> = format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| tonic::Status::unauthenticated("the token source gave a token that is not header text"))?;
+                request.metadata_mut().insert("authorization", value);
+            }
         }
         Ok(request)
     }
@@ -248,5 +277,21 @@ mod tests {
         let mut without = BearerToken::default();
         assert!(without.call(tonic::Request::new(())).unwrap().metadata().get("authorization").is_none());
         assert!(BearerToken::new(Some("bad\ntoken")).is_err());
+    }
+
+    #[test]
+    fn a_token_source_is_asked_before_each_call() {
+        let issued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = issued.clone();
+        let mut rotating = BearerToken::from_source(std::sync::Arc::new(move || {
+            Some(format!("t-{}", counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1))
+        }));
+        for expected in ["Bearer t-1", "Bearer t-2"] {
+            let request = rotating.call(tonic::Request::new(())).unwrap();
+            assert_eq!(request.metadata().get("authorization").unwrap(), expected);
+        }
+        let mut broken = BearerToken::from_source(std::sync::Arc::new(|| Some("bad\ntoken".to_string())));
+        assert_eq!(broken.call(tonic::Request::new(())).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert!(!format!("{:?}", BearerToken::new(Some("s3cret")).unwrap()).contains("s3cret"));
     }
 }

@@ -11,16 +11,26 @@ export type RunnerClient = Client<typeof RunnerService>;
 export interface RunnerClientOptions {
   /** `host:port` or a full `http://host:port` URL. */
   address: string;
-  /** Sent as `authorization: Bearer <token>` with every call, when the server requires it. */
-  token?: string;
+  /**
+   * Sent as `authorization: Bearer <token>` with every call, when the server requires it. A function
+   * is asked before each call (short-lived tokens: return the current one, refreshing it as needed).
+   */
+  token?: string | (() => string | Promise<string>);
 }
 
 /** A gRPC (HTTP/2) transport to the runner. */
 export function createRunnerTransport(options: RunnerClientOptions): Transport {
   const baseUrl = options.address.includes("://") ? options.address : `http://${options.address}`;
   const interceptors: Interceptor[] = [];
-  if (options.token) {
-    const value = `Bearer ${options.token}`;
+  const token = options.token;
+  if (typeof token === "function") {
+    interceptors.push((next) => async (req) => {
+      const current = await token();
+      if (current) req.header.set("authorization", `Bearer ${current}`);
+      return next(req);
+    });
+  } else if (token) {
+    const value = `Bearer ${token}`;
     interceptors.push((next) => (req) => {
       req.header.set("authorization", value);
       return next(req);

@@ -41,6 +41,14 @@ describe("against a fake RunnerService over gRPC", () => {
     assert.equal(server.authorization.at(-1), "Bearer s3cret");
   });
 
+  it("a token function is asked before each call (short-lived tokens)", async () => {
+    let issued = 0;
+    const rotating = createRunnerClient({ address: server.address, token: async () => `t-${++issued}` });
+    await runPhase(rotating, { jobId: "job-1", prompt: "hi", workingDir: "/tmp" }).collect();
+    await runPhase(rotating, { jobId: "job-1", prompt: "hi", workingDir: "/tmp" }).collect();
+    assert.deepEqual(server.authorization.slice(-2), ["Bearer t-1", "Bearer t-2"]);
+  });
+
   it("watchPhase starts after the cursor", async () => {
     const { events, result } = await watchPhase(client, "job-1", "p1", 1n).collect();
     assert.deepEqual(events.map((e) => e.sequence), [2n, 3n]);

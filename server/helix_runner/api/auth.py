@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from helix_runner.api.errors import to_status
+from helix_runner.api.principals import Authenticator
 from helix_runner.config import TOKEN_DIGEST_PREFIX
 from helix_runner.errors import ErrorKind, RunnerError
 
@@ -52,10 +53,12 @@ def token_matches(presented: str | bytes, token: str) -> bool:
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls without the configured token with UNAUTHENTICATED + ErrorInfo."""
+    """Rejects calls that name no principal with UNAUTHENTICATED + ErrorInfo, before the request is
+    read: a bearer token the authenticator knows (``api/principals.py``), or, with mutual TLS where a
+    certificate alone may do, no header at all (the handler then maps the certificate's subject)."""
 
-    def __init__(self, token: str):
-        self._token = token
+    def __init__(self, authenticator: Authenticator):
+        self._authenticator = authenticator
 
     async def intercept_service(
         self,
@@ -65,7 +68,8 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if details.method.startswith(_OPEN_PREFIXES):
             return await continuation(details)
         presented = next((v for k, v in details.invocation_metadata or () if k == "authorization"), "")
-        if token_matches(presented, self._token):
+        if (self._authenticator.from_header(presented) is not None if presented
+                else self._authenticator.certificate_may_suffice):
             return await continuation(details)
         handler = await continuation(details)
         return _rejecting(handler)

@@ -32,8 +32,9 @@ from protobuf.wkt import Any as WireAny
 
 from helix.runner.v1 import runner_service_pb2
 from helix.runner.v1.runner_service_connect import RunnerServiceASGIApplication
-from helix_runner.api.auth import token_matches, unauthenticated
+from helix_runner.api.auth import unauthenticated
 from helix_runner.api.errors import to_status
+from helix_runner.api.principals import Authenticator
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.servicer import RunnerServicer
 from helix_runner.domain.bounds import MAX_JSON_DEPTH
@@ -137,8 +138,13 @@ class _ContextShim:
         return None if timeout_ms is None else max(0.0, timeout_ms / 1000)
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        # Never the forwarding header: replicas forward over gRPC, so a Connect call is always routed.
-        return ()
+        # The caller's credential only; never the forwarding or principal headers: replicas forward
+        # over gRPC, so a Connect call is always routed and checked as its own caller.
+        authorization = self._ctx.request_headers.get("authorization")
+        return (("authorization", authorization),) if authorization else ()
+
+    def peer(self) -> str:
+        return ""
 
 
 def _internal(method: str) -> ConnectError:
@@ -203,24 +209,28 @@ class ConnectRunnerService:
 class BearerTokenCheck:
     """Connect metadata interceptor: the gRPC port's bearer-token rule (``api.auth``) for HTTP callers.
 
-    Runs before the request body is read, so an unauthenticated caller costs nothing.
+    Runs before the request body is read, so an unauthenticated caller costs nothing. (What the
+    caller may do is checked per call, as on the gRPC port: ``api/authorization.py``.)
     """
 
-    def __init__(self, token: str):
-        self._token = token
+    def __init__(self, authenticator: Authenticator):
+        self._authenticator = authenticator
 
     async def on_start(self, ctx: RequestContext) -> None:
-        if not token_matches(ctx.request_headers.get("authorization", ""), self._token):
+        if self._authenticator.from_header(ctx.request_headers.get("authorization", "")) is None:
             raise connect_error(to_status(unauthenticated()))
 
     async def on_end(self, token: None, ctx: RequestContext, error: Exception | None) -> None:
         return None
 
 
-def build_connect_app(servicer: RunnerServicer, token: str | None) -> RunnerServiceASGIApplication:
-    """The ASGI application serving RunnerService at ``/helix.runner.v1.RunnerService/*``."""
+def build_connect_app(servicer: RunnerServicer, token: str | None = None) -> RunnerServiceASGIApplication:
+    """The ASGI application serving RunnerService at ``/helix.runner.v1.RunnerService/*``; callers are
+    authenticated as on the gRPC port (``token`` is kept for callers that pass it: the servicer's
+    authenticator already knows it)."""
+    authenticator = servicer.access.authenticator
     return RunnerServiceASGIApplication(
         ConnectRunnerService(servicer),  # type: ignore[arg-type]  # methods are set per descriptor
-        interceptors=[BearerTokenCheck(token)] if token is not None else [],
+        interceptors=[] if authenticator.open else [BearerTokenCheck(authenticator)],
         codecs=[_PassThroughBinaryCodec(), _DecodingJsonCodec()],
     )

@@ -25,6 +25,7 @@ _CODES: dict[ErrorKind, int] = {
     ErrorKind.UNAVAILABLE: code_pb2.UNAVAILABLE,
     ErrorKind.UNIMPLEMENTED: code_pb2.UNIMPLEMENTED,
     ErrorKind.UNAUTHENTICATED: code_pb2.UNAUTHENTICATED,
+    ErrorKind.PERMISSION_DENIED: code_pb2.PERMISSION_DENIED,
     ErrorKind.ABORTED: code_pb2.ABORTED,
     ErrorKind.INTERNAL: code_pb2.INTERNAL,
 }
@@ -43,6 +44,13 @@ def to_status(error: RunnerError) -> grpc.Status:
         hint = any_pb2.Any()
         hint.Pack(retry)
         details.append(hint)
+    if error.quota_violation is not None:
+        subject, description = error.quota_violation
+        quota = error_details_pb2.QuotaFailure(
+            violations=[error_details_pb2.QuotaFailure.Violation(subject=subject, description=description)])
+        packed = any_pb2.Any()
+        packed.Pack(quota)
+        details.append(packed)
     return rpc_status.to_status(
         status_pb2.Status(code=_CODES[error.kind], message=error.message, details=details)
     )
@@ -69,6 +77,11 @@ def _detail(call_error: grpc.RpcError, message_class):
 def retry_info(call_error: grpc.RpcError) -> error_details_pb2.RetryInfo | None:
     """Client-side helper: the RetryInfo detail of a failed call, if it has one."""
     return _detail(call_error, error_details_pb2.RetryInfo)
+
+
+def quota_failure(call_error: grpc.RpcError) -> error_details_pb2.QuotaFailure | None:
+    """Client-side helper: the QuotaFailure detail of a failed call, if it has one."""
+    return _detail(call_error, error_details_pb2.QuotaFailure)
 
 
 def error_info(call_error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:

@@ -424,6 +424,7 @@ def _control(p: d.ControlEvent, m: ev.ControlEvent) -> None:
     if p.retry_delay_ns is not None:
         _set_duration_ns(m.retry_delay, p.retry_delay_ns)
     m.resumed_session_id = p.resumed_session_id
+    m.actor = p.actor
     if p.queue is not None:
         m.queue.CopyFrom(queue_state_to_proto(p.queue))
     if p.kind is d.ControlEventKind.REWOUND:

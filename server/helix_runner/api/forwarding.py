@@ -23,14 +23,18 @@ import grpc
 from grpc_status import rpc_status
 
 from helix.runner.v1 import runner_service_pb2
+from helix_runner.api.principals import principal_header
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.tls import ForwardingCredentials
+from helix_runner.domain.access import acting
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.replicas import RemoteOwner
 
 log = logging.getLogger(__name__)
 
 FORWARDED_HEADER = "x-helix-forwarded"
+# The caller a forwarded call acts for (api/principals.py principal_header).
+PRINCIPAL_HEADER = "x-helix-principal"
 DEFAULT_DEADLINE_SECONDS = 30.0
 
 _RESPONSE_TYPES = {m.name: getattr(runner_service_pb2, m.output_type.name) for m in SERVICE.methods}
@@ -170,10 +174,15 @@ class OwnerForwarder:
         await self._relays_idle.wait()
 
     def call_metadata(self) -> list[tuple[str, str]]:
-        """A forwarded call's metadata: the header that stops a second forward, and the bearer token."""
+        """A forwarded call's metadata: the header that stops a second forward, the bearer token, and
+        the caller's principal, which the replica answering checks the call against (a replica's own
+        credentials are not a way around the caller's permissions; docs/tenancy.md)."""
         metadata = [(FORWARDED_HEADER, "1")]
         if self.token is not None:
             metadata.append(("authorization", f"Bearer {self.token}"))
+        caller = acting.get()
+        if caller is not None:
+            metadata.append((PRINCIPAL_HEADER, principal_header(caller)))
         return metadata
 
     def channel(self, address: str) -> grpc.aio.Channel:

@@ -14,8 +14,11 @@ from helix_runner.api.checkpoint_mapping import checkpoint_to_proto
 from helix_runner.api.event_summary import summarize
 from helix_runner.api.proto_records import containment_to_proto, gateway_report_to_proto, sandbox_to_proto
 from helix_runner.api.wire import embedded
+from helix_runner.domain.access import Principal
+from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
 from helix_runner.domain.phase_result import queue_wait_ns
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.phases.views import CostTotals, Inspection, JobView, PhaseView, ServerStatus, StoredToolCall
 
 # PhaseInspection.recent_events[].summary (resources.proto).
@@ -271,3 +274,28 @@ def server_status_to_proto(status: ServerStatus) -> resources_pb2.ServerStatus:
     return resources_pb2.ServerStatus(sandbox=sandbox_to_proto(status.sandbox),
                                       containment_mode=int(status.containment_mode), refusal=status.refusal,
                                       version=status.version, offline=status.offline)
+
+
+def principal_to_proto(principal: Principal | None) -> resources_pb2.Principal:
+    if principal is None:
+        return resources_pb2.Principal()
+    return resources_pb2.Principal(name=principal.name, source=principal.source, grants=[
+        resources_pb2.Grant(project_id=project, roles=roles) for project, roles in principal.describe().items()])
+
+
+def audit_entry_to_proto(entry: AuditEntry) -> resources_pb2.AuditEntry:
+    msg = resources_pb2.AuditEntry(entry_id=entry.entry_id, principal=entry.principal,
+                                   principal_source=entry.principal_source, action=entry.action,
+                                   project_id=entry.project_id, job_id=entry.job_id, phase_id=entry.phase_id,
+                                   target=entry.target, detail=entry.detail, peer=entry.peer, outcome=entry.outcome)
+    msg.time.FromNanoseconds(entry.time_ns)
+    return msg
+
+
+def project_quota_to_proto(quota: ProjectQuota, spend: Spend) -> resources_pb2.ProjectQuota:
+    msg = resources_pb2.ProjectQuota(project_id=quota.project_id, spend_usd_per_day=quota.spend_usd_per_day,
+                                     spend_usd_per_month=quota.spend_usd_per_month, spent_today_usd=spend.today_usd,
+                                     spent_this_month_usd=spend.this_month_usd, updated_by=quota.updated_by)
+    if quota.update_time_ns:
+        msg.update_time.FromNanoseconds(quota.update_time_ns)
+    return msg

@@ -14,10 +14,11 @@ On a shared database a call may reach any replica. Each RunnerService method has
 ``Router.decide`` turns a call's route into what to do with it: serve it here (``HERE``), forward it
 (``Forward``) or place it (``Place``). The handler wrappers in ``api/servicer.py`` ask it once per
 call, so a handler never mentions replicas, and the Connect path (``api/connect_app.py``) routes
-the same way because it calls the same wrapped handlers. ``check_routes`` runs at registration: a
-method without a route, a route for no method, or a route its method cannot take (no phase ids, a
-stream where a unary call is forwarded) stops the server from starting, so a new RPC cannot be
-left out. A forwarded call carries ``x-helix-forwarded`` and is always served where it arrives.
+the same way because it calls the same wrapped handlers. Each method also has the permission it
+needs (``PERMISSIONS``: a role on the project its scope names, checked before routing by
+``api/authorization.py``). ``check_routes`` runs at registration: a method without a route or a
+permission, an entry for no method, or a route its method cannot take (no phase ids, a stream where
+a unary call is forwarded) stops the server from starting, so a new RPC cannot be left out. A forwarded call carries ``x-helix-forwarded`` and is always served where it arrives.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from helix_runner.api.forwarding import FORWARDED_HEADER, OwnerForwarder
 from helix_runner.api.phase_diff import diff_path
 from helix_runner.api.placement import place_run_phase
+from helix_runner.domain.access import Role
 from helix_runner.phases.placement import PlacementTarget
 from helix_runner.phases.replicas import Replicas
 
@@ -84,6 +86,82 @@ ROUTES: Mapping[str, Route] = {
     "ForkPhase": Route.ANY,
     # A rewind stops and resumes the phase's CLI: its owner's.
     "RewindPhase": Route.OWNER,
+    # The audit trail is in the shared database; who the caller is, any replica can say.
+    "ListAuditEntries": Route.ANY,
+    "WhoAmI": Route.ANY,
+    # Quotas are rows of the shared database; the spend is summed there.
+    "SetProjectQuota": Route.ANY,
+    "GetProjectQuota": Route.ANY,
+}
+
+
+
+class Scope(enum.Enum):
+    """Which project a call touches, for its permission check (``api/authorization.py``)."""
+
+    PHASE = "the project of the job the request names"
+    PROJECT = "the request's project_id (empty: the default project)"
+    PROJECTS = "the request's project_id (empty: every project)"
+    WEBHOOK = "the project of the webhook the request names, else of its job, else every project"
+    COSTS = "the job's project when the request names one, else its project_id (empty: the default)"
+    LISTING = "every project the caller may see (the answer is filtered)"
+    SERVER = "the server itself: a grant on every project (\"*\")"
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a call needs: ``role`` on the project its ``scope`` names; an action (not a read) that
+    needs more than ``viewer`` is recorded in the audit trail."""
+
+    role: Role
+    scope: Scope
+    read: bool = False  # a read that needs more than viewer (listing secrets, the audit trail)
+
+    @property
+    def audited(self) -> bool:
+        return self.role is not Role.VIEWER and not self.read
+
+
+_V, _O, _A, _ADMIN = Role.VIEWER, Role.OPERATOR, Role.APPROVER, Role.ADMIN
+
+# The permission each RPC needs (docs/tenancy.md); check_routes stops a start without one.
+PERMISSIONS: Mapping[str, Need] = {
+    "RunPhase": Need(_O, Scope.PROJECT),
+    "WatchPhase": Need(_V, Scope.PHASE),
+    "GetJob": Need(_V, Scope.PHASE),
+    "ListJobs": Need(_V, Scope.LISTING),
+    "ListToolCalls": Need(_V, Scope.PHASE),
+    "GetCostTotals": Need(_V, Scope.COSTS),
+    "GetServerStatus": Need(_ADMIN, Scope.SERVER, read=True),
+    "GetPhaseDiff": Need(_V, Scope.PHASE),
+    "InspectPhase": Need(_V, Scope.PHASE),
+    "CancelPhase": Need(_O, Scope.PHASE),
+    "PausePhase": Need(_O, Scope.PHASE),
+    "ResumePhase": Need(_O, Scope.PHASE),
+    "StepPhase": Need(_O, Scope.PHASE),
+    "InterruptPhase": Need(_O, Scope.PHASE),
+    "SetPhaseModel": Need(_O, Scope.PHASE),
+    "SetPhasePermissionMode": Need(_O, Scope.PHASE),
+    "StopTask": Need(_O, Scope.PHASE),
+    "GetTaskOutput": Need(_V, Scope.PHASE),
+    "InjectMessage": Need(_O, Scope.PHASE),
+    "AddBreakpoint": Need(_O, Scope.PHASE),
+    "ListBreakpoints": Need(_V, Scope.PHASE),
+    "RemoveBreakpoint": Need(_O, Scope.PHASE),
+    "ResolveToolCall": Need(_A, Scope.PHASE),
+    "CreateWebhook": Need(_ADMIN, Scope.PROJECTS),  # no project: a server-wide subscription
+    "ListWebhooks": Need(_ADMIN, Scope.PROJECTS, read=True),
+    "DeleteWebhook": Need(_ADMIN, Scope.WEBHOOK),
+    "ListWebhookDeliveries": Need(_ADMIN, Scope.WEBHOOK, read=True),
+    "ForkPhase": Need(_O, Scope.PHASE),
+    "RewindPhase": Need(_O, Scope.PHASE),
+    "PutEgressSecret": Need(_ADMIN, Scope.PROJECT),
+    "ListEgressSecrets": Need(_ADMIN, Scope.PROJECT, read=True),
+    "DeleteEgressSecret": Need(_ADMIN, Scope.PROJECT),
+    "ListAuditEntries": Need(_ADMIN, Scope.PROJECTS, read=True),
+    "WhoAmI": Need(_V, Scope.LISTING),
+    "SetProjectQuota": Need(_ADMIN, Scope.PROJECT),
+    "GetProjectQuota": Need(_V, Scope.PROJECT),
 }
 
 _PHASE_IDS = frozenset({"job_id", "phase_id"})
@@ -96,6 +174,18 @@ def check_routes(service: ServiceDescriptor, routes: Mapping[str, Route] | None 
     problems = [f"{name} has no route in api/routing.py ROUTES" for name in methods if name not in routes]
     problems += [f"ROUTES names {name}, which {service.full_name} does not have" for name in routes
                  if name not in methods]
+    problems += [f"{name} has no permission in api/routing.py PERMISSIONS" for name in methods
+                 if name not in PERMISSIONS]
+    problems += [f"PERMISSIONS names {name}, which {service.full_name} does not have" for name in PERMISSIONS
+                 if name not in methods]
+    for name, need in PERMISSIONS.items():
+        method = methods.get(name)
+        fields = set(method.input_type.fields_by_name) if method is not None else set()
+        wanted = {Scope.PHASE: {"job_id"}, Scope.PROJECT: {"project_id"}, Scope.PROJECTS: {"project_id"},
+                  Scope.COSTS: {"job_id", "project_id"}}.get(need.scope, set())
+        if method is not None and not wanted <= fields:
+            problems.append(f"{name} needs {need.role.value} on {need.scope.value}, but its request has no "
+                            f"{', '.join(sorted(wanted - fields))}")
     for name, route in routes.items():
         method = methods.get(name)
         if method is None or route is Route.ANY:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,8 @@ from google.protobuf.message import DecodeError
 
 from helix.runner.v1 import resources_pb2, runner_service_pb2, runner_service_pb2_grpc
 from helix_runner.api import event_mapping as m
+from helix_runner.api.authorization import Authorization
+from helix_runner.api.call_access import CallAccess
 from helix_runner.api.checkpoint_mapping import (
     checkpoint_to_proto,
     fork_point_from_proto,
@@ -39,6 +42,7 @@ from helix_runner.api.errors import abort
 from helix_runner.api.forwarding import OwnerForwarder, OwnerStatus
 from helix_runner.api.pagination import make_token, page_size, read_token
 from helix_runner.api.phase_diff import read_diff_page
+from helix_runner.api.principals import Authenticator
 from helix_runner.api.request_mapping import (
     HARD_PAUSE,
     INTERRUPT_FIRST,
@@ -52,17 +56,20 @@ from helix_runner.api.request_mapping import (
     statuses_from_request,
 )
 from helix_runner.api.resource_mapping import (
+    audit_entry_to_proto,
     breakpoint_to_proto,
     cost_totals_to_proto,
     get_job_response,
     inspection_to_proto,
     list_jobs_response,
     phase_to_proto,
+    principal_to_proto,
+    project_quota_to_proto,
     server_status_to_proto,
     tool_call_to_proto,
 )
 from helix_runner.api.retry_options import retry_policy_from_options
-from helix_runner.api.routing import Forward, Place, Router, check_routes
+from helix_runner.api.routing import PERMISSIONS, Forward, Need, Place, Router, check_routes
 from helix_runner.api.service_descriptor import SERVICE
 from helix_runner.api.validation import check_enums
 from helix_runner.api.webhook_mapping import (
@@ -72,6 +79,9 @@ from helix_runner.api.webhook_mapping import (
     webhook_to_proto,
 )
 from helix_runner.api.wire import event_responses, result_response
+from helix_runner.domain.access import ADMIN, Role, acting
+from helix_runner.domain.phase_spec import DEFAULT_PROJECT
+from helix_runner.domain.quotas import ProjectQuota, check_limit
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.commands import PhaseCommands
 from helix_runner.phases.handover import phase_moved_error
@@ -101,27 +111,81 @@ def _internal(method: str) -> RunnerError:
                        {"method": method})
 
 
+class _Call:
+    """One call's principal, permission check and audit entry (``api/authorization.py``).
+
+    ``allow`` resolves the principal, checks the method's permission and makes the principal the one
+    ``acting`` (control events name it); ``done`` records an action once, with how it ended."""
+
+    __slots__ = ("access", "name", "need", "context", "principal", "project", "request", "outcome", "token",
+                 "recorded")
+
+    def __init__(self, access: CallAccess, name: str, need: Need, context: Any):
+        self.access = access
+        self.name = name
+        self.need = need
+        self.context = context
+        self.principal = None
+        self.project = ""
+        self.request = None
+        self.outcome = "OK"
+        self.token = None
+        self.recorded = False
+
+    def allow(self, request: Any) -> None:
+        self.request = request
+        self.principal = self.access.principal(self.context)
+        self.token = acting.set(self.principal)
+        self.project = self.access.authorization.check(self.need, request, self.principal)
+
+    def failed(self, code: str, reason: str) -> None:
+        self.outcome = code if not reason or reason == code else f"{code} {reason}"
+
+    def done(self) -> None:
+        if self.token is not None:
+            with contextlib.suppress(ValueError):  # a stream's generator may end in another context
+                acting.reset(self.token)
+            self.token = None
+        if self.recorded or self.principal is None or not self.need.audited or self.request is None:
+            return
+        self.recorded = True
+        if not self.project:  # refused before its project was settled
+            self.project = self.access.authorization.touched(self.need, self.request)
+        self.access.authorization.record(self.name, self.request, self.principal, self.project, self.outcome,
+                                         self.access.peer(self.context))
+
+
 def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Wraps a unary handler: enum checks first; RunnerError → rich status; anything else → INTERNAL."""
 
+    name = handler.__name__
+    need = PERMISSIONS[name]
+
     @functools.wraps(handler)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        call = _Call(self.access, name, need, context)
         try:
-            request = _parse(handler.__name__, request)
+            request = _parse(name, request)
             check_enums(request)
-            decision = self.router.decide(handler.__name__, request, context)
+            call.allow(request)  # who calls, and may they (api/authorization.py)
+            decision = self.router.decide(name, request, context)
             if isinstance(decision, Forward):  # another replica answers (api/routing.py)
-                return await self.router.forward(handler.__name__, request, decision, context)
+                return await self.router.forward(name, request, decision, context)
             return await handler(self, request, context)
         except RunnerError as exc:
+            call.failed(exc.kind.name, exc.reason)
             await abort(context, exc)
         except OwnerStatus as exc:
+            call.failed(exc.status.code.name, "")
             await context.abort_with_status(exc.status)
         except grpc.aio.AbortError:
             raise  # the handler answered already
         except Exception:
-            log.exception("%s failed unexpectedly", handler.__name__, extra={"fields": {"method": handler.__name__}})
-            await abort(context, _internal(handler.__name__))
+            log.exception("%s failed unexpectedly", name, extra={"fields": {"method": name}})
+            call.failed("INTERNAL", "")
+            await abort(context, _internal(name))
+        finally:
+            call.done()
 
     wrapper.guarded = True  # type: ignore[attr-defined]
     return wrapper
@@ -130,28 +194,39 @@ def _unary(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
 def _stream(handler: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
     """``_unary`` for server-streaming handlers; an error after some messages ends the stream with it."""
 
+    name = handler.__name__
+    need = PERMISSIONS[name]
+
     @functools.wraps(handler)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        call = _Call(self.access, name, need, context)
         try:
-            request = _parse(handler.__name__, request)
+            request = _parse(name, request)
             check_enums(request)
-            decision = self.router.decide(handler.__name__, request, context)
+            call.allow(request)  # who calls, and may they (api/authorization.py)
+            decision = self.router.decide(name, request, context)
             # Relayed to a replica with room (api/routing.py), unless it refused: then it runs here.
             relayed = await self.router.place(request, decision, context) if isinstance(decision, Place) else None
             stream = relayed if relayed is not None else handler(self, request, context)
             # aclosing: when the client goes away, the handler's own cleanup (finally) runs now.
             async with contextlib.aclosing(stream) as messages:
                 async for message in messages:
+                    call.done()  # audited once it started (a RunPhase may last hours)
                     yield message
         except RunnerError as exc:
+            call.failed(exc.kind.name, exc.reason)
             await abort(context, exc)
         except OwnerStatus as exc:  # a placed RunPhase: the replica running it answered with an error
+            call.failed(exc.status.code.name, "")
             await context.abort_with_status(exc.status)
         except grpc.aio.AbortError:
             raise
         except Exception:
-            log.exception("%s failed unexpectedly", handler.__name__, extra={"fields": {"method": handler.__name__}})
-            await abort(context, _internal(handler.__name__))
+            log.exception("%s failed unexpectedly", name, extra={"fields": {"method": name}})
+            call.failed("INTERNAL", "")
+            await abort(context, _internal(name))
+        finally:
+            call.done()
 
     wrapper.guarded = True  # type: ignore[attr-defined]
     return wrapper
@@ -161,10 +236,15 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     """The gRPC face of the runner: phases start and are watched through the phase service, job
     control goes to the command surface, questions to the read model."""
 
-    def __init__(self, service: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None):
+    def __init__(self, service: PhaseService, queries: PhaseQueries, forwarder: OwnerForwarder | None = None,
+                 authenticator: Authenticator | None = None,
+                 annotate_principal: Callable[[str, str], None] | None = None):
         self.service = service
         self.commands = PhaseCommands(service)
         self.queries = queries
+        # Who calls and what they may do (docs/tenancy.md); without credentials configured, admin.
+        self.access = CallAccess(authenticator or Authenticator(None), Authorization(
+            queries.project_of, self._webhook_project, service.store.append_audit), annotate_principal)
         # A shared database (a forwarder): calls go to the replica their route names (api/routing.py).
         self.router = Router(service.replicas, forwarder, place_on_free_replica=service.config.place_on_free_replica,
                              new_phase_id=service.new_phase_id)
@@ -243,7 +323,12 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         statuses = statuses_from_request(request.statuses)
         query = {"project": request.project_id, "statuses": [s.name for s in statuses]}
         after = read_token(request.page_token, query, (int, str))
-        page = self.queries.list_jobs(request.project_id, statuses, page_size(request.page_size, 50, 500),
+        visible = self.access.authorization.visible(acting.get() or ADMIN)
+        projects: str | list[str] = request.project_id
+        if visible is not None:  # only the projects the caller may see; a foreign one is empty
+            projects = [request.project_id] if request.project_id in visible else \
+                sorted(visible) if not request.project_id else []
+        page = self.queries.list_jobs(projects, statuses, page_size(request.page_size, 50, 500),
                                       tuple(after) if after else None)
         return list_jobs_response(page.jobs, make_token(query, list(page.next_after)) if page.next_after else "",
                                   full_prompts=request.full_prompts)
@@ -386,6 +471,53 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         checkpoint, sequence = await self.commands.rewind(
             request.job_id, request.phase_id, fork_point_from_proto(request.point, request.conversation_only))
         return runner_service_pb2.RewindPhaseResponse(checkpoint=checkpoint_to_proto(checkpoint), sequence=sequence)
+
+    # -- principals and the audit trail (docs/tenancy.md) ----------------------------------------
+
+    def _webhook_project(self, webhook_id: str) -> str | None:
+        row = self.service.store.get_webhook(webhook_id)
+        return None if row is None else (row.project_id or "*")
+
+    @_unary
+    async def WhoAmI(self, request, context):
+        return runner_service_pb2.WhoAmIResponse(principal=principal_to_proto(acting.get()))
+
+    @_unary
+    async def ListAuditEntries(self, request, context):
+        principal = acting.get()
+        projects = [request.project_id] if request.project_id else None
+        if projects is None and principal is not None and not principal.everywhere(Role.ADMIN):
+            projects = sorted(principal.projects(Role.ADMIN))
+        query = {"project": request.project_id, "job": request.job_id, "principal": request.principal}
+        after = read_token(request.page_token, query, (int,))
+        limit = page_size(request.page_size, 100, 1000)
+        entries = await asyncio.to_thread(self.queries.audit_entries, projects, request.job_id, request.principal,
+                                          limit + 1, after[0] if after else None)
+        more = len(entries) > limit
+        entries = entries[:limit]
+        return runner_service_pb2.ListAuditEntriesResponse(
+            entries=[audit_entry_to_proto(e) for e in entries],
+            next_page_token=make_token(query, [entries[-1].entry_id]) if more and entries else "")
+
+    @_unary
+    async def SetProjectQuota(self, request, context):
+        project = request.project_id or DEFAULT_PROJECT
+        try:
+            day = check_limit("spend_usd_per_day", request.spend_usd_per_day)
+            month = check_limit("spend_usd_per_month", request.spend_usd_per_month)
+        except ValueError as exc:
+            raise invalid_field(str(exc).split()[0], str(exc)) from None
+        principal = acting.get()
+        await self.commands.set_quota(ProjectQuota(project, day, month, time.time_ns(),
+                                                   principal.name if principal else ""))
+        quota, spend = await self.commands.quota(project)
+        return runner_service_pb2.SetProjectQuotaResponse(quota=project_quota_to_proto(quota, spend))
+
+    @_unary
+    async def GetProjectQuota(self, request, context):
+        project = request.project_id or DEFAULT_PROJECT
+        quota, spend = await self.commands.quota(project)
+        return runner_service_pb2.GetProjectQuotaResponse(quota=project_quota_to_proto(quota, spend))
 
     # -- the credential vault (docs/network.md; phases/egress_vault.py) -------------------------
 

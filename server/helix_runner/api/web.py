@@ -111,9 +111,10 @@ class WebApp:
         )
         self._prefix = self.connect.path + "/"
         self._assets = load_assets() if assets is None else assets
-        # With a token the API is protected by it; without one only loopback host names are served.
+        # With credentials the API is protected by them; without, only loopback host names are served.
+        protected = token is not None or not servicer.access.authenticator.open
         self._hosts = (
-            None if token is not None else _LOOPBACK_NAMES | {h.lower().strip("[]") for h in extra_hosts}
+            None if protected else _LOOPBACK_NAMES | {h.lower().strip("[]") for h in extra_hosts}
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

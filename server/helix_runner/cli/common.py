@@ -51,6 +51,7 @@ environment:
   HELIX_RUNNER_SERVER      host:port of the service (default 127.0.0.1:50051)
   HELIX_RUNNER_TOKEN_FILE  file holding the bearer token (like --token-file)
   HELIX_RUNNER_TOKEN       the bearer token itself (when no token file is given)
+  HELIX_RUNNER_TOKEN_COMMAND  a command that prints the token (like --token-command)
   HELIX_RUNNER_TLS         1: connect with TLS (like --tls)
   HELIX_RUNNER_TLS_CA      PEM root certificates for TLS (like --tls-ca; also HELIX_RUNNER_CA_FILE)
   HELIX_RUNNER_TLS_CERT    PEM client certificate for mutual TLS (like --tls-cert)
@@ -82,6 +83,12 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="file holding the bearer token (env HELIX_RUNNER_TOKEN_FILE, or the token "
         "itself in HELIX_RUNNER_TOKEN)",
+    )
+    group.add_argument(
+        "--token-command",
+        metavar="CMD",
+        help="a command that prints the bearer token, run once per invocation without a shell "
+        "(short-lived tokens, e.g. from an identity provider; env HELIX_RUNNER_TOKEN_COMMAND)",
     )
     group.add_argument(
         "--tls",
@@ -142,6 +149,8 @@ class Connection:
             token: str | None = _read_file(token_file, "token file").decode("utf-8", "replace").strip()
             if not token:
                 raise CliError(f"the token file {token_file} is empty")
+        elif getattr(args, "token_command", None) or env.get("HELIX_RUNNER_TOKEN_COMMAND"):
+            token = _token_from_command(getattr(args, "token_command", None) or env["HELIX_RUNNER_TOKEN_COMMAND"])
         else:
             token = env.get("HELIX_RUNNER_TOKEN", "").strip() or None
         ca_file = args.ca_file or env.get("HELIX_RUNNER_TLS_CA") or env.get("HELIX_RUNNER_CA_FILE")
@@ -348,3 +357,22 @@ def print_json(data: Any, file: Any = None) -> None:
     # Lossless: control characters and bidi overrides inside strings are written as \u escapes.
     stream.write(dumps_json(data, indent=2, default=str) + "\n")
     stream.flush()
+
+
+def _token_from_command(command: str) -> str:
+    """The token a command prints (its first line), run without a shell within 30 s; a usage error
+    saying why when it fails (its own output is not echoed: it may hold a secret)."""
+    import shlex
+    import subprocess
+
+    try:
+        argv = shlex.split(command)
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+    except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        raise CliError(f"the token command could not run: {type(exc).__name__}") from None
+    if done.returncode != 0:
+        raise CliError(f"the token command exited {done.returncode}")
+    token = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    if not token or not token[0].strip():
+        raise CliError("the token command printed nothing")
+    return token[0].strip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from helix_runner.cli import attach, control, fork, read, run, serve, watch, webhooks
+from helix_runner.cli import access, attach, control, fork, read, run, serve, watch, webhooks
 from helix_runner.cli.common import (
     ENV_HELP,
     EXIT_CODES_HELP,
@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)
     run.register(sub)
     read.register(sub)
+    access.register(sub)
     watch.register(sub)
     attach.register(sub)
     control.register(sub)

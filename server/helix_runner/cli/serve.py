@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--auth-token-file", help="file with the bearer token clients must send (required off loopback)"
     )
+    p.add_argument(
+        "--auth-principals-file",
+        help="TOML file of named tokens (digests), certificate subjects and JWT rules, each with its grants "
+             "per project (docs/tenancy.md)",
+    )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", choices=("auto", "json", "text"),
                    help="log lines on stderr (default auto: human-readable on a terminal, JSON otherwise)")

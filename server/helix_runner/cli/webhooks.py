@@ -23,7 +23,7 @@ from helix_runner.cli.common import (
 )
 
 EVENTS = ("phase.finished", "phase.awaiting_approval", "phase.cost_threshold", "phase.retry_scheduled",
-          "queue.full", "job.finished")
+          "queue.full", "job.finished", "quota.exceeded")
 STATES = ("pending", "delivered", "dead", "cancelled")
 DESCRIPTION = """\
 Webhooks tell a URL when a phase needs someone: it finished (optionally only some statuses), a tool

@@ -558,6 +558,7 @@ class ControlEvent(_Payload):
     checkpoint: int = 0
     rewound_after_sequence: int = 0
     rewound_to_sequence: int = 0
+    actor: str = ""  # who took the action, for actions a call takes (domain/access.py)
 
 
 class GatewayEvent(_Payload):

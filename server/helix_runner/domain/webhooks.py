@@ -6,7 +6,8 @@ phase, which remembers only the cost it saw last): a phase reaching a final stat
 call held at a breakpoint (``phase.awaiting_approval``), a scheduled retry
 (``phase.retry_scheduled``) and every cost update (``phase.cost``, a candidate that a subscription
 takes only when it carries the phase across the subscription's threshold). A refusal by a full
-queue (``queue.full``) is no phase event; the service builds it (``queue_full``). A
+queue (``queue.full``) is no phase event; the service builds it (``queue_full``), and so a
+project's spend quota reached (``quota.exceeded``, ``quota_exceeded``). A
 ``Subscription`` says which notifications it wants (``Subscription.wants``); each wanted one
 becomes an outbox row in the same transaction as the event it comes from (``store``), so the
 mapping must be the same every time it runs over the same events.
@@ -43,6 +44,7 @@ class WebhookEvent(enum.Enum):
     PHASE_RETRY_SCHEDULED = "phase.retry_scheduled"
     QUEUE_FULL = "queue.full"
     JOB_FINISHED = "job.finished"
+    QUOTA_EXCEEDED = "quota.exceeded"
 
 
 class WebhookFormat(enum.Enum):
@@ -222,6 +224,13 @@ def queue_full(job_id: str, phase_id: str, project_id: str, now_ns: int, reason:
                         details=details)
 
 
+def quota_exceeded(job_id: str, phase_id: str, project_id: str, now_ns: int, reason: str,
+                   details: dict[str, object]) -> Notification:
+    """A project reached a spend quota: a new phase was refused, or a running one paused."""
+    return Notification(WebhookEvent.QUOTA_EXCEEDED, job_id, phase_id, project_id, 0, now_ns, reason=reason,
+                        details=details)
+
+
 # -- bodies ------------------------------------------------------------------------------------------
 
 
@@ -270,6 +279,8 @@ def slack_text(n: Notification, link: str) -> str:
         WebhookEvent.PHASE_RETRY_SCHEDULED: f"phase {where} will retry: attempt {n.details.get('attempt', '?')} of "
                                             f"{n.details.get('max_attempts', '?')} ended",
         WebhookEvent.QUEUE_FULL: f"phase {where} was refused: the admission queue is full",
+        WebhookEvent.QUOTA_EXCEEDED: f"project {_slack_escape(n.project_id)} reached a spend quota "
+                                     f"({n.details.get('action', 'refused')}: {where})",
     }[n.event]
     reason = f" — {_slack_escape(n.reason[:300])}" if n.reason else ""
     return f"Helix Runner: {what}{reason}"

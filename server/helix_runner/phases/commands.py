@@ -17,6 +17,7 @@ from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import OnDisconnect, PermissionMode
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.domain.tool_decision import Decision
 from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
@@ -142,3 +143,12 @@ class PhaseCommands:
             live.run.emit(ControlEvent(ControlEventKind.DETACHED, message="the RunPhase caller went away"))
         else:
             live.run.request_stop_with_reason(EndCause.CANCELLED, "the RunPhase caller disconnected")
+
+    # -- per-project quotas (phases/quota_guard.py) ---------------------------------------------
+
+    async def set_quota(self, quota: ProjectQuota) -> None:
+        """Stores a project's quota; this replica applies it at once, the others within seconds."""
+        await self._service.quotas.set(quota)
+
+    async def quota(self, project_id: str) -> tuple[ProjectQuota, Spend]:
+        return await self._service.quotas.spend(project_id)

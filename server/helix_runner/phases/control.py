@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from helix_runner.domain.access import actor
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet, first_match
 from helix_runner.domain.events import (
     AssistantText,
@@ -368,6 +369,12 @@ class PhaseController:
         input_json = orjson.dumps(tool_input).decode() if isinstance(tool_input, dict) else "{}"
         # The workspace snapshot of the previous boundary first: it must not see this call's writes.
         await self.host.at_boundary()
+        crossed = await self.host.quota_crossed()
+        if crossed is not None and not self.pause_requested:  # the project reached a spend quota
+            self.pause_requested = True
+            self.step_credits = 0
+            self.host.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message=crossed[:4096]))
+            self._changed()
         decided = self.pending.pop(req.tool_use_id, None)
         if decided is not None:  # decided before the CLI asked (a fork that decides its call differently)
             self._changed()
@@ -499,7 +506,8 @@ class PhaseController:
             raise _illegal("pause", self.host.status, "the phase is already paused")
         self.pause_requested = True
         self.step_credits = 0
-        self.host.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message="hard" if hard else "before next tool"))
+        self.host.emit(ControlEvent(ControlEventKind.PAUSE_REQUESTED, message="hard" if hard else "before next tool",
+                                    actor=actor()))
         if hard:
             if not self.host.process_started:
                 raise _illegal("pause", self.host.status, "the process has not started")
@@ -507,7 +515,8 @@ class PhaseController:
             await self.host.pause_processes()
             self.hard_paused = True
             self.host.hold_watchdog(True)
-            self.host.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)"))
+            self.host.emit(ControlEvent(ControlEventKind.PAUSED, message="every process of the phase stopped (SIGSTOP)",
+                                        actor=actor()))
         self.settle_status()
         self._changed()
 
@@ -524,7 +533,7 @@ class PhaseController:
         for hold in list(self.holds.values()):
             if not hold.breakpoint_id and not hold.decision.done():
                 hold.decision.set_result(allow_hook())
-        self.host.emit(ControlEvent(ControlEventKind.RESUMED))
+        self.host.emit(ControlEvent(ControlEventKind.RESUMED, actor=actor()))
         self.settle_status()
         self._changed()
 
@@ -584,27 +593,28 @@ class PhaseController:
             return deny_hook(decision.message) if decision.kind is DecisionKind.DENY else (
                 edit_hook(decision.new_input or {}) if decision.kind is DecisionKind.EDIT else allow_hook())
         if decision.kind is DecisionKind.APPROVE:
-            self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, tool_name, breakpoint_id))
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_APPROVED, tool_use_id, tool_name, breakpoint_id,
+                                        actor=actor()))
             return allow_hook()
         if decision.kind is DecisionKind.DENY:
             self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, tool_use_id, tool_name, breakpoint_id,
-                                        message=decision.message))
+                                        message=decision.message, actor=actor()))
             return deny_hook(decision.message)
         new_input = decision.new_input or {}
         self.host.emit(ControlEvent(ControlEventKind.TOOL_EDITED, tool_use_id, tool_name, breakpoint_id,
-                                    input_json=orjson.dumps(new_input).decode()))
+                                    input_json=orjson.dumps(new_input).decode(), actor=actor()))
         return edit_hook(new_input)
 
     def add_breakpoint(self, bp: Breakpoint) -> Breakpoint:
         self._require_running("add a breakpoint")
         self.breakpoints.add(bp)
-        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_ADDED, breakpoint_id=bp.breakpoint_id))
+        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_ADDED, breakpoint_id=bp.breakpoint_id, actor=actor()))
         self._changed()
         return bp
 
     def remove_breakpoint(self, breakpoint_id: str) -> Breakpoint:
         bp = self.breakpoints.remove(breakpoint_id)
-        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_REMOVED, breakpoint_id=breakpoint_id))
+        self.host.emit(ControlEvent(ControlEventKind.BREAKPOINT_REMOVED, breakpoint_id=breakpoint_id, actor=actor()))
         self._changed()
         return bp
 
@@ -634,7 +644,7 @@ class PhaseController:
             self._uncount_turn()
             raise _illegal("inject a message", self.host.status, "the CLI's stdin is closed")
         event = self.host.emit(ControlEvent(ControlEventKind.MESSAGE_INJECTED,
-                                            message=_utf8_prefix(text, MAX_INJECTED_EVENT_BYTES)))
+                                            message=_utf8_prefix(text, MAX_INJECTED_EVENT_BYTES), actor=actor()))
         return message_uuid, event.sequence if event else 0
 
     def _cancel_settle(self) -> None:
@@ -655,7 +665,7 @@ class PhaseController:
         if self.stdin_closed:
             raise _illegal("interrupt", self.host.status, "the phase is finishing and takes no more input")
         await self.channel.request("interrupt", wait_s=CONTROL_WAIT_SECONDS)
-        self.host.emit(ControlEvent(ControlEventKind.INTERRUPTED))
+        self.host.emit(ControlEvent(ControlEventKind.INTERRUPTED, actor=actor()))
 
     # -- session settings and background tasks (CLI 2.1.330 control requests) ---------------
 

@@ -118,6 +118,9 @@ class PhaseHost(Protocol):
     async def at_boundary(self) -> None:
         """Returns once the checkpoint of the last tool boundary is taken (the next call may run)."""
 
+    async def quota_crossed(self) -> str | None:
+        """Why the phase's project has reached a spend quota (phases/quota_guard.py), or None."""
+
     async def close_stdin(self) -> None:
         """Closes the CLI's stdin so it finishes its queued turns and exits."""
 

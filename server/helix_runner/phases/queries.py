@@ -22,6 +22,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.cost_ledger import ModelCost
 from helix_runner.domain.events import TokenUsage
 from helix_runner.domain.phase_spec import DEFAULT_PROJECT
@@ -141,13 +142,15 @@ class PhaseQueries:
 
     def list_jobs(
         self,
-        project_id: str | None,
+        project_id: str | Sequence[str] | None,
         statuses: Sequence[PhaseStatus],
         limit: int,
         after: tuple[int, str] | None,
     ) -> JobPage:
-        """A page of jobs, newest first, in at most three store queries whatever ``limit`` is."""
-        rows = self._store.list_jobs(project_id or None, statuses, limit + 1, after)
+        """A page of jobs, newest first, in at most three store queries whatever ``limit`` is; of one
+        project, of the projects a caller may see (a sequence), or of all (None or "")."""
+        rows = self._store.list_jobs(project_id or None if isinstance(project_id, str) else project_id,
+                                     statuses, limit + 1, after)
         more = len(rows) > limit
         rows = rows[:limit]
         next_after = (rows[-1].create_time_ns, rows[-1].job_id) if more and rows else None
@@ -290,6 +293,15 @@ class PhaseQueries:
         )
 
     # -- costs ------------------------------------------------------------------------------
+
+    def project_of(self, job_id: str) -> str | None:
+        """The project of a job (None: no such job); a job's project never changes."""
+        row = self._store.get_job(job_id)
+        return None if row is None else row.project_id
+
+    def audit_entries(self, projects: Sequence[str] | None, job_id: str, principal: str, limit: int,
+                      before_id: int | None) -> list[AuditEntry]:
+        return self._store.list_audit(projects, job_id, principal, limit, before_id)
 
     def cost_totals(self, project_id: str = "", job_id: str = "", phase_id: str = "") -> CostTotals:
         """Totals of one phase (job + phase), a job, or a project (the default project when empty)."""

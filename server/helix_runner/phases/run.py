@@ -79,6 +79,7 @@ from helix_runner.phases.handover import (
 )
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
+from helix_runner.phases.quota_guard import QuotaGuard
 from helix_runner.phases.recorder import PhaseRecorder
 from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.views import HeldCall, RunSnapshot
@@ -139,6 +140,9 @@ class PhaseRun:
                  resumption: Resumption | None = None, control_state: ControlState | None = None,
                  checkpoints: PhaseCheckpoints | None = None):
         self.spec = spec
+        # Per-project spend quotas, checked at each tool boundary (phases/quota_guard.py; None: none).
+        self.quota_guard: QuotaGuard | None = None
+        self.on_quota_pause: Callable[[str, dict[str, object]], None] | None = None
         # Checkpoints at every tool boundary (phases/checkpoints.py; None: off).
         self.checkpoints = checkpoints
         # Hand-over (docs/scale-out.md "Hand-over"): this replica's id (on each attempt it runs), the
@@ -507,6 +511,23 @@ class PhaseRun:
         locate = (self.checkpoints._locate if self.checkpoints is not None else None) or \
             (self.durability._locate if self.durability is not None else None)
         return locate(session_id) if locate is not None and session_id else None
+
+    async def quota_crossed(self) -> str | None:
+        guard = self.quota_guard
+        if guard is None:
+            return None
+        project = self.spec.project_id or DEFAULT_PROJECT
+        if not await guard.limited(project):
+            return None
+        self.recorder.write_cost()  # this phase's spend so far counts (the guard waits for it to commit)
+        found = await guard.violation(project, after_writes=True)
+        if found is None:
+            return None
+        reason = found.describe(project)
+        if self.on_quota_pause is not None and not self.control.pause_requested:  # it pauses now: once told
+            self.on_quota_pause(reason, {"quota": found.quota, "limit_usd": f"{found.limit_usd:.4f}",
+                                         "spent_usd": f"{found.spent_usd:.4f}"})
+        return reason
 
     async def at_boundary(self) -> None:
         if self.result is None:  # the cost of the message that made the call, before it may be held

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import importlib.metadata
 import logging
@@ -25,6 +26,7 @@ from dataclasses import replace as dc_replace
 from typing import TypeVar
 
 from helix_runner.config import ServerConfig, retry_defaults
+from helix_runner.domain.access import acting
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointSet
 from helix_runner.domain.checkpoints import Checkpoint, ForkOrigin
 from helix_runner.domain.phase_outcome import EndCause
@@ -61,6 +63,7 @@ from helix_runner.phases.handover import (
 from helix_runner.phases.launch import Launcher, LaunchPlan, plan_launch, project_mismatch, start_warm_pool
 from helix_runner.phases.placement import would_queue_here
 from helix_runner.phases.ports import RecordEncoder
+from helix_runner.phases.quota_guard import QuotaGuard
 from helix_runner.phases.replicas import Replicas
 from helix_runner.phases.run import PhaseRun, Resumption
 from helix_runner.phases.views import ServerStatus
@@ -127,6 +130,8 @@ class PhaseService:
             and egress.proxy is not None else None
         if self.egress_vault is not None:
             self.launcher.vault_secrets = self.egress_vault.sealed_for
+        # Per-project spend quotas (phases/quota_guard.py), from the shared store.
+        self.quotas = QuotaGuard(store, self.off_loop, lambda: self.writer.committed())
         self.live: dict[tuple[str, str], LivePhase] = {}
         self.draining = False
         self._drained = asyncio.Event()
@@ -181,6 +186,9 @@ class PhaseService:
             except RunnerError as exc:
                 if exc.reason == "QUEUE_FULL" and self.webhooks is not None:
                     self.webhooks.queue_full(spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT, exc)
+                if exc.reason == "QUOTA_EXCEEDED" and self.webhooks is not None:
+                    self.webhooks.quota_exceeded(spec.job_id, spec.phase_id, exc.metadata.get("project_id", ""),
+                                                 exc.message, {"action": "refused", **exc.metadata})
                 raise
 
     async def _start(self, spec: PhaseSpec, breakpoints: list[Breakpoint] | None, retry: RetryPolicy, *,
@@ -190,6 +198,8 @@ class PhaseService:
         if self.draining:
             raise RunnerError(ErrorKind.UNAVAILABLE, "DRAINING", "the server is shutting down and accepts no new phases")
         job = await self.off_loop(self.store.get_job, spec.job_id)
+        # A project at its spend quota starts nothing (the job's project when the job exists).
+        await self.quotas.admit(job.project_id if job is not None else spec.project_id or DEFAULT_PROJECT)
         if fork is not None and self.launcher.sandbox is not None and self.launcher.sandbox.on:
             # The sandbox restores a resumed session from this replica's store of the project's sessions.
             await asyncio.to_thread(restore_transcript, fork.start.transcript, self.launcher.sandbox.sessions
@@ -376,6 +386,11 @@ class PhaseService:
                        notifier=self._notifier(job_id, phase_id, plan.project), replica_id=self.replica_id,
                        durability=durability, resumption=resumption, control_state=control_state,
                        checkpoints=self.checkpoints_for(plan, sandbox, existing_checkpoints))
+        run.quota_guard = self.quotas
+        if self.webhooks is not None:  # a running phase paused by its project's quota tells the subscribers
+            webhooks = self.webhooks
+            run.on_quota_pause = lambda reason, details: webhooks.quota_exceeded(
+                job_id, phase_id, plan.project, reason, {"action": "paused", **details})
         holder.append(run)
         return run, events
 
@@ -402,7 +417,10 @@ class PhaseService:
         spec = run.spec
         live = LivePhase(run, events)
         self.live[(spec.job_id, spec.phase_id)] = live
-        live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}")
+        # The phase's own task acts for nobody: what it does by itself must not carry the name of the
+        # caller that started it (ControlEvent.actor, domain/access.py).
+        live.task = asyncio.create_task(self._drive(live), name=f"phase:{spec.job_id}/{spec.phase_id}",
+                                        context=_serverside_context())
         log.info("phase started", extra={"fields": {"job_id": spec.job_id, "phase_id": spec.phase_id,
                                                      "working_dir": str(plan.working_dir),
                                                      "containment": plan.scope.describe()}})
@@ -684,3 +702,10 @@ def admission_limits(config: ServerConfig) -> AdmissionLimits:
         max_queued=config.max_queued_phases,
         max_queued_per_project=config.max_queued_phases_per_project,
     )
+
+
+def _serverside_context() -> contextvars.Context:
+    """A copy of the current context in which nobody is ``acting``."""
+    context = contextvars.copy_context()
+    context.run(acting.set, None)
+    return context

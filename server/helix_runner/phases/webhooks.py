@@ -30,6 +30,7 @@ from helix_runner.domain.webhooks import (
     WebhookSpec,
     check_subscription,
     queue_full,
+    quota_exceeded,
     render_body,
 )
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
@@ -127,6 +128,16 @@ class Webhooks:
             return
         details = {k: v for k, v in refusal.metadata.items() if k in ("scope", "limit", "retry_after_ms")}
         rows = self.outbox([queue_full(job_id, phase_id, project_id, self.clock(), refusal.message, details)])
+        if rows:
+            self.store.enqueue_webhooks(rows)
+            self.on_change()
+
+    def quota_exceeded(self, job_id: str, phase_id: str, project_id: str, reason: str,
+                       details: dict[str, object]) -> None:
+        """A project reached a spend quota (a phase refused or paused): deliveries in a transaction of their own."""
+        if not self.wants(WebhookEvent.QUOTA_EXCEEDED):
+            return
+        rows = self.outbox([quota_exceeded(job_id, phase_id, project_id, self.clock(), reason, details)])
         if rows:
             self.store.enqueue_webhooks(rows)
             self.on_change()

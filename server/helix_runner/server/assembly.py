@@ -21,6 +21,12 @@ from grpc_health.v1 import health, health_pb2
 from helix_runner.api.auth import BearerTokenInterceptor, is_digest
 from helix_runner.api.forwarding import OwnerForwarder
 from helix_runner.api.handover_codec import ProtoHandoverCodec
+from helix_runner.api.principals import (
+    Authenticator,
+    PrincipalsFile,
+    PrincipalsFileError,
+    load_principals_file,
+)
 from helix_runner.api.proto_records import ProtoRecordEncoder
 from helix_runner.api.service_descriptor import SERVICE_NAME
 from helix_runner.api.servicer import RunnerServicer
@@ -55,6 +61,7 @@ from helix_runner.server.storage import DataDir, Storage
 from helix_runner.store.cluster import SINGLE_NODE, Cluster, ReplicaFeed
 from helix_runner.store.protocol import Store, sweep_interval_seconds
 from helix_runner.telemetry import Telemetry
+from helix_runner.telemetry.grpc_interceptor import annotate_principal
 from helix_runner.telemetry.tracing import TracingConfigError
 
 log = logging.getLogger(__name__)
@@ -207,6 +214,7 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
         token = config.read_auth_token()
     except ConfigError as exc:
         raise StartupError(str(exc)) from None
+    authenticator = Authenticator(token, _principals(config), mutual_tls=config.mutual_tls)
     if token is not None and is_digest(token) and cluster.shared:
         raise StartupError("auth_token_file holds the token's sha256 digest, but replicas on a shared database "
                            "call each other with the token itself: give them the token")
@@ -253,11 +261,11 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
     if cluster.shared:
         forwarding_tls = None if tls is None else ForwardingCredentials(tls, config.tls_server_name)
         forwarder = (await parts.start(ForwarderPart(OwnerForwarder(token, forwarding_tls)))).forwarder
-    servicer = RunnerServicer(service, queries, forwarder)
+    servicer = RunnerServicer(service, queries, forwarder, authenticator, annotate_principal)
 
     interceptors: list[grpc.aio.ServerInterceptor] = [telemetry.interceptor()]  # telemetry: outermost
-    if token is not None:
-        interceptors.append(BearerTokenInterceptor(token))
+    if not authenticator.open:
+        interceptors.append(BearerTokenInterceptor(authenticator))
     # The dashboard's port is bound before the gRPC port: a grpc server never started keeps the
     # ports it bound until it is collected, so a busy dashboard port must stop the start first.
     dashboard = await parts.start(Dashboard(config, servicer, token, tls))
@@ -362,3 +370,13 @@ async def serve(config: ServerConfig) -> None:
     await stop.wait()
     await running.drain(config.drain_grace_seconds)
     log.info("stopped")
+
+
+def _principals(config: ServerConfig) -> PrincipalsFile | None:
+    """The principals file's tokens, certificates and JWT rules (docs/tenancy.md), read at start."""
+    if config.auth_principals_file is None:
+        return None
+    try:
+        return load_principals_file(config.auth_principals_file)
+    except PrincipalsFileError as exc:
+        raise StartupError(str(exc)) from None

@@ -66,7 +66,7 @@ def start_sandbox(config: ServerConfig, server_env: dict[str, str], creds: Child
                                                  "server's view of files, processes and network"}})
         return None
     ports, note = egress_ports(config, server_env, creds)
-    hidden = [p for p in (config.auth_token_file, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file,
+    hidden = [p for p in (config.auth_token_file, config.auth_principals_file, config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file,
                           config.api_key_file) if p is not None]
     try:
         return Sandbox.start(config.sandbox, data_dir=config.data_dir, skip=config.sandbox_skip_layers,
@@ -85,7 +85,8 @@ def box_host_git(config: ServerConfig) -> None:
     the server's home and its secret files hidden, the workspace roots visible, no network. Without
     bubblewrap it is a Landlock domain (an allowlist, with gaps the log names); with neither, only
     git's overrides protect, and the log says so."""
-    secrets = [p for p in (config.auth_token_file, config.tls_key_file, config.api_key_file) if p is not None]
+    secrets = [p for p in (config.auth_token_file, config.auth_principals_file, config.tls_key_file,
+                           config.api_key_file) if p is not None]
     # The phases' worktrees (data dir) stay visible: git checks every worktree of a repository it
     # prunes, and one it cannot see is taken for deleted (its administration removed under it).
     # The layers this host is told it lacks (sandbox_skip_layers) are left out here too: without

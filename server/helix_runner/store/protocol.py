@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import FINAL_STATUSES, PhaseStatus
 from helix_runner.domain.pricing import PricingSource
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
 
 # Replica leases on a shared database (store/postgres_cluster.py; docs/scale-out.md, "Dead-replica
@@ -437,12 +439,13 @@ class Store(Protocol):
 
     def list_jobs(
         self,
-        project_id: str | None,
+        project_id: str | Sequence[str] | None,
         statuses: Sequence[PhaseStatus],
         limit: int,
         after: tuple[int, str] | None = None,
     ) -> list[JobRow]:
-        """Jobs newest first (create time, then job id, descending); ``after`` is the previous page's last key."""
+        """Jobs newest first (create time, then job id, descending), of one project, of several (a sequence:
+        the projects a caller may see) or of all (None); ``after`` is the previous page's last key."""
         ...
 
     # -- phases -----------------------------------------------------------------------------
@@ -587,6 +590,31 @@ class Store(Protocol):
 
     def referenced_recordings(self, recording_dirs: Sequence[str]) -> set[str]:
         """Those of ``recording_dirs`` some phase row still names (retention's orphan check)."""
+        ...
+
+    # -- per-project quotas ----------------------------------------------------------------------
+
+    def put_quota(self, quota: ProjectQuota) -> None:
+        """Sets a project's quota, replacing the one it had."""
+        ...
+
+    def get_quota(self, project_id: str) -> ProjectQuota | None:
+        """The project's quota (None: it has none)."""
+        ...
+
+    def project_spend(self, project_id: str, day_start_ns: int, month_start_ns: int) -> Spend:
+        """What the project's phases created since each start cost (the cost totals' ledger)."""
+        ...
+
+    # -- the audit trail -------------------------------------------------------------------------
+
+    def append_audit(self, entry: AuditEntry) -> None:
+        """Appends an entry (entries are never changed or deleted)."""
+        ...
+
+    def list_audit(self, projects: Sequence[str] | None, job_id: str, principal: str, limit: int,
+                   before_id: int | None) -> list[AuditEntry]:
+        """Entries newest first, of these projects (None: every one), filtered by job and principal."""
         ...
 
     # -- the credential vault ------------------------------------------------------------------

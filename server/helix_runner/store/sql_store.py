@@ -26,10 +26,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from helix_runner.domain.audit import AuditEntry
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.quotas import ProjectQuota, Spend
 from helix_runner.domain.tool_tracker import ToolCallStatus
-from helix_runner.store import checkpoint_rows, egress_secret_rows
+from helix_runner.store import audit_rows, checkpoint_rows, egress_secret_rows
 from helix_runner.store.protocol import (
     ACTIVE_STATUSES,
     FINISHED_TOOL_STATUSES,
@@ -57,6 +59,7 @@ from helix_runner.store.protocol import (
     WebhookDeliveryRow,
     WebhookRow,
 )
+from helix_runner.store.quota_rows import PHASE_SPEND
 from helix_runner.store.rows import (
     WEBHOOK_COLUMNS,
     job_row,
@@ -270,7 +273,7 @@ class SqlStore:
 
     def list_jobs(
         self,
-        project_id: str | None,
+        project_id: str | Sequence[str] | None,
         statuses: Sequence[PhaseStatus],
         limit: int,
         after: tuple[int, str] | None = None,
@@ -278,9 +281,13 @@ class SqlStore:
         """Jobs newest first; ``after`` is the (create_time_ns, job_id) of the last row of the previous page."""
         where: list[str] = []
         args: list[Any] = []
-        if project_id:
+        if isinstance(project_id, str) and project_id:
             where.append("project_id = ?")
             args.append(project_id)
+        elif project_id is not None and not isinstance(project_id, str):  # the projects a caller may see
+            term, values = self.dialect.in_list("project_id", list(project_id) or [""])
+            where.append(term)
+            args.extend(values)
         if statuses:
             term, values = self.dialect.in_list("status", [s.name for s in statuses])
             where.append(term)
@@ -684,6 +691,59 @@ class SqlStore:
             term, args = self.dialect.in_list("recording_dir", recording_dirs[start : start + _CHUNK])
             found.update(r[0] for r in self._read(f"SELECT recording_dir FROM phases WHERE {term}", args))
         return found
+
+    # -- per-project quotas --------------------------------------------------------------------------
+
+    def put_quota(self, quota: ProjectQuota) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            tx.execute(q("INSERT INTO project_quotas (project_id, spend_usd_per_day, spend_usd_per_month, "
+                         "update_time_ns, updated_by) VALUES (?, ?, ?, ?, ?) ON CONFLICT (project_id) DO UPDATE SET "
+                         "spend_usd_per_day = excluded.spend_usd_per_day, "
+                         "spend_usd_per_month = excluded.spend_usd_per_month, "
+                         "update_time_ns = excluded.update_time_ns, updated_by = excluded.updated_by"),
+                       (quota.project_id, quota.spend_usd_per_day, quota.spend_usd_per_month, quota.update_time_ns,
+                        quota.updated_by))
+
+    def get_quota(self, project_id: str) -> ProjectQuota | None:
+        r = self._read_one("SELECT project_id, spend_usd_per_day, spend_usd_per_month, update_time_ns, updated_by "
+                           "FROM project_quotas WHERE project_id = ?", (project_id,))
+        return ProjectQuota(r[0], float(r[1]), float(r[2]), int(r[3]), r[4]) if r else None
+
+    def project_spend(self, project_id: str, day_start_ns: int, month_start_ns: int) -> Spend:
+        r = self._read_one(
+            f"SELECT COALESCE(SUM(CASE WHEN create_time_ns >= ? THEN {PHASE_SPEND} ELSE 0 END), 0), "
+            f"COALESCE(SUM({PHASE_SPEND}), 0) FROM phases WHERE project_id = ? AND create_time_ns >= ?",
+            (day_start_ns, project_id, month_start_ns))
+        return Spend(float(r[0]), float(r[1]))
+
+    # -- the audit trail ---------------------------------------------------------------------------
+
+    def append_audit(self, entry: AuditEntry) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            tx.execute(q(f"INSERT INTO audit_entries ({','.join(audit_rows.COLUMNS)}) "
+                         f"VALUES ({','.join('?' * len(audit_rows.COLUMNS))})"), audit_rows.values(entry))
+
+    def list_audit(self, projects: Sequence[str] | None, job_id: str, principal: str, limit: int,
+                   before_id: int | None) -> list[AuditEntry]:
+        where: list[str] = []
+        args: list[Any] = []
+        if projects is not None:
+            term, values = self.dialect.in_list("project_id", list(projects) or [""])
+            where.append(term)
+            args.extend(values)
+        for column, value in (("job_id", job_id), ("principal", principal)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if before_id is not None:
+            where.append("entry_id < ?")
+            args.append(before_id)
+        sql = f"SELECT entry_id,{','.join(audit_rows.COLUMNS)} FROM audit_entries"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [audit_rows.from_row(r) for r in self._read(sql + " ORDER BY entry_id DESC LIMIT ?", [*args, limit])]
 
     # -- the credential vault ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, get_current_span, set_span_in_context
 
 from helix_runner.telemetry import tracing as t
 from helix_runner.telemetry.metrics import Metrics
@@ -175,3 +175,11 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
                 call.finish(context, exc)
 
         return streaming
+
+
+def annotate_principal(name: str, source: str) -> None:
+    """Names the caller on the call's server span (OTel ``enduser.id``), when the call is traced."""
+    span = get_current_span()
+    if span.is_recording():
+        span.set_attribute("enduser.id", name)
+        span.set_attribute("helix.principal_source", source)

@@ -18,10 +18,16 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, start_http_server
 
 from helix_runner.errors import RunnerError
+from helix_runner.telemetry.audit_logs import (
+    attach_audit_handler,
+    detach_audit_handler,
+    log_provider_from_env,
+)
 from helix_runner.telemetry.grpc_interceptor import TelemetryInterceptor
 from helix_runner.telemetry.loop_lag import LoopLagMonitor
 from helix_runner.telemetry.metrics import DEFAULT_MAX_PROJECTS, Metrics
@@ -68,6 +74,7 @@ class Telemetry:
         *,
         tracer_provider: TracerProvider | None = None,
         registry: CollectorRegistry | None = None,
+        logger_provider: LoggerProvider | None = None,
     ) -> None:
         self.settings = settings or TelemetrySettings()
         self.metrics = Metrics(registry, max_projects=self.settings.max_project_labels)
@@ -79,6 +86,9 @@ class Telemetry:
         # The event-loop lag probe: the histogram's samples, and the recent lag admission reads.
         self.loop_lag = LoopLagMonitor(observe=self.metrics.event_loop_lag.observe)
         self._owns_provider = False
+        # The audit trail as OTel log records (telemetry/audit_logs.py), with the traces' exporter.
+        self.logger_provider = logger_provider
+        self._audit_handler: Any = None
 
     @classmethod
     def from_config(cls, config: Any, environ: Mapping[str, str] | None = None) -> Telemetry:
@@ -88,7 +98,8 @@ class Telemetry:
         provider = (
             provider_from_env(environ, _version()) if tracing_wanted(settings.tracing, environ) else None
         )
-        telemetry = cls(settings, tracer_provider=provider)
+        logs = log_provider_from_env(environ, _version()) if provider is not None else None
+        telemetry = cls(settings, tracer_provider=provider, logger_provider=logs)
         telemetry._owns_provider = provider is not None
         return telemetry
 
@@ -158,6 +169,8 @@ class Telemetry:
                 },
             )
         self.loop_lag.start()
+        if self.logger_provider is not None:
+            self._audit_handler = attach_audit_handler(self.logger_provider)
 
     async def stop(self) -> None:
         """Stops the probe and the endpoint, and flushes spans still queued for export."""
@@ -168,6 +181,12 @@ class Telemetry:
         if self.tracer_provider is not None:
             flush = self.tracer_provider.shutdown if self._owns_provider else self.tracer_provider.force_flush
             await asyncio.get_running_loop().run_in_executor(None, flush)
+        if self._audit_handler is not None:
+            detach_audit_handler(self._audit_handler)
+            self._audit_handler = None
+        if self.logger_provider is not None:
+            flush_logs = self.logger_provider.shutdown if self._owns_provider else self.logger_provider.force_flush
+            await asyncio.get_running_loop().run_in_executor(None, flush_logs)
 
 
 def _shutdown_http(http: Any) -> None:

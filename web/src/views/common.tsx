@@ -1,7 +1,7 @@
-/** Pieces every view uses: the error banner and the token prompt. */
+/** Pieces every view uses: the error banner, the token prompt, and who is signed in. */
 import { useState } from "preact/hooks";
-import { getToken, setToken } from "../api.js";
-import type { Polled } from "../util.js";
+import { client, getToken, setToken } from "../api.js";
+import { usePoll, type Polled } from "../util.js";
 
 export function Problem({ polled, error }: { polled?: Polled<unknown>; error?: string }) {
   const message = error ?? polled?.error;
@@ -31,5 +31,27 @@ export function TokenPrompt() {
       </label>
       <button type="submit">Use token</button>
     </form>
+  );
+}
+
+/**
+ * The header's corner: who the server takes this tab for (WhoAmI) with "Sign out" when a token is
+ * in use, or "Sign in" (the token prompt) when there is none or it was refused.
+ */
+export function WhoAmI() {
+  const [asking, setAsking] = useState(false);
+  const me = usePoll((signal) => client.whoAmI({}, { signal }), [], 30000);
+  const signedIn = getToken() !== "";
+  const name = me.data?.principal?.name;
+  return (
+    <div class="whoami" data-testid="whoami">
+      {name && <span title={(me.data?.principal?.grants ?? []).map((g) => `${g.projectId}: ${g.roles.join(", ")}`).join("\n")}>{name}</span>}
+      {signedIn ? (
+        <button type="button" onClick={() => { setToken(""); location.reload(); }}>Sign out</button>
+      ) : (
+        <button type="button" onClick={() => setAsking(!asking)}>Sign in</button>
+      )}
+      {(asking || me.unauthenticated) && <TokenPrompt />}
+    </div>
   );
 }

@@ -67,6 +67,10 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("put_egress_secret", "PutEgressSecret", pb.PutEgressSecretRequest, pb.PutEgressSecretResponse, False),
     ("list_egress_secrets", "ListEgressSecrets", pb.ListEgressSecretsRequest, pb.ListEgressSecretsResponse, False),
     ("delete_egress_secret", "DeleteEgressSecret", pb.DeleteEgressSecretRequest, pb.DeleteEgressSecretResponse, False),
+    ("list_audit_entries", "ListAuditEntries", pb.ListAuditEntriesRequest, pb.ListAuditEntriesResponse, False),
+    ("who_am_i", "WhoAmI", pb.WhoAmIRequest, pb.WhoAmIResponse, False),
+    ("set_project_quota", "SetProjectQuota", pb.SetProjectQuotaRequest, pb.SetProjectQuotaResponse, False),
+    ("get_project_quota", "GetProjectQuota", pb.GetProjectQuotaRequest, pb.GetProjectQuotaResponse, False),
 )
 
 
@@ -462,3 +466,24 @@ class RunnerClient:
 
     async def delete_egress_secret(self, project_id: str, name: str) -> None:
         await self.call("delete_egress_secret", pb.DeleteEgressSecretRequest(project_id=project_id, name=name))
+
+    async def who_am_i(self) -> pb.Principal:
+        """Who the server takes this client for, and its grants per project (docs/tenancy.md)."""
+        return (await self.call("who_am_i", pb.WhoAmIRequest())).principal
+
+    async def set_project_quota(self, project_id: str, *, spend_usd_per_day: float = 0.0,
+                                spend_usd_per_month: float = 0.0) -> pb.ProjectQuota:
+        """Sets a project's spend caps (0: none); needs ``admin`` (docs/tenancy.md)."""
+        return (await self.call("set_project_quota", pb.SetProjectQuotaRequest(
+            project_id=project_id, spend_usd_per_day=spend_usd_per_day,
+            spend_usd_per_month=spend_usd_per_month))).quota
+
+    async def get_project_quota(self, project_id: str = "") -> pb.ProjectQuota:
+        """A project's caps and what it spent today and this month."""
+        return (await self.call("get_project_quota", pb.GetProjectQuotaRequest(project_id=project_id))).quota
+
+    async def list_audit_entries(self, *, project_id: str = "", job_id: str = "", principal: str = "",
+                                 page_size: int = 0, page_token: str = "") -> pb.ListAuditEntriesResponse:
+        """A page of the audit trail, newest first (needs ``admin``)."""
+        return await self.call("list_audit_entries", pb.ListAuditEntriesRequest(
+            project_id=project_id, job_id=job_id, principal=principal, page_size=page_size, page_token=page_token))

@@ -577,7 +577,7 @@ class PhaseStatusChanged(_message.Message):
     def __init__(self, from_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., to_status: _Optional[_Union[_resources_pb2.PhaseStatus, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ControlEvent(_message.Message):
-    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json", "attempt", "max_attempts", "end_kind", "retry_delay", "resumed_session_id", "queue", "checkpoint", "rewound_after_sequence", "rewound_to_sequence")
+    __slots__ = ("kind", "tool_use_id", "tool_name", "breakpoint_id", "message", "input_json", "attempt", "max_attempts", "end_kind", "retry_delay", "resumed_session_id", "queue", "checkpoint", "rewound_after_sequence", "rewound_to_sequence", "actor")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOOL_USE_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -593,6 +593,7 @@ class ControlEvent(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     REWOUND_AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     REWOUND_TO_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
     kind: ControlEventKind
     tool_use_id: str
     tool_name: str
@@ -608,7 +609,8 @@ class ControlEvent(_message.Message):
     checkpoint: int
     rewound_after_sequence: int
     rewound_to_sequence: int
-    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ..., checkpoint: _Optional[int] = ..., rewound_after_sequence: _Optional[int] = ..., rewound_to_sequence: _Optional[int] = ...) -> None: ...
+    actor: str
+    def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ..., checkpoint: _Optional[int] = ..., rewound_after_sequence: _Optional[int] = ..., rewound_to_sequence: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class GatewayEvent(_message.Message):
     __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id", "bytes_sent", "bytes_received", "duration", "method", "path")

@@ -122,6 +122,7 @@ class WebhookEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: _ClassVar[WebhookEventType]
     WEBHOOK_EVENT_TYPE_QUEUE_FULL: _ClassVar[WebhookEventType]
     WEBHOOK_EVENT_TYPE_JOB_FINISHED: _ClassVar[WebhookEventType]
+    WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED: _ClassVar[WebhookEventType]
 
 class WebhookFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -232,6 +233,7 @@ WEBHOOK_EVENT_TYPE_PHASE_COST_THRESHOLD: WebhookEventType
 WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED: WebhookEventType
 WEBHOOK_EVENT_TYPE_QUEUE_FULL: WebhookEventType
 WEBHOOK_EVENT_TYPE_JOB_FINISHED: WebhookEventType
+WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED: WebhookEventType
 WEBHOOK_FORMAT_UNSPECIFIED: WebhookFormat
 WEBHOOK_FORMAT_STANDARD: WebhookFormat
 WEBHOOK_FORMAT_SLACK: WebhookFormat
@@ -982,3 +984,67 @@ class ForkOrigin(_message.Message):
     turn: int
     changes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., checkpoint: _Optional[int] = ..., tool_use_id: _Optional[str] = ..., turn: _Optional[int] = ..., changes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("project_id", "roles")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, project_id: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Principal(_message.Message):
+    __slots__ = ("name", "source", "grants")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    source: str
+    grants: _containers.RepeatedCompositeFieldContainer[Grant]
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., grants: _Optional[_Iterable[_Union[Grant, _Mapping]]] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("entry_id", "time", "principal", "principal_source", "action", "project_id", "job_id", "phase_id", "target", "detail", "peer", "outcome")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    time: _timestamp_pb2.Timestamp
+    principal: str
+    principal_source: str
+    action: str
+    project_id: str
+    job_id: str
+    phase_id: str
+    target: str
+    detail: str
+    peer: str
+    outcome: str
+    def __init__(self, entry_id: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., principal: _Optional[str] = ..., principal_source: _Optional[str] = ..., action: _Optional[str] = ..., project_id: _Optional[str] = ..., job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., target: _Optional[str] = ..., detail: _Optional[str] = ..., peer: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class ProjectQuota(_message.Message):
+    __slots__ = ("project_id", "spend_usd_per_day", "spend_usd_per_month", "spent_today_usd", "spent_this_month_usd", "update_time", "updated_by")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_MONTH_FIELD_NUMBER: _ClassVar[int]
+    SPENT_TODAY_USD_FIELD_NUMBER: _ClassVar[int]
+    SPENT_THIS_MONTH_USD_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_BY_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    spend_usd_per_day: float
+    spend_usd_per_month: float
+    spent_today_usd: float
+    spent_this_month_usd: float
+    update_time: _timestamp_pb2.Timestamp
+    updated_by: str
+    def __init__(self, project_id: _Optional[str] = ..., spend_usd_per_day: _Optional[float] = ..., spend_usd_per_month: _Optional[float] = ..., spent_today_usd: _Optional[float] = ..., spent_this_month_usd: _Optional[float] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_by: _Optional[str] = ...) -> None: ...

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteEgressSecretRequest, DeleteEgressSecretResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListEgressSecretsRequest, ListEgressSecretsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, PutEgressSecretRequest, PutEgressSecretResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteEgressSecretRequest, DeleteEgressSecretResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetProjectQuotaRequest, GetProjectQuotaResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListAuditEntriesRequest, ListAuditEntriesResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListEgressSecretsRequest, ListEgressSecretsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, PutEgressSecretRequest, PutEgressSecretResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, SetProjectQuotaRequest, SetProjectQuotaResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse, WhoAmIRequest, WhoAmIResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -263,6 +263,34 @@ class RunnerService(Protocol):
     async def delete_egress_secret(self, request: DeleteEgressSecretRequest, ctx: RequestContext[DeleteEgressSecretRequest, DeleteEgressSecretResponse], /) -> DeleteEgressSecretResponse:
         """
         Deletes a secret (`SECRET_NOT_FOUND` when the project has none of that name).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_audit_entries(self, request: ListAuditEntriesRequest, ctx: RequestContext[ListAuditEntriesRequest, ListAuditEntriesResponse], /) -> ListAuditEntriesResponse:
+        """
+        The audit trail (docs/tenancy.md): every action taken through the API (runs, control,
+        decisions on held calls, webhooks, secrets), who took it, from where and how it ended, newest
+        first. Entries are append-only. Needs `admin` on the project (on every project without one).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def who_am_i(self, request: WhoAmIRequest, ctx: RequestContext[WhoAmIRequest, WhoAmIResponse], /) -> WhoAmIResponse:
+        """
+        Who the server takes the caller for, and what it may do where.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def set_project_quota(self, request: SetProjectQuotaRequest, ctx: RequestContext[SetProjectQuotaRequest, SetProjectQuotaResponse], /) -> SetProjectQuotaResponse:
+        """
+        Sets a project's spend quota (docs/tenancy.md), shared by every replica: a new phase of a
+        project at a cap is refused RESOURCE_EXHAUSTED (`QUOTA_EXCEEDED`, with a QuotaFailure), a
+        running one pauses before its next tool call once its project reaches it. Needs `admin`.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_project_quota(self, request: GetProjectQuotaRequest, ctx: RequestContext[GetProjectQuotaRequest, GetProjectQuotaResponse], /) -> GetProjectQuotaResponse:
+        """
+        A project's quota and what it spent today and this month (UTC).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -631,6 +659,50 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.delete_egress_secret,
+                ),
+                "/helix.runner.v1.RunnerService/ListAuditEntries": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListAuditEntries",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ListAuditEntriesRequest,
+                        output=ListAuditEntriesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_audit_entries,
+                ),
+                "/helix.runner.v1.RunnerService/WhoAmI": Endpoint.unary(
+                    method=MethodInfo(
+                        name="WhoAmI",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=WhoAmIRequest,
+                        output=WhoAmIResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.who_am_i,
+                ),
+                "/helix.runner.v1.RunnerService/SetProjectQuota": Endpoint.unary(
+                    method=MethodInfo(
+                        name="SetProjectQuota",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=SetProjectQuotaRequest,
+                        output=SetProjectQuotaResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.set_project_quota,
+                ),
+                "/helix.runner.v1.RunnerService/GetProjectQuota": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetProjectQuota",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=GetProjectQuotaRequest,
+                        output=GetProjectQuotaResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_project_quota,
                 ),
             },
             interceptors=interceptors,
@@ -1436,6 +1508,102 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=DeleteEgressSecretRequest,
                 output=DeleteEgressSecretResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_audit_entries(
+        self,
+        request: ListAuditEntriesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListAuditEntriesResponse:
+        """
+        The audit trail (docs/tenancy.md): every action taken through the API (runs, control,
+        decisions on held calls, webhooks, secrets), who took it, from where and how it ended, newest
+        first. Entries are append-only. Needs `admin` on the project (on every project without one).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListAuditEntries",
+                service_name="helix.runner.v1.RunnerService",
+                input=ListAuditEntriesRequest,
+                output=ListAuditEntriesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def who_am_i(
+        self,
+        request: WhoAmIRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> WhoAmIResponse:
+        """
+        Who the server takes the caller for, and what it may do where.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="WhoAmI",
+                service_name="helix.runner.v1.RunnerService",
+                input=WhoAmIRequest,
+                output=WhoAmIResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def set_project_quota(
+        self,
+        request: SetProjectQuotaRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SetProjectQuotaResponse:
+        """
+        Sets a project's spend quota (docs/tenancy.md), shared by every replica: a new phase of a
+        project at a cap is refused RESOURCE_EXHAUSTED (`QUOTA_EXCEEDED`, with a QuotaFailure), a
+        running one pauses before its next tool call once its project reaches it. Needs `admin`.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="SetProjectQuota",
+                service_name="helix.runner.v1.RunnerService",
+                input=SetProjectQuotaRequest,
+                output=SetProjectQuotaResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_project_quota(
+        self,
+        request: GetProjectQuotaRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetProjectQuotaResponse:
+        """
+        A project's quota and what it spent today and this month (UTC).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetProjectQuota",
+                service_name="helix.runner.v1.RunnerService",
+                input=GetProjectQuotaRequest,
+                output=GetProjectQuotaResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -50,6 +50,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_OPTIONS_NOT_KEPT: _ClassVar[ErrorReason]
     ERROR_REASON_SECRET_NOT_FOUND: _ClassVar[ErrorReason]
     ERROR_REASON_SECRETS_LIMIT: _ClassVar[ErrorReason]
+    ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
+    ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -117,6 +119,8 @@ ERROR_REASON_TRANSCRIPT_UNAVAILABLE: ErrorReason
 ERROR_REASON_OPTIONS_NOT_KEPT: ErrorReason
 ERROR_REASON_SECRET_NOT_FOUND: ErrorReason
 ERROR_REASON_SECRETS_LIMIT: ErrorReason
+ERROR_REASON_PERMISSION_DENIED: ErrorReason
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -886,3 +890,63 @@ class EgressSecret(_message.Message):
     env_name: str
     openable: bool
     def __init__(self, project_id: _Optional[str] = ..., name: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., presentation: _Optional[_Union[EgressSecretPresentation, str]] = ..., header: _Optional[str] = ..., username: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., env_name: _Optional[str] = ..., openable: _Optional[bool] = ...) -> None: ...
+
+class ListAuditEntriesRequest(_message.Message):
+    __slots__ = ("project_id", "job_id", "principal", "page_size", "page_token")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    job_id: str
+    principal: str
+    page_size: int
+    page_token: str
+    def __init__(self, project_id: _Optional[str] = ..., job_id: _Optional[str] = ..., principal: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListAuditEntriesResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[_resources_pb2.AuditEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[_resources_pb2.AuditEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal",)
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    principal: _resources_pb2.Principal
+    def __init__(self, principal: _Optional[_Union[_resources_pb2.Principal, _Mapping]] = ...) -> None: ...
+
+class SetProjectQuotaRequest(_message.Message):
+    __slots__ = ("project_id", "spend_usd_per_day", "spend_usd_per_month")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_DAY_FIELD_NUMBER: _ClassVar[int]
+    SPEND_USD_PER_MONTH_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    spend_usd_per_day: float
+    spend_usd_per_month: float
+    def __init__(self, project_id: _Optional[str] = ..., spend_usd_per_day: _Optional[float] = ..., spend_usd_per_month: _Optional[float] = ...) -> None: ...
+
+class SetProjectQuotaResponse(_message.Message):
+    __slots__ = ("quota",)
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    quota: _resources_pb2.ProjectQuota
+    def __init__(self, quota: _Optional[_Union[_resources_pb2.ProjectQuota, _Mapping]] = ...) -> None: ...
+
+class GetProjectQuotaRequest(_message.Message):
+    __slots__ = ("project_id",)
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    def __init__(self, project_id: _Optional[str] = ...) -> None: ...
+
+class GetProjectQuotaResponse(_message.Message):
+    __slots__ = ("quota",)
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    quota: _resources_pb2.ProjectQuota
+    def __init__(self, quota: _Optional[_Union[_resources_pb2.ProjectQuota, _Mapping]] = ...) -> None: ...

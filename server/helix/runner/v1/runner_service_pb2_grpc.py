@@ -202,6 +202,26 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.FromString,
                 _registered_method=True)
+        self.ListAuditEntries = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ListAuditEntries',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/WhoAmI',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
+        self.SetProjectQuota = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/SetProjectQuota',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaResponse.FromString,
+                _registered_method=True)
+        self.GetProjectQuota = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/GetProjectQuota',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -465,6 +485,38 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEntries(self, request, context):
+        """The audit trail (docs/tenancy.md): every action taken through the API (runs, control,
+        decisions on held calls, webhooks, secrets), who took it, from where and how it ended, newest
+        first. Entries are append-only. Needs `admin` on the project (on every project without one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Who the server takes the caller for, and what it may do where.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetProjectQuota(self, request, context):
+        """Sets a project's spend quota (docs/tenancy.md), shared by every replica: a new phase of a
+        project at a cap is refused RESOURCE_EXHAUSTED (`QUOTA_EXCEEDED`, with a QuotaFailure), a
+        running one pauses before its next tool call once its project reaches it. Needs `admin`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProjectQuota(self, request, context):
+        """A project's quota and what it spent today and this month (UTC).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -627,6 +679,26 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.DeleteEgressSecret,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.SerializeToString,
+            ),
+            'ListAuditEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEntries,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'SetProjectQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetProjectQuota,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaResponse.SerializeToString,
+            ),
+            'GetProjectQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProjectQuota,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1501,6 +1573,114 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/DeleteEgressSecret',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressSecretResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ListAuditEntries',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListAuditEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/WhoAmI',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetProjectQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/SetProjectQuota',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.SetProjectQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProjectQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/GetProjectQuota',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.FromString,
             options,
             channel_credentials,
             insecure,

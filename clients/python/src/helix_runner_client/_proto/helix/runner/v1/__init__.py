@@ -12,6 +12,7 @@ __all__ = (
     "AssistantText",
     "Attempt",
     "AttemptEndKind",
+    "AuditEntry",
     "Breakpoint",
     "CancelPhaseRequest",
     "CancelPhaseResponse",
@@ -55,10 +56,13 @@ __all__ = (
     "GetJobResponse",
     "GetPhaseDiffRequest",
     "GetPhaseDiffResponse",
+    "GetProjectQuotaRequest",
+    "GetProjectQuotaResponse",
     "GetServerStatusRequest",
     "GetServerStatusResponse",
     "GetTaskOutputRequest",
     "GetTaskOutputResponse",
+    "Grant",
     "HookEvent",
     "HookEventKind",
     "InjectMessageRequest",
@@ -70,6 +74,8 @@ __all__ = (
     "InterruptPhaseRequest",
     "InterruptPhaseResponse",
     "Job",
+    "ListAuditEntriesRequest",
+    "ListAuditEntriesResponse",
     "ListBreakpointsRequest",
     "ListBreakpointsResponse",
     "ListEgressSecretsRequest",
@@ -107,6 +113,8 @@ __all__ = (
     "PhaseStatus",
     "PhaseStatusChanged",
     "PricingSource",
+    "Principal",
+    "ProjectQuota",
     "PutEgressSecretRequest",
     "PutEgressSecretResponse",
     "QueueReason",
@@ -134,6 +142,8 @@ __all__ = (
     "SetPhaseModelResponse",
     "SetPhasePermissionModeRequest",
     "SetPhasePermissionModeResponse",
+    "SetProjectQuotaRequest",
+    "SetProjectQuotaResponse",
     "StderrOutput",
     "StepPhaseRequest",
     "StepPhaseResponse",
@@ -162,6 +172,8 @@ __all__ = (
     "WebhookDeliveryState",
     "WebhookEventType",
     "WebhookFormat",
+    "WhoAmIRequest",
+    "WhoAmIResponse",
     "WorkspaceMode",
     "WorktreeRetention",
 )
@@ -928,6 +940,20 @@ class ErrorReason(betterproto2.Enum):
     PutEgressSecret: the project has as many secrets as a project may (64); metadata `project_id`, `max`.
     """
 
+    PERMISSION_DENIED = 35
+    """
+    Any call (PERMISSION_DENIED): the caller's principal lacks the role this call needs on the
+    project it touches (docs/tenancy.md); metadata `principal`, `role`, `project_id` ("*": every
+    project). A job of a project the caller may not see answers NOT_FOUND instead, like a missing one.
+    """
+
+    QUOTA_EXCEEDED = 36
+    """
+    RunPhase, ForkPhase (RESOURCE_EXHAUSTED): the project reached a spend quota; a QuotaFailure
+    detail names it. Metadata `project_id`, `quota` (spend_usd_per_day, spend_usd_per_month),
+    `limit_usd`, `spent_usd`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -966,6 +992,8 @@ class ErrorReason(betterproto2.Enum):
             32: "ERROR_REASON_OPTIONS_NOT_KEPT",
             33: "ERROR_REASON_SECRET_NOT_FOUND",
             34: "ERROR_REASON_SECRETS_LIMIT",
+            35: "ERROR_REASON_PERMISSION_DENIED",
+            36: "ERROR_REASON_QUOTA_EXCEEDED",
         }
 
     @classmethod
@@ -1006,6 +1034,8 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_OPTIONS_NOT_KEPT": 32,
             "ERROR_REASON_SECRET_NOT_FOUND": 33,
             "ERROR_REASON_SECRETS_LIMIT": 34,
+            "ERROR_REASON_PERMISSION_DENIED": 35,
+            "ERROR_REASON_QUOTA_EXCEEDED": 36,
         }
 
 
@@ -1978,6 +2008,12 @@ class WebhookEventType(betterproto2.Enum):
     `Webhook.statuses`, the status of the phase that ended last).
     """
 
+    QUOTA_EXCEEDED = 7
+    """
+    `quota.exceeded`: a project reached a spend quota (docs/tenancy.md): a new phase was refused
+    (`data.phase_id` the refused one) or a running one paused before its next tool call.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -1988,6 +2024,7 @@ class WebhookEventType(betterproto2.Enum):
             4: "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED",
             5: "WEBHOOK_EVENT_TYPE_QUEUE_FULL",
             6: "WEBHOOK_EVENT_TYPE_JOB_FINISHED",
+            7: "WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED",
         }
 
     @classmethod
@@ -2000,6 +2037,7 @@ class WebhookEventType(betterproto2.Enum):
             "WEBHOOK_EVENT_TYPE_PHASE_RETRY_SCHEDULED": 4,
             "WEBHOOK_EVENT_TYPE_QUEUE_FULL": 5,
             "WEBHOOK_EVENT_TYPE_JOB_FINISHED": 6,
+            "WEBHOOK_EVENT_TYPE_QUOTA_EXCEEDED": 7,
         }
 
 
@@ -2390,6 +2428,78 @@ class Attempt(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "Attempt", Attempt)
+
+
+@dataclass(eq=False, repr=False)
+class AuditEntry(betterproto2.Message):
+    """
+    AuditEntry is one action taken through the API (append-only).
+    """
+
+    entry_id: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Its id, increasing.
+    """
+
+    time: "datetime.datetime | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the call arrived.
+    """
+
+    principal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Who made it.
+    """
+
+    principal_source: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    How the principal was known (token, jwt, certificate).
+    """
+
+    action: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The RPC, e.g. "ResolveToolCall".
+    """
+
+    project_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The project it touched.
+    """
+
+    job_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The job and phase it named, when it named one.
+    """
+
+    phase_id: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The phase.
+    """
+
+    target: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    What else it named: a tool_use_id, a webhook id, a secret's name, a breakpoint id.
+    """
+
+    detail: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    A short description of what was asked (e.g. "deny: not in prod"); never a secret's value.
+    """
+
+    peer: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    Where the call came from (the peer address), and through which replica it was served.
+    """
+
+    outcome: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    How it ended: "OK", or the status code's name and the ErrorInfo reason ("PERMISSION_DENIED").
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "AuditEntry", AuditEntry)
 
 
 @dataclass(eq=False, repr=False)
@@ -2831,6 +2941,13 @@ class ControlEvent(betterproto2.Message):
     rewound_to_sequence: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
     """
     ...up to this one (the last event before the REWOUND event).
+    """
+
+    actor: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+    """
+    Who took the action, for the actions a call takes (pause, resume, a decision on a held call,
+    inject, interrupt, cancel, breakpoints, rewind): the caller's principal (docs/tenancy.md);
+    empty for what the server did by itself.
     """
 
 
@@ -3692,6 +3809,36 @@ default_message_pool.register_message("helix.runner.v1", "GetPhaseDiffResponse",
 
 
 @dataclass(eq=False, repr=False)
+class GetProjectQuotaRequest(betterproto2.Message):
+    """
+    GetProjectQuotaRequest names the project.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (empty: the default project).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetProjectQuotaRequest", GetProjectQuotaRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetProjectQuotaResponse(betterproto2.Message):
+    """
+    GetProjectQuotaResponse is the project's quota (all caps 0 when it has none).
+    """
+
+    quota: "ProjectQuota | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The quota, with what the project spent so far.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "GetProjectQuotaResponse", GetProjectQuotaResponse)
+
+
+@dataclass(eq=False, repr=False)
 class GetServerStatusRequest(betterproto2.Message):
     """
     GetServerStatusRequest asks for the server's status; it has no fields.
@@ -3771,6 +3918,26 @@ class GetTaskOutputResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "GetTaskOutputResponse", GetTaskOutputResponse)
+
+
+@dataclass(eq=False, repr=False)
+class Grant(betterproto2.Message):
+    """
+    Grant is a principal's roles on one project (docs/tenancy.md).
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project, or "*" for every project.
+    """
+
+    roles: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The roles held there: viewer, operator, approver, admin (with what each implies).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Grant", Grant)
 
 
 @dataclass(eq=False, repr=False)
@@ -4016,6 +4183,61 @@ class Job(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "Job", Job)
+
+
+@dataclass(eq=False, repr=False)
+class ListAuditEntriesRequest(betterproto2.Message):
+    """
+    ListAuditEntriesRequest filters the audit trail; every filter is optional.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this project's entries (empty: every project; needs `admin` on "*").
+    """
+
+    job_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only the entries about this job.
+    """
+
+    principal: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Only the entries of this principal.
+    """
+
+    page_size: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+    """
+    Page size (default 100, at most 1000).
+    """
+
+    page_token: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The previous page's next_page_token.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListAuditEntriesRequest", ListAuditEntriesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListAuditEntriesResponse(betterproto2.Message):
+    """
+    ListAuditEntriesResponse is a page of the audit trail, newest first.
+    """
+
+    entries: "list[AuditEntry]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    The entries.
+    """
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Set when there are more.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ListAuditEntriesResponse", ListAuditEntriesResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -5572,6 +5794,79 @@ default_message_pool.register_message("helix.runner.v1", "PhaseStatusChanged", P
 
 
 @dataclass(eq=False, repr=False)
+class Principal(betterproto2.Message):
+    """
+    Principal is whoever made a call.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its name: a static token's name, a JWT's subject, a certificate's subject, or "admin".
+    """
+
+    source: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    How it was known: token, jwt or certificate.
+    """
+
+    grants: "list[Grant]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    What it may do where.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "Principal", Principal)
+
+
+@dataclass(eq=False, repr=False)
+class ProjectQuota(betterproto2.Message):
+    """
+    ProjectQuota is a project's spend caps and what it spent (docs/tenancy.md). Spend is counted
+    from the cost totals' ledger, each phase in the window in which it was created.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project.
+    """
+
+    spend_usd_per_day: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
+    """
+    The cap per UTC day in USD (0: none).
+    """
+
+    spend_usd_per_month: "float" = betterproto2.field(3, betterproto2.TYPE_DOUBLE)
+    """
+    The cap per UTC month in USD (0: none).
+    """
+
+    spent_today_usd: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
+    """
+    What the project's phases created today cost so far.
+    """
+
+    spent_this_month_usd: "float" = betterproto2.field(5, betterproto2.TYPE_DOUBLE)
+    """
+    What its phases created this month cost so far.
+    """
+
+    update_time: "datetime.datetime | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When the quota was last set.
+    """
+
+    updated_by: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    Who set it.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ProjectQuota", ProjectQuota)
+
+
+@dataclass(eq=False, repr=False)
 class PutEgressSecretRequest(betterproto2.Message):
     """
     PutEgressSecretRequest stores a secret in a project's credential vault.
@@ -6312,6 +6607,46 @@ class SetPhasePermissionModeResponse(betterproto2.Message):
 default_message_pool.register_message(
     "helix.runner.v1", "SetPhasePermissionModeResponse", SetPhasePermissionModeResponse
 )
+
+
+@dataclass(eq=False, repr=False)
+class SetProjectQuotaRequest(betterproto2.Message):
+    """
+    SetProjectQuotaRequest sets a project's caps (0: no cap).
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (empty: the default project).
+    """
+
+    spend_usd_per_day: "float" = betterproto2.field(2, betterproto2.TYPE_DOUBLE)
+    """
+    What the project's phases may cost per UTC day, in USD (0: no cap).
+    """
+
+    spend_usd_per_month: "float" = betterproto2.field(3, betterproto2.TYPE_DOUBLE)
+    """
+    What they may cost per UTC month, in USD (0: no cap).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SetProjectQuotaRequest", SetProjectQuotaRequest)
+
+
+@dataclass(eq=False, repr=False)
+class SetProjectQuotaResponse(betterproto2.Message):
+    """
+    SetProjectQuotaResponse is the quota as stored.
+    """
+
+    quota: "ProjectQuota | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The quota, with what the project spent so far.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "SetProjectQuotaResponse", SetProjectQuotaResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -7583,6 +7918,33 @@ class WebhookDelivery(betterproto2.Message):
 default_message_pool.register_message("helix.runner.v1", "WebhookDelivery", WebhookDelivery)
 
 
+@dataclass(eq=False, repr=False)
+class WhoAmIRequest(betterproto2.Message):
+    """
+    WhoAmIRequest has no fields.
+    """
+
+    pass
+
+
+default_message_pool.register_message("helix.runner.v1", "WhoAmIRequest", WhoAmIRequest)
+
+
+@dataclass(eq=False, repr=False)
+class WhoAmIResponse(betterproto2.Message):
+    """
+    WhoAmIResponse is the caller as the server sees it.
+    """
+
+    principal: "Principal | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The caller.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "WhoAmIResponse", WhoAmIResponse)
+
+
 class RunnerServiceStub:
     """
     RunnerService runs Claude Code phases and makes them observable and controllable.
@@ -7981,6 +8343,57 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/DeleteEgressSecret",
             DeleteEgressSecretRequest.SerializeToString,
             DeleteEgressSecretResponse.FromString,
+        )(message)
+
+    def list_audit_entries(self, message: "ListAuditEntriesRequest") -> "ListAuditEntriesResponse":
+        """
+        The audit trail (docs/tenancy.md): every action taken through the API (runs, control,
+        decisions on held calls, webhooks, secrets), who took it, from where and how it ended, newest
+        first. Entries are append-only. Needs `admin` on the project (on every project without one).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListAuditEntries",
+            ListAuditEntriesRequest.SerializeToString,
+            ListAuditEntriesResponse.FromString,
+        )(message)
+
+    def who_am_i(self, message: "WhoAmIRequest | None" = None) -> "WhoAmIResponse":
+        """
+        Who the server takes the caller for, and what it may do where.
+        """
+
+        if message is None:
+            message = WhoAmIRequest()
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/WhoAmI",
+            WhoAmIRequest.SerializeToString,
+            WhoAmIResponse.FromString,
+        )(message)
+
+    def set_project_quota(self, message: "SetProjectQuotaRequest") -> "SetProjectQuotaResponse":
+        """
+        Sets a project's spend quota (docs/tenancy.md), shared by every replica: a new phase of a
+        project at a cap is refused RESOURCE_EXHAUSTED (`QUOTA_EXCEEDED`, with a QuotaFailure), a
+        running one pauses before its next tool call once its project reaches it. Needs `admin`.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/SetProjectQuota",
+            SetProjectQuotaRequest.SerializeToString,
+            SetProjectQuotaResponse.FromString,
+        )(message)
+
+    def get_project_quota(self, message: "GetProjectQuotaRequest") -> "GetProjectQuotaResponse":
+        """
+        A project's quota and what it spent today and this month (UTC).
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/GetProjectQuota",
+            GetProjectQuotaRequest.SerializeToString,
+            GetProjectQuotaResponse.FromString,
         )(message)
 
 
