@@ -614,3 +614,14 @@ async def test_the_interrupt_hook_is_passed_through_and_answered():
     # A callback the server never registered is still an error answer.
     answer = await host.answer_to(_hook_callback(host, "r2", "someone_elses", interrupt))
     assert answer["subtype"] == "error"
+
+
+async def test_an_edit_decided_before_a_skill_shell_command_is_asked_about_does_not_run_it():
+    # A decision taken while the phase moved (``pending``) is applied when the CLI asks; for a
+    # skill's command an edit cannot be applied, so the command is refused, not run unedited.
+    host = FakeHost()
+    host.controller = control = PhaseController(host, [], skill_shell_allowed=True)
+    control.pending["toolu_1:preamble-0"] = Decision(DecisionKind.EDIT, new_input={"command": "true"})
+    answer = await host.answer_to(_hook_callback(host, "r1", PRE_SKILL_SHELL_CALLBACK, SKILL_SHELL))
+    assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert answer["hookSpecificOutput"]["permissionDecisionReason"] == NOT_EDITABLE

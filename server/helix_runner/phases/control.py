@@ -415,9 +415,14 @@ class PhaseController:
             return skill_shell_answer(deny_hook(REFUSED_REASON))
         self._skill_shell_ids.add(req.tool_use_id)
         try:
-            return skill_shell_answer(await self._decide_tool_call(req))
+            answer = await self._decide_tool_call(req)
         finally:
             self._skill_shell_ids.discard(req.tool_use_id)
+        if "updatedInput" in (answer.get("hookSpecificOutput") or {}):
+            # An edit decided where it could not be refused (during a move to another replica):
+            # the command never runs as anything but itself, so it does not run.
+            return skill_shell_answer(deny_hook(NOT_EDITABLE))
+        return skill_shell_answer(answer)
 
     def _pass_hook(self, req: ControlRequest, event: str) -> None:
         """The CLI called one of the server's hooks: the event goes to the phase's stream as a
