@@ -94,6 +94,11 @@ async def test_a_skill_shell_command_is_held_at_a_bash_breakpoint_and_denied(cla
         assert not (runner.workdir / "ran.txt").exists()  # held before it ran
         job = (await runner.stub.GetJob(pb.GetJobRequest(job_id="held"), timeout=10)).job
         assert job.phases[0].status == res.PHASE_STATUS_AWAITING_APPROVAL
+        inspection = (await runner.stub.InspectPhase(pb.InspectPhaseRequest(**phase.ids()), timeout=10)).inspection
+        (pending,) = inspection.pending_calls
+        assert (pending.breakpoint_id, pending.call.name, pending.call.tool_use_id) == (
+            "bash", "Bash", hit.control.tool_use_id)
+        assert "echo SKILLSHELL" in pending.call.input_json
         # The CLI never runs a changed skill command: an edit is refused, the call stays held.
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await runner.stub.ResolveToolCall(pb.ResolveToolCallRequest(
