@@ -243,6 +243,8 @@ class ServerConfig:
     vault_key_file: Path | None = None
     egress_max_connections_per_phase: int = 128
     egress_max_bytes_per_phase: int = 0
+    # How long a request a network breakpoint holds waits for a decision before it is denied.
+    egress_hold_timeout_seconds: float = 300.0
     # Retention (0 = keep forever): jobs whose phases all finished and that were untouched this many
     # days are deleted with their rows and recordings; the oldest finished phases' recordings are
     # deleted while all recordings exceed recordings_max_bytes. Swept every retention_interval_seconds.
@@ -625,6 +627,7 @@ _CONVERTERS: dict[str, Any] = {
     "vault_key_file": lambda v: Path(v).expanduser() if v else None,
     "egress_max_connections_per_phase": int,
     "egress_max_bytes_per_phase": int,
+    "egress_hold_timeout_seconds": float,
     "retention_days": float,
     "recordings_max_bytes": int,
     "retention_interval_seconds": float,
@@ -915,6 +918,8 @@ def _validate_egress(config: ServerConfig) -> None:
             raise ConfigError(f"{name} {path} is not a file")
     if not 1 <= config.egress_max_connections_per_phase <= 100_000:
         raise ConfigError("egress_max_connections_per_phase must be 1-100000")
+    if not 0 < config.egress_hold_timeout_seconds <= 86400:
+        raise ConfigError("egress_hold_timeout_seconds must be more than 0 and at most 86400 (a day)")
     if config.egress_max_bytes_per_phase < 0:
         raise ConfigError("egress_max_bytes_per_phase must be 0 (no cap) or a number of bytes")
 

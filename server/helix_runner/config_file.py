@@ -81,6 +81,7 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("egress_upstream_ca_file", "upstream_ca_file"), ("vault_key_file", "vault_key_file"),
         ("egress_max_connections_per_phase", "max_connections_per_phase"),
         ("egress_max_bytes_per_phase", "max_bytes_per_phase"),
+        ("egress_hold_timeout_seconds", "hold_timeout_seconds"),
     ),
     "telemetry": (
         ("metrics_host", "metrics_host"), ("metrics_port", "metrics_port"),

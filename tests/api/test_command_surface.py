@@ -45,7 +45,7 @@ def test_no_handler_reaches_into_a_running_phase():
 
 def test_each_job_control_handler_calls_one_command_and_nothing_else_of_the_phases():
     handlers = _handlers()
-    assert len(JOB_CONTROL) == 15 and set(JOB_CONTROL) <= set(handlers)
+    assert len(JOB_CONTROL) == 16 and set(JOB_CONTROL) <= set(handlers)
     calls = {name: (_uses_of(handlers[name], "commands"), _uses_of(handlers[name], "service")) for name in JOB_CONTROL}
     assert {name: used for name, used in calls.items() if len(used[0]) != 1 or used[1]} == {}
 

@@ -36,9 +36,10 @@ READS = {"WatchPhase", "GetJob", "ListJobs", "ListToolCalls", "GetCostTotals", "
 OPERATE = {"RunPhase", "CancelPhase", "PausePhase", "ResumePhase", "StepPhase", "InterruptPhase", "SetPhaseModel",
            "SetPhasePermissionMode", "StopTask", "InjectMessage", "AddBreakpoint", "RemoveBreakpoint", "ForkPhase",
            "RewindPhase"}
-APPROVE = {"ResolveToolCall"}
+APPROVE = {"ResolveToolCall", "ResolveEgressHold"}
 ADMINISTER = {"GetServerStatus", "CreateWebhook", "ListWebhooks", "DeleteWebhook", "ListWebhookDeliveries",
-              "PutEgressSecret", "ListEgressSecrets", "DeleteEgressSecret", "ListAuditEntries", "SetProjectQuota"}
+              "PutEgressSecret", "ListEgressSecrets", "DeleteEgressSecret", "ListAuditEntries", "SetProjectQuota",
+              "ListEgressAllowances", "DeleteEgressAllowance"}
 ALLOWED = {"viewer": READS, "operator": READS | OPERATE, "approver": READS | APPROVE,
            "admin": READS | OPERATE | APPROVE | ADMINISTER}
 

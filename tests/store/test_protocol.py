@@ -34,6 +34,8 @@ def test_the_protocol_names_every_method_the_application_uses():
         "append_audit", "list_audit",
         # per-project quotas (docs/tenancy.md)
         "get_quota", "project_spend", "put_quota",
+        # egress allowances (docs/network.md)
+        "add_egress_allowance", "delete_egress_allowance", "list_egress_allowances",
     ])  # fmt: skip
 
 

@@ -83,6 +83,17 @@ export interface PhaseView {
   controlVersion: number;
   /** Rewinds in place (REWOUND control events): the events after `after` up to `to` are superseded. */
   rewound: { after: number; to: number }[];
+  /** Network requests a breakpoint holds, by hold id, until an EGRESS_APPROVED / EGRESS_DENIED event. */
+  egressHolds: Record<string, EgressHoldView>;
+}
+
+export interface EgressHoldView {
+  holdId: string;
+  destination: string;
+  method: string;
+  path: string;
+  breakpointId: string;
+  sinceMs: number | undefined;
 }
 
 export type Action =
@@ -108,6 +119,7 @@ export function initialView(): PhaseView {
     result: undefined,
     controlVersion: 0,
     rewound: [],
+    egressHolds: {},
   };
 }
 
@@ -207,6 +219,16 @@ function apply(view: PhaseView, event: StreamEvent, timeMs: number): void {
       view.statusReason = p.value.reason;
       view.controlVersion++;
       break;
+    case "gateway": {
+      const g = p.value;
+      if (g.kind === GatewayEventKind.EGRESS_HELD) {
+        view.egressHolds = { ...view.egressHolds, [g.holdId]: { holdId: g.holdId, destination: g.destination, method: g.method, path: g.path, breakpointId: g.breakpointId, sinceMs: timeMs } };
+      } else if ((g.kind === GatewayEventKind.EGRESS_APPROVED || g.kind === GatewayEventKind.EGRESS_DENIED) && g.holdId in view.egressHolds) {
+        const { [g.holdId]: _gone, ...rest } = view.egressHolds;
+        view.egressHolds = rest;
+      }
+      break;
+    }
     case "control":
       applyControl(view, p.value.kind, p.value.toolUseId, p.value.inputJson);
       if (p.value.kind === ControlEventKind.REWOUND) {
@@ -445,6 +467,17 @@ export function summarize(event: StreamEvent): { kind: string; text: string; ton
           kind: "egress",
           text: `${clip(p.value.destination, 120)}${request} ↑${p.value.bytesSent} B ↓${p.value.bytesReceived} B${ms === undefined ? "" : ` in ${ms} ms`}`,
           tone: "muted",
+        };
+      }
+      if (p.value.kind === GatewayEventKind.EGRESS_HELD || p.value.kind === GatewayEventKind.EGRESS_APPROVED || p.value.kind === GatewayEventKind.EGRESS_DENIED) {
+        // A network breakpoint's request and its decision (docs/network.md): who decided, and why.
+        const word = p.value.kind === GatewayEventKind.EGRESS_HELD ? "held" : p.value.kind === GatewayEventKind.EGRESS_APPROVED ? "approved" : "denied";
+        const request = p.value.method ? ` ${p.value.method} ${clip(p.value.path, 120)}`.trimEnd() : "";
+        const by = p.value.actor ? ` by ${p.value.actor}` : "";
+        return {
+          kind: "egress",
+          text: `${word}${by}: ${clip(p.value.destination, 120)}${request} [${p.value.holdId}]${p.value.message ? ` ${clip(p.value.message, 160)}` : ""}`,
+          tone: p.value.kind === GatewayEventKind.EGRESS_DENIED ? "error" : "control",
         };
       }
       const kind = enumName(GatewayEventKindSchema, p.value.kind).replace(/^GATEWAY_EVENT_KIND_/, "").toLowerCase().replace(/_/g, " ");

@@ -240,3 +240,22 @@ test("a control event a caller caused names who: tool approved by alice", () => 
   ]);
   assert.deepEqual(view.log.map((l) => l.text), ["tool approved by alice@team-a: Bash", "breakpoint hit: Bash"]);
 });
+
+test("a held network request and its decision are egress lines that say who decided", () => {
+  const view = fold([
+    ev(1, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_HELD, destination: "pypi.org:443", method: "CONNECT", holdId: "eg-1" } }),
+    ev(2, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_DENIED, destination: "pypi.org:443", holdId: "eg-1", actor: "alice@team-a", message: "no installs" } }),
+  ]);
+  assert.deepEqual(view.log.map((l) => [l.kind, l.text, l.tone]), [
+    ["egress", "held: pypi.org:443 CONNECT [eg-1]", "control"],
+    ["egress", "denied by alice@team-a: pypi.org:443 [eg-1] no installs", "error"],
+  ]);
+});
+
+test("a held network request is pending until it is decided", () => {
+  let view = fold([ev(1, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_HELD, destination: "pypi.org:443", method: "CONNECT", holdId: "eg-1", breakpointId: "b" } })]);
+  assert.deepEqual(Object.keys(view.egressHolds), ["eg-1"]);
+  assert.equal(view.egressHolds["eg-1"]!.destination, "pypi.org:443");
+  view = reduce(view, { type: "events", events: [ev(2, { case: "gateway", value: { kind: GatewayEventKind.EGRESS_APPROVED, holdId: "eg-1" } })] });
+  assert.deepEqual(view.egressHolds, {});
+});

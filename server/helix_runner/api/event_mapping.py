@@ -457,6 +457,9 @@ def _gateway(p: d.GatewayEvent, m: ev.GatewayEvent) -> None:
         _set_duration_ns(m.duration, p.duration_ns)
     m.method = p.method
     m.path = p.path
+    m.hold_id = p.hold_id
+    m.actor = p.actor
+    m.breakpoint_id = p.breakpoint_id
 
 
 def _session_writes_lost(p: d.SessionWritesLost, m: ev.SessionWritesLost) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from helix.runner.v1 import resources_pb2, runner_service_pb2
 from helix_runner.api.run_options import run_options, set_run_options
 from helix_runner.domain.breakpoints import MAX_BREAKPOINTS, Breakpoint, BreakpointKind
+from helix_runner.domain.egress_hold import EgressDecision, EgressScope
 from helix_runner.domain.phase_spec import OnDisconnect, PermissionMode, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.tool_decision import Decision
@@ -132,7 +133,7 @@ def breakpoint_from_proto(msg: resources_pb2.Breakpoint, field_path: str = "brea
     kind = msg.WhichOneof("condition")
     if kind is None:
         raise invalid_field(
-            field_path, "a condition (tool_name, input_pattern, cost_threshold_usd or turn_count) is required"
+            field_path, "a condition (tool_name, input_pattern, cost_threshold_usd, turn_count or egress) is required"
         )
     return Breakpoint.create(
         kind=BreakpointKind(kind),
@@ -143,6 +144,8 @@ def breakpoint_from_proto(msg: resources_pb2.Breakpoint, field_path: str = "brea
         turn_count=msg.turn_count,
         once=msg.once,
         field_path=field_path,
+        egress_host=msg.egress.host,
+        egress_unlisted=msg.egress.unlisted_hosts,
     )
 
 
@@ -176,3 +179,22 @@ def cancel_reason(request: runner_service_pb2.CancelPhaseRequest) -> str:
     if len(request.reason.encode()) > MAX_CANCEL_REASON_BYTES:
         raise invalid_field("reason", "exceeds 1 KiB")
     return request.reason
+
+
+_EGRESS_SCOPES = {
+    runner_service_pb2.EGRESS_HOLD_DECISION_APPROVE_ONCE: EgressScope.ONCE,
+    runner_service_pb2.EGRESS_HOLD_DECISION_APPROVE_PHASE: EgressScope.PHASE,
+    runner_service_pb2.EGRESS_HOLD_DECISION_APPROVE_PROJECT: EgressScope.PROJECT,
+}
+
+
+def egress_decision_from_request(request: runner_service_pb2.ResolveEgressHoldRequest) -> EgressDecision:
+    """ResolveEgressHoldRequest's decision (INVALID_ARGUMENT when it names none)."""
+    if not request.hold_id:
+        raise invalid_field("hold_id", "is required")
+    if request.decision == runner_service_pb2.EGRESS_HOLD_DECISION_DENY:
+        return EgressDecision.deny(request.reason)
+    scope = _EGRESS_SCOPES.get(request.decision)
+    if scope is None:
+        raise invalid_field("decision", "is required: APPROVE_ONCE, APPROVE_PHASE, APPROVE_PROJECT or DENY")
+    return EgressDecision(True, scope)

@@ -209,6 +209,9 @@ def breakpoint_to_proto(bp: Breakpoint) -> resources_pb2.Breakpoint:
         msg.input_pattern.tool_name = bp.tool_name
     elif bp.kind is BreakpointKind.COST_THRESHOLD:
         msg.cost_threshold_usd = bp.cost_threshold_usd
+    elif bp.kind is BreakpointKind.EGRESS:
+        msg.egress.host = bp.egress_host
+        msg.egress.unlisted_hosts = bp.egress_unlisted
     else:
         msg.turn_count = bp.turn_count
     return msg
@@ -298,4 +301,11 @@ def project_quota_to_proto(quota: ProjectQuota, spend: Spend) -> resources_pb2.P
                                      spent_this_month_usd=spend.this_month_usd, updated_by=quota.updated_by)
     if quota.update_time_ns:
         msg.update_time.FromNanoseconds(quota.update_time_ns)
+    return msg
+
+
+def egress_allowance_to_proto(project_id: str, host: str, created_by: str,
+                              create_time_ns: int) -> resources_pb2.EgressAllowance:
+    msg = resources_pb2.EgressAllowance(project_id=project_id, host=host, created_by=created_by)
+    msg.create_time.FromNanoseconds(create_time_ns)
     return msg

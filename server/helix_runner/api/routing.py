@@ -92,6 +92,10 @@ ROUTES: Mapping[str, Route] = {
     # Quotas are rows of the shared database; the spend is summed there.
     "SetProjectQuota": Route.ANY,
     "GetProjectQuota": Route.ANY,
+    # A held network request waits in the proxy of the phase's replica: its owner decides.
+    "ResolveEgressHold": Route.OWNER,
+    "ListEgressAllowances": Route.ANY,
+    "DeleteEgressAllowance": Route.ANY,
 }
 
 
@@ -162,6 +166,9 @@ PERMISSIONS: Mapping[str, Need] = {
     "WhoAmI": Need(_V, Scope.LISTING),
     "SetProjectQuota": Need(_ADMIN, Scope.PROJECT),
     "GetProjectQuota": Need(_V, Scope.PROJECT),
+    "ResolveEgressHold": Need(_A, Scope.PHASE),
+    "ListEgressAllowances": Need(_ADMIN, Scope.PROJECT, read=True),
+    "DeleteEgressAllowance": Need(_ADMIN, Scope.PROJECT),
 }
 
 _PHASE_IDS = frozenset({"job_id", "phase_id"})

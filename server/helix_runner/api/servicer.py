@@ -50,6 +50,7 @@ from helix_runner.api.request_mapping import (
     breakpoints_from_request,
     cancel_reason,
     decision_from_request,
+    egress_decision_from_request,
     enum_value,
     permission_mode_from_request,
     spec_from_request,
@@ -59,6 +60,7 @@ from helix_runner.api.resource_mapping import (
     audit_entry_to_proto,
     breakpoint_to_proto,
     cost_totals_to_proto,
+    egress_allowance_to_proto,
     get_job_response,
     inspection_to_proto,
     list_jobs_response,
@@ -518,6 +520,26 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         project = request.project_id or DEFAULT_PROJECT
         quota, spend = await self.commands.quota(project)
         return runner_service_pb2.GetProjectQuotaResponse(quota=project_quota_to_proto(quota, spend))
+
+    # -- network breakpoints (docs/network.md; phases/egress_holds.py) ------------------------------
+
+    @_unary
+    async def ResolveEgressHold(self, request, context):
+        destination = await self.commands.resolve_egress(request.job_id, request.phase_id, request.hold_id,
+                                                         egress_decision_from_request(request))
+        return runner_service_pb2.ResolveEgressHoldResponse(destination=destination)
+
+    @_unary
+    async def ListEgressAllowances(self, request, context):
+        rows = await self.commands.egress_allowances(request.project_id or DEFAULT_PROJECT)
+        return runner_service_pb2.ListEgressAllowancesResponse(allowances=[egress_allowance_to_proto(*r) for r in rows])
+
+    @_unary
+    async def DeleteEgressAllowance(self, request, context):
+        if not request.host:
+            raise invalid_field("host", "is required")
+        await self.commands.delete_egress_allowance(request.project_id or DEFAULT_PROJECT, request.host)
+        return runner_service_pb2.DeleteEgressAllowanceResponse()
 
     # -- the credential vault (docs/network.md; phases/egress_vault.py) -------------------------
 

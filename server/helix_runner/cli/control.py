@@ -47,7 +47,7 @@ def _parser(
             "tool_use_id",
             nargs="?",
             metavar="TOOL_USE_ID",
-            help="the held call (default: the only held call)",
+            help="the held call (default: the only held call), or a held network request's id (eg-...)",
         )
     add_json_flag(p)
     add_connection_args(p)
@@ -105,7 +105,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(handler=with_client(_inspect))
 
-    _parser(sub, "approve", "run a held tool call as it is", held=True).set_defaults(handler=with_client(_approve))
+    p = _parser(sub, "approve", "run a held tool call as it is, or let a held network request (eg-...) through",
+                held=True)
+    p.add_argument("--for", dest="scope", choices=("once", "phase", "project"), default="once",
+                   help="a held network request: this one only (default), the rest of the phase, or the project "
+                        "(a stored allowance)")
+    p.set_defaults(handler=with_client(_approve))
     p = _parser(
         sub, "deny", "refuse a held tool call; the model sees the message as the tool's error", held=True
     )
@@ -275,13 +280,31 @@ async def _resolve(client, args, verb: str, **decision) -> int:
 async def _approve(client, args) -> int:
     from helix_runner_client import pb
 
+    if (args.tool_use_id or "").startswith(EGRESS_HOLD_PREFIX):
+        decision = {"once": pb.EgressHoldDecision.APPROVE_ONCE, "phase": pb.EgressHoldDecision.APPROVE_PHASE,
+                    "project": pb.EgressHoldDecision.APPROVE_PROJECT}[args.scope]
+        return await _resolve_egress(client, args, decision, f"approved ({args.scope})")
     return await _resolve(client, args, "approved", approve=pb.ApproveDecision())
 
 
 async def _deny(client, args) -> int:
     from helix_runner_client import pb
 
+    if (args.tool_use_id or "").startswith(EGRESS_HOLD_PREFIX):
+        return await _resolve_egress(client, args, pb.EgressHoldDecision.DENY, "denied", reason=args.message)
     return await _resolve(client, args, "denied", deny=pb.DenyDecision(message=args.message))
+
+
+# Network requests a breakpoint holds have ids of their own (phases/egress_holds.py).
+EGRESS_HOLD_PREFIX = "eg-"
+
+
+async def _resolve_egress(client, args, decision, verb: str, reason: str = "") -> int:
+    from helix_runner_client import pb
+
+    response = await client.call("resolve_egress_hold", pb.ResolveEgressHoldRequest(
+        **_ids(args), hold_id=args.tool_use_id, decision=decision, reason=reason))
+    return _say(args, response, f"{verb} the network request to {response.destination} ({args.tool_use_id})")
 
 
 def parse_input_json(spec: str) -> str:

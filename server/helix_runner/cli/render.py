@@ -453,6 +453,15 @@ def _gateway(p, _e) -> Text:
         request = f" {p.method} {p.path}".rstrip() if p.method else ""
         return line_of(("egress", "cyan"), f" {one_line(p.destination, 80)}{one_line(request, 80)}",
                        f" ↑{p.bytes_sent} B ↓{p.bytes_received} B in {fmt_duration(p.duration)}")
+    if p.kind in (pb.GatewayEventKind.EGRESS_HELD, pb.GatewayEventKind.EGRESS_APPROVED,
+                  pb.GatewayEventKind.EGRESS_DENIED):  # a network breakpoint's request and its decision
+        request = f" {p.method} {p.path}".rstrip() if p.method else ""
+        word, style = {pb.GatewayEventKind.EGRESS_HELD: ("egress held", "bold yellow"),
+                       pb.GatewayEventKind.EGRESS_APPROVED: ("egress approved", "green"),
+                       pb.GatewayEventKind.EGRESS_DENIED: ("egress denied", "bold red")}[p.kind]
+        by = f" by {p.actor}" if p.actor else ""
+        return line_of((word + by, style), f" {one_line(p.destination, 80)}{one_line(request, 80)}",
+                       f" [{p.hold_id}]", f": {one_line(p.message, 140)}" if p.message else "")
     return line_of(
         (enum_name(p.kind).lower().replace("_", " "), "bold red"),
         f" HTTP {p.http_status}",

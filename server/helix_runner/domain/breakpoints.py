@@ -70,11 +70,17 @@ def search_bytes(input_json: str | bytes) -> bytes:
     return input_json[:BREAKPOINT_SEARCH_MAX_BYTES]
 
 
+# A network breakpoint's host: a name or *.suffix (letters, digits, dots, hyphens), or an IPv4
+# address, with an optional port.
+_EGRESS_HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?$")
+
+
 class BreakpointKind(enum.Enum):
     TOOL_NAME = "tool_name"
     INPUT_PATTERN = "input_pattern"
     COST_THRESHOLD = "cost_threshold_usd"
     TURN_COUNT = "turn_count"
+    EGRESS = "egress"  # a network breakpoint: holds requests through the egress proxy, never tool calls
 
 
 @dataclass
@@ -90,6 +96,8 @@ class Breakpoint:
     once: bool = False
     hit_count: int = 0
     _pattern: Any = field(default=None, repr=False, compare=False)  # the compiled RE2 pattern
+    egress_host: str = ""  # EGRESS: a host pattern (example.com, *.example.com, optional :port)
+    egress_unlisted: bool = False  # EGRESS: any host the phase's allowlist does not name
 
     @classmethod
     def create(
@@ -103,6 +111,8 @@ class Breakpoint:
         turn_count: int = 0,
         once: bool = False,
         field_path: str = "breakpoint",
+        egress_host: str = "",
+        egress_unlisted: bool = False,
     ) -> Breakpoint:
         """A validated breakpoint; INVALID_ARGUMENT names the bad field under ``field_path``."""
         if breakpoint_id and not re.match(r"^[A-Za-z0-9._:-]{1,128}$", breakpoint_id):
@@ -116,6 +126,13 @@ class Breakpoint:
             raise invalid_field(f"{field_path}.cost_threshold_usd", "must be positive")
         if kind is BreakpointKind.TURN_COUNT and turn_count < 1:
             raise invalid_field(f"{field_path}.turn_count", "must be at least 1")
+        if kind is BreakpointKind.EGRESS:
+            egress_host = egress_host.strip().lower()
+            if bool(egress_host) == egress_unlisted:
+                raise invalid_field(f"{field_path}.egress", "set exactly one of host and unlisted_hosts")
+            if egress_host and not _EGRESS_HOST.match(egress_host):
+                raise invalid_field(f"{field_path}.egress.host", "must be a host pattern: example.com, "
+                                    "*.example.com or an IP address, optionally with :port")
         return cls(
             breakpoint_id or f"bp-{uuid.uuid4().hex[:8]}",
             kind,
@@ -126,7 +143,24 @@ class Breakpoint:
             once,
             0,
             pattern,
+            egress_host,
+            egress_unlisted,
         )
+
+    def holds_egress(self, host: str, port: int, listed: bool) -> bool:
+        """Whether this network breakpoint holds a request to ``host:port`` (``listed``: the phase's
+        allowlist names the host)."""
+        if self.kind is not BreakpointKind.EGRESS:
+            return False
+        if self.egress_unlisted:
+            return not listed
+        pattern, _, want_port = self.egress_host.partition(":")
+        if want_port and want_port != str(port):
+            return False
+        name = host.lower().rstrip(".")
+        if pattern.startswith("*."):
+            return name.endswith(pattern[1:]) and name != pattern[2:]
+        return name == pattern
 
     @property
     def is_threshold(self) -> bool:
@@ -140,6 +174,8 @@ class Breakpoint:
 
     def matches(self, tool_name: str, input_json: str | bytes, cost_usd: float, turns: int) -> bool:
         """Whether a call triggers this breakpoint (pure: safe off the event loop, see ``first_match``)."""
+        if self.kind is BreakpointKind.EGRESS:
+            return False  # network breakpoints hold requests (holds_egress), not tool calls
         if self.is_threshold and self.hit_count:
             return False  # a threshold is crossed once
         if self.kind is BreakpointKind.TOOL_NAME:

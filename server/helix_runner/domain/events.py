@@ -139,6 +139,9 @@ class GatewayEventKind(enum.IntEnum):
     UPSTREAM_FAILED = 5  # the gateway could not reach the API (connection, TLS, timeout)
     FEATURE_REFUSED = 6  # a request used an API feature that reaches out (domain/api_features.py), not allowed
     EGRESS_CONNECTION = 7  # a connection the egress proxy let through ended (bytes each way, duration)
+    EGRESS_HELD = 8  # a network breakpoint holds a request (phases/egress_holds.py)
+    EGRESS_APPROVED = 9  # a held request was let through (once, for the phase, for the project)
+    EGRESS_DENIED = 10  # a held request was refused (the reason is the proxy's 403 body)
 
 
 class AttemptEndKind(enum.IntEnum):
@@ -578,6 +581,9 @@ class GatewayEvent(_Payload):
     duration_ns: int = 0  # EGRESS_CONNECTION: how long it was open
     method: str = ""  # the request's, where the proxy saw it (plain HTTP, or terminated HTTPS)
     path: str = ""
+    hold_id: str = ""  # EGRESS_HELD / _APPROVED / _DENIED: the held request
+    actor: str = ""  # EGRESS_APPROVED / _DENIED: who decided
+    breakpoint_id: str = ""  # EGRESS_HELD: the network breakpoint
 
 
 class ParseError(_Payload):

@@ -48,6 +48,10 @@ class GrantSink(Protocol):
     def on_egress_limit(self, reason: str) -> None:
         """The phase passed one of the proxy's caps that ends it (``reason`` names the limit)."""
 
+    async def egress_gate(self, host: str, port: int, method: str, path: str, refusal: str | None) -> str | None:
+        """Why a request to ``host:port`` is refused, given ``refusal`` (the allowlist's answer, or
+        None): a network breakpoint may hold it first, an earlier approval may let it through."""
+
 
 @dataclass(frozen=True)
 class ModelAllowlist:

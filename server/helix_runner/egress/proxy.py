@@ -376,6 +376,15 @@ class _ProxyClient(asyncio.Protocol):
         assert grant is not None
         policy = grant.egress
         why = policy.check_name(host, port)
+        gate = getattr(grant.sink, "egress_gate", None)
+        if gate is not None:  # network breakpoints and approvals (phases/egress_holds.py): may wait
+            method = "CONNECT" if connect else self.parser.get_method().decode("latin-1")
+            why = await gate(host, port, method, "" if connect else self.request_path, why)
+            if self.closed:  # the tool gave up while its request was held
+                return
+            if why is not None and why.startswith("denied: "):
+                self._refused(why.removeprefix("denied: "), denied=True)
+                return
         addresses: list[IPAddress] = []
         if why is None:
             literal = parse_ip(host)
@@ -576,11 +585,16 @@ class _ProxyClient(asyncio.Protocol):
         self.close()
 
     # -- endings ----------------------------------------------------------------------------------
-    def _refused(self, why: str) -> None:
+    def _refused(self, why: str, *, denied: bool = False) -> None:
+        """A 403 saying why; ``denied``: a person refused the held request (its EGRESS_DENIED event
+        is in the stream already), and the body is their reason, for the model to read."""
         grant = self.grant
         assert grant is not None
         log.info("egress proxy refused a destination", extra={"fields": {
             "job_id": grant.job_id, "phase_id": grant.phase_id, "destination": self.destination, "reason": why}})
+        if denied:
+            self._answer(403, f"egress to {self.destination} denied by the operator: {why}")
+            return
         tell(grant.sink.on_event, GatewayEvent(kind=GatewayEventKind.EGRESS_REFUSED, http_status=403,
                                                message=why[:1024], destination=self.destination))
         self._answer(403, f"egress to {self.destination} refused: {why}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.checkpoints import Checkpoint
+from helix_runner.domain.egress_hold import EgressDecision
 from helix_runner.domain.events import ControlEvent, ControlEventKind
 from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import OnDisconnect, PermissionMode
@@ -71,6 +72,19 @@ class PhaseCommands:
             job_id, phase_id, session_id))
 
     # -- held calls and breakpoints -------------------------------------------------------------
+
+    async def resolve_egress(self, job_id: str, phase_id: str, hold_id: str, decision: EgressDecision) -> str:
+        """Decides a network request the phase holds (phases/egress_holds.py); its destination."""
+        run = self._running(job_id, phase_id, "resolve a held network request").run
+        return (await run.egress_holds.resolve(hold_id, decision)).destination
+
+    async def egress_allowances(self, project_id: str) -> list[tuple[str, str, str, int]]:
+        return await self._service.off_loop(self._service.store.list_egress_allowances, project_id)
+
+    async def delete_egress_allowance(self, project_id: str, host: str) -> None:
+        if not await self._service.off_loop(self._service.store.delete_egress_allowance, project_id, host):
+            raise RunnerError(ErrorKind.NOT_FOUND, "NOT_FOUND", f"project {project_id} has no egress allowance for "
+                              f"{host}", {"project_id": project_id, "host": host})
 
     def resolve(self, job_id: str, phase_id: str, tool_use_id: str, decision: Decision) -> ToolCall | None:
         """Answers a held call; the tracker's record of it (None: no longer retained).

@@ -179,6 +179,8 @@ class PhaseController:
         self.handing_over = False
         # Called whenever the state above changes (the owner saves it for another replica).
         self.on_change: Callable[[], None] = lambda: None
+        # The phase's held network requests (phases/egress_holds.py), which settle_status counts.
+        self.egress_holds: Any = None
         # One call at a time is checked against the breakpoints, so a `once` or threshold
         # breakpoint holds exactly one of several parallel calls.
         self._breakpoint_check = asyncio.Lock()
@@ -221,6 +223,10 @@ class PhaseController:
                      for h in self.holds.values() if not h.decision.done())
         return ControlState(tuple(self.breakpoints.list()), self.pause_requested or self.hard_paused,
                             self.step_credits, held + tuple(self.carried), tuple(self.pending.items()))
+
+    def changed(self) -> None:
+        """Something the phase's held state depends on changed (a held network request came or went)."""
+        self._changed()
 
     def _changed(self) -> None:
         try:
@@ -488,8 +494,11 @@ class PhaseController:
 
     def settle_status(self) -> None:
         """Sets the status that follows from the holds and the pause request (if it is not that already)."""
+        egress = self.egress_holds
         if any(h.breakpoint_id for h in self.holds.values()):
             status, why = PhaseStatus.AWAITING_APPROVAL, "a tool call waits for approval"
+        elif egress is not None and egress.waiting:
+            status, why = PhaseStatus.AWAITING_APPROVAL, egress.reason()
         elif self.hard_paused or (self.pause_requested and self.holds):
             status, why = PhaseStatus.PAUSED, "paused"
         elif self.pause_requested:

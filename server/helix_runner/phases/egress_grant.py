@@ -11,11 +11,11 @@ phase's ``GatewayLedger`` (the result's diagnostics, InspectPhase), its event st
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from helix_runner.config import ServerConfig
-from helix_runner.domain.events import GatewayEvent
+from helix_runner.domain.events import GatewayEvent, GatewayEventKind
 from helix_runner.domain.gateway_report import GatewayLedger, GatewayReport
 from helix_runner.domain.usage import TokenUsage
 from helix_runner.egress.allowlist import request_patterns
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 # A model that hammers a refused domain or an overloaded API must not flood its own stream; every
 # event is still counted in the report and the metrics.
 MAX_STREAM_EVENTS = 200
+# Never capped: someone must see a held request to decide it.
+_HOLD_KINDS = frozenset({GatewayEventKind.EGRESS_HELD, GatewayEventKind.EGRESS_APPROVED,
+                         GatewayEventKind.EGRESS_DENIED})
 
 
 def allowed_models(config: ServerConfig, project: str) -> tuple[str, ...] | None:
@@ -56,13 +59,16 @@ class PhaseEgress:
         self._emit: Callable[[GatewayEvent], Any] | None = None
         self._telemetry: Any = None
         self._at_limit: Callable[[str], Any] | None = None
+        self._gate: Callable[..., Awaitable[str | None]] | None = None
         self._streamed = 0
 
     def attach(self, emit: Callable[[GatewayEvent], Any], telemetry: Any,
-               at_limit: Callable[[str], Any] | None = None) -> None:
-        """Where events go (the phase's stream), which metrics count them (its PhaseTelemetry), and
-        what stops the phase at one of the proxy's caps."""
-        self._emit, self._telemetry, self._at_limit = emit, telemetry, at_limit
+               at_limit: Callable[[str], Any] | None = None,
+               gate: Callable[..., Awaitable[str | None]] | None = None) -> None:
+        """Where events go (the phase's stream), which metrics count them (its PhaseTelemetry),
+        what stops the phase at one of the proxy's caps, and what holds a request (network
+        breakpoints, phases/egress_holds.py)."""
+        self._emit, self._telemetry, self._at_limit, self._gate = emit, telemetry, at_limit, gate
 
     # -- the capability ---------------------------------------------------------------------------
     def child_env(self) -> dict[str, str]:
@@ -105,7 +111,11 @@ class PhaseEgress:
         self.ledger.on_event(event)
         if self._telemetry is not None:
             self._telemetry.on_gateway_event(event.kind)
-        if self._emit is not None and self._streamed < MAX_STREAM_EVENTS:
+        if self._emit is None:
+            return
+        if event.kind in _HOLD_KINDS:  # a held request and its decision: always shown, whatever came before
+            self._emit(event)
+        elif self._streamed < MAX_STREAM_EVENTS:
             self._streamed += 1
             self._emit(event)
 
@@ -113,6 +123,11 @@ class PhaseEgress:
         self.ledger.on_egress_connection()
         if self._telemetry is not None:
             self._telemetry.on_egress_connection()
+
+    async def egress_gate(self, host: str, port: int, method: str, path: str, refusal: str | None) -> str | None:
+        if self._gate is None:
+            return refusal
+        return await self._gate(host, port, method, path, refusal)
 
     def on_egress_limit(self, reason: str) -> None:
         if self._at_limit is not None:

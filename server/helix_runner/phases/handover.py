@@ -119,6 +119,8 @@ class SavedBreakpoint(msgspec.Struct, frozen=True):
     turn_count: int = 0
     once: bool = False
     hit_count: int = 0
+    egress_host: str = ""  # a network breakpoint's (added later: older state reads as none)
+    egress_unlisted: bool = False
 
 
 class HeldCallRecord(msgspec.Struct, frozen=True):
@@ -144,7 +146,7 @@ class SavedControl(msgspec.Struct, frozen=True):
 
 def saved_breakpoint(bp: Breakpoint) -> SavedBreakpoint:
     return SavedBreakpoint(bp.breakpoint_id, bp.kind.value, bp.tool_name, bp.regex, bp.cost_threshold_usd,
-                           bp.turn_count, bp.once, bp.hit_count)
+                           bp.turn_count, bp.once, bp.hit_count, bp.egress_host, bp.egress_unlisted)
 
 
 def restored_breakpoint(saved: SavedBreakpoint) -> Breakpoint:
@@ -152,7 +154,7 @@ def restored_breakpoint(saved: SavedBreakpoint) -> Breakpoint:
     bp = Breakpoint.create(kind=BreakpointKind(saved.kind), breakpoint_id=saved.breakpoint_id,
                            tool_name=saved.tool_name, regex=saved.regex,
                            cost_threshold_usd=saved.cost_threshold_usd, turn_count=saved.turn_count,
-                           once=saved.once)
+                           once=saved.once, egress_host=saved.egress_host, egress_unlisted=saved.egress_unlisted)
     bp.hit_count = saved.hit_count
     return bp
 

@@ -67,6 +67,7 @@ from helix_runner.phases.attempts import (
 )
 from helix_runner.phases.checkpoints import PhaseCheckpoints
 from helix_runner.phases.control import ControlState, PhaseController, saved_control
+from helix_runner.phases.egress_holds import EgressHolds
 from helix_runner.phases.event_log import Moved, PhaseEventLog
 from helix_runner.phases.fanout import Fanout
 from helix_runner.phases.fork import ForkPoint, check_point, choose, require_workspace, resolve
@@ -201,9 +202,17 @@ class PhaseRun:
         if resumption is not None:  # continues the history and the attempts written on another replica
             self.attempts = list(resumption.attempts)
             self.stream.continue_from(resumption.last_sequence, resumption.session_id)
+        # Network breakpoints (phases/egress_holds.py): requests the proxy holds until decided.
+        self.egress_holds = EgressHolds(
+            project=spec.project_id or DEFAULT_PROJECT, breakpoints=self.control.breakpoints.list,
+            # Through the grant when there is one: its events are counted by kind (helix_gateway_events).
+            emit=plan.egress.on_event if plan.egress is not None else self.emit, changed=self._egress_changed,
+            hold_watchdog=self.hold_watchdog)
+        self.control.egress_holds = self.egress_holds
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
             plan.egress.attach(self.emit, self.telemetry,
-                               at_limit=lambda reason: self._at_limit(EndCause.EGRESS_LIMIT, reason))
+                               at_limit=lambda reason: self._at_limit(EndCause.EGRESS_LIMIT, reason),
+                               gate=self.egress_holds.gate)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
         self._message_ids: set[str] = set()
         self.user_messages = 0
@@ -511,6 +520,11 @@ class PhaseRun:
         locate = (self.checkpoints._locate if self.checkpoints is not None else None) or \
             (self.durability._locate if self.durability is not None else None)
         return locate(session_id) if locate is not None and session_id else None
+
+    def _egress_changed(self) -> None:
+        if self.result is None and not self.status.is_final:
+            self.control.settle_status()
+            self.control.changed()
 
     async def quota_crossed(self) -> str | None:
         guard = self.quota_guard
@@ -863,6 +877,7 @@ class PhaseRun:
         if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
             self.plan.secret_files.remove()
         self.control.close("the phase ended")
+        self.egress_holds.release("the phase ended")
         self._publish(self.stream.finish())
         outcome = final_outcome(end, exit_, self._writes_lost, ended_attempts=len(self.attempts),
                                 waiting=self.status is PhaseStatus.QUEUED)

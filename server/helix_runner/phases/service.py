@@ -387,12 +387,22 @@ class PhaseService:
                        durability=durability, resumption=resumption, control_state=control_state,
                        checkpoints=self.checkpoints_for(plan, sandbox, existing_checkpoints))
         run.quota_guard = self.quotas
+        run.egress_holds.timeout_s = self.config.egress_hold_timeout_seconds
+        run.egress_holds.configure_project(self._project_allows, self._allow_project)
         if self.webhooks is not None:  # a running phase paused by its project's quota tells the subscribers
             webhooks = self.webhooks
             run.on_quota_pause = lambda reason, details: webhooks.quota_exceeded(
                 job_id, phase_id, plan.project, reason, {"action": "paused", **details})
         holder.append(run)
         return run, events
+
+    async def _project_allows(self, project: str, host: str) -> bool:
+        """Whether a held request to ``host`` (host:port) was approved for the project before."""
+        rows = await self.off_loop(self.store.list_egress_allowances, project)
+        return any(row[1] == host for row in rows)
+
+    async def _allow_project(self, project: str, host: str, by: str) -> None:
+        await self.off_loop(self.store.add_egress_allowance, project, host, by, time.time_ns())
 
     def checkpoints_for(self, plan: LaunchPlan, sandbox, existing=None) -> PhaseCheckpoints | None:
         """A planned phase's checkpoints (``checkpoints`` in the config). Alone its transcript is copied

@@ -606,6 +606,20 @@ class Store(Protocol):
         """What the project's phases created since each start cost (the cost totals' ledger)."""
         ...
 
+    # -- egress allowances (held requests approved for a project) ------------------------------
+
+    def add_egress_allowance(self, project_id: str, host: str, created_by: str, now_ns: int) -> None:
+        """Lets the project's phases reach ``host`` (host:port); kept when it exists already."""
+        ...
+
+    def list_egress_allowances(self, project_id: str) -> list[tuple[str, str, str, int]]:
+        """The project's allowances by host: (project_id, host, created_by, create_time_ns)."""
+        ...
+
+    def delete_egress_allowance(self, project_id: str, host: str) -> bool:
+        """Removes one; False if the project has none for that host."""
+        ...
+
     # -- the audit trail -------------------------------------------------------------------------
 
     def append_audit(self, entry: AuditEntry) -> None:

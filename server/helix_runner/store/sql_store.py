@@ -717,6 +717,26 @@ class SqlStore:
             (day_start_ns, project_id, month_start_ns))
         return Spend(float(r[0]), float(r[1]))
 
+    # -- egress allowances ---------------------------------------------------------------------------
+
+    def add_egress_allowance(self, project_id: str, host: str, created_by: str, now_ns: int) -> None:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            tx.execute(q("INSERT INTO egress_allowances (project_id, host, created_by, create_time_ns) "
+                         "VALUES (?, ?, ?, ?) ON CONFLICT (project_id, host) DO NOTHING"),
+                       (project_id, host, created_by, now_ns))
+
+    def list_egress_allowances(self, project_id: str) -> list[tuple[str, str, str, int]]:
+        return [tuple(r) for r in self._read(
+            "SELECT project_id, host, created_by, create_time_ns FROM egress_allowances WHERE project_id = ? "
+            "ORDER BY host", (project_id,))]
+
+    def delete_egress_allowance(self, project_id: str, host: str) -> bool:
+        q = self.dialect.sql
+        with self._transaction() as tx:
+            return tx.execute(q("DELETE FROM egress_allowances WHERE project_id = ? AND host = ?"),
+                              (project_id, host)).rowcount > 0
+
     # -- the audit trail ---------------------------------------------------------------------------
 
     def append_audit(self, entry: AuditEntry) -> None:

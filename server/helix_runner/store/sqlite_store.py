@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from helix_runner.domain.tool_tracker import ToolCallStatus, ToolStats
+from helix_runner.store.allowance_rows import SQLITE_TABLES as ALLOWANCE_TABLES
 from helix_runner.store.audit_rows import SQLITE_TABLES as AUDIT_TABLES
 from helix_runner.store.checkpoint_rows import SQLITE_TABLES as CHECKPOINT_TABLES
 from helix_runner.store.egress_secret_rows import SQLITE_TABLES as EGRESS_SECRET_TABLES
@@ -41,7 +42,7 @@ from helix_runner.store.sql_store import BACKFILL_INDEX, PHASE_COLUMNS, SQLITE, 
 # per-model costs of phases without a project under "default". Version 6: webhook subscriptions,
 # their deliveries (the outbox, written with the events that cause them) and the attempts' log.
 # Version 7: checkpoints, the phases' transcripts and accepted requests (forks), phases.fork_pb.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -220,6 +221,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     EGRESS_SECRET_TABLES,  # version 8 (PostgreSQL: migration 0011_egress_secrets.sql)
     AUDIT_TABLES,  # version 9 (PostgreSQL: migration 0012_audit_entries.sql)
     QUOTA_TABLES,  # version 10 (PostgreSQL: migration 0013_project_quotas.sql)
+    ALLOWANCE_TABLES,  # version 11 (PostgreSQL: migration 0014_egress_allowances.sql)
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION - 1
 
@@ -308,7 +310,7 @@ class SqliteStore(SqlStore):
         if version == 0:
             db.executescript(_SCHEMA)  # idempotent (IF NOT EXISTS), so an interrupted creation redoes it
             for statement in (*_WEBHOOKS, *CHECKPOINT_TABLES, *EGRESS_SECRET_TABLES, *AUDIT_TABLES,
-                              *QUOTA_TABLES):
+                              *QUOTA_TABLES, *ALLOWANCE_TABLES):
                 db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return None

@@ -192,7 +192,8 @@ class Metrics:
         self.gateway_events = Counter(
             "helix_gateway_events",
             "What the gateway and the egress proxy saw, by project and kind (rate_limited, overloaded, "
-            "model_refused, egress_refused, upstream_failed).",
+            "model_refused, egress_refused, upstream_failed; the egress decisions egress_connection, "
+            "egress_refused, egress_held, egress_approved, egress_denied).",
             ["project", "kind"],
             registry=r,
         )

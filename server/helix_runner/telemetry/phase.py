@@ -50,6 +50,7 @@ from helix_runner.domain.events import (
     ControlEventKind,
     CostUpdate,
     Event,
+    GatewayEvent,
     GatewayEventKind,
     ParseError,
     PhaseStatusChanged,
@@ -94,6 +95,16 @@ class _Chat:
         self.message_id = message_id
         self.span = span
         self.last_ns = last_ns
+
+
+# The egress events that are decisions on a request, as helix.egress.decision names them.
+_EGRESS_DECISIONS = {
+    GatewayEventKind.EGRESS_CONNECTION: "allowed",
+    GatewayEventKind.EGRESS_REFUSED: "refused",
+    GatewayEventKind.EGRESS_HELD: "held",
+    GatewayEventKind.EGRESS_APPROVED: "approved",
+    GatewayEventKind.EGRESS_DENIED: "denied",
+}
 
 
 class _Hold:
@@ -172,6 +183,7 @@ class PhaseTelemetry:
                     TaskEvent: self._on_task,
                     Compaction: self._on_compaction,
                     ApiError: self._on_api_error,
+                    GatewayEvent: self._on_gateway,
                 }
             )
         self._dispatch = self._shared
@@ -489,6 +501,34 @@ class PhaseTelemetry:
 
     def _on_tool_progress(self, e: Event) -> None:
         self._end_hold(e.payload.tool_use_id, e.receive_time_ns)  # type: ignore[union-attr]
+
+    def _on_gateway(self, e: Event) -> None:
+        """One span per egress decision (``helix.egress``): a connection let through spans its life,
+        a refusal, a held request and its decision are instants, each with the destination."""
+        p = e.payload
+        assert isinstance(p, GatewayEvent) and self._tracer is not None
+        if p.kind not in _EGRESS_DECISIONS or self._attempt is None:
+            return
+        end = e.receive_time_ns
+        start = end - p.duration_ns if p.kind is GatewayEventKind.EGRESS_CONNECTION else end
+        attributes = {
+            t.HELIX_EGRESS_DECISION: _EGRESS_DECISIONS[p.kind],
+            "server.address": p.destination.rsplit(":", 1)[0],
+            **({"server.port": int(p.destination.rsplit(":", 1)[1])} if p.destination.rpartition(":")[2].isdigit()
+               else {}),
+            **({"http.request.method": p.method} if p.method else {}),
+            **({"url.path": p.path} if p.path else {}),
+            **({"helix.egress.hold_id": p.hold_id} if p.hold_id else {}),
+            **({"enduser.id": p.actor} if p.actor else {}),
+        }
+        if p.kind is GatewayEventKind.EGRESS_CONNECTION:
+            attributes["helix.egress.bytes_sent"] = p.bytes_sent
+            attributes["helix.egress.bytes_received"] = p.bytes_received
+        span = self._tracer.start_span("helix.egress", context=set_span_in_context(self._scope_span("")),
+                                       start_time=start, attributes=attributes)
+        if p.kind in (GatewayEventKind.EGRESS_REFUSED, GatewayEventKind.EGRESS_DENIED):
+            span.set_status(Status(StatusCode.ERROR, p.message[:200]))
+        span.end(end_time=end)
 
     def _start_hold(self, tool_use_id: str, now: int, breakpoint_id: str, kind: ControlEventKind) -> None:
         if tool_use_id in self._holds:

@@ -72,6 +72,7 @@ HELIX_TOOL_DURATION_MS = "helix.tool.duration_ms"
 HELIX_TOOL_PARENT_ID = "helix.tool.parent_call_id"
 HELIX_HOLD_REASON = "helix.hold.reason"
 HELIX_BREAKPOINT_ID = "helix.breakpoint.id"
+HELIX_EGRESS_DECISION = "helix.egress.decision"  # allowed, refused, held, approved, denied
 HELIX_SUBAGENT_TYPE = "helix.subagent.type"
 
 

@@ -9,6 +9,7 @@ import { client, describeError, isUnauthenticated } from "../api.js";
 import { COLORS, ChartCanvas } from "../charts.js";
 import { Code } from "@connectrpc/connect";
 import {
+  EgressHoldDecision,
   InjectMode,
   PauseMode,
   RunnerError,
@@ -31,6 +32,7 @@ import {
   reduce,
   timelineRows,
   type CallView,
+  type EgressHoldView,
   type PhaseView as View,
 } from "../reducer.js";
 import { clock, duration, href, money, usd, useNow } from "../util.js";
@@ -205,6 +207,7 @@ export function PhaseView({ jobId, phaseId }: { jobId: string; phaseId: string }
       <ForkedFrom jobId={jobId} phaseId={phaseId} origin={phase?.forkedFrom} />
       {!done && <Controls jobId={jobId} phaseId={phaseId} inspection={inspection} act={act} />}
       <HeldCalls jobId={jobId} phaseId={phaseId} pending={done ? [] : (inspection?.pendingCalls ?? [])} act={act} />
+      <HeldRequests jobId={jobId} phaseId={phaseId} holds={done ? [] : Object.values(view.egressHolds)} act={act} />
       <div class="panels">
         <div class="panel wide">
           <h2>Tool calls</h2>
@@ -335,6 +338,55 @@ function Controls({
         </label>
         <button type="submit">Inject</button>
       </form>
+    </div>
+  );
+}
+
+/** Network requests a breakpoint holds (docs/network.md): approve once / for the phase / for the project, or deny. */
+function HeldRequests({
+  jobId,
+  phaseId,
+  holds,
+  act,
+}: {
+  jobId: string;
+  phaseId: string;
+  holds: EgressHoldView[];
+  act: (what: () => Promise<unknown>) => Promise<void>;
+}) {
+  const [reason, setReason] = useState("");
+  if (holds.length === 0) return null;
+  const decide = (holdId: string, decision: EgressHoldDecision) =>
+    act(() => client.resolveEgressHold({ jobId, phaseId, holdId, decision, reason: decision === EgressHoldDecision.DENY ? reason : "" }));
+  return (
+    <div class="held" data-testid="held-requests">
+      <h2>Held network requests</h2>
+      {holds.map((h) => (
+        <div class="held-call" data-testid="held-request" data-hold-id={h.holdId} key={h.holdId}>
+          <div class="held-head">
+            <strong>{visible(h.destination)}</strong>
+            <span class="muted">
+              {visible(`${h.method} ${h.path}`.trim())} · breakpoint {visible(h.breakpointId)}
+              {h.sinceMs !== undefined && ` · since ${clock(h.sinceMs)}`}
+            </span>
+          </div>
+          <input value={reason} placeholder="Why, if denied (the tool reads it)" onInput={(e) => setReason(e.currentTarget.value)} data-testid="egress-reason" />
+          <div class="buttons">
+            <button class="primary" data-testid="egress-approve" onClick={() => decide(h.holdId, EgressHoldDecision.APPROVE_ONCE)}>
+              Approve once
+            </button>
+            <button data-testid="egress-approve-phase" onClick={() => decide(h.holdId, EgressHoldDecision.APPROVE_PHASE)}>
+              For this phase
+            </button>
+            <button data-testid="egress-approve-project" onClick={() => decide(h.holdId, EgressHoldDecision.APPROVE_PROJECT)}>
+              For the project
+            </button>
+            <button class="danger" data-testid="egress-deny" onClick={() => decide(h.holdId, EgressHoldDecision.DENY)}>
+              Deny
+            </button>
+          </div>
+        </div>
+      ))}
     </div>
   );
 }

@@ -71,6 +71,11 @@ _METHODS: tuple[tuple[str, str, type, type, bool], ...] = (
     ("who_am_i", "WhoAmI", pb.WhoAmIRequest, pb.WhoAmIResponse, False),
     ("set_project_quota", "SetProjectQuota", pb.SetProjectQuotaRequest, pb.SetProjectQuotaResponse, False),
     ("get_project_quota", "GetProjectQuota", pb.GetProjectQuotaRequest, pb.GetProjectQuotaResponse, False),
+    ("resolve_egress_hold", "ResolveEgressHold", pb.ResolveEgressHoldRequest, pb.ResolveEgressHoldResponse, False),
+    ("list_egress_allowances", "ListEgressAllowances", pb.ListEgressAllowancesRequest,
+     pb.ListEgressAllowancesResponse, False),
+    ("delete_egress_allowance", "DeleteEgressAllowance", pb.DeleteEgressAllowanceRequest,
+     pb.DeleteEgressAllowanceResponse, False),
 )
 
 
@@ -481,6 +486,12 @@ class RunnerClient:
     async def get_project_quota(self, project_id: str = "") -> pb.ProjectQuota:
         """A project's caps and what it spent today and this month."""
         return (await self.call("get_project_quota", pb.GetProjectQuotaRequest(project_id=project_id))).quota
+
+    async def resolve_egress_hold(self, job_id: str, phase_id: str, hold_id: str,
+                                  decision: pb.EgressHoldDecision, *, reason: str = "") -> str:
+        """Decides a network request a breakpoint holds (docs/network.md); its destination."""
+        return (await self.call("resolve_egress_hold", pb.ResolveEgressHoldRequest(
+            job_id=job_id, phase_id=phase_id, hold_id=hold_id, decision=decision, reason=reason))).destination
 
     async def list_audit_entries(self, *, project_id: str = "", job_id: str = "", principal: str = "",
                                  page_size: int = 0, page_token: str = "") -> pb.ListAuditEntriesResponse:

@@ -73,6 +73,9 @@ class GatewayEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GATEWAY_EVENT_KIND_UPSTREAM_FAILED: _ClassVar[GatewayEventKind]
     GATEWAY_EVENT_KIND_FEATURE_REFUSED: _ClassVar[GatewayEventKind]
     GATEWAY_EVENT_KIND_EGRESS_CONNECTION: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_EGRESS_HELD: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_EGRESS_APPROVED: _ClassVar[GatewayEventKind]
+    GATEWAY_EVENT_KIND_EGRESS_DENIED: _ClassVar[GatewayEventKind]
 
 class ParseErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -132,6 +135,9 @@ GATEWAY_EVENT_KIND_EGRESS_REFUSED: GatewayEventKind
 GATEWAY_EVENT_KIND_UPSTREAM_FAILED: GatewayEventKind
 GATEWAY_EVENT_KIND_FEATURE_REFUSED: GatewayEventKind
 GATEWAY_EVENT_KIND_EGRESS_CONNECTION: GatewayEventKind
+GATEWAY_EVENT_KIND_EGRESS_HELD: GatewayEventKind
+GATEWAY_EVENT_KIND_EGRESS_APPROVED: GatewayEventKind
+GATEWAY_EVENT_KIND_EGRESS_DENIED: GatewayEventKind
 PARSE_ERROR_REASON_UNSPECIFIED: ParseErrorReason
 PARSE_ERROR_REASON_NOT_JSON: ParseErrorReason
 PARSE_ERROR_REASON_INVALID_JSON: ParseErrorReason
@@ -613,7 +619,7 @@ class ControlEvent(_message.Message):
     def __init__(self, kind: _Optional[_Union[ControlEventKind, str]] = ..., tool_use_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., breakpoint_id: _Optional[str] = ..., message: _Optional[str] = ..., input_json: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., end_kind: _Optional[_Union[_resources_pb2.AttemptEndKind, str]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., resumed_session_id: _Optional[str] = ..., queue: _Optional[_Union[_resources_pb2.QueueState, _Mapping]] = ..., checkpoint: _Optional[int] = ..., rewound_after_sequence: _Optional[int] = ..., rewound_to_sequence: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class GatewayEvent(_message.Message):
-    __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id", "bytes_sent", "bytes_received", "duration", "method", "path")
+    __slots__ = ("kind", "http_status", "model", "message", "destination", "retry_after", "request_id", "bytes_sent", "bytes_received", "duration", "method", "path", "hold_id", "actor", "breakpoint_id")
     KIND_FIELD_NUMBER: _ClassVar[int]
     HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -626,6 +632,9 @@ class GatewayEvent(_message.Message):
     DURATION_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    HOLD_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     kind: GatewayEventKind
     http_status: int
     model: str
@@ -638,7 +647,10 @@ class GatewayEvent(_message.Message):
     duration: _duration_pb2.Duration
     method: str
     path: str
-    def __init__(self, kind: _Optional[_Union[GatewayEventKind, str]] = ..., http_status: _Optional[int] = ..., model: _Optional[str] = ..., message: _Optional[str] = ..., destination: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., method: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+    hold_id: str
+    actor: str
+    breakpoint_id: str
+    def __init__(self, kind: _Optional[_Union[GatewayEventKind, str]] = ..., http_status: _Optional[int] = ..., model: _Optional[str] = ..., message: _Optional[str] = ..., destination: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ..., bytes_sent: _Optional[int] = ..., bytes_received: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., method: _Optional[str] = ..., path: _Optional[str] = ..., hold_id: _Optional[str] = ..., actor: _Optional[str] = ..., breakpoint_id: _Optional[str] = ...) -> None: ...
 
 class ParseError(_message.Message):
     __slots__ = ("reason", "line_bytes", "line_number", "byte_offset", "detail", "repaired")

@@ -708,12 +708,13 @@ class QueueState(_message.Message):
     def __init__(self, reason: _Optional[_Union[QueueReason, str]] = ..., detail: _Optional[str] = ..., position: _Optional[int] = ..., queued_count: _Optional[int] = ..., not_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_attempt: _Optional[int] = ...) -> None: ...
 
 class Breakpoint(_message.Message):
-    __slots__ = ("breakpoint_id", "tool_name", "input_pattern", "cost_threshold_usd", "turn_count", "once", "hit_count")
+    __slots__ = ("breakpoint_id", "tool_name", "input_pattern", "cost_threshold_usd", "turn_count", "egress", "once", "hit_count")
     BREAKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_PATTERN_FIELD_NUMBER: _ClassVar[int]
     COST_THRESHOLD_USD_FIELD_NUMBER: _ClassVar[int]
     TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_FIELD_NUMBER: _ClassVar[int]
     ONCE_FIELD_NUMBER: _ClassVar[int]
     HIT_COUNT_FIELD_NUMBER: _ClassVar[int]
     breakpoint_id: str
@@ -721,9 +722,30 @@ class Breakpoint(_message.Message):
     input_pattern: InputPatternCondition
     cost_threshold_usd: float
     turn_count: int
+    egress: EgressCondition
     once: bool
     hit_count: int
-    def __init__(self, breakpoint_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_pattern: _Optional[_Union[InputPatternCondition, _Mapping]] = ..., cost_threshold_usd: _Optional[float] = ..., turn_count: _Optional[int] = ..., once: _Optional[bool] = ..., hit_count: _Optional[int] = ...) -> None: ...
+    def __init__(self, breakpoint_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., input_pattern: _Optional[_Union[InputPatternCondition, _Mapping]] = ..., cost_threshold_usd: _Optional[float] = ..., turn_count: _Optional[int] = ..., egress: _Optional[_Union[EgressCondition, _Mapping]] = ..., once: _Optional[bool] = ..., hit_count: _Optional[int] = ...) -> None: ...
+
+class EgressCondition(_message.Message):
+    __slots__ = ("host", "unlisted_hosts")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    UNLISTED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    unlisted_hosts: bool
+    def __init__(self, host: _Optional[str] = ..., unlisted_hosts: _Optional[bool] = ...) -> None: ...
+
+class EgressAllowance(_message.Message):
+    __slots__ = ("project_id", "host", "created_by", "create_time")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    host: str
+    created_by: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, project_id: _Optional[str] = ..., host: _Optional[str] = ..., created_by: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class InputPatternCondition(_message.Message):
     __slots__ = ("regex", "tool_name")

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteEgressSecretRequest, DeleteEgressSecretResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetProjectQuotaRequest, GetProjectQuotaResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListAuditEntriesRequest, ListAuditEntriesResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListEgressSecretsRequest, ListEgressSecretsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, PutEgressSecretRequest, PutEgressSecretResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, SetProjectQuotaRequest, SetProjectQuotaResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse, WhoAmIRequest, WhoAmIResponse
+from .runner_service_pb2 import AddBreakpointRequest, AddBreakpointResponse, CancelPhaseRequest, CancelPhaseResponse, CreateWebhookRequest, CreateWebhookResponse, DeleteEgressAllowanceRequest, DeleteEgressAllowanceResponse, DeleteEgressSecretRequest, DeleteEgressSecretResponse, DeleteWebhookRequest, DeleteWebhookResponse, ForkPhaseRequest, ForkPhaseResponse, GetCostTotalsRequest, GetCostTotalsResponse, GetJobRequest, GetJobResponse, GetPhaseDiffRequest, GetPhaseDiffResponse, GetProjectQuotaRequest, GetProjectQuotaResponse, GetServerStatusRequest, GetServerStatusResponse, GetTaskOutputRequest, GetTaskOutputResponse, InjectMessageRequest, InjectMessageResponse, InspectPhaseRequest, InspectPhaseResponse, InterruptPhaseRequest, InterruptPhaseResponse, ListAuditEntriesRequest, ListAuditEntriesResponse, ListBreakpointsRequest, ListBreakpointsResponse, ListEgressAllowancesRequest, ListEgressAllowancesResponse, ListEgressSecretsRequest, ListEgressSecretsResponse, ListJobsRequest, ListJobsResponse, ListToolCallsRequest, ListToolCallsResponse, ListWebhookDeliveriesRequest, ListWebhookDeliveriesResponse, ListWebhooksRequest, ListWebhooksResponse, PausePhaseRequest, PausePhaseResponse, PutEgressSecretRequest, PutEgressSecretResponse, RemoveBreakpointRequest, RemoveBreakpointResponse, ResolveEgressHoldRequest, ResolveEgressHoldResponse, ResolveToolCallRequest, ResolveToolCallResponse, ResumePhaseRequest, ResumePhaseResponse, RewindPhaseRequest, RewindPhaseResponse, RunPhaseRequest, RunPhaseResponse, SetPhaseModelRequest, SetPhaseModelResponse, SetPhasePermissionModeRequest, SetPhasePermissionModeResponse, SetProjectQuotaRequest, SetProjectQuotaResponse, StepPhaseRequest, StepPhaseResponse, StopTaskRequest, StopTaskResponse, WatchPhaseRequest, WatchPhaseResponse, WhoAmIRequest, WhoAmIResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -291,6 +291,26 @@ class RunnerService(Protocol):
     async def get_project_quota(self, request: GetProjectQuotaRequest, ctx: RequestContext[GetProjectQuotaRequest, GetProjectQuotaResponse], /) -> GetProjectQuotaResponse:
         """
         A project's quota and what it spent today and this month (UTC).
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def resolve_egress_hold(self, request: ResolveEgressHoldRequest, ctx: RequestContext[ResolveEgressHoldRequest, ResolveEgressHoldResponse], /) -> ResolveEgressHoldResponse:
+        """
+        Decides a request a network breakpoint holds (docs/network.md): let it through once, for the
+        rest of the phase, or for the project (an allowance, listed and removable), or refuse it with
+        a reason the tool's request gets as the proxy's 403 body. Needs `approver`.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_egress_allowances(self, request: ListEgressAllowancesRequest, ctx: RequestContext[ListEgressAllowancesRequest, ListEgressAllowancesResponse], /) -> ListEgressAllowancesResponse:
+        """
+        The hosts a project's phases may reach because a held request was approved for the project.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def delete_egress_allowance(self, request: DeleteEgressAllowanceRequest, ctx: RequestContext[DeleteEgressAllowanceRequest, DeleteEgressAllowanceResponse], /) -> DeleteEgressAllowanceResponse:
+        """
+        Removes one (`NOT_FOUND` when the project has none for that host). Needs `admin`.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -703,6 +723,39 @@ class RunnerServiceASGIApplication(ConnectASGIApplication[RunnerService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_project_quota,
+                ),
+                "/helix.runner.v1.RunnerService/ResolveEgressHold": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ResolveEgressHold",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ResolveEgressHoldRequest,
+                        output=ResolveEgressHoldResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.resolve_egress_hold,
+                ),
+                "/helix.runner.v1.RunnerService/ListEgressAllowances": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListEgressAllowances",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=ListEgressAllowancesRequest,
+                        output=ListEgressAllowancesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_egress_allowances,
+                ),
+                "/helix.runner.v1.RunnerService/DeleteEgressAllowance": Endpoint.unary(
+                    method=MethodInfo(
+                        name="DeleteEgressAllowance",
+                        service_name="helix.runner.v1.RunnerService",
+                        input=DeleteEgressAllowanceRequest,
+                        output=DeleteEgressAllowanceResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.delete_egress_allowance,
                 ),
             },
             interceptors=interceptors,
@@ -1604,6 +1657,77 @@ class RunnerServiceClient(ConnectClient):
                 service_name="helix.runner.v1.RunnerService",
                 input=GetProjectQuotaRequest,
                 output=GetProjectQuotaResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def resolve_egress_hold(
+        self,
+        request: ResolveEgressHoldRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ResolveEgressHoldResponse:
+        """
+        Decides a request a network breakpoint holds (docs/network.md): let it through once, for the
+        rest of the phase, or for the project (an allowance, listed and removable), or refuse it with
+        a reason the tool's request gets as the proxy's 403 body. Needs `approver`.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ResolveEgressHold",
+                service_name="helix.runner.v1.RunnerService",
+                input=ResolveEgressHoldRequest,
+                output=ResolveEgressHoldResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_egress_allowances(
+        self,
+        request: ListEgressAllowancesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListEgressAllowancesResponse:
+        """
+        The hosts a project's phases may reach because a held request was approved for the project.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListEgressAllowances",
+                service_name="helix.runner.v1.RunnerService",
+                input=ListEgressAllowancesRequest,
+                output=ListEgressAllowancesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def delete_egress_allowance(
+        self,
+        request: DeleteEgressAllowanceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> DeleteEgressAllowanceResponse:
+        """
+        Removes one (`NOT_FOUND` when the project has none for that host). Needs `admin`.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="DeleteEgressAllowance",
+                service_name="helix.runner.v1.RunnerService",
+                input=DeleteEgressAllowanceRequest,
+                output=DeleteEgressAllowanceResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -52,6 +52,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SECRETS_LIMIT: _ClassVar[ErrorReason]
     ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
     ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_EGRESS_NOT_HELD: _ClassVar[ErrorReason]
 
 class InjectMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -84,6 +85,14 @@ class EgressSecretPresentation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper
     EGRESS_SECRET_PRESENTATION_HEADER: _ClassVar[EgressSecretPresentation]
     EGRESS_SECRET_PRESENTATION_BEARER: _ClassVar[EgressSecretPresentation]
     EGRESS_SECRET_PRESENTATION_BASIC: _ClassVar[EgressSecretPresentation]
+
+class EgressHoldDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EGRESS_HOLD_DECISION_UNSPECIFIED: _ClassVar[EgressHoldDecision]
+    EGRESS_HOLD_DECISION_APPROVE_ONCE: _ClassVar[EgressHoldDecision]
+    EGRESS_HOLD_DECISION_APPROVE_PHASE: _ClassVar[EgressHoldDecision]
+    EGRESS_HOLD_DECISION_APPROVE_PROJECT: _ClassVar[EgressHoldDecision]
+    EGRESS_HOLD_DECISION_DENY: _ClassVar[EgressHoldDecision]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_WORKING_DIR_OUTSIDE_ROOTS: ErrorReason
@@ -121,6 +130,7 @@ ERROR_REASON_SECRET_NOT_FOUND: ErrorReason
 ERROR_REASON_SECRETS_LIMIT: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
+ERROR_REASON_EGRESS_NOT_HELD: ErrorReason
 INJECT_MODE_UNSPECIFIED: InjectMode
 INJECT_MODE_QUEUE: InjectMode
 INJECT_MODE_INTERRUPT_AND_SEND: InjectMode
@@ -138,6 +148,11 @@ EGRESS_SECRET_PRESENTATION_UNSPECIFIED: EgressSecretPresentation
 EGRESS_SECRET_PRESENTATION_HEADER: EgressSecretPresentation
 EGRESS_SECRET_PRESENTATION_BEARER: EgressSecretPresentation
 EGRESS_SECRET_PRESENTATION_BASIC: EgressSecretPresentation
+EGRESS_HOLD_DECISION_UNSPECIFIED: EgressHoldDecision
+EGRESS_HOLD_DECISION_APPROVE_ONCE: EgressHoldDecision
+EGRESS_HOLD_DECISION_APPROVE_PHASE: EgressHoldDecision
+EGRESS_HOLD_DECISION_APPROVE_PROJECT: EgressHoldDecision
+EGRESS_HOLD_DECISION_DENY: EgressHoldDecision
 
 class PhaseOptions(_message.Message):
     __slots__ = ("model", "allowed_tools", "disallowed_tools", "permission_mode", "max_turns", "max_budget_usd", "append_system_prompt", "resume_session_id", "timeout", "include_partial_messages", "on_disconnect", "breakpoints", "env", "include_raw_unknown", "idle_timeout", "fallback_model", "retry", "memory_limit_bytes", "cpu_limit_millicores", "workspace", "base_ref", "worktree_retention", "add_dirs", "system_prompt", "effort", "tools", "session_id", "fork_session", "include_hook_events", "no_session_persistence", "bare", "mcp_config", "strict_mcp_config", "agents", "settings", "setting_sources", "json_schema", "egress_allowlist", "allow_repository_config_writes", "pids_limit", "api_features")
@@ -950,3 +965,47 @@ class GetProjectQuotaResponse(_message.Message):
     QUOTA_FIELD_NUMBER: _ClassVar[int]
     quota: _resources_pb2.ProjectQuota
     def __init__(self, quota: _Optional[_Union[_resources_pb2.ProjectQuota, _Mapping]] = ...) -> None: ...
+
+class ResolveEgressHoldRequest(_message.Message):
+    __slots__ = ("job_id", "phase_id", "hold_id", "decision", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLD_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    phase_id: str
+    hold_id: str
+    decision: EgressHoldDecision
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., phase_id: _Optional[str] = ..., hold_id: _Optional[str] = ..., decision: _Optional[_Union[EgressHoldDecision, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResolveEgressHoldResponse(_message.Message):
+    __slots__ = ("destination",)
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    destination: str
+    def __init__(self, destination: _Optional[str] = ...) -> None: ...
+
+class ListEgressAllowancesRequest(_message.Message):
+    __slots__ = ("project_id",)
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    def __init__(self, project_id: _Optional[str] = ...) -> None: ...
+
+class ListEgressAllowancesResponse(_message.Message):
+    __slots__ = ("allowances",)
+    ALLOWANCES_FIELD_NUMBER: _ClassVar[int]
+    allowances: _containers.RepeatedCompositeFieldContainer[_resources_pb2.EgressAllowance]
+    def __init__(self, allowances: _Optional[_Iterable[_Union[_resources_pb2.EgressAllowance, _Mapping]]] = ...) -> None: ...
+
+class DeleteEgressAllowanceRequest(_message.Message):
+    __slots__ = ("project_id", "host")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    host: str
+    def __init__(self, project_id: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+
+class DeleteEgressAllowanceResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -222,6 +222,21 @@ class RunnerServiceStub:
                 request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.SerializeToString,
                 response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.FromString,
                 _registered_method=True)
+        self.ResolveEgressHold = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ResolveEgressHold',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveEgressHoldRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveEgressHoldResponse.FromString,
+                _registered_method=True)
+        self.ListEgressAllowances = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/ListEgressAllowances',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressAllowancesRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressAllowancesResponse.FromString,
+                _registered_method=True)
+        self.DeleteEgressAllowance = channel.unary_unary(
+                '/helix.runner.v1.RunnerService/DeleteEgressAllowance',
+                request_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressAllowanceRequest.SerializeToString,
+                response_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressAllowanceResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -517,6 +532,29 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResolveEgressHold(self, request, context):
+        """Decides a request a network breakpoint holds (docs/network.md): let it through once, for the
+        rest of the phase, or for the project (an allowance, listed and removable), or refuse it with
+        a reason the tool's request gets as the proxy's 403 body. Needs `approver`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEgressAllowances(self, request, context):
+        """The hosts a project's phases may reach because a held request was approved for the project.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteEgressAllowance(self, request, context):
+        """Removes one (`NOT_FOUND` when the project has none for that host). Needs `admin`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -699,6 +737,21 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.GetProjectQuota,
                     request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.FromString,
                     response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.SerializeToString,
+            ),
+            'ResolveEgressHold': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveEgressHold,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveEgressHoldRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveEgressHoldResponse.SerializeToString,
+            ),
+            'ListEgressAllowances': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEgressAllowances,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressAllowancesRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressAllowancesResponse.SerializeToString,
+            ),
+            'DeleteEgressAllowance': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteEgressAllowance,
+                    request_deserializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressAllowanceRequest.FromString,
+                    response_serializer=helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressAllowanceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1681,6 +1734,87 @@ class RunnerService:
             '/helix.runner.v1.RunnerService/GetProjectQuota',
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaRequest.SerializeToString,
             helix_dot_runner_dot_v1_dot_runner__service__pb2.GetProjectQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveEgressHold(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ResolveEgressHold',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveEgressHoldRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ResolveEgressHoldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEgressAllowances(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/ListEgressAllowances',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressAllowancesRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.ListEgressAllowancesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteEgressAllowance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/helix.runner.v1.RunnerService/DeleteEgressAllowance',
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressAllowanceRequest.SerializeToString,
+            helix_dot_runner_dot_v1_dot_runner__service__pb2.DeleteEgressAllowanceResponse.FromString,
             options,
             channel_credentials,
             insecure,

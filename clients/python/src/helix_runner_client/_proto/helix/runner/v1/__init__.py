@@ -33,12 +33,17 @@ __all__ = (
     "CostUpdate",
     "CreateWebhookRequest",
     "CreateWebhookResponse",
+    "DeleteEgressAllowanceRequest",
+    "DeleteEgressAllowanceResponse",
     "DeleteEgressSecretRequest",
     "DeleteEgressSecretResponse",
     "DeleteWebhookRequest",
     "DeleteWebhookResponse",
     "DenyDecision",
     "EditDecision",
+    "EgressAllowance",
+    "EgressCondition",
+    "EgressHoldDecision",
     "EgressSecret",
     "EgressSecretPresentation",
     "ErrorReason",
@@ -78,6 +83,8 @@ __all__ = (
     "ListAuditEntriesResponse",
     "ListBreakpointsRequest",
     "ListBreakpointsResponse",
+    "ListEgressAllowancesRequest",
+    "ListEgressAllowancesResponse",
     "ListEgressSecretsRequest",
     "ListEgressSecretsResponse",
     "ListJobsRequest",
@@ -122,6 +129,8 @@ __all__ = (
     "RateLimit",
     "RemoveBreakpointRequest",
     "RemoveBreakpointResponse",
+    "ResolveEgressHoldRequest",
+    "ResolveEgressHoldResponse",
     "ResolveToolCallRequest",
     "ResolveToolCallResponse",
     "ResourceFault",
@@ -696,6 +705,57 @@ class ControlEventKind(betterproto2.Enum):
         }
 
 
+class EgressHoldDecision(betterproto2.Enum):
+    """
+    EgressHoldDecision is what becomes of a held network request.
+    """
+
+    UNSPECIFIED = 0
+    """
+    Not a decision (INVALID_ARGUMENT).
+    """
+
+    APPROVE_ONCE = 1
+    """
+    Let this request through.
+    """
+
+    APPROVE_PHASE = 2
+    """
+    Let it and every later request of the phase to the same host and port through.
+    """
+
+    APPROVE_PROJECT = 3
+    """
+    Also for every phase of the project, now and later (an EgressAllowance).
+    """
+
+    DENY = 4
+    """
+    Refuse it: the tool's request gets a 403 whose body says `reason`.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "EGRESS_HOLD_DECISION_UNSPECIFIED",
+            1: "EGRESS_HOLD_DECISION_APPROVE_ONCE",
+            2: "EGRESS_HOLD_DECISION_APPROVE_PHASE",
+            3: "EGRESS_HOLD_DECISION_APPROVE_PROJECT",
+            4: "EGRESS_HOLD_DECISION_DENY",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "EGRESS_HOLD_DECISION_UNSPECIFIED": 0,
+            "EGRESS_HOLD_DECISION_APPROVE_ONCE": 1,
+            "EGRESS_HOLD_DECISION_APPROVE_PHASE": 2,
+            "EGRESS_HOLD_DECISION_APPROVE_PROJECT": 3,
+            "EGRESS_HOLD_DECISION_DENY": 4,
+        }
+
+
 class EgressSecretPresentation(betterproto2.Enum):
     """
     EgressSecretPresentation is how the egress proxy adds a secret to a request.
@@ -954,6 +1014,12 @@ class ErrorReason(betterproto2.Enum):
     `limit_usd`, `spent_usd`.
     """
 
+    EGRESS_NOT_HELD = 37
+    """
+    ResolveEgressHold (FAILED_PRECONDITION): no request of the phase is held under that id
+    (decided already, timed out, or never held); metadata `hold_id`.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -994,6 +1060,7 @@ class ErrorReason(betterproto2.Enum):
             34: "ERROR_REASON_SECRETS_LIMIT",
             35: "ERROR_REASON_PERMISSION_DENIED",
             36: "ERROR_REASON_QUOTA_EXCEEDED",
+            37: "ERROR_REASON_EGRESS_NOT_HELD",
         }
 
     @classmethod
@@ -1036,6 +1103,7 @@ class ErrorReason(betterproto2.Enum):
             "ERROR_REASON_SECRETS_LIMIT": 34,
             "ERROR_REASON_PERMISSION_DENIED": 35,
             "ERROR_REASON_QUOTA_EXCEEDED": 36,
+            "ERROR_REASON_EGRESS_NOT_HELD": 37,
         }
 
 
@@ -1092,6 +1160,25 @@ class GatewayEventKind(betterproto2.Enum):
     request where the proxy saw them (a plain HTTP request, or HTTPS the proxy terminates).
     """
 
+    EGRESS_HELD = 8
+    """
+    A network breakpoint holds a request of the phase (docs/network.md, "Network breakpoints"):
+    `destination`, `method` and `path` where the proxy saw them, `hold_id` (ResolveEgressHold),
+    `breakpoint_id`. The phase is AWAITING_APPROVAL until it is decided.
+    """
+
+    EGRESS_APPROVED = 9
+    """
+    A held request was let through: `message` says for how long (once, the phase, the project),
+    `actor` who decided.
+    """
+
+    EGRESS_DENIED = 10
+    """
+    A held request was refused: `message` is the reason the tool's request got as the proxy's 403
+    body; `actor` who decided (empty when egress_hold_timeout_seconds passed).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -1103,6 +1190,9 @@ class GatewayEventKind(betterproto2.Enum):
             5: "GATEWAY_EVENT_KIND_UPSTREAM_FAILED",
             6: "GATEWAY_EVENT_KIND_FEATURE_REFUSED",
             7: "GATEWAY_EVENT_KIND_EGRESS_CONNECTION",
+            8: "GATEWAY_EVENT_KIND_EGRESS_HELD",
+            9: "GATEWAY_EVENT_KIND_EGRESS_APPROVED",
+            10: "GATEWAY_EVENT_KIND_EGRESS_DENIED",
         }
 
     @classmethod
@@ -1116,6 +1206,9 @@ class GatewayEventKind(betterproto2.Enum):
             "GATEWAY_EVENT_KIND_UPSTREAM_FAILED": 5,
             "GATEWAY_EVENT_KIND_FEATURE_REFUSED": 6,
             "GATEWAY_EVENT_KIND_EGRESS_CONNECTION": 7,
+            "GATEWAY_EVENT_KIND_EGRESS_HELD": 8,
+            "GATEWAY_EVENT_KIND_EGRESS_APPROVED": 9,
+            "GATEWAY_EVENT_KIND_EGRESS_DENIED": 10,
         }
 
 
@@ -2545,6 +2638,14 @@ class Breakpoint(betterproto2.Message):
     Hold the next tool call once this many assistant turns (API messages) have started.
     """
 
+    egress: "EgressCondition | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True, group="condition"
+    )
+    """
+    Hold the phase's network requests through the egress proxy to some hosts (a network
+    breakpoint; decided with ResolveEgressHold, not ResolveToolCall).
+    """
+
     once: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
     """
     Remove the breakpoint after its first hit.
@@ -3155,6 +3256,42 @@ default_message_pool.register_message("helix.runner.v1", "CreateWebhookResponse"
 
 
 @dataclass(eq=False, repr=False)
+class DeleteEgressAllowanceRequest(betterproto2.Message):
+    """
+    DeleteEgressAllowanceRequest names the allowance.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (empty: the default project).
+    """
+
+    host: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The host and port, as listed.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "DeleteEgressAllowanceRequest", DeleteEgressAllowanceRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteEgressAllowanceResponse(betterproto2.Message):
+    """
+    DeleteEgressAllowanceResponse is empty.
+    """
+
+    pass
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "DeleteEgressAllowanceResponse", DeleteEgressAllowanceResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class DeleteEgressSecretRequest(betterproto2.Message):
     """
     DeleteEgressSecretRequest names the secret.
@@ -3253,6 +3390,61 @@ class EditDecision(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "EditDecision", EditDecision)
+
+
+@dataclass(eq=False, repr=False)
+class EgressAllowance(betterproto2.Message):
+    """
+    EgressAllowance is a host a project's phases may reach although no allowlist names it: a held
+    request approved for the project (docs/network.md, "Network breakpoints").
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project.
+    """
+
+    host: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The host and port (`example.com:443`).
+    """
+
+    created_by: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Who approved it.
+    """
+
+    create_time: "datetime.datetime | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, unwrap=lambda: ___google__protobuf__.Timestamp, optional=True
+    )
+    """
+    When.
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "EgressAllowance", EgressAllowance)
+
+
+@dataclass(eq=False, repr=False)
+class EgressCondition(betterproto2.Message):
+    """
+    EgressCondition says which requests through the egress proxy a network breakpoint holds: set
+    exactly one of its fields.
+    """
+
+    host: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A host pattern as the egress allowlist writes them: `example.com`, `*.example.com`, with an
+    optional `:port`; the request is held whether the allowlist names the host or not.
+    """
+
+    unlisted_hosts: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    Any host the phase's egress allowlist does not name (held instead of refused).
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "EgressCondition", EgressCondition)
 
 
 @dataclass(eq=False, repr=False)
@@ -3579,6 +3771,21 @@ class GatewayEvent(betterproto2.Message):
     path: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
     """
     EGRESS_CONNECTION: the path of that request (no query), where the proxy saw it.
+    """
+
+    hold_id: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    EGRESS_HELD, EGRESS_APPROVED, EGRESS_DENIED: the held request's id.
+    """
+
+    actor: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+    """
+    EGRESS_APPROVED, EGRESS_DENIED: who decided (the caller's principal; docs/tenancy.md).
+    """
+
+    breakpoint_id: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    EGRESS_HELD: the breakpoint that holds the request.
     """
 
 
@@ -4273,6 +4480,40 @@ class ListBreakpointsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "ListBreakpointsResponse", ListBreakpointsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListEgressAllowancesRequest(betterproto2.Message):
+    """
+    ListEgressAllowancesRequest names the project.
+    """
+
+    project_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The project (empty: the default project).
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListEgressAllowancesRequest", ListEgressAllowancesRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ListEgressAllowancesResponse(betterproto2.Message):
+    """
+    ListEgressAllowancesResponse is the project's allowances by host.
+    """
+
+    allowances: "list[EgressAllowance]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Its allowances.
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ListEgressAllowancesResponse", ListEgressAllowancesResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -6054,6 +6295,60 @@ class RemoveBreakpointResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("helix.runner.v1", "RemoveBreakpointResponse", RemoveBreakpointResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ResolveEgressHoldRequest(betterproto2.Message):
+    """
+    ResolveEgressHoldRequest decides one held request.
+    """
+
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The job.
+    """
+
+    phase_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The phase.
+    """
+
+    hold_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The held request (GatewayEvent.hold_id of its EGRESS_HELD event).
+    """
+
+    decision: "EgressHoldDecision" = betterproto2.field(
+        4, betterproto2.TYPE_ENUM, default_factory=lambda: EgressHoldDecision(0)
+    )
+    """
+    What becomes of it.
+    """
+
+    reason: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    DENY: why, as the model reads it (at most 1 KiB; empty: "denied by the operator").
+    """
+
+
+default_message_pool.register_message("helix.runner.v1", "ResolveEgressHoldRequest", ResolveEgressHoldRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ResolveEgressHoldResponse(betterproto2.Message):
+    """
+    ResolveEgressHoldResponse answers a decision taken.
+    """
+
+    destination: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The held request's destination (host:port).
+    """
+
+
+default_message_pool.register_message(
+    "helix.runner.v1", "ResolveEgressHoldResponse", ResolveEgressHoldResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -8394,6 +8689,45 @@ class RunnerServiceStub:
             "/helix.runner.v1.RunnerService/GetProjectQuota",
             GetProjectQuotaRequest.SerializeToString,
             GetProjectQuotaResponse.FromString,
+        )(message)
+
+    def resolve_egress_hold(self, message: "ResolveEgressHoldRequest") -> "ResolveEgressHoldResponse":
+        """
+        Decides a request a network breakpoint holds (docs/network.md): let it through once, for the
+        rest of the phase, or for the project (an allowance, listed and removable), or refuse it with
+        a reason the tool's request gets as the proxy's 403 body. Needs `approver`.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ResolveEgressHold",
+            ResolveEgressHoldRequest.SerializeToString,
+            ResolveEgressHoldResponse.FromString,
+        )(message)
+
+    def list_egress_allowances(
+        self, message: "ListEgressAllowancesRequest"
+    ) -> "ListEgressAllowancesResponse":
+        """
+        The hosts a project's phases may reach because a held request was approved for the project.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/ListEgressAllowances",
+            ListEgressAllowancesRequest.SerializeToString,
+            ListEgressAllowancesResponse.FromString,
+        )(message)
+
+    def delete_egress_allowance(
+        self, message: "DeleteEgressAllowanceRequest"
+    ) -> "DeleteEgressAllowanceResponse":
+        """
+        Removes one (`NOT_FOUND` when the project has none for that host). Needs `admin`.
+        """
+
+        return self._channel.unary_unary(
+            "/helix.runner.v1.RunnerService/DeleteEgressAllowance",
+            DeleteEgressAllowanceRequest.SerializeToString,
+            DeleteEgressAllowanceResponse.FromString,
         )(message)
 
 
