@@ -12,12 +12,21 @@ import pytest
 from support.phase_host import WAIT_S, FakeHost, make_controller, turn_result
 
 from helix_runner.domain.breakpoints import Breakpoint, BreakpointKind
-from helix_runner.domain.events import AssistantText, ControlEventKind, TaskEvent, TaskEventKind
+from helix_runner.domain.events import (
+    AssistantText,
+    ControlEventKind,
+    ControlRequest,
+    HookEvent,
+    TaskEvent,
+    TaskEventKind,
+)
 from helix_runner.domain.phase_status import PhaseStatus
-from helix_runner.domain.tool_decision import Decision
+from helix_runner.domain.skill_shell import NOT_EDITABLE, REFUSED_REASON
+from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases import control as control_module
 from helix_runner.phases.control import PhaseController
+from helix_runner.process.control_protocol import INTERRUPT_CALLBACK, PRE_SKILL_SHELL_CALLBACK
 
 
 async def test_inject_with_interrupt_counts_the_new_turn_before_the_interrupted_turn_ends():
@@ -551,3 +560,68 @@ async def test_an_announced_edit_asked_about_later_gets_its_answer_without_a_sec
     answer = await host.answer_to(host.tool_call("t1"))
     assert answer["hookSpecificOutput"]["updatedInput"] == {"command": "ls"}
     assert host.control_kinds() == [ControlEventKind.TOOL_EDITED]
+
+
+# -- hook events no tool call stands behind (a skill's shell command, an interrupt) ----------------
+
+
+def _hook_callback(host, request_id: str, callback_id: str, hook_input: dict) -> str:
+    """The CLI calls one of our hooks (the shapes captured in docs/claude-cli-protocol.md §3.9)."""
+    host.observe(ControlRequest(request_id, "hook_callback", hook_input.get("tool_name", ""),
+                                hook_input.get("tool_use_id", ""),
+                                {"subtype": "hook_callback", "callback_id": callback_id, "input": hook_input,
+                                 "tool_use_id": hook_input.get("tool_use_id", "")}))
+    return request_id
+
+
+SKILL_SHELL = {"hook_event_name": "PreSkillShellCommand", "tool_name": "Bash", "tool_input": {"command": "touch x"},
+               "tool_use_id": "toolu_1:preamble-0", "command_name": "probe", "invoked_by": "claude"}
+
+
+async def test_a_skill_shell_command_is_refused_unless_the_request_allows_bash():
+    host, control = make_controller()
+    answer = await host.answer_to(_hook_callback(host, "r1", PRE_SKILL_SHELL_CALLBACK, SKILL_SHELL))
+    assert answer == {"hookSpecificOutput": {"hookEventName": "PreSkillShellCommand", "permissionDecision": "deny",
+                                             "permissionDecisionReason": REFUSED_REASON}}
+    (hook,) = [p for p in host.payloads if isinstance(p, HookEvent)]
+    assert (hook.hook_event, hook.hook_name, hook.hook_id) == ("PreSkillShellCommand", "PreSkillShellCommand:Bash",
+                                                               "toolu_1:preamble-0")
+    assert host.control_kinds() == [ControlEventKind.TOOL_DENIED]
+
+
+async def test_an_allowed_skill_shell_command_is_held_by_a_pause_and_cannot_be_edited():
+    host = FakeHost()
+    host.controller = control = PhaseController(host, [], skill_shell_allowed=True)
+    await control.pause(hard=False)
+    request = _hook_callback(host, "r1", PRE_SKILL_SHELL_CALLBACK, SKILL_SHELL)
+    await host.settle()
+    assert list(control.holds) == ["toolu_1:preamble-0"] and host.status is PhaseStatus.PAUSED
+    with pytest.raises(RunnerError) as err:
+        control.resolve("toolu_1:preamble-0", Decision(DecisionKind.EDIT, new_input={"command": "true"}))
+    assert err.value.reason == "ILLEGAL_TRANSITION" and NOT_EDITABLE in str(err.value)
+    control.resolve("toolu_1:preamble-0", Decision(DecisionKind.DENY, message="no"))
+    assert (await host.answer_to(request))["hookSpecificOutput"] == {
+        "hookEventName": "PreSkillShellCommand", "permissionDecision": "deny", "permissionDecisionReason": "no"}
+
+
+async def test_the_interrupt_hook_is_passed_through_and_answered():
+    host, _ = make_controller()
+    interrupt = {"hook_event_name": "Interrupt", "session_id": "s", "source": "user", "reason": "stop", "via": "client"}
+    assert await host.answer_to(_hook_callback(host, "r1", INTERRUPT_CALLBACK, interrupt)) == {}
+    (hook,) = [p for p in host.payloads if isinstance(p, HookEvent)]
+    assert (hook.hook_event, hook.hook_name) == ("Interrupt", "Interrupt:user")
+    assert hook.output_preview == '{"reason":"stop","source":"user","via":"client"}'
+    # A callback the server never registered is still an error answer.
+    answer = await host.answer_to(_hook_callback(host, "r2", "someone_elses", interrupt))
+    assert answer["subtype"] == "error"
+
+
+async def test_an_edit_decided_before_a_skill_shell_command_is_asked_about_does_not_run_it():
+    # A decision taken while the phase moved (``pending``) is applied when the CLI asks; for a
+    # skill's command an edit cannot be applied, so the command is refused, not run unedited.
+    host = FakeHost()
+    host.controller = control = PhaseController(host, [], skill_shell_allowed=True)
+    control.pending["toolu_1:preamble-0"] = Decision(DecisionKind.EDIT, new_input={"command": "true"})
+    answer = await host.answer_to(_hook_callback(host, "r1", PRE_SKILL_SHELL_CALLBACK, SKILL_SHELL))
+    assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert answer["hookSpecificOutput"]["permissionDecisionReason"] == NOT_EDITABLE

@@ -17,11 +17,14 @@ from support.corpus import VENDORED_CORPUS
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.process.control_protocol import (
     HOLD_TIMEOUT_SECONDS,
+    INTERRUPT_CALLBACK,
+    PRE_SKILL_SHELL_CALLBACK,
     PRE_TOOL_USE_CALLBACK,
     ControlChannel,
     allow_hook,
     deny_hook,
     edit_hook,
+    skill_shell_answer,
     user_line,
 )
 
@@ -96,7 +99,19 @@ async def test_initialize_registers_one_matcherless_pre_tool_use_hook():
     (hook,) = obj["request"]["hooks"]["PreToolUse"]
     # No matcher: it fires before every tool call, pre-allowed and read-only ones included.
     assert hook == {"hookCallbackIds": [PRE_TOOL_USE_CALLBACK], "timeout": HOLD_TIMEOUT_SECONDS}
+    # The hook events no tool call stands behind (a skill's shell command, an interrupt) have
+    # callbacks of their own (docs/claude-cli-protocol.md §3.9).
+    assert obj["request"]["hooks"].pop("PreSkillShellCommand") == [
+        {"hookCallbackIds": [PRE_SKILL_SHELL_CALLBACK], "timeout": HOLD_TIMEOUT_SECONDS}]
+    assert obj["request"]["hooks"].pop("Interrupt") == [{"hookCallbackIds": [INTERRUPT_CALLBACK]}]
     assert shape(obj) == shape(captured_stdin("localcli-23-ctl-hook-breakpoint.stdin.jsonl")[0])
+
+
+def test_a_skill_shell_answer_keeps_the_decision_under_its_own_event_name():
+    reason = "not here"
+    assert skill_shell_answer(deny_hook(reason)) == {"hookSpecificOutput": {
+        "hookEventName": "PreSkillShellCommand", "permissionDecision": "deny", "permissionDecisionReason": reason}}
+    assert skill_shell_answer(allow_hook()) == {"continue": True}
 
 
 async def test_request_ids_are_unique_per_channel_and_between_channels():

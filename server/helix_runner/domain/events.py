@@ -342,7 +342,9 @@ class CliStatus(_Payload):
 
 
 class HookEvent(_Payload):
-    """``system/hook_started|progress|response`` (with ``--include-hook-events``).
+    """``system/hook_started|progress|response`` (with ``--include-hook-events``), or a call of one
+    of the server's own hooks no tool call stands behind (``PreSkillShellCommand``, ``Interrupt``:
+    kind STARTED, the hook input's own fields in ``output_preview``; domain/skill_shell.py).
 
     ``duration_ms`` and ``tool_use_id`` are not in the proto message; the tool tracker uses them
     to attach a hook's own timing to the call it ran for, when the CLI reports them.

@@ -45,6 +45,8 @@ from helix_runner.domain.events import (
     ControlRequest,
     ControlResponse,
     Event,
+    HookEvent,
+    HookEventKind,
     SessionInit,
     TaskEvent,
     TaskEventKind,
@@ -55,17 +57,28 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.phase_spec import ID_PATTERN, PERMISSION_MODES, TOKEN_PATTERN, PermissionMode
 from helix_runner.domain.phase_status import PhaseStatus
+from helix_runner.domain.skill_shell import (
+    INTERRUPT,
+    NOT_EDITABLE,
+    PRE_SKILL_SHELL_COMMAND,
+    REFUSED_REASON,
+    hook_input_preview,
+    hook_name,
+)
 from helix_runner.domain.tool_decision import Decision, DecisionKind
 from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.handover import HeldCallRecord, SavedControl, restored_breakpoint, saved_breakpoint
 from helix_runner.phases.ports import PhaseHost
 from helix_runner.process.control_protocol import (
+    INTERRUPT_CALLBACK,
+    PRE_SKILL_SHELL_CALLBACK,
     PRE_TOOL_USE_CALLBACK,
     ControlChannel,
     allow_hook,
     deny_hook,
     edit_hook,
     permission_answer,
+    skill_shell_answer,
     user_line,
 )
 
@@ -145,7 +158,8 @@ class PhaseController:
     """
 
     def __init__(self, host: PhaseHost, breakpoints: list[Breakpoint] | BreakpointSet = (), *,
-                 gate_every_call: bool = False, state: ControlState | None = None):
+                 gate_every_call: bool = False, skill_shell_allowed: bool = False,
+                 state: ControlState | None = None):
         # The phase's own state, kept across attempts (ControlState).
         if state is not None:
             breakpoints = list(state.breakpoints)
@@ -173,6 +187,11 @@ class PhaseController:
         # Under --bare no PreToolUse hook fires: every call comes as `can_use_tool` (the server's ask
         # rule, claude_command.BARE_ASK_RULES, under bypassPermissions) and is decided here.
         self.gate_every_call = gate_every_call
+        # Whether the phase's request lets a skill's shell commands run (domain/skill_shell.py);
+        # if not, each is refused with a reason the model reads.
+        self.skill_shell_allowed = skill_shell_allowed
+        # The held calls that are a skill's shell commands (no tool call; not editable).
+        self._skill_shell_ids: set[str] = set()
         self.attach(host)
 
     def attach(self, host: PhaseHost) -> None:
@@ -318,8 +337,14 @@ class PhaseController:
             self._cancelled_requests.add(req.request_id)
             return
         try:
-            if req.subtype == "hook_callback" and req.request.get("callback_id") == PRE_TOOL_USE_CALLBACK:
+            callback = req.request.get("callback_id") if req.subtype == "hook_callback" else None
+            if callback == PRE_TOOL_USE_CALLBACK:
                 response = await self._decide_tool_call(req)
+            elif callback == PRE_SKILL_SHELL_CALLBACK:
+                response = await self._decide_skill_shell(req)
+            elif callback == INTERRUPT_CALLBACK:
+                self._pass_hook(req, INTERRUPT)
+                response = {}  # the CLI ignores an Interrupt hook's output
             elif req.subtype == "can_use_tool" and self.gate_every_call:
                 tool_input = req.request.get("input")
                 tool_input = tool_input if isinstance(tool_input, dict) else {}
@@ -385,6 +410,32 @@ class PhaseController:
                 return allow_hook()
             return await self._hold(req, input_json, "", "paused", PhaseStatus.PAUSED, ControlEventKind.PAUSED)
         return allow_hook()
+
+    async def _decide_skill_shell(self, req: ControlRequest) -> dict[str, Any]:
+        """The answer for a skill's shell command: refused unless the request allows it, else held
+        and decided as a Bash call with that command would be (breakpoints, pause, step)."""
+        self._pass_hook(req, PRE_SKILL_SHELL_COMMAND)
+        if not self.skill_shell_allowed:
+            self.host.emit(ControlEvent(ControlEventKind.TOOL_DENIED, req.tool_use_id, req.tool_name,
+                                        message=REFUSED_REASON))
+            return skill_shell_answer(deny_hook(REFUSED_REASON))
+        self._skill_shell_ids.add(req.tool_use_id)
+        try:
+            answer = await self._decide_tool_call(req)
+        finally:
+            self._skill_shell_ids.discard(req.tool_use_id)
+        if "updatedInput" in (answer.get("hookSpecificOutput") or {}):
+            # An edit decided where it could not be refused (during a move to another replica):
+            # the command never runs as anything but itself, so it does not run.
+            return skill_shell_answer(deny_hook(NOT_EDITABLE))
+        return skill_shell_answer(answer)
+
+    def _pass_hook(self, req: ControlRequest, event: str) -> None:
+        """The CLI called one of the server's hooks: the event goes to the phase's stream as a
+        hook event, its input's own fields in ``output_preview`` (domain/skill_shell.py)."""
+        hook_input = req.request.get("input")
+        self.host.emit(HookEvent(HookEventKind.STARTED, req.tool_use_id, hook_name(event, hook_input), event,
+                                 None, "", hook_input_preview(hook_input)))
 
     def _carried_call(self, tool_name: str, tool_input: Any) -> HeldCallRecord | None:
         """The call held before the move that this one is (same tool, same input), taken off the list."""
@@ -542,6 +593,8 @@ class PhaseController:
             self.pending[tool_use_id] = decision
             self._changed()
             return hold
+        if decision.kind is DecisionKind.EDIT and tool_use_id in self._skill_shell_ids:
+            raise _illegal("edit the call", self.host.status, NOT_EDITABLE)
         # The call leaves HELD now, not when the hook's task resumes (the answer says RUNNING).
         self.host.mark_tool_running(tool_use_id)
         hold.decision.set_result(self._apply(tool_use_id, hold.tool_name, hold.breakpoint_id, decision))

@@ -48,6 +48,7 @@ from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.session_cut import last_cost_state
+from helix_runner.domain.skill_shell import skill_shell_allowed
 from helix_runner.domain.stream_parser import model_usage_of
 from helix_runner.domain.tool_tracker import ToolCall, ToolCallStatus
 from helix_runner.errors import ErrorKind, RunnerError
@@ -192,7 +193,10 @@ class PhaseRun:
         self.result: PhaseResult | None = None
         self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope)
         # Job control: one controller for all the phase's attempts (attached to each in _run_attempt).
-        self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare, state=control_state)
+        self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare,
+                                       skill_shell_allowed=skill_shell_allowed(spec.allowed_tools, spec.disallowed_tools,
+                                                                               spec.permission_mode),
+                                       state=control_state)
         if durability is not None:
             self.control.on_change = lambda: durability.control_changed(saved_control(self.control.state()))
         if resumption is not None:  # continues the history and the attempts written on another replica

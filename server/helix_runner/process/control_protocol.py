@@ -22,6 +22,11 @@ from helix_runner.errors import ErrorKind, RunnerError
 
 # The id we register our PreToolUse hook callback under in `initialize`.
 PRE_TOOL_USE_CALLBACK = "helix_pre_tool_use"
+# The ids of the callbacks for the hook events no tool call stands behind (domain/skill_shell.py): a
+# skill's shell command (PreSkillShellCommand, CLI 2.1.332) and an interrupt ending a turn
+# (Interrupt, CLI 2.1.337; an older CLI takes the registration and never calls it).
+PRE_SKILL_SHELL_CALLBACK = "helix_pre_skill_shell"
+INTERRUPT_CALLBACK = "helix_interrupt"
 # Hook timeout in seconds: a person may hold a call for a long time (docs/claude-cli-protocol.md §3.6).
 HOLD_TIMEOUT_SECONDS = 7 * 24 * 3600
 
@@ -90,6 +95,17 @@ def edit_hook(new_input: dict[str, Any]) -> dict[str, Any]:
                                    "updatedInput": new_input}}
 
 
+def skill_shell_answer(hook_answer: dict[str, Any]) -> dict[str, Any]:
+    """A PreToolUse hook answer as the answer to a ``PreSkillShellCommand`` callback: the same
+    decision under that event's name (the CLI reads ``hookSpecificOutput`` by its event name).
+    ``allow`` adds nothing there: the command runs unless a hook refuses it."""
+    specific = hook_answer.get("hookSpecificOutput") or {}
+    if specific.get("permissionDecision") == "deny":
+        return {"hookSpecificOutput": {"hookEventName": "PreSkillShellCommand", "permissionDecision": "deny",
+                                       "permissionDecisionReason": specific.get("permissionDecisionReason") or "denied"}}
+    return {"continue": True}
+
+
 def permission_answer(hook_answer: dict[str, Any], tool_input: dict[str, Any]) -> dict[str, Any]:
     """A PreToolUse hook answer (``allow_hook``, ``deny_hook``, ``edit_hook``) as the answer to a
     ``can_use_tool`` request (PY types.py ``PermissionResultAllow``/``Deny``): under --bare the
@@ -119,12 +135,16 @@ class ControlChannel:
 
     def initialize_line(self) -> tuple[str, bytes]:
         """The ``initialize`` request registering one PreToolUse callback with no matcher, so it fires
-        before every tool call, read-only and pre-allowed ones included (localcli-23)."""
+        before every tool call, read-only and pre-allowed ones included (localcli-23), and one for
+        each hook event no tool call stands behind (a skill's shell command, an interrupt)."""
         request_id = self.next_id()
         # Nothing awaits this answer (the CLI's first lines follow it anyway); mark a failure as
         # seen so a CLI that exits first does not leave "Future exception was never retrieved".
         self._expect(request_id, "initialize").add_done_callback(_retrieve)
-        hooks = {"PreToolUse": [{"hookCallbackIds": [PRE_TOOL_USE_CALLBACK], "timeout": HOLD_TIMEOUT_SECONDS}]}
+        hooks = {"PreToolUse": [{"hookCallbackIds": [PRE_TOOL_USE_CALLBACK], "timeout": HOLD_TIMEOUT_SECONDS}],
+                 "PreSkillShellCommand": [{"hookCallbackIds": [PRE_SKILL_SHELL_CALLBACK],
+                                           "timeout": HOLD_TIMEOUT_SECONDS}],
+                 "Interrupt": [{"hookCallbackIds": [INTERRUPT_CALLBACK]}]}
         return request_id, _line({"type": "control_request", "request_id": request_id,
                                   "request": {"subtype": "initialize", "hooks": hooks}})
 
