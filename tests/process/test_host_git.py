@@ -122,9 +122,9 @@ def _servers_operations(repo: Path, data: Path) -> dict:
 @pytest.fixture
 def runner(monkeypatch):
     """The process's runner, restored after the test."""
-    box, note, roots = HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots
+    box, note, roots, pins = HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots, dict(HOST_GIT._pins)
     yield HOST_GIT
-    HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots = box, note, roots
+    HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots, HOST_GIT._pins = box, note, roots, pins
 
 
 def test_git_overrides_alone_run_no_family(tmp_path, runner):
@@ -422,6 +422,33 @@ def test_a_git_file_pointing_outside_the_roots_gets_no_writable_git_dir(tmp_path
     with pytest.raises(GitError):
         runner.run(ws, "add", "-A")
     assert (victim / ".git" / "index").read_bytes() == index
+
+
+@pytest.mark.parametrize("kind", BOXES)
+def test_a_git_file_naming_another_repository_inside_the_roots_gets_no_writable_git_dir(tmp_path, runner, kind):
+    """The same with the other repository inside the roots too (two workspaces of one server): the
+    git dirs a phase's directory had when it started are the only ones the server's git writes there."""
+    roots = tmp_path / "roots"
+    victim, ws = roots / "victim", roots / "ws"
+    for d in (victim, ws):
+        d.mkdir(parents=True)
+    _git(victim, "init", "-q")
+    (victim / "kept").write_text("x\n")
+    _git(victim, "add", "kept")
+    _git(victim, "commit", "-q", "-m", "kept")
+    index = (victim / ".git" / "index").read_bytes()
+    configure(runner, kind, [tmp_path / "data"], [roots])
+    runner.pin(ws)  # the phase starts: its directory is no repository
+    try:
+        (ws / ".git").write_text(f"gitdir: {victim / '.git'}\n")  # what the phase wrote
+        (ws / "planted").write_text("y\n")
+        assert runner.git_dirs_of(ws) == []
+        with pytest.raises(GitError):
+            runner.run(ws, "add", "-A")
+        assert (victim / ".git" / "index").read_bytes() == index
+    finally:
+        runner.unpin(ws)
+    assert runner.git_dirs_of(victim) == [(victim / ".git").resolve()]  # its own phases still write it
 
 
 def test_a_repository_the_roots_lie_in_stays_writable(tmp_path, runner):

@@ -70,6 +70,7 @@ from helix_runner.phases.views import ServerStatus
 from helix_runner.phases.webhooks import PhaseNotifier, Webhooks
 from helix_runner.process.checkpoint_git import fork_commit, has_objects
 from helix_runner.process.containment import Containment
+from helix_runner.process.host_git import HOST_GIT, work_tree
 from helix_runner.process.key_broker import KeyBroker
 from helix_runner.process.sandbox.phase_sandbox import Sandbox, off_report
 from helix_runner.process.warm_pool import WarmPool
@@ -510,6 +511,12 @@ class PhaseService:
         self.launcher.warm_pool = start_warm_pool(self.config, self.launcher)
 
     async def _drive(self, live: LivePhase) -> None:
+        # The server's own git may write, for this phase's directory, only the git directories it
+        # had before the phase ran (a .git file the phase rewrites to name another repository in
+        # the roots does not redirect the server's writes; process/host_git.py).
+        pinned = [live.run.plan.cwd, work_tree(live.run.plan.cwd)]
+        for path in pinned:
+            await asyncio.to_thread(HOST_GIT.pin, path)
         try:
             await live.run.run()
             # Stay "live" until the final events are committed: a watcher attaching now must not
@@ -522,6 +529,8 @@ class PhaseService:
         except Exception:
             log.exception("phase task failed")
         finally:
+            for path in pinned:
+                HOST_GIT.unpin(path)
             live.done.set()
             # Keep finished phases out of the live table; watchers read them from the store.
             self.live.pop((live.run.job_id, live.run.phase_id), None)

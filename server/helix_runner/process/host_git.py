@@ -451,6 +451,27 @@ class HostGit:
         # Where the git directories a command may write can lie (``configure``'s visible paths and the
         # repositories they belong to); empty: anywhere (not configured).
         self.git_roots: tuple[Path, ...] = ()
+        # A phase's working directory -> the git directories it had before the phase ran, and how
+        # many phases hold that pin (``pin``): a ``.git`` file the phase rewrites to name another
+        # repository inside the roots does not make that repository writable for the server's git.
+        self._pins: dict[Path, tuple[tuple[Path, ...], int]] = {}
+
+    def pin(self, cwd: Path) -> None:
+        """Records ``cwd``'s git directories as they are now (before a phase runs there); until
+        ``unpin``, the server's git may write only those of them for ``cwd``."""
+        key = Path(cwd).resolve()
+        with self._lock:
+            dirs, count = self._pins.get(key, (tuple(git_dirs(key)), 0))
+            self._pins[key] = (dirs, count + 1)
+
+    def unpin(self, cwd: Path) -> None:
+        key = Path(cwd).resolve()
+        with self._lock:
+            dirs, count = self._pins.get(key, ((), 1))
+            if count <= 1:
+                self._pins.pop(key, None)
+            else:
+                self._pins[key] = (dirs, count - 1)
 
     @property
     def kind(self) -> str:
@@ -549,6 +570,12 @@ class HostGit:
         ``.git`` file or ``commondir`` is written by whoever writes the working tree (a phase), and one
         pointing elsewhere (another repository, the data dir) must not become a writable bind."""
         found = git_dirs(cwd)
+        with self._lock:
+            pinned = self._pins.get(Path(cwd).resolve())
+        if pinned is not None and any(d not in pinned[0] for d in found):
+            log.warning("host git: %s names git directories it did not have when its phase started (%s); the "
+                        "server's git does not write them", cwd, ", ".join(str(d) for d in found if d not in pinned[0]))
+            found = [d for d in found if d in pinned[0]]
         if not self.git_roots:
             return found
         kept = [d for d in found if any(d.is_relative_to(root) for root in self.git_roots)]
