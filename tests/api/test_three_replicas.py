@@ -106,6 +106,15 @@ async def test_a_phase_on_a_is_listed_by_b_watched_from_c_and_controlled_through
             assert job.status == res.PHASE_STATUS_SUCCEEDED, replica.name
             assert [p.status for p in job.phases] == [res.PHASE_STATUS_SUCCEEDED], replica.name
             assert job.phases[0].result == result, replica.name
+        # Every control action is in the audit trail (shared: any replica lists it), and each event a
+        # call caused names who took it (docs/tenancy.md).
+        trail = (await b.stub.ListAuditEntries(pb.ListAuditEntriesRequest(job_id="job-3"), timeout=10)).entries
+        actions = {(e.action, e.outcome) for e in trail}
+        assert {("RunPhase", "OK"), ("ResolveToolCall", "OK"), ("PausePhase", "OK"),
+                ("ResumePhase", "OK")} <= actions, actions
+        by = {e.control.kind: e.control.actor for e in events if e.HasField("control")}
+        assert by[ev.CONTROL_EVENT_KIND_TOOL_APPROVED] == by[ev.CONTROL_EVENT_KIND_RESUMED] == "admin"
+        assert by[ev.CONTROL_EVENT_KIND_BREAKPOINT_HIT] == ""
 
 
 # The documented bound (docs/scale-out.md, "Dead-replica takeover"): the owner's lease runs out at
