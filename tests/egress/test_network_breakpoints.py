@@ -138,3 +138,20 @@ async def test_a_request_held_on_one_replica_is_approved_through_another(claude_
     (approved,) = [e.gateway for e in events if e.HasField("gateway")
                    and e.gateway.kind == ev.GATEWAY_EVENT_KIND_EGRESS_APPROVED]
     assert approved.actor == "admin"
+
+
+async def test_a_request_the_tool_gives_up_on_is_held_no_longer(claude_binary, scripted_api, runner_factory, service):
+    """curl stops waiting after 2 s: the hold goes with its connection, and the phase goes on (it would
+    otherwise show AWAITING_APPROVAL until egress_hold_timeout_seconds, here the default 300 s)."""
+    api = scripted_api([Reply.tool_use("Bash", {"command": f"curl -s -m 2 http://{service}/slow; echo rc=$?"}),
+                        Reply.text("Done.")])
+    async with runner_factory(api, egress_private_allow=[service]) as runner:
+        events, result = await start(runner, "job-gone", held_by(service)).finish(limit=60)
+    assert result.status == res.PHASE_STATUS_SUCCEEDED
+    (output,) = [e.tool_call_finished.content_preview for e in events if e.HasField("tool_call_finished")]
+    assert "rc=28" in output  # curl's "operation timed out"
+    (gone,) = [e.gateway for e in events if e.HasField("gateway") and
+               e.gateway.kind == ev.GATEWAY_EVENT_KIND_EGRESS_DENIED]
+    assert gone.message == "the request's connection closed while it was held"
+    statuses = [e.status_changed.to_status for e in events if e.HasField("status_changed")]
+    assert res.PHASE_STATUS_AWAITING_APPROVAL in statuses and statuses[-1] == res.PHASE_STATUS_SUCCEEDED

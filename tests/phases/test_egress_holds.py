@@ -75,6 +75,23 @@ async def test_a_host_pattern_holds_matching_hosts_only():
     assert await gate == "denied: no pushes today" and bp.hit_count == 1
 
 
+async def test_a_held_request_whose_client_went_away_is_held_no_longer():
+    h, events, _ = holds(unlisted())
+    gate = asyncio.ensure_future(h.gate("pypi.example", 443, "CONNECT", "", REFUSED))
+    for _ in range(1000):
+        if h.holds:
+            break
+        await asyncio.sleep(0)
+    (hold_id,) = h.holds
+    gate.cancel()  # what the proxy does when the tool's connection closes
+    with pytest.raises(asyncio.CancelledError):
+        await gate
+    assert h.holds == {} and not h.waiting  # the phase no longer waits on it
+    assert [e.kind for e in events] == [GatewayEventKind.EGRESS_HELD, GatewayEventKind.EGRESS_DENIED]
+    with pytest.raises(Exception, match="EGRESS_NOT_HELD|no network request"):
+        await h.resolve(hold_id, EgressDecision(True))
+
+
 @pytest.mark.parametrize(("host", "unlisted_hosts", "problem"), [
     ("", False, "exactly one"), ("a.example", True, "exactly one"), ("http://x", False, "host pattern"),
 ])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
 import time
@@ -54,6 +55,7 @@ CONNECT_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 300.0
 MAX_CONNECTIONS = 1024
 MAX_CONNECTIONS_PER_PHASE = 128
+CLIENT_GONE_POLL_S = 0.5  # how often a held request's client is checked for having gone away
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                          b"proxy-authenticate", b"te", b"trailer", b"upgrade"})
 
@@ -186,6 +188,7 @@ class _ProxyClient(asyncio.Protocol):
         self.request_path = "/"  # a forwarded request's (the rules check it)
         self.upstream: _Upstream | None = None
         self._counted: tuple[str, str] | None = None
+        self._gating: asyncio.Future | None = None  # the phase deciding on a held request (egress_gate)
         self._timer = IdleTimer(HEAD_TIMEOUT_S, self.close)
         # What the phase's stream is told when the connection ends (an EGRESS_CONNECTION event):
         # bytes each way once the destination answered, since when, and the last request seen.
@@ -238,6 +241,8 @@ class _ProxyClient(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._disarm()
+        if self._gating is not None and not self._gating.done():
+            self._gating.cancel()  # a held request whose client went away is held no longer
         self.proxy.connections.discard(self)
         if self.grant is not None and self.opened_ns:
             opened, self.opened_ns = self.opened_ns, 0
@@ -380,8 +385,18 @@ class _ProxyClient(asyncio.Protocol):
         gate = getattr(grant.sink, "egress_gate", None)
         if gate is not None:  # network breakpoints and approvals (phases/egress_holds.py): may wait
             method = "CONNECT" if connect else self.parser.get_method().decode("latin-1")
-            why = await gate(host, port, method, "" if connect else self.request_path, why)
-            if self.closed:  # the tool gave up while its request was held
+            self._gating = asyncio.ensure_future(gate(host, port, method, "" if connect else self.request_path, why))
+            watcher = asyncio.ensure_future(self._watch_client_gone(self._gating))
+            try:
+                why = await self._gating
+            except asyncio.CancelledError:
+                if self.closed:  # the tool gave up while its request was held (connection_lost)
+                    return
+                raise
+            finally:
+                self._gating = None
+                watcher.cancel()
+            if self.closed:
                 return
             if why is not None and why.startswith("denied: "):
                 self._refused(why.removeprefix("denied: "), denied=True)
@@ -465,6 +480,33 @@ class _ProxyClient(asyncio.Protocol):
         self._arm(IDLE_TIMEOUT_S)
         if self.transport is not None:
             self.transport.resume_reading()
+
+    async def _watch_client_gone(self, gating: asyncio.Future) -> None:
+        """While a request is held the client's reading is paused, so its going away would go unseen:
+        peek at the socket now and then, and end the hold when it closed (curl -m, a killed tool)."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return
+        peek = socket.socket(fileno=os.dup(sock.fileno()))  # a second descriptor: closing it keeps the first
+        try:
+            peek.setblocking(False)
+            while not gating.done():
+                await asyncio.sleep(CLIENT_GONE_POLL_S)
+                try:
+                    if peek.recv(1, socket.MSG_PEEK) == b"":
+                        self.closed = True
+                        gating.cancel()
+                        if self.transport is not None:
+                            self.transport.close()
+                        return
+                except (BlockingIOError, InterruptedError):
+                    continue  # still there, nothing sent
+                except OSError:
+                    self.closed = True
+                    gating.cancel()
+                    return
+        finally:
+            peek.close()
 
     # -- TLS termination (interception.py) ---------------------------------------------------------
     @staticmethod

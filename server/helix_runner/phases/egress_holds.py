@@ -102,6 +102,13 @@ class EgressHolds:
             self._emit(GatewayEvent(kind=GatewayEventKind.EGRESS_DENIED, http_status=403, destination=destination,
                                     method=method, path=path, hold_id=hold.hold_id, message=why))
             return why
+        except asyncio.CancelledError:  # the request's connection closed while it was held
+            if not hold.decision.done():
+                hold.decision.cancel()
+                self._emit(GatewayEvent(kind=GatewayEventKind.EGRESS_DENIED, http_status=0, destination=destination,
+                                        method=method, path=path, hold_id=hold.hold_id,
+                                        message="the request's connection closed while it was held"))
+            raise
         finally:
             self.holds.pop(hold.hold_id, None)
             self._hold_watchdog(False)
