@@ -135,7 +135,7 @@ class Authorization:
 
     @staticmethod
     def _require(principal: Principal, need: Need, project: str) -> str:
-        allowed = principal.everywhere(need.role) if project == "*" else principal.may(need.role, project)
+        allowed = need.allows(principal.everywhere if project == "*" else lambda role: principal.may(role, project))
         if not allowed:
             raise permission_denied(principal, need, project)
         return project

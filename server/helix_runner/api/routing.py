@@ -120,6 +120,11 @@ class Need:
     role: Role
     scope: Scope
     read: bool = False  # a read that needs more than viewer (listing secrets, the audit trail)
+    also: Role | None = None  # a second role that may do it too (an approver resumes a paused phase)
+
+    def allows(self, may: Callable[[Role], bool]) -> bool:
+        """Whether a principal that ``may`` hold roles (on the project in question) may make the call."""
+        return may(self.role) or (self.also is not None and may(self.also))
 
     @property
     def audited(self) -> bool:
@@ -141,7 +146,8 @@ PERMISSIONS: Mapping[str, Need] = {
     "InspectPhase": Need(_V, Scope.PHASE),
     "CancelPhase": Need(_O, Scope.PHASE),
     "PausePhase": Need(_O, Scope.PHASE),
-    "ResumePhase": Need(_O, Scope.PHASE),
+    # An approver may let a paused phase go on too (a phase a spend quota paused, once it is raised).
+    "ResumePhase": Need(_O, Scope.PHASE, also=_A),
     "StepPhase": Need(_O, Scope.PHASE),
     "InterruptPhase": Need(_O, Scope.PHASE),
     "SetPhaseModel": Need(_O, Scope.PHASE),
