@@ -233,7 +233,12 @@ class BoxScenario:
         port = await asyncio.to_thread(serving_port, log, self.proc, 60.0)
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         self.stub = pb_grpc.RunnerServiceStub(self.channel)
-        status = (await self.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)).status
+        try:
+            status = (await self.stub.GetServerStatus(pb.GetServerStatusRequest(), timeout=30)).status
+        except grpc.aio.AioRpcError as exc:  # say why: the server's own last words, and whether it still runs
+            tail = log.read_text(errors="replace")[-3000:]
+            raise AssertionError(f"the {self.mode}/{self.user} server did not answer ({exc.code().name}); exit "
+                                 f"status {self.proc.poll()}; its log ends:\n{tail}") from None
         self.outcome.effects["layers"] = {layer.name: layer.active for layer in status.sandbox.layers}
 
     def start(self, name: str, tag: str, workdir: Path, **options: Any) -> Stream:
