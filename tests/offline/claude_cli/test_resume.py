@@ -122,6 +122,15 @@ def _pid_in(marker: Path) -> int | None:
     return int(text) if text.endswith("\n") and text.strip().isdigit() else None
 
 
+def _transcript_has_the_call(home: Path) -> bool:
+    """Whether the CLI's session transcript holds the slow call already."""
+    for path in (home / ".claude" / "projects").rglob("*.jsonl"):
+        with contextlib.suppress(OSError):
+            if b'"tool_use"' in path.read_bytes():
+                return True
+    return False
+
+
 def test_resume_after_a_crash_keeps_the_interrupted_call_and_carries_no_cost(
     claude_sandbox: ClaudeSandbox, scripted_api
 ) -> None:
@@ -154,6 +163,11 @@ def test_resume_after_a_crash_keeps_the_interrupted_call_and_carries_no_cost(
         while not _pid_in(marker) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert _pid_in(marker), "the slow tool call never started"
+        # The CLI appends the call to its session transcript (~/.claude/projects) on its own schedule:
+        # a crash before that leaves nothing to resume (CI saw "No conversation found" under load).
+        while not _transcript_has_the_call(claude_sandbox.home) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _transcript_has_the_call(claude_sandbox.home), "the CLI never wrote the call to its transcript"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # a crash: no chance to write a result or save state
         stdout, _ = proc.communicate(timeout=30)
