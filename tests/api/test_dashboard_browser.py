@@ -14,7 +14,7 @@ import json
 
 import pytest
 from playwright.async_api import async_playwright
-from support.browser import artifacts_dir, chromium_path
+from support.browser import artifacts_dir
 
 from helix.runner.v1 import resources_pb2 as res
 from helix.runner.v1 import runner_service_pb2 as pb
@@ -26,14 +26,6 @@ pytestmark = pytest.mark.real_cli
 
 JOB, PHASE, PROJECT = "dashboard-demo", "build", "demo"
 WAIT_MS = 30_000
-
-
-@pytest.fixture
-def chromium() -> str:
-    path = chromium_path()
-    if path is None:
-        pytest.skip("no chromium: scripts/install-browser installs Debian's package (scripts/test runs it)")
-    return path
 
 
 async def held_call(page, text: str):
@@ -124,7 +116,7 @@ async def test_dashboard_follows_a_phase_and_approves_a_held_call(
                 port = web.port
                 await web.stop(0.2)
                 runner.server.web = web = await start_web(
-                    RunnerServicer(runner.server.service, runner.server.queries), host="127.0.0.1", port=port, token=None
+                    RunnerServicer(runner.server.service, runner.server.queries), host="127.0.0.1", port=port
                 )
                 await page.wait_for_selector(
                     "[data-testid=connection]:not([data-reconnects='0'])", timeout=WAIT_MS

@@ -10,8 +10,6 @@ authenticates nobody (presented as a token it is hashed again).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -31,25 +29,9 @@ def unauthenticated() -> RunnerError:
     )
 
 
-_BEARER = b"Bearer "
-
-
 def is_digest(token: str) -> bool:
     """Whether the configured secret is the token's SHA-256 digest (``sha256:`` and 64 hex digits)."""
     return token.startswith(TOKEN_DIGEST_PREFIX)
-
-
-def token_matches(presented: str | bytes, token: str) -> bool:
-    """Whether an ``authorization`` header value is ``Bearer <token>``, ``token`` being the token or
-    its digest (constant-time comparison)."""
-    if isinstance(presented, str):
-        presented = presented.encode()
-    if is_digest(token):
-        if not presented.startswith(_BEARER):
-            return False
-        digest = hashlib.sha256(presented[len(_BEARER) :]).hexdigest()
-        return hmac.compare_digest(digest.encode(), token[len(TOKEN_DIGEST_PREFIX) :].encode())
-    return hmac.compare_digest(presented, f"Bearer {token}".encode())
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):

@@ -224,10 +224,9 @@ class BearerTokenCheck:
         return None
 
 
-def build_connect_app(servicer: RunnerServicer, token: str | None = None) -> RunnerServiceASGIApplication:
+def build_connect_app(servicer: RunnerServicer) -> RunnerServiceASGIApplication:
     """The ASGI application serving RunnerService at ``/helix.runner.v1.RunnerService/*``; callers are
-    authenticated as on the gRPC port (``token`` is kept for callers that pass it: the servicer's
-    authenticator already knows it)."""
+    authenticated as on the gRPC port (the servicer's authenticator)."""
     authenticator = servicer.access.authenticator
     return RunnerServiceASGIApplication(
         ConnectRunnerService(servicer),  # type: ignore[arg-type]  # methods are set per descriptor

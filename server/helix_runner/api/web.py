@@ -97,13 +97,12 @@ class WebApp:
     def __init__(
         self,
         servicer: RunnerServicer,
-        token: str | None,
         *,
         extra_hosts: tuple[str, ...] = (),
         assets: dict[str, _Asset] | None = None,
         grpc_port: int | None = None,
     ):
-        self.connect = build_connect_app(servicer, token)
+        self.connect = build_connect_app(servicer)
         # Every answer names the server's gRPC port: a client pointed at this port by mistake (the
         # helix-runner CLI's --server) can say which one to use (cli/common.py).
         self._grpc_port_header = (
@@ -112,7 +111,7 @@ class WebApp:
         self._prefix = self.connect.path + "/"
         self._assets = load_assets() if assets is None else assets
         # With credentials the API is protected by them; without, only loopback host names are served.
-        protected = token is not None or not servicer.access.authenticator.open
+        protected = not servicer.access.authenticator.open
         self._hosts = (
             None if protected else _LOOPBACK_NAMES | {h.lower().strip("[]") for h in extra_hosts}
         )
@@ -231,7 +230,6 @@ async def start_web(
     *,
     host: str,
     port: int = 0,
-    token: str | None,
     sock: socket.socket | None = None,
     shutdown_grace: float = 2.0,
     tls: CertificateFiles | None = None,
@@ -241,7 +239,7 @@ async def start_web(
     (0: a free port); over HTTPS with ``tls`` (the gRPC port's certificate, reloaded the same way).
     The socket is closed if it cannot start."""
     sock = bind_web(host, port) if sock is None else sock
-    app = WebApp(servicer, token, extra_hosts=(host,), grpc_port=grpc_port)
+    app = WebApp(servicer, extra_hosts=(host,), grpc_port=grpc_port)
     config = uvicorn.Config(
         app,
         lifespan="off",

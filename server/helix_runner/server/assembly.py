@@ -268,7 +268,7 @@ async def _assemble(config: ServerConfig, server_env: dict[str, str], telemetry:
         interceptors.append(BearerTokenInterceptor(authenticator))
     # The dashboard's port is bound before the gRPC port: a grpc server never started keeps the
     # ports it bound until it is collected, so a busy dashboard port must stop the start first.
-    dashboard = await parts.start(Dashboard(config, servicer, token, tls))
+    dashboard = await parts.start(Dashboard(config, servicer, tls))
     ports = await parts.start(GrpcPorts(
         config, servicer, interceptors, tls,
         own_port_needed=config.reuse_port and forwarder is not None and not config.advertise_address))

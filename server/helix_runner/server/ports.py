@@ -137,11 +137,9 @@ class Dashboard:
 
     name = "dashboard"
 
-    def __init__(self, config: ServerConfig, servicer: RunnerServicer, token: str | None,
-                 tls: CertificateFiles | None):
+    def __init__(self, config: ServerConfig, servicer: RunnerServicer, tls: CertificateFiles | None):
         self.config = config
         self.servicer = servicer
-        self.token = token
         self.tls = tls
         self.socket: socket.socket | None = None
         self.web: WebServer | None = None
@@ -161,7 +159,7 @@ class Dashboard:
 
     async def open(self, grpc_port: int) -> None:
         if self.socket is not None:
-            self.web = await start_web(self.servicer, host=self.config.web_host, token=self.token,
+            self.web = await start_web(self.servicer, host=self.config.web_host,
                                        sock=self.socket, tls=self.tls, grpc_port=grpc_port)
 
     async def stop(self) -> None:
