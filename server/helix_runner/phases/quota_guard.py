@@ -66,8 +66,7 @@ class QuotaGuard:
             return None
         if after_writes and self.committed is not None:
             await self.committed()
-        day, month = window_starts(time.time_ns())
-        return violation(quota, await self.off_loop(self.store.project_spend, project_id, day, month))
+        return violation(quota, await self._spent(project_id))
 
     async def set(self, quota: ProjectQuota) -> None:
         await self.off_loop(self.store.put_quota, quota)
@@ -76,8 +75,11 @@ class QuotaGuard:
     async def spend(self, project_id: str) -> tuple[ProjectQuota, Spend]:
         """The project's quota (all caps 0 without one) and what it spent today and this month."""
         quota = await self.off_loop(self.store.get_quota, project_id) or ProjectQuota(project_id)
+        return quota, await self._spent(project_id)
+
+    async def _spent(self, project_id: str) -> Spend:
         day, month = window_starts(time.time_ns())
-        return quota, await self.off_loop(self.store.project_spend, project_id, day, month)
+        return await self.off_loop(self.store.project_spend, project_id, day, month)
 
     async def admit(self, project_id: str) -> None:
         """Raises QUOTA_EXCEEDED when the project has reached a cap."""

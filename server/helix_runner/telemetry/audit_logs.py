@@ -18,7 +18,7 @@ from opentelemetry._logs import SeverityNumber
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, ConsoleLogRecordExporter
 
-from helix_runner.telemetry.tracing import TracingConfigError, resource_from_env
+from helix_runner.telemetry.tracing import TracingConfigError, otlp_protocol, resource_from_env
 
 AUDIT_LOGGER = "helix_runner.audit"
 
@@ -54,16 +54,12 @@ def log_provider_from_env(environ: Mapping[str, str], version: str) -> LoggerPro
         if name == "console":
             exporters.append(ConsoleLogRecordExporter())
         elif name == "otlp":
-            protocol = (environ.get("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                        or "http/protobuf").strip().lower()
-            if protocol == "grpc":
+            if otlp_protocol(environ, "LOGS") == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-            elif protocol == "http/protobuf":
+            else:
                 from opentelemetry.exporter.otlp.proto.http._log_exporter import (  # type: ignore[assignment]
                     OTLPLogExporter,
                 )
-            else:
-                raise TracingConfigError(f"OTLP protocol {protocol!r} is not supported (use grpc or http/protobuf)")
             exporters.append(OTLPLogExporter())
         else:
             raise TracingConfigError(f"OTEL_LOGS_EXPORTER {name!r} is not supported (use otlp, console or none)")

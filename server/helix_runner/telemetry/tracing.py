@@ -112,6 +112,16 @@ def tracing_wanted(mode: str, environ: Mapping[str, str]) -> bool:
     )
 
 
+def otlp_protocol(environ: Mapping[str, str], signal: str) -> str:
+    """``grpc`` or ``http/protobuf`` (the specification's default) for one signal (``TRACES``,
+    ``LOGS``): its own ``OTEL_EXPORTER_OTLP_<signal>_PROTOCOL``, else the shared one."""
+    protocol = (environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf").strip().lower()
+    if protocol not in ("grpc", "http/protobuf"):
+        raise TracingConfigError(f"OTLP protocol {protocol!r} is not supported (use grpc or http/protobuf)")
+    return protocol
+
+
 def exporters_from_env(environ: Mapping[str, str]) -> list[SpanExporter]:
     """The exporters ``OTEL_TRACES_EXPORTER`` names (default ``otlp``): ``otlp``, ``console`` or ``none``.
 
@@ -127,23 +137,10 @@ def exporters_from_env(environ: Mapping[str, str]) -> list[SpanExporter]:
         if name == "console":
             out.append(ConsoleSpanExporter())
         elif name == "otlp":
-            protocol = (
-                (
-                    environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                    or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                    or "http/protobuf"
-                )
-                .strip()
-                .lower()
-            )
-            if protocol == "grpc":
+            if otlp_protocol(environ, "TRACES") == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-            elif protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
             else:
-                raise TracingConfigError(
-                    f"OTLP protocol {protocol!r} is not supported (use grpc or http/protobuf)"
-                )
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
             out.append(OTLPSpanExporter())
         else:
             raise TracingConfigError(
