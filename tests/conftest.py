@@ -83,6 +83,17 @@ def runner_factory(tmp_path: Path):
     return factory
 
 
+@pytest.fixture
+def chromium() -> str:
+    """Debian's headless Chromium for the browser tests; skips, saying how to install it, without one."""
+    from support.browser import chromium_path
+
+    path = chromium_path()
+    if path is None:
+        pytest.skip("no chromium: scripts/install-browser installs Debian's package (scripts/test runs it)")
+    return path
+
+
 @pytest.fixture(scope="session")
 def postgres_cluster():
     """A throwaway PostgreSQL cluster for the session (see support/postgres.py); skips, saying why, if none starts."""

@@ -3,12 +3,9 @@ issue 31 item 2: "from the web page")."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from playwright.async_api import async_playwright
-from support.browser import chromium_path
+from support.http_service import loopback_service
 from support.streams import Stream
 
 from helix.runner.v1 import events_pb2 as ev
@@ -20,32 +17,10 @@ pytestmark = pytest.mark.real_cli
 WAIT_MS = 30_000
 
 
-class _Ok(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("content-length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def chromium() -> str:
-    path = chromium_path()
-    if path is None:
-        pytest.skip("no chromium: scripts/install-browser installs Debian's package (scripts/test runs it)")
-    return path
-
-
 async def test_the_page_denies_a_held_request_with_a_reason_the_tool_reads(claude_binary, scripted_api,
                                                                            runner_factory, chromium):
-    server = ThreadingHTTPServer(("127.0.0.2", 0), _Ok)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    address = f"127.0.0.2:{server.server_address[1]}"
     errors: list[str] = []
-    try:
+    with loopback_service(b"ok") as address:
         api = scripted_api([Reply.tool_use("Bash", {"command": f"curl -s -m 60 http://{address}/deploy"}),
                             Reply.text("Done.")])
         async with runner_factory(api, web_port=0, egress_private_allow=[address]) as runner:
@@ -72,9 +47,6 @@ async def test_the_page_denies_a_held_request_with_a_reason_the_tool_reads(claud
                 finally:
                     await browser.close()
             events, result = await phase.finish()
-    finally:
-        server.shutdown()
-        server.server_close()
     assert errors == []
     assert result.status == res.PHASE_STATUS_SUCCEEDED
     (output,) = [e.tool_call_finished.content_preview for e in events if e.HasField("tool_call_finished")]

@@ -7,7 +7,6 @@ import hashlib
 
 import pytest
 from playwright.async_api import async_playwright
-from support.browser import chromium_path
 
 from helix.runner.v1 import runner_service_pb2 as pb
 from helix_runner.offline import Reply
@@ -17,14 +16,6 @@ pytestmark = pytest.mark.real_cli
 ADMIN_TOKEN = "the-old-single-token-0123456789"
 VIEWER = "viewer-of-team-a-0123456789"
 WAIT_MS = 30_000
-
-
-@pytest.fixture
-def chromium() -> str:
-    path = chromium_path()
-    if path is None:
-        pytest.skip("no chromium: scripts/install-browser installs Debian's package (scripts/test runs it)")
-    return path
 
 
 async def test_sign_in_see_your_projects_only_and_sign_out(claude_binary, scripted_api, runner_factory, chromium,

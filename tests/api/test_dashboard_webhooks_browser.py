@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from playwright.async_api import async_playwright
-from support.browser import artifacts_dir, chromium_path
+from support.browser import artifacts_dir
 from support.streams import breakpoint_hit, start_phase
 from support.webhook_receiver import Response, WebhookReceiver
 
@@ -20,14 +20,6 @@ from helix_runner.webhook_http.signing import new_secret
 
 pytestmark = pytest.mark.real_cli
 WAIT_MS = 30_000
-
-
-@pytest.fixture
-def chromium() -> str:
-    path = chromium_path()
-    if path is None:
-        pytest.skip("no chromium: scripts/install-browser installs Debian's package (scripts/test runs it)")
-    return path
 
 
 async def test_the_webhooks_page_shows_subscriptions_deliveries_and_their_attempts(

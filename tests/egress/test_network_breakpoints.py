@@ -6,11 +6,9 @@ egress_hold_timeout_seconds. Also from another replica, naming who decided."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from support.cli_verbs import helix
+from support.http_service import loopback_service
 from support.runner_server import replica_pair
 from support.streams import Stream
 
@@ -22,25 +20,10 @@ from helix_runner.offline import Reply
 pytestmark = pytest.mark.real_cli
 
 
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"hello from the inside service\n"
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture
 def service():
-    server = ThreadingHTTPServer(("127.0.0.2", 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.2:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_service(b"hello from the inside service\n") as address:
+        yield address
 
 
 def curl(address: str, tag: str) -> Reply:

@@ -4,10 +4,8 @@ through (issue 31 item 1)."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from support.http_service import loopback_service
 from support.streams import Stream
 from support.telemetry import sample
 
@@ -19,23 +17,9 @@ from helix_runner.offline import Reply
 pytestmark = pytest.mark.real_cli
 
 
-class _Ok(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("content-length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 async def test_a_held_then_approved_request_is_three_egress_spans_and_counted(claude_binary, scripted_api,
                                                                              runner_factory, telemetry, spans):
-    server = ThreadingHTTPServer(("127.0.0.2", 0), _Ok)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    address = f"127.0.0.2:{server.server_address[1]}"
-    try:
+    with loopback_service(b"ok") as address:
         api = scripted_api([Reply.tool_use("Bash", {"command": f"curl -s -m 60 http://{address}/x"}),
                             Reply.text("Done.")])
         async with runner_factory(api, egress_private_allow=[address], telemetry=telemetry) as runner:
@@ -49,9 +33,6 @@ async def test_a_held_then_approved_request_is_three_egress_spans_and_counted(cl
                 job_id="job-spans", phase_id="p", hold_id=held.gateway.hold_id,
                 decision=pb.EGRESS_HOLD_DECISION_APPROVE_ONCE), timeout=10)
             _, result = await phase.finish()
-    finally:
-        server.shutdown()
-        server.server_close()
     assert result.status == res.PHASE_STATUS_SUCCEEDED
     egress = sorted(spans.named("helix.egress"), key=lambda s: s.start_time)
     assert [s.attributes["helix.egress.decision"] for s in egress] == ["held", "approved", "allowed"]
