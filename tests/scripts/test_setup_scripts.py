@@ -132,6 +132,42 @@ def test_bootstrap_says_what_it_installs_and_is_silent_when_nothing_changed(tmp_
     assert again.returncode == 0 and again.stderr == ""
 
 
+def test_bootstrap_finds_libseccomp_in_a_long_library_listing(tmp_path):
+    # CI saw bootstrap run apt on a machine that had both packages: `ldconfig -p | grep -q` under
+    # pipefail fails when grep quits at its first match and ldconfig dies writing the rest (SIGPIPE).
+    # Stand-ins make that race certain: libseccomp is the first of ~1 MiB of listing.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".helix-installed").write_text(
+        subprocess.run(["sha256sum"], stdin=open(ROOT / "pyproject.toml"), capture_output=True, text=True)
+        .stdout.split()[0] + "\n"
+    )
+    (venv / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")
+    (venv / "bin" / "python").chmod(0o755)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    apt_calls = tmp_path / "apt-calls"
+    stand_ins = {
+        "ldconfig": "echo '\tlibseccomp.so.2 (libc6,x86-64) => /lib/libseccomp.so.2'\n"
+        "yes '\tlibother.so.1 (libc6,x86-64) => /lib/libother.so.1' | head -n 20000\n",
+        "bwrap": "exit 0\n",
+        "tmux": "exit 0\n",
+        "id": "echo 0\n",
+        "apt-get": f'echo "$*" >> {apt_calls}\n',
+    }
+    for name, body in stand_ins.items():
+        (tools / name).write_text("#!/bin/sh\n" + body)
+        (tools / name).chmod(0o755)
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "HELIX_VENV": str(venv)}
+
+    run = subprocess.run(
+        [ROOT / "scripts" / "bootstrap"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    assert not apt_calls.exists()
+
+
 @pytest.mark.skipif(not _bootstrapped(), reason="this virtualenv was not set up by scripts/bootstrap")
 def test_test_fast_runs_only_pytests_fast_tier(tmp_path):
     # Client toolchains that fail loudly if --fast touched them.
