@@ -85,6 +85,7 @@ from helix_runner.phases.recorder import PhaseRecorder
 from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.phases.webhooks import PhaseNotifier
+from helix_runner.phases.workspace_cap import WorkspaceCap
 from helix_runner.process.checkpoint_git import restore
 from helix_runner.process.claude_command import prompt_line, redact_argv
 from helix_runner.process.containment import PhaseScope
@@ -233,6 +234,9 @@ class PhaseRun:
         self._stderr_file = open(plan.recording_dir / "stderr.log", "ab", opener=_no_follow)
         # What the phase makes the server write, against phase_output_max_bytes (domain/output_budget.py).
         self._output = OutputBudget(plan.limits.output_max_bytes)
+        # What the phase writes to disk itself, against its workspace cap (phases/workspace_cap.py).
+        self.workspace_cap = WorkspaceCap(plan.workspace_roots, plan.limits.workspace_max_bytes,
+                                          lambda reason: self._at_limit(EndCause.WORKSPACE_LIMIT, reason))
         self.auth_source = ""  # the latest init line's `apiKeySource`
         self._revoke_key = lambda: None
         self._writes_lost: SessionWritesLost | None = None
@@ -791,7 +795,8 @@ class PhaseRun:
                 self.supervisor.request_stop(*self._stop)
             elif self._moving is not None:  # asked to move while this attempt was being set up
                 self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving)
-            exit_ = await self.supervisor.run()
+            async with self.workspace_cap.watching():
+                exit_ = await self.supervisor.run()
             # One instant for the attempt's start, the phase's start_time and the result's (the
             # supervisor takes its own a moment later, after the status above).
             return dc_replace(exit_, start_ns=cli_ns)
