@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 
@@ -38,7 +38,8 @@ from helix_runner.domain.pricing import PriceTable
 from helix_runner.domain.skill_shell import skill_shell_allowed
 from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.errors import ErrorKind, RunnerError
-from helix_runner.phases.admission import AdmissionClosedError, Ticket, TicketState
+from helix_runner.phases.attempt_admission import AttemptAdmission
+from helix_runner.phases.attempt_process import AttemptProcess
 from helix_runner.phases.attempts import (
     AttemptEnd,
     AttemptPlan,
@@ -58,7 +59,6 @@ from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fork import ForkPoint, check_point
 from helix_runner.phases.handover import (
     PhaseDurability,
-    transcript_path,
 )
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
@@ -70,12 +70,7 @@ from helix_runner.phases.run_record import RunRecord
 from helix_runner.phases.run_rewind import RunRewind
 from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.phases.webhooks import PhaseNotifier
-from helix_runner.process.claude_command import redact_argv
-from helix_runner.process.containment import PhaseScope
 from helix_runner.process.control_protocol import ContextUsage, context_usage
-from helix_runner.process.sandbox.private_home import project_dir_name
-from helix_runner.process.supervisor import ProcessLimits, ProcessSupervisor
-from helix_runner.process.warm_pool import SpawnSignature
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
@@ -130,16 +125,15 @@ class PhaseRun:
         self.retries = retries or Retries()
         self.attempts: list[Attempt] = []
         self._watch = AttemptWatch()
-        self._ticket: Ticket | None = self.retries.ticket
-        self._ticket_starting = False
+        # The current attempt's admission ticket (phases/admission.py).
+        self.admission = AttemptAdmission(self.retries, (spec.job_id, spec.phase_id), on_queued=self.on_queued,
+                                          status=lambda: self.status)
         self._stop: tuple[EndCause, str] | None = None
         self._stopped = asyncio.Event()
         # telemetry: metrics and spans of this phase, fed from its events (helix_runner.telemetry).
         self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
                                                      project_id=spec.project_id)
         self.plan = plan
-        # The sandbox the phase's processes run in (a warm start brings its own, see _take_warm).
-        self.sandbox = plan.sandbox
         self.store = store
         self.encoder = encoder
         self.events = events
@@ -148,12 +142,13 @@ class PhaseRun:
         self.record = RunRecord(spec.job_id, spec.phase_id, store, encoder, events, self.stream, notifier=notifier,
                                 recording_dir=plan.recording_dir, output_max_bytes=plan.limits.output_max_bytes,
                                 max_line_bytes=plan.stream_options.max_line_bytes, at_limit=self._at_limit,
-                                on_output=self._cli_is_up, ended=lambda: self.result is not None)
+                                on_output=self.admission.cli_is_up, ended=lambda: self.result is not None)
         # The phase row's session, model and cost, and its tool-call rows, as the events come.
         self.recorder = PhaseRecorder(store, encoder, spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT,
                                       self.stream)
         self.result: PhaseResult | None = None
-        self._open_attempt(plan.argv, plan.env, plan.limits, plan.scope)
+        # Each attempt's CLI process, its sandbox and its key (a warm start brings its own sandbox).
+        self.process = AttemptProcess(spec, plan, self.record, self.record.record_pid)
         # Job control: one controller for all the phase's attempts (attached to each in _run_attempt).
         self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare,
                                        skill_shell_allowed=skill_shell_allowed(spec.allowed_tools, spec.disallowed_tools,
@@ -174,7 +169,7 @@ class PhaseRun:
         self.rewinds = None if checkpoints is None else RunRewind(
             spec.job_id, spec.phase_id, checkpoints, control=self.control, stream=self.stream, attempts=self.attempts,
             retries=self.retries, spec=spec, first_line=plan.prompt_line, emit=self.emit, stop_cli=self._stop_cli,
-            requeue=self._requeued, transcript_path=self.transcript_path, session_file=self._session_file,
+            requeue=self._requeued, transcript_path=self.transcript_path, session_file=self.process.session_file,
             ended=lambda: self.result is not None, status=lambda: self.status)
         # Network breakpoints (phases/egress_holds.py): requests the proxy holds until decided.
         self.egress_holds = EgressHolds(
@@ -199,7 +194,6 @@ class PhaseRun:
             self._watch_attempt,
             self.control.on_events,
         ])
-        self._revoke_key = lambda: None
         self._attempt_first_sequence = 1
 
     @property
@@ -209,6 +203,16 @@ class PhaseRun:
     @property
     def phase_id(self) -> str:
         return self.spec.phase_id
+
+    @property
+    def supervisor(self):
+        """The current attempt's process supervisor."""
+        return self.process.supervisor
+
+    @property
+    def sandbox(self):
+        """The sandbox the phase's processes run in (None: none)."""
+        return self.process.sandbox
 
     def request_handover(self, reason: str, wait_s: float) -> bool:
         """Hands the phase over to another replica (a drain): at its next tool boundary, or after
@@ -241,10 +245,8 @@ class PhaseRun:
 
     def _let_go(self) -> None:
         """Leaving for another replica: the phase's key is revoked, a queued phase leaves this replica's queue."""
-        self._revoke_key()
-        admission, ticket = self.retries.admission, self._ticket
-        if admission is not None and ticket is not None:
-            admission.release(ticket)
+        self.process.revoke_key()
+        self.admission.release()
 
     async def _release_here(self) -> None:
         """Released to another replica: what the phase held here goes (the transcript is in the shared store)."""
@@ -279,17 +281,8 @@ class PhaseRun:
     def _requeued(self, plan: AttemptPlan, why: str) -> AttemptPlan:
         self.set_status(PhaseStatus.QUEUED, why, attempts_pb=self.encoder.encode_attempts(self.attempts))
         self._watch = AttemptWatch()
-        if self.retries.admission is not None:
-            self._ticket = self.retries.admission.submit(
-                (self.job_id, self.phase_id), self.retries.project, self.retries.credential,
-                attempt=plan.number, retry=True)
+        self.admission.requeue(plan.number)
         return plan
-
-    def _session_file(self, name: str):
-        """Where this phase's CLI finds a session file ``name`` (in its sandbox's home, or its config)."""
-        if self.sandbox is not None:
-            return self.sandbox.home.config / "projects" / project_dir_name(str(self.plan.cwd)) / f"{name}.jsonl"
-        return transcript_path(self.plan.env, self.plan.cwd, name)
 
     def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
         """Ends the phase now (cancel, drain), also while it waits for admission or a backoff."""
@@ -392,12 +385,6 @@ class PhaseRun:
         """Publishes a service event (a control action) into the phase's stream."""
         return self.record.emit(payload)
 
-    def _cli_is_up(self) -> None:
-        """The CLI wrote its first output: its start slot is free for the next phase."""
-        if self._ticket_starting:
-            self._ticket_starting = False
-            self.retries.admission.started(self._ticket)  # type: ignore[union-attr,arg-type]
-
     def _at_limit(self, cause: EndCause, reason: str) -> None:
         """The phase went past one of its limits: it ends now, FAILED with the limit as its reason."""
         if self._stop is None:
@@ -433,7 +420,7 @@ class PhaseRun:
                 if self._moving is not None:
                     exit_, end = ended_while_queued(EndCause.INTERRUPTED, self._moving, time.time_ns()), None
                     break
-                if not await self._admitted(plan):
+                if not await self._admitted():
                     exit_, end = ended_while_queued(*self._stop_or_interrupted(), time.time_ns()), None
                     break
                 exit_ = await self._run_attempt(plan, timeout - (time.monotonic() - started))
@@ -459,11 +446,7 @@ class PhaseRun:
                 self.set_status(PhaseStatus.QUEUED, end.decision.reason, attempts_pb=self.encoder.encode_attempts(self.attempts))
                 plan = next_plan(self.spec, self.plan.prompt_line, policy, end.decision, self._watch.init_session_id)
                 self._watch = AttemptWatch()
-                if self.retries.admission is not None:
-                    self._ticket = self.retries.admission.submit(
-                        (self.job_id, self.phase_id), self.retries.project, self.retries.credential,
-                        attempt=plan.number, not_before=time.monotonic() + end.decision.delay_s, retry=True)
-                else:
+                if not self.admission.requeue(plan.number, end.decision.delay_s):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopped.wait(), end.decision.delay_s)
         except asyncio.CancelledError:
@@ -490,37 +473,13 @@ class PhaseRun:
         self.result = self._finish(exit_, end, artifacts)
         return self.result
 
-    async def _admitted(self, plan: AttemptPlan) -> bool:
+    async def _admitted(self) -> bool:
         """Waits for the attempt's admission (QUEUED meanwhile); False when the phase was stopped."""
-        admission, ticket = self.retries.admission, self._ticket
-        if self._stop is not None:
-            if admission is not None and ticket is not None:
-                admission.release(ticket)
-            return False
-        if admission is None or ticket is None or ticket.state is not TicketState.QUEUED:
+        if await self.admission.admitted(lambda: self._stop is not None, self._stopped):
             return True
-        status = admission.queue.status(ticket.key)
-        if status is not None and self.status is not PhaseStatus.QUEUED:
-            self.on_queued(admission.queue.queue_state(status))
-        wait = asyncio.ensure_future(admission.wait(ticket))
-        stop = asyncio.ensure_future(self._stopped.wait())
-        try:
-            await asyncio.wait((wait, stop), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not wait.done():
-                wait.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await wait
-        if wait.cancelled() or wait.exception() is not None:
-            if isinstance(wait.exception() if not wait.cancelled() else None, AdmissionClosedError) \
-                    and self._stop is None:
-                self._stop = (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
-            return False
-        if self._stop is not None:  # admitted in the same moment it was stopped
-            admission.release(ticket)
-            return False
-        return True
+        if self.admission.closed and self._stop is None:
+            self._stop = (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
+        return False
 
     def on_queued(self, state: QueueState) -> None:
         """The phase waits for admission, or what it waits for changed: a QUEUED event (and status)."""
@@ -532,11 +491,7 @@ class PhaseRun:
 
     def queue_state(self) -> QueueState | None:
         """Where the phase stands in the admission queue now (None: not waiting)."""
-        admission, ticket = self.retries.admission, self._ticket
-        if admission is None or ticket is None:
-            return None
-        status = admission.queue.status(ticket.key)
-        return None if status is None else admission.queue.queue_state(status)
+        return self.admission.queue_state()
 
     async def _run_attempt(self, plan: AttemptPlan, time_left: float) -> ProcessExit:
         """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
@@ -548,18 +503,14 @@ class PhaseRun:
             while self.control.hard_paused and self._stop is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), 0.1)
-            limits = dc_replace(self.plan.limits, timeout=max(1.0, time_left))
-            argv = self.plan.argv_for(plan.spec)
-            scope = PhaseScope(self.plan.scope.containment, self.plan.scope.run_id, self.plan.scope.limits)
-            scope.sandbox_args = self.supervisor.scope.sandbox_args  # the same sandbox and home
-            self._open_attempt(argv, dict(self.plan.env), limits, scope)
+            self.process.open_next(plan.spec, time_left)
             self.control.attach(self)  # its breakpoints, a pause asked for and step credits carry over
             self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             # A phase taken over starts here at a later attempt: its first one here opens its telemetry.
             (self.telemetry.start_attempt if self._ran_here else self.telemetry.on_start)(attempt_ns)
         else:
             self.telemetry.on_start(attempt_ns)  # telemetry: attempt span; then the CLI joins its trace
-            self._take_warm()
+            self.process.take_warm()
         if not self.supervisor.warm:  # a warm process's environment was fixed when it started
             self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
         if self.plan.egress is not None and not self.supervisor.warm:  # its capability, kept across attempts
@@ -570,7 +521,7 @@ class PhaseRun:
         self._attempt_first_sequence = self.stream.last_sequence + 1
         self.emit(attempt_started_event(plan, self.retries.policy))
         self.control.announce_answered()
-        self._ticket_starting = self._ticket is not None
+        self.admission.attempt_starting()
         cli_ns = time.time_ns()  # the attempt's start, and for the first one the phase's
         try:
             # The phase starts with its first CLI, not at its acceptance: a queued phase waited in between.
@@ -597,35 +548,9 @@ class PhaseRun:
             return ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", cli_ns,
                                time.time_ns())
 
-    def _take_warm(self) -> None:
-        """The first attempt runs on a prestarted CLI when the warm pool has one of its exact signature."""
-        pool, cold = self.plan.warm_pool, self.supervisor
-        if pool is None:
-            return
-        if self.spec.resume_session_id:
-            return  # its transcript was restored into this run's own home
-        # Matched on the inline argv (the cold one carries this run's own secret-file paths) and
-        # without the sandbox's per-run variables (each warm process has its own home).
-        env = self.sandbox.unapply(cold.env) if self.sandbox is not None else cold.env
-        warm = pool.take(SpawnSignature.of(self.plan.argv, cold.cwd, env, self.plan.scope.limits))
-        if warm is None:
-            return
-        if self.sandbox is not None:  # the warm process's home is the phase's from now on
-            self.sandbox.home.remove()
-        self.sandbox = warm.sandbox
-        if self.sandbox is not None:
-            self.sandbox.project = self.spec.project_id or "default"
-        warm.adopt(sink=self.record, limits=cold.limits, on_spawn=self._record_pid)
-        if self.plan.egress is not None:  # the capability it was started with becomes this phase's
-            self.plan.egress.adopt(warm.env)
-        warm.set_stdin_lines(cold.stdin_lines)  # initialize (with the hook) and the prompt
-        self.supervisor = warm
-        log.info("phase starts warm", extra={"fields": {**self._log_fields(), "shim_pid": warm.scope.shim_pid}})
-
     def _end_attempt(self, plan: AttemptPlan, exit_: ProcessExit, deadline_s: float | None) -> AttemptEnd:
         """The attempt's process is gone: close its control, classify it, record it, free its slot."""
-        self._revoke_key()
-        self._revoke_key = lambda: None
+        self.process.revoke_key()
         self.control.close("the attempt ended")
         self.record.publish(self.stream.finish())
         last = self.stream.results[-1] if self.stream.results else None
@@ -636,34 +561,14 @@ class PhaseRun:
                           first_sequence=self._attempt_first_sequence, last_sequence=self.stream.last_sequence,
                           phase_max_budget_usd=self.spec.max_budget_usd, deadline_s=deadline_s)
         self.attempts.append(dc_replace(end.attempt, replica_id=self.replica_id))
-        admission, ticket = self.retries.admission, self._ticket
-        if admission is not None and ticket is not None:
-            self._ticket_starting = False
-            admission.release(ticket)
-            if end.verdict.hold_credential:
-                wait = end.decision.delay_s if end.decision.retry else self.retries.policy.initial_backoff_s
-                if end.verdict.retry_not_before_s is not None:
-                    wait = max(wait, end.verdict.retry_not_before_s - time.time())
-                admission.hold(self.retries.credential, time.monotonic() + wait, end.verdict.reason)
+        self.admission.attempt_ended(end)
         return end
 
     def _stop_or_interrupted(self) -> tuple[EndCause, str]:
         return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
 
-    def _open_attempt(self, argv: Sequence[str], env: dict[str, str], limits: ProcessLimits, scope: PhaseScope) -> None:
-        """An attempt's supervisor (its CLI not started yet)."""
-        self._argv_record = redact_argv(argv)  # the inline form: names, never the values
-        self.supervisor = ProcessSupervisor(
-            self._exec_argv(argv), cwd=self.plan.cwd, env=env, sink=self.record, limits=limits, keep_stdin_open=True,
-            on_spawn=self._record_pid, scope=scope, spawn_off_loop=self.plan.spawn_off_loop,
-        )
-
-    def _exec_argv(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` with the secret-bearing JSON values moved into the run's private files."""
-        return self.plan.secret_files.externalize(argv) if self.plan.secret_files else list(argv)
-
     def _finish(self, exit_: ProcessExit, end: AttemptEnd | None, artifacts: PhaseArtifacts | None) -> PhaseResult:
-        self._revoke_key()
+        self.process.revoke_key()
         if self.plan.egress is not None:  # nothing of the phase reaches the API or the proxy any more
             self.plan.egress.revoke()
         if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
@@ -683,7 +588,7 @@ class PhaseRun:
             last=self.stream.results[-1] if end is not None and self.stream.results else None, exit_=exit_,
             stream=self.stream, attempts=self.attempts, accepted_ns=self.accepted_ns, auth_source=self.auth_source,
             where=PhaseDiagnostics(
-                argv=self._argv_record, claude_path=self.plan.claude_path, recording_path=str(self.plan.recording_dir),
+                argv=self.process.argv_record, claude_path=self.plan.claude_path, recording_path=str(self.plan.recording_dir),
                 containment=self.supervisor.scope.report(),
                 gateway=self.plan.egress.report() if self.plan.egress is not None else None,
                 sandbox=self.sandbox.report if self.sandbox is not None else None),
@@ -701,12 +606,6 @@ class PhaseRun:
         log.info("phase ended", extra={"fields": {**self._log_fields(), "status": status.name, "reason": reason,
                                                   "attempts": len(self.attempts)}})
         return result
-
-    def _record_pid(self, pid: int) -> None:
-        self.record.record_pid(pid)
-        if self.plan.key_broker is not None:
-            # Before the event loop runs again, so before the CLI's first key request can be answered.
-            self._revoke_key = self.plan.key_broker.admit(pid, self.job_id, self.phase_id)
 
     # -- helpers ---------------------------------------------------------------------------
 
