@@ -8,15 +8,9 @@ event was persisted and offered to subscribers (ADR-0010, docs/decisions/ADR-001
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from dataclasses import replace as dc_replace
 
-from helix_runner.domain.artifacts import PhaseArtifacts
 from helix_runner.domain.breakpoints import Breakpoint
 from helix_runner.domain.checkpoints import Checkpoint
 from helix_runner.domain.events import (
@@ -27,10 +21,9 @@ from helix_runner.domain.events import (
     Payload,
     QueueReason,
     QueueState,
-    TurnResult,
 )
-from helix_runner.domain.phase_outcome import EndCause, LastResult, ProcessExit, decide_outcome
-from helix_runner.domain.phase_result import Attempt, PhaseDiagnostics, PhaseResult
+from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_result import Attempt, PhaseResult
 from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PhaseSpec
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream
@@ -39,32 +32,19 @@ from helix_runner.domain.skill_shell import skill_shell_allowed
 from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.errors import ErrorKind, RunnerError
 from helix_runner.phases.attempt_admission import AttemptAdmission
+from helix_runner.phases.attempt_loop import AttemptLoop, Resumption
 from helix_runner.phases.attempt_process import AttemptProcess
-from helix_runner.phases.attempts import (
-    AttemptEnd,
-    AttemptPlan,
-    AttemptWatch,
-    Retries,
-    attempt_started_event,
-    end_attempt,
-    ended_while_queued,
-    first_plan,
-    next_plan,
-    retry_scheduled_event,
-)
+from helix_runner.phases.attempts import Retries
 from helix_runner.phases.checkpoints import PhaseCheckpoints
 from helix_runner.phases.control import ControlState, PhaseController, saved_control
 from helix_runner.phases.egress_holds import EgressHolds
 from helix_runner.phases.event_log import PhaseEventLog
 from helix_runner.phases.fork import ForkPoint, check_point
-from helix_runner.phases.handover import (
-    PhaseDurability,
-)
+from helix_runner.phases.handover import PhaseDurability
 from helix_runner.phases.launch import LaunchPlan
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.phases.quota_guard import QuotaGuard
 from helix_runner.phases.recorder import PhaseRecorder
-from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.run_handover import RunHandover
 from helix_runner.phases.run_record import RunRecord
 from helix_runner.phases.run_rewind import RunRewind
@@ -73,29 +53,19 @@ from helix_runner.phases.webhooks import PhaseNotifier
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.telemetry import PhaseTelemetry
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Resumption:
-    """A phase taken over from another replica: the attempt it continues with and where it stands."""
-
-    plan: AttemptPlan  # the first attempt here: the next number, resuming the session when there is one
-    attempts: tuple[Attempt, ...]  # the attempts before it (the moved or lost one included)
-    last_sequence: int  # the history written before: the stream continues after it
-    session_id: str
-    reason: str  # "moved from replica X (draining)", "resumed after replica X was lost"
-    end_kind: AttemptEndKind  # how the attempt before it ended (MOVED, or CRASHED for a lost replica)
+__all__ = ["PhaseRun", "Resumption"]
 
 
 class PhaseRun:
-    """One phase in flight; ``run()`` drives its attempts to its one result.
+    """One phase in flight, assembled from its parts; ``run()`` drives its attempts to its one result.
 
-    It keeps the attempt loop, is the controller's host (``phases.ports.PhaseHost``: the controller
-    reaches the process, the stream and the status only through the members listed there) and
-    gives the read model its snapshot. What it is launched with was decided before it
-    (``phases/launch.py``); its rows are written by its ``PhaseRecorder``, its result is built by
-    ``phases/result.py``.
+    It is the façade the service, the commands and the read model use, and the controller's host
+    (``phases.ports.PhaseHost``: the controller reaches the process, the stream and the status only
+    through the members listed there). Its parts each own one concern and are handed what they act
+    on: ``RunRecord`` (status, events, output), ``AttemptProcess`` (each attempt's CLI, sandbox and
+    key), ``AttemptAdmission`` (its queue ticket), ``AttemptLoop`` (the attempts to the result),
+    ``RunHandover`` (moving to another replica) and ``RunRewind`` (rewind in place). What it is
+    launched with was decided before it (``phases/launch.py``).
     """
 
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, store: RunStore, encoder: RecordEncoder,
@@ -115,8 +85,6 @@ class PhaseRun:
         # phase's state kept in the shared store, where a phase taken over from another replica stands.
         self.replica_id = replica_id
         self.durability = durability
-        self._resumption = resumption
-        self._ran_here = False
         # Webhooks: the deliveries each batch of events causes, written with it (phases/webhooks.py).
         self.notifier = notifier
         # When the phase was accepted (its row's create_time): the queue wait ends at its first CLI start.
@@ -124,12 +92,9 @@ class PhaseRun:
         # Retry policy and admission (phases.attempts); the attempts so far, oldest first.
         self.retries = retries or Retries()
         self.attempts: list[Attempt] = []
-        self._watch = AttemptWatch()
         # The current attempt's admission ticket (phases/admission.py).
         self.admission = AttemptAdmission(self.retries, (spec.job_id, spec.phase_id), on_queued=self.on_queued,
                                           status=lambda: self.status)
-        self._stop: tuple[EndCause, str] | None = None
-        self._stopped = asyncio.Event()
         # telemetry: metrics and spans of this phase, fed from its events (helix_runner.telemetry).
         self.telemetry = telemetry or PhaseTelemetry(None, None, job_id=spec.job_id, phase_id=spec.phase_id,
                                                      project_id=spec.project_id)
@@ -141,15 +106,14 @@ class PhaseRun:
         # The status, the events in order, the CLI's output and what the server writes for the phase.
         self.record = RunRecord(spec.job_id, spec.phase_id, store, encoder, events, self.stream, notifier=notifier,
                                 recording_dir=plan.recording_dir, output_max_bytes=plan.limits.output_max_bytes,
-                                max_line_bytes=plan.stream_options.max_line_bytes, at_limit=self._at_limit,
-                                on_output=self.admission.cli_is_up, ended=lambda: self.result is not None)
+                                max_line_bytes=plan.stream_options.max_line_bytes, at_limit=lambda cause, reason: self.loop.at_limit(cause, reason),
+                                on_output=self.admission.cli_is_up, ended=lambda: self.ended)
         # The phase row's session, model and cost, and its tool-call rows, as the events come.
         self.recorder = PhaseRecorder(store, encoder, spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT,
                                       self.stream)
-        self.result: PhaseResult | None = None
         # Each attempt's CLI process, its sandbox and its key (a warm start brings its own sandbox).
         self.process = AttemptProcess(spec, plan, self.record, self.record.record_pid)
-        # Job control: one controller for all the phase's attempts (attached to each in _run_attempt).
+        # Job control: one controller for all the phase's attempts (attached to each attempt's process).
         self.control = PhaseController(self, list(breakpoints), gate_every_call=spec.bare,
                                        skill_shell_allowed=skill_shell_allowed(spec.allowed_tools, spec.disallowed_tools,
                                                                                spec.permission_mode),
@@ -163,14 +127,15 @@ class PhaseRun:
         self.handover = None if durability is None else RunHandover(
             durability, replica_id=replica_id, control=self.control, stream=self.stream, record=self.record,
             recorder=self.recorder, encoder=encoder, events=events, telemetry=self.telemetry, attempts=self.attempts,
-            workspace=plan.workspace, stop_cli=self._stop_cli, let_go=self._let_go, release_here=self._release_here,
+            workspace=plan.workspace, stop_cli=self._stop_cli, let_go=self._let_go,
+            release_here=lambda: self.loop.release_here(),
             reconcile=_moved_attempt(resumption))
         # Rewind in place to a checkpoint (docs/fork-and-rewind.md), when checkpoints are kept.
         self.rewinds = None if checkpoints is None else RunRewind(
             spec.job_id, spec.phase_id, checkpoints, control=self.control, stream=self.stream, attempts=self.attempts,
             retries=self.retries, spec=spec, first_line=plan.prompt_line, emit=self.emit, stop_cli=self._stop_cli,
-            requeue=self._requeued, transcript_path=self.transcript_path, session_file=self.process.session_file,
-            ended=lambda: self.result is not None, status=lambda: self.status)
+            requeue=lambda plan, why: self.loop.requeued(plan, why), transcript_path=self.transcript_path, session_file=self.process.session_file,
+            ended=lambda: self.ended, status=lambda: self.status)
         # Network breakpoints (phases/egress_holds.py): requests the proxy holds until decided.
         self.egress_holds = EgressHolds(
             project=spec.project_id or DEFAULT_PROJECT, breakpoints=self.control.breakpoints.list,
@@ -180,9 +145,16 @@ class PhaseRun:
         self.control.egress_holds = self.egress_holds
         if plan.egress is not None:  # the gateway's and the proxy's reports: its stream and its metrics
             plan.egress.attach(self.emit, self.telemetry,
-                               at_limit=lambda reason: self._at_limit(EndCause.EGRESS_LIMIT, reason),
+                               at_limit=lambda reason: self.loop.at_limit(EndCause.EGRESS_LIMIT, reason),
                                gate=self.egress_holds.gate)
         self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
+        # The attempts, from admission to the one result.
+        self.loop = AttemptLoop(
+            spec, plan, self.retries, self.attempts, stream=self.stream, record=self.record, recorder=self.recorder,
+            control=self.control, host=self, telemetry=self.telemetry, process=self.process,
+            admission=self.admission, egress_holds=self.egress_holds, checkpoints=checkpoints,
+            handover=self.handover, rewinds=self.rewinds, accepted_ns=self.accepted_ns, replica_id=replica_id,
+            resumption=resumption)
         # Every batch of events, in this order: persisted and offered to subscribers first
         # (phases.event_log), the controller last, so what it emits follows the batch it observed.
         self.record.observed_by([
@@ -191,10 +163,18 @@ class PhaseRun:
             *([self.handover.on_events] if self.handover is not None else []),
             self.recorder.on_events,
             *([checkpoints.on_events] if checkpoints is not None else []),
-            self._watch_attempt,
+            self.loop.watch_attempt,
             self.control.on_events,
         ])
-        self._attempt_first_sequence = 1
+
+    @property
+    def result(self) -> PhaseResult | None:
+        """The phase's one result, once it is final (None before, and after it moved)."""
+        return self.loop.result
+
+    async def run(self) -> PhaseResult | None:
+        """Runs the phase's attempts (admission, CLI, classification, backoff) to its one result."""
+        return await self.loop.run()
 
     @property
     def job_id(self) -> str:
@@ -218,10 +198,10 @@ class PhaseRun:
         """Hands the phase over to another replica (a drain): at its next tool boundary, or after
         ``wait_s`` seconds, the CLI is stopped; the run then saves its state and releases it instead of
         ending. False when it cannot move (no shared state, its workspace on this disk, ended)."""
-        if self.handover is None or self.result is not None or self._stop is not None \
+        if self.handover is None or self.result is not None or self.loop.stop is not None \
                 or not self.handover.request(reason, wait_s):
             return False
-        self._stopped.set()  # a phase waiting for admission or a backoff stops waiting
+        self.loop.wake()  # a phase waiting for admission or a backoff stops waiting
         return True
 
     @property
@@ -237,7 +217,7 @@ class PhaseRun:
     def waits_for_room_here(self) -> bool:
         """Queued for this replica's own running limit, before any process of it started here."""
         state = self.queue_state()
-        return (self.status is PhaseStatus.QUEUED and not self._ran_here and self._moving is None
+        return (self.status is PhaseStatus.QUEUED and not self.loop.ran_here and self._moving is None
                 and state is not None and state.reason is QueueReason.SERVER_LIMIT)
 
     def _stop_cli(self, cause: EndCause, reason: str) -> None:
@@ -247,17 +227,6 @@ class PhaseRun:
         """Leaving for another replica: the phase's key is revoked, a queued phase leaves this replica's queue."""
         self.process.revoke_key()
         self.admission.release()
-
-    async def _release_here(self) -> None:
-        """Released to another replica: what the phase held here goes (the transcript is in the shared store)."""
-        if self.plan.egress is not None:
-            self.plan.egress.revoke()
-        if self.plan.secret_files is not None:
-            self.plan.secret_files.remove()
-        self.record.close_files()
-        if self.sandbox is not None:  # the private home goes
-            await asyncio.to_thread(self.sandbox.restore)
-            await asyncio.to_thread(self.sandbox.close)
 
     # -- rewind in place (docs/fork-and-rewind.md) -------------------------------------------
 
@@ -272,24 +241,15 @@ class PhaseRun:
                               "checkpoints are off on this server (checkpoints = false)",
                               {"job_id": self.job_id, "phase_id": self.phase_id})
         if self.result is not None or self.status not in (PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL) \
-                or self.rewinds.pending or self._moving is not None or self._stop is not None:
+                or self.rewinds.pending or self._moving is not None or self.loop.stop is not None:
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
                               "cannot rewind: the phase must be paused or hold a tool call (then no tool runs)",
                               {"status": self.status.name, "operation": "rewind"})
         return await self.rewinds.request(point, read_stored)
 
-    def _requeued(self, plan: AttemptPlan, why: str) -> AttemptPlan:
-        self.set_status(PhaseStatus.QUEUED, why, attempts_pb=self.encoder.encode_attempts(self.attempts))
-        self._watch = AttemptWatch()
-        self.admission.requeue(plan.number)
-        return plan
-
     def request_stop_with_reason(self, cause: EndCause, reason: str) -> None:
         """Ends the phase now (cancel, drain), also while it waits for admission or a backoff."""
-        if self._stop is None:
-            self._stop = (cause, reason)
-        self._stopped.set()
-        self.supervisor.request_stop(cause, reason)
+        self.loop.request_stop(cause, reason)
 
     @property
     def assistant_turns(self) -> int:
@@ -385,102 +345,6 @@ class PhaseRun:
         """Publishes a service event (a control action) into the phase's stream."""
         return self.record.emit(payload)
 
-    def _at_limit(self, cause: EndCause, reason: str) -> None:
-        """The phase went past one of its limits: it ends now, FAILED with the limit as its reason."""
-        if self._stop is None:
-            log.warning("phase stopped at a limit", extra={"fields": {**self._log_fields(), "limit": cause.value}})
-            self.request_stop_with_reason(cause, reason)
-
-    # -- the run ---------------------------------------------------------------------------
-
-    async def run(self) -> PhaseResult | None:
-        """Runs the phase's attempts (admission, CLI, classification, backoff) to its one result."""
-        start_ns = time.time_ns()
-        started = time.monotonic()
-        timeout = self.plan.limits.timeout
-        policy = self.retries.policy
-        plan = first_plan(self.spec, self.plan.prompt_line)
-        end: AttemptEnd | None = None
-        if self._resumption is None and self.spec.resume_session_id:
-            # It resumes a session (a fork, or a caller's resume): what that session's earlier processes
-            # spent is carried into its CLI's totals and is not this phase's (domain/attempt_cost.py).
-            self.stream.begin_attempt([], resumed=True)
-        if self._resumption is not None:
-            plan = self._resumption.plan
-            self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
-                                      resumed=bool(plan.spec.resume_session_id))
-            if plan.number > 1:  # (a phase moved before it ever ran says so in its status reason)
-                self.emit(ControlEvent(ControlEventKind.RETRY_SCHEDULED, message=self._resumption.reason[:4096],
-                                       attempt=plan.number - 1, max_attempts=policy.max_attempts,
-                                       end_kind=self._resumption.end_kind))
-            else:
-                self.set_status(PhaseStatus.QUEUED, self._resumption.reason)
-        try:
-            while True:
-                if self._moving is not None:
-                    exit_, end = ended_while_queued(EndCause.INTERRUPTED, self._moving, time.time_ns()), None
-                    break
-                if not await self._admitted():
-                    exit_, end = ended_while_queued(*self._stop_or_interrupted(), time.time_ns()), None
-                    break
-                exit_ = await self._run_attempt(plan, timeout - (time.monotonic() - started))
-                end = self._end_attempt(plan, exit_, deadline_s=start_ns / 1e9 + timeout)
-                if self.checkpoints is not None:  # the transcript as the attempt left it: forks resume from it
-                    await self.checkpoints.copy_transcript(self.stream.session_id or "")
-                if self.rewinds is not None and self.rewinds.pending and self._stop is None and self._moving is None:
-                    plan = await self.rewinds.rewound(plan)  # the next attempt resumes at the checkpoint
-                    continue
-                if self._moving is not None:  # stopped at a tool boundary to move: this attempt moved
-                    self.attempts[-1] = dc_replace(self.attempts[-1], status=PhaseStatus.INTERRUPTED,
-                                                   reason=self._moving, end_kind=AttemptEndKind.MOVED,
-                                                   retryable=True)
-                    break
-                if self.durability is not None:
-                    self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
-                if not end.decision.retry or self._stop is not None:
-                    break
-                self.stream.begin_attempt([a.cost for a in self.attempts if a.cost is not None],
-                                          resumed=bool(self._watch.init_session_id))
-                self.emit(retry_scheduled_event(end.attempt, end.decision, policy))
-                # With the ended attempts: a recovered or swept phase still lists them (PhaseRow.attempts_pb).
-                self.set_status(PhaseStatus.QUEUED, end.decision.reason, attempts_pb=self.encoder.encode_attempts(self.attempts))
-                plan = next_plan(self.spec, self.plan.prompt_line, policy, end.decision, self._watch.init_session_id)
-                self._watch = AttemptWatch()
-                if not self.admission.requeue(plan.number, end.decision.delay_s):
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopped.wait(), end.decision.delay_s)
-        except asyncio.CancelledError:
-            exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
-                                start_ns, time.time_ns())
-            self.result = self._finish(exit_, None, None)
-            if self.sandbox is not None:
-                self.sandbox.restore()
-                self.sandbox.close()
-            if self.checkpoints is not None:
-                self.checkpoints.abandon()
-            raise
-        if self.checkpoints is not None:  # the last boundaries' snapshots, before the worktree may go
-            await self.checkpoints.close()
-        if self.handover is not None and self._moving is not None and await self.handover.hand_over():
-            return None
-        if self.sandbox is not None:  # what it changed of its repository's git config and hooks, put back
-            await asyncio.to_thread(self.sandbox.restore)
-        artifacts = None
-        if self.plan.workspace is not None:  # the process group is gone: the tree is final
-            artifacts = await self.plan.workspace.collect()
-        if self.sandbox is not None:  # keeps the transcripts for resume, removes the private home
-            await asyncio.to_thread(self.sandbox.close)
-        self.result = self._finish(exit_, end, artifacts)
-        return self.result
-
-    async def _admitted(self) -> bool:
-        """Waits for the attempt's admission (QUEUED meanwhile); False when the phase was stopped."""
-        if await self.admission.admitted(lambda: self._stop is not None, self._stopped):
-            return True
-        if self.admission.closed and self._stop is None:
-            self._stop = (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
-        return False
-
     def on_queued(self, state: QueueState) -> None:
         """The phase waits for admission, or what it waits for changed: a QUEUED event (and status)."""
         if self.result is not None:
@@ -493,131 +357,9 @@ class PhaseRun:
         """Where the phase stands in the admission queue now (None: not waiting)."""
         return self.admission.queue_state()
 
-    async def _run_attempt(self, plan: AttemptPlan, time_left: float) -> ProcessExit:
-        """One CLI process: a new supervisor and control channel, the phase's breakpoints and pause."""
-        attempt_ns = time.time_ns()
-        if self.checkpoints is not None:  # the first one here snapshots the workspace as it starts
-            self.checkpoints.begin_attempt(plan.number)
-        if plan.number > 1:
-            # A hard pause taken during the backoff holds the next attempt until it is resumed.
-            while self.control.hard_paused and self._stop is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), 0.1)
-            self.process.open_next(plan.spec, time_left)
-            self.control.attach(self)  # its breakpoints, a pause asked for and step credits carry over
-            self.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
-            # A phase taken over starts here at a later attempt: its first one here opens its telemetry.
-            (self.telemetry.start_attempt if self._ran_here else self.telemetry.on_start)(attempt_ns)
-        else:
-            self.telemetry.on_start(attempt_ns)  # telemetry: attempt span; then the CLI joins its trace
-            self.process.take_warm()
-        if not self.supervisor.warm:  # a warm process's environment was fixed when it started
-            self.supervisor.env.update(self.telemetry.child_env(self.supervisor.env))
-        if self.plan.egress is not None and not self.supervisor.warm:  # its capability, kept across attempts
-            self.supervisor.env.update(self.plan.egress.child_env())
-        self._ran_here = True
-        if self.sandbox is not None:  # the workspace exists now: its protected paths, and their snapshot
-            await asyncio.to_thread(self.sandbox.arm)
-        self._attempt_first_sequence = self.stream.last_sequence + 1
-        self.emit(attempt_started_event(plan, self.retries.policy))
-        self.control.announce_answered()
-        self.admission.attempt_starting()
-        cli_ns = time.time_ns()  # the attempt's start, and for the first one the phase's
-        try:
-            # The phase starts with its first CLI, not at its acceptance: a queued phase waited in between.
-            columns = {"start_time_ns": cli_ns} if plan.number == 1 else {}
-            self.set_status(PhaseStatus.RUNNING, "a prestarted claude process takes the phase (warm start)"
-                            if self.supervisor.warm else "the claude process is starting", **columns)
-            if self.control.pause_requested:
-                self.control.settle_status()
-            if self._stop is not None:
-                self.supervisor.request_stop(*self._stop)
-            elif self._moving is not None:  # asked to move while this attempt was being set up
-                self.supervisor.request_stop(EndCause.INTERRUPTED, self._moving)
-            exit_ = await self.supervisor.run()
-            # One instant for the attempt's start, the phase's start_time and the result's (the
-            # supervisor takes its own a moment later, after the status above).
-            return dc_replace(exit_, start_ns=cli_ns)
-        except asyncio.CancelledError:
-            exit_ = ProcessExit(EndCause.INTERRUPTED, None, None, False, "the server task was cancelled",
-                                cli_ns, time.time_ns())
-            self._end_attempt(plan, exit_, deadline_s=None)
-            raise
-        except Exception as exc:
-            log.exception("phase supervision failed", extra={"fields": self._log_fields()})
-            return ProcessExit(EndCause.SPAWN_FAILED, None, None, False, f"internal error: {exc}", cli_ns,
-                               time.time_ns())
-
-    def _end_attempt(self, plan: AttemptPlan, exit_: ProcessExit, deadline_s: float | None) -> AttemptEnd:
-        """The attempt's process is gone: close its control, classify it, record it, free its slot."""
-        self.process.revoke_key()
-        self.control.close("the attempt ended")
-        self.record.publish(self.stream.finish())
-        last = self.stream.results[-1] if self.stream.results else None
-        outcome = decide_outcome(exit_, _last_result(last, self.spec), len(self.stream.results), self.record.writes_lost)
-        self.recorder.write_tools(self.stream.tools.calls)
-        end = end_attempt(plan, exit_, outcome, self._watch, retries=self.retries, earlier=self.attempts,
-                          cost=self.stream.attempt_cost, session_id=self.stream.session_id or "",
-                          first_sequence=self._attempt_first_sequence, last_sequence=self.stream.last_sequence,
-                          phase_max_budget_usd=self.spec.max_budget_usd, deadline_s=deadline_s)
-        self.attempts.append(dc_replace(end.attempt, replica_id=self.replica_id))
-        self.admission.attempt_ended(end)
-        return end
-
-    def _stop_or_interrupted(self) -> tuple[EndCause, str]:
-        return self._stop or (EndCause.INTERRUPTED, "the server shut down while the phase waited to start")
-
-    def _finish(self, exit_: ProcessExit, end: AttemptEnd | None, artifacts: PhaseArtifacts | None) -> PhaseResult:
-        self.process.revoke_key()
-        if self.plan.egress is not None:  # nothing of the phase reaches the API or the proxy any more
-            self.plan.egress.revoke()
-        if self.plan.secret_files is not None:  # the process is gone; nothing reads them any more
-            self.plan.secret_files.remove()
-        self.control.close("the phase ended")
-        self.egress_holds.release("the phase ended")
-        self.record.publish(self.stream.finish())
-        outcome = final_outcome(end, exit_, self.record.writes_lost, ended_attempts=len(self.attempts),
-                                waiting=self.status is PhaseStatus.QUEUED)
-        self.record.close_files()
-        self.recorder.write_tools(self.stream.tools.calls)
-        self.recorder.write_cost(force=True)
-        status, reason = outcome.status, outcome.reason
-        self.set_status(status, reason, end_time_ns=exit_.end_ns)
-        result = build_result(
-            job_id=self.job_id, phase_id=self.phase_id, outcome=outcome,
-            last=self.stream.results[-1] if end is not None and self.stream.results else None, exit_=exit_,
-            stream=self.stream, attempts=self.attempts, accepted_ns=self.accepted_ns, auth_source=self.auth_source,
-            where=PhaseDiagnostics(
-                argv=self.process.argv_record, claude_path=self.plan.claude_path, recording_path=str(self.plan.recording_dir),
-                containment=self.supervisor.scope.report(),
-                gateway=self.plan.egress.report() if self.plan.egress is not None else None,
-                sandbox=self.sandbox.report if self.sandbox is not None else None),
-            artifacts=self.plan.workspace.with_retention(artifacts, status) if artifacts else None,
-        )
-        self.telemetry.on_end(result)  # telemetry
-        encoded = self.encoder.encode_result(result)
-        # The result marks the phase final for watchers on other replicas (postgres_notify's follow
-        # loop): it is committed after every event (the writer keeps a run's writes in order).
-        self.store.update_phase(
-            self.job_id, self.phase_id, time.time_ns(),
-            result_pb=encoded, tool_stats_pb=self.encoder.encode_tool_stats(list(result.tool_stats)),
-        )
-        self.events.close(encoded)
-        log.info("phase ended", extra={"fields": {**self._log_fields(), "status": status.name, "reason": reason,
-                                                  "attempts": len(self.attempts)}})
-        return result
-
-    # -- helpers ---------------------------------------------------------------------------
-
     def set_status(self, status: PhaseStatus, reason: str, **columns: object) -> None:
         """Records a status transition (store and event stream)."""
         self.record.set_status(status, reason, **columns)
-
-    def _watch_attempt(self, events: list[Event]) -> None:
-        """Collects the facts that classify how the running attempt ends (phases.attempts)."""
-        watch = self._watch
-        for e in events:
-            watch.observe_event(e)
 
     def model_switched(self, model: str) -> None:
         """A SetPhaseModel took effect: the phase row shows the new model ("" = the session's default, unnamed)."""
@@ -654,19 +396,6 @@ class PhaseRun:
         """The CLI's context-window usage, or None when it cannot answer now (paused, ending, silent)."""
         answer = await self.control.context_usage()
         return None if answer is None else context_usage(answer)
-
-    def _log_fields(self) -> dict[str, str]:
-        return {"job_id": self.job_id, "phase_id": self.phase_id}
-
-
-def _last_result(result: TurnResult | None, spec: PhaseSpec) -> LastResult | None:
-    if result is None:
-        return None
-    return LastResult(
-        subtype=result.subtype, is_error=result.is_error, api_error_status=result.api_error_status,
-        terminal_reason=result.terminal_reason, errors=tuple(result.errors), result_text=result.result_text,
-        structured_output_expected=bool(spec.json_schema), has_structured_output=bool(result.structured_output),
-    )
 
 
 def _moved_attempt(resumption: Resumption | None) -> int | None:

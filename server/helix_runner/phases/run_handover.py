@@ -108,7 +108,11 @@ class RunHandover:
                 # A tool or turn boundary: mirror the transcript, so that after a crash the adopter
                 # resumes after the last finished tool call, not from the prompt (one phase's prompt is
                 # one turn: its only turn boundary is its end).
-                self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
+                self.progress()
+
+    def progress(self) -> None:
+        """Mirrors the transcript and the attempts so far to the shared store (a boundary, an attempt's end)."""
+        self.durability.progress(self.stream.session_id or "", tuple(self.attempts))
 
     def reconcile_moved_attempt(self) -> None:
         """The first result of an attempt resumed after a move: the moved attempt, stopped before its

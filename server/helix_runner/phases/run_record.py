@@ -30,6 +30,7 @@ from helix_runner.domain.events import (
 )
 from helix_runner.domain.output_budget import OutputBudget
 from helix_runner.domain.phase_outcome import EndCause
+from helix_runner.domain.phase_result import PhaseResult
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.phase_stream import PhaseStream
 from helix_runner.phases.event_log import PhaseEventLog
@@ -153,6 +154,17 @@ class RunRecord:
         """Counts bytes the server writes for the phase; stops it past phase_output_max_bytes."""
         if self._output.charge(n):
             self._at_limit(EndCause.OUTPUT_LIMIT, self._output.describe())
+
+    def write_result(self, result: PhaseResult) -> None:
+        """The phase's result, stored and sent to its watchers; the event log closes after it."""
+        encoded = self.encoder.encode_result(result)
+        # The result marks the phase final for watchers on other replicas (postgres_notify's follow
+        # loop): it is committed after every event (the writer keeps a run's writes in order).
+        self.store.update_phase(
+            self.job_id, self.phase_id, time.time_ns(),
+            result_pb=encoded, tool_stats_pb=self.encoder.encode_tool_stats(list(result.tool_stats)),
+        )
+        self.events.close(encoded)
 
     def close_files(self) -> None:
         """The process is gone: the recording files are complete."""
