@@ -93,7 +93,8 @@ class AttemptLoop:
         self._attempt_first_sequence = 1
 
     @property
-    def _moving(self) -> str | None:
+    def moving(self) -> str | None:
+        """Why the phase moves to another replica (None: it does not)."""
         return self.handover.moving if self.handover is not None else None
 
     def _log_fields(self) -> dict[str, str]:
@@ -116,6 +117,11 @@ class AttemptLoop:
         self._watch = AttemptWatch()
         self.admission.requeue(plan.number)
         return plan
+
+    def let_go(self) -> None:
+        """Leaving for another replica: the phase's key is revoked, a queued phase leaves this replica's queue."""
+        self.process.revoke_key()
+        self.admission.release()
 
     async def release_here(self) -> None:
         """Released to another replica: what the phase held here goes (the transcript is in the shared store)."""
@@ -152,8 +158,8 @@ class AttemptLoop:
                 self.record.set_status(PhaseStatus.QUEUED, self._resumption.reason)
         try:
             while True:
-                if self._moving is not None:
-                    exit_, end = ended_while_queued(EndCause.INTERRUPTED, self._moving, time.time_ns()), None
+                if self.moving is not None:
+                    exit_, end = ended_while_queued(EndCause.INTERRUPTED, self.moving, time.time_ns()), None
                     break
                 if not await self._admitted():
                     exit_, end = ended_while_queued(*self._stop_or_interrupted(), time.time_ns()), None
@@ -162,12 +168,12 @@ class AttemptLoop:
                 end = self._end_attempt(plan, exit_, deadline_s=start_ns / 1e9 + timeout)
                 if self.checkpoints is not None:  # the transcript as the attempt left it: forks resume from it
                     await self.checkpoints.copy_transcript(self.stream.session_id or "")
-                if self.rewinds is not None and self.rewinds.pending and self.stop is None and self._moving is None:
+                if self.rewinds is not None and self.rewinds.pending and self.stop is None and self.moving is None:
                     plan = await self.rewinds.rewound(plan)  # the next attempt resumes at the checkpoint
                     continue
-                if self._moving is not None:  # stopped at a tool boundary to move: this attempt moved
+                if self.moving is not None:  # stopped at a tool boundary to move: this attempt moved
                     self.attempts[-1] = dc_replace(self.attempts[-1], status=PhaseStatus.INTERRUPTED,
-                                                   reason=self._moving, end_kind=AttemptEndKind.MOVED,
+                                                   reason=self.moving, end_kind=AttemptEndKind.MOVED,
                                                    retryable=True)
                     break
                 if self.handover is not None:  # the attempt ended here: its transcript and attempts, mirrored
@@ -196,7 +202,7 @@ class AttemptLoop:
             raise
         if self.checkpoints is not None:  # the last boundaries' snapshots, before the worktree may go
             await self.checkpoints.close()
-        if self.handover is not None and self._moving is not None and await self.handover.hand_over():
+        if self.handover is not None and self.moving is not None and await self.handover.hand_over():
             return None
         if self.process.sandbox is not None:  # what it changed of its repository's git config and hooks, put back
             await asyncio.to_thread(self.process.sandbox.restore)
@@ -255,8 +261,8 @@ class AttemptLoop:
                 self.control.settle_status()
             if self.stop is not None:
                 self.process.supervisor.request_stop(*self.stop)
-            elif self._moving is not None:  # asked to move while this attempt was being set up
-                self.process.supervisor.request_stop(EndCause.INTERRUPTED, self._moving)
+            elif self.moving is not None:  # asked to move while this attempt was being set up
+                self.process.supervisor.request_stop(EndCause.INTERRUPTED, self.moving)
             exit_ = await self.process.supervisor.run()
             # One instant for the attempt's start, the phase's start_time and the result's (the
             # supervisor takes its own a moment later, after the status above).

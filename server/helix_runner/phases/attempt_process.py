@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace as dc_replace
 from pathlib import Path
 
+from helix_runner.domain.phase_outcome import EndCause
 from helix_runner.domain.phase_spec import PhaseSpec
 from helix_runner.phases.handover import transcript_path
 from helix_runner.phases.launch import LaunchPlan
@@ -64,6 +65,10 @@ class AttemptProcess:
         if self.plan.key_broker is not None:
             # Before the event loop runs again, so before the CLI's first key request can be answered.
             self._revoke_key = self.plan.key_broker.admit(pid, self.spec.job_id, self.spec.phase_id)
+
+    def stop(self, cause: EndCause, reason: str) -> None:
+        """Stops the current attempt's CLI (SIGTERM, then the whole group)."""
+        self.supervisor.request_stop(cause, reason)
 
     def revoke_key(self) -> None:
         """No process of the attempt gets the API key any more (idempotent)."""

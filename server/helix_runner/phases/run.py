@@ -127,13 +127,13 @@ class PhaseRun:
         self.handover = None if durability is None else RunHandover(
             durability, replica_id=replica_id, control=self.control, stream=self.stream, record=self.record,
             recorder=self.recorder, encoder=encoder, events=events, telemetry=self.telemetry, attempts=self.attempts,
-            workspace=plan.workspace, stop_cli=self._stop_cli, let_go=self._let_go,
+            workspace=plan.workspace, stop_cli=self.process.stop, let_go=lambda: self.loop.let_go(),
             release_here=lambda: self.loop.release_here(),
             reconcile=_moved_attempt(resumption))
         # Rewind in place to a checkpoint (docs/fork-and-rewind.md), when checkpoints are kept.
         self.rewinds = None if checkpoints is None else RunRewind(
             spec.job_id, spec.phase_id, checkpoints, control=self.control, stream=self.stream, attempts=self.attempts,
-            retries=self.retries, spec=spec, first_line=plan.prompt_line, emit=self.emit, stop_cli=self._stop_cli,
+            retries=self.retries, spec=spec, first_line=plan.prompt_line, emit=self.emit, stop_cli=self.process.stop,
             requeue=lambda plan, why: self.loop.requeued(plan, why), transcript_path=self.transcript_path, session_file=self.process.session_file,
             ended=lambda: self.ended, status=lambda: self.status)
         # Network breakpoints (phases/egress_holds.py): requests the proxy holds until decided.
@@ -205,11 +205,6 @@ class PhaseRun:
         return True
 
     @property
-    def _moving(self) -> str | None:
-        """Why the phase moves to another replica (None: it does not)."""
-        return self.handover.moving if self.handover is not None else None
-
-    @property
     def moved(self) -> bool:
         """The phase was handed over: it ends on another replica, not here."""
         return self.handover is not None and self.handover.moved
@@ -217,16 +212,8 @@ class PhaseRun:
     def waits_for_room_here(self) -> bool:
         """Queued for this replica's own running limit, before any process of it started here."""
         state = self.queue_state()
-        return (self.status is PhaseStatus.QUEUED and not self.loop.ran_here and self._moving is None
+        return (self.status is PhaseStatus.QUEUED and not self.loop.ran_here and self.loop.moving is None
                 and state is not None and state.reason is QueueReason.SERVER_LIMIT)
-
-    def _stop_cli(self, cause: EndCause, reason: str) -> None:
-        self.supervisor.request_stop(cause, reason)
-
-    def _let_go(self) -> None:
-        """Leaving for another replica: the phase's key is revoked, a queued phase leaves this replica's queue."""
-        self.process.revoke_key()
-        self.admission.release()
 
     # -- rewind in place (docs/fork-and-rewind.md) -------------------------------------------
 
@@ -241,7 +228,7 @@ class PhaseRun:
                               "checkpoints are off on this server (checkpoints = false)",
                               {"job_id": self.job_id, "phase_id": self.phase_id})
         if self.result is not None or self.status not in (PhaseStatus.PAUSED, PhaseStatus.AWAITING_APPROVAL) \
-                or self.rewinds.pending or self._moving is not None or self.loop.stop is not None:
+                or self.rewinds.pending or self.loop.moving is not None or self.loop.stop is not None:
             raise RunnerError(ErrorKind.FAILED_PRECONDITION, "ILLEGAL_TRANSITION",
                               "cannot rewind: the phase must be paused or hold a tool call (then no tool runs)",
                               {"status": self.status.name, "operation": "rewind"})
@@ -259,15 +246,6 @@ class PhaseRun:
     @property
     def status(self) -> PhaseStatus:
         return self.record.status
-
-    @property
-    def auth_source(self) -> str:
-        """How the CLI was billed (the latest init line's ``apiKeySource``)."""
-        return self.record.auth_source
-
-    @property
-    def user_messages(self) -> int:
-        return self.record.user_messages
 
     # -- PhaseHost: what the controller may use ------------------------------------------------
 
@@ -381,10 +359,10 @@ class PhaseRun:
             tool_stats=tuple(tools.stats()), current_tool=tools.current,
             paused=control.pause_requested or control.hard_paused, hard_paused=control.hard_paused,
             held_calls=held, breakpoints=tuple(control.breakpoints.list()),
-            assistant_message_count=self.assistant_turns, user_message_count=self.user_messages,
+            assistant_message_count=self.assistant_turns, user_message_count=self.record.user_messages,
             turn_count=stream.result_count, containment=self.supervisor.scope.report(),
             sandbox=self.sandbox.report if self.sandbox is not None else None,
-            attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.auth_source,
+            attempts=tuple(self.attempts), queue=self.queue_state(), auth_source=self.record.auth_source,
             gateway=self.plan.egress.report() if self.plan.egress is not None else None,
         )
 
