@@ -106,7 +106,8 @@ class PhaseRun:
         # The status, the events in order, the CLI's output and what the server writes for the phase.
         self.record = RunRecord(spec.job_id, spec.phase_id, store, encoder, events, self.stream, notifier=notifier,
                                 recording_dir=plan.recording_dir, output_max_bytes=plan.limits.output_max_bytes,
-                                max_line_bytes=plan.stream_options.max_line_bytes, at_limit=lambda cause, reason: self.loop.at_limit(cause, reason),
+                                max_line_bytes=plan.stream_options.max_line_bytes,
+                                at_limit=lambda cause, reason: self.loop.at_limit(cause, reason),
                                 on_output=self.admission.cli_is_up, ended=lambda: self.ended)
         # The phase row's session, model and cost, and its tool-call rows, as the events come.
         self.recorder = PhaseRecorder(store, encoder, spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT,
@@ -128,14 +129,13 @@ class PhaseRun:
             durability, replica_id=replica_id, control=self.control, stream=self.stream, record=self.record,
             recorder=self.recorder, encoder=encoder, events=events, telemetry=self.telemetry, attempts=self.attempts,
             workspace=plan.workspace, stop_cli=self.process.stop, let_go=lambda: self.loop.let_go(),
-            release_here=lambda: self.loop.release_here(),
-            reconcile=_moved_attempt(resumption))
+            release_here=lambda: self.loop.release_here(), reconcile=_moved_attempt(resumption))
         # Rewind in place to a checkpoint (docs/fork-and-rewind.md), when checkpoints are kept.
         self.rewinds = None if checkpoints is None else RunRewind(
             spec.job_id, spec.phase_id, checkpoints, control=self.control, stream=self.stream, attempts=self.attempts,
             retries=self.retries, spec=spec, first_line=plan.prompt_line, emit=self.emit, stop_cli=self.process.stop,
-            requeue=lambda plan, why: self.loop.requeued(plan, why), transcript_path=self.transcript_path, session_file=self.process.session_file,
-            ended=lambda: self.ended, status=lambda: self.status)
+            requeue=lambda plan, why: self.loop.requeued(plan, why), transcript_path=self.transcript_path,
+            session_file=self.process.session_file, ended=lambda: self.ended, status=lambda: self.status)
         # Network breakpoints (phases/egress_holds.py): requests the proxy holds until decided.
         self.egress_holds = EgressHolds(
             project=spec.project_id or DEFAULT_PROJECT, breakpoints=self.control.breakpoints.list,
