@@ -26,6 +26,7 @@ from helix_runner.domain.phase_spec import (
     MIN_CPU_LIMIT_MILLICORES,
     MIN_MEMORY_LIMIT_BYTES,
     MIN_PIDS_LIMIT,
+    MIN_WORKSPACE_MAX_BYTES,
 )
 from helix_runner.domain.phase_status import PhaseStatus
 from helix_runner.domain.pricing import ModelPrice
@@ -283,6 +284,9 @@ class ServerConfig:
     # Under bubblewrap a phase's /tmp is a tmpfs of this size (its pages count toward the phase's
     # memory limit); 0: a directory on the data dir's disk, as without bubblewrap.
     phase_tmp_max_bytes: int = 1024 * 1024 * 1024
+    # How much a phase may grow the disk use of what it may write (phases/workspace_cap.py; 0: no
+    # cap); also the most a request's own `workspace_max_bytes` may ask for.
+    workspace_max_bytes: int = 0
     # Telemetry (helix_runner.telemetry): /metrics address (no port = no endpoint), the limit of
     # distinct project labels, and tracing (auto = when the OTEL_* variables configure an exporter).
     metrics_host: str = "127.0.0.1"
@@ -646,6 +650,7 @@ _CONVERTERS: dict[str, Any] = {
     "default_pids_limit": int,
     "phase_output_max_bytes": _as_bytes,
     "phase_tmp_max_bytes": _as_bytes,
+    "workspace_max_bytes": _as_bytes,
     "metrics_host": str,
     "metrics_port": lambda v: int(v) if v not in ("", None) else None,
     "metrics_max_projects": int,
@@ -813,6 +818,8 @@ def validate(config: ServerConfig) -> ServerConfig:
         raise ConfigError("phase_output_max_bytes must be 0 (no cap) or at least 16 MiB")
     if config.phase_tmp_max_bytes and config.phase_tmp_max_bytes < 16 * 1024 * 1024:
         raise ConfigError("phase_tmp_max_bytes must be 0 (a directory on disk) or at least 16 MiB")
+    if config.workspace_max_bytes and config.workspace_max_bytes < MIN_WORKSPACE_MAX_BYTES:
+        raise ConfigError("workspace_max_bytes must be 0 (no cap) or at least 16 MiB")
     _validate_egress(config)
     _validate_webhooks(config)
     if config.worktree_retention not in ("KEEP", "REMOVE", "REMOVE_ON_SUCCESS"):

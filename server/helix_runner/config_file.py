@@ -62,7 +62,7 @@ SECTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("sandbox", "mode"), ("sandbox_home_template", "home_template"), ("sandbox_read_paths", "read_paths"),
         ("sandbox_skip_layers", "skip_layers"), ("sandbox_required_layers", "required_layers"),
         ("default_pids_limit", "default_pids_limit"), ("phase_output_max_bytes", "phase_output_max_bytes"),
-        ("phase_tmp_max_bytes", "phase_tmp_max_bytes"),
+        ("phase_tmp_max_bytes", "phase_tmp_max_bytes"), ("workspace_max_bytes", "workspace_max_bytes"),
     ),
     "containment": (
         ("containment", "mode"), ("cgroup_parent", "cgroup_parent"),

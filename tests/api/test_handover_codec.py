@@ -12,7 +12,14 @@ import dataclasses
 import json
 
 import pytest
-from support.handover_sample import FIXTURES, field_table, full_request, sample_request
+from support.handover_sample import (
+    ADDED_AFTER_V1,
+    FIXTURES,
+    field_table,
+    full_request,
+    sample_request,
+    v1_request,
+)
 
 from helix.runner.internal.v1 import handover_pb2
 from helix_runner.api.handover_codec import FORMAT, ProtoHandoverCodec, request_to_proto
@@ -44,7 +51,7 @@ def test_every_field_of_the_spec_and_the_policy_round_trips():
 
 
 def test_this_release_reads_the_declared_form_of_the_first_release():
-    assert CODEC.decode_request((FIXTURES / "request-v1.binpb").read_bytes()) == full_request()
+    assert CODEC.decode_request((FIXTURES / "request-v1.binpb").read_bytes()) == v1_request()
 
 
 def test_rows_written_before_the_declared_form_are_still_read():
@@ -52,7 +59,11 @@ def test_rows_written_before_the_declared_form_are_still_read():
     data = (FIXTURES / "request-msgspec-json.json").read_bytes()
     assert data[:1] == b"{"
     assert CODEC.decode_request(data) == sample_request()
-    assert encode_legacy_request(sample_request()) == data  # the fixture is what that code wrote
+    # The fixture is what that code wrote (the spec has gained fields since, which it did not write).
+    written = json.loads(encode_legacy_request(sample_request()))
+    for name in ADDED_AFTER_V1:
+        del written["spec"][name]
+    assert written == json.loads(data)
 
 
 def test_no_field_of_the_first_declared_form_changed_incompatibly():

@@ -19,10 +19,10 @@ from helix_runner.process import phase_shim, procfs
 from helix_runner.process.containment import shim_command
 
 
-def _start(argv: list[str], marker: str = "") -> tuple[subprocess.Popen, int]:
+def _start(argv: list[str], marker: str = "", file_bytes: int | None = None) -> tuple[subprocess.Popen, int]:
     read_fd, write_fd = os.pipe()
     proc = subprocess.Popen(
-        shim_command(argv, status_fd=write_fd, marker=marker),
+        shim_command(argv, status_fd=write_fd, marker=marker, file_bytes=file_bytes),
         pass_fds=(write_fd,),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -61,6 +61,33 @@ def test_a_killed_child_is_reported_with_its_signal(tmp_path):
     proc, status = _start([sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"])
     proc.wait(30)
     assert _lines(status)[2:] == ["exited", "-9"]
+
+
+def _has_cap_sys_resource() -> bool:
+    eff = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("CapEff:"))
+    return bool(int(eff.split()[1], 16) >> 24 & 1)
+
+
+def test_no_process_of_the_phase_writes_a_file_past_its_file_size_limit(tmp_path):
+    # The workspace cap's per-file part: the kernel refuses the write (Python ignores SIGXFSZ and sees
+    # EFBIG); a grandchild cannot raise the limit back (cur and max are both set).
+    script = ("import resource, sys\n"
+              "try:\n"
+              f"    open({str(tmp_path / 'big')!r}, 'wb').write(b'x' * (3 << 20))\n"
+              "except OSError as exc:\n"
+              "    print(exc.errno)\n"
+              "try:\n"
+              "    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n"
+              "    print('raised')\n"
+              "except (ValueError, OSError):\n"
+              "    print('kept')\n")
+    proc, status = _start(["/bin/sh", "-c", f'{sys.executable} -c "$0"', script], file_bytes=1 << 20)
+    out, err = proc.communicate(timeout=30)
+    _lines(status)
+    # Only CAP_SYS_RESOURCE may raise a hard limit: a root server without a sandbox passes it on.
+    kept = "raised" if _has_cap_sys_resource() else "kept"
+    assert out.decode().split() == ["27", kept], err  # EFBIG
+    assert (tmp_path / "big").stat().st_size == 1 << 20
 
 
 def test_a_missing_command_is_an_error_line(tmp_path):

@@ -212,6 +212,26 @@ def flood(kind: str) -> None:
     time.sleep(30)
 
 
+def disk_flood(_: str) -> None:
+    """Grows the workspace: one 32 MiB file (the kernel stops it at the phase's cap, EFBIG), then 1 MiB
+    files, 200 MiB at most, then waits to be stopped. What the big file holds is judged from outside."""
+    os.makedirs("hx-disk", exist_ok=True)
+    chunk = b"d" * (1 << 20)
+    try:
+        with open("hx-disk/big.bin", "wb", buffering=0) as f:
+            for _ in range(32):
+                f.write(chunk)
+        report("disk_big", False, "32 MiB written")
+    except OSError as exc:
+        report("disk_big", exc.errno == 27, f"{type(exc).__name__}: {exc}")  # EFBIG
+    for i in range(200):
+        with open(f"hx-disk/f{i}.bin", "wb") as f:
+            f.write(chunk)
+        time.sleep(0.02)
+    report("disk_many", False, "200 MiB written and not stopped")
+    time.sleep(30)
+
+
 def egress_flood(address: str) -> None:
     """Downloads 4 MiB at a time through the egress proxy (the phase's http_proxy) from the stand-in
     registry, 16 times; reports how many bytes came; then waits to be stopped."""
@@ -265,5 +285,5 @@ def stream(lines: str) -> None:
 if __name__ == "__main__":
     group, arg = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
     {"legit": legit, "repo": repo, "optin": optin, "hostgit": hostgit, "hostgit_worktree": hostgit_worktree,
-     "worktree_work": worktree_work, "flood": flood, "egress_flood": egress_flood, "forkbomb": forkbomb,
+     "worktree_work": worktree_work, "flood": flood, "disk_flood": disk_flood, "egress_flood": egress_flood, "forkbomb": forkbomb,
      "stream": stream}[group](arg)

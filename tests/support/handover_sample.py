@@ -65,9 +65,20 @@ def full_request() -> SavedRequest:
         base.spec, permission_mode="bypassPermissions", bare=True, system_prompt="You are careful.",
         resume_session_id="0b7a1c1e-1111-4a4a-9a9a-123456789abc", session_id="5d1f0e2a-2222-4b4b-8b8b-abcdefabcdef",
         fork_session=True, resume_session_at="9c3e4f5a-3333-4c4c-8c8c-0123456789ab", include_raw_unknown=True,
-        no_session_persistence=True, api_features=("web_fetch", "mcp_servers"))
+        no_session_persistence=True, api_features=("web_fetch", "mcp_servers"), workspace_max_bytes=64 << 20)
     spec.validate()
     return msgspec.structs.replace(base, spec=spec)
+
+
+# PhaseSpec fields added after the first declared form: request-v1.binpb has none of them, and a row
+# of that form reads each as its default.
+ADDED_AFTER_V1 = {"workspace_max_bytes": 0}
+
+
+def v1_request() -> SavedRequest:
+    """What request-v1.binpb holds: ``full_request`` without the fields added since (ADDED_AFTER_V1)."""
+    full = full_request()
+    return msgspec.structs.replace(full, spec=dataclasses.replace(full.spec, **ADDED_AFTER_V1))
 
 
 def write_fixtures() -> None:

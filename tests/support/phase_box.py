@@ -14,8 +14,8 @@ mode, its data dir outside the workspace root ``ws`` (itself a git repository, s
   ``allow_repository_config_writes``;
 - limits: a line of 8 MiB without a newline (``max_line_bytes`` 1 MiB), 64 MiB of output
   (``phase_output_max_bytes`` 16 MiB), 64 MiB downloaded through the egress proxy
-  (``egress_max_bytes_per_phase`` 8 MiB), a fork bomb (``pids_limit`` 64), while a neighbour phase of
-  another job streams.
+  (``egress_max_bytes_per_phase`` 8 MiB), a fork bomb (``pids_limit`` 64), and up to 232 MiB written
+  into the workspace (``workspace_max_bytes`` 16 MiB), while a neighbour phase of another job streams.
 
 After the phases the scenario runs git in the repositories as the server's user would, outside any
 sandbox, with markers for each trap (a trap that runs creates its marker). Everything is torn down
@@ -76,6 +76,7 @@ FORKS = 300
 LINE_CAP = 1 << 20
 OUTPUT_CAP = 16 << 20
 EGRESS_CAP = 8 << 20  # egress_max_bytes_per_phase: the egress flood downloads 64 MiB
+DISK_CAP = 16 << 20  # PhaseOptions.workspace_max_bytes of the disk flood, which writes up to 232 MiB
 PYTHON = "/usr/bin/python3"  # a Python both users can run, inside every sandbox (/usr)
 
 
@@ -177,6 +178,7 @@ class BoxScenario:
             *turns("[[line]]", f"{battery} flood line"),
             *turns("[[output]]", f"{battery} flood output"),
             *turns("[[egress]]", f"{battery} egress_flood {self.registry.address}"),
+            *turns("[[disk]]", f"{battery} disk_flood -"),
             *turns("[[forkbomb]]", f"{battery} forkbomb {FORKS}"),
             *turns("[[neighbour]]", f"{battery} stream 200"),
         ])
@@ -197,7 +199,7 @@ class BoxScenario:
             shutil.copyfile(box_battery.__file__, d / ".hxbox" / "box_battery.py")
         for name in ("proj", "trap", "wtrepo", "optin", "hostgit", "redirect"):  # the battery's copy is not the project's work
             (self.ws / name / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\n")
-        (self.ws / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\n")
+        (self.ws / ".git" / "info" / "exclude").write_text(".hxbox/\nhxbox-site/\nhx-disk/\n")
         for name in ("wtrepo", "hostgit"):  # a worktree holds what is committed
             _git(self.ws / name, "add", "-f", ".hxbox")
             _git(self.ws / name, "commit", "-q", "-m", "battery")
@@ -285,8 +287,9 @@ class BoxScenario:
         # What the server's own git ran, before the user's git below runs anything.
         self.outcome.effects["host_git_markers"] = sorted(n for n in os.listdir(self.markers) if n.startswith("hg-"))
         # The floods, each while a neighbour of another job streams.
-        for flood in ("line", "output", "egress"):
-            flooding = self.start(flood, f"[[{flood}]]", ws / "limits")
+        for flood in ("line", "output", "egress", "disk"):
+            flooding = self.start(flood, f"[[{flood}]]", ws / "limits",
+                                  **({"workspace_max_bytes": DISK_CAP} if flood == "disk" else {}))
             await flooding.wait_for(lambda e: e.HasField("tool_call_started"), limit=120)
             neighbour = self.start(f"neighbour-{flood}", "[[neighbour]]", ws / "limits",
                                    include_partial_messages=True)
@@ -294,6 +297,11 @@ class BoxScenario:
             await self.finish(f"neighbour-{flood}", neighbour, limit=120)
             self.outcome.effects[f"neighbour_{flood}_seconds"] = round(time.monotonic() - started, 1)
             await self.finish(flood, flooding, limit=120)
+        written = ws / "limits" / "hx-disk"
+        big = written / "big.bin"
+        self.outcome.effects["disk_big_bytes"] = big.stat().st_size if big.is_file() else None
+        self.outcome.effects["disk_files"] = len(os.listdir(written)) if written.is_dir() else None
+        shutil.rmtree(written, ignore_errors=True)
 
     def observe(self) -> None:
         """As the server's user would, outside any sandbox: git in each repository (each trap that

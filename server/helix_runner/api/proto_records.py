@@ -81,6 +81,7 @@ _RESOURCE_FAULTS = {
     ResourceFault.OUTPUT_LIMIT: resources_pb2.RESOURCE_FAULT_OUTPUT_LIMIT,
     ResourceFault.LINE_LIMIT: resources_pb2.RESOURCE_FAULT_LINE_LIMIT,
     ResourceFault.EGRESS_LIMIT: resources_pb2.RESOURCE_FAULT_EGRESS_LIMIT,
+    ResourceFault.WORKSPACE_LIMIT: resources_pb2.RESOURCE_FAULT_WORKSPACE_LIMIT,
 }
 
 

@@ -52,6 +52,7 @@ def run_options(o: runner_service_pb2.PhaseOptions) -> dict[str, Any]:
         "egress_allowlist": tuple(o.egress_allowlist),
         "allow_repository_config_writes": o.allow_repository_config_writes,
         "pids_limit": o.pids_limit,
+        "workspace_max_bytes": o.workspace_max_bytes,
         "api_features": tuple(o.api_features),
     }
 
@@ -86,4 +87,5 @@ def set_run_options(o: runner_service_pb2.PhaseOptions, spec: Any) -> None:
     o.egress_allowlist.extend(spec.egress_allowlist)
     o.allow_repository_config_writes = spec.allow_repository_config_writes
     o.pids_limit = spec.pids_limit
+    o.workspace_max_bytes = spec.workspace_max_bytes
     o.api_features.extend(spec.api_features)

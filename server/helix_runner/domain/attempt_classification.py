@@ -130,7 +130,8 @@ def classify_attempt(facts: AttemptFacts) -> AttemptVerdict:
         )
     if cause is EndCause.TIMEOUT:
         return _verdict(AttemptEndKind.TIMED_OUT, "the phase ran past its timeout")
-    if cause in (EndCause.PROCESS_LIMIT, EndCause.OUTPUT_LIMIT, EndCause.LINE_LIMIT, EndCause.EGRESS_LIMIT):
+    if cause in (EndCause.PROCESS_LIMIT, EndCause.OUTPUT_LIMIT, EndCause.LINE_LIMIT, EndCause.EGRESS_LIMIT,
+                 EndCause.WORKSPACE_LIMIT):
         # The phase itself went past a limit: another attempt would do the same.
         return _verdict(AttemptEndKind.RESOURCE_LIMIT, _with_detail("the phase reached a limit", facts.reason))
     if facts.interrupted_by_client:

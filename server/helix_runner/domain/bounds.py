@@ -91,3 +91,11 @@ def bound_bytes(data: bytes, max_bytes: int) -> tuple[str, int, bool]:
     if size <= max_bytes:
         return data.decode("utf-8", "replace"), size, False
     return data[:max_bytes].decode("utf-8", "ignore"), size, True
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes for a person: ``64 MiB`` when exact, ``11.8 MiB`` otherwise, ``512 bytes`` below 1 KiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n // scale} {unit}" if n % scale == 0 else f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

@@ -9,6 +9,8 @@ bytes as they are written and says once when the cap is passed; the run then sto
 
 from __future__ import annotations
 
+from helix_runner.domain.bounds import human_bytes
+
 
 class OutputBudget:
     """Bytes written for one phase against its cap (0: no cap)."""
@@ -30,12 +32,6 @@ class OutputBudget:
 
     def describe(self) -> str:
         """Why the phase was stopped, for its result's reason."""
-        return (f"the phase made the server write more than its limit of {_size(self.cap)} (phase_output_max_bytes: "
+        return (f"the phase made the server write more than its limit of {human_bytes(self.cap)} (phase_output_max_bytes: "
                 "the recording of its CLI's output, its events and its mirrored transcript); it was stopped")
 
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} bytes"

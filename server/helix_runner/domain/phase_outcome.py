@@ -33,6 +33,7 @@ class EndCause(enum.Enum):
     OUTPUT_LIMIT = "output_limit"  # what the phase made the server write passed phase_output_max_bytes
     LINE_LIMIT = "line_limit"  # a line of the CLI's stdout passed max_line_bytes
     EGRESS_LIMIT = "egress_limit"  # its traffic through the egress proxy passed egress_max_bytes_per_phase
+    WORKSPACE_LIMIT = "workspace_limit"  # it grew the disk use of its writable directories past workspace_max_bytes
 
 
 class ResourceFault(enum.Enum):
@@ -44,6 +45,7 @@ class ResourceFault(enum.Enum):
     OUTPUT_LIMIT = "output_limit"  # its recording, events and transcripts reached their cap in the data dir
     LINE_LIMIT = "line_limit"  # its CLI's stdout carried a line longer than max_line_bytes
     EGRESS_LIMIT = "egress_limit"  # it moved more through the egress proxy than egress_max_bytes_per_phase
+    WORKSPACE_LIMIT = "workspace_limit"  # it grew its workspace's disk use past workspace_max_bytes
 
 
 # The causes that are a limit of the server's, and the fault each one is.
@@ -53,6 +55,7 @@ LIMIT_FAULTS = {
     EndCause.OUTPUT_LIMIT: ResourceFault.OUTPUT_LIMIT,
     EndCause.LINE_LIMIT: ResourceFault.LINE_LIMIT,
     EndCause.EGRESS_LIMIT: ResourceFault.EGRESS_LIMIT,
+    EndCause.WORKSPACE_LIMIT: ResourceFault.WORKSPACE_LIMIT,
 }
 
 

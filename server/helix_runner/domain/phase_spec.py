@@ -58,6 +58,8 @@ MAX_CPU_LIMIT_MILLICORES = 1_000_000
 # Processes and threads of a phase at once: the CLI alone runs about a dozen threads.
 MIN_PIDS_LIMIT = 16
 MAX_PIDS_LIMIT = 4_194_304  # the kernel's pid_max ceiling
+# A workspace cap below this would stop a phase for its CLI's own session files.
+MIN_WORKSPACE_MAX_BYTES = 16 * 1024 * 1024
 WORKSPACE_MODES = ("IN_PLACE", "GIT_WORKTREE")
 WORKTREE_RETENTIONS = ("", "KEEP", "REMOVE", "REMOVE_ON_SUCCESS")
 # A commit-ish: names, `~`/`^` suffixes, `@{...}`; never a leading dash (it would be read as a flag).
@@ -138,6 +140,7 @@ class PhaseSpec:
     allow_repository_config_writes: bool = False
     pids_limit: int = 0  # 0: the server's default
     api_features: tuple[str, ...] = ()  # API features that reach out, allowed for this phase (api_features.py)
+    workspace_max_bytes: int = 0  # 0: the server's workspace_max_bytes (phases/workspace_cap.py)
 
     @classmethod
     def create(cls, **values: object) -> PhaseSpec:
@@ -195,6 +198,9 @@ class PhaseSpec:
         if self.pids_limit and not MIN_PIDS_LIMIT <= self.pids_limit <= MAX_PIDS_LIMIT:
             raise invalid_field("options.pids_limit",
                                 f"must be 0 (the server's default) or {MIN_PIDS_LIMIT} to {MAX_PIDS_LIMIT}")
+        if self.workspace_max_bytes and self.workspace_max_bytes < MIN_WORKSPACE_MAX_BYTES:
+            raise invalid_field("options.workspace_max_bytes",
+                                f"must be 0 (the server's cap) or at least {MIN_WORKSPACE_MAX_BYTES} bytes (16 MiB)")
         try:
             validate_names(self.api_features, "options.api_features")
         except ValueError as exc:

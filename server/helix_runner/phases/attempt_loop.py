@@ -49,6 +49,7 @@ from helix_runner.phases.result import build_result, final_outcome
 from helix_runner.phases.run_handover import RunHandover
 from helix_runner.phases.run_record import RunRecord
 from helix_runner.phases.run_rewind import RunRewind
+from helix_runner.phases.workspace_cap import WorkspaceCap
 from helix_runner.telemetry import PhaseTelemetry
 
 log = logging.getLogger(__name__)
@@ -77,12 +78,14 @@ class AttemptLoop:
     def __init__(self, spec: PhaseSpec, plan: LaunchPlan, retries: Retries, attempts: list[Attempt], *,
                  stream: PhaseStream, record: RunRecord, recorder: PhaseRecorder, control: PhaseController,
                  host: PhaseHost, telemetry: PhaseTelemetry, process: AttemptProcess, admission: AttemptAdmission,
-                 egress_holds: EgressHolds, checkpoints: PhaseCheckpoints | None, handover: RunHandover | None,
+                 egress_holds: EgressHolds, workspace_cap: WorkspaceCap, checkpoints: PhaseCheckpoints | None,
+                 handover: RunHandover | None,
                  rewinds: RunRewind | None, accepted_ns: int, replica_id: str, resumption: Resumption | None):
         self.spec, self.plan, self.retries, self.attempts = spec, plan, retries, attempts
         self.job_id, self.phase_id = spec.job_id, spec.phase_id
         self.stream, self.record, self.recorder, self.control, self.host = stream, record, recorder, control, host
         self.telemetry, self.process, self.admission, self.egress_holds = telemetry, process, admission, egress_holds
+        self.workspace_cap = workspace_cap
         self.checkpoints, self.handover, self.rewinds = checkpoints, handover, rewinds
         self.accepted_ns, self.replica_id, self._resumption = accepted_ns, replica_id, resumption
         self.result: PhaseResult | None = None
@@ -263,7 +266,8 @@ class AttemptLoop:
                 self.process.supervisor.request_stop(*self.stop)
             elif self.moving is not None:  # asked to move while this attempt was being set up
                 self.process.supervisor.request_stop(EndCause.INTERRUPTED, self.moving)
-            exit_ = await self.process.supervisor.run()
+            async with self.workspace_cap.watching():
+                exit_ = await self.process.supervisor.run()
             # One instant for the attempt's start, the phase's start_time and the result's (the
             # supervisor takes its own a moment later, after the status above).
             return dc_replace(exit_, start_ns=cli_ns)

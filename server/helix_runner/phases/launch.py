@@ -29,7 +29,7 @@ from helix_runner.domain.phase_spec import DEFAULT_PROJECT, PermissionMode, Phas
 from helix_runner.domain.phase_stream import PhaseStreamOptions
 from helix_runner.egress.service import Egress
 from helix_runner.egress.vault import SealedSecret
-from helix_runner.errors import ErrorKind, RunnerError
+from helix_runner.errors import ErrorKind, RunnerError, invalid_field
 from helix_runner.phases.egress_grant import PhaseEgress, allowed_models, prestart_env, release_prestart_env
 from helix_runner.process.cgroups import ResourceLimits
 from helix_runner.process.child_env import compose_child_env, missing_commands
@@ -80,6 +80,8 @@ class LaunchPlan:
     egress: PhaseEgress | None = None
     # The phase's sandbox and private home (process/sandbox/); None: sandbox off.
     sandbox: PhaseSandbox | None = None
+    # What counts against the workspace cap (ProcessLimits.workspace_max_bytes; phases/workspace_cap.py).
+    workspace_roots: tuple[Path, ...] = ()
 
     def argv_for(self, spec: PhaseSpec) -> tuple[str, ...]:
         """The argv of a later attempt: its spec resumes the session, with what is left of the budget."""
@@ -163,7 +165,7 @@ class Launcher:
         cpu = requested.cpu_millicores or (config.default_cpu_limit_millicores or None)
         pids = spec.pids_limit or (config.default_pids_limit or None)
         return ResourceLimits(memory if "memory" in available else None, cpu if "cpu" in available else None,
-                              pids if "pids" in available else None)
+                              pids if "pids" in available else None, file_bytes=workspace_cap(spec, config) or None)
 
     @property
     def _sandbox_nproc(self) -> bool:
@@ -237,6 +239,24 @@ class Launcher:
         return phase
 
 
+def workspace_cap(spec: PhaseSpec, config: ServerConfig) -> int:
+    """The phase's workspace cap in bytes (0: none): its own, at most the server's when it has one."""
+    if config.workspace_max_bytes and spec.workspace_max_bytes > config.workspace_max_bytes:
+        raise invalid_field("options.workspace_max_bytes",
+                            f"is above this server's cap of {config.workspace_max_bytes} bytes (workspace_max_bytes)")
+    return spec.workspace_max_bytes or config.workspace_max_bytes
+
+
+def workspace_roots(workspace: PhaseWorkspace, spec: PhaseSpec, sandbox: PhaseSandbox | None) -> tuple[Path, ...]:
+    """The directories whose disk use counts against the workspace cap: what the phase may write."""
+    roots = [workspace.worktree_path or workspace.cwd, *(Path(d) for d in spec.add_dirs)]
+    if workspace.toplevel is not None and (repo := repo_guard.layout(workspace.toplevel)) is not None:
+        roots.append(Path(repo.common_dir))
+    if sandbox is not None:
+        roots.append(sandbox.home.root)
+    return tuple(roots)
+
+
 async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher, *,
                       job_project: str | None, continue_worktree_from: str = "") -> LaunchPlan:
     """The phase's launch plan; RunnerError for anything of the request this server cannot run.
@@ -294,7 +314,9 @@ async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher,
                 idle_timeout=spec.idle_timeout_s or config.default_idle_timeout_seconds,
                 exit_grace=config.exit_grace_seconds,
                 output_max_bytes=config.phase_output_max_bytes,
+                workspace_max_bytes=limits.file_bytes or 0,
             ),
+            workspace_roots=workspace_roots(workspace, spec, phase_sandbox),
             claude_path=f"{claude.path} ({claude.found_via})",
             recording_dir=recording_dir,
             scope=scope,

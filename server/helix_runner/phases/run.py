@@ -50,6 +50,7 @@ from helix_runner.phases.run_record import RunRecord
 from helix_runner.phases.run_rewind import RunRewind
 from helix_runner.phases.views import HeldCall, RunSnapshot
 from helix_runner.phases.webhooks import PhaseNotifier
+from helix_runner.phases.workspace_cap import WorkspaceCap
 from helix_runner.process.control_protocol import ContextUsage, context_usage
 from helix_runner.telemetry import PhaseTelemetry
 
@@ -112,6 +113,9 @@ class PhaseRun:
         # The phase row's session, model and cost, and its tool-call rows, as the events come.
         self.recorder = PhaseRecorder(store, encoder, spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT,
                                       self.stream)
+        # What the phase writes to disk itself, against its workspace cap (phases/workspace_cap.py).
+        self.workspace_cap = WorkspaceCap(plan.workspace_roots, plan.limits.workspace_max_bytes,
+                                          lambda reason: self.loop.at_limit(EndCause.WORKSPACE_LIMIT, reason))
         # Each attempt's CLI process, its sandbox and its key (a warm start brings its own sandbox).
         self.process = AttemptProcess(spec, plan, self.record, self.record.record_pid)
         # Job control: one controller for all the phase's attempts (attached to each attempt's process).
@@ -152,7 +156,8 @@ class PhaseRun:
         self.loop = AttemptLoop(
             spec, plan, self.retries, self.attempts, stream=self.stream, record=self.record, recorder=self.recorder,
             control=self.control, host=self, telemetry=self.telemetry, process=self.process,
-            admission=self.admission, egress_holds=self.egress_holds, checkpoints=checkpoints,
+            admission=self.admission, egress_holds=self.egress_holds, workspace_cap=self.workspace_cap,
+            checkpoints=checkpoints,
             handover=self.handover, rewinds=self.rewinds, accepted_ns=self.accepted_ns, replica_id=replica_id,
             resumption=resumption)
         # Every batch of events, in this order: persisted and offered to subscribers first

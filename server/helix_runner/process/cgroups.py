@@ -185,6 +185,9 @@ class ResourceLimits:
     memory_bytes: int | None = None
     cpu_millicores: int | None = None
     pids: int | None = None  # processes and threads at once
+    # The largest file any process of the phase may write (RLIMIT_FSIZE, set by the phase shim; no
+    # cgroup involved): the phase's workspace cap.
+    file_bytes: int | None = None
 
     def describe(self) -> str:
         parts = []
@@ -194,6 +197,8 @@ class ResourceLimits:
             parts.append(f"cpu {self.cpu_millicores / 1000:g} cores")
         if self.pids:
             parts.append(f"{self.pids} processes")
+        if self.file_bytes:
+            parts.append(f"files up to {self.file_bytes // (1024 * 1024)} MiB")
         return ", ".join(parts) or "no limits"
 
 

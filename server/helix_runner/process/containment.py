@@ -98,6 +98,7 @@ def shim_command(
     marker: str = "",
     parent: int | None = None,
     sandbox: Sequence[str] = (),
+    file_bytes: int | None = None,
 ) -> list[str]:
     """The command line that runs ``argv`` under the phase shim, as a child of ``parent`` (default:
     this process; the shim exits at once if its parent is not that one any more)."""
@@ -117,6 +118,8 @@ def shim_command(
         cmd += ["--join", str(path)]
     if marker:
         cmd += ["--marker", marker]
+    if file_bytes:
+        cmd += ["--fsize", str(file_bytes)]
     return [*cmd, *sandbox, "--", *argv]
 
 
@@ -210,7 +213,8 @@ class PhaseScope:
     def command(self, argv: Sequence[str], status_fd: int) -> list[str]:
         """The shim's command line for this scope."""
         joins = self.cgroup.procs_files if self.cgroup else ()
-        return shim_command(argv, status_fd=status_fd, joins=joins, marker=self.marker, sandbox=self.sandbox_args)
+        return shim_command(argv, status_fd=status_fd, joins=joins, marker=self.marker, sandbox=self.sandbox_args,
+                            file_bytes=self.limits.file_bytes)
 
     def attach(self, shim_pid: int) -> None:
         self.shim_pid = shim_pid

@@ -15,6 +15,8 @@ It also:
 - with ``--sandbox <spec file>``, starts the CLI inside the phase's sandbox instead
   (``sandbox/launch.py``: namespaces through bubblewrap, Landlock, seccomp, a private network
   whose allowed ports it relays once it has reported the CLI's host pid);
+- with ``--fsize N``, sets ``RLIMIT_FSIZE`` to N bytes for itself and so for every process of the
+  phase (the workspace cap's per-file part, ``phases/workspace_cap.py``);
 - forwards SIGTERM / SIGINT / SIGHUP to the CLI's process group (sandboxed: to the CLI);
 - on SIGUSR1, which is also its parent-death signal (``PR_SET_PDEATHSIG``, so a server killed
   with ``kill -9`` still ends its phases), SIGKILLs every descendant until none is left;
@@ -52,6 +54,7 @@ else:  # run by path: its own directory is sys.path[0]
 SANDBOX_ERROR_PREFIX = "cannot start the sandbox: "
 
 PR_SET_PDEATHSIG = 1
+RLIMIT_FSIZE = 1
 PR_SET_CHILD_SUBREAPER = 36
 # "End everything": the server's request and the signal the kernel sends when the server dies.
 END_SIGNAL = signal.SIGUSR1
@@ -86,8 +89,8 @@ def _prctl(libc: ctypes.CDLL, option: int, value: int) -> None:
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
-def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], str | None]:
-    status_fd, parent, joins, markers, sandbox = -1, 0, [], [], None
+def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], str | None, int]:
+    status_fd, parent, joins, markers, sandbox, fsize = -1, 0, [], [], None, 0
     i = 0
     while i < len(argv) and argv[i] != "--":
         flag, value = argv[i], argv[i + 1] if i + 1 < len(argv) else None
@@ -103,13 +106,15 @@ def _parse(argv: list[str]) -> tuple[int, int, list[str], list[str], list[str], 
             markers.append(value)
         elif flag == "--sandbox":
             sandbox = value
+        elif flag == "--fsize":
+            fsize = int(value)
         else:
             raise ValueError(f"unknown option {flag}")
         i += 2
     command = argv[i + 1 :]
     if not command:
         raise ValueError("no command after --")
-    return status_fd, parent, joins, markers, command, sandbox
+    return status_fd, parent, joins, markers, command, sandbox, fsize
 
 
 def _reap(child: int, status: _Status, state: dict) -> bool:
@@ -149,7 +154,7 @@ def _end_everything(child: int, status: _Status, state: dict) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        status_fd, parent, joins, markers, command, sandbox = _parse(argv)
+        status_fd, parent, joins, markers, command, sandbox, fsize = _parse(argv)
     except ValueError as exc:
         print(f"phase_shim: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -173,6 +178,10 @@ def main(argv: list[str]) -> int:
                 f.write(str(os.getpid()))
         except OSError as exc:
             status.send(f"error cannot join cgroup {path}: {exc.strerror or exc}")
+            return EXIT_SETUP_FAILED
+    if fsize > 0:  # inherited by every process of the phase; cur and max, so none can raise it
+        if libc.setrlimit(RLIMIT_FSIZE, (ctypes.c_ulong * 2)(fsize, fsize)) != 0:
+            status.send(f"error cannot limit the phase's file size: {os.strerror(ctypes.get_errno())}")
             return EXIT_SETUP_FAILED
     env = dict(os.environ)
     trace = env.pop("HELIX_SHIM_PROFILE", None)

@@ -74,6 +74,7 @@ class ResourceFault(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESOURCE_FAULT_OUTPUT_LIMIT: _ClassVar[ResourceFault]
     RESOURCE_FAULT_LINE_LIMIT: _ClassVar[ResourceFault]
     RESOURCE_FAULT_EGRESS_LIMIT: _ClassVar[ResourceFault]
+    RESOURCE_FAULT_WORKSPACE_LIMIT: _ClassVar[ResourceFault]
 
 class AttemptEndKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -194,6 +195,7 @@ RESOURCE_FAULT_PROCESS_LIMIT: ResourceFault
 RESOURCE_FAULT_OUTPUT_LIMIT: ResourceFault
 RESOURCE_FAULT_LINE_LIMIT: ResourceFault
 RESOURCE_FAULT_EGRESS_LIMIT: ResourceFault
+RESOURCE_FAULT_WORKSPACE_LIMIT: ResourceFault
 ATTEMPT_END_KIND_UNSPECIFIED: AttemptEndKind
 ATTEMPT_END_KIND_COMPLETED: AttemptEndKind
 ATTEMPT_END_KIND_API_OVERLOADED: AttemptEndKind

@@ -1874,6 +1874,14 @@ class ResourceFault(betterproto2.Enum):
     `egress_max_bytes_per_phase`; its proxied connections were closed and the server stopped it.
     """
 
+    WORKSPACE_LIMIT = 7
+    """
+    The phase grew the disk use of the directories it may write (its working directory or
+    worktree, `add_dirs`, its repository's `.git`, its private home) by more than its workspace cap
+    (`PhaseOptions.workspace_max_bytes`, else the server's `workspace_max_bytes`); the server
+    stopped it. One file past the cap fails already in the phase (`EFBIG`).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -1884,6 +1892,7 @@ class ResourceFault(betterproto2.Enum):
             4: "RESOURCE_FAULT_OUTPUT_LIMIT",
             5: "RESOURCE_FAULT_LINE_LIMIT",
             6: "RESOURCE_FAULT_EGRESS_LIMIT",
+            7: "RESOURCE_FAULT_WORKSPACE_LIMIT",
         }
 
     @classmethod
@@ -1896,6 +1905,7 @@ class ResourceFault(betterproto2.Enum):
             "RESOURCE_FAULT_OUTPUT_LIMIT": 4,
             "RESOURCE_FAULT_LINE_LIMIT": 5,
             "RESOURCE_FAULT_EGRESS_LIMIT": 6,
+            "RESOURCE_FAULT_WORKSPACE_LIMIT": 7,
         }
 
 
@@ -5825,6 +5835,16 @@ class PhaseOptions(betterproto2.Message):
     refuses unless named here or in the server's `api_features_allow`: `url_sources` (an image or
     document by URL), `file_sources` (a Files API id), `web_fetch`, `web_search`, `code_execution`,
     `mcp_servers`, `container`. An unknown name is INVALID_ARGUMENT (`INVALID_FIELD`).
+    """
+
+    workspace_max_bytes: "int" = betterproto2.field(63, betterproto2.TYPE_INT64)
+    """
+    How much the phase may grow the disk use of the directories it may write (its working
+    directory or worktree, `add_dirs`, its repository's `.git`, its private home), in bytes; 0: the
+    server's `workspace_max_bytes` (itself 0, no cap, unless configured). At most the server's cap
+    when it has one (INVALID_ARGUMENT `INVALID_FIELD` above it). The kernel refuses any one file
+    past it (`RLIMIT_FSIZE`); the server samples the total and ends the phase FAILED with
+    RESOURCE_FAULT_WORKSPACE_LIMIT once it is passed.
     """
 
 
