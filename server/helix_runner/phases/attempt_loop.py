@@ -239,7 +239,7 @@ class AttemptLoop:
             self.control.attach(self.host)  # its breakpoints, a pause asked for and step credits carry over
             self.process.supervisor.set_stdin_lines(self.control.startup_lines(plan.prompt_line))
             # A phase taken over starts here at a later attempt: its first one here opens its telemetry.
-            (self.telemetry.start_attempt if self._ran_here else self.telemetry.on_start)(attempt_ns)
+            (self.telemetry.start_attempt if self.ran_here else self.telemetry.on_start)(attempt_ns)
         else:
             self.telemetry.on_start(attempt_ns)  # telemetry: attempt span; then the CLI joins its trace
             self.process.take_warm()
@@ -247,7 +247,7 @@ class AttemptLoop:
             self.process.supervisor.env.update(self.telemetry.child_env(self.process.supervisor.env))
         if self.plan.egress is not None and not self.process.supervisor.warm:  # its capability, kept across attempts
             self.process.supervisor.env.update(self.plan.egress.child_env())
-        self._ran_here = True
+        self.ran_here = True
         if self.process.sandbox is not None:  # the workspace exists now: its protected paths, and their snapshot
             await asyncio.to_thread(self.process.sandbox.arm)
         self._attempt_first_sequence = self.stream.last_sequence + 1
