@@ -61,6 +61,16 @@ def q(values: list[float]) -> dict[str, float]:
             "mean": statistics.fmean(v), "n": len(v)}
 
 
+class TwoRuns(WorkspaceSnapshots):
+    """The watched way as it was before ``HostGit.run_then``: the add and the write-tree as two git
+    runs (two box starts, two config reads)."""
+
+    def _add_then_write_tree(self, specs: list[str]) -> str | None:
+        if not self._run_add(specs, everything=False):
+            return None
+        return self._git("write-tree").decode().strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=10_000)
@@ -84,6 +94,7 @@ def main() -> int:
         ways = {
             "watched commit (worktree phase)": WorkspaceSnapshots(WorkspaceKind.GIT_COMMIT, repo, repo, tmp / "s1", "bench", "c"),
             "watched tree (in place)": WorkspaceSnapshots(WorkspaceKind.GIT_TREE, repo, repo, tmp / "s2", "bench", "t"),
+            "watched tree, two git runs (before)": TwoRuns(WorkspaceKind.GIT_TREE, repo, repo, tmp / "s4", "bench", "b"),
             "stage everything (baseline)": WorkspaceSnapshots(WorkspaceKind.GIT_TREE, repo, repo, tmp / "s3", "bench", "w",
                                                               watch=False),
         }

@@ -16,7 +16,10 @@ order rotating, after one warm-up round (the first start of the 200 MB CLI reads
 Overhead = helix init - cli init, per round, median. The goal (performance issue, P6): overhead
 <= 5 ms, and with a warm start >= 2x faster than the SDK.
 
-Usage: .venv/bin/python benchmarks/bench_first_event.py [--rounds 10] [--json FILE]
+With ``--baseline REF`` a server of another commit (its ``server/`` exported, the same venv) runs
+cold in the same rounds: ``base init`` and ``base overhead``, side by side.
+
+Usage: .venv/bin/python benchmarks/bench_first_event.py [--rounds 10] [--baseline REF] [--json FILE]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from server_process import ServerProcess
+from server_process import ServerProcess, export_baseline
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
@@ -144,6 +147,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="4 rounds")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--baseline", metavar="REF", help="also a cold server of this git ref, in the same rounds")
     ap.add_argument("--sdk", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.sdk:
@@ -160,7 +164,7 @@ def main() -> int:
     script.write_text(json.dumps(SCRIPT))
     api = subprocess.Popen([str(VENV_BIN / "python"), "-m", "helix_runner.offline", "--script", str(script)],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    server = warm = None
+    server = warm = base = None
     try:
         base_url = api.stdout.readline().strip().partition("=")[2]
         env = cli_env(base_url, tmp / "home")
@@ -169,14 +173,21 @@ def main() -> int:
         pool = json.dumps({"size": 2, "working_dir": str(workdir)})
         warm = ServerProcess(tmp, "p6-warm", Path(claude), workdir, extra_args=("--offline-script", str(script)),
                              env_extra={"HELIX_RUNNER_API_KEY_HELPER": "false", "HELIX_RUNNER_WARM_POOL": pool})
+        if args.baseline:
+            base = ServerProcess(tmp, "p6-base", Path(claude), workdir, extra_args=("--offline-script", str(script)),
+                                 env_extra={"HELIX_RUNNER_API_KEY_HELPER": "false"},
+                                 server_src=export_baseline(args.baseline, tmp))
         print(f"# bench_first_event: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
               f"{rounds} rounds (+1 warm-up), claude {claude}", flush=True)
         runs: dict[str, list[float]] = {"cli": [], "cli+initialize": [], "sdk": [], "helix first": [], "helix init": [],
                                         "warm first": [], "warm init": []}
         overhead: list[float] = []
+        base_overhead: list[float] = []
+        contenders = ["cli", "sdk", "helix", "warm", "cli+initialize", *(["base"] if base else [])]
+        if base:
+            runs.update({"base first": [], "base init": []})
         for rnd in range(rounds + 1):
-            order = ["cli", "sdk", "helix", "warm", "cli+initialize"]
-            order = order[rnd % 5:] + order[:rnd % 5]
+            order = contenders[rnd % len(contenders):] + contenders[:rnd % len(contenders)]
             got: dict[str, float] = {}
             for who in order:
                 if who == "cli":
@@ -188,6 +199,9 @@ def main() -> int:
                 elif who == "helix":
                     got["helix first"], got["helix init"] = asyncio.run(
                         helix_first_events(server.address, workdir, f"p6-{rnd}"))
+                elif who == "base":
+                    got["base first"], got["base init"] = asyncio.run(
+                        helix_first_events(base.address, workdir, f"p6b-{rnd}"))
                 else:
                     got["warm first"], got["warm init"] = asyncio.run(
                         helix_first_events(warm.address, workdir, f"p6w-{rnd}"))
@@ -196,8 +210,10 @@ def main() -> int:
             for k, v in got.items():
                 runs[k].append(v)
             overhead.append(got["helix init"] - got["cli"])
+            if base:
+                base_overhead.append(got["base init"] - got["cli"])
     finally:
-        for srv in (server, warm):
+        for srv in (server, warm, base):
             if srv is not None:
                 srv.stop()
         api.terminate()
@@ -206,6 +222,8 @@ def main() -> int:
 
     summary = {k: quantiles(v) for k, v in runs.items()}
     summary["overhead"] = quantiles(overhead)
+    if base:
+        summary["base overhead"] = quantiles(base_overhead)
     sdk = summary["sdk"]["median"]
     print("\n## Time to first event, real CLI against the scripted API (ms; median, IQR over rounds)")
     print(f"{'path':<48} {'median':>8} {'q1':>8} {'q3':>8}")
@@ -219,6 +237,10 @@ def main() -> int:
         "warm first": "warm pool: RunPhase call -> first event",
         "warm init": "warm pool: RunPhase call -> session_init event",
     }
+    if base:
+        labels.update({"base first": f"{args.baseline}: RunPhase call -> first event",
+                       "base init": f"{args.baseline}: RunPhase call -> session_init event",
+                       "base overhead": f"{args.baseline}: overhead (per round)"})
     for key, label in labels.items():
         s = summary[key]
         print(f"{label:<48} {s['median']:>8.1f} {s['q1']:>8.1f} {s['q3']:>8.1f}")

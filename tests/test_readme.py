@@ -172,6 +172,9 @@ def _checkout(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_readme_runs_as_written_offline(tmp_path):
+    # The checkout's `scripts/serve` bootstraps this checkout's .venv from the copied pyproject.toml: it
+    # must find the venv current, or it reinstalls it as an editable install of the temporary checkout.
+    subprocess.run([ROOT / "scripts" / "bootstrap"], check=True, capture_output=True, timeout=600)
     co = _checkout(tmp_path)
     home = tmp_path / "home"
     home.mkdir()

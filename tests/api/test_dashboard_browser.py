@@ -84,6 +84,10 @@ async def test_dashboard_follows_a_phase_and_approves_a_held_call(
                 # The jobs list shows the job live; from there to the job, then to the phase.
                 await page.goto(web.url)
                 await page.locator(f"tr[data-job='{JOB}'] a").wait_for(timeout=WAIT_MS)
+                # Offline, the page says its dollar figures are what the tokens would cost.
+                offline = page.locator("[data-testid=offline]")
+                await offline.wait_for(timeout=WAIT_MS)
+                assert "nothing is billed" in await offline.inner_text()
                 await page.screenshot(path=shots / "jobs.png")
                 row, empty = (
                     page.locator(f"tr[data-job='{JOB}']"),

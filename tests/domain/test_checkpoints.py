@@ -97,3 +97,30 @@ def test_select_by_call_by_turn_and_by_number_never_a_rewound_one() -> None:
 def test_a_result_without_a_started_call_is_no_checkpoint() -> None:
     assert _checkpoints(init(), _result("toolu_unknown", "u-1")) == []
     assert orjson.loads(_result("x", "y"))["uuid"] == "y"
+
+
+def test_a_batch_observed_at_once_makes_the_checkpoints_one_by_one_does() -> None:
+    # observe_all handles the main thread's text and thinking inline (the run feeds it every event):
+    # it must count turns, keep the entry a turn end resumes at and find the same checkpoints as
+    # observe, subagent text and a thinking block included.
+    lines = b"".join([
+        init(),
+        line(assistant({"type": "thinking", "thinking": "hm", "signature": "s"}, message_id="msg_1", uuid="a-0")),
+        _call("toolu_1", "msg_1", "a-1"), _result("toolu_1", "u-1"),
+        line(assistant({"type": "text", "text": "sub"}, message_id="msg_sub", uuid="s-1",
+                       parent_tool_use_id="toolu_1")),
+        line(assistant({"type": "text", "text": "a"}, message_id="msg_2", uuid="a-2")),
+        line(assistant({"type": "text", "text": "b"}, message_id="msg_2", uuid="a-3")),
+        _call("toolu_2", "msg_3", "a-4"), _result("toolu_2", "u-2"),
+        line(assistant({"type": "text", "text": "done"}, message_id="msg_4", uuid="a-5")),
+        result(0.01),
+    ])
+    events = PhaseStream().feed(lines)
+    one_by_one = CheckpointTracker()
+    expected = [c for e in events if (c := one_by_one.observe(e)) is not None]
+    at_once = CheckpointTracker()
+    found = [c for i in range(0, len(events), 3) for c in at_once.observe_all(events[i:i + 3])]
+    assert [c.kind for c in expected] == [CheckpointKind.TOOL_CALL, CheckpointKind.TOOL_CALL, CheckpointKind.TURN_END]
+    assert found == expected
+    assert (at_once.turn, at_once.position, at_once.last_number) == (one_by_one.turn, one_by_one.position,
+                                                                      one_by_one.last_number) == (4, 3, 3)

@@ -132,3 +132,48 @@ def test_no_repository_keeps_no_files_and_says_so(tmp_path: Path) -> None:
     snaps = WorkspaceSnapshots(WorkspaceKind.NONE, None, None, tmp_path, "job", "ph")
     snap = snaps.start()
     assert snap.kind is WorkspaceKind.NONE and "only the conversation" in snap.reason and not snap.kept
+
+
+def _box_params():
+    from helix_runner.process.host_git import GitBox, shutil
+    from helix_runner.process.sandbox import landlock
+
+    bwrap = shutil.which("bwrap")
+    return [pytest.param("none"),
+            pytest.param("bubblewrap", marks=pytest.mark.skipif(bwrap is None or GitBox(bwrap).works() != "",
+                                                                reason="bubblewrap cannot run here")),
+            pytest.param("landlock", marks=pytest.mark.skipif(landlock.abi() < 4, reason="no Landlock ABI 4+ here"))]
+
+
+@pytest.mark.parametrize("box", _box_params())
+def test_a_watched_checkpoint_stages_and_writes_its_tree_in_one_git_run(repo: Path, tmp_path: Path, box: str,
+                                                                       monkeypatch) -> None:
+    """Each start of the server's git costs a box start (bubblewrap, ~5 ms): the changed paths' add and
+    the write-tree run as one (HostGit.run_then), in every box, with the same tree as two runs give."""
+    from helix_runner.process.host_git import HOST_GIT
+
+    saved = HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots
+    try:
+        if box == "none":
+            HOST_GIT.configure(hidden=[], use_box=False)
+        else:
+            assert HOST_GIT.configure(hidden=[tmp_path / "data"], visible=[tmp_path],
+                                      bwrap=None if box == "bubblewrap" else "/nonexistent/bwrap") == ""
+        snaps = WorkspaceSnapshots(WorkspaceKind.GIT_TREE, repo, repo, tmp_path / "rec", "job", "ph")
+        snaps.start()
+        runs: list[str] = []
+        real_run, real_then = HOST_GIT.run, HOST_GIT.run_then
+        monkeypatch.setattr(HOST_GIT, "run", lambda cwd, *args, **kw: runs.append(args[-1]) or real_run(cwd, *args, **kw))
+        monkeypatch.setattr(HOST_GIT, "run_then",
+                            lambda cwd, first, then, **kw: runs.append("then") or real_then(cwd, first, then, **kw))
+        (repo / "a.txt").write_text("one\n")
+        (repo / "x.log").write_text("ignored, and named by the watch\n")
+        first = snaps.take(1)
+        (repo / "shared.txt").write_text("again\n")
+        second = snaps.take(2)
+        snaps.close()
+    finally:
+        HOST_GIT.box, HOST_GIT.box_note, HOST_GIT.git_roots = saved
+    assert runs == ["then", "then"] and snaps.staged_everything == 1  # the start's only
+    assert files_of(repo, first.tree) == {".gitignore": "*.log\n", "a.txt": "one\n", "shared.txt": "original\n"}
+    assert files_of(repo, second.tree) == {".gitignore": "*.log\n", "a.txt": "one\n", "shared.txt": "again\n"}

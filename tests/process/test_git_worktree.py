@@ -188,3 +188,29 @@ def test_the_diff_file_replaces_a_symlink_planted_in_its_place_instead_of_writin
     assert victim.read_text() == "keep me\n"
     assert not ws.diff_path.is_symlink() and ws.diff_path.read_bytes().decode() == artifacts.diff
     assert "+changed" in artifacts.diff
+
+
+def test_a_directory_git_could_not_find_a_repository_from_costs_no_git_run(repo, tmp_path, monkeypatch):
+    # A phase's start asks for the repository of its working directory; outside any (no `.git`,
+    # nothing that looks like a git directory, at or above it) the answer is known without git.
+    from helix_runner.process import git_worktree
+
+    plain = tmp_path / "plain" / "deeper"
+    plain.mkdir(parents=True)
+    bare = tmp_path / "bare.git"
+    sh(tmp_path, "init", "-q", "--bare", str(bare))
+    (tmp_path / "dangling").mkdir()
+    (tmp_path / "dangling" / ".git").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "via-link").symlink_to(repo / "sub")  # git walks the physical path
+    ran: list[Path] = []
+    real_git = git_worktree.git
+    monkeypatch.setattr(git_worktree, "git", lambda cwd, *args, **kw: ran.append(cwd) or real_git(cwd, *args, **kw))
+
+    assert git_worktree.repo_toplevel(plain) is None
+    assert ran == []
+    assert git_worktree.repo_toplevel(repo / "sub") == repo.resolve()
+    assert git_worktree.repo_toplevel(tmp_path / "via-link") == repo.resolve()
+    # Where git might find one, git answers (a bare repository has no top level; a dangling link no repository).
+    assert git_worktree.repo_toplevel(bare) is None
+    assert git_worktree.repo_toplevel(tmp_path / "dangling") is None
+    assert ran == [repo / "sub", tmp_path / "via-link", bare, tmp_path / "dangling"]

@@ -120,8 +120,9 @@ class FakeHost:
     # -- the CLI's side ---------------------------------------------------------------------
 
     def observe(self, payload: Any) -> None:
+        """The CLI's event reaches the controller as the run hands it over: in a batch."""
         assert self.controller is not None
-        self.controller.observe(payload)
+        self.controller.on_events([Event(0, 0, "", "", "", "", payload)])
 
     def answer_success(self, request: dict[str, Any], response: dict[str, Any] | None = None) -> None:
         """The CLI accepts a request we sent (answered on the next loop turn, as from stdout)."""

@@ -8,7 +8,7 @@ import { CompareView } from "./views/fork.js";
 import { PhaseView } from "./views/phase.js";
 import { WebhooksView } from "./views/webhooks.js";
 import { AuditView } from "./views/audit.js";
-import { WhoAmI } from "./views/common.js";
+import { OfflineNote, WhoAmI } from "./views/common.js";
 
 type Route =
   | { view: "jobs" }
@@ -59,6 +59,7 @@ function App() {
             Audit
           </a>
         </nav>
+        <OfflineNote />
         <WhoAmI />
       </header>
       <main>

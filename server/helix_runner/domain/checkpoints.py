@@ -116,6 +116,10 @@ class PendingCheckpoint:
                           attempt)
 
 
+# The payloads ``observe`` does anything with (payload classes have no subclasses).
+_MARKS = frozenset({SessionInit, AssistantText, Thinking, ToolCallStarted, ToolCallFinished, TurnResult})
+
+
 @dataclass
 class _OpenCall:
     call_at: str
@@ -175,6 +179,29 @@ class CheckpointTracker:
             return self._next(CheckpointKind.TURN_END, event, turn=self.turn, resume_at=self._last_entry,
                               before=self.position)
         return None
+
+    def observe_all(self, events: Sequence[Event]) -> list[PendingCheckpoint]:
+        """``observe`` for each event of a batch, in order: the checkpoints the batch makes.
+
+        The same as calling ``observe`` per event; a text or thinking block of the main thread (most
+        of a phase's events) is handled here without the call, which the run pays for every event.
+        """
+        made: list[PendingCheckpoint] = []
+        message_ids = self._message_ids
+        for event in events:
+            cls = event.payload.__class__
+            if (cls is AssistantText or cls is Thinking) and not (event.parent_tool_use_id or event.agent_id):
+                message_id = event.payload.message_id  # type: ignore[union-attr]
+                if message_id and message_id not in message_ids:
+                    message_ids.add(message_id)
+                    self.turn += 1
+                if event.uuid:
+                    self._last_entry = event.uuid
+            elif cls in _MARKS:
+                pending = self.observe(event)
+                if pending is not None:
+                    made.append(pending)
+        return made
 
     def rewind_to(self, number: int, turn: int) -> None:
         """The phase went back to checkpoint ``number`` (a rewind in place): what follows builds on it."""

@@ -133,11 +133,9 @@ class PhaseCheckpoints:
         """The run's fan-out step: each boundary is queued for its snapshot (in order)."""
         if self.closed:
             return
-        for event in events:
-            pending = self.tracker.observe(event)
-            if pending is not None:
-                self._idle.clear()
-                self._queue.put_nowait(pending)
+        for pending in self.tracker.observe_all(events):
+            self._idle.clear()
+            self._queue.put_nowait(pending)
 
     async def settled(self) -> None:
         """Returns once every boundary seen so far has its snapshot (bounded: ``SETTLE_BOUND_S``)."""

@@ -86,6 +86,8 @@ log = logging.getLogger(__name__)
 
 # Lines that show the CLI is working on a turn (service events such as cost updates do not count).
 _CLI_ACTIVITY = (SessionInit, AssistantText, Thinking, ToolCallStarted, CliStatus)
+# The payloads ``observe`` acts on whether or not a settle timer runs (payload classes have no subclasses).
+_OBSERVED = frozenset({ControlRequest, ControlResponse, ToolCallFinished, TaskEvent, TurnResult})
 
 MAX_INJECT_BYTES = 256 * 1024
 # The MESSAGE_INJECTED event carries the injected text up to this many bytes (the CLI gets all of it).
@@ -276,9 +278,15 @@ class PhaseController:
             self._settle = None
 
     def on_events(self, events: list[Event]) -> None:
-        """The run's fan-out step: ``observe`` for each event of a batch, in order."""
+        """The run's fan-out step: ``observe`` for each event of a batch, in order.
+
+        An event ``observe`` would do nothing with (most: text, thinking, tool starts while no
+        settle timer runs) is skipped without the call, which the run pays for every event.
+        """
         for event in events:
-            self.observe(event.payload)
+            payload = event.payload
+            if payload.__class__ in _OBSERVED or self._settle is not None:
+                self.observe(payload)
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)

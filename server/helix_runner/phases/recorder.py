@@ -25,6 +25,9 @@ from helix_runner.domain.tool_tracker import ToolCall
 from helix_runner.phases.ports import RecordEncoder, RunStore
 from helix_runner.store.protocol import ModelCostRow, ToolCallRow
 
+# The payloads that change what the recorder writes (payload classes have no subclasses).
+_RECORDED = frozenset({SessionInit, ToolCallStarted, ToolCallFinished, CostUpdate, TurnResult})
+
 
 class PhaseRecorder:
     """Writes one phase's tool-call rows, cost columns and rows, session and model as its events come."""
@@ -45,13 +48,17 @@ class PhaseRecorder:
     def on_events(self, events: list[Event]) -> None:
         """The run's fan-out step: the session and model, the tool calls and the cost the batch changed."""
         touched: dict[str, None] = {}
+        # By class, not isinstance: this runs for every event, and the payload classes are final.
         for e in events:
             p = e.payload
-            if isinstance(p, SessionInit):
-                self._session(e.session_id, p.model)
-            elif isinstance(p, ToolCallStarted | ToolCallFinished):
-                touched[p.tool_use_id] = None
-            elif isinstance(p, CostUpdate | TurnResult):
+            cls = p.__class__
+            if cls not in _RECORDED:
+                continue
+            if cls is SessionInit:
+                self._session(e.session_id, p.model)  # type: ignore[union-attr]
+            elif cls is ToolCallStarted or cls is ToolCallFinished:
+                touched[p.tool_use_id] = None  # type: ignore[union-attr]
+            else:  # CostUpdate, TurnResult
                 self._cost_dirty = True
         if touched:
             self.write_tools([c for c in (self.stream.tools.get(t) for t in touched) if c is not None])

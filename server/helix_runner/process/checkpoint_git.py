@@ -45,6 +45,8 @@ REF_ROOT = "refs/helix/checkpoints"
 # A checkpoint's commit message and identity (the phase's own git identity is not ours to use).
 _IDENTITY = ("-c", "user.name=helix-runner", "-c", "user.email=helix-runner@localhost")
 # The private index is split: a snapshot rewrites the small part that changed, not the whole index.
+# ``git add -A`` of literal paths, NUL-separated on stdin (no pathspec magic).
+_ADD = ("--literal-pathspecs", "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul")
 _SPLIT = ("-c", "core.splitIndex=true", "-c", "splitIndex.maxPercentChange=50", "-c", "advice.addIgnoredFile=false")
 # More directories than this and the working tree is not watched (each is one inotify watch; the
 # kernel's per-user limit is shared with every other watcher): every snapshot then stages everything.
@@ -248,15 +250,16 @@ class WorkspaceSnapshots:
             return self._snapshot(number, everything=changes.everything, paths=changes.paths)
 
     def _snapshot(self, number: int, *, everything: bool, paths: set[str] = frozenset()) -> WorkspaceSnapshot:  # type: ignore[assignment]
+        tree: str | None = None
         if everything or self._last is None:
             self._stage_everything()
         elif paths:
-            self._stage(paths)
+            tree = self._stage(paths)
         head = self._head_now()
         last = self._last
         if last is not None and not everything and not paths and head == last.head:
             tree = last.tree  # nothing changed: not even the index is read
-        else:
+        elif tree is None:
             tree = self._git("write-tree").decode().strip()
         if last is not None and tree == last.tree and head == last.head:
             snap = replace(last, same_as=last.same_as if last.same_as is not None else self._last_number)
@@ -321,7 +324,9 @@ class WorkspaceSnapshots:
         listed = self._git("ls-files", "-z")
         self._known = {p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p}
 
-    def _stage(self, paths: set[str]) -> None:
+    def _stage(self, paths: set[str]) -> str | None:
+        """Stages the changed ``paths``; the index's tree when it was written in the same git run
+        (the usual case), else None (the whole working tree was staged instead)."""
         assert self.work_dir is not None
         specs: set[str] = set()
         for rel in paths:
@@ -333,22 +338,37 @@ class WorkspaceSnapshots:
                     parent = os.path.dirname(parent)
                 if not parent:
                     self._stage_everything()
-                    return
+                    return None
                 specs.add(parent)
-        if not self._run_add(sorted(specs), everything=False):
+        tree = self._add_then_write_tree(sorted(specs))
+        if tree is None:
             self._stage_everything()
-            return
+            return None
         for rel in specs:
             if os.path.lexists(self.work_dir / rel):
                 self._known.add(rel)
+        return tree
+
+    def _add_then_write_tree(self, specs: list[str]) -> str | None:
+        """``_run_add`` of these paths and ``write-tree``, in one run of the server's git (one box
+        start, one config read: most of a checkpoint's cost); the tree, or None when the add failed."""
+        data = b"".join(s.encode("utf-8", "surrogateescape") + b"\0" for s in specs)
+        try:
+            status, out, err = HOST_GIT.run_then(
+                self.work_dir, (*_SPLIT, *_ADD), (*_SPLIT, "write-tree"), env=_env(self._index), input=data)  # type: ignore[arg-type]
+        except GitError:
+            return None
+        text = err.decode("utf-8", "replace")
+        if status == 1 and not ("paths are ignored" in text and "fatal" not in text):
+            return None
+        return out.decode().strip() or None
 
     def _run_add(self, specs: list[str], *, everything: bool) -> bool:
         """``git add -A`` of these literal paths (NUL-separated on stdin, no pathspec magic). True when
         staged; an explicitly named ignored path is left out (git says so and exits 1), which is fine."""
         data = b"".join(s.encode("utf-8", "surrogateescape") + b"\0" for s in specs)
         try:
-            self._git("--literal-pathspecs", "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul",
-                      stdin=data)
+            self._git(*_ADD, stdin=data)
         except GitError as exc:
             if "paths are ignored" in str(exc) and "fatal" not in str(exc):
                 return True

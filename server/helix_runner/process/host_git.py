@@ -40,6 +40,7 @@ import logging
 import marshal
 import os
 import selectors
+import shlex
 import shutil
 import socket
 import subprocess
@@ -440,6 +441,19 @@ class GitError(Exception):
     """A git command failed or timed out (its stderr, shortened)."""
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """One git command as the runner will start it (``HostGit._prepare``)."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    writable: list[Path]  # what the box lets it write
+    own: list[Path]  # the repository's git directories it may write
+    pairs: list[tuple[str, str]]  # the repository's drivers, emptied
+    in_env: bool  # the overrides travel in GIT_CONFIG_COUNT (git 2.31+)
+
+
 class HostGit:
     """Runs the server's git commands; ``configure`` at start says what the box hides."""
 
@@ -528,6 +542,65 @@ class HostGit:
         (or written to ``stdout``). ``env`` adds git variables (``GIT_INDEX_FILE``); the command may
         write the repository's git directories (not with ``read_only``), the index's directory and
         ``writable``."""
+        prep = self._prepare(cwd, args, env=env, writable=writable, read_only=read_only)
+        name, argv, full_env, rw = prep.name, prep.argv, prep.env, prep.writable
+        box = self.box
+        if isinstance(box, GitBox):
+            argv = box.wrap(argv, cwd, rw, readable=[work_tree(cwd)])
+        elif isinstance(box, LandlockBox):
+            fs = box.rules(cwd, rw, readable=[work_tree(cwd), *prep.own])
+            try:
+                status, out, err = box.run(argv, cwd, full_env, fs, stdout=stdout, input=input, timeout=timeout)
+            except TimeoutError:
+                raise GitError(f"git {name} took longer than {timeout:.0f}s") from None
+            except OSError as exc:
+                raise GitError(f"cannot run git in its sandbox: {exc.strerror or exc}") from None
+            if check and status != 0:
+                raise GitError(f"git {name} failed: {err.decode('utf-8', 'replace').strip()[:500]}")
+            return out
+        return self._exec(argv, cwd, full_env, stdout, check, name, timeout, input)
+
+    def run_then(self, cwd: Path, first: Sequence[str], then: Sequence[str], *, env: dict[str, str] | None = None,
+                 input: bytes | None = None, timeout: float = GIT_TIMEOUT) -> tuple[int, bytes, bytes]:
+        """``git first`` (its stdout dropped) and, when it exits 0 or 1, ``git then``, in one start of
+        the box, with the config read once: a checkpoint's ``add`` and ``write-tree`` (each box start
+        costs a bubblewrap start, benchmarks/bench_checkpoints.py). Returns (``first``'s exit status,
+        ``then``'s stdout, both commands' stderr); GitError when ``first`` exits 2 or more or ``then``
+        fails. ``input`` is ``first``'s stdin; ``then`` reads none."""
+        prep = self._prepare(cwd, first, env=env, writable=(), read_only=False)
+        second = subcommand(then)
+        if second not in COMMANDS:
+            raise GitError(f"git {second or '(no command)'} is not a command the server runs")
+        # Both argvs quoted for sh (driver names come from the repository's config); 125 says
+        # ``then`` failed. The shell is the system's, started with git's own clean environment.
+        script = (f"{shlex.join(prep.argv)} >/dev/null; s=$?; [ \"$s\" -le 1 ] || exit \"$s\"; "
+                  f"{shlex.join(command(then, prep.pairs, in_env=prep.in_env))} </dev/null || exit 125; exit \"$s\"")
+        argv = ["/bin/sh", "-c", script]
+        box = self.box
+        try:
+            if isinstance(box, LandlockBox):
+                fs = box.rules(cwd, prep.writable, readable=[work_tree(cwd), *prep.own])
+                status, out, err = box.run(argv, cwd, prep.env, fs, input=input, timeout=timeout)
+            else:
+                if isinstance(box, GitBox):
+                    argv = box.wrap(argv, cwd, prep.writable, readable=[work_tree(cwd)])
+                proc = subprocess.run(argv, cwd=cwd, env=prep.env, input=input or b"", capture_output=True,
+                                      timeout=timeout)
+                status, out, err = proc.returncode, proc.stdout, proc.stderr
+        except (TimeoutError, subprocess.TimeoutExpired):
+            raise GitError(f"git {prep.name} and {second} took longer than {timeout:.0f}s") from None
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc.strerror or exc}") from None
+        text = err.decode("utf-8", "replace").strip()[:500]
+        if status == 125:
+            raise GitError(f"git {second} failed: {text}")
+        if status > 1:
+            raise GitError(f"git {prep.name} failed: {text}")
+        return status, out, err
+
+    def _prepare(self, cwd: Path, args: Sequence[str], *, env: dict[str, str] | None, writable: Iterable[Path],
+                 read_only: bool) -> _Prepared:
+        """The command's name, its argv with every override, its environment and what it may write."""
         name = subcommand(args)
         if name not in COMMANDS:
             raise GitError(f"git {name or '(no command)'} is not a command the server runs")
@@ -549,21 +622,7 @@ class HostGit:
         rw = [] if read_only else [*own, *writable]
         if "GIT_INDEX_FILE" in extra and not read_only:
             rw.append(Path(extra["GIT_INDEX_FILE"]).parent)
-        box = self.box
-        if isinstance(box, GitBox):
-            argv = box.wrap(argv, cwd, rw, readable=[work_tree(cwd)])
-        elif isinstance(box, LandlockBox):
-            fs = box.rules(cwd, rw, readable=[work_tree(cwd), *own])
-            try:
-                status, out, err = box.run(argv, cwd, full_env, fs, stdout=stdout, input=input, timeout=timeout)
-            except TimeoutError:
-                raise GitError(f"git {name} took longer than {timeout:.0f}s") from None
-            except OSError as exc:
-                raise GitError(f"cannot run git in its sandbox: {exc.strerror or exc}") from None
-            if check and status != 0:
-                raise GitError(f"git {name} failed: {err.decode('utf-8', 'replace').strip()[:500]}")
-            return out
-        return self._exec(argv, cwd, full_env, stdout, check, name, timeout, input)
+        return _Prepared(name, argv, full_env, rw, own, pairs, in_env)
 
     def git_dirs_of(self, cwd: Path) -> list[Path]:
         """The git directories of ``cwd`` the box lets a command write: those inside ``git_roots``. A

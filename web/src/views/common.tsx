@@ -35,6 +35,20 @@ export function TokenPrompt() {
 }
 
 /**
+ * In the header when the server answers the model API itself (offline mode): every dollar figure on
+ * the page is what the same tokens would cost, and nothing is billed (ServerStatus.offline).
+ */
+export function OfflineNote() {
+  const status = usePoll((signal) => client.getServerStatus({}, { signal }), [], 60000);
+  if (!status.data?.status?.offline) return null;
+  return (
+    <span class="offline" data-testid="offline" title="The server answers the model API itself (offline_script)">
+      offline: costs are what the same tokens would cost; nothing is billed
+    </span>
+  );
+}
+
+/**
  * The header's corner: who the server takes this tab for (WhoAmI) with "Sign out" when a token is
  * in use, or "Sign in" (the token prompt) when there is none or it was refused.
  */
