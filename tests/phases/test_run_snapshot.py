@@ -49,8 +49,8 @@ async def test_a_snapshot_holds_the_live_figures_and_the_store_gets_durations(st
     stop = Breakpoint.create(kind=BreakpointKind.TOOL_NAME, breakpoint_id="bp", tool_name="Write")
     run = make_run(store, tmp_path, [stop])
     run.set_status(PhaseStatus.RUNNING, "started")
-    run.on_stdout(init())
-    run.on_stdout(tool_use("t1", message_id="msg_1") + tool_result("t1", is_error=True)
+    run.record.on_stdout(init())
+    run.record.on_stdout(tool_use("t1", message_id="msg_1") + tool_result("t1", is_error=True)
                   + tool_use("t2", message_id="msg_2"))
 
     snap = run.snapshot()
@@ -69,5 +69,4 @@ async def test_a_snapshot_holds_the_live_figures_and_the_store_gets_durations(st
     assert rows["t1"].duration_ns == run.tool_call("t1").duration_ns >= 0
     assert (rows["t2"].status, rows["t2"].duration_ns) == (ToolCallStatus.RUNNING, None)
     # The process never started, so the run never finished: close its recording files here.
-    run._stdout_file.close()
-    run._stderr_file.close()
+    run.record.close_files()

@@ -3,7 +3,7 @@
 Besides the running copies (tests/phases/test_transcript_reads.py), the server reads the whole
 transcript of a live phase three times: for a fork of it (``PhaseService._transcript_of``), for a
 rewind (the transcript to cut), and for the true cost of an attempt it stopped
-(``PhaseRun._stopped_attempt_cost``). The locator skips a transcript that is a link when it looks;
+(``RunRewind.stopped_attempt_cost``). The locator skips a transcript that is a link when it looks;
 the phase runs on, and can swap the file, or a directory on the way, for a link between that look
 and the read. Before, each of these read through the link: the fork started from a file only the
 server may read, handed to the fork's model; the attempt was charged with what that file said.
@@ -20,7 +20,7 @@ import pytest
 
 from helix_runner.domain.pricing import PriceTable
 from helix_runner.phases.handover import TRANSCRIPT_READ_MAX_BYTES, read_transcript
-from helix_runner.phases.run import PhaseRun
+from helix_runner.phases.run_rewind import RunRewind
 from helix_runner.phases.service import PhaseService
 from helix_runner.process.beneath import TooLarge
 
@@ -68,7 +68,7 @@ def test_a_fork_of_a_live_phase_reads_no_link(paths, which):
 def stopped_cost(path: Path):
     run = SimpleNamespace(stream=SimpleNamespace(session_id="s", prices=PriceTable()), attempts=[],
                           transcript_path=lambda session_id: path)
-    return asyncio.run(PhaseRun._stopped_attempt_cost(run))
+    return asyncio.run(RunRewind.stopped_attempt_cost(run))
 
 
 @pytest.mark.parametrize("which", ["file link", "dir link"])
