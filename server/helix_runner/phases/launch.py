@@ -80,7 +80,7 @@ class LaunchPlan:
     egress: PhaseEgress | None = None
     # The phase's sandbox and private home (process/sandbox/); None: sandbox off.
     sandbox: PhaseSandbox | None = None
-    # What counts against the workspace cap (ProcessLimits.workspace_max_bytes; phases/workspace_cap.py).
+    # What counts against the workspace cap (scope.limits.file_bytes; phases/workspace_cap.py).
     workspace_roots: tuple[Path, ...] = ()
 
     def argv_for(self, spec: PhaseSpec) -> tuple[str, ...]:
@@ -314,7 +314,6 @@ async def plan_launch(spec: PhaseSpec, config: ServerConfig, launcher: Launcher,
                 idle_timeout=spec.idle_timeout_s or config.default_idle_timeout_seconds,
                 exit_grace=config.exit_grace_seconds,
                 output_max_bytes=config.phase_output_max_bytes,
-                workspace_max_bytes=limits.file_bytes or 0,
             ),
             workspace_roots=workspace_roots(workspace, spec, phase_sandbox),
             claude_path=f"{claude.path} ({claude.found_via})",

@@ -114,7 +114,8 @@ class PhaseRun:
         self.recorder = PhaseRecorder(store, encoder, spec.job_id, spec.phase_id, spec.project_id or DEFAULT_PROJECT,
                                       self.stream)
         # What the phase writes to disk itself, against its workspace cap (phases/workspace_cap.py).
-        self.workspace_cap = WorkspaceCap(plan.workspace_roots, plan.limits.workspace_max_bytes,
+        # The cap is the phase's file-size limit too (ResourceLimits.file_bytes, RLIMIT_FSIZE in the shim).
+        self.workspace_cap = WorkspaceCap(plan.workspace_roots, plan.scope.limits.file_bytes or 0,
                                           lambda reason: self.loop.at_limit(EndCause.WORKSPACE_LIMIT, reason))
         # Each attempt's CLI process, its sandbox and its key (a warm start brings its own sandbox).
         self.process = AttemptProcess(spec, plan, self.record, self.record.record_pid)

@@ -71,9 +71,6 @@ class ProcessLimits:
     # What the phase may make the server write (its output, its events), in bytes (0: no cap;
     # counted by the run, domain/output_budget.py).
     output_max_bytes: int = 0
-    # How much the phase may grow the disk use of what it may write (0: no cap; watched by the run,
-    # phases/workspace_cap.py; one file past it is refused by the kernel, RLIMIT_FSIZE).
-    workspace_max_bytes: int = 0
 
 
 @dataclass
