@@ -543,22 +543,10 @@ class HostGit:
         write the repository's git directories (not with ``read_only``), the index's directory and
         ``writable``."""
         prep = self._prepare(cwd, args, env=env, writable=writable, read_only=read_only)
-        name, argv, full_env, rw = prep.name, prep.argv, prep.env, prep.writable
-        box = self.box
-        if isinstance(box, GitBox):
-            argv = box.wrap(argv, cwd, rw, readable=[work_tree(cwd)])
-        elif isinstance(box, LandlockBox):
-            fs = box.rules(cwd, rw, readable=[work_tree(cwd), *prep.own])
-            try:
-                status, out, err = box.run(argv, cwd, full_env, fs, stdout=stdout, input=input, timeout=timeout)
-            except TimeoutError:
-                raise GitError(f"git {name} took longer than {timeout:.0f}s") from None
-            except OSError as exc:
-                raise GitError(f"cannot run git in its sandbox: {exc.strerror or exc}") from None
-            if check and status != 0:
-                raise GitError(f"git {name} failed: {err.decode('utf-8', 'replace').strip()[:500]}")
-            return out
-        return self._exec(argv, cwd, full_env, stdout, check, name, timeout, input)
+        status, out, err = self._start(prep.argv, cwd, prep, prep.name, stdout=stdout, input=input, timeout=timeout)
+        if check and status != 0:
+            raise GitError(f"git {prep.name} failed: {err.decode('utf-8', 'replace').strip()[:500]}")
+        return out
 
     def run_then(self, cwd: Path, first: Sequence[str], then: Sequence[str], *, env: dict[str, str] | None = None,
                  input: bytes | None = None, timeout: float = GIT_TIMEOUT) -> tuple[int, bytes, bytes]:
@@ -575,28 +563,31 @@ class HostGit:
         # ``then`` failed. The shell is the system's, started with git's own clean environment.
         script = (f"{shlex.join(prep.argv)} >/dev/null; s=$?; [ \"$s\" -le 1 ] || exit \"$s\"; "
                   f"{shlex.join(command(then, prep.pairs, in_env=prep.in_env))} </dev/null || exit 125; exit \"$s\"")
-        argv = ["/bin/sh", "-c", script]
-        box = self.box
-        try:
-            if isinstance(box, LandlockBox):
-                fs = box.rules(cwd, prep.writable, readable=[work_tree(cwd), *prep.own])
-                status, out, err = box.run(argv, cwd, prep.env, fs, input=input, timeout=timeout)
-            else:
-                if isinstance(box, GitBox):
-                    argv = box.wrap(argv, cwd, prep.writable, readable=[work_tree(cwd)])
-                proc = subprocess.run(argv, cwd=cwd, env=prep.env, input=input or b"", capture_output=True,
-                                      timeout=timeout)
-                status, out, err = proc.returncode, proc.stdout, proc.stderr
-        except (TimeoutError, subprocess.TimeoutExpired):
-            raise GitError(f"git {prep.name} and {second} took longer than {timeout:.0f}s") from None
-        except OSError as exc:
-            raise GitError(f"cannot run git: {exc.strerror or exc}") from None
+        status, out, err = self._start(["/bin/sh", "-c", script], cwd, prep, f"{prep.name} and {second}",
+                                       input=input, timeout=timeout)
         text = err.decode("utf-8", "replace").strip()[:500]
         if status == 125:
             raise GitError(f"git {second} failed: {text}")
         if status > 1:
             raise GitError(f"git {prep.name} failed: {text}")
         return status, out, err
+
+    def _start(self, argv: list[str], cwd: Path, prep: _Prepared, what: str, *, stdout=None,
+               input: bytes | None = None, timeout: float = GIT_TIMEOUT) -> tuple[int, bytes, bytes]:
+        """Runs ``argv`` (git, or the shell of ``run_then``) with ``prep``'s environment, in the box when
+        there is one, letting it write ``prep.writable``; (exit status, stdout, stderr)."""
+        box = self.box
+        if isinstance(box, LandlockBox):
+            fs = box.rules(cwd, prep.writable, readable=[work_tree(cwd), *prep.own])
+            try:
+                return box.run(argv, cwd, prep.env, fs, stdout=stdout, input=input, timeout=timeout)
+            except TimeoutError:
+                raise GitError(f"git {what} took longer than {timeout:.0f}s") from None
+            except OSError as exc:
+                raise GitError(f"cannot run git in its sandbox: {exc.strerror or exc}") from None
+        if isinstance(box, GitBox):
+            argv = box.wrap(argv, cwd, prep.writable, readable=[work_tree(cwd)])
+        return self._process(argv, cwd, prep.env, stdout, what, timeout, input)
 
     def _prepare(self, cwd: Path, args: Sequence[str], *, env: dict[str, str] | None, writable: Iterable[Path],
                  read_only: bool) -> _Prepared:
@@ -648,8 +639,8 @@ class HostGit:
         if self._env_config is None:
             probe = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "helix.probe", "GIT_CONFIG_VALUE_0": "yes"}
             try:
-                out = self._exec(["git", "config", "--get", "helix.probe"], Path("/"), git_env(probe), None, False,
-                                 "config", 30.0)
+                _, out, _ = self._process(["git", "config", "--get", "helix.probe"], Path("/"), git_env(probe),
+                                          None, "config", 30.0)
             except GitError:
                 return False  # asked again next time: git may not be there yet
             self._env_config = out.strip() == b"yes"
@@ -662,14 +653,15 @@ class HostGit:
         config runs no program, and only names come back (a bubblewrap start would add ~3.5 ms)."""
         argv = ["git", "config", "--null", "--name-only", "--list"]
         try:
-            out = self._exec(argv, cwd, git_env(extra), None, False, "config", 30.0)
+            _, out, _ = self._process(argv, cwd, git_env(extra), None, "config", 30.0)
         except GitError:
             return []
         return [name for name in out.decode("utf-8", "replace").split("\0") if name]
 
     @staticmethod
-    def _exec(argv: list[str], cwd: Path, env: dict[str, str], stdout, check: bool, name: str,
-              timeout: float, input: bytes | None = None) -> bytes:
+    def _process(argv: list[str], cwd: Path, env: dict[str, str], stdout, name: str, timeout: float,
+                 input: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """``argv`` as a child process, unboxed; (exit status, stdout, stderr)."""
         stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
         try:
             proc = subprocess.run(argv, cwd=cwd, env=env, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE,
@@ -678,9 +670,7 @@ class HostGit:
             raise GitError(f"git {name} took longer than {timeout:.0f}s") from None
         except OSError as exc:
             raise GitError(f"cannot run git: {exc.strerror or exc}") from None
-        if check and proc.returncode != 0:
-            raise GitError(f"git {name} failed: {proc.stderr.decode('utf-8', 'replace').strip()[:500]}")
-        return proc.stdout or b""
+        return proc.returncode, proc.stdout or b"", proc.stderr
 
 
 def _git_programs() -> tuple[Path, ...]:
