@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT / "server"))
 
 from helix_runner.domain.checkpoints import WorkspaceKind  # noqa: E402
 from helix_runner.process.checkpoint_git import WorkspaceSnapshots  # noqa: E402
-from helix_runner.process.git_worktree import snapshot_tree  # noqa: E402
+from helix_runner.process.git_worktree import GitError, snapshot_tree  # noqa: E402
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid", "GIT_COMMITTER_NAME": "b",
            "GIT_COMMITTER_EMAIL": "b@example.invalid", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -66,7 +66,9 @@ class TwoRuns(WorkspaceSnapshots):
     runs (two box starts, two config reads)."""
 
     def _add_then_write_tree(self, specs: list[str]) -> str | None:
-        if not self._run_add(specs, everything=False):
+        try:
+            self._run_add(specs)
+        except GitError:
             return None
         return self._git("write-tree").decode().strip()
 

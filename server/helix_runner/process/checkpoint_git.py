@@ -320,7 +320,7 @@ class WorkspaceSnapshots:
 
     def _stage_everything(self) -> None:
         self.staged_everything += 1
-        self._run_add(["."], everything=True)
+        self._run_add(["."])
         listed = self._git("ls-files", "-z")
         self._known = {p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p}
 
@@ -352,30 +352,24 @@ class WorkspaceSnapshots:
     def _add_then_write_tree(self, specs: list[str]) -> str | None:
         """``_run_add`` of these paths and ``write-tree``, in one run of the server's git (one box
         start, one config read: most of a checkpoint's cost); the tree, or None when the add failed."""
-        data = b"".join(s.encode("utf-8", "surrogateescape") + b"\0" for s in specs)
         try:
             status, out, err = HOST_GIT.run_then(
-                self.work_dir, (*_SPLIT, *_ADD), (*_SPLIT, "write-tree"), env=_env(self._index), input=data)  # type: ignore[arg-type]
+                self.work_dir, (*_SPLIT, *_ADD), (*_SPLIT, "write-tree"), env=_env(self._index),  # type: ignore[arg-type]
+                input=_pathspecs(specs))
         except GitError:
             return None
-        text = err.decode("utf-8", "replace")
-        if status == 1 and not ("paths are ignored" in text and "fatal" not in text):
+        if status == 1 and not _only_ignored(err.decode("utf-8", "replace")):
             return None
         return out.decode().strip() or None
 
-    def _run_add(self, specs: list[str], *, everything: bool) -> bool:
-        """``git add -A`` of these literal paths (NUL-separated on stdin, no pathspec magic). True when
-        staged; an explicitly named ignored path is left out (git says so and exits 1), which is fine."""
-        data = b"".join(s.encode("utf-8", "surrogateescape") + b"\0" for s in specs)
+    def _run_add(self, specs: list[str]) -> None:
+        """``git add -A`` of these literal paths; an explicitly named ignored path is left out (git
+        says so and exits 1), which is fine. GitError for any other failure."""
         try:
-            self._git(*_ADD, stdin=data)
+            self._git(*_ADD, stdin=_pathspecs(specs))
         except GitError as exc:
-            if "paths are ignored" in str(exc) and "fatal" not in str(exc):
-                return True
-            if everything:
+            if not _only_ignored(str(exc)):
                 raise
-            return False
-        return True
 
     def close(self) -> None:
         """Stops the watch and removes the private index (the snapshots' objects stay)."""
@@ -393,6 +387,16 @@ class WorkspaceSnapshots:
         """Writes the pending hidden refs now (a fork of a checkpoint takes its commit: it must be kept)."""
         with self._lock:
             self._write_refs()
+
+
+def _pathspecs(specs: list[str]) -> bytes:
+    """Paths for ``_ADD``'s stdin: NUL-separated, as they are on disk."""
+    return b"".join(s.encode("utf-8", "surrogateescape") + b"\0" for s in specs)
+
+
+def _only_ignored(stderr: str) -> bool:
+    """Whether ``git add``'s exit 1 only says an explicitly named path is ignored (then left out)."""
+    return "paths are ignored" in stderr and "fatal" not in stderr
 
 
 def commit_body(tree: str, parent: str, message: str, when: int) -> bytes:
