@@ -4,10 +4,8 @@ download went through whole."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from support.http_service import loopback_service
 
 from helix.runner.v1 import resources_pb2 as res
 from helix_runner.offline import Reply
@@ -17,32 +15,14 @@ pytestmark = pytest.mark.real_cli
 BODY = b"x" * (4 * 1024 * 1024)
 
 
-class _Big(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("content-length", str(len(BODY)))
-        self.end_headers()
-        self.wfile.write(BODY)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 async def test_a_phase_past_its_egress_byte_cap_fails_naming_the_limit(claude_binary, scripted_api, runner_factory):
-    server = ThreadingHTTPServer(("127.0.0.2", 0), _Big)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    address = f"127.0.0.2:{server.server_address[1]}"
-    try:
+    with loopback_service(BODY) as address:
         # Each download alone is under the cap; together they pass it.
         command = "; ".join(f"curl -s -o big{i}.bin http://{address}/big; echo exit{i}=$?" for i in range(4))
         api = scripted_api([Reply.tool_use("Bash", {"command": command, "timeout": 120000}), Reply.text("done")])
         async with runner_factory(api, egress_private_allow=[address],
                                   egress_max_bytes_per_phase=10 * 1024 * 1024) as runner:
             events, result = await runner.run_phase("download", allowed_tools=["Bash"], deadline=120)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert result.status == res.PHASE_STATUS_FAILED, result
     assert result.resource_fault == res.RESOURCE_FAULT_EGRESS_LIMIT
     assert "egress_max_bytes_per_phase" in result.reason and str(10 * 1024 * 1024) in result.reason
